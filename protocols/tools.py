@@ -1,0 +1,40 @@
+"""Tool definitions and results as the model and the agent loop see them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool as offered to a model: a name, a description and a JSON schema
+    for its arguments.  The implementation binding lives elsewhere."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+    def to_openai(self) -> dict[str, Any]:
+        """The ``tools`` entry of a chat-completions request."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of one tool call.  ``is_error`` results go back to the
+    model as text it can act on; they are data, not exceptions."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    duration_s: float = 0.0

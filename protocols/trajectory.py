@@ -1,0 +1,89 @@
+"""Steps, trajectories and their structured summaries (Re-TRAC sections).
+
+A ``Trajectory`` is one rollout of an agent: its steps in order.  A
+``TrajectorySummary`` is what judges compare and what later rollouts are
+seeded with: the answer (or none), facts with evidence, conclusions,
+sources, uncertainties, hypotheses tried, failure modes and cost.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from agentrt.protocols.messages import ChatMessage
+from agentrt.protocols.model import ModelReply
+from agentrt.protocols.tools import ToolResult
+from agentrt.protocols.usage import Cost
+
+#: Bumped when a persisted type changes shape incompatibly.
+SCHEMA_VERSION = 1
+
+TrajectoryStatus = Literal["running", "finished", "failed", "cancelled", "exhausted"]
+
+
+class RoutingDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """Which model the router picked for a step, and why."""
+
+    model: str
+    policy: str
+    reason: str
+    tier: str = ""
+    budget_left_usd: float | None = None
+    budget_left_tokens: int | None = None
+
+
+class Step(msgspec.Struct, frozen=True, kw_only=True):
+    """One step of a rollout: the request context, the reply, the tool
+    results and the routing decision, with timings."""
+
+    index: int
+    messages: list[ChatMessage]
+    reply: ModelReply | None = None
+    tool_results: list[ToolResult] = []
+    routing: RoutingDecision | None = None
+    started_at: float = 0.0
+    duration_s: float = 0.0
+    error: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+
+class Trajectory(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole rollout."""
+
+    run_id: str
+    rollout_id: str
+    agent: str
+    task: str
+    steps: list[Step] = []
+    answer: str | None = None
+    status: TrajectoryStatus = "running"
+    cost: Cost = Cost()
+    parent_rollout_id: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+
+class Fact(msgspec.Struct, frozen=True, kw_only=True):
+    """A claim with where it came from and whether a tool result backs it."""
+
+    claim: str
+    evidence: str = ""
+    source_step: int | None = None
+    verified: bool = False
+
+
+class TrajectorySummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A compact, structured account of one finished rollout."""
+
+    rollout_id: str
+    answer: str | None = None
+    facts: list[Fact] = []
+    conclusions: list[str] = []
+    sources: list[str] = []
+    uncertainties: list[str] = []
+    hypotheses: list[str] = []
+    progress: list[str] = []
+    failure_modes: list[str] = []
+    cost: Cost = Cost()
+    schema_version: int = SCHEMA_VERSION

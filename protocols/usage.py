@@ -1,0 +1,45 @@
+"""Token usage and money: what a model call consumed and what it cost."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Tokens as the serving model reported them (never estimated here).
+
+    ``cached_prompt_tokens`` is the part of ``prompt_tokens`` the server
+    served from its prefix cache, when it says so.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+        )
+
+
+class Cost(msgspec.Struct, frozen=True, kw_only=True):
+    """What a piece of work cost: money, tokens, calls and wall time."""
+
+    usd: float = 0.0
+    usage: Usage = Usage()
+    model_calls: int = 0
+    wall_seconds: float = 0.0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            usd=self.usd + other.usd,
+            usage=self.usage + other.usage,
+            model_calls=self.model_calls + other.model_calls,
+            wall_seconds=self.wall_seconds + other.wall_seconds,
+        )

@@ -1,0 +1,73 @@
+"""The ``ModelBackend`` protocol every backend implements.
+
+A backend turns a ``ModelRequest`` into a ``ModelReply`` (``complete``) or a
+stream of deltas ending in the assembled reply (``stream``).  Contract:
+
+- every reply carries the usage the server reported, the latency of the
+  call, and the name of the model that served it;
+- cancellation-safe: cancelling the awaiting task leaves no request running
+  (HTTP backends close the connection; in-process backends stop generating
+  at the next token);
+- failures raise ``agentrt.runtime.errors.BackendError`` subclasses that name
+  the backend and endpoint;
+- backends are async context managers: ``async with backend:`` opens
+  connections / loads weights, leaving closes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+import msgspec
+
+from agentrt.protocols import ModelReply, ModelRequest, TokenLogprob
+
+
+class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
+    """A piece of a streamed reply.  The final item of a stream has ``reply``
+    set to the assembled ``ModelReply`` (with tool calls joined from their
+    deltas and the server's usage)."""
+
+    index: int = 0
+    content: str = ""
+    reasoning: str = ""
+    tool_call_index: int | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_arguments: str = ""
+    logprobs: list[TokenLogprob] = []
+    reply: ModelReply | None = None
+
+
+@runtime_checkable
+class ModelBackend(Protocol):
+    """Something that answers chat requests."""
+
+    @property
+    def name(self) -> str:
+        """A short name for logs and routing records (e.g. ``vllm-smol``)."""
+        ...
+
+    @property
+    def models(self) -> list[str]:
+        """The model names this backend serves."""
+        ...
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Answer ``request`` in one reply."""
+        ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+        """Answer ``request`` as deltas; the last delta carries the reply."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...

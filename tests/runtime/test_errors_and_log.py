@@ -1,0 +1,64 @@
+"""The exception tree and the logging set-up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agentrt.runtime import errors
+
+
+def test_the_tree_separates_user_mistakes_failures_and_control() -> None:
+    assert issubclass(errors.ConfigError, errors.UserError)
+    assert issubclass(errors.UnknownModelError, errors.UserError)
+    assert issubclass(errors.RateLimited, errors.BackendError)
+    assert issubclass(errors.BackendError, errors.RuntimeFailure)
+    assert issubclass(errors.BudgetExceeded, errors.ControlSignal)
+    assert not issubclass(errors.BudgetExceeded, errors.RuntimeFailure)
+    for cls in (errors.UserError, errors.RuntimeFailure, errors.ControlSignal):
+        assert issubclass(cls, errors.AgentrtError)
+
+
+def test_the_docstring_draws_every_class() -> None:
+    doc = errors.__doc__ or ""
+    names = [
+        n
+        for n, v in vars(errors).items()
+        if isinstance(v, type) and issubclass(v, Exception) and v.__module__ == errors.__name__
+    ]
+    missing = [n for n in names if n not in doc]
+    assert not missing, f"draw these in the module docstring: {missing}"
+
+
+def test_messages_say_where() -> None:
+    err = errors.ConfigError("unknown key 'modle'", where="agentrt.toml:models.small")
+    assert str(err) == "agentrt.toml:models.small: unknown key 'modle'"
+    err2 = errors.RateLimited("429 after 5 attempts", backend="vllm", endpoint="http://h:8000/v1", retry_after=2.0)
+    assert "vllm http://h:8000/v1" in str(err2)
+    assert err2.retry_after == 2.0
+
+
+def test_logs_are_json_off_a_terminal() -> None:
+    code = (
+        "from agentrt.runtime.log import configure_logging, get_logger\n"
+        "configure_logging()\n"
+        "get_logger('t', run_id='r1').info('hello', steps=3)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    line = json.loads(out.stderr.strip().splitlines()[-1])
+    assert line["event"] == "hello"
+    assert line["run_id"] == "r1"
+    assert line["steps"] == 3
+    assert line["level"] == "info"
+
+
+def test_importing_agentrt_configures_nothing() -> None:
+    code = (
+        "import structlog, agentrt, agentrt.protocols, agentrt.runtime.log\n"
+        "print(structlog.is_configured())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,18 @@
+"""Public APIs are explicit: one ``__all__`` whose names all exist, each once."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PUBLIC = ["agentrt", "agentrt.protocols", "agentrt.runtime.models", "agentrt.runtime.actors"]
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_all_is_sorted_and_resolves(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = list(module.__all__)  # its order is checked by ruff (RUF022)
+    for member in exported:
+        assert hasattr(module, member), f"{name}.{member}"
+    assert len(set(exported)) == len(exported)
