@@ -30,7 +30,8 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
 
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One chat request.  ``n`` asks for several samples of the same prompt;
-    ``logprobs``/``top_logprobs`` ask for token log-probabilities."""
+    ``logprobs``/``top_logprobs`` ask for token log-probabilities;
+    ``request_id`` is passed to servers that accept one (SGLang's ``rid``)."""
 
     messages: list[ChatMessage]
     model: str | None = None
@@ -41,6 +42,10 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: bool = False
     top_logprobs: int = 0
     request_id: str | None = None
+    affinity_key: str | None = None
+    """Requests sharing this key (for example a run id) should be served by
+    the same replica so its prefix cache is reused; backends with a single
+    endpoint ignore it."""
 
 
 class TopLogprob(msgspec.Struct, frozen=True):

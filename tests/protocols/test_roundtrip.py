@@ -95,7 +95,12 @@ def test_messages_decode_through_the_union() -> None:
 
 
 def test_persisted_types_carry_a_schema_version() -> None:
-    for value in (_STEP, _SUMMARY, p.RunRequest(task="t"), p.RunStarted(run_id="r", agent="a", task="t")):
+    for value in (
+        _STEP,
+        _SUMMARY,
+        p.RunRequest(task="t"),
+        p.RunStarted(run_id="r", agent="a", task="t"),
+    ):
         assert msgspec.to_builtins(value)["schema_version"] == p.SCHEMA_VERSION
 
 

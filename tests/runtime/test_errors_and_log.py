@@ -6,8 +6,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 from agentrt.runtime import errors
 
 
@@ -36,7 +34,9 @@ def test_the_docstring_draws_every_class() -> None:
 def test_messages_say_where() -> None:
     err = errors.ConfigError("unknown key 'modle'", where="agentrt.toml:models.small")
     assert str(err) == "agentrt.toml:models.small: unknown key 'modle'"
-    err2 = errors.RateLimited("429 after 5 attempts", backend="vllm", endpoint="http://h:8000/v1", retry_after=2.0)
+    err2 = errors.RateLimited(
+        "429 after 5 attempts", backend="vllm", endpoint="http://h:8000/v1", retry_after=2.0
+    )
     assert "vllm http://h:8000/v1" in str(err2)
     assert err2.retry_after == 2.0
 

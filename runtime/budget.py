@@ -1,0 +1,524 @@
+"""The budget ledger: hard caps on what a run (and each task in it) may spend.
+
+Owns ``BudgetLedger`` (a tree: a run's ledger holds child ledgers per task or
+sub-agent slice, and a child's spend also counts against every ancestor),
+``Reservation`` (the worst case of one in-flight model call), and the
+read-only views ``BudgetSnapshot`` and ``Headroom``.
+
+How a cap is enforced: before a model call, ``reserve`` books the call's worst
+case (prompt-token estimate plus ``n * max_tokens`` completion tokens, priced
+with no cache hit) on the ledger and all its ancestors, or raises
+``BudgetExceeded`` naming the cap, what the call needs and what is left.  So
+however many rollouts run in parallel, spent + reserved never crosses a cap.
+When the reply arrives, ``charge`` replaces the reservation with the usage the
+server reported, exactly (integer tokens; money in integer pico-USD computed
+from that usage, see ``runtime.pricing``).  A reservation left without a charge
+(an exception, a cancellation) is released and costs nothing.
+
+A server that reports more than was reserved (more completion tokens than
+``max_tokens``, or a prompt longer than its estimate) is charged what it
+reported: the ledger records the truth, counts the event in ``overruns``, and
+may then sit above its cap, after which every reservation fails.  That is the
+only way spent can exceed a cap, so estimate prompts generously.
+
+Accounting is synchronous and never awaits, so it is atomic under anyio; a
+lock shared by the whole tree also makes it safe from worker threads.  The
+ledger does no I/O: it reports changes through an ``on_update`` callback
+(e.g. one that turns ``BudgetSnapshot.to_event`` into a ``BudgetUpdated``
+event and sends it on a stream).
+
+Must not import agents, tools or aggregators.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from types import TracebackType
+from typing import Final, Literal, NoReturn, final
+
+import msgspec
+
+from agentrt.protocols import Budget, BudgetUpdated, Cost, Usage
+from agentrt.runtime.errors import BudgetExceeded, ConfigError, InvalidRequestError
+from agentrt.runtime.pricing import (
+    PriceTable,
+    TokenRates,
+    pico_to_decimal,
+    pico_to_usd,
+    usd_to_pico,
+)
+
+Clock = Callable[[], float]
+UpdateCallback = Callable[["BudgetSnapshot"], None]
+ReservationState = Literal["active", "charged", "released"]
+
+_SEP: Final = "/"
+
+
+class Headroom(msgspec.Struct, frozen=True, kw_only=True):
+    """What may still be reserved, over a ledger and all its ancestors
+    (``None`` = uncapped).  ``fraction`` is the smallest share left of any
+    cap on the chain, in [0, 1]: the router degrades on it."""
+
+    tokens: int | None = None
+    pico: int | None = None
+    calls: int | None = None
+    seconds: float | None = None
+    fraction: float | None = None
+
+    @property
+    def usd(self) -> float | None:
+        """Money left in USD, or ``None`` when uncapped."""
+        return None if self.pico is None else pico_to_usd(self.pico)
+
+    def shortfall(self, tokens: int, pico: int) -> str | None:
+        """The first cap a call needing ``tokens`` and ``pico`` would cross
+        (``"max_tokens"``, ``"max_usd"``, ...), or ``None`` if it fits."""
+        if self.seconds is not None and self.seconds <= 0:
+            return "max_wall_seconds"
+        if self.calls is not None and self.calls < 1:
+            return "max_model_calls"
+        if self.tokens is not None and tokens > self.tokens:
+            return "max_tokens"
+        if self.pico is not None and pico > self.pico:
+            return "max_usd"
+        return None
+
+
+class BudgetSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A ledger's state at one instant.  ``spent`` is its own subtree's
+    spend; ``left_*`` and ``fraction_left`` are effective, i.e. the tightest
+    over the ledger and its ancestors (``None`` = uncapped)."""
+
+    ledger: str
+    spent: Cost
+    spent_pico: int
+    """Exact money spent, in pico-USD (``spent.usd`` is its float view)."""
+    reserved_tokens: int
+    reserved_pico: int
+    """Exact worst-case money of the calls in flight, in pico-USD."""
+    in_flight: int
+    overruns: int
+    left_tokens: int | None
+    left_usd: float | None
+    left_calls: int | None
+    left_seconds: float | None
+    fraction_left: float | None
+
+    def to_event(self, run_id: str, *, seq: int = 0, ts: float = 0.0) -> BudgetUpdated:
+        """This snapshot as a ``BudgetUpdated`` event."""
+        return BudgetUpdated(
+            run_id=run_id,
+            seq=seq,
+            ts=ts,
+            spent=self.spent,
+            reserved_tokens=self.reserved_tokens,
+            left_tokens=self.left_tokens,
+            left_usd=self.left_usd,
+        )
+
+
+def _fmt(cap: str, amount: float) -> str:
+    if cap == "max_usd":
+        return f"${pico_to_usd(int(amount)):.6f}"
+    if cap == "max_wall_seconds":
+        return f"{amount:.3f} s"
+    unit = "tokens" if cap == "max_tokens" else "calls"
+    return f"{int(amount):,} {unit}"
+
+
+@final
+class Reservation:
+    """The booked worst case of one model call.  Charge it with the reply's
+    usage, or release it; as a (sync or async) context manager it is released
+    on exit unless charged, so exceptions and cancellation free it."""
+
+    __slots__ = ("_at", "_ledger", "_rates", "max_tokens", "model", "n", "pico", "state", "tokens")
+
+    def __init__(
+        self,
+        ledger: BudgetLedger,
+        *,
+        model: str,
+        rates: TokenRates,
+        tokens: int,
+        pico: int,
+        max_tokens: int,
+        n: int,
+        at: float,
+    ) -> None:
+        self._ledger = ledger
+        self._rates = rates
+        self._at = at
+        self.model = model
+        self.tokens = tokens
+        self.pico = pico
+        self.max_tokens = max_tokens
+        self.n = n
+        self.state: ReservationState = "active"
+
+    @property
+    def usd(self) -> float:
+        """The reserved worst case in USD."""
+        return pico_to_usd(self.pico)
+
+    def charge(self, usage: Usage) -> Cost:
+        """Replace the reservation with ``usage`` as the server reported it,
+        and return what this call cost.  Usage above the reservation is
+        charged in full and counted in ``overruns`` (see the module doc)."""
+        return self._ledger._settle(self, usage, self._rates)
+
+    def release(self) -> None:
+        """Give the reservation back unused.  Idempotent; a no-op once charged."""
+        self._ledger._release(self)
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    async def __aenter__(self) -> Reservation:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # No await: releasing cannot be interrupted by a cancellation.
+        self.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"Reservation(model={self.model!r}, tokens={self.tokens}, usd={self.usd:.6f}, "
+            f"state={self.state!r}, ledger={self._ledger.name!r})"
+        )
+
+
+@final
+class BudgetLedger:
+    """Spend and hard caps of a run, a task, or a slice of either.
+
+    ``BudgetLedger("run-1", Budget(max_usd=2.0), prices)`` makes a root
+    (no budget = uncapped, no prices = every model free);
+    ``ledger.child("task-3", Budget(max_usd=0.5))`` a child whose spend also
+    counts against the parent.  See the module docstring for the contract.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        budget: Budget | None = None,
+        prices: PriceTable | None = None,
+        *,
+        clock: Clock = time.monotonic,
+        on_update: UpdateCallback | None = None,
+        _parent: BudgetLedger | None = None,
+    ) -> None:
+        budget = budget if budget is not None else Budget()
+        where = f"budget {name!r}"
+        if budget.max_usd is not None and prices is None:
+            raise ConfigError("a max_usd cap needs model prices; pass a PriceTable", where=where)
+        for field in ("max_tokens", "max_usd", "max_model_calls", "max_wall_seconds"):
+            value = getattr(budget, field)
+            if value is not None and value < 0:
+                raise ConfigError(f"{field} must be >= 0, got {value}", where=where)
+        self.name: str = name if _parent is None else f"{_parent.name}{_SEP}{name}"
+        self.budget = budget
+        self.prices = prices if prices is not None else PriceTable.free()
+        self._clock = clock
+        self._on_update = on_update
+        self._parent = _parent
+        self._lock: threading.Lock = _parent._lock if _parent is not None else threading.Lock()
+        self._chain: tuple[BudgetLedger, ...] = (self, *(_parent._chain if _parent else ()))
+        self._children: dict[str, BudgetLedger] = {}
+        # Per-model rates, resolved once per tree (the price table is frozen).
+        self._rates: dict[str, TokenRates] = _parent._rates if _parent is not None else {}
+        self._cap_tokens = budget.max_tokens
+        self._cap_pico = None if budget.max_usd is None else usd_to_pico(budget.max_usd)
+        self._cap_calls = budget.max_model_calls
+        self._cap_seconds = budget.max_wall_seconds
+        self._started = clock()
+        self._finished: float | None = None
+        # Spent (own subtree), reserved (in flight in own subtree), overruns.
+        self._prompt = self._completion = self._cached = self._pico = self._calls = 0
+        self._res_tokens = self._res_pico = self._res_calls = 0
+        self._overruns = 0
+
+    # -- tree ---------------------------------------------------------------
+
+    def child(
+        self, name: str, budget: Budget | None = None, *, on_update: UpdateCallback | None = None
+    ) -> BudgetLedger:
+        """A child ledger (per task, sub-agent, ...) with its own caps; its
+        spend counts against this ledger and every ancestor too."""
+        if not name or _SEP in name:
+            raise InvalidRequestError(
+                f"child ledger names must be non-empty and free of {_SEP!r}, got {name!r} "
+                f"(under {self.name!r})"
+            )
+        with self._lock:
+            if name in self._children:
+                raise InvalidRequestError(f"ledger {self.name!r} already has a child {name!r}")
+            ledger = BudgetLedger(
+                name, budget, self.prices, clock=self._clock, on_update=on_update, _parent=self
+            )
+            self._children[name] = ledger
+        return ledger
+
+    @property
+    def parent(self) -> BudgetLedger | None:
+        return self._parent
+
+    @property
+    def children(self) -> tuple[BudgetLedger, ...]:
+        return tuple(self._children.values())
+
+    # -- reserving and charging --------------------------------------------
+
+    def reserve(
+        self, model: str, prompt_tokens: int, max_tokens: int, *, n: int = 1
+    ) -> Reservation:
+        """Book the worst case of one call to ``model`` (``n`` samples of up
+        to ``max_tokens`` each on a prompt of about ``prompt_tokens``).
+
+        Raises ``BudgetExceeded`` if it would cross a cap of this ledger or
+        an ancestor, ``UnknownModelError`` if ``model`` has no price, and
+        ``InvalidRequestError`` on negative sizes or a finished ledger."""
+        if prompt_tokens < 0 or max_tokens < 0 or n < 1:
+            raise InvalidRequestError(
+                f"cannot reserve prompt_tokens={prompt_tokens}, max_tokens={max_tokens}, "
+                f"n={n} on ledger {self.name!r}: sizes must be >= 0 and n >= 1"
+            )
+        rates = self._rates.get(model)
+        if rates is None:
+            rates = self._rates[model] = self.prices.rates(model)
+        completion = n * max_tokens
+        tokens = prompt_tokens + completion
+        pico = rates.worst_case_pico(prompt_tokens, completion)
+        now = self._clock()
+        with self._lock:
+            for node in self._chain:
+                node._admit(tokens, pico, now)
+            for node in self._chain:
+                node._res_tokens += tokens
+                node._res_pico += pico
+                node._res_calls += 1
+        reservation = Reservation(
+            self,
+            model=model,
+            rates=rates,
+            tokens=tokens,
+            pico=pico,
+            max_tokens=max_tokens,
+            n=n,
+            at=now,
+        )
+        try:
+            self._notify()
+        except BaseException:
+            # The caller never receives the reservation: give it back.
+            self._release(reservation, notify=False)
+            raise
+        return reservation
+
+    def _admit(self, tokens: int, pico: int, now: float) -> None:
+        """Raise unless a call needing ``tokens``/``pico`` fits (lock held)."""
+        if self._finished is not None:
+            raise InvalidRequestError(f"ledger {self.name!r} is finished; no call can be reserved")
+        cap_s, cap_calls, cap_tokens, cap_pico = (
+            self._cap_seconds,
+            self._cap_calls,
+            self._cap_tokens,
+            self._cap_pico,
+        )
+        if cap_s is not None and now - self._started >= cap_s:
+            self._refuse("max_wall_seconds", cap_s, now - self._started, 0.0)
+        if cap_calls is not None and self._calls + self._res_calls + 1 > cap_calls:
+            self._refuse("max_model_calls", cap_calls, self._calls + self._res_calls, 1)
+        if cap_tokens is not None:
+            used = self._prompt + self._completion + self._res_tokens
+            if used + tokens > cap_tokens:
+                self._refuse("max_tokens", cap_tokens, used, tokens)
+        if cap_pico is not None and self._pico + self._res_pico + pico > cap_pico:
+            self._refuse("max_usd", cap_pico, self._pico + self._res_pico, pico)
+
+    def _refuse(self, cap: str, limit: float, used: float, need: float) -> NoReturn:
+        left = max(limit - used, 0)
+        raise BudgetExceeded(
+            f"budget {self.name!r}: the {cap} cap ({_fmt(cap, limit)}) would be "
+            f"crossed: this call needs up to {_fmt(cap, need)}, "
+            f"{_fmt(cap, left)} left ({self._res_calls} calls in flight)",
+            limit=cap,
+        )
+
+    def _settle(self, reservation: Reservation, usage: Usage, rates: TokenRates) -> Cost:
+        if min(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens) < 0:
+            raise InvalidRequestError(
+                f"cannot charge negative usage {usage!r} for model {reservation.model!r} "
+                f"on ledger {self.name!r}"
+            )
+        pico = rates.cost_pico(usage)
+        tokens = usage.total_tokens
+        overrun = tokens > reservation.tokens or pico > reservation.pico
+        now = self._clock()
+        with self._lock:
+            if reservation.state != "active":
+                raise InvalidRequestError(
+                    f"reservation for model {reservation.model!r} on ledger {self.name!r} "
+                    f"is already {reservation.state}; charge each reservation once"
+                )
+            reservation.state = "charged"
+            for node in self._chain:
+                node._res_tokens -= reservation.tokens
+                node._res_pico -= reservation.pico
+                node._res_calls -= 1
+                node._prompt += usage.prompt_tokens
+                node._completion += usage.completion_tokens
+                node._cached += usage.cached_prompt_tokens
+                node._pico += pico
+                node._calls += 1
+                node._overruns += overrun
+        self._notify()
+        return Cost(
+            usd=pico_to_usd(pico), usage=usage, model_calls=1, wall_seconds=now - reservation._at
+        )
+
+    def _release(self, reservation: Reservation, *, notify: bool = True) -> None:
+        with self._lock:
+            if reservation.state != "active":
+                return
+            reservation.state = "released"
+            for node in self._chain:
+                node._res_tokens -= reservation.tokens
+                node._res_pico -= reservation.pico
+                node._res_calls -= 1
+        if notify:
+            self._notify()
+
+    def finish(self) -> None:
+        """Stop the wall clock; later reservations fail.  Idempotent."""
+        with self._lock:
+            if self._finished is None:
+                self._finished = self._clock()
+        self._notify()
+
+    # -- reading ------------------------------------------------------------
+
+    def _tokens_spent(self) -> int:
+        return self._prompt + self._completion
+
+    def _elapsed(self, now: float) -> float:
+        end = self._finished if self._finished is not None else now
+        return end - self._started
+
+    def _own_left(self, now: float) -> tuple[int | None, int | None, int | None, float | None]:
+        def left(cap: int | None, used: int) -> int | None:
+            return None if cap is None else max(cap - used, 0)
+
+        seconds = (
+            None if self._cap_seconds is None else max(self._cap_seconds - self._elapsed(now), 0.0)
+        )
+        return (
+            left(self._cap_tokens, self._tokens_spent() + self._res_tokens),
+            left(self._cap_pico, self._pico + self._res_pico),
+            left(self._cap_calls, self._calls + self._res_calls),
+            seconds,
+        )
+
+    def _own_fraction(
+        self, left: tuple[int | None, int | None, int | None, float | None]
+    ) -> float | None:
+        caps = (self._cap_tokens, self._cap_pico, self._cap_calls, self._cap_seconds)
+        fractions = [
+            (lim / cap if cap > 0 else 0.0)
+            for cap, lim in zip(caps, left, strict=True)
+            if cap is not None and lim is not None
+        ]
+        return min(fractions) if fractions else None
+
+    def _headroom_locked(self, now: float) -> Headroom:
+        best: list[float | None] = [None, None, None, None, None]
+        for node in self._chain:
+            left = node._own_left(now)
+            for i, value in enumerate((*left, node._own_fraction(left))):
+                current = best[i]
+                if value is not None and (current is None or value < current):
+                    best[i] = value
+        tokens, pico, calls, seconds, fraction = best
+        return Headroom(
+            tokens=None if tokens is None else int(tokens),
+            pico=None if pico is None else int(pico),
+            calls=None if calls is None else int(calls),
+            seconds=seconds,
+            fraction=fraction,
+        )
+
+    def headroom(self) -> Headroom:
+        """What may still be reserved here, over this ledger and its ancestors."""
+        now = self._clock()
+        with self._lock:
+            return self._headroom_locked(now)
+
+    @property
+    def spent_usd(self) -> Decimal:
+        """Exact money spent by this subtree, in USD."""
+        with self._lock:
+            return pico_to_decimal(self._pico)
+
+    @property
+    def spent(self) -> Cost:
+        """What this ledger's subtree has been charged so far."""
+        return self.snapshot().spent
+
+    def snapshot(self) -> BudgetSnapshot:
+        """This ledger's state, consistent at one instant."""
+        now = self._clock()
+        with self._lock:
+            room = self._headroom_locked(now)
+            return BudgetSnapshot(
+                ledger=self.name,
+                spent=Cost(
+                    usd=pico_to_usd(self._pico),
+                    usage=Usage(
+                        prompt_tokens=self._prompt,
+                        completion_tokens=self._completion,
+                        cached_prompt_tokens=self._cached,
+                    ),
+                    model_calls=self._calls,
+                    wall_seconds=self._elapsed(now),
+                ),
+                spent_pico=self._pico,
+                reserved_tokens=self._res_tokens,
+                reserved_pico=self._res_pico,
+                in_flight=self._res_calls,
+                overruns=self._overruns,
+                left_tokens=room.tokens,
+                left_usd=room.usd,
+                left_calls=room.calls,
+                left_seconds=room.seconds,
+                fraction_left=room.fraction,
+            )
+
+    def _notify(self) -> None:
+        # Outside the lock: a callback may read the ledger.  A callback that
+        # raises propagates to the caller after the accounting is complete.
+        for node in self._chain:
+            if node._on_update is not None:
+                node._on_update(node.snapshot())
+
+    def __repr__(self) -> str:
+        return f"BudgetLedger({self.name!r}, {self.budget!r})"
+
+
+__all__ = ["BudgetLedger", "BudgetSnapshot", "Headroom", "Reservation"]
