@@ -14,12 +14,15 @@
     │   │   ├── RateLimited           429 after retries (has retry_after)
     │   │   └── MalformedReply        the server sent something unparseable
     │   ├── ToolError                 a tool or tool server failed
-    │   └── ActorError                the actor kernel (see runtime.actors)
-    │       ├── ActorCrashed
-    │       ├── AskTimeout
-    │       ├── MailboxFull
-    │       ├── ActorNotFound
-    │       └── SupervisionEscalated
+    │   └── ActorError                the actor kernel (runtime.actors.errors)
+    │       ├── MailboxFull           tell_nowait found the mailbox full
+    │       ├── AskTimeout            no reply within the ask deadline
+    │       ├── ActorCrashed          a handler raised; carries the cause
+    │       ├── ActorStopped          the actor stopped mid-request
+    │       ├── ActorNotFound         no live actor at an address
+    │       ├── ActorNameTaken        a sibling already has that name
+    │       ├── SupervisionEscalated  restart intensity exceeded at the root
+    │       └── SystemStateError      the actor system is not open
     └── ControlSignal                 not failures: flow control
         ├── BudgetExceeded            a hard cap would be crossed
         └── RunCancelled              someone asked the run to stop

@@ -54,5 +54,11 @@ def reset_logging() -> None:
 
 
 def get_logger(name: str | None = None, **context: Any) -> Any:
-    """A structlog logger bound to ``context`` (e.g. ``run_id``)."""
-    return structlog.get_logger(name).bind(**context)
+    """A structlog logger carrying ``context`` (e.g. ``run_id``).
+
+    The logger stays lazy: it picks up the configuration current when it
+    first logs, so module-level loggers created before
+    :func:`configure_logging` still follow it."""
+    if name is not None:
+        context = {"logger_name": name, **context}
+    return structlog.get_logger(**context)

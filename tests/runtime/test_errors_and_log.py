@@ -44,8 +44,9 @@ def test_messages_say_where() -> None:
 def test_logs_are_json_off_a_terminal() -> None:
     code = (
         "from agentrt.runtime.log import configure_logging, get_logger\n"
+        "log = get_logger('t', run_id='r1')  # module-level loggers come first\n"
         "configure_logging()\n"
-        "get_logger('t', run_id='r1').info('hello', steps=3)\n"
+        "log.info('hello', steps=3)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     line = json.loads(out.stderr.strip().splitlines()[-1])
@@ -53,6 +54,7 @@ def test_logs_are_json_off_a_terminal() -> None:
     assert line["run_id"] == "r1"
     assert line["steps"] == 3
     assert line["level"] == "info"
+    assert line["logger_name"] == "t"
 
 
 def test_importing_agentrt_configures_nothing() -> None:
@@ -62,3 +64,13 @@ def test_importing_agentrt_configures_nothing() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_actor_errors_hang_off_the_project_tree() -> None:
+    from agentrt.runtime.actors import errors as actor_errors
+
+    assert issubclass(actor_errors.ActorError, errors.RuntimeFailure)
+    for name in actor_errors.__all__ if hasattr(actor_errors, "__all__") else dir(actor_errors):
+        value = getattr(actor_errors, name)
+        if isinstance(value, type) and issubclass(value, actor_errors.ActorError):
+            assert name in (errors.__doc__ or ""), f"draw {name} in runtime/errors.py"

@@ -1,0 +1,121 @@
+"""What an actor is: typed ``receive`` plus lifecycle hooks, and its context.
+
+Subclass :class:`Actor` with the message union it accepts and the reply type
+its ``receive`` returns (the reply goes to ``ask``; ``tell`` discards it)::
+
+    class Incr(msgspec.Struct, tag=True, frozen=True):
+        n: int = 1
+
+    class Get(msgspec.Struct, tag=True, frozen=True):
+        pass
+
+    CounterMsg = Incr | Get
+
+    class Counter(Actor[CounterMsg, int | None]):
+        def __init__(self) -> None:
+            self.value = 0
+
+        async def receive(self, message: CounterMsg) -> int | None:
+            match message:
+                case Incr(n=n):
+                    self.value += n
+                case Get():
+                    return self.value
+            return None
+
+Lifecycle: ``on_started`` runs before the first message of a fresh actor;
+``on_restarted(error)`` runs instead on an instance a supervisor created to
+replace a failed one (by default it calls ``on_started``); ``on_stopping``
+runs when an instance goes away for any reason (stop, crash, restart of a
+sibling, system shutdown), shielded and bounded by the system's stop timeout.
+
+This module must not import agents, tools or aggregators.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from agentrt.runtime.actors.address import ActorAddress
+    from agentrt.runtime.actors.cell import ActorCell
+    from agentrt.runtime.actors.ref import ActorRef
+    from agentrt.runtime.actors.system import ActorSystem
+
+MsgT = TypeVar("MsgT")
+ReplyT = TypeVar("ReplyT")
+
+
+class ActorContext(Generic[MsgT, ReplyT]):
+    """What a running actor may know about its place in the system."""
+
+    __slots__ = ("_cell",)
+
+    def __init__(self, cell: ActorCell[MsgT, ReplyT]) -> None:
+        self._cell = cell
+
+    @property
+    def address(self) -> ActorAddress:
+        return self._cell.address
+
+    @property
+    def ref(self) -> ActorRef[MsgT, ReplyT]:
+        """A ref to this actor (to hand to others, or to subscribe to topics)."""
+        return self._cell.ref
+
+    @property
+    def incarnation(self) -> int:
+        """0 for the first instance at this address, +1 per restart."""
+        return self._cell.incarnation
+
+    @property
+    def system(self) -> ActorSystem:
+        """The system, to spawn or resolve other actors."""
+        return self._cell.system
+
+    def stop(self) -> None:
+        """Stop this actor once the current message is handled.
+
+        The mailbox closes at once: queued requests get ``ActorStopped``,
+        queued tells are dropped, and the supervisor does not restart it.
+        """
+        self._cell.request_stop("the actor stopped itself")
+
+
+class Actor(Generic[MsgT, ReplyT]):
+    """Base of user actors: override ``receive`` and, if needed, the hooks."""
+
+    __slots__ = ("_context",)
+
+    _context: ActorContext[MsgT, ReplyT]
+
+    @property
+    def context(self) -> ActorContext[MsgT, ReplyT]:
+        """This actor's context; set by the system before ``on_started``."""
+        try:
+            return self._context
+        except AttributeError:
+            raise RuntimeError(
+                f"{type(self).__name__} has no context yet: it is set when the "
+                "system spawns the actor, before on_started"
+            ) from None
+
+    async def receive(self, message: MsgT) -> ReplyT:
+        """Handle one message; the return value is the reply to an ``ask``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement receive()")
+
+    async def on_started(self) -> None:
+        """Runs before the first message of a freshly spawned instance."""
+
+    async def on_restarted(self, error: Exception) -> None:
+        """Runs on the fresh instance that replaces a failed one (instead of
+        ``on_started``); ``error`` is the failure that caused the restart."""
+        await self.on_started()
+
+    async def on_stopping(self) -> None:
+        """Runs when this instance goes away (stop, crash, restart, shutdown)."""
+
+
+def attach_context(actor: Actor[MsgT, ReplyT], context: ActorContext[MsgT, ReplyT]) -> None:
+    """Give a fresh instance its context (the kernel calls this, once)."""
+    actor._context = context
