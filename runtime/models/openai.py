@@ -1,0 +1,505 @@
+"""The OpenAI-compatible model backend (vLLM, SGLang ``/v1``, llama.cpp, OpenAI).
+
+Owns ``POST {base_url}/chat/completions``: encoding a ``ModelRequest``
+(tools, parallel tool calls, ``n``, logprobs), sending it, and retrying with
+:mod:`agentrt.runtime.models.retry` behind a circuit breaker for the
+endpoint -- for streams only until the first delta reached the caller.  Its
+helpers: the wire Structs (:mod:`~agentrt.runtime.models.openai_wire`),
+replies to ``ModelReply`` (:mod:`~agentrt.runtime.models.openai_reply`),
+reading SSE streams (:mod:`~agentrt.runtime.models.openai_stream`) and
+failures to the error tree (:mod:`~agentrt.runtime.models.openai_errors`).
+
+Per-call CPU is the budget that matters at 1,000 concurrent rollouts, so
+the hot path is lean: requests are built once per call with prebuilt
+headers and handed straight to the aiohttp transport
+(``handle_async_request``, httpx's public transport API) -- the client
+layer's auth, cookie, redirect and hook handling is not needed for a JSON
+POST and cost about 250 us of CPU per call when measured here; messages
+already sent are not re-encoded (``openai_wire.EncodedParts``); replies are
+decoded by msgspec straight into wire Structs.  The ``httpx.AsyncClient``
+still owns the transport's lifetime and serves the cold calls
+(``served_models``).
+
+Tool-call arguments are passed through as the raw text the model produced,
+malformed or not: validating them is the agent loop's job.
+
+Must not import agents, tools or aggregators.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import re
+import time
+from collections.abc import AsyncGenerator
+from types import TracebackType
+from typing import Any, Self, final
+
+import anyio
+import httpx
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from agentrt.protocols import ModelReply, ModelRequest
+from agentrt.runtime.errors import BackendError, UnknownModelError
+from agentrt.runtime.models import openai_wire as wire
+from agentrt.runtime.models.base import StreamDelta
+from agentrt.runtime.models.http import HttpClientConfig, make_http_client, make_transport
+from agentrt.runtime.models.openai_errors import ErrorMapper, error_message, excerpt
+from agentrt.runtime.models.openai_reply import completion_to_reply
+from agentrt.runtime.models.openai_stream import StreamReader
+from agentrt.runtime.models.retry import (
+    BreakerConfig,
+    CircuitBreaker,
+    Retrier,
+    RetryCounters,
+    RetryPolicy,
+    RetryStats,
+    TransientError,
+)
+
+__all__ = ["OpenAIBackend", "OpenAIBackendConfig"]
+
+
+class OpenAIBackendConfig(BaseModel):
+    """Where an OpenAI-compatible server is and how to talk to it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    name: str = "openai"
+    """Short name of this backend in logs, errors and routing records."""
+    base_url: str
+    """The API root including its version, e.g. ``http://127.0.0.1:8000/v1``;
+    requests go to ``{base_url}/chat/completions``."""
+    models: list[str] = Field(min_length=1)
+    """Model names this server serves (the first is the default when a
+    request names none); a request naming another fails with
+    ``UnknownModelError`` before anything is sent."""
+    api_key: SecretStr | None = None
+    """Sent as ``Authorization: Bearer <key>`` when set."""
+    extra_headers: dict[str, str] = {}
+    """Headers added to every request (e.g. an organisation or routing key)."""
+    http: HttpClientConfig = HttpClientConfig()
+    """Connection limits and timeouts."""
+    retry: RetryPolicy = RetryPolicy()
+    """Which failures are retried, with what backoff, within what deadline."""
+    breaker: BreakerConfig = BreakerConfig()
+    """When the endpoint's circuit breaker opens and for how long."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        url = value.strip().rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError(
+                f"base_url must be an http(s) URL like http://host:8000/v1, got {value!r}"
+            )
+        return url
+
+
+class _State(enum.Enum):
+    UNOPENED = "unopened"
+    OPENED = "opened"
+    CLOSED = "closed"
+
+
+@final
+class OpenAIBackend:
+    """A ``ModelBackend`` for one OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        config: OpenAIBackendConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``transport`` replaces the aiohttp transport built from
+        ``config.http`` (for tests: a recording wrapper or
+        ``httpx.MockTransport``); the backend closes it on exit.  ``rng``
+        draws the retry jitter."""
+        self._config = config
+        self._custom_transport = transport
+        self._name = config.name
+        self._endpoint = f"{config.base_url}/chat/completions"
+        self._url = httpx.URL(self._endpoint)
+        self._models = list(config.models)
+        self._model_set = frozenset(config.models)
+        self._policy = config.retry
+        self._rng = rng or random.Random()
+        self._breaker = CircuitBreaker(config.breaker, endpoint=self._endpoint, backend=self._name)
+        self._counters = RetryCounters()
+        self._errors = ErrorMapper(backend=self._name, endpoint=self._endpoint, policy=self._policy)
+        self._parts = wire.EncodedParts()
+        self._state = _State.UNOPENED
+        self._client: httpx.AsyncClient | None = None
+        self._transport: httpx.AsyncBaseTransport | None = None
+
+        # Only what aiohttp does not add by itself (it adds Host, Content-Length
+        # and User-Agent): every header costs CPU in httpx and aiohttp alike.
+        common = [("accept-encoding", "identity")]
+        if config.api_key is not None:
+            common.append(("authorization", f"Bearer {config.api_key.get_secret_value()}"))
+        common.extend(config.extra_headers.items())
+        self._header_encoding = (
+            "ascii" if all(k.isascii() and v.isascii() for k, v in common) else "utf-8"
+        )
+        # Built once; each request copies one (a list copy, no re-parsing).
+        self._json_headers = httpx.Headers(
+            [("content-type", "application/json"), *common], encoding=self._header_encoding
+        )
+        self._sse_headers = httpx.Headers(
+            [("content-type", "application/json"), ("accept", "text/event-stream"), *common],
+            encoding=self._header_encoding,
+        )
+        self._cold_headers = common
+        http = config.http
+        # The transport reads this per request (see httpx_aiohttp: connect ->
+        # sock_connect, read -> sock_read, pool -> aiohttp's connect budget).
+        self._extensions: dict[str, Any] = {
+            "timeout": {
+                "connect": http.connect_timeout_s,
+                "read": http.read_timeout_s,
+                "write": http.write_timeout_s,
+                "pool": http.pool_timeout_s,
+            }
+        }
+
+    # -- ModelBackend ----------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def models(self) -> list[str]:
+        return list(self._models)
+
+    @property
+    def endpoint(self) -> str:
+        """The chat-completions URL this backend posts to."""
+        return self._endpoint
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The endpoint's circuit breaker (read its ``state``)."""
+        return self._breaker
+
+    @property
+    def stats(self) -> RetryStats:
+        """Calls, attempts and retries so far."""
+        return self._counters.snapshot()
+
+    async def __aenter__(self) -> Self:
+        if self._state is not _State.UNOPENED:
+            raise RuntimeError(
+                f"backend {self._name!r} was already opened; create a new one instead "
+                "of reopening it"
+            )
+        transport = self._custom_transport or make_transport(self._config.http)
+        self._client = make_http_client(
+            self._config.http, base_url=self._config.base_url, transport=transport
+        )
+        self._transport = transport
+        self._state = _State.OPENED
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._state = _State.CLOSED
+        client, self._client, self._transport = self._client, None, None
+        if client is not None:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """One non-streaming chat completion, retried per the policy."""
+        transport = self._opened()
+        model = self._model_for(request)
+        body = self._encode(request, model, stream=False)
+        headers = self._headers(self._json_headers, request.request_id)
+        started = time.perf_counter()
+        # ``call_with_retry`` inlined: one closure and two coroutine frames
+        # less per call, which at 1,000 calls in flight is garbage-collector
+        # work saved on every collection.
+        retrier = Retrier(
+            self._policy, breaker=self._breaker, counters=self._counters, rng=self._rng
+        )
+        while True:
+            retrier.begin_attempt()
+            try:
+                with anyio.move_on_after(max(0.0, retrier.remaining())) as scope:
+                    completion = await self._complete_once(transport, body, headers, model)
+            except TransientError as transient:
+                await retrier.back_off(transient)
+                continue
+            except BaseException as exc:
+                retrier.failed(exc)
+                raise
+            if scope.cancelled_caught:
+                error = self._errors.deadline(
+                    f"no reply within the call deadline of {self._policy.deadline_s:g}s "
+                    f"(attempt {retrier.attempt})"
+                )
+                retrier.failed(error)
+                raise error
+            retrier.succeeded()
+            return completion_to_reply(
+                completion,
+                model=model,
+                latency_s=time.perf_counter() - started,
+                backend=self._name,
+                request_id=request.request_id,
+            )
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta, None]:
+        """A streaming chat completion: content, reasoning, tool-call and
+        logprob deltas as they arrive, then one delta carrying the assembled
+        reply.  Failures are retried only until the first delta has been
+        yielded.  Close the iterator if you stop early
+        (``contextlib.aclosing``): that closes the connection."""
+        transport = self._opened()
+        model = self._model_for(request)
+        body = self._encode(request, model, stream=True)
+        headers = self._headers(self._sse_headers, request.request_id)
+        started = time.perf_counter()
+        retrier = Retrier(
+            self._policy, breaker=self._breaker, counters=self._counters, rng=self._rng
+        )
+        yielded = False
+        while True:
+            retrier.begin_attempt()
+            try:
+                response = await self._open_stream(transport, body, headers, model, retrier)
+            except TransientError as transient:
+                await retrier.back_off(transient)
+                continue
+            except BaseException as exc:
+                retrier.failed(exc)
+                raise
+            reader = StreamReader(response, self._errors, retrier.deadline)
+            retry: TransientError | None = None
+            try:
+                while (deltas := await reader.next_deltas()) is not None:
+                    for delta in deltas:
+                        yielded = True
+                        yield delta
+            except TransientError as transient:
+                if yielded:
+                    retrier.failed(transient.error)
+                    raise transient.error from None
+                retry = transient
+            except BaseException as exc:
+                retrier.failed(exc)
+                raise
+            finally:
+                await reader.aclose()
+            if retry is not None:
+                await retrier.back_off(retry)
+                continue
+            retrier.succeeded()
+            yield StreamDelta(
+                reply=reader.assembly.reply(
+                    model=model,
+                    latency_s=time.perf_counter() - started,
+                    backend=self._name,
+                    request_id=request.request_id,
+                )
+            )
+            return
+
+    # -- cold path ---------------------------------------------------------------
+
+    async def served_models(self) -> list[str]:
+        """The model ids the server lists at ``GET {base_url}/models``."""
+        self._opened()
+        assert self._client is not None
+        url = f"{self._config.base_url}/models"
+        try:
+            with anyio.fail_after(self._config.http.read_timeout_s):
+                response = await self._client.get(url, headers=self._cold_headers)
+        except TimeoutError as exc:
+            raise self._errors.deadline(f"GET {url} timed out") from exc
+        except Exception as exc:
+            error = self._errors.transport(exc, "listing models")
+            raise (error.error if isinstance(error, TransientError) else error) from exc
+        if response.status_code != 200:
+            raise BackendError(
+                f"GET {url} answered HTTP {response.status_code}: "
+                f"{error_message(response.content)}",
+                backend=self._name,
+                endpoint=self._endpoint,
+            )
+        try:
+            listing = msgspec.json.decode(response.content, type=_ModelList)
+        except msgspec.DecodeError as exc:
+            raise self._errors.malformed(f"GET {url} reply is not a model list ({exc})") from exc
+        return [m.id for m in listing.data]
+
+    # -- one attempt -----------------------------------------------------------
+
+    async def _complete_once(
+        self,
+        transport: httpx.AsyncBaseTransport,
+        body: bytes,
+        headers: httpx.Headers,
+        model: str,
+    ) -> wire.Completion:
+        try:
+            response = await transport.handle_async_request(self._request(body, headers))
+        except Exception as exc:
+            raise self._errors.transport(exc, "sending the request") from exc
+        try:
+            if "content-encoding" in response.headers:
+                data = await response.aread()  # decodes
+            else:
+                # Identity (we ask for it): straight from the transport's
+                # stream, sparing httpx's decoder and chunker layers.
+                parts: list[bytes] = []
+                async for part in response.stream:  # type: ignore[union-attr]
+                    parts.append(part)
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+            await response.aclose()
+        except BaseException as exc:
+            # Cancelled or failed mid-body: close (shielded, so that even a
+            # cancelled call closes it), which drops the connection.
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+            if isinstance(exc, Exception):
+                raise self._errors.transport(exc, "reading the reply") from exc
+            raise
+        if response.status_code != 200:
+            raise self._errors.status(response, data, model)
+        try:
+            completion = wire.completion_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise self._errors.malformed(
+                f"reply is not a chat completion ({exc}): {excerpt(data)}"
+            ) from None
+        if not completion.choices:
+            raise self._errors.malformed(f"reply has no choices: {excerpt(data)}")
+        return completion
+
+    async def _open_stream(
+        self,
+        transport: httpx.AsyncBaseTransport,
+        body: bytes,
+        headers: httpx.Headers,
+        model: str,
+        retrier: Retrier,
+    ) -> httpx.Response:
+        """Send the request and check the status line, under the call's
+        deadline; returns the open response with the body unread."""
+        response: httpx.Response | None = None
+        with anyio.move_on_after(max(0.0, retrier.remaining())) as scope:
+            try:
+                response = await transport.handle_async_request(self._request(body, headers))
+            except Exception as exc:
+                raise self._errors.transport(exc, "sending the request") from exc
+            if response.status_code != 200:
+                try:
+                    data = await response.aread()
+                except Exception as exc:
+                    raise self._errors.transport(exc, "reading an error reply") from exc
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await response.aclose()
+                raise self._errors.status(response, data, model)
+            content_type = response.headers.get("content-type", "")
+            if "text/event-stream" not in content_type:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+                raise self._errors.malformed(
+                    f"expected an event stream, got Content-Type {content_type!r}"
+                )
+        if scope.cancelled_caught or response is None:
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            raise self._errors.deadline(
+                f"no reply within the call deadline of {self._policy.deadline_s:g}s"
+            )
+        return response
+
+    def _request(self, body: bytes, headers: httpx.Headers) -> httpx.Request:
+        # ``stream=`` (then ``read()``) instead of ``content=``: httpx then
+        # skips deriving Host and Content-Length, which costs more CPU than the
+        # rest of building the request; aiohttp adds both when it sends.
+        request = httpx.Request(
+            "POST",
+            self._url,
+            headers=headers,
+            stream=httpx.ByteStream(body),
+            extensions=self._extensions,
+        )
+        request.read()  # the transport then sends bytes (not a chunked stream)
+        # Spares httpx re-detecting the header encoding on every lookup.
+        request.headers.encoding = self._header_encoding
+        return request
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _opened(self) -> httpx.AsyncBaseTransport:
+        if self._transport is None:
+            state = "closed" if self._state is _State.CLOSED else "not opened"
+            raise RuntimeError(
+                f"backend {self._name!r} is {state}: use it inside 'async with backend:'"
+            )
+        return self._transport
+
+    def _model_for(self, request: ModelRequest) -> str:
+        model = request.model or self._models[0]
+        if model not in self._model_set:
+            raise UnknownModelError(
+                f"model {model!r} is not served by backend {self._name!r} "
+                f"({self._config.base_url}); it serves {sorted(self._model_set)}"
+            )
+        return model
+
+    def _headers(self, base: httpx.Headers, request_id: str | None) -> httpx.Headers:
+        if request_id is None:
+            return base
+        headers = base.copy()
+        # Header values are ASCII on the wire; escape anything else.
+        headers["x-request-id"] = (
+            request_id
+            if request_id.isascii()
+            else request_id.encode("ascii", "backslashreplace").decode()
+        )
+        return headers
+
+    def _encode(self, request: ModelRequest, model: str, *, stream: bool) -> bytes:
+        sampling = request.sampling
+        tools = request.tools
+        top = request.top_logprobs
+        return wire.encoder.encode(
+            wire.ChatRequest(
+                model=model,
+                messages=self._parts.messages(request.messages),
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                n=request.n,
+                stop=sampling.stop or None,
+                seed=sampling.seed,
+                tools=self._parts.tools(tools) if tools else None,
+                tool_choice=request.tool_choice if tools else None,
+                logprobs=request.logprobs or top > 0,
+                top_logprobs=top or None,
+                stream=stream,
+                stream_options=wire.StreamOptions() if stream else None,
+            )
+        )
+
+
+class _ModelEntry(msgspec.Struct):
+    id: str
+
+
+class _ModelList(msgspec.Struct):
+    data: list[_ModelEntry]

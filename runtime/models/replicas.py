@@ -1,0 +1,149 @@
+"""Replicas of one model behind one backend name, with prefix affinity.
+
+Owns which replica serves a request.  Each replica has a health flag (set
+by health checks and by connection failures), a circuit breaker, and a
+count of outstanding requests.  ``pick`` routes:
+
+- a request with an affinity key that is already mapped goes to its
+  replica while that replica is admissible (healthy, breaker not open,
+  not excluded) and not overloaded: its outstanding count exceeds the
+  least loaded admissible replica's by at most ``balance_abs_threshold``
+  (an overloaded replica's request spills to the least loaded one, the
+  mapping stays);
+- a new key (or one whose replica is gone) is mapped to the least loaded
+  admissible replica (fewest outstanding requests, then fewest served:
+  new prefixes spread evenly);
+- no key: the least loaded replica.
+
+Keys are remembered in an LRU of ``capacity`` entries.  Rollouts of one
+run share a key (the run id, or a hash of the shared prompt prefix), so
+they land on one replica and reuse its radix cache.
+
+Pure state and logic: no I/O, no HTTP.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+
+import msgspec
+
+from agentrt.runtime.errors import BackendUnavailable
+from agentrt.runtime.models.retry import BreakerConfig, BreakerState, CircuitBreaker
+
+__all__ = ["Replica", "ReplicaSet", "ReplicaStatus"]
+
+
+class ReplicaStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one replica."""
+
+    url: str
+    healthy: bool
+    breaker: str
+    outstanding: int
+    served: int
+    failures: int
+
+
+class Replica:
+    """One server: its URL, health, breaker and load."""
+
+    __slots__ = ("breaker", "failures", "healthy", "index", "outstanding", "served", "url")
+
+    def __init__(self, index: int, url: str, breaker: CircuitBreaker) -> None:
+        self.index = index
+        self.url = url
+        self.breaker = breaker
+        self.healthy = True
+        self.outstanding = 0
+        self.served = 0
+        self.failures = 0
+
+    def admissible(self) -> bool:
+        return self.healthy and self.breaker.state is not BreakerState.OPEN
+
+    def status(self) -> ReplicaStatus:
+        return ReplicaStatus(
+            url=self.url,
+            healthy=self.healthy,
+            breaker=self.breaker.state.value,
+            outstanding=self.outstanding,
+            served=self.served,
+            failures=self.failures,
+        )
+
+
+class ReplicaSet:
+    """The replicas of one backend and the affinity map (see module docstring)."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        backend: str = "",
+        breaker: BreakerConfig | None = None,
+        balance_abs_threshold: int = 32,
+        capacity: int = 100_000,
+    ) -> None:
+        if not urls:
+            raise ValueError("a ReplicaSet needs at least one URL")
+        self.replicas = [
+            Replica(i, url, CircuitBreaker(breaker, endpoint=url, backend=backend))
+            for i, url in enumerate(urls)
+        ]
+        self._backend = backend
+        self._threshold = balance_abs_threshold
+        self._capacity = capacity
+        self._affinity: OrderedDict[str, int] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.replicas)
+
+    def mapped(self, key: str) -> int | None:
+        """The replica index ``key`` is mapped to, if any."""
+        return self._affinity.get(key)
+
+    def pick(self, key: str | None, exclude: Collection[int] = ()) -> Replica:
+        """The replica for a request (see the module docstring).  Raises
+        ``BackendUnavailable`` when no replica outside ``exclude`` is
+        admissible."""
+        candidates = [r for r in self.replicas if r.index not in exclude and r.admissible()]
+        if not candidates:
+            # Health is a hint: with no healthy replica left, try the others
+            # (their breakers still guard them).
+            candidates = [
+                r
+                for r in self.replicas
+                if r.index not in exclude and r.breaker.state is not BreakerState.OPEN
+            ]
+        if not candidates:
+            states = ", ".join(f"{r.url} ({self._why_not(r, exclude)})" for r in self.replicas)
+            raise BackendUnavailable(f"no replica available: {states}", backend=self._backend)
+        least = min(candidates, key=lambda r: (r.outstanding, r.served))
+        if key is None:
+            return least
+        index = self._affinity.get(key)
+        if index is not None:
+            mine = self.replicas[index]
+            if mine in candidates:
+                self._affinity.move_to_end(key)
+                if mine.outstanding - least.outstanding <= self._threshold:
+                    return mine
+                return least
+        self._affinity[key] = least.index
+        self._affinity.move_to_end(key)
+        if len(self._affinity) > self._capacity:
+            self._affinity.popitem(last=False)
+        return least
+
+    @staticmethod
+    def _why_not(replica: Replica, exclude: Collection[int]) -> str:
+        if replica.index in exclude:
+            return "already tried"
+        if replica.breaker.state is BreakerState.OPEN:
+            return "circuit open"
+        return "down" if not replica.healthy else "busy"
+
+    def statuses(self) -> list[ReplicaStatus]:
+        return [r.status() for r in self.replicas]

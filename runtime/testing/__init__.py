@@ -1,0 +1,38 @@
+"""Fakes for testing agentrt and code built on it (shipped, public).
+
+- ``ScriptedBackend``: a deterministic in-process ``ModelBackend`` driven by
+  a script of replies, tool calls and exceptions;
+- the sim-server: an OpenAI- and SGLang-compatible HTTP model server with
+  simulated latency, a radix-tree prefix cache and fault injection, run
+  in-process (``SimServer``), as a subprocess (``spawn_sim_server``) or from
+  the command line (``agentrt sim-server`` = ``sim_server.main``).
+
+Part of the runtime floor: never imports agents, tools or aggregators.
+``agentrt.testing`` re-exports the public names.
+"""
+
+from agentrt.runtime.testing.radix import RadixCache
+from agentrt.runtime.testing.scripted import (
+    ReplySpec,
+    Script,
+    ScriptedBackend,
+    ScriptedReply,
+    ScriptedToolCall,
+    ScriptExhausted,
+)
+from agentrt.runtime.testing.sim_config import FaultKind, SimServerConfig
+from agentrt.runtime.testing.sim_runner import SimServer, spawn_sim_server
+
+__all__ = [
+    "FaultKind",
+    "RadixCache",
+    "ReplySpec",
+    "Script",
+    "ScriptExhausted",
+    "ScriptedBackend",
+    "ScriptedReply",
+    "ScriptedToolCall",
+    "SimServer",
+    "SimServerConfig",
+    "spawn_sim_server",
+]

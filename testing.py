@@ -1,0 +1,34 @@
+"""``agentrt.testing``: the fakes agentrt ships for tests (public API).
+
+A scripted in-process model backend and a simulated OpenAI/SGLang model
+server; see ``agentrt.runtime.testing`` for the details.  This module only
+re-exports.
+"""
+
+from agentrt.runtime.testing import (
+    FaultKind,
+    RadixCache,
+    ReplySpec,
+    Script,
+    ScriptedBackend,
+    ScriptedReply,
+    ScriptedToolCall,
+    ScriptExhausted,
+    SimServer,
+    SimServerConfig,
+    spawn_sim_server,
+)
+
+__all__ = [
+    "FaultKind",
+    "RadixCache",
+    "ReplySpec",
+    "Script",
+    "ScriptExhausted",
+    "ScriptedBackend",
+    "ScriptedReply",
+    "ScriptedToolCall",
+    "SimServer",
+    "SimServerConfig",
+    "spawn_sim_server",
+]

@@ -1,0 +1,414 @@
+"""Retry policy, Retry-After, circuit breaker: as units, and through the
+OpenAI backend against in-test aiohttp servers (delays measured)."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing, asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from aiohttp import web
+
+from agentrt.protocols import ModelRequest, UserMessage
+from agentrt.runtime.errors import (
+    BackendUnavailable,
+    InvalidRequestError,
+    MalformedReply,
+    RateLimited,
+)
+from agentrt.runtime.models.http import HttpClientConfig
+from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.models.retry import (
+    BreakerConfig,
+    BreakerState,
+    CircuitBreaker,
+    RetryCounters,
+    RetryPolicy,
+    TransientError,
+    call_with_retry,
+    parse_retry_after,
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+OK = {
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+}
+ASK = ModelRequest(messages=[UserMessage("hi")])
+
+
+# --- units ---------------------------------------------------------------------
+
+
+def test_parse_retry_after_seconds_and_dates() -> None:
+    assert parse_retry_after("2") == 2.0
+    assert parse_retry_after(" 0.25 ") == 0.25
+    assert parse_retry_after("-3") == 0.0
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("") is None
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after("nan") is None
+    now = 1_700_000_000.0
+    date = email.utils.formatdate(now + 7, usegmt=True)
+    assert parse_retry_after(date, now=now) == pytest.approx(7.0)
+    past = email.utils.formatdate(now - 30, usegmt=True)
+    assert parse_retry_after(past, now=now) == 0.0
+
+
+def test_backoff_is_exponential_jittered_and_capped() -> None:
+    policy = RetryPolicy(base_delay_s=0.1, multiplier=2, max_delay_s=1.0, jitter=0.5)
+    rng = random.Random(1)
+    for retry, ceiling in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.0), (9, 1.0)]:
+        draws = [policy.backoff(retry, rng=rng) for _ in range(200)]
+        assert all(ceiling * 0.5 <= d <= ceiling for d in draws), (retry, min(draws), max(draws))
+        assert max(draws) - min(draws) > ceiling * 0.3  # it is jittered
+    none = RetryPolicy(base_delay_s=0.1, jitter=0)
+    assert none.backoff(3) == pytest.approx(0.4)
+
+
+def test_backoff_honours_retry_after_never_less() -> None:
+    policy = RetryPolicy(base_delay_s=5, retry_after_spread=0.1)
+    rng = random.Random(2)
+    draws = [policy.backoff(1, 0.3, rng) for _ in range(200)]
+    assert all(0.3 <= d <= 0.33 for d in draws)
+
+
+def test_retryable_statuses() -> None:
+    policy = RetryPolicy()
+    assert [s for s in (400, 401, 404, 408, 409, 422, 429) if policy.is_retryable_status(s)] == [
+        408,
+        409,
+        429,
+    ]
+    assert all(policy.is_retryable_status(s) for s in (500, 502, 503, 504, 599))
+    assert not RetryPolicy(retry_server_errors=False).is_retryable_status(503)
+
+
+def state_of(breaker: CircuitBreaker) -> BreakerState:
+    return breaker.state  # a call, so that mypy does not narrow the property
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_breaker_opens_probes_and_closes() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(
+        BreakerConfig(failure_threshold=3, cooldown_s=10), endpoint="http://e", clock=clock
+    )
+    for _ in range(2):
+        breaker.admit()
+        breaker.record_failure()
+    breaker.admit()
+    breaker.record_success()  # a success resets the count
+    for _ in range(3):
+        assert state_of(breaker) is BreakerState.CLOSED
+        breaker.admit()
+        breaker.record_failure()
+    assert state_of(breaker) is BreakerState.OPEN
+    with pytest.raises(BackendUnavailable, match=r"circuit open .*next probe in 10\.00s"):
+        breaker.admit()
+    clock.now += 9.9
+    with pytest.raises(BackendUnavailable):
+        breaker.admit()
+    clock.now += 0.1
+    assert state_of(breaker) is BreakerState.HALF_OPEN
+    breaker.admit()  # the probe
+    with pytest.raises(BackendUnavailable, match="probe call is in flight"):
+        breaker.admit()
+    breaker.record_success()
+    assert state_of(breaker) is BreakerState.CLOSED
+    breaker.admit()
+
+
+def test_a_failed_probe_reopens_and_a_cancelled_one_frees_the_slot() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(
+        BreakerConfig(failure_threshold=1, cooldown_s=5), endpoint="e", clock=clock
+    )
+    breaker.admit()
+    breaker.record_failure()
+    clock.now += 5
+    breaker.admit()
+    breaker.record_failure()  # the probe failed: open for another cool-down
+    assert state_of(breaker) is BreakerState.OPEN
+    clock.now += 5
+    breaker.admit()
+    breaker.record_neutral()  # probe cancelled: the next caller probes
+    assert state_of(breaker) is BreakerState.HALF_OPEN
+    breaker.admit()
+    breaker.record_success()
+    assert state_of(breaker) is BreakerState.CLOSED
+
+
+@pytest.mark.anyio
+async def test_call_with_retry_counts_and_gives_up() -> None:
+    counters = RetryCounters()
+    outcomes: list[Any] = [
+        TransientError(BackendUnavailable("503")),
+        TransientError(RateLimited("429", retry_after=0.01), retry_after=0.01),
+        "done",
+    ]
+
+    async def attempt() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return str(outcome)
+
+    policy = RetryPolicy(max_attempts=3, base_delay_s=0.01)
+    assert await call_with_retry(attempt, policy=policy, counters=counters) == "done"
+    stats = counters.snapshot()
+    assert (stats.calls, stats.attempts, stats.retries, stats.retry_after_waits) == (1, 3, 2, 1)
+
+    async def always_503() -> str:
+        raise TransientError(BackendUnavailable("still 503"))
+
+    with pytest.raises(BackendUnavailable, match="still 503"):
+        await call_with_retry(always_503, policy=policy, counters=counters)
+    assert counters.snapshot().gave_up == 1
+    assert counters.snapshot().attempts == 6
+
+
+@pytest.mark.anyio
+async def test_retry_after_beyond_the_deadline_gives_up_at_once() -> None:
+    async def throttled() -> str:
+        raise TransientError(RateLimited("429", retry_after=30), retry_after=30)
+
+    policy = RetryPolicy(max_attempts=5, deadline_s=2)
+    started = time.monotonic()
+    with pytest.raises(RateLimited):
+        await call_with_retry(throttled, policy=policy)
+    assert time.monotonic() - started < 0.5
+
+
+# --- through the backend -------------------------------------------------------------
+
+
+class Script:
+    """A server that answers from a list of (status, headers) then 200s, and
+    records when each request arrived."""
+
+    def __init__(self, failures: list[tuple[int, dict[str, str]]]) -> None:
+        self.failures = list(failures)
+        self.arrivals: list[float] = []
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.arrivals.append(time.monotonic())
+        if self.failures:
+            status, headers = self.failures.pop(0)
+            return web.json_response(
+                {"error": {"message": f"scripted {status}"}}, status=status, headers=headers
+            )
+        if not body.get("stream"):
+            return web.json_response(OK)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = {"model": "m", "choices": [{"index": 0, "delta": {"content": "ok"}}]}
+        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+@asynccontextmanager
+async def serve(handler: Handler) -> AsyncIterator[str]:
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        return await handler(request)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", wrapped)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}/v1"
+    finally:
+        await runner.cleanup()
+
+
+def backend(url: str, **overrides: Any) -> OpenAIBackend:
+    config: dict[str, Any] = {
+        "name": "rt",
+        "base_url": url,
+        "models": ["m"],
+        "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
+        "http": HttpClientConfig(read_timeout_s=5),
+    }
+    config.update(overrides)
+    return OpenAIBackend(OpenAIBackendConfig(**config))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504])
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_each_retryable_status_is_retried(status: int, streaming: bool) -> None:
+    script = Script([(status, {})])
+    async with serve(script) as url, backend(url) as b:
+        if streaming:
+            async with aclosing(b.stream(ASK)) as deltas:
+                reply = [d async for d in deltas][-1].reply
+            assert reply is not None
+        else:
+            reply = await b.complete(ASK)
+        assert reply.message.content == "ok"
+        assert b.stats.attempts == 2
+        assert b.stats.retries == 1
+    assert len(script.arrivals) == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("header", ["seconds", "http-date"])
+async def test_retry_after_is_honoured(header: str) -> None:
+    if header == "seconds":
+        value, wanted = "0.4", 0.4
+    else:
+        # HTTP dates have one-second resolution: ask for the next second.
+        target = int(time.time()) + 2
+        value, wanted = email.utils.formatdate(target, usegmt=True), target - time.time() - 0.05
+    script = Script([(429, {"Retry-After": value})])
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.0, deadline_s=10)
+    async with serve(script) as url, backend(url, retry=policy) as b:
+        await b.complete(ASK)
+        assert b.stats.retry_after_waits == 1
+    gap = script.arrivals[1] - script.arrivals[0]
+    assert gap >= wanted, (gap, wanted)
+    assert gap < wanted + 0.5
+
+
+@pytest.mark.anyio
+async def test_503_with_retry_after_is_honoured_too() -> None:
+    script = Script([(503, {"Retry-After": "0.3"})])
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.0)
+    async with serve(script) as url, backend(url, retry=policy) as b:
+        await b.complete(ASK)
+    assert script.arrivals[1] - script.arrivals[0] >= 0.3
+
+
+@pytest.mark.anyio
+async def test_429_after_all_retries_is_rate_limited() -> None:
+    script = Script([(429, {"Retry-After": "0.05"})] * 3)
+    async with serve(script) as url, backend(url) as b:
+        with pytest.raises(RateLimited) as info:
+            await b.complete(ASK)
+        assert b.stats.gave_up == 1
+    assert info.value.retry_after == pytest.approx(0.05)
+    assert len(script.arrivals) == 3
+    assert "HTTP 429" in str(info.value)
+
+
+@pytest.mark.anyio
+async def test_400_is_not_retried() -> None:
+    script = Script([(400, {})])
+    async with serve(script) as url, backend(url) as b:
+        with pytest.raises(InvalidRequestError):
+            await b.complete(ASK)
+    assert len(script.arrivals) == 1
+
+
+@pytest.mark.anyio
+async def test_a_hang_is_retried_after_the_read_timeout() -> None:
+    calls = 0
+
+    async def hang_once(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await anyio.sleep(30)
+        return web.json_response(OK)
+
+    http = HttpClientConfig(read_timeout_s=0.2)
+    async with serve(hang_once) as url, backend(url, http=http) as b:
+        reply = await b.complete(ASK)
+        assert b.stats.attempts == 2
+    assert reply.message.content == "ok"
+
+
+@pytest.mark.anyio
+async def test_the_breaker_opens_fails_fast_probes_and_closes() -> None:
+    healthy = False
+    arrivals = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal arrivals
+        arrivals += 1
+        if healthy:
+            return web.json_response(OK)
+        return web.Response(status=500, text="boom")
+
+    breaker = BreakerConfig(failure_threshold=2, cooldown_s=0.3)
+    policy = RetryPolicy(max_attempts=1)
+    async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
+        for _ in range(2):
+            with pytest.raises(BackendUnavailable, match="HTTP 500"):
+                await b.complete(ASK)
+        assert state_of(b.breaker) is BreakerState.OPEN
+        with pytest.raises(BackendUnavailable, match="circuit open"):
+            await b.complete(ASK)
+        assert arrivals == 2  # failed fast: nothing sent
+        assert b.stats.breaker_rejections == 1
+        await anyio.sleep(0.3)
+        assert state_of(b.breaker) is BreakerState.HALF_OPEN
+        with pytest.raises(BackendUnavailable, match="HTTP 500"):
+            await b.complete(ASK)  # the probe fails: open again
+        assert state_of(b.breaker) is BreakerState.OPEN
+        healthy = True
+        await anyio.sleep(0.3)
+        await b.complete(ASK)  # the probe succeeds: closed
+        assert state_of(b.breaker) is BreakerState.CLOSED
+        await b.complete(ASK)
+        assert arrivals == 5
+
+
+@pytest.mark.anyio
+async def test_garbage_counts_against_the_breaker_but_429_does_not() -> None:
+    mode = "garbage"
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if mode == "garbage":
+            return web.Response(body=b"\x00\x01", content_type="application/json")
+        return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "0"})
+
+    breaker = BreakerConfig(failure_threshold=2, cooldown_s=30)
+    policy = RetryPolicy(max_attempts=1)
+    async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
+        mode = "throttle"
+        for _ in range(3):
+            with pytest.raises(RateLimited):
+                await b.complete(ASK)
+        assert state_of(b.breaker) is BreakerState.CLOSED
+        mode = "garbage"
+        for _ in range(2):
+            with pytest.raises(MalformedReply):
+                await b.complete(ASK)
+        assert state_of(b.breaker) is BreakerState.OPEN
+
+
+@pytest.mark.anyio
+async def test_the_deadline_stops_retrying() -> None:
+    async def always_503(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=503)
+
+    policy = RetryPolicy(max_attempts=50, base_delay_s=0.1, jitter=0, deadline_s=0.5)
+    async with serve(always_503) as url, backend(url, retry=policy) as b:
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="HTTP 503"):
+            await b.complete(ASK)
+        elapsed = time.monotonic() - started
+        assert elapsed < 0.6
+        assert 2 <= b.stats.attempts < 6

@@ -1,0 +1,48 @@
+"""The README stays true: it opens with the two set-up commands, and its
+example is the file the tests run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_opens_with_the_two_setup_commands() -> None:
+    first_block = re.search(r"```sh\n(.*?)```", README, re.S)
+    assert first_block is not None
+    commands = [line.split("#")[0].strip() for line in first_block.group(1).splitlines()]
+    assert [c for c in commands if c] == ["make run", "make test"]
+    assert README.index("```sh") < README.index("```python")
+
+
+def test_the_readme_example_is_examples_embedded_model() -> None:
+    block = re.search(r"```python\n(.*?)```", README, re.S)
+    assert block is not None
+    example = (ROOT / "examples" / "embedded_model.py").read_text(encoding="utf-8")
+    body = example.split('"""', 2)[2].lstrip("\n")
+    assert block.group(1) == body
+    assert len([line for line in body.splitlines() if line.strip()]) <= 12
+
+
+@pytest.mark.embedded
+def test_the_readme_example_runs() -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "embedded_model.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "prompt_tokens=" in out.stdout
+    assert "completion_tokens=" in out.stdout
