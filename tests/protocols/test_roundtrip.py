@@ -91,7 +91,7 @@ def test_events_decode_through_the_union(event: Any) -> None:
 
 def test_messages_decode_through_the_union() -> None:
     data = p.encode(_MESSAGES)
-    assert p.decode(data, list[p.ChatMessage]) == _MESSAGES  # type: ignore[arg-type]
+    assert p.decode(data, list[p.ChatMessage]) == _MESSAGES
 
 
 def test_persisted_types_carry_a_schema_version() -> None:

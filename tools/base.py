@@ -1,0 +1,89 @@
+"""The ``Tool`` protocol: what the agent loop calls.
+
+A tool has a ``ToolSpec`` (name, description, JSON schema of its arguments)
+and an async ``call`` taking the *already parsed* JSON arguments.  It returns
+a ``ToolOutput``; failures the model can act on (bad arguments, a file that
+does not exist, a tool server that is down) come back as ``ToolOutput`` with
+``is_error=True`` or as ``agentrt.runtime.errors.ToolError``, which the agent
+loop turns into an error message for the model, never a crash.
+
+A ``ToolContext`` carries what a call may need from its caller: the run and
+rollout ids, a deadline, and a sink for progress/log events.
+
+This module may import protocols and the runtime floor; never agents or
+aggregators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from agentrt.protocols import ToolSpec
+
+
+class ToolContent(msgspec.Struct, frozen=True, kw_only=True):
+    """One piece of tool output: text, or binary data (image/audio) with a
+    MIME type, or an embedded resource by URI."""
+
+    kind: str = "text"  # "text" | "image" | "audio" | "resource"
+    text: str = ""
+    data: bytes = b""
+    mime_type: str = ""
+    uri: str = ""
+
+
+class ToolOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tool returned.  ``text`` is what the model sees."""
+
+    content: list[ToolContent] = []
+    is_error: bool = False
+    structured: Any = None
+
+    @property
+    def text(self) -> str:
+        parts = []
+        for c in self.content:
+            if c.kind == "text":
+                parts.append(c.text)
+            elif c.kind == "resource":
+                parts.append(c.text or f"[resource {c.uri}]")
+            else:
+                parts.append(f"[{c.kind} {c.mime_type}, {len(c.data)} bytes]")
+        return "\n".join(parts)
+
+    @classmethod
+    def of_text(cls, text: str, *, is_error: bool = False) -> ToolOutput:
+        return cls(content=[ToolContent(text=text)], is_error=is_error)
+
+
+#: Receives progress and log notifications from a running tool:
+#: ``(kind, payload)`` with kind ``"progress"`` or ``"log"``.
+NotificationSink = Callable[[str, Mapping[str, Any]], Awaitable[None]]
+
+
+class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tool call may know about its caller."""
+
+    run_id: str = ""
+    rollout_id: str = ""
+    call_id: str = ""
+    timeout_s: float | None = None
+    notify: NotificationSink | None = None
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """Something an agent can call."""
+
+    @property
+    def spec(self) -> ToolSpec:
+        """Name, description and JSON schema offered to the model."""
+        ...
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        """Run with parsed arguments.  Raise ``ToolError`` (or return an
+        error output) for failures the model should hear about."""
+        ...
