@@ -9,7 +9,9 @@ Commands:
 
 - ``agentrt run TASK``: the main job (see ``agentrt.runtime.single_turn``);
 - ``agentrt sim-server ...``: the simulated model server of
-  ``agentrt.runtime.testing.sim_server`` (imported only when asked for).
+  ``agentrt.runtime.testing.sim_server`` (imported only when asked for);
+- ``agentrt frontier [--simulate | --tasks FILE]``: the cost-success frontier
+  of the routing policies (``agentrt.runtime.routing.frontier``).
 
 The roof may import anything below it; nothing imports this module.
 """
@@ -21,6 +23,7 @@ import json
 import math
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, final
 
@@ -85,12 +88,11 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit code
     """Run the ``agentrt`` command; returns the process exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     out = Output()
-    if args_list[:1] == ["sim-server"]:
+    delegated = _delegated_command(args_list[:1])
+    if delegated is not None:
         # Its own parser owns its flags (and its --help).
-        from agentrt.runtime.testing import sim_server
-
         try:
-            return sim_server.main(args_list[1:])
+            return delegated(args_list[1:])
         except SystemExit as exit_:  # its --help, or its own usage errors
             return exit_.code if isinstance(exit_.code, int) else 1
     parser = _build_parser()
@@ -120,6 +122,19 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit code
         out.problem("interrupted")
         return 130
     return code
+
+
+def _delegated_command(head: list[str]) -> Callable[[list[str]], int] | None:
+    """Commands whose module parses its own arguments (imported on demand)."""
+    if head == ["sim-server"]:
+        from agentrt.runtime.testing import sim_server
+
+        return sim_server.main
+    if head == ["frontier"]:
+        from agentrt.runtime.routing.frontier import frontier_main
+
+        return frontier_main
+    return None
 
 
 def _build_parser() -> _Parser:
@@ -171,6 +186,11 @@ def _build_parser() -> _Parser:
     commands.add_parser(
         "sim-server",
         help="run the simulated OpenAI/SGLang-compatible model server",
+        add_help=False,
+    )
+    commands.add_parser(
+        "frontier",
+        help="print the cost-success frontier of the routing policies over a task set",
         add_help=False,
     )
     return parser

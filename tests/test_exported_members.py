@@ -6,7 +6,15 @@ import importlib
 
 import pytest
 
-PUBLIC = ["agentrt", "agentrt.protocols", "agentrt.runtime.models", "agentrt.runtime.actors"]
+PUBLIC = [
+    "agentrt",
+    "agentrt.protocols",
+    "agentrt.runtime.actors",
+    "agentrt.runtime.models",
+    "agentrt.runtime.routing",
+    "agentrt.runtime.testing",
+    "agentrt.testing",
+]
 
 
 @pytest.mark.parametrize("name", PUBLIC)

@@ -254,3 +254,18 @@ def test_run_on_the_embedded_default_model(capsys: pytest.CaptureFixture[str]) -
     assert usage["prompt_tokens"] > 10
     assert 0 < usage["completion_tokens"] <= 8
     assert result["cost"]["model_calls"] == 1
+
+
+def test_frontier_prints_the_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frontier", "--simulate", "--n-tasks", "40"]) == 0
+    table = capsys.readouterr().out
+    for policy in ("always-small", "always-large", "cascade", "threshold"):
+        assert policy in table
+    assert "pareto" in table
+
+
+def test_frontier_with_a_missing_task_file_is_a_user_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["frontier", "--tasks", str(tmp_path / "nope.jsonl")]) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
