@@ -120,19 +120,23 @@ class EncodedParts:
     re-encoding the same frozen messages each step is most of the request
     encoding work.  This keeps each message's (and tool spec's) JSON as
     ``msgspec.Raw``, keyed by ``id()``; an entry holds the object itself, so
-    its id cannot be reused while cached.  Bounded: past ``capacity`` the
-    oldest tenth is dropped (a later miss just re-encodes).  Assumes what
-    frozen Structs promise: their lists and dicts are not mutated in place.
+    its id cannot be reused while cached.  Bounded in entries and in encoded
+    bytes (the objects it keeps alive weigh about as much again): past
+    either bound the oldest tenth is dropped, and a later miss re-encodes.
+    Assumes what frozen Structs promise: their lists and dicts are not
+    mutated in place.
     """
 
-    __slots__ = ("_objects", "_raw", "capacity")
+    __slots__ = ("_bytes", "_objects", "_raw", "max_bytes", "max_entries")
 
-    def __init__(self, capacity: int = 65_536) -> None:
-        self.capacity = capacity
+    def __init__(self, max_entries: int = 65_536, max_bytes: int = 32 << 20) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
         # Two flat dicts rather than one of (object, raw) pairs: no tuple per
         # entry for the cyclic garbage collector to walk.
         self._raw: dict[int, msgspec.Raw] = {}
         self._objects: dict[int, object] = {}
+        self._bytes = 0
 
     def messages(self, messages: list[ChatMessage]) -> list[msgspec.Raw]:
         """Each message in the request shape (see :func:`wire_messages`)."""
@@ -163,14 +167,21 @@ class EncodedParts:
 
     def _store(self, obj: object, value: msgspec.Struct) -> msgspec.Raw:
         raws = self._raw
-        if len(raws) >= self.capacity:
-            for old in list(itertools.islice(raws, max(1, self.capacity // 10))):
-                del raws[old]
+        data = encoder.encode(value)
+        if len(raws) >= self.max_entries or self._bytes + len(data) > self.max_bytes:
+            for old in list(itertools.islice(raws, max(1, len(raws) // 10))):
+                self._bytes -= len(raws.pop(old))
                 del self._objects[old]
-        raw = msgspec.Raw(encoder.encode(value))
+        raw = msgspec.Raw(data)
         raws[id(obj)] = raw
         self._objects[id(obj)] = obj
+        self._bytes += len(data)
         return raw
+
+    @property
+    def encoded_bytes(self) -> int:
+        """Bytes of JSON held."""
+        return self._bytes
 
     def __len__(self) -> int:
         return len(self._raw)

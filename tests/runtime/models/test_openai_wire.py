@@ -84,7 +84,7 @@ def test_encoded_parts_match_the_plain_conversion() -> None:
 
 
 def test_encoded_parts_reuse_by_identity_and_stay_bounded() -> None:
-    parts = wire.EncodedParts(capacity=10)
+    parts = wire.EncodedParts(max_entries=10)
     first = parts.messages(CONVERSATION)
     again = parts.messages(CONVERSATION)
     assert all(a is b for a, b in zip(first, again, strict=True))
@@ -94,6 +94,10 @@ def test_encoded_parts_reuse_by_identity_and_stay_bounded() -> None:
     for i in range(50):
         parts.messages([UserMessage(f"m{i}")])
     assert len(parts) <= 10
+    by_size = wire.EncodedParts(max_bytes=2_000)
+    for i in range(50):
+        by_size.messages([UserMessage("x" * 300 + str(i))])
+    assert 0 < by_size.encoded_bytes <= 2_000
     assert msgspec.json.decode(parts.messages(CONVERSATION)[1]) == {
         "role": "user",
         "content": "hi",
