@@ -23,13 +23,35 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
     assert README.index("```sh") < README.index("```python")
 
 
-def test_the_readme_example_is_examples_embedded_model() -> None:
+def _example_body(name: str) -> str:
+    example = (ROOT / "examples" / name).read_text(encoding="utf-8")
+    return example.split('"""', 2)[2].lstrip("\n")
+
+
+def test_the_first_readme_example_is_examples_embedded_model() -> None:
     block = re.search(r"```python\n(.*?)```", README, re.S)
     assert block is not None
-    example = (ROOT / "examples" / "embedded_model.py").read_text(encoding="utf-8")
-    body = example.split('"""', 2)[2].lstrip("\n")
+    body = _example_body("embedded_model.py")
     assert block.group(1) == body
     assert len([line for line in body.splitlines() if line.strip()]) <= 12
+
+
+def test_every_readme_python_block_is_an_example_file() -> None:
+    bodies = {p.name: _example_body(p.name) for p in (ROOT / "examples").glob("*.py")}
+    for block in re.findall(r"```python\n(.*?)```", README, re.S):
+        assert block in bodies.values(), f"README block not in examples/: {block[:80]!r}"
+
+
+def test_the_actor_example_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "actors_counter.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "2"
 
 
 @pytest.mark.embedded
