@@ -61,17 +61,49 @@ class ToolOutput(msgspec.Struct, frozen=True, kw_only=True):
 
 #: Receives progress and log notifications from a running tool:
 #: ``(kind, payload)`` with kind ``"progress"`` or ``"log"``.
+#: ``"progress"`` payload: ``progress`` (number, required), ``total`` (number)
+#: and ``message`` (str), both optional.  ``"log"`` payload: ``message`` (str)
+#: or ``data`` (any JSON value), ``level`` (an RFC 5424 name: ``"debug"``,
+#: ``"info"``, ... ``"emergency"``; default ``"info"``) and ``logger`` (str).
 NotificationSink = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 
 
+class ElicitationReply(msgspec.Struct, frozen=True, kw_only=True):
+    """What the user answered when a tool asked for input: ``action`` is
+    ``"accept"``, ``"decline"`` or ``"cancel"``; ``content`` holds the form
+    fields when accepted."""
+
+    action: str
+    content: dict[str, Any] | None = None
+
+
+@runtime_checkable
+class ClientPeer(Protocol):
+    """The client on the other end of a call, when it can be asked things
+    back (an MCP client hosting a model or a user).  Methods raise
+    ``ToolError`` when the client cannot or will not answer."""
+
+    async def sample(
+        self, prompt: str, *, max_tokens: int, system_prompt: str | None = None
+    ) -> str:
+        """Ask the client's model to complete ``prompt``; returns its text."""
+        ...
+
+    async def elicit(self, message: str, requested_schema: Mapping[str, Any]) -> ElicitationReply:
+        """Ask the client's user to fill a form described by a flat JSON schema."""
+        ...
+
+
 class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
-    """What a tool call may know about its caller."""
+    """What a tool call may know about its caller.  ``peer`` is set when the
+    caller can be asked things back (a hosted MCP call); ``None`` otherwise."""
 
     run_id: str = ""
     rollout_id: str = ""
     call_id: str = ""
     timeout_s: float | None = None
     notify: NotificationSink | None = None
+    peer: ClientPeer | None = None
 
 
 @runtime_checkable

@@ -1,0 +1,156 @@
+"""Tool-argument validation: the problems a model can correct, in one shape.
+
+Owns ``ArgumentProblem`` (which argument, what was wrong), the error
+``ToolOutput`` built from a list of them (``invalid_arguments``), and
+``SchemaValidator``, a JSON-schema validator compiled once per tool that
+turns ``jsonschema`` errors into short, per-argument messages.  The registry
+validates every call with it; function tools report pydantic errors in the
+same shape, so the model always sees the same kind of message.
+
+Imports the tools base and the runtime floor only; never agents or
+aggregators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, final
+
+import msgspec
+from jsonschema import exceptions as jsonschema_exceptions
+from jsonschema.protocols import Validator
+from jsonschema.validators import Draft202012Validator, validator_for
+
+from agentrt.runtime.errors import ConfigError
+from agentrt.tools.base import ToolContent, ToolOutput
+
+__all__ = ["ArgumentProblem", "SchemaValidator", "invalid_arguments", "short_repr"]
+
+#: How much of an offending value a message quotes.
+_REPR_LIMIT: Final = 60
+
+_JSON_TYPE_NAMES: Final = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
+
+
+class ArgumentProblem(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing wrong with a call's arguments.  ``argument`` is a dotted
+    path (``"items.0.name"``); empty means the arguments as a whole."""
+
+    argument: str
+    message: str
+
+
+def short_repr(value: object) -> str:
+    """``repr`` of a value, cut to a length fit for an error message."""
+    text = repr(value)
+    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
+
+
+def _json_type(value: object) -> str:
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def invalid_arguments(tool: str, problems: Sequence[ArgumentProblem]) -> ToolOutput:
+    """The error output for a call whose arguments failed validation: one
+    line per problem for the model, and the same as data in ``structured``
+    (``{"error": "invalid_arguments", "tool": ..., "problems": [...]}``)."""
+    lines = [f"Invalid arguments for tool '{tool}':"]
+    lines += [f"- {p.argument or '(arguments)'}: {p.message}" for p in problems]
+    lines.append("Fix the arguments and call the tool again.")
+    return ToolOutput(
+        content=[ToolContent(text="\n".join(lines))],
+        is_error=True,
+        structured={
+            "error": "invalid_arguments",
+            "tool": tool,
+            "problems": [{"argument": p.argument, "message": p.message} for p in problems],
+        },
+    )
+
+
+def _path(parts: Iterable[object]) -> str:
+    return ".".join(str(p) for p in parts)
+
+
+def _problems_of(error: jsonschema_exceptions.ValidationError) -> list[ArgumentProblem]:
+    """Per-argument messages for one jsonschema error."""
+    where = list(error.absolute_path)
+    instance = error.instance
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    match error.validator:
+        case "required" if isinstance(instance, Mapping):
+            required = error.validator_value if isinstance(error.validator_value, list) else []
+            return [
+                ArgumentProblem(argument=_path([*where, name]), message="missing required argument")
+                for name in required
+                if name not in instance
+            ]
+        case "additionalProperties" if (
+            isinstance(instance, Mapping) and "patternProperties" not in schema
+        ):
+            allowed = sorted(schema.get("properties", {}))
+            hint = f"expected one of: {', '.join(allowed)}" if allowed else "takes no arguments"
+            return [
+                ArgumentProblem(
+                    argument=_path([*where, k]), message=f"unexpected argument ({hint})"
+                )
+                for k in instance
+                if k not in allowed
+            ]
+        case "type":
+            wanted = error.validator_value
+            wanted_text = " or ".join(wanted) if isinstance(wanted, list) else str(wanted)
+            message = f"expected {wanted_text}, got {_json_type(instance)} {short_repr(instance)}"
+            return [ArgumentProblem(argument=_path(where), message=message)]
+        case "enum" if isinstance(error.validator_value, list):
+            options = ", ".join(short_repr(v) for v in error.validator_value)
+            message = f"got {short_repr(instance)}; expected one of: {options}"
+            return [ArgumentProblem(argument=_path(where), message=message)]
+        case _:
+            return [ArgumentProblem(argument=_path(where), message=error.message)]
+
+
+@final
+class SchemaValidator:
+    """A JSON schema compiled once; ``problems(arguments)`` lists what is
+    wrong with a call (empty when it is valid).  The draft follows the
+    schema's ``$schema``, 2020-12 when it names none."""
+
+    __slots__ = ("_validator",)
+
+    def __init__(self, schema: Mapping[str, Any], *, where: str) -> None:
+        cls = validator_for(schema, default=Draft202012Validator)
+        try:
+            cls.check_schema(dict(schema))
+        except jsonschema_exceptions.SchemaError as exc:
+            path = _path(exc.absolute_path) or "(root)"
+            raise ConfigError(
+                f"invalid JSON schema for the arguments at {path}: {exc.message}", where=where
+            ) from exc
+        self._validator: Validator = cls(schema)
+
+    def problems(self, arguments: object) -> list[ArgumentProblem]:
+        """Everything wrong with ``arguments``, sorted by argument path."""
+        if not isinstance(arguments, Mapping):
+            return [
+                ArgumentProblem(
+                    argument="",
+                    message=f"arguments must be a JSON object, got {_json_type(arguments)}",
+                )
+            ]
+        if not isinstance(arguments, dict):
+            arguments = dict(arguments)  # jsonschema's "object" means a dict
+        found: list[ArgumentProblem] = []
+        for error in self._validator.iter_errors(arguments):
+            for problem in _problems_of(error):
+                if problem not in found:
+                    found.append(problem)
+        return sorted(found, key=lambda p: p.argument)
