@@ -79,6 +79,19 @@ class BudgetUpdated(_EventBase, frozen=True, tag="budget"):
     left_usd: float | None = None
 
 
+class SignalRaised(_EventBase, frozen=True, tag="signal"):
+    """A behaviour signal fired on a rollout (computed without model calls):
+    ``loop``, ``stagnation``, ``tool_failure_rate``, ``exhaustion`` or
+    ``give_up``.  ``step`` is the step that fired it; ``value`` is the
+    measure that crossed its threshold (a count or a rate), when there is one."""
+
+    rollout_id: str
+    signal: str
+    step: int
+    detail: str = ""
+    value: float | None = None
+
+
 class ErrorRaised(_EventBase, frozen=True, tag="error"):
     where: str
     message: str
@@ -96,5 +109,6 @@ Event = (
     | SummaryWritten
     | VoteCast
     | BudgetUpdated
+    | SignalRaised
     | ErrorRaised
 )

@@ -61,6 +61,9 @@ class Trajectory(msgspec.Struct, frozen=True, kw_only=True):
     status: TrajectoryStatus = "running"
     cost: Cost = Cost()
     parent_rollout_id: str | None = None
+    stop_reason: str | None = None
+    """Why the rollout ended, for people and triage: ``final answer``,
+    ``max steps (20)``, ``budget: ...``, ``signal: loop``, ``cancelled``..."""
     schema_version: int = SCHEMA_VERSION
 
 

@@ -8,12 +8,14 @@ import pytest
 
 PUBLIC = [
     "agentrt",
+    "agentrt.agents",
     "agentrt.protocols",
     "agentrt.runtime.actors",
     "agentrt.runtime.models",
     "agentrt.runtime.routing",
     "agentrt.runtime.testing",
     "agentrt.testing",
+    "agentrt.tools",
 ]
 
 

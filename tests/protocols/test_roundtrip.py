@@ -59,7 +59,16 @@ SAMPLES: list[Any] = [
     p.ModelRequest(messages=_MESSAGES, tools=[p.ToolSpec(name="add")], n=4, logprobs=True),
     _REPLY,
     _STEP,
-    p.Trajectory(run_id="run", rollout_id="r1", agent="a", task="t", steps=[_STEP], answer="3"),
+    p.Trajectory(
+        run_id="run",
+        rollout_id="r1",
+        agent="a",
+        task="t",
+        steps=[_STEP],
+        answer="3",
+        status="finished",
+        stop_reason="final answer",
+    ),
     _SUMMARY,
     p.RunRequest(task="t", scaling=p.ScalingSpec(rollouts=8, aggregate="rtv", options={"g": 2})),
     p.RunResult(run_id="run", status="succeeded", answer="3", summaries=[_SUMMARY], cost=_COST),
@@ -72,6 +81,9 @@ SAMPLES: list[Any] = [
     p.SummaryWritten(run_id="run", summary=_SUMMARY),
     p.VoteCast(run_id="run", aggregator="rtv", round=1, candidates=["r1", "r2"], winner="r1"),
     p.BudgetUpdated(run_id="run", spent=_COST, left_tokens=100),
+    p.SignalRaised(
+        run_id="run", rollout_id="r1", signal="loop", step=3, detail="search x3", value=3.0
+    ),
     p.ErrorRaised(run_id="run", where="backend vllm", message="503", fatal=False),
 ]
 

@@ -1,0 +1,176 @@
+"""``Agent``: an agent's configuration bound to its runtime dependencies.
+
+Owns building an agent: the model backends by name (and which serves each
+model), the ``Tool`` objects ``AgentConfig.tools`` picks (in a ``Toolbox``),
+the routing policy (``config.routing``; else ``config.model``; else the
+single backend's first model), the budget ledger, the event emitter; and
+``Agent.run``, which runs one rollout (``agents.loop``).  Every mismatch --
+an unknown tool, a tier routed to a model no backend serves, two backends
+and no model -- is a ``ConfigError`` here, before any rollout starts.
+
+A hierarchy spec builds an ``Agent`` from an ``AgentConfig`` plus resolved
+dependencies; a sub-agent runs with ``ledger=parent_ledger.child(...)``.
+
+May import protocols, the runtime floor and ``agentrt.tools.base``; never
+aggregators or the roof.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import final
+
+from agentrt.agents.config import AgentConfig
+from agentrt.agents.control import RolloutControl, RolloutResult
+from agentrt.agents.loop import Rollout
+from agentrt.agents.recording import EventEmitter, EventSink
+from agentrt.agents.toolbox import Toolbox
+from agentrt.protocols import ChatMessage
+from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.pricing import PriceTable
+from agentrt.runtime.routing import (
+    FixedTierPolicy,
+    RoutingPolicy,
+    Tier,
+    TierLadder,
+    build_policy,
+)
+from agentrt.tools.base import Tool
+from agentrt.tools.registry import ToolRegistry
+
+
+@final
+class Agent:
+    """An agent ready to run rollouts; one instance serves any number of
+    concurrent rollouts (each has its own router, context and signals)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        backends: Mapping[str, ModelBackend] | Sequence[ModelBackend],
+        tools: Sequence[Tool] | ToolRegistry = (),
+        ledger: BudgetLedger | None = None,
+        events: EventEmitter | EventSink | None = None,
+        policy: RoutingPolicy | None = None,
+        prices: PriceTable | None = None,
+    ) -> None:
+        """``backends``: by name, or a list (named by ``backend.name``);
+        ``tools``: the tool objects (or a registry), of which
+        ``config.tools`` picks;
+        ``ledger``: charged by every rollout unless ``run`` gets another
+        (default: a fresh uncapped ledger per rollout); ``events``: an
+        emitter shared with the rest of the run, or a sink; ``policy``:
+        overrides ``config.routing``/``config.model``; ``prices``: for the
+        routing ladder when there is no ledger (default: every model free).
+        """
+        where = f"agent {config.name!r}"
+        self.config = config
+        self.backends = _by_name(backends, where)
+        self._by_model: dict[str, ModelBackend] = {}
+        for backend in self.backends.values():
+            for model in backend.models:
+                self._by_model.setdefault(model, backend)
+        self.toolbox = Toolbox(
+            _select(tools, config, where), finish_tool=config.finish_tool, where=where
+        )
+        self.ledger = ledger
+        self.prices = ledger.prices if ledger is not None else prices or PriceTable.free()
+        self.policy = policy if policy is not None else self._build_policy(where)
+        for tier in self.policy.ladder.tiers:
+            if tier.model not in self._by_model:
+                raise ConfigError(
+                    f"tier {tier.name!r} routes to model {tier.model!r}, which no backend serves "
+                    f"(served: {', '.join(sorted(self._by_model))})",
+                    where=f"{where}.routing",
+                )
+        self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def _build_policy(self, where: str) -> RoutingPolicy:
+        if self.config.routing is not None:
+            return build_policy(self.config.routing, self.prices)
+        model = self.config.model
+        if model is None:
+            if len(self.backends) != 1:
+                raise ConfigError(
+                    f"{len(self.backends)} backends and neither `model` nor `routing` is set: "
+                    "say which model serves the agent",
+                    where=where,
+                )
+            (backend,) = self.backends.values()
+            model = backend.models[0]
+        ladder = TierLadder([Tier("default", model)], self.prices, degrade_below=None)
+        return FixedTierPolicy(ladder, "default", name="single-model")
+
+    def backend_for(self, model: str) -> ModelBackend:
+        """The backend serving ``model`` (checked when the agent was built)."""
+        return self._by_model[model]
+
+    async def run(
+        self,
+        task: str,
+        *,
+        run_id: str | None = None,
+        rollout_id: str | None = None,
+        parent_rollout_id: str | None = None,
+        ledger: BudgetLedger | None = None,
+        seed: Sequence[ChatMessage] = (),
+        control: RolloutControl | None = None,
+    ) -> RolloutResult:
+        """Run one rollout of ``task`` to its end.  ``seed`` messages follow
+        the task (summaries of earlier rounds, memory hits); ``control``
+        lets another task cancel it."""
+        rollout_id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
+        if ledger is None:
+            ledger = self.ledger or BudgetLedger(rollout_id, prices=self.prices)
+        rollout = Rollout(
+            self,
+            task=task,
+            run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",
+            rollout_id=rollout_id,
+            parent_rollout_id=parent_rollout_id,
+            ledger=ledger,
+            seed=seed,
+        )
+        return await rollout.run(control or RolloutControl())
+
+
+def _by_name(
+    backends: Mapping[str, ModelBackend] | Sequence[ModelBackend], where: str
+) -> dict[str, ModelBackend]:
+    if isinstance(backends, Mapping):
+        named = dict(backends)
+    else:
+        named = {}
+        for backend in backends:
+            if backend.name in named:
+                raise ConfigError(f"two backends are named {backend.name!r}", where=where)
+            named[backend.name] = backend
+    if not named:
+        raise ConfigError("an agent needs at least one model backend", where=where)
+    return named
+
+
+def _select(tools: Sequence[Tool] | ToolRegistry, config: AgentConfig, where: str) -> list[Tool]:
+    if isinstance(tools, ToolRegistry):
+        tools = [tools.get(name) for name in tools.names()]
+    if config.tools is None:
+        return list(tools)
+    by_name = {t.spec.name: t for t in tools}
+    missing = [n for n in config.tools if n not in by_name]
+    if missing:
+        raise ConfigError(
+            f"unknown tools {missing}; available: {', '.join(sorted(by_name)) or 'none'}",
+            where=f"{where}.tools",
+        )
+    return [by_name[n] for n in config.tools]
+
+
+__all__ = ["Agent"]

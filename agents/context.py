@@ -1,0 +1,343 @@
+"""Context management: the prompt of each step, kept within a token budget.
+
+Owns ``ContextWindow``, which builds the messages of every model call of a
+rollout as
+
+    system (instructions) | task | seed messages | [notes] | turns...
+
+where a *turn* is one assistant message and the tool messages answering it.
+Tool definitions travel beside the messages, sorted by name.  The first two
+messages and the tool definitions -- the *shared prefix* -- are the same
+bytes on every step and in every rollout of the same agent and task, so a
+model server's prefix cache serves them once.
+
+The history is append-only between compactions, so each step's prompt
+extends the previous one and the server reuses its cache for the whole
+history too.  Only when the estimate crosses ``budget_tokens`` is the
+history compacted, down to ``compact_to`` of the budget (so compaction is
+rare), in this order:
+
+1. prune failed tool calls the model already corrected (a later call of the
+   same tool succeeded): the failed call and its error message go; a turn
+   left with no call goes entirely;
+2. fold completed sub-trajectories -- the oldest turns outside the
+   ``keep_recent_turns`` window, all of whose calls are answered -- into
+   short notes (one line per call: tool, abridged arguments, ok/error and
+   the abridged result), kept in one notes message after the task;
+3. drop the oldest note lines (their count is kept);
+4. fold recent turns too, down to the last one.
+
+Tool results longer than ``max_tool_result_tokens`` are clipped (head and
+tail kept) before they enter the prompt; the step records keep them whole.
+
+Token counts here are estimates (characters / ``chars_per_token``, plus a
+per-message overhead); servers report the real counts.  Pure computation:
+no I/O.  Must not import tools' implementations, aggregators or the roof.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol, final
+
+import msgspec
+
+from agentrt.agents.config import ContextConfig
+from agentrt.protocols import (
+    AssistantMessage,
+    ChatMessage,
+    SystemMessage,
+    TextPart,
+    ToolMessage,
+    ToolResult,
+    ToolSpec,
+    UserMessage,
+)
+
+#: Tokens a chat template adds around each message (role markers, separators).
+MESSAGE_OVERHEAD: Final = 4
+NOTES_HEADER: Final = (
+    "Notes on earlier steps (folded to keep the context short; arguments and results are abridged):"
+)
+
+_encoder = msgspec.json.Encoder()
+
+
+class TokenEstimator(Protocol):
+    """Estimates how many tokens a text is."""
+
+    def __call__(self, text: str) -> int: ...
+
+
+@final
+class CharEstimator:
+    """``ceil(len(text) / chars_per_token)``: cheap and, with a small divisor,
+    generous."""
+
+    __slots__ = ("chars_per_token",)
+
+    def __init__(self, chars_per_token: float = 3.0) -> None:
+        if chars_per_token <= 0:
+            raise ValueError(f"chars_per_token must be > 0, got {chars_per_token}")
+        self.chars_per_token = chars_per_token
+
+    def __call__(self, text: str) -> int:
+        return math.ceil(len(text) / self.chars_per_token)
+
+
+def message_tokens(message: ChatMessage, estimate: TokenEstimator) -> int:
+    """Estimated tokens of one message, template overhead included."""
+    total = MESSAGE_OVERHEAD
+    match message:
+        case AssistantMessage(content=content, tool_calls=calls):
+            total += estimate(content or "")
+            for call in calls:
+                total += MESSAGE_OVERHEAD + estimate(call.function.name + call.function.arguments)
+        case UserMessage(content=str() as text) | SystemMessage(content=text):
+            total += estimate(text)
+        case UserMessage(content=list() as parts):
+            for part in parts:
+                # An image costs what the server says; count its URL as text.
+                total += estimate(part.text if isinstance(part, TextPart) else str(part.image_url))
+        case ToolMessage(content=text):
+            total += estimate(text)
+    return total
+
+
+def tools_tokens(tools: Sequence[ToolSpec], estimate: TokenEstimator) -> int:
+    """Estimated tokens of the tool definitions."""
+    return estimate(_encoder.encode(list(tools)).decode()) if tools else 0
+
+
+def estimate_request_tokens(
+    messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], estimate: TokenEstimator
+) -> int:
+    """Estimated prompt tokens of a request (messages plus tools)."""
+    return sum(message_tokens(m, estimate) for m in messages) + tools_tokens(tools, estimate)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, keeping head and tail."""
+    if len(text) <= limit:
+        return text
+    marker = f" [... {len(text) - limit} characters omitted ...] "
+    keep = max(limit - len(marker), 2)
+    return text[: keep - keep // 3] + marker + text[len(text) - keep // 3 :]
+
+
+def _one_line(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: max(limit - 3, 1)] + "..."
+
+
+NoteWriter = Callable[[int, AssistantMessage, Sequence[ToolResult], int], list[str]]
+"""``(step, assistant message, its results, chars per item) -> note lines``."""
+
+
+def brief_notes(
+    step: int, message: AssistantMessage, results: Sequence[ToolResult], chars: int
+) -> list[str]:
+    """One line for the assistant's remark and one per tool call."""
+    lines = []
+    if message.content and message.content.strip():
+        lines.append(f"- step {step}: noted: {_one_line(message.content, chars)}")
+    by_id = {r.call_id: r for r in results}
+    for call in message.tool_calls:
+        args = _one_line(call.function.arguments, chars)
+        result = by_id.get(call.id)
+        if result is None:
+            outcome = "no result"
+        else:
+            state = "error" if result.is_error else "ok"
+            outcome = f"{state}: {_one_line(result.content, chars)}"
+        lines.append(f"- step {step}: {call.function.name}({args}) -> {outcome}")
+    return lines
+
+
+@dataclass(slots=True)
+class _Turn:
+    step: int
+    assistant: AssistantMessage
+    results: list[ToolResult]
+    messages: list[ChatMessage] = field(default_factory=list)
+    tokens: int = 0
+
+
+@final
+class ContextWindow:
+    """The prompt of every step of one rollout (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ContextConfig,
+        *,
+        instructions: str,
+        task: str,
+        tools: Sequence[ToolSpec] = (),
+        seed: Sequence[ChatMessage] = (),
+        estimator: TokenEstimator | None = None,
+        note_writer: NoteWriter = brief_notes,
+    ) -> None:
+        self.config = config
+        self.estimate_text: TokenEstimator = estimator or CharEstimator(config.chars_per_token)
+        self._write_notes = note_writer
+        self.tools: list[ToolSpec] = sorted(tools, key=lambda t: t.name)
+        self.prefix: list[ChatMessage] = [
+            SystemMessage(content=instructions),
+            UserMessage(content=task),
+        ]
+        self._head: list[ChatMessage] = [*self.prefix, *seed]
+        self._head_tokens = estimate_request_tokens(self._head, self.tools, self.estimate_text)
+        self._notes: list[str] = []
+        self._omitted_notes = 0
+        self._notes_tokens = 0
+        self._turns: list[_Turn] = []
+        self._messages: list[ChatMessage] = list(self._head)
+        self._tokens = self._head_tokens
+        self.compactions = 0
+        self.pruned_calls = 0
+        self.folded_turns = 0
+
+    # -- reading -------------------------------------------------------------
+
+    def estimate(self) -> int:
+        """Estimated prompt tokens of the current messages plus tools."""
+        return self._tokens
+
+    @property
+    def head_tokens(self) -> int:
+        """Estimated tokens that no compaction can remove (prefix, seed, tools)."""
+        return self._head_tokens
+
+    def messages(self) -> list[ChatMessage]:
+        """The next request's messages, compacted first if over budget.
+        The caller checks ``estimate()`` against the budget afterwards: a
+        head alone over budget cannot be helped here."""
+        if self._tokens > self.config.budget_tokens:
+            self.compact()
+        return list(self._messages)
+
+    # -- writing -------------------------------------------------------------
+
+    def add_turn(
+        self, step: int, assistant: AssistantMessage, results: Sequence[ToolResult]
+    ) -> None:
+        """Append a step's assistant message and its tool results (in call order)."""
+        turn = _Turn(step=step, assistant=assistant, results=list(results))
+        self._render(turn)
+        self._turns.append(turn)
+        self._messages.extend(turn.messages)
+        self._tokens += turn.tokens
+
+    def _render(self, turn: _Turn) -> None:
+        limit = int(self.config.max_tool_result_tokens * self.config.chars_per_token)
+        by_id = {r.call_id: r for r in turn.results}
+        messages: list[ChatMessage] = [turn.assistant]
+        for call in turn.assistant.tool_calls:
+            result = by_id.get(call.id)
+            if result is not None:
+                messages.append(
+                    ToolMessage(
+                        content=clip(result.content, limit),
+                        tool_call_id=call.id,
+                        name=result.name,
+                    )
+                )
+        turn.messages = messages
+        turn.tokens = sum(message_tokens(m, self.estimate_text) for m in messages)
+
+    # -- compaction ----------------------------------------------------------
+
+    def compact(self) -> None:
+        """Shrink the history to ``compact_to`` of the budget (module docstring)."""
+        target = int(self.config.budget_tokens * self.config.compact_to)
+        self.compactions += 1
+        self._prune_corrected()
+        keep = self.config.keep_recent_turns
+        self._fold_until(target, keep)
+        while self._recount() > target and self._drop_oldest_note():
+            pass
+        if self._recount() > target:
+            self._fold_until(target, 1)
+        self._rebuild()
+
+    def _prune_corrected(self) -> None:
+        succeeded_later: set[str] = set()
+        kept: list[_Turn] = []
+        for turn in reversed(self._turns):
+            corrected = {
+                r.call_id for r in turn.results if r.is_error and r.name in succeeded_later
+            }
+            succeeded_later.update(r.name for r in turn.results if not r.is_error)
+            if corrected:
+                calls = [c for c in turn.assistant.tool_calls if c.id not in corrected]
+                self.pruned_calls += len(corrected)
+                if not calls:
+                    continue
+                turn.assistant = AssistantMessage(
+                    content=turn.assistant.content,
+                    tool_calls=calls,
+                    reasoning_content=turn.assistant.reasoning_content,
+                    name=turn.assistant.name,
+                )
+                turn.results = [r for r in turn.results if r.call_id not in corrected]
+                self._render(turn)
+            kept.append(turn)
+        kept.reverse()
+        self._turns = kept
+
+    def _fold_until(self, target: int, keep: int) -> None:
+        while len(self._turns) > keep and self._recount() > target:
+            turn = self._turns.pop(0)
+            self._notes.extend(
+                self._write_notes(turn.step, turn.assistant, turn.results, self.config.note_chars)
+            )
+            self.folded_turns += 1
+
+    def _drop_oldest_note(self) -> bool:
+        if not self._notes:
+            return False
+        self._notes.pop(0)
+        self._omitted_notes += 1
+        return True
+
+    def _notes_message(self) -> UserMessage | None:
+        if not self._notes and not self._omitted_notes:
+            return None
+        lines = [NOTES_HEADER]
+        if self._omitted_notes:
+            lines.append(f"- ({self._omitted_notes} earlier notes omitted)")
+        lines.extend(self._notes)
+        return UserMessage(content="\n".join(lines))
+
+    def _recount(self) -> int:
+        notes = self._notes_message()
+        self._notes_tokens = 0 if notes is None else message_tokens(notes, self.estimate_text)
+        return self._head_tokens + self._notes_tokens + sum(t.tokens for t in self._turns)
+
+    def _rebuild(self) -> None:
+        self._tokens = self._recount()
+        notes = self._notes_message()
+        messages = list(self._head)
+        if notes is not None:
+            messages.append(notes)
+        for turn in self._turns:
+            messages.extend(turn.messages)
+        self._messages = messages
+
+
+__all__ = [
+    "MESSAGE_OVERHEAD",
+    "NOTES_HEADER",
+    "CharEstimator",
+    "ContextWindow",
+    "NoteWriter",
+    "TokenEstimator",
+    "brief_notes",
+    "clip",
+    "estimate_request_tokens",
+    "message_tokens",
+    "tools_tokens",
+]

@@ -1,0 +1,82 @@
+"""Handles on a rollout from outside it: its result and its cancellation.
+
+Owns ``RolloutResult`` (a finished rollout's ``Trajectory`` plus the signals
+it raised) and ``RolloutControl`` (cancels a running rollout from another
+task of the same event loop, which is how an agent actor is cancelled while
+its mailbox is busy with the rollout itself).
+
+May import protocols and anyio; nothing else of agentrt.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import final
+
+import anyio
+import msgspec
+
+from agentrt.protocols import SignalRaised, Trajectory, TrajectoryStatus
+
+
+class RolloutResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished rollout: its trajectory and the signals it raised."""
+
+    trajectory: Trajectory
+    signals: list[SignalRaised] = []
+
+    @property
+    def status(self) -> TrajectoryStatus:
+        return self.trajectory.status
+
+    @property
+    def answer(self) -> str | None:
+        return self.trajectory.answer
+
+
+@final
+class RolloutControl:
+    """Cancels a running rollout from another task of the same event loop.
+
+    ``cancel(rollout_id)`` cancels that rollout if it is running, or as soon
+    as it starts; ``cancel()`` cancels whichever is running."""
+
+    __slots__ = ("_current", "_pending", "_scope")
+
+    def __init__(self) -> None:
+        self._current: str | None = None
+        self._scope: anyio.CancelScope | None = None
+        # Ids cancelled before they started (bounded: the oldest are forgotten).
+        self._pending: deque[str] = deque(maxlen=256)
+
+    @property
+    def running(self) -> str | None:
+        """The rollout running now, if any."""
+        return self._current
+
+    def cancel(self, rollout_id: str | None = None) -> None:
+        if self._scope is not None and rollout_id in (None, self._current):
+            self._scope.cancel()
+        elif rollout_id is not None:
+            self._pending.append(rollout_id)
+
+    @contextmanager
+    def attach(self, rollout_id: str, scope: anyio.CancelScope) -> Iterator[None]:
+        """Make ``scope`` the one ``cancel`` cancels while the block runs."""
+        if self._scope is not None:
+            raise RuntimeError(
+                f"RolloutControl runs one rollout at a time; {self._current!r} is running"
+            )
+        self._current, self._scope = rollout_id, scope
+        if rollout_id in self._pending:
+            self._pending.remove(rollout_id)
+            scope.cancel()
+        try:
+            yield
+        finally:
+            self._current, self._scope = None, None
+
+
+__all__ = ["RolloutControl", "RolloutResult"]

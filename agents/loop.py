@@ -1,0 +1,437 @@
+"""The agent loop: one rollout of a tool-calling agent.
+
+Owns ``Rollout``, the state and steps of one run of an ``Agent``
+(``agents.agent``: configuration plus backends, tools, ledger, emitter,
+routing policy).  Each step:
+
+1. the prompt: ``ContextWindow`` (shared prefix, history, compaction);
+2. the model: ``RolloutRouter.reserve`` picks the tier from the previous
+   step's signals and the ledger's headroom and books the call's worst case;
+   ``BudgetExceeded`` ends the rollout as ``exhausted``;
+3. the call: ``backend.complete`` under ``model_timeout_s``; the ledger is
+   charged the usage the server reported; a backend failure ends the
+   rollout as ``failed`` (an ``ErrorRaised`` event says why);
+4. the tools: every call of the assistant message runs concurrently
+   (``Toolbox.run_calls``), each under ``tool_timeout_s``; bad calls come
+   back to the model as error results it can correct;
+5. the record: a ``Step`` (request messages, reply, tool results, routing
+   decision, timings) and the events ``ToolCalled``, ``StepRecorded``,
+   ``SignalRaised``;
+6. stop when the reply has no tool calls (its text is the answer), the
+   finish tool was called, a signal in ``stop_on`` fired, or a limit was
+   reached (steps, rollout tokens, context, budget).
+
+A rollout ends with a ``RolloutResult`` (the ``Trajectory`` plus the
+signals raised) and a ``RolloutFinished`` event in every case, cancellation
+included.  Expected failures are data; an exception that is none of those
+(a bug in this package or in a sink) emits a fatal ``ErrorRaised`` and
+propagates, so that a supervising actor sees it.
+
+Cancellation: cancelling the task running ``Agent.run`` stops it at once,
+running tool calls and the model call included; so does
+``RolloutControl.cancel`` from another task (the actor uses it).
+
+May import protocols and the runtime floor; never aggregators or the roof.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import anyio
+
+from agentrt.agents.context import ContextWindow
+from agentrt.agents.control import RolloutControl, RolloutResult
+from agentrt.agents.signals import Fired, SignalTracker
+from agentrt.agents.toolbox import CallsOutcome
+from agentrt.protocols import (
+    ChatMessage,
+    Cost,
+    ErrorRaised,
+    Event,
+    ModelReply,
+    ModelRequest,
+    RolloutFinished,
+    RolloutStarted,
+    RoutingDecision,
+    SamplingParams,
+    SignalRaised,
+    Step,
+    StepRecorded,
+    ToolCalled,
+    Trajectory,
+    TrajectoryStatus,
+)
+from agentrt.runtime.budget import BudgetLedger, Reservation
+from agentrt.runtime.errors import (
+    BackendError,
+    BudgetExceeded,
+    InvalidRequestError,
+    MalformedReply,
+    UnknownModelError,
+)
+from agentrt.runtime.log import get_logger
+from agentrt.runtime.routing import RolloutRouter
+
+if TYPE_CHECKING:
+    from agentrt.agents.agent import Agent
+
+#: How long the final events of a cancelled or crashed rollout may take.
+FINAL_EVENTS_TIMEOUT_S: Final = 2.0
+
+log = get_logger(__name__)
+
+_Ended = tuple[TrajectoryStatus, str]
+"""How a rollout ended: its status and the stop reason."""
+
+_MODEL_CALL_FAILURES = (BackendError, InvalidRequestError, UnknownModelError, TimeoutError)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """The step in progress, recorded as such if the rollout is cut short."""
+
+    index: int
+    messages: list[ChatMessage]
+    routing: RoutingDecision
+    reservation: Reservation
+    started_at: float
+    started: float
+    reply: ModelReply | None = None
+
+
+class Rollout:
+    """One rollout of ``agent`` (see the module docstring); ``Agent.run``
+    builds it and calls ``run`` once."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        task: str,
+        run_id: str,
+        rollout_id: str,
+        parent_rollout_id: str | None,
+        ledger: BudgetLedger,
+        seed: Sequence[ChatMessage],
+    ) -> None:
+        config = agent.config
+        self.agent = agent
+        self.config = config
+        self.task = task
+        self.run_id = run_id
+        self.rollout_id = rollout_id
+        self.parent_rollout_id = parent_rollout_id
+        self.ledger = ledger
+        self.router = RolloutRouter(agent.policy)
+        self.window = ContextWindow(
+            config.context,
+            instructions=config.instructions,
+            task=task,
+            tools=agent.toolbox.specs,
+            seed=seed,
+        )
+        self.signals = SignalTracker(config.signals, max_steps=config.limits.max_steps)
+        self.steps: list[Step] = []
+        self.raised: list[SignalRaised] = []
+        self.spent = Cost()
+        self.answer: str | None = None
+        self.pending: _Pending | None = None
+        self.started = time.perf_counter()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def run(self, control: RolloutControl) -> RolloutResult:
+        await self._emit(
+            RolloutStarted(
+                run_id=self.run_id,
+                rollout_id=self.rollout_id,
+                parent_rollout_id=self.parent_rollout_id,
+            )
+        )
+        status: TrajectoryStatus = "cancelled"
+        reason = "cancelled"
+        try:
+            with anyio.CancelScope() as scope, control.attach(self.rollout_id, scope):
+                status, reason = await self._loop()
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(FINAL_EVENTS_TIMEOUT_S, shield=True):
+                await self._finish("cancelled", "cancelled by the caller")
+            raise
+        except Exception as exc:
+            await self._crashed(exc)
+            raise
+        if scope.cancelled_caught:
+            status, reason = "cancelled", "cancelled"
+        return await self._finish(status, reason)
+
+    async def _crashed(self, exc: Exception) -> None:
+        """A bug: say so in the events, then let it reach the supervisor."""
+        log.error("rollout_crashed", agent=self.agent.name, rollout=self.rollout_id, exc_info=exc)
+        try:
+            with anyio.move_on_after(FINAL_EVENTS_TIMEOUT_S, shield=True):
+                await self._emit(
+                    ErrorRaised(
+                        run_id=self.run_id,
+                        where=f"agent {self.agent.name!r} rollout {self.rollout_id}",
+                        message=f"{type(exc).__name__}: {exc}",
+                        rollout_id=self.rollout_id,
+                        fatal=True,
+                    )
+                )
+                await self._finish("failed", f"internal error: {type(exc).__name__}: {exc}")
+        except Exception as emit_error:
+            exc.add_note(f"reporting the failure failed too: {emit_error!r}")
+
+    async def _finish(self, status: TrajectoryStatus, reason: str) -> RolloutResult:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            self.steps.append(
+                Step(
+                    index=pending.index,
+                    messages=pending.messages,
+                    reply=pending.reply,
+                    routing=pending.routing,
+                    started_at=pending.started_at,
+                    duration_s=time.perf_counter() - pending.started,
+                    error=reason,
+                )
+            )
+        cost = Cost(
+            usd=self.spent.usd,
+            usage=self.spent.usage,
+            model_calls=self.spent.model_calls,
+            wall_seconds=time.perf_counter() - self.started,
+        )
+        trajectory = Trajectory(
+            run_id=self.run_id,
+            rollout_id=self.rollout_id,
+            agent=self.agent.name,
+            task=self.task,
+            steps=self.steps,
+            answer=self.answer,
+            status=status,
+            cost=cost,
+            parent_rollout_id=self.parent_rollout_id,
+            stop_reason=reason,
+        )
+        await self._emit(
+            RolloutFinished(
+                run_id=self.run_id,
+                rollout_id=self.rollout_id,
+                status=status,
+                answer=self.answer,
+                cost=cost,
+            )
+        )
+        log.debug(
+            "rollout_finished",
+            agent=self.agent.name,
+            rollout=self.rollout_id,
+            status=status,
+            reason=reason,
+            steps=len(self.steps),
+        )
+        return RolloutResult(trajectory=trajectory, signals=list(self.raised))
+
+    # -- the loop --------------------------------------------------------------
+
+    async def _loop(self) -> _Ended:
+        limits = self.config.limits
+        for index in range(limits.max_steps):
+            used = self.spent.usage.total_tokens
+            if limits.max_rollout_tokens is not None and used >= limits.max_rollout_tokens:
+                reason = f"token limit: {used:,} of {limits.max_rollout_tokens:,} tokens used"
+                await self._fire(self.signals.exhausted(index, reason))
+                return "exhausted", reason
+            outcome = await self._step(index)
+            if outcome is not None:
+                return outcome
+        reason = f"max steps ({limits.max_steps}) reached"
+        await self._fire(self.signals.exhausted(limits.max_steps - 1, reason))
+        return "exhausted", reason
+
+    async def _step(self, index: int) -> _Ended | None:
+        """One step; an outcome when the rollout ends here."""
+        begun = await self._begin(index)
+        if not isinstance(begun, _Pending):
+            return begun
+        reply = await self._call_model(begun)
+        if not isinstance(reply, ModelReply):
+            return reply
+        return await self._act(begun, reply)
+
+    async def _begin(self, index: int) -> _Pending | _Ended:
+        """The prompt, the routing decision and the budget reservation."""
+        limits, budget = self.config.limits, self.config.context.budget_tokens
+        messages = self.window.messages()
+        prompt_tokens = self.window.estimate()
+        if prompt_tokens > budget:
+            return "exhausted", (
+                f"context: the prompt needs about {prompt_tokens:,} tokens after compaction, "
+                f"over the budget of {budget:,}"
+            )
+        await self._fire(self.signals.observe_budget(index, self.ledger.headroom()))
+        try:
+            decision, reservation = self.router.reserve(
+                self.ledger,
+                index,
+                self.signals.routing_signals(),
+                prompt_tokens=prompt_tokens,
+                max_tokens=limits.max_tokens_per_step,
+            )
+        except BudgetExceeded as exc:
+            await self._fire(self.signals.exhausted(index, f"budget: {exc}"))
+            return "exhausted", f"budget: {exc}"
+        self.pending = _Pending(
+            index=index,
+            messages=messages,
+            routing=decision,
+            reservation=reservation,
+            started_at=time.time(),
+            started=time.perf_counter(),
+        )
+        return self.pending
+
+    async def _call_model(self, pending: _Pending) -> ModelReply | _Ended:
+        """The model call, charged to the ledger; a failure ends the rollout."""
+        limits, decision = self.config.limits, pending.routing
+        backend = self.agent.backend_for(decision.model)
+        request = ModelRequest(
+            messages=pending.messages,
+            model=decision.model,
+            tools=self.window.tools,
+            sampling=SamplingParams(
+                temperature=self.config.temperature, max_tokens=limits.max_tokens_per_step
+            ),
+            logprobs=self.config.logprobs,
+            request_id=f"{self.rollout_id}-{pending.index}",
+            affinity_key=self.run_id,
+        )
+        try:
+            async with pending.reservation:
+                with anyio.fail_after(limits.model_timeout_s):
+                    reply = await backend.complete(request)
+                self.spent += pending.reservation.charge(reply.usage)
+            if not reply.choices:
+                raise MalformedReply("the reply has no choices", backend=backend.name)
+        except _MODEL_CALL_FAILURES as exc:
+            text = (
+                f"no reply within {limits.model_timeout_s:g} s"
+                if isinstance(exc, TimeoutError)
+                else f"{type(exc).__name__}: {exc}"
+            )
+            await self._emit(
+                ErrorRaised(
+                    run_id=self.run_id,
+                    where=f"agent {self.agent.name!r} step {pending.index} model "
+                    f"{decision.model} (backend {backend.name})",
+                    message=text,
+                    rollout_id=self.rollout_id,
+                )
+            )
+            self.pending = None
+            await self._record(
+                Step(
+                    index=pending.index,
+                    messages=pending.messages,
+                    routing=decision,
+                    started_at=pending.started_at,
+                    duration_s=time.perf_counter() - pending.started,
+                    error=text,
+                )
+            )
+            return "failed", f"model call failed: {text}"
+        pending.reply = reply
+        return reply
+
+    async def _act(self, pending: _Pending, reply: ModelReply) -> _Ended | None:
+        """Run the reply's tool calls, record the step, read the signals."""
+        index, message = pending.index, reply.message
+        calls = message.tool_calls
+        outcome = CallsOutcome(results=[])
+        if calls:
+            outcome = await self.agent.toolbox.run_calls(
+                calls,
+                run_id=self.run_id,
+                rollout_id=self.rollout_id,
+                timeout_s=self.config.limits.tool_timeout_s,
+            )
+            for crash in outcome.crashed:
+                await self._emit(
+                    ErrorRaised(
+                        run_id=self.run_id,
+                        where=f"agent {self.agent.name!r} step {index} tool {crash.name!r} "
+                        f"(call {crash.call_id})",
+                        message=crash.content,
+                        rollout_id=self.rollout_id,
+                    )
+                )
+            for call, result in zip(calls, outcome.results, strict=True):
+                await self._emit(
+                    ToolCalled(
+                        run_id=self.run_id,
+                        rollout_id=self.rollout_id,
+                        call_id=call.id,
+                        tool=call.function.name,
+                        arguments=call.function.arguments,
+                        is_error=result.is_error,
+                        duration_s=result.duration_s,
+                    )
+                )
+        self.window.add_turn(index, message, outcome.results)
+        self.pending = None
+        await self._record(
+            Step(
+                index=index,
+                messages=pending.messages,
+                reply=reply,
+                tool_results=outcome.results,
+                routing=pending.routing,
+                started_at=pending.started_at,
+                duration_s=time.perf_counter() - pending.started,
+            )
+        )
+        fired = self.signals.observe(index, message, outcome.results, reply)
+        await self._fire(fired)
+        stop = next((f for f in fired if f.signal in self.config.stop_on), None)
+        if stop is not None:
+            return "failed", f"signal: {stop.signal} ({stop.detail})"
+        if outcome.budget_exceeded is not None:
+            reason = f"budget: {outcome.budget_exceeded}"
+            await self._fire(self.signals.exhausted(index, reason))
+            return "exhausted", reason
+        if outcome.answer is not None or not calls:
+            self.answer = outcome.answer if outcome.answer is not None else message.content or ""
+            via = f" ({self.config.finish_tool})" if outcome.answer is not None else ""
+            return "finished", f"final answer{via}"
+        return None
+
+    # -- recording -------------------------------------------------------------
+
+    async def _emit(self, event: Event) -> None:
+        await self.agent.emitter.emit(event)
+
+    async def _record(self, step: Step) -> None:
+        self.steps.append(step)
+        await self._emit(StepRecorded(run_id=self.run_id, rollout_id=self.rollout_id, step=step))
+
+    async def _fire(self, fired: Sequence[Fired]) -> None:
+        for f in fired:
+            event = await self.agent.emitter.emit(
+                SignalRaised(
+                    run_id=self.run_id,
+                    rollout_id=self.rollout_id,
+                    signal=f.signal,
+                    step=f.step,
+                    detail=f.detail,
+                    value=f.value,
+                )
+            )
+            self.raised.append(event)
+
+
+__all__ = ["FINAL_EVENTS_TIMEOUT_S", "Rollout"]

@@ -1,0 +1,95 @@
+"""Where an agent's events go: the event sink and the emitter that stamps them.
+
+An **event sink** is an async callable taking one ``Event``
+(``EventSink = Callable[[Event], Awaitable[None]]``).  The loop awaits it,
+so a slow consumer slows the rollout down instead of piling events up:
+backpressure, by design.  Two ready-made sinks:
+
+- ``EventLog``: keeps the events in memory (tests, small runs), optionally
+  only the last ``maxlen``;
+- ``stream_sink(send_stream)``: sends into an anyio memory object stream;
+  create it bounded (``anyio.create_memory_object_stream[Event](64)``), and
+  a full stream makes the agent wait for its reader.
+
+``EventEmitter`` wraps a sink and stamps each event with a sequence number
+and a wall-clock time.  One emitter is shared by every rollout (and every
+agent of a hierarchy) of a run, so ``seq`` strictly increases across the
+run's events, in the order they were emitted.
+
+May import protocols and anyio; nothing else of agentrt.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar, final
+
+import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
+
+from agentrt.protocols import Event
+
+EventSink = Callable[[Event], Awaitable[None]]
+"""Receives each event; awaited by the emitter (backpressure)."""
+
+E = TypeVar("E", bound=Event)
+
+
+@final
+class EventEmitter:
+    """Stamps events (``seq``, ``ts``) and hands them to a sink, or drops
+    them when there is none."""
+
+    __slots__ = ("_clock", "_seq", "sink")
+
+    def __init__(self, sink: EventSink | None = None, *, clock: Callable[[], float] = time.time):
+        self.sink = sink
+        self._seq = itertools.count(1)
+        self._clock = clock
+
+    async def emit(self, event: E) -> E:
+        """Stamp ``event`` and deliver it; returns the stamped event."""
+        stamped = msgspec.structs.replace(event, seq=next(self._seq), ts=self._clock())
+        if self.sink is not None:
+            await self.sink(stamped)
+        return stamped
+
+
+@final
+class EventLog:
+    """A sink that keeps events in memory (all, or the last ``maxlen``)."""
+
+    def __init__(self, maxlen: int | None = None) -> None:
+        self._events: deque[Event] = deque(maxlen=maxlen)
+
+    async def __call__(self, event: Event) -> None:
+        self._events.append(event)
+
+    @property
+    def events(self) -> list[Event]:
+        return list(self._events)
+
+    def of_type(self, kind: type[E]) -> list[E]:
+        """The events of one type, in order."""
+        return [e for e in self._events if isinstance(e, kind)]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(list(self._events))
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+def stream_sink(stream: MemoryObjectSendStream[Event]) -> EventSink:
+    """A sink sending into ``stream`` (waits while it is full)."""
+
+    async def send(event: Event) -> None:
+        await stream.send(event)
+
+    return send
+
+
+__all__ = ["EventEmitter", "EventLog", "EventSink", "stream_sink"]

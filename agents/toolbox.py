@@ -1,0 +1,290 @@
+"""The tools of one agent, and running one assistant message's tool calls.
+
+Owns ``Toolbox``: the agent's tools in a ``ToolRegistry`` (names checked,
+schemas compiled once, specs in a stable sorted order), the optional
+built-in finish tool, turning a model's raw ``ToolCall`` into validated
+arguments, and ``run_calls``, which runs all tool calls of one assistant
+message concurrently in a task group, each under its deadline, and returns
+their results in call order.
+
+Every problem with a call becomes an error result the model can act on,
+never a crash and never a call with made-up arguments:
+
+- an unknown tool: ``unknown tool 'serch'; available tools: read_file,
+  search (did you mean 'search'?)``;
+- malformed argument JSON: ``arguments for tool 'add' are not valid JSON:
+  Expecting ',' delimiter at char 8``;
+- arguments failing the schema: the registry's per-argument problems
+  (``- path: missing required argument``), the same shape function tools
+  use for their own validation;
+- a tool error (``ToolError`` or an error output), a timeout, or an
+  unexpected exception inside the tool (logged with its traceback).
+
+Cancellation is not caught: cancelling the caller cancels every running
+call.  ``BudgetExceeded`` raised by a tool (a sub-agent that found the
+shared budget spent) is an error result too, and is flagged so the loop
+can end the rollout as exhausted.
+
+May import protocols, the runtime floor and ``agentrt.tools.base``; never
+aggregators or the roof.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, final
+
+import anyio
+
+from agentrt.protocols import ToolCall, ToolResult, ToolSpec
+from agentrt.runtime.errors import BudgetExceeded, ConfigError, ToolError
+from agentrt.runtime.log import get_logger
+from agentrt.tools.base import NotificationSink, Tool, ToolContext, ToolOutput
+from agentrt.tools.registry import ToolRegistry
+from agentrt.tools.validation import invalid_arguments
+
+log = get_logger(__name__)
+
+
+def finish_spec(name: str) -> ToolSpec:
+    """The built-in finish tool: calling it with ``answer`` ends the rollout."""
+    return ToolSpec(
+        name=name,
+        description="Give your final answer and end the task. Call it once, when you are done.",
+        parameters={
+            "type": "object",
+            "properties": {"answer": {"type": "string", "description": "The final answer."}},
+            "required": ["answer"],
+            "additionalProperties": False,
+        },
+    )
+
+
+@final
+class FinishTool:
+    """The finish tool as a ``Tool``; the loop reads its ``answer`` instead
+    of calling it (calling it just echoes the answer)."""
+
+    def __init__(self, name: str) -> None:
+        self._spec = finish_spec(name)
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        return ToolOutput.of_text(str(arguments.get("answer", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCall:
+    """A call whose arguments parsed and passed the schema."""
+
+    call: ToolCall
+    tool: Tool
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CallsOutcome:
+    """What one assistant message's tool calls produced."""
+
+    results: list[ToolResult]
+    """In call order."""
+    answer: str | None = None
+    """Set when the finish tool was called with valid arguments."""
+    budget_exceeded: str | None = None
+    """A tool hit the shared budget: why."""
+    crashed: list[ToolResult] = field(default_factory=list)
+    """The results of calls that raised an unexpected exception (a bug in
+    the tool), for the loop to report beyond the model."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What the concurrent calls of one message write into."""
+
+    results: list[ToolResult | None]
+    budget: list[str] = field(default_factory=list)
+    crashed: list[ToolResult] = field(default_factory=list)
+
+
+@final
+class Toolbox:
+    """An agent's tools (see the module docstring)."""
+
+    def __init__(
+        self,
+        tools: Sequence[Tool],
+        *,
+        finish_tool: str | None = None,
+        where: str = "agent",
+    ) -> None:
+        registry = ToolRegistry()
+        try:
+            for tool in tools:
+                registry.register(tool)
+            if finish_tool is not None:
+                registry.register(FinishTool(finish_tool))
+        except ConfigError as exc:
+            raise ConfigError(str(exc), where=f"{where}.tools") from exc
+        self.registry = registry
+        self.finish_tool = finish_tool
+        self.specs: list[ToolSpec] = registry.specs()
+        self.names: list[str] = registry.names()
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    # -- checking one call ----------------------------------------------------
+
+    def prepare(self, call: ToolCall) -> PreparedCall | ToolResult:
+        """Parse and validate a call; an error result says what is wrong."""
+        name = call.function.name
+        if name not in self.registry:
+            return self._error(call, self._unknown(name))
+        raw = call.function.arguments
+        try:
+            # An empty argument string means "no arguments"; the schema then
+            # decides whether that is enough.
+            arguments = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            return self._error(
+                call,
+                f"arguments for tool '{name}' are not valid JSON: {exc.msg} at char {exc.pos}. "
+                "Call the tool again with a valid JSON object.",
+            )
+        problems = self.registry.validate(name, arguments)
+        if problems:
+            return self._error(call, invalid_arguments(name, problems).text)
+        return PreparedCall(call=call, tool=self.registry.get(name), arguments=arguments)
+
+    def _unknown(self, name: str) -> str:
+        text = f"unknown tool '{name}'; available tools: {', '.join(self.names) or '(none)'}"
+        close = difflib.get_close_matches(name, self.names, n=1)
+        if close:
+            text += f" (did you mean '{close[0]}'?)"
+        return text
+
+    @staticmethod
+    def _error(call: ToolCall, text: str, duration: float = 0.0) -> ToolResult:
+        return ToolResult(
+            call_id=call.id,
+            name=call.function.name,
+            content=f"error: {text}",
+            is_error=True,
+            duration_s=duration,
+        )
+
+    # -- running one message's calls ---------------------------------------
+
+    async def run_calls(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        run_id: str,
+        rollout_id: str,
+        timeout_s: float,
+        notify: NotificationSink | None = None,
+    ) -> CallsOutcome:
+        """Run ``calls`` concurrently; results in call order."""
+        batch = _Batch([None] * len(calls))
+        answer: str | None = None
+        async with anyio.create_task_group() as tg:
+            for index, call in enumerate(calls):
+                prepared = self.prepare(call)
+                if isinstance(prepared, ToolResult):
+                    batch.results[index] = prepared
+                elif isinstance(prepared.tool, FinishTool):
+                    answer = str(prepared.arguments.get("answer", ""))
+                    batch.results[index] = ToolResult(
+                        call_id=call.id, name=call.function.name, content=answer
+                    )
+                else:
+                    context = ToolContext(
+                        run_id=run_id,
+                        rollout_id=rollout_id,
+                        call_id=call.id,
+                        timeout_s=timeout_s,
+                        notify=notify,
+                    )
+                    tg.start_soon(
+                        self._run_one,
+                        prepared,
+                        context,
+                        batch,
+                        index,
+                        name=f"tool {call.function.name} ({call.id})",
+                    )
+        done = [r for r in batch.results if r is not None]
+        assert len(done) == len(calls), "every call has a result once the group exits"
+        return CallsOutcome(
+            results=done,
+            answer=answer,
+            budget_exceeded=batch.budget[0] if batch.budget else None,
+            crashed=batch.crashed,
+        )
+
+    async def _run_one(
+        self, prepared: PreparedCall, context: ToolContext, batch: _Batch, index: int
+    ) -> None:
+        batch.results[index] = await self._invoke(prepared, context, batch)
+
+    async def _invoke(
+        self, prepared: PreparedCall, context: ToolContext, batch: _Batch
+    ) -> ToolResult:
+        call, tool = prepared.call, prepared.tool
+        name = call.function.name
+        timeout = context.timeout_s if context.timeout_s is not None else math.inf
+        started = time.perf_counter()
+        with anyio.move_on_after(timeout):
+            try:
+                output = await tool.call(prepared.arguments, context)
+                text, is_error = output.text, output.is_error
+            except ToolError as exc:
+                return self._error(call, f"tool '{name}' failed: {exc}", _since(started))
+            except BudgetExceeded as exc:
+                batch.budget.append(str(exc))
+                return self._error(
+                    call, f"tool '{name}' stopped: the budget is spent ({exc})", _since(started)
+                )
+            except Exception as exc:
+                # The tool's bug, not the loop's (a raise, or a reply that is
+                # not a ToolOutput): the model hears about it, the log keeps
+                # the traceback.
+                log.warning(
+                    "tool_crashed",
+                    tool=name,
+                    call_id=call.id,
+                    rollout=context.rollout_id,
+                    exc_info=exc,
+                )
+                result = self._error(
+                    call, f"tool '{name}' failed: {type(exc).__name__}: {exc}", _since(started)
+                )
+                batch.crashed.append(result)
+                return result
+            else:
+                if is_error and not text.startswith("error"):
+                    text = f"error: {text}"
+                return ToolResult(
+                    call_id=call.id,
+                    name=name,
+                    content=text,
+                    is_error=is_error,
+                    duration_s=_since(started),
+                )
+        # Only reached when the deadline cancelled the call.
+        return self._error(call, f"tool '{name}' timed out after {timeout:g} s", _since(started))
+
+
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
+__all__ = ["CallsOutcome", "FinishTool", "PreparedCall", "Toolbox", "finish_spec"]

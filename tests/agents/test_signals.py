@@ -1,0 +1,134 @@
+"""Behaviour signals: computed per trajectory, emitted as events, read by the
+router and by early stopping."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from agentrt.agents import Agent, AgentConfig, EventLog, SignalConfig, SignalTracker
+from agentrt.protocols import (
+    AssistantMessage,
+    FunctionCall,
+    SignalRaised,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+from agentrt.runtime.budget import Headroom
+from agentrt.testing import ScriptedBackend, ScriptedToolCall
+from agentrt.tools.base import ToolContext, ToolOutput
+
+
+class Echo:
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name="lookup",
+            parameters={"type": "object", "properties": {"key": {"type": "string"}}},
+        )
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        return ToolOutput.of_text("the same page again")
+
+
+def calling(name: str, arguments: str, call_id: str = "c") -> AssistantMessage:
+    return AssistantMessage(
+        tool_calls=[ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments))]
+    )
+
+
+def result(content: str, *, error: bool = False, call_id: str = "c") -> ToolResult:
+    return ToolResult(call_id=call_id, name="lookup", content=content, is_error=error)
+
+
+@pytest.mark.anyio
+async def test_a_loop_fires_a_signal_and_stops_the_rollout() -> None:
+    backend = ScriptedBackend(
+        [ScriptedToolCall("lookup", {"key": "k"})], on_exhausted="repeat_last"
+    )
+    log = EventLog()
+    agent = Agent(AgentConfig(name="looper"), backends=[backend], tools=[Echo()], events=log)
+    result = await agent.run("find k")
+
+    assert result.status == "failed"
+    assert result.trajectory.stop_reason is not None
+    assert result.trajectory.stop_reason.startswith("signal: loop")
+    assert len(result.trajectory.steps) == 3  # loop_repeats defaults to 3
+    loop = [e for e in log.of_type(SignalRaised) if e.signal == "loop"]
+    assert len(loop) == 1
+    assert (loop[0].step, loop[0].value) == (2, 3.0)
+    assert 'lookup({"key": "k"}) called 3 times' in loop[0].detail
+    assert result.signals == log.of_type(SignalRaised)
+
+
+@pytest.mark.anyio
+async def test_give_up_is_detected_and_configurable() -> None:
+    text = "I'm sorry, but I cannot complete this task with these tools."
+    stopped = await Agent(AgentConfig(name="quitter"), backends=[ScriptedBackend([text])]).run(
+        "impossible"
+    )
+    assert stopped.status == "failed"
+    assert stopped.answer is None
+    assert [s.signal for s in stopped.signals] == ["give_up"]
+    assert "cannot complete" in stopped.signals[0].detail
+
+    kept = await Agent(
+        AgentConfig(name="quitter", stop_on=[]), backends=[ScriptedBackend([text])]
+    ).run("impossible")
+    assert (kept.status, kept.answer) == ("finished", text)
+    assert [s.signal for s in kept.signals] == ["give_up"]
+
+
+def test_stagnation_and_failure_rate_fire_once_when_crossed() -> None:
+    tracker = SignalTracker(
+        SignalConfig(stagnation_steps=2, failure_min_calls=3, failure_rate=0.3), max_steps=50
+    )
+    assert tracker.observe(0, calling("lookup", '{"key": "a"}'), [result("page")]) == []
+    assert tracker.observe(1, calling("lookup", '{"key": "b"}'), [result(" page ")]) == []
+    fired = tracker.observe(2, calling("lookup", '{"key": "c"}'), [result("page")])
+    assert [f.signal for f in fired] == ["stagnation"]
+    assert fired[0].detail == "no new tool result in 2 consecutive steps"
+    # Still stagnating: active, but it does not fire again.
+    assert tracker.observe(3, calling("lookup", '{"key": "d"}'), [result("page")]) == []
+    assert "stagnation" in tracker.active
+    assert tracker.routing_signals().repeated_action  # stuck: cascade escalates
+    # New information clears it; failures then push the rate over 50%.
+    tracker.observe(4, calling("lookup", '{"key": "e"}'), [result("fresh", error=True)])
+    assert "stagnation" not in tracker.active
+    fired = tracker.observe(5, calling("lookup", '{"key": "f"}'), [result("no", error=True)])
+    assert [f.signal for f in fired] == ["tool_failure_rate"]
+    assert fired[0].value == pytest.approx(2 / 6)
+    assert tracker.routing_signals().last_tool_failed
+
+
+def test_failure_rate_threshold() -> None:
+    tracker = SignalTracker(SignalConfig(failure_min_calls=2, failure_rate=0.5), max_steps=50)
+    assert tracker.observe(0, calling("lookup", "{}"), [result("x", error=True)]) == []
+    fired = tracker.observe(1, calling("lookup", '{"k": 1}'), [result("y")])
+    assert [(f.signal, f.value) for f in fired] == [("tool_failure_rate", 0.5)]
+    assert fired[0].detail == "1 of 2 tool calls failed (50%)"
+
+
+def test_loops_are_seen_through_key_order_and_interleaving() -> None:
+    tracker = SignalTracker(SignalConfig(loop_repeats=3, loop_window=5), max_steps=50)
+    tracker.observe(0, calling("lookup", '{"a": 1, "b": 2}'), [result("1")])
+    tracker.observe(1, calling("lookup", '{"other": 1}'), [result("2")])
+    tracker.observe(2, calling("lookup", '{"b": 2,  "a": 1}'), [result("3")])
+    fired = tracker.observe(3, calling("lookup", '{"b":2,"a":1}'), [result("4")])
+    assert [f.signal for f in fired] == ["loop"]
+
+
+def test_exhaustion_fires_on_steps_and_on_budget() -> None:
+    steps = SignalTracker(SignalConfig(exhaustion_fraction=0.5), max_steps=4)
+    assert steps.observe(0, AssistantMessage(content="thinking"), []) == []
+    fired = steps.observe(1, AssistantMessage(content="still thinking"), [])
+    assert [(f.signal, f.detail) for f in fired] == [("exhaustion", "2 of 4 steps used")]
+    assert steps.exhausted(3, "max steps") == []  # already raised
+
+    budget = SignalTracker(SignalConfig(budget_fraction_left=0.25), max_steps=100)
+    assert budget.observe_budget(0, Headroom(fraction=0.5)) == []
+    fired = budget.observe_budget(1, Headroom(fraction=0.2))
+    assert [(f.signal, f.value) for f in fired] == [("exhaustion", 0.2)]
