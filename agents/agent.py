@@ -29,6 +29,7 @@ from agentrt.agents.toolbox import Toolbox
 from agentrt.protocols import ChatMessage
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.memory import MemoryView
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.pricing import PriceTable
 from agentrt.runtime.routing import (
@@ -57,6 +58,7 @@ class Agent:
         events: EventEmitter | EventSink | None = None,
         policy: RoutingPolicy | None = None,
         prices: PriceTable | None = None,
+        memory: MemoryView | None = None,
     ) -> None:
         """``backends``: by name, or a list (named by ``backend.name``);
         ``tools``: the tool objects (or a registry), of which
@@ -65,7 +67,9 @@ class Agent:
         (default: a fresh uncapped ledger per rollout); ``events``: an
         emitter shared with the rest of the run, or a sink; ``policy``:
         overrides ``config.routing``/``config.model``; ``prices``: for the
-        routing ladder when there is no ledger (default: every model free).
+        routing ladder when there is no ledger (default: every model free);
+        ``memory``: a run's shared memory bank: each step shows its top keys
+        after the history and offers successful tool results to it.
         """
         where = f"agent {config.name!r}"
         self.config = config
@@ -88,6 +92,7 @@ class Agent:
                     where=f"{where}.routing",
                 )
         self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
+        self.memory = memory
 
     @property
     def name(self) -> str:

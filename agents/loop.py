@@ -17,7 +17,12 @@ routing policy).  Each step:
 5. the record: a ``Step`` (request messages, reply, tool results, routing
    decision, timings) and the events ``ToolCalled``, ``StepRecorded``,
    ``SignalRaised``;
-6. stop when the reply has no tool calls (its text is the answer), the
+6. shared memory (when the agent has a ``MemoryView``): each prompt ends
+   with a note listing the bank's top keys for the latest observation (after
+   the history, so the shared prefix and the history stay byte-stable), and
+   successful tool results are offered to the bank through its admission
+   policy;
+7. stop when the reply has no tool calls (its text is the answer), the
    finish tool was called, a signal in ``stop_on`` fired, or a limit was
    reached (steps, rollout tokens, context, budget).
 
@@ -43,11 +48,12 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from agentrt.agents.context import ContextWindow
+from agentrt.agents.context import ContextWindow, message_tokens
 from agentrt.agents.control import RolloutControl, RolloutResult
 from agentrt.agents.signals import Fired, SignalTracker
 from agentrt.agents.toolbox import CallsOutcome
 from agentrt.protocols import (
+    AssistantMessage,
     ChatMessage,
     Cost,
     ErrorRaised,
@@ -62,8 +68,10 @@ from agentrt.protocols import (
     Step,
     StepRecorded,
     ToolCalled,
+    ToolResult,
     Trajectory,
     TrajectoryStatus,
+    UserMessage,
 )
 from agentrt.runtime.budget import BudgetLedger, Reservation
 from agentrt.runtime.errors import (
@@ -141,6 +149,9 @@ class Rollout:
         self.answer: str | None = None
         self.pending: _Pending | None = None
         self.started = time.perf_counter()
+        self.observation = task
+        """The latest observation (tool results or the model's text): what
+        memory retrieval is conditioned on."""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -269,6 +280,10 @@ class Rollout:
         limits, budget = self.config.limits, self.config.context.budget_tokens
         messages = self.window.messages()
         prompt_tokens = self.window.estimate()
+        note = await self._memory_note()
+        if note is not None:
+            messages.append(note)
+            prompt_tokens += message_tokens(note, self.window.estimate_text)
         if prompt_tokens > budget:
             return "exhausted", (
                 f"context: the prompt needs about {prompt_tokens:,} tokens after compaction, "
@@ -384,6 +399,7 @@ class Rollout:
                 )
         self.window.add_turn(index, message, outcome.results)
         self.pending = None
+        await self._offer_to_memory(index, message, outcome.results)
         await self._record(
             Step(
                 index=index,
@@ -409,6 +425,38 @@ class Rollout:
             via = f" ({self.config.finish_tool})" if outcome.answer is not None else ""
             return "finished", f"final answer{via}"
         return None
+
+    # -- shared memory ---------------------------------------------------------
+
+    async def _memory_note(self) -> UserMessage | None:
+        """The bank's top keys for the latest observation, as a note."""
+        memory = self.agent.memory
+        if memory is None:
+            return None
+        text = memory.note(await memory.keys_for(self.observation, self.task))
+        return UserMessage(content=text) if text else None
+
+    async def _offer_to_memory(
+        self, index: int, message: AssistantMessage, results: Sequence[ToolResult]
+    ) -> None:
+        """Offer successful tool results to the bank; note the observation."""
+        self.observation = "\n".join(r.content for r in results) or message.content or ""
+        memory = self.agent.memory
+        if memory is None:
+            return
+        arguments = {c.id: c.function.arguments for c in message.tool_calls}
+        for result in results:
+            if result.is_error:
+                continue
+            candidate = memory.tool_candidate(
+                result.name,
+                arguments.get(result.call_id, ""),
+                result.content,
+                rollout_id=self.rollout_id,
+                step=index,
+            )
+            if candidate is not None:
+                await memory.offer(candidate)
 
     # -- recording -------------------------------------------------------------
 

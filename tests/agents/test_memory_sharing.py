@@ -1,0 +1,208 @@
+"""The memory bank proof: parallel rollouts whose sub-steps overlap make
+fewer model and tool calls with a shared bank, and reach the same answers.
+
+Each rollout must learn three facts (alpha, beta, gamma), each by two
+expensive tool steps: ``search(topic)`` gives a document id, ``fetch(doc)``
+the fact.  The scripted model reads its own history and, when the per-step
+memory note lists a fetched fact it still needs, fetches it with
+``memory_get`` instead (all such facts in one step).  The rollouts start on
+different topics, so what one learns another can reuse.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from agentrt.agents import Agent, AgentConfig
+from agentrt.protocols import ModelRequest, ToolMessage, ToolSpec, UserMessage
+from agentrt.runtime.errors import ToolError
+from agentrt.runtime.memory import NOTE_HEADER, MemoryBank, MemoryView
+from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
+from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools.memory import memory_tools
+
+pytestmark = pytest.mark.anyio
+
+TASK = "Report the weights of alpha, beta and gamma."
+ORDERS = {
+    "r0": ("alpha", "beta", "gamma"),
+    "r1": ("beta", "gamma", "alpha"),
+    "r2": ("gamma", "alpha", "beta"),
+    "r3": ("alpha", "gamma", "beta"),
+}
+WEIGHTS = {"alpha": 17, "beta": 42, "gamma": 99}
+FACT = re.compile(r"^fact (\w+): \w+ weighs (\d+) kg", re.MULTILINE)
+DOC = re.compile(r"^doc-(\w+)$")
+KEY = re.compile(r"^- \[(\d+)\] fetch\(.*\) -> fact (\w+):", re.MULTILINE)
+
+
+class LookupTool:
+    """A slow lookup tool counting its calls."""
+
+    def __init__(self, name: str, param: str, answer: Any) -> None:
+        self._spec = ToolSpec(
+            name=name,
+            description=f"the {name} lookup",
+            parameters={
+                "type": "object",
+                "properties": {param: {"type": "string"}},
+                "required": [param],
+                "additionalProperties": False,
+            },
+        )
+        self.param = param
+        self.answer = answer
+        self.calls = 0
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        self.calls += 1
+        await anyio.sleep(0.02)
+        return ToolOutput.of_text(self.answer(arguments[self.param]))
+
+
+def search_tool() -> LookupTool:
+    return LookupTool("search", "topic", lambda topic: f"doc-{topic}")
+
+
+def fetch_tool() -> LookupTool:
+    def fetch(doc: str) -> str:
+        topic = doc.removeprefix("doc-")
+        n = WEIGHTS[topic]
+        return f"fact {topic}: {topic} weighs {n} kg (source: registry entry {topic}-{n})"
+
+    return LookupTool("fetch", "doc", fetch)
+
+
+def model(request: ModelRequest) -> ReplySpec:
+    """The scripted model: stateless, it reads everything off the request."""
+    rollout = (request.request_id or "").rsplit("-", 1)[0]
+    order = ORDERS[rollout]
+    facts: dict[str, str] = {}
+    docs: set[str] = set()
+    for message in request.messages:
+        if isinstance(message, ToolMessage):
+            facts.update((t, n) for t, n in FACT.findall(message.content))
+            if found := DOC.match(message.content):
+                docs.add(found.group(1))
+    visible: dict[str, int] = {}
+    last = request.messages[-1]
+    if (
+        isinstance(last, UserMessage)
+        and isinstance(last.content, str)
+        and last.content.startswith(NOTE_HEADER)
+    ):
+        visible = {topic: int(i) for i, topic in KEY.findall(last.content)}
+    needed = [t for t in order if t not in facts]
+    if not needed:
+        return "; ".join(f"{t}={facts[t]}kg" for t in sorted(facts))
+    reuse = [ScriptedToolCall("memory_get", {"id": visible[t]}) for t in needed if t in visible]
+    if reuse:
+        return reuse
+    topic = needed[0]
+    if topic in docs:
+        return ScriptedToolCall("fetch", {"doc": f"doc-{topic}"})
+    return ScriptedToolCall("search", {"topic": topic})
+
+
+async def run_rollouts(
+    with_bank: bool,
+) -> tuple[dict[str, str | None], int, int, list[ModelRequest]]:
+    backend = ScriptedBackend(model)
+    search, fetch = search_tool(), fetch_tool()
+    answers: dict[str, str | None] = {}
+    async with MemoryBank() as bank:
+        view = MemoryView(bank, run_id="run-1", task_id="weights", k=6) if with_bank else None
+        tools = [search, fetch, *(memory_tools(view) if view is not None else [])]
+        agent = Agent(AgentConfig(name="weigher"), backends=[backend], tools=tools, memory=view)
+
+        async def one(rollout_id: str) -> None:
+            result = await agent.run(TASK, run_id="run-1", rollout_id=rollout_id)
+            assert result.trajectory.status == "finished", result.trajectory.stop_reason
+            answers[rollout_id] = result.trajectory.answer
+
+        async with anyio.create_task_group() as tg:
+            for rollout_id in ORDERS:
+                tg.start_soon(one, rollout_id)
+    return answers, len(backend.requests), search.calls + fetch.calls, backend.requests
+
+
+async def test_a_shared_bank_saves_model_and_tool_calls_with_the_same_answers() -> None:
+    alone, alone_calls, alone_tools, _ = await run_rollouts(with_bank=False)
+    shared, shared_calls, shared_tools, requests = await run_rollouts(with_bank=True)
+
+    expected = "; ".join(f"{t}={WEIGHTS[t]}kg" for t in sorted(WEIGHTS))
+    assert set(alone.values()) == {expected}
+    assert shared == alone
+    # Without the bank every rollout does 3 x (search + fetch) + the answer.
+    assert (alone_calls, alone_tools) == (4 * 7, 4 * 6)
+    assert shared_calls < alone_calls
+    assert shared_tools < alone_tools
+    # Somebody actually reused memory.
+    gets = [
+        c
+        for r in requests
+        for m in r.messages
+        if not isinstance(m, (ToolMessage, UserMessage))
+        for c in getattr(m, "tool_calls", [])
+        if c.function.name == "memory_get"
+    ]
+    assert gets
+
+
+async def test_the_memory_note_leaves_the_shared_prefix_byte_identical() -> None:
+    _, _, _, requests = await run_rollouts(with_bank=True)
+    encode = msgspec.json.encode
+    prefixes = {encode(r.messages[:2]) + encode(r.tools) for r in requests}
+    assert len(prefixes) == 1
+    noted = [r for r in requests if isinstance(r.messages[-1], UserMessage) and len(r.messages) > 2]
+    assert noted, "no step showed the shared memory keys"
+    for request in noted:
+        note = request.messages[-1]
+        assert isinstance(note, UserMessage)
+        assert isinstance(note.content, str)
+        assert note.content.startswith(NOTE_HEADER)
+        # The note is never part of the history the next step extends.
+        assert sum(isinstance(m, UserMessage) for m in request.messages[2:]) == 1
+
+
+async def test_failed_and_memory_tool_results_are_not_offered() -> None:
+    def lookup(topic: str) -> str:
+        if topic == "beta":
+            raise ToolError("lookup service down")
+        return f"doc-{topic}"
+
+    backend = ScriptedBackend(
+        [
+            ScriptedToolCall("search", {"topic": "alpha"}),
+            ScriptedToolCall("search", {"topic": "beta"}),
+            ScriptedToolCall("memory_search", {"query": "alpha"}),
+            "done",
+        ]
+    )
+    search = LookupTool("search", "topic", lookup)
+    async with MemoryBank() as bank:
+        view = MemoryView(bank, run_id="run-2")
+        agent = Agent(
+            AgentConfig(name="offers"),
+            backends=[backend],
+            tools=[search, *memory_tools(view)],
+            memory=view,
+        )
+        result = await agent.run("find alpha", run_id="run-2", rollout_id="r0")
+        assert result.trajectory.answer == "done"
+        assert result.trajectory.steps[1].tool_results[0].is_error
+        keys = [h.key for h in await bank.keys(view.owners)]
+    # The search result was offered and stored; the memory_search one was not.
+    assert keys == ['search({"topic":"alpha"}) -> doc-alpha']
+    assert view.offered == 1
+    assert search.calls == 2
