@@ -16,6 +16,7 @@ PUBLIC = [
     "agentrt.runtime.testing",
     "agentrt.testing",
     "agentrt.tools",
+    "agentrt.tools.mcp",
 ]
 
 

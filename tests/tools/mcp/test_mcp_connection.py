@@ -1,0 +1,247 @@
+"""McpConnection against the in-repo fixture server over stdio: listing
+with pagination, namespacing, progress, timeouts and cancellation, a dying
+server, and servers that are broken in the ways real ones are."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentrt.runtime.errors import ConfigError
+from agentrt.tools.base import Tool, ToolContext
+from agentrt.tools.mcp import (
+    ConnectionState,
+    McpClientConfig,
+    McpConnection,
+    McpServerError,
+    McpToolbox,
+    StdioServerConfig,
+)
+
+Factory = Callable[..., StdioServerConfig]
+FAST_RESTART = {"initial_delay_s": 0.1, "max_delay_s": 0.5, "jitter": 0.0}
+#: The restart test also runs on plain asyncio (the rest on uvloop only: every
+#: fixture-server start costs a second or more of CPU on a 2-core machine).
+BOTH_BACKENDS = [
+    pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio+uvloop"),
+]
+
+
+class Sink:
+    """Collects ``(kind, payload)`` notifications."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self._changed = anyio.Event()
+
+    async def __call__(self, kind: str, payload: Mapping[str, Any]) -> None:
+        self.events.append((kind, dict(payload)))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [p for k, p in self.events if k == kind]
+
+    async def wait_for(
+        self, kind: str, pred: Callable[[dict[str, Any]], bool], within: float
+    ) -> dict[str, Any]:
+        with anyio.fail_after(within):
+            while True:
+                changed = self._changed
+                for payload in self.of(kind):
+                    if pred(payload):
+                        return payload
+                await changed.wait()
+
+
+def _tools(conn: McpConnection) -> dict[str, Any]:
+    return {t.remote_name: t for t in conn.tools()}
+
+
+@pytest.mark.anyio
+async def test_listing_calls_progress_and_noise(fixture_server: Factory) -> None:
+    sink, seen = Sink(), Sink()
+    config = fixture_server("fx", "--page-size", "2", "--extra", "6")
+    async with McpConnection(config, on_notification=sink) as conn:
+        tools = _tools(conn)
+        assert all(isinstance(t, Tool) for t in tools.values())
+        names = [t.spec.name for t in conn.tools()]
+        out = await tools["lookup"].call({"key": "k1"}, ToolContext())
+        assert (out.text, out.is_error) == ("value-of-k1", False)
+        out = await tools["sleep"].call({"seconds": 0.2}, ToolContext(call_id="c7", notify=seen))
+        assert out.text == "slept 0.2"
+        unknown = await conn.call_tool("no-such-tool", {})
+        # A non-JSON line on the wire is reported, and the session goes on.
+        assert (await tools["noisy"].call({}, ToolContext())).text == "noisy done"
+        log = await sink.wait_for("log", lambda p: "not JSON-RPC" in str(p["data"]), 5)
+        assert (await tools["lookup"].call({"key": "z"}, ToolContext())).text == "value-of-z"
+
+    remote = ["lookup", "sleep", "crash", "noisy", "weird.name/with spaces", "mutate"]
+    remote += [f"t{i:02d}" for i in range(6)]
+    assert len(names) == len(remote) == 12  # six pages of two
+    assert "fx__weird_name_with_spaces" in names
+    assert {f"fx__{n}" for n in remote if "." not in n} <= set(names)
+    assert names == sorted(names)
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in names)
+
+    progress = seen.of("progress")
+    assert [p["progress"] for p in progress] == [1, 2, 3, 4]
+    assert {(p["total"], p["tool"], p["call_id"], p["server"]) for p in progress} == {
+        (4, "fx__sleep", "c7", "fx")
+    }
+    assert progress[-1]["message"] == "step 4"
+    assert sink.of("progress") == progress  # the connection's sink sees them too
+    assert unknown.is_error
+    assert "does not offer a tool 'no-such-tool'" in unknown.text
+    assert log["level"] == "warning"
+    assert log["server"] == "fx"
+
+
+@pytest.mark.anyio
+async def test_timeout_and_cancellation_reach_the_server_and_the_session_stays_usable(
+    fixture_server: Factory, tmp_path: Path
+) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+
+    async def cancelled_on_server(count: int) -> None:
+        with anyio.fail_after(5):
+            # The server saw notifications/cancelled: it leaves a file, polled.
+            while len(list(markers.iterdir())) < count:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+
+    async with McpConnection(fixture_server("fx", "--marker-dir", str(markers))) as conn:
+        tools = _tools(conn)
+        start = time.monotonic()
+        out = await tools["sleep"].call({"seconds": 30}, ToolContext(timeout_s=0.3))
+        assert out.is_error
+        assert "'fx__sleep'" in out.text
+        assert "timed out after 0.3 s" in out.text
+        assert time.monotonic() - start < 3
+        await cancelled_on_server(1)
+        assert (await tools["lookup"].call({"key": "a"}, ToolContext())).text == "value-of-a"
+
+        with anyio.move_on_after(0.3) as scope:
+            await tools["sleep"].call({"seconds": 30}, ToolContext())
+        assert scope.cancelled_caught
+        await cancelled_on_server(2)
+        assert (await tools["lookup"].call({"key": "b"}, ToolContext())).text == "value-of-b"
+        assert conn.state is ConnectionState.READY
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", BOTH_BACKENDS)
+async def test_a_dead_server_is_restarted_and_calls_meanwhile_get_a_clear_error(
+    fixture_server: Factory,
+) -> None:
+    sink = Sink()
+    config = fixture_server("fx", restart=FAST_RESTART)
+    async with McpConnection(config, on_notification=sink) as conn:
+        tools = _tools(conn)
+        out = await tools["crash"].call({}, ToolContext())
+        assert out.is_error
+        assert "connection lost during a call to 'fx__crash'" in out.text
+        state = await sink.wait_for("state", lambda p: p["state"] == "restarting", 5)
+        assert "exited" in state["reason"]
+        assert "crashing on purpose" in state["reason"]
+        meanwhile = await tools["lookup"].call({"key": "a"}, ToolContext())
+        assert meanwhile.is_error
+        assert "MCP server 'fx' is restarting" in meanwhile.text
+        assert "crashing on purpose" in meanwhile.text
+        assert "try again shortly" in meanwhile.text
+        await conn.wait_ready(20)
+        after = await tools["lookup"].call({"key": "b"}, ToolContext())
+        assert (after.text, after.is_error) == ("value-of-b", False)
+        assert conn.restarts == 1
+
+
+@pytest.mark.anyio
+async def test_a_server_that_keeps_failing_is_given_up(
+    fixture_server: Factory, tmp_path: Path
+) -> None:
+    description = tmp_path / "description.txt"
+    description.write_text("Look a key up.")
+    config = fixture_server(
+        "fx", "--description-file", str(description), restart={**FAST_RESTART, "max_failures": 2}
+    )
+    async with McpConnection(config) as conn:
+        description.unlink()  # every restart now dies at start-up
+        await _tools(conn)["crash"].call({}, ToolContext())
+        with pytest.raises(McpServerError, match="failed"):
+            await conn.wait_ready(30)
+        assert conn.state is ConnectionState.FAILED
+        out = await conn.call_tool("lookup", {"key": "a"})
+    assert out.is_error
+    assert "MCP server 'fx' is down: failed 2 times in a row" in out.text
+    assert "FileNotFoundError" in out.text  # quoted from the server's stderr
+
+
+@pytest.mark.anyio
+async def test_garbage_during_the_handshake_is_a_clear_error(fixture_server: Factory) -> None:
+    start = time.monotonic()
+    with pytest.raises(McpServerError) as caught:
+        async with McpConnection(fixture_server("junk", "--garbage-first")):
+            pass
+    message = str(caught.value)
+    assert message.startswith("MCP server 'junk':")
+    assert "malformed message to stdout during the handshake" in message
+    assert "Welcome to the fixture server" in message
+    assert time.monotonic() - start < 10  # fails fast, not at the connect deadline
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (
+            "agentrt-no-such-command-7f3a",
+            "command 'agentrt-no-such-command-7f3a' not found on PATH",
+        ),
+        ("/nonexistent/bin/mcp-server", "does not exist or is not executable"),
+    ],
+)
+async def test_a_missing_command_is_a_config_error(command: str, expected: str) -> None:
+    config = StdioServerConfig(name="ghost", command=command, args=["--flag"])
+    with pytest.raises(ConfigError) as caught:
+        async with McpConnection(config):
+            pass
+    assert expected in str(caught.value)
+    assert "mcp server 'ghost'" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_the_toolbox_goes_on_with_the_servers_that_started(fixture_server: Factory) -> None:
+    servers = [
+        fixture_server("good"),
+        StdioServerConfig(name="ghost", command="agentrt-no-such-command-7f3a"),
+        fixture_server("junk", "--garbage-first"),
+    ]
+    async with McpToolbox(McpClientConfig(servers=servers)) as box:
+        assert set(box.failures) == {"ghost", "junk"}
+        assert isinstance(box.failures["ghost"], ConfigError)
+        assert "malformed" in str(box.failures["junk"])
+        tools = {t.spec.name: t for t in box.tools()}
+        assert {n.split("__")[0] for n in tools} == {"good"}
+        out = await tools["good__lookup"].call({"key": "q"}, ToolContext())
+        assert out.text == "value-of-q"
+    with pytest.raises(ConfigError, match="ghost"):
+        async with McpToolbox(McpClientConfig(servers=servers[1:2], require_all=True)):
+            pass
+
+
+@pytest.mark.anyio
+async def test_cancelling_a_connection_while_it_starts_leaves_no_process(
+    fixture_server: Factory,
+) -> None:
+    # The autouse no_orphan_processes fixture checks the server process is gone.
+    with anyio.move_on_after(0.3) as scope:
+        async with McpConnection(fixture_server()):
+            pytest.fail("the server cannot be ready within 0.3 s")
+    assert scope.cancelled_caught

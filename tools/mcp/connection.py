@@ -1,0 +1,539 @@
+"""``McpConnection``: one supervised connection to one MCP server.
+
+::
+
+    async with McpConnection(config, pins=store, on_notification=sink) as conn:
+        tools = conn.tools()          # McpTool objects, namespaced, pin-checked
+        out = await tools[0].call({"message": "hi"}, ToolContext())
+
+Owns the connection's life: a supervisor task (in a task group the
+connection owns) opens the SDK transport and ``ClientSession``, does the
+handshake, lists the tools (following ``nextCursor``), checks each
+definition against its pin, and then waits for the session to end.  When
+the server dies it is restarted with exponential backoff; meanwhile every
+call answers with an error output saying the server is restarting, and in
+flight calls fail with "connection lost".  ``notifications/tools/list_changed``
+re-lists (and re-checks pins).  Progress notifications go to the calling
+``ToolContext.notify`` and to the connection's sink; server log messages,
+malformed-message reports and state changes go to the connection's sink
+(``(kind, payload)`` with kind ``progress``, ``log`` or ``state``).
+
+A server that writes something other than JSON-RPC to stdout during the
+handshake fails fast with a clear error; later, such lines are reported as
+``log`` events and the session carries on.  The first connection failing
+is an error of ``__aenter__`` (a ``ConfigError`` for a command that cannot
+be found); failures after that are restarts.
+
+Must not import agents or aggregators.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Final, Self, final
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from agentrt._version import __version__
+from agentrt.runtime.errors import AgentrtError
+from agentrt.runtime.log import get_logger
+from agentrt.tools.base import NotificationSink, ToolContent, ToolContext, ToolOutput
+from agentrt.tools.mcp.catalog import MAX_PAGES, Catalog, build_catalog, list_all_tools
+from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
+from agentrt.tools.mcp.content import resource_contents, tool_output
+from agentrt.tools.mcp.errors import (
+    McpServerError,
+    describe,
+    leaf,
+    malformed_detail,
+    session_forgotten,
+)
+from agentrt.tools.mcp.health import ConnectionState, Health
+from agentrt.tools.mcp.pinning import MemoryPinStore, PinDecision, PinStore
+from agentrt.tools.mcp.tool import McpTool
+from agentrt.tools.mcp.transport import EndWatchingStream, StderrTail, open_transport
+
+__all__ = ["ConnectionState", "McpConnection", "McpServerError"]
+
+_log = get_logger(__name__)
+
+#: Extra time past the SDK's own request timeout before our guard gives up.
+_GUARD_S: Final = 5.0
+#: How much of a server's stderr an error message quotes.
+_STDERR_NOTE_CHARS: Final = 600
+
+
+@dataclass(eq=False)
+class _Live:
+    """One open session and what happened on it."""
+
+    session: ClientSession
+    ended: anyio.Event
+    relist: anyio.Event = field(default_factory=anyio.Event)
+    handshake: anyio.CancelScope | None = None
+    malformed: str | None = None
+    lost: str | None = None
+
+
+@final
+class McpConnection:
+    """A supervised connection to one MCP server (an async context manager)."""
+
+    def __init__(
+        self,
+        config: StdioServerConfig | HttpServerConfig,
+        *,
+        pins: PinStore | None = None,
+        on_notification: NotificationSink | None = None,
+    ) -> None:
+        self.config = config
+        self._pins = pins if pins is not None else MemoryPinStore()
+        self._sink = on_notification
+        self._health = Health(config.name)
+        self._opened = False
+        self._live: _Live | None = None
+        self._catalog = Catalog()
+        self._tail: StderrTail | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.restarts = 0
+        """How many times the server was restarted."""
+
+    # -- public surface -------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def state(self) -> ConnectionState:
+        return self._health.state
+
+    def tools(self) -> list[McpTool]:
+        """The tools offered now (blocked ones left out), sorted by name."""
+        return sorted(self._catalog.tools.values(), key=lambda t: t.spec.name)
+
+    def blocked(self) -> list[PinDecision]:
+        """Tools withheld because their definition does not match its pin."""
+        return sorted(self._catalog.blocked.values(), key=lambda d: d.tool)
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Wait until the server is ready; raises ``McpServerError`` if it is
+        failed or closed, ``TimeoutError`` on the deadline."""
+        await self._health.wait_ready(timeout_s)
+
+    async def __aenter__(self) -> Self:
+        if self._opened:
+            raise RuntimeError("Cannot reopen an McpConnection once it has been opened.")
+        self._opened = True
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            await self._tg.start(self._supervise)
+        except BaseException as exc:
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+            self._health.set(ConnectionState.CLOSED, "the server could not be started")
+            if not isinstance(exc, Exception):
+                raise
+            cause = leaf(exc)
+            if isinstance(cause, AgentrtError):
+                raise cause from None
+            raise McpServerError(self.name, f"could not start: {self._why(cause)}") from cause
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        assert self._tg is not None
+        self._health.set(ConnectionState.CLOSED, "the connection was closed")
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(exc_type, exc_val, exc_tb)
+
+    async def call_tool(
+        self,
+        remote_name: str,
+        arguments: Mapping[str, Any],
+        *,
+        context: ToolContext | None = None,
+        display_name: str | None = None,
+    ) -> ToolOutput:
+        """Call a tool by the server's own name; failures are error outputs."""
+        context = context or ToolContext()
+        shown = display_name or remote_name
+        live = self._live
+        refusal = self._refusal(remote_name)
+        if refusal is not None or live is None:
+            return ToolOutput.of_text(refusal or self._health.unavailable(), is_error=True)
+        timeout = min(self.config.call_timeout_s, context.timeout_s or math.inf)
+        try:
+            with anyio.fail_after(timeout + _GUARD_S):
+                result = await live.session.call_tool(
+                    remote_name,
+                    dict(arguments),
+                    read_timeout_seconds=timeout,
+                    progress_callback=self._progress_relay(shown, context),
+                )
+        except (
+            MCPError,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            TimeoutError,
+            ValidationError,
+            RuntimeError,
+        ) as exc:
+            return ToolOutput.of_text(self._call_failure(live, exc, shown, timeout), is_error=True)
+        return tool_output(result)
+
+    def _refusal(self, remote_name: str) -> str | None:
+        """Why a call cannot be sent now, or None."""
+        if self._health.state is not ConnectionState.READY or self._live is None:
+            return self._health.unavailable()
+        if (decision := self._catalog.blocked.get(remote_name)) is not None:
+            return decision.message
+        if remote_name not in self._catalog.tools:
+            return f"MCP server {self.name!r} does not offer a tool {remote_name!r} (any more)"
+        return None
+
+    def _progress_relay(self, shown: str, context: ToolContext) -> ProgressFnT:
+        async def relay(progress: float, total: float | None, message: str | None) -> None:
+            payload = {
+                "server": self.name,
+                "tool": shown,
+                "call_id": context.call_id,
+                "progress": progress,
+                "total": total,
+                "message": message,
+            }
+            if context.notify is not None:
+                await context.notify("progress", payload)
+            await self._emit("progress", payload)
+
+        return relay
+
+    def _call_failure(self, live: _Live, exc: Exception, shown: str, timeout: float) -> str:
+        where = f"MCP tool {shown!r} (server {self.name!r})"
+        match exc:
+            case MCPError(code=types.REQUEST_TIMEOUT):
+                return f"{where} timed out after {timeout:g} s; the server was asked to cancel it"
+            case MCPError() if exc.code == types.CONNECTION_CLOSED or self._session_gone(live, exc):
+                return self._lost(live, f"during a call to {shown!r}")
+            case MCPError():
+                return f"{where} failed: {exc.message} (MCP error {exc.code})"
+            case anyio.BrokenResourceError() | anyio.ClosedResourceError():
+                return self._lost(live, f"during a call to {shown!r}")
+            case TimeoutError():
+                live.lost = f"no answer from the server {timeout + _GUARD_S:g} s into a call"
+                self._mark_down(live, live.lost)
+                return f"{where} got no answer at all; reconnecting to the server"
+            case _:  # a result that fails validation, or a shape the client did not ask for
+                what = "a malformed" if isinstance(exc, ValidationError) else "an unsupported"
+                return f"{where} returned {what} result: {exc}"
+
+    async def list_resources(self) -> list[types.Resource]:
+        """Every resource the server lists (following ``nextCursor``)."""
+        live = self._require_live()
+        resources: list[types.Resource] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._request(live, live.session.list_resources(params=params))
+            resources.extend(page.resources)
+            if (cursor := page.next_cursor) is None:
+                return resources
+        raise McpServerError(self.name, f"resources/list did not end after {MAX_PAGES} pages")
+
+    async def read_resource(self, uri: str) -> list[ToolContent]:
+        """The contents of one resource."""
+        live = self._require_live()
+        result = await self._request(live, live.session.read_resource(uri))
+        return resource_contents(result.contents)
+
+    # -- supervision ----------------------------------------------------
+
+    async def _supervise(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        first = True
+        failures = 0
+        while True:
+            started = anyio.current_time()
+
+            def ready() -> None:
+                nonlocal first
+                if first:
+                    first = False
+                    task_status.started()
+
+            try:
+                reason = await self._attempt(ready)
+            except Exception as exc:
+                if first:
+                    raise
+                reason = self._why(exc)
+            if self._health.state is ConnectionState.CLOSED:
+                return
+            if anyio.current_time() - started >= self.config.restart.stable_after_s:
+                failures = 0
+            failures += 1
+            if failures >= self.config.restart.max_failures:
+                _log.error("mcp.server.failed", server=self.name, reason=reason, failures=failures)
+                self._health.set(
+                    ConnectionState.FAILED, f"failed {failures} times in a row; last: {reason}"
+                )
+                await self._emit("state", self._health.payload())
+                return
+            delay = self.config.restart.delay(failures, random.random())
+            retry_at = anyio.current_time() + delay
+            self._health.set(ConnectionState.RESTARTING, reason, retry_at=retry_at)
+            _log.warning("mcp.server.restarting", server=self.name, reason=reason, delay_s=delay)
+            await self._emit("state", self._health.payload())
+            await anyio.sleep(delay)
+            self.restarts += 1
+
+    async def _attempt(self, ready: Callable[[], None]) -> str:
+        """One session from start to end; returns why it ended."""
+        tail = StderrTail(self.name) if isinstance(self.config, StdioServerConfig) else None
+        self._tail = tail
+        reason = ""
+        try:
+            async with anyio.create_task_group() as tg:
+                if tail is not None:
+                    tg.start_soon(tail.pump)
+                try:
+                    reason = await self._session(ready)
+                finally:
+                    tg.cancel_scope.cancel()
+            return reason
+        finally:
+            self._live = None
+            if tail is not None:
+                tail.close()
+
+    async def _session(self, ready: Callable[[], None]) -> str:
+        ended = anyio.Event()
+        reason = ""
+        async with open_transport(self.config, self._tail) as (read, write):
+            live: _Live | None = None
+
+            async def on_message(message: types.ServerNotification | Exception) -> None:
+                if live is not None:
+                    await self._on_message(live, message)
+
+            session = ClientSession(
+                EndWatchingStream(read, ended),
+                write,
+                logging_callback=self._on_log,
+                message_handler=on_message,
+                client_info=types.Implementation(name="agentrt", version=__version__),
+            )
+            async with session, anyio.create_task_group() as tg:
+                live = _Live(session=session, ended=ended)
+                await self._handshake(live)
+                await self._refresh(live)
+                self._live = live
+                self._health.set(ConnectionState.READY)
+                await self._emit("state", self._health.payload())
+                ready()
+                tg.start_soon(self._relist_on_change, live)
+                await ended.wait()
+                if self._tail is not None:
+                    self._tail.drain()  # the last words of a dying server, before they are quoted
+                reason = live.lost or self._ended_reason()
+                self._mark_down(live, reason)
+                tg.cancel_scope.cancel()
+        return reason
+
+    async def _handshake(self, live: _Live) -> None:
+        try:
+            with anyio.fail_after(self.config.connect_timeout_s):
+                with anyio.CancelScope() as scope:
+                    live.handshake = scope
+                    result = await live.session.initialize()
+                    if self.config.log_level is not None and result.capabilities.logging:
+                        await live.session.send_request(
+                            types.SetLevelRequest(
+                                params=types.SetLevelRequestParams(level=self.config.log_level)
+                            ),
+                            types.EmptyResult,
+                        )
+        except TimeoutError:
+            raise McpServerError(
+                self.name,
+                f"no answer to the MCP handshake within {self.config.connect_timeout_s:g} s"
+                f"{self._stderr_note()}",
+            ) from None
+        except MCPError as exc:
+            raise McpServerError(
+                self.name, f"the handshake failed: {describe(exc)}{self._stderr_note()}"
+            ) from None
+        finally:
+            live.handshake = None
+        if scope.cancelled_caught:
+            advice = (
+                "; stdout is reserved for JSON-RPC messages, so logs must go to stderr"
+                if isinstance(self.config, StdioServerConfig)
+                else ""
+            )
+            raise McpServerError(
+                self.name,
+                f"wrote a malformed message to stdout during the handshake ({live.malformed})"
+                f"{advice}{self._stderr_note()}"
+                if advice
+                else f"sent a malformed message during the handshake ({live.malformed})",
+            )
+        _log.info(
+            "mcp.server.connected",
+            server=self.name,
+            protocol=result.protocol_version,
+            server_info=result.server_info.name,
+        )
+
+    async def _refresh(self, live: _Live) -> None:
+        """List every tool, check pins, and publish the new catalog."""
+
+        async def fetch(cursor: str | None) -> types.ListToolsResult:
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page: types.ListToolsResult = await self._request(
+                live, live.session.list_tools(params=params)
+            )
+            return page
+
+        listed = await list_all_tools(self.name, fetch)
+        catalog = await build_catalog(
+            self,
+            listed,
+            approved=self.config.approved,
+            new_tools=self.config.new_tools,
+            pins=self._pins,
+        )
+        for remote, decision in catalog.blocked.items():
+            if self._catalog.blocked.get(remote) != decision:
+                _log.warning(
+                    "mcp.tool.blocked", server=self.name, tool=remote, why=decision.message
+                )
+                await self._emit(
+                    "log", {"server": self.name, "level": "warning", "data": decision.message}
+                )
+        self._catalog = catalog
+        _log.info(
+            "mcp.tools.listed",
+            server=self.name,
+            offered=len(catalog.tools),
+            blocked=len(catalog.blocked),
+        )
+
+    async def _relist_on_change(self, live: _Live) -> None:
+        while True:
+            await live.relist.wait()
+            live.relist = anyio.Event()
+            try:
+                await self._refresh(live)
+            except (McpServerError, MCPError, TimeoutError, ValidationError) as exc:
+                _log.warning("mcp.tools.relist_failed", server=self.name, error=describe(exc))
+
+    async def _request(self, live: _Live, request: Any) -> Any:
+        """Await an SDK request with the configured deadline; failures become
+        ``McpServerError`` naming the server."""
+        try:
+            with anyio.fail_after(self.config.request_timeout_s):
+                return await request
+        except (MCPError, TimeoutError, ValidationError) as exc:
+            if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
+                raise McpServerError(self.name, self._lost(live, "during a request")) from exc
+            raise McpServerError(self.name, describe(exc)) from exc
+
+    # -- notifications --------------------------------------------------
+
+    async def _on_message(self, live: _Live, message: types.ServerNotification | Exception) -> None:
+        if isinstance(message, Exception):
+            live.malformed = malformed_detail(message)
+            if live.handshake is not None:
+                live.handshake.cancel()
+                return
+            _log.warning("mcp.server.malformed_message", server=self.name, detail=live.malformed)
+            await self._emit(
+                "log",
+                {
+                    "server": self.name,
+                    "level": "warning",
+                    "logger": "agentrt.mcp",
+                    "data": f"malformed message from the server, ignored: {live.malformed}",
+                },
+            )
+        elif isinstance(message, types.ToolListChangedNotification):
+            live.relist.set()
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        await self._emit(
+            "log",
+            {
+                "server": self.name,
+                "level": params.level,
+                "logger": params.logger,
+                "data": params.data,
+            },
+        )
+
+    async def _emit(self, kind: str, payload: Mapping[str, Any]) -> None:
+        if self._sink is None:
+            return
+        try:
+            await self._sink(kind, payload)
+        except Exception:
+            _log.exception("mcp.notification_sink_failed", server=self.name, kind=kind)
+
+    # -- state and messages ---------------------------------------------
+
+    def _stderr_note(self) -> str:
+        text = self._tail.text()[-_STDERR_NOTE_CHARS:] if self._tail is not None else ""
+        return f"; its stderr ended with: {text!r}" if text else ""
+
+    def _ended_reason(self) -> str:
+        if isinstance(self.config, StdioServerConfig):
+            return f"the server process exited (its stdout closed){self._stderr_note()}"
+        return "the server closed the connection"
+
+    def _why(self, exc: BaseException) -> str:
+        cause = leaf(exc)
+        if isinstance(cause, McpServerError):
+            return str(cause).removeprefix(f"MCP server {self.name!r}: ")
+        return describe(cause) + self._stderr_note()
+
+    def _session_gone(self, live: _Live, exc: MCPError) -> bool:
+        if isinstance(self.config, HttpServerConfig) and session_forgotten(exc):
+            live.lost = f"the server no longer knows our session ({exc.message})"
+            return True
+        return False
+
+    def _mark_down(self, live: _Live, reason: str) -> None:
+        """Stop routing calls to ``live`` at once, before its teardown."""
+        live.ended.set()
+        if self._live is live:
+            self._live = None
+        if self._health.state in (ConnectionState.READY, ConnectionState.RESTARTING):
+            self._health.set(ConnectionState.RESTARTING, reason)
+
+    def _lost(self, live: _Live, when: str) -> str:
+        self._mark_down(live, live.lost or "the connection was lost")
+        return (
+            f"MCP server {self.name!r}: connection lost {when}; the server is being restarted "
+            "and the call may or may not have run; try again shortly"
+        )
+
+    def _require_live(self) -> _Live:
+        if self._health.state is not ConnectionState.READY or self._live is None:
+            raise McpServerError(
+                self.name, self._health.unavailable().removeprefix(f"MCP server {self.name!r} ")
+            )
+        return self._live
