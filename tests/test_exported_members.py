@@ -9,6 +9,7 @@ import pytest
 PUBLIC = [
     "agentrt",
     "agentrt.agents",
+    "agentrt.aggregators",
     "agentrt.protocols",
     "agentrt.runtime.actors",
     "agentrt.runtime.models",

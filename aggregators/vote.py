@@ -1,0 +1,219 @@
+"""Majority and weighted vote over summaries, with pluggable normalization.
+
+Owns the answer normalizers (``strip``, ``casefold``, ``number``
+canonicalization, ``ANSWER:`` extraction, and ``chain`` to compose them),
+``MajorityVote`` and ``WeightedVote`` (a weight per summary: verified facts,
+cost, or any callable).  Ties go to the answer first seen in input order, so
+the result is deterministic.  No model calls.
+
+May import protocols and ``agentrt.aggregators.base``; nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import final
+
+from agentrt.agents.recording import EventEmitter
+from agentrt.aggregators.base import AggregationResult, emit_all, empty_result, usable
+from agentrt.protocols import Trajectory, TrajectorySummary, VoteCast
+
+Normalizer = Callable[[str], str]
+"""Maps an answer to the key answers are grouped by."""
+
+_ANSWER_TAG = re.compile(r"(?:final\s+)?answer\s*[:=]\s*(.+)", re.I)
+_NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
+
+
+def strip(answer: str) -> str:
+    """Whitespace collapsed, trailing period removed."""
+    return " ".join(answer.split()).rstrip(".").strip()
+
+
+def casefold(answer: str) -> str:
+    return answer.casefold()
+
+
+def number(answer: str) -> str:
+    """``"1,000.50"``, ``"1000.5"`` and ``"1.0005e3"`` all become ``"1000.5"``;
+    anything that is not a number is returned unchanged."""
+    text = answer.strip().rstrip(".").replace("$", "").strip()
+    if not text or not _NUMBER.match(text) or not any(c.isdigit() for c in text):
+        return answer
+    try:
+        value = Decimal(text.replace(",", ""))
+    except InvalidOperation:
+        return answer
+    if value == value.to_integral_value():
+        return str(value.quantize(Decimal(1)))
+    return format(value.normalize(), "f")
+
+
+def extract_answer(answer: str) -> str:
+    """The text after the last ``ANSWER:`` (or ``Final answer:``) marker, if
+    there is one, else the answer itself."""
+    matches = _ANSWER_TAG.findall(answer)
+    return matches[-1].strip() if matches else answer
+
+
+def chain(*steps: Normalizer) -> Normalizer:
+    """Apply ``steps`` left to right."""
+
+    def normalize(answer: str) -> str:
+        for step in steps:
+            answer = step(answer)
+        return answer
+
+    return normalize
+
+
+#: The default: extract, strip, casefold, canonicalize numbers.
+default_normalizer: Normalizer = chain(extract_answer, strip, casefold, number)
+
+NORMALIZERS: dict[str, Normalizer] = {
+    "strip": strip,
+    "casefold": casefold,
+    "number": number,
+    "extract": extract_answer,
+    "default": default_normalizer,
+    "none": lambda a: a,
+}
+
+
+def verified_facts_weight(summary: TrajectorySummary) -> float:
+    """1 plus the number of tool-verified facts, minus 0.5 per failure mode
+    (floored at 0.1): evidence counts, not trajectories."""
+    verified = sum(1 for f in summary.facts if f.verified)
+    return max(0.1, 1.0 + verified - 0.5 * len(summary.failure_modes))
+
+
+def _tally(
+    kept: Sequence[TrajectorySummary],
+    normalize: Normalizer,
+    weight: Callable[[TrajectorySummary], float],
+) -> tuple[dict[str, float], dict[str, list[TrajectorySummary]]]:
+    totals: dict[str, float] = {}
+    members: dict[str, list[TrajectorySummary]] = {}
+    for s in kept:
+        key = normalize(s.answer or "")
+        totals[key] = totals.get(key, 0.0) + weight(s)
+        members.setdefault(key, []).append(s)
+    return totals, members
+
+
+async def _vote(
+    name: str,
+    *,
+    summaries: Sequence[TrajectorySummary],
+    normalize: Normalizer,
+    weight: Callable[[TrajectorySummary], float],
+    events: EventEmitter | None,
+    run_id: str,
+) -> AggregationResult:
+    kept, excluded = usable(summaries)
+    if not kept:
+        return empty_result(excluded, "no rollout produced an answer")
+    totals, members = _tally(kept, normalize, weight)
+    best = max(totals.values())
+    # dicts keep insertion order: the first-seen answer wins a tie.
+    key = next(k for k, v in totals.items() if v == best)
+    tied = [k for k, v in totals.items() if v == best]
+    chosen = members[key][0]
+    vote = VoteCast(
+        run_id="",
+        aggregator=name,
+        round=1,
+        candidates=[s.rollout_id for s in kept],
+        winner=chosen.rollout_id,
+        votes={members[k][0].rollout_id: round(v) for k, v in totals.items()},
+    )
+    trace = await emit_all(events, [vote], run_id=run_id)
+    why = f"{best:g} of {sum(totals.values()):g} votes for {key!r}"
+    if len(tied) > 1:
+        why += f" (tie among {len(tied)} answers; the first seen wins)"
+    return AggregationResult(
+        answer=chosen.answer,
+        winner=chosen.rollout_id,
+        rationale=why,
+        trace=trace,
+        excluded=excluded,
+    )
+
+
+@final
+class MajorityVote:
+    """The most frequent answer after normalization (one vote per rollout)."""
+
+    name = "majority"
+
+    def __init__(self, normalize: Normalizer = default_normalizer) -> None:
+        self.normalize = normalize
+
+    async def aggregate(
+        self,
+        task: str,
+        summaries: Sequence[TrajectorySummary],
+        *,
+        trajectories: Mapping[str, Trajectory] | None = None,
+        events: EventEmitter | None = None,
+        run_id: str = "",
+    ) -> AggregationResult:
+        return await _vote(
+            self.name,
+            summaries=summaries,
+            normalize=self.normalize,
+            weight=lambda _: 1.0,
+            events=events,
+            run_id=run_id,
+        )
+
+
+@final
+class WeightedVote:
+    """Each rollout's vote weighs ``weight(summary)`` (default: verified
+    evidence, see ``verified_facts_weight``)."""
+
+    name = "weighted"
+
+    def __init__(
+        self,
+        weight: Callable[[TrajectorySummary], float] = verified_facts_weight,
+        normalize: Normalizer = default_normalizer,
+    ) -> None:
+        self.weight = weight
+        self.normalize = normalize
+
+    async def aggregate(
+        self,
+        task: str,
+        summaries: Sequence[TrajectorySummary],
+        *,
+        trajectories: Mapping[str, Trajectory] | None = None,
+        events: EventEmitter | None = None,
+        run_id: str = "",
+    ) -> AggregationResult:
+        return await _vote(
+            self.name,
+            summaries=summaries,
+            normalize=self.normalize,
+            weight=self.weight,
+            events=events,
+            run_id=run_id,
+        )
+
+
+__all__ = [
+    "NORMALIZERS",
+    "MajorityVote",
+    "Normalizer",
+    "WeightedVote",
+    "casefold",
+    "chain",
+    "default_normalizer",
+    "extract_answer",
+    "number",
+    "strip",
+    "verified_facts_weight",
+]

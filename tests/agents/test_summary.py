@@ -1,0 +1,102 @@
+"""Summaries of real trajectories from the agent loop, rule-based and by a
+model (with its fallback on malformed output)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from agentrt.agents import Agent, AgentConfig, AgentLimits
+from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer
+from agentrt.protocols import ToolSpec, Trajectory
+from agentrt.runtime.errors import ToolError
+from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
+from agentrt.tools.base import ToolContext, ToolOutput
+
+pytestmark = pytest.mark.anyio
+
+
+class Lookup:
+    spec = ToolSpec(
+        name="lookup",
+        parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    )
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        if arguments["q"] == "broken":
+            raise ToolError("index offline")
+        return ToolOutput.of_text(f"Paris is the capital of France (source: {arguments['q']})")
+
+
+async def trajectory() -> Trajectory:
+    backend = ScriptedBackend(
+        [
+            ScriptedReply(
+                content="Maybe the atlas knows. Is it Lyon?",
+                tool_calls=[ScriptedToolCall("lookup", {"q": "broken"})],
+            ),
+            ScriptedReply(
+                content="Try the encyclopedia.",
+                tool_calls=[ScriptedToolCall("lookup", {"q": "encyclopedia"})],
+            ),
+            "ANSWER: Paris",
+        ]
+    )
+    agent = Agent(AgentConfig(name="geo"), backends=[backend], tools=[Lookup()])
+    return (await agent.run("capital of France?", rollout_id="r1")).trajectory
+
+
+async def test_rule_based_summary_of_a_real_trajectory() -> None:
+    traj = await trajectory()
+    summary = await RuleBasedSummarizer().summarize(traj)
+    assert (summary.rollout_id, summary.answer) == ("r1", "ANSWER: Paris")
+    (fact,) = summary.facts
+    assert fact.verified
+    assert fact.source_step == 1
+    assert fact.claim.startswith("Paris is the capital")
+    assert "lookup" in fact.evidence
+    assert any("index offline" in f and "step 0" in f for f in summary.failure_modes)
+    assert [h.split(":")[0] for h in summary.hypotheses] == ["step 0", "step 1"]
+    assert "Is it Lyon?" in summary.uncertainties
+    assert summary.cost == traj.cost
+    assert summary.cost.model_calls == 3
+
+
+async def test_an_unfinished_rollout_has_no_answer_and_says_why() -> None:
+    backend = ScriptedBackend([ScriptedToolCall("lookup", {"q": "x"})], on_exhausted="repeat_last")
+    agent = Agent(
+        AgentConfig(name="geo", limits=AgentLimits(max_steps=2), stop_on=[]),
+        backends=[backend],
+        tools=[Lookup()],
+    )
+    traj = (await agent.run("loop forever")).trajectory
+    summary = await RuleBasedSummarizer().summarize(traj)
+    assert summary.answer is None
+    assert any(f.startswith("rollout exhausted") for f in summary.failure_modes)
+    assert "no final answer was reached" in summary.uncertainties
+
+
+async def test_model_summary_is_validated_and_falls_back_on_malformed_output() -> None:
+    traj = await trajectory()
+    good = (
+        'Here: {"answer": "Paris", "facts": [{"claim": "Paris is the capital", '
+        '"evidence": "step 1", "source_step": 1, "verified": true}], '
+        '"uncertainties": ["none"], "failure_modes": ["lookup broke once"]}'
+    )
+    backend = ScriptedBackend([good, '{"answer": "Paris", "facts": "not a list"}', "no json"])
+    summarizer = ModelSummarizer(backend, max_tokens=200)
+    summary = await summarizer.summarize(traj)
+    assert summary.answer == "Paris"
+    assert summary.facts[0].verified
+    assert summary.failure_modes == ["lookup broke once"]
+    assert summary.cost.model_calls == traj.cost.model_calls + 1
+    request = backend.requests[0]
+    assert request.sampling.max_tokens == 200
+    assert "capital of France?" in str(request.messages)
+    for _ in range(2):
+        fallback = await summarizer.summarize(traj)
+        assert fallback.answer == "ANSWER: Paris"  # rule-based
+        assert fallback.failure_modes[-1].startswith("summary model output was malformed")
+        assert fallback.facts[0].verified

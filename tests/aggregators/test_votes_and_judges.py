@@ -1,0 +1,162 @@
+"""Majority / weighted vote with normalization, best-of-N, compressed
+reasoning, ROUGE-L and configuration, on crafted summaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrt.agents import EventLog
+from agentrt.agents.recording import EventEmitter
+from agentrt.aggregators import (
+    PDR,
+    RTV,
+    BestOfN,
+    CompressedReasoning,
+    MajorityVote,
+    ModelJudge,
+    SimulatedJudge,
+    WeightedVote,
+    build_aggregator,
+    lcs_length,
+    rouge_l,
+)
+from agentrt.aggregators.vote import chain, extract_answer, number, strip
+from agentrt.protocols import Fact, TrajectorySummary, VoteCast
+from agentrt.runtime.errors import ConfigError
+from agentrt.testing import ScriptedBackend
+
+pytestmark = pytest.mark.anyio
+
+
+def s(rid: str, answer: str | None, *, verified: int = 0) -> TrajectorySummary:
+    facts = [Fact(claim=f"f{i}", evidence="step 0", verified=True) for i in range(verified)]
+    return TrajectorySummary(rollout_id=rid, answer=answer, facts=facts)
+
+
+def test_normalizers() -> None:
+    assert number("1,000.50") == number("1000.5") == number("1.0005e3") == "1000.5"
+    assert number("42.0") == "42"
+    assert number("forty") == "forty"
+    assert extract_answer("I think... ANSWER: Paris") == "Paris"
+    assert chain(extract_answer, strip, str.casefold)("Final answer:  PARIS. ") == "paris"
+
+
+async def test_majority_groups_normalized_answers_and_skips_failures() -> None:
+    log = EventLog()
+    summaries = [
+        s("a", "ANSWER: 1,000"),
+        s("b", "42"),
+        s("c", "1000.0"),
+        s("d", None),  # a crashed rollout: excluded, aggregation continues
+        s("e", "42.00 "),
+        s("f", "1000"),
+    ]
+    result = await MajorityVote().aggregate("t", summaries, events=EventEmitter(log))
+    assert (result.answer, result.winner) == ("ANSWER: 1,000", "a")
+    assert result.excluded == ["d"]
+    assert "3 of 5" in result.rationale
+    (vote,) = log.of_type(VoteCast)
+    assert vote.votes == {"a": 3, "b": 2}
+    assert vote.seq == 1
+
+
+async def test_majority_tie_goes_to_first_seen_and_empty_is_none() -> None:
+    result = await MajorityVote().aggregate(
+        "t", [s("a", "x"), s("b", "y"), s("c", "y"), s("d", "x")]
+    )
+    assert result.winner == "a"
+    assert "tie" in result.rationale
+    empty = await MajorityVote().aggregate("t", [s("a", None)])
+    assert (empty.answer, empty.winner, empty.excluded) == (None, None, ["a"])
+
+
+async def test_weighted_vote_counts_evidence_not_trajectories() -> None:
+    summaries = [s("a", "x"), s("b", "x"), s("c", "y", verified=3)]
+    assert (await MajorityVote().aggregate("t", summaries)).answer == "x"
+    assert (await WeightedVote().aggregate("t", summaries)).answer == "y"
+    custom = WeightedVote(weight=lambda x: 5.0 if x.rollout_id == "b" else 1.0)
+    assert (await custom.aggregate("t", [s("a", "p"), s("b", "q"), s("c", "p")])).winner == "b"
+
+
+async def test_best_of_n_pointwise_and_pairwise_with_a_perfect_judge() -> None:
+    summaries = [s("a", "wrong"), s("b", "also wrong"), s("c", "right"), s("d", None)]
+    for mode in ("pointwise", "pairwise"):
+        judge = SimulatedJudge("right", 1.0, seed=1)
+        result = await BestOfN(judge, mode=mode).aggregate("t", summaries)
+        assert (result.winner, result.excluded) == ("c", ["d"])
+        assert result.cost.model_calls == judge.calls == (3 if mode == "pointwise" else 2)
+
+
+async def test_compressed_reasoning_picks_with_one_call() -> None:
+    backend = ScriptedBackend(["Report 2"])
+    result = await CompressedReasoning(backend).aggregate(
+        "t", [s("a", "x"), s("b", "y", verified=1)]
+    )
+    assert (result.answer, result.winner, result.cost.model_calls) == ("y", "b", 1)
+    prompt = str(backend.requests[0].messages[1])
+    assert "Report 1" in prompt
+    assert "[verified] f0" in prompt
+    unreadable = await CompressedReasoning(ScriptedBackend(["hmm"])).aggregate(
+        "t", [s("a", "x"), s("b", "y")]
+    )
+    assert unreadable.winner == "a"
+    assert "unreadable" in unreadable.rationale
+
+
+def test_rouge_l_on_known_pairs() -> None:
+    assert lcs_length("ABCBDAB", "BDCABA") == 4
+    r = rouge_l("the cat sat on the mat", "the cat was on the mat")
+    assert (r.recall, r.precision) == (5 / 6, 5 / 6)
+    r = rouge_l("police killed the gunman", "the gunman kill police")
+    assert r.recall == pytest.approx(2 / 4)  # LCS "the gunman"
+    assert rouge_l("a b", "").f1 == 0.0
+    assert rouge_l("x y z", "a x b y").recall == pytest.approx(2 / 3)
+
+
+def test_build_aggregator_from_config_and_composition() -> None:
+    judge = SimulatedJudge("x", 0.9)
+    rtv = build_aggregator({"name": "rtv", "g": 3, "v": 5}, judge=judge)
+    assert isinstance(rtv, RTV)
+    assert (rtv.g, rtv.v) == (3, 5)
+
+    async def rollout(task: str, workspace: object) -> TrajectorySummary:
+        return s("r", "x")
+
+    pdr = build_aggregator(
+        [{"name": "pdr", "rounds": 2, "m": 8, "k": 3}, {"name": "rtv", "g": 2, "v": 8}],
+        judge=judge,
+        rollout=rollout,
+    )
+    assert isinstance(pdr, PDR)
+    assert isinstance(pdr.final, RTV)
+    assert pdr.final.v == 8
+    assert (pdr.rounds, pdr.m, pdr.k) == (2, 8, 3)
+    with pytest.raises(ConfigError, match=r"unknown aggregator .rvt.; known: aggagent"):
+        build_aggregator({"name": "rvt"})
+    with pytest.raises(ConfigError, match=r"aggregate \(rtv\): g: Input should be greater"):
+        build_aggregator({"name": "rtv", "g": 1}, judge=judge)
+    with pytest.raises(ConfigError, match="rtv needs a judge or a model backend"):
+        build_aggregator({"name": "rtv"})
+    with pytest.raises(ConfigError, match="pdr needs a rollout"):
+        build_aggregator({"name": "pdr"}, judge=judge)
+    with pytest.raises(ConfigError, match="unknown normalizers"):
+        build_aggregator({"name": "majority", "normalize": ["lower"]})
+    with pytest.raises(ConfigError, match="only pdr can be followed"):
+        build_aggregator([{"name": "majority"}, {"name": "rtv"}], judge=judge)
+
+
+async def test_model_judge_reads_summaries_and_parses_its_reply() -> None:
+    backend = ScriptedBackend(["Attempt 2 is best", "7", "no idea", "9 of 10"])
+    judge = ModelJudge(backend, temperature=0.5)
+    pair = [s("a", "x"), s("b", "y", verified=1)]
+    verdict = await judge.compare("task?", pair)
+    assert verdict.winner == 1
+    assert verdict.cost.model_calls == 1
+    prompt = backend.requests[0].messages[1].content
+    assert isinstance(prompt, str)
+    assert "Attempt 2:\nanswer: y\nfact (verified; step 0): f0" in prompt
+    assert "from 1 to 2" in prompt
+    assert (await judge.compare("task?", pair)).winner is None  # 7 is out of range
+    assert (await judge.score("task?", pair[0])).value == 0.0  # unparsable
+    assert (await judge.score("task?", pair[0])).value == 0.9
+    assert backend.requests[0].sampling.temperature == 0.5
