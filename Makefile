@@ -61,6 +61,7 @@ check: lint typecheck test
 bench: $(VENV)/.dev-installed
 	$(BIN)/python bench/actors.py
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/scaling.py
 
 clean:
 	rm -rf $(VENV) .typecheck build *.egg-info .pytest_cache .mypy_cache .ruff_cache
