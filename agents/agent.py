@@ -26,7 +26,7 @@ from agentrt.agents.control import RolloutControl, RolloutResult
 from agentrt.agents.loop import Rollout
 from agentrt.agents.recording import EventEmitter, EventSink
 from agentrt.agents.toolbox import Toolbox
-from agentrt.protocols import ChatMessage
+from agentrt.protocols import ChatMessage, Step
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.memory import MemoryView
@@ -128,10 +128,18 @@ class Agent:
         ledger: BudgetLedger | None = None,
         seed: Sequence[ChatMessage] = (),
         control: RolloutControl | None = None,
+        resume: Sequence[Step] | None = None,
     ) -> RolloutResult:
         """Run one rollout of ``task`` to its end.  ``seed`` messages follow
         the task (summaries of earlier rounds, memory hits); ``control``
-        lets another task cancel it."""
+        lets another task cancel it.
+
+        ``resume``: continue a parent rollout (partial-rollout branching)
+        after these, its first steps (indices 0..k-1, each with a reply):
+        they are replayed into the context, not re-run, so step k's request
+        repeats the parent's prefix byte for byte (given the same task,
+        seed and agent, and no compaction before step k); the trajectory
+        records ``branch_step=k`` and starts with the copied steps."""
         rollout_id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
         if ledger is None:
             ledger = self.ledger or BudgetLedger(rollout_id, prices=self.prices)
@@ -143,6 +151,7 @@ class Agent:
             parent_rollout_id=parent_rollout_id,
             ledger=ledger,
             seed=seed,
+            resume=resume,
         )
         return await rollout.run(control or RolloutControl())
 

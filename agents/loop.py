@@ -77,6 +77,7 @@ from agentrt.runtime.budget import BudgetLedger, Reservation
 from agentrt.runtime.errors import (
     BackendError,
     BudgetExceeded,
+    ConfigError,
     InvalidRequestError,
     MalformedReply,
     UnknownModelError,
@@ -125,6 +126,7 @@ class Rollout:
         parent_rollout_id: str | None,
         ledger: BudgetLedger,
         seed: Sequence[ChatMessage],
+        resume: Sequence[Step] | None = None,
     ) -> None:
         config = agent.config
         self.agent = agent
@@ -152,6 +154,35 @@ class Rollout:
         self.observation = task
         """The latest observation (tool results or the model's text): what
         memory retrieval is conditioned on."""
+        self.branch_step: int | None = None
+        if resume is not None:
+            self._replay(resume)
+
+    def _replay(self, resume: Sequence[Step]) -> None:
+        """Take in a parent's first steps (a partial-rollout continuation):
+        their turns enter the context and the signal tracker, unrecorded and
+        unemitted; the loop then goes on at the next index."""
+        where = f"agent {self.agent.name!r} rollout {self.rollout_id} resume"
+        for position, step in enumerate(resume):
+            if step.index != position:
+                raise ConfigError(
+                    f"resume steps must be indices 0..{len(resume) - 1} in order; "
+                    f"position {position} holds step {step.index}",
+                    where=where,
+                )
+            if step.reply is None or not step.reply.choices:
+                raise ConfigError(
+                    f"step {step.index} has no reply to resume from ({step.error or 'no reply'})",
+                    where=where,
+                )
+            message = step.reply.message
+            self.window.add_turn(step.index, message, step.tool_results)
+            self.signals.observe(step.index, message, step.tool_results, step.reply)
+            self.observation = (
+                "\n".join(r.content for r in step.tool_results) or message.content or ""
+            )
+        self.steps = list(resume)
+        self.branch_step = len(resume)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -228,6 +259,7 @@ class Rollout:
             cost=cost,
             parent_rollout_id=self.parent_rollout_id,
             stop_reason=reason,
+            branch_step=self.branch_step,
         )
         await self._emit(
             RolloutFinished(
@@ -252,7 +284,7 @@ class Rollout:
 
     async def _loop(self) -> _Ended:
         limits = self.config.limits
-        for index in range(limits.max_steps):
+        for index in range(len(self.steps), limits.max_steps):
             used = self.spent.usage.total_tokens
             if limits.max_rollout_tokens is not None and used >= limits.max_rollout_tokens:
                 reason = f"token limit: {used:,} of {limits.max_rollout_tokens:,} tokens used"

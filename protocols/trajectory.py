@@ -65,6 +65,11 @@ class Trajectory(msgspec.Struct, frozen=True, kw_only=True):
     """Why the rollout ended, for people and triage: ``final answer``,
     ``max steps (20)``, ``budget: ...``, ``signal: loop``, ``cancelled``..."""
     schema_version: int = SCHEMA_VERSION
+    branch_step: int | None = None
+    """For a continuation branched from ``parent_rollout_id`` (partial
+    rollouts): the index of the parent's step it re-sampled.  Its steps
+    before that index are the parent's, copied; ``cost`` covers only the
+    continuation's own calls."""
 
 
 class Fact(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,208 @@
+"""Partial-rollout branching (ParallelMuse): re-sample the most uncertain steps.
+
+Owns ``BranchingConfig``, ``BranchPoint``, ``BranchingResult`` and
+``PartialRolloutBrancher``.  Given finished trajectories of one agent on one
+task, the brancher scores every step by perplexity (``agents.uncertainty``:
+reasoning, tool-call or combined tokens), picks the ``branch_steps`` most
+uncertain steps over all trajectories (steps without logprobs are unknown
+and never picked; ties go to the earlier rollout, then the earlier step) and
+starts ``continuations`` new rollouts from each.  A continuation resumes
+from the messages *before* its branch step -- system, task, seed and the
+parent's history up to that step, replayed through ``Agent.run(resume=...)``
+rather than re-run -- so its first request repeats the parent's prefix byte
+for byte and a server's prefix cache serves it; it then re-samples that step
+and goes on.  Each is a ``Trajectory`` with ``parent_rollout_id`` and
+``branch_step`` set whose first steps are the parent's.
+
+Budget: ``budget`` counts rollouts, the given (or initial) ones included;
+when fewer continuations fit than ``branch_steps * continuations``, they are
+dealt one per branch point in turn, most uncertain first.  All continuations
+run concurrently in one task group, at most ``concurrency`` at a time.
+
+May import protocols, the runtime floor and ``agents``; never aggregators
+or the roof.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import final
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentrt.agents.agent import Agent
+from agentrt.agents.control import RolloutResult
+from agentrt.agents.uncertainty import UncertaintyKind, step_uncertainty
+from agentrt.protocols import ChatMessage, Trajectory
+from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.log import get_logger
+
+log = get_logger(__name__)
+
+
+class BranchingConfig(BaseModel):
+    """How partial rollouts branch (defaults from ParallelMuse)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    budget: int = Field(default=8, ge=1)
+    """Total rollouts: the initial (or given) ones plus every continuation."""
+    branch_steps: int = Field(default=2, ge=1)
+    """How many of the most uncertain steps (over all rollouts) to branch from."""
+    continuations: int = Field(default=3, ge=1)
+    """New continuations started from each branch step."""
+    uncertainty: UncertaintyKind = "combined"
+    """Which perplexity ranks steps: reasoning tokens, tool-call tokens or all."""
+    concurrency: int = Field(default=4, ge=1)
+    """Rollouts running at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class BranchPoint:
+    """A step to re-sample: the parent trajectory, the step and its score."""
+
+    parent: Trajectory
+    step: int
+    perplexity: float
+
+
+@dataclass(frozen=True, slots=True)
+class BranchingResult:
+    """The initial rollouts, the points branched from and the continuations."""
+
+    initial: list[Trajectory]
+    points: list[BranchPoint]
+    continuations: list[Trajectory] = field(default_factory=list)
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        """Every rollout, the initial ones first."""
+        return [*self.initial, *self.continuations]
+
+
+@final
+class PartialRolloutBrancher:
+    """Branches continuations of ``agent``'s rollouts from their most
+    uncertain steps (module docstring).  The agent should have
+    ``config.logprobs`` on; without logprobs no step qualifies and nothing
+    is branched."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        config: BranchingConfig | None = None,
+        *,
+        ledger: BudgetLedger | None = None,
+    ) -> None:
+        self.agent = agent
+        self.config = config or BranchingConfig()
+        self.ledger = ledger
+
+    # -- choosing --------------------------------------------------------------
+
+    def pick(self, trajectories: Sequence[Trajectory]) -> list[BranchPoint]:
+        """The ``branch_steps`` most uncertain steps, most uncertain first."""
+        kind = self.config.uncertainty
+        scored: list[tuple[float, int, int, BranchPoint]] = []
+        for order, trajectory in enumerate(trajectories):
+            for step in trajectory.steps:
+                score = step_uncertainty(step).of(kind)
+                if score is None or step.reply is None:
+                    continue
+                if any(s.reply is None for s in trajectory.steps[: step.index]):
+                    continue
+                scored.append(
+                    (-score, order, step.index, BranchPoint(trajectory, step.index, score))
+                )
+        scored.sort(key=lambda item: item[:3])
+        return [item[3] for item in scored[: self.config.branch_steps]]
+
+    def plan(self, points: Sequence[BranchPoint], available: int) -> list[BranchPoint]:
+        """One entry per continuation to start: ``continuations`` per point,
+        dealt round-robin (most uncertain first) until ``available`` runs out."""
+        planned: list[BranchPoint] = []
+        for _ in range(self.config.continuations):
+            for point in points:
+                if len(planned) < available:
+                    planned.append(point)
+        return planned
+
+    # -- running ---------------------------------------------------------------
+
+    async def branch(
+        self,
+        task: str,
+        trajectories: Sequence[Trajectory],
+        *,
+        seed: Sequence[ChatMessage] = (),
+        run_id: str | None = None,
+    ) -> BranchingResult:
+        """Branch continuations from ``trajectories`` (finished rollouts of
+        this agent on ``task`` with this ``seed``) within what the budget
+        leaves after them."""
+        points = self.pick(trajectories)
+        available = max(self.config.budget - len(trajectories), 0)
+        planned = self.plan(points, available)
+        run = run_id or (trajectories[0].run_id if trajectories else None)
+        results: list[RolloutResult | None] = [None] * len(planned)
+        limiter = anyio.CapacityLimiter(self.config.concurrency)
+
+        async def one(slot: int, point: BranchPoint) -> None:
+            async with limiter:
+                parent = point.parent
+                results[slot] = await self.agent.run(
+                    task,
+                    run_id=run,
+                    rollout_id=f"{parent.rollout_id}-b{point.step}-{uuid.uuid4().hex[:6]}",
+                    parent_rollout_id=parent.rollout_id,
+                    ledger=self.ledger,
+                    seed=seed,
+                    resume=parent.steps[: point.step],
+                )
+
+        async with anyio.create_task_group() as tg:
+            for slot, point in enumerate(planned):
+                tg.start_soon(one, slot, point)
+        continuations = [r.trajectory for r in results if r is not None]
+        log.info(
+            "branched",
+            agent=self.agent.name,
+            points=[(p.parent.rollout_id, p.step, round(p.perplexity, 4)) for p in points],
+            continuations=len(continuations),
+        )
+        return BranchingResult(
+            initial=list(trajectories), points=points, continuations=continuations
+        )
+
+    async def run(
+        self,
+        task: str,
+        *,
+        seed: Sequence[ChatMessage] = (),
+        run_id: str | None = None,
+    ) -> BranchingResult:
+        """Fresh rollouts (the budget minus ``branch_steps * continuations``,
+        at least one), concurrently; then ``branch`` from them."""
+        config = self.config
+        initial_count = max(config.budget - config.branch_steps * config.continuations, 1)
+        run = run_id or f"run-{uuid.uuid4().hex[:12]}"
+        initial: list[RolloutResult | None] = [None] * initial_count
+        limiter = anyio.CapacityLimiter(config.concurrency)
+
+        async def fresh(slot: int) -> None:
+            async with limiter:
+                initial[slot] = await self.agent.run(
+                    task, run_id=run, ledger=self.ledger, seed=seed
+                )
+
+        async with anyio.create_task_group() as tg:
+            for slot in range(initial_count):
+                tg.start_soon(fresh, slot)
+        done = [r.trajectory for r in initial if r is not None]
+        return await self.branch(task, done, seed=seed, run_id=run)
+
+
+__all__ = ["BranchPoint", "BranchingConfig", "BranchingResult", "PartialRolloutBrancher"]
