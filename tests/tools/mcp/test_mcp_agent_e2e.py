@@ -1,0 +1,57 @@
+"""An agent, driven by the scripted backend, completes a task end to end
+through real MCP servers from npm: it reads a file through
+``server-filesystem`` and adds numbers with ``server-everything``'s
+``get-sum``, in one step with two parallel tool calls, then answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentrt.agents import Agent, AgentConfig
+from agentrt.protocols import ToolMessage
+from agentrt.testing import ScriptedBackend, ScriptedToolCall
+from agentrt.tools.mcp import McpClientConfig, McpToolbox, StdioServerConfig
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_agent_completes_a_task_through_real_mcp_servers(
+    everything: StdioServerConfig, filesystem: StdioServerConfig, tmp_path: Path
+) -> None:
+    numbers = tmp_path / "root" / "numbers.txt"
+    numbers.write_text("17 25\n")
+    config = McpClientConfig(servers=[everything, filesystem])
+    backend = ScriptedBackend(
+        [
+            [
+                ScriptedToolCall("fs__read_text_file", {"path": str(numbers)}),
+                ScriptedToolCall("everything__get-sum", {"a": 17, "b": 25}),
+            ],
+            "The file holds 17 and 25; their sum is 42.",
+        ],
+        name="scripted",
+        models=["scripted"],
+    )
+    async with McpToolbox(config) as box:
+        assert not box.failures, box.failures
+        agent = Agent(
+            AgentConfig(name="mcp-user", temperature=0.0), backends=[backend], tools=box.tools()
+        )
+        result = await agent.run("Read numbers.txt and add the two numbers.")
+
+    trajectory = result.trajectory
+    assert trajectory.status == "finished", trajectory.stop_reason
+    assert trajectory.answer == "The file holds 17 and 25; their sum is 42."
+    [first, _final] = trajectory.steps
+    by_name = {r.name: r for r in first.tool_results}
+    assert not by_name["fs__read_text_file"].is_error, by_name["fs__read_text_file"].content
+    assert "17 25" in by_name["fs__read_text_file"].content
+    assert "42" in by_name["everything__get-sum"].content
+    # The model saw both results, in call order, before answering.
+    seen = [m for m in backend.requests[1].messages if isinstance(m, ToolMessage)]
+    assert [m.tool_call_id for m in seen] == [
+        c.id
+        for c in first.reply.choices[0].message.tool_calls  # type: ignore[union-attr]
+    ]
