@@ -14,6 +14,9 @@ the targets:
 3. memory per idle actor (N of them, tracemalloc and RSS deltas) vs a raw
    stream pair plus one consumer task (target <= 5 KB).  Each memory sample
    runs in a fresh process so RSS deltas are not masked by reused memory.
+   An informational row shows what an actor that runs one idle service
+   (``context.start_soon_service``) costs; actors that start none pay nothing
+   for the feature, which the target row checks.
 
 Runs on uvloop when it is installed (``--no-uvloop`` to compare).
 """
@@ -88,6 +91,15 @@ class Echo(Actor[Ping, int]):
 
     async def receive(self, message: Ping) -> int:
         return message.n
+
+
+class Daemon(Echo):
+    """An ``Echo`` that also runs one service, idle in a sleep."""
+
+    __slots__ = ()
+
+    async def on_started(self) -> None:
+        self.context.start_soon_service(anyio.sleep_forever, name="idle")
 
 
 # -- 1. tell throughput ---------------------------------------------------------
@@ -233,9 +245,10 @@ async def _populate(
 ) -> None:
     # An actor: one spawned Echo (its ref kept).  Raw: one stream pair (send
     # side kept) and one task reading it, started the same way.
-    if kind == "actor":
+    if kind in ("actor", "service"):
+        factory = Echo if kind == "actor" else Daemon
         for i in range(count):
-            keep.append(await system.spawn(Echo, name=f"{len(keep)}-{i}"))
+            keep.append(await system.spawn(factory, name=f"{len(keep)}-{i}"))
     else:
         for _ in range(count):
             send, requests = anyio.create_memory_object_stream[int](DEFAULT_MAILBOX_CAPACITY)
@@ -268,10 +281,11 @@ async def memory_probe(kind: str, count: int) -> dict[str, float]:
 
 
 def memory_samples(count: int, use_uvloop: bool) -> dict[str, dict[str, float]]:
-    """One actor sample and one raw sample, in two fresh processes run side by
-    side (memory figures do not mind sharing the CPU; the wall clock does)."""
+    """One sample per kind (actor, actor with a service, raw), in fresh
+    processes run side by side (memory figures do not mind sharing the CPU;
+    the wall clock does)."""
     probes: dict[str, subprocess.Popen[str]] = {}
-    for kind in ("actor", "raw"):
+    for kind in ("actor", "service", "raw"):
         command = [sys.executable, __file__, "--probe", kind, "--actors", str(count)]
         if not use_uvloop:
             command.append("--no-uvloop")
@@ -436,6 +450,19 @@ def memory_rows(args: argparse.Namespace, use_uvloop: bool) -> list[Row]:
                 actor <= MEMORY_TARGET_BYTES,
             )
         )
+    for metric in ("tracemalloc", "rss"):
+        service = _median([sample["service"][metric] for sample in runs])
+        raw = _median([sample["raw"][metric] for sample in runs])
+        rows.append(
+            Row(
+                f"memory per actor with 1 idle service ({metric})",
+                _fmt_bytes(service),
+                _fmt_bytes(raw),
+                f"{service / raw:.2f}x",
+                "",
+                None,
+            )
+        )
     return rows
 
 
@@ -448,7 +475,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--memory-repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="fewer messages and repeats")
     parser.add_argument("--no-uvloop", action="store_true")
-    parser.add_argument("--probe", choices=("actor", "raw"), help=argparse.SUPPRESS)
+    parser.add_argument("--probe", choices=("actor", "service", "raw"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.messages = min(args.messages, 50_000)

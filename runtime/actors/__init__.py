@@ -10,6 +10,9 @@ backend, uvloop when installed).
 
 - :class:`Actor` — subclass with ``receive`` (``match`` on tagged msgspec
   structs) and optional ``on_started`` / ``on_restarted`` / ``on_stopping``.
+- Services — ``context.start_service`` / ``start_soon_service``: background
+  tasks owned by the running incarnation (cancelled when it ends; one that
+  raises crashes the actor), so the actor keeps answering messages.
 - :class:`ActorRef` — ``tell`` (waits while the mailbox is full),
   ``tell_nowait`` (raises :class:`MailboxFull`), ``ask`` (deadline,
   :class:`AskTimeout`, :class:`ActorCrashed`).
@@ -48,12 +51,18 @@ from agentrt.runtime.actors.spec import (
 )
 from agentrt.runtime.actors.supervisor import ChildFailure
 from agentrt.runtime.actors.supervisor_ref import SupervisorRef
-from agentrt.runtime.actors.system import DEFAULT_STOP_TIMEOUT, ActorSystem, SystemState
+from agentrt.runtime.actors.system import (
+    DEFAULT_RESTART_TIMEOUT,
+    DEFAULT_STOP_TIMEOUT,
+    ActorSystem,
+    SystemState,
+)
 from agentrt.runtime.actors.topic import Topic
 
 __all__ = [
     "DEFAULT_ASK_TIMEOUT",
     "DEFAULT_MAILBOX_CAPACITY",
+    "DEFAULT_RESTART_TIMEOUT",
     "DEFAULT_STOP_TIMEOUT",
     "Actor",
     "ActorAddress",

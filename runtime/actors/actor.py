@@ -25,16 +25,23 @@ its ``receive`` returns (the reply goes to ``ask``; ``tell`` discards it)::
 
 Lifecycle: ``on_started`` runs before the first message of a fresh actor;
 ``on_restarted(error)`` runs instead on an instance a supervisor created to
-replace a failed one (by default it calls ``on_started``); ``on_stopping``
-runs when an instance goes away for any reason (stop, crash, restart of a
-sibling, system shutdown), shielded and bounded by the system's stop timeout.
+replace a failed one (by default it calls ``on_started``), bounded by the
+system's restart timeout; ``on_stopping`` runs when an instance goes away for
+any reason (stop, crash, restart of a sibling, system shutdown), shielded and
+bounded by the system's stop timeout.
+
+Background work that must go on while the actor answers messages runs as a
+*service* of the current incarnation (``context.start_service`` /
+``context.start_soon_service``, see ``services.py``): cancelled when the
+incarnation ends, and a crash of the actor if it raises.
 
 This module must not import agents, tools or aggregators.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple
 
 if TYPE_CHECKING:
     from agentrt.runtime.actors.address import ActorAddress
@@ -44,6 +51,7 @@ if TYPE_CHECKING:
 
 MsgT = TypeVar("MsgT")
 ReplyT = TypeVar("ReplyT")
+PosArgsT = TypeVarTuple("PosArgsT")
 
 
 class ActorContext(Generic[MsgT, ReplyT]):
@@ -72,6 +80,33 @@ class ActorContext(Generic[MsgT, ReplyT]):
     def system(self) -> ActorSystem:
         """The system, to spawn or resolve other actors."""
         return self._cell.system
+
+    async def start_service(
+        self, func: Callable[..., Awaitable[Any]], *args: object, name: str | None = None
+    ) -> Any:
+        """Start ``func(*args, task_status=...)`` as a service of the running
+        incarnation and return what it passes to ``task_status.started()``.
+
+        Like ``TaskGroup.start``: an exception before readiness is raised
+        here (and does not crash the actor).  After readiness the service runs
+        until it returns, or until the incarnation ends (stop, crash,
+        restart), which cancels it; if it raises, the actor crashes with that
+        exception.  Call it from the actor's hooks, handlers or services;
+        ``ActorStopped`` when the actor is stopping or between incarnations.
+        ``name`` names the task (``<actor path>#<name>``) in logs and dumps.
+        """
+        return await self._cell.service_scope().start(func, args, name)
+
+    def start_soon_service(
+        self,
+        func: Callable[[*PosArgsT], Awaitable[Any]],
+        *args: *PosArgsT,
+        name: str | None = None,
+    ) -> None:
+        """Start ``func(*args)`` as a service without waiting for it (same
+        ownership and failure rules as :meth:`start_service`); usable in
+        hooks that must return promptly, such as ``on_restarted``."""
+        self._cell.service_scope().start_soon(func, args, name)
 
     def stop(self) -> None:
         """Stop this actor once the current message is handled.

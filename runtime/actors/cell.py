@@ -2,8 +2,11 @@
 
 The cell outlives actor instances.  Each *incarnation* is one task in the
 supervisor's task group: build a fresh instance with the spec's factory, run
-``on_started`` (or ``on_restarted(error)``), report readiness, then take
-messages one at a time and ``await instance.receive(message)``.  When the
+``on_started`` (or ``on_restarted(error)``, bounded by the system's restart
+timeout), report readiness, then take messages one at a time and ``await
+instance.receive(message)``.  The incarnation owns the services it starts
+(``services.py``): when it ends, they are cancelled and waited for before
+``on_stopping`` runs, and a service that fails ends it as a crash.  When the
 incarnation ends the cell tells its supervisor how: a crash goes to
 ``child_failed`` with the exact exception, a stop to ``child_exited``.  It
 never decides about restarts itself.
@@ -27,6 +30,7 @@ from agentrt.runtime.actors.address import ActorAddress
 from agentrt.runtime.actors.errors import ActorCrashed, ActorStopped
 from agentrt.runtime.actors.mailbox import CLOSED, EMPTY, Ask, Mailbox
 from agentrt.runtime.actors.ref import ActorRef
+from agentrt.runtime.actors.services import ENDED, ServiceScope
 from agentrt.runtime.log import get_logger
 
 if TYPE_CHECKING:
@@ -62,14 +66,16 @@ class ActorCell(Generic[MsgT, ReplyT]):
     """A worker address: spec, mailbox, ref, and the current incarnation."""
 
     __slots__ = (
+        "_handle",
         "address",
         "context",
         "factory",
-        "handle",
         "incarnation",
         "mailbox",
         "parent",
         "ref",
+        "services",
+        "start_scope",
         "stopping",
     )
 
@@ -86,15 +92,79 @@ class ActorCell(Generic[MsgT, ReplyT]):
         self.parent = parent
         self.ref: ActorRef[MsgT, ReplyT] = ActorRef(address, mailbox, parent.deadlines)
         self.context: ActorContext[MsgT, ReplyT] = ActorContext(self)
-        #: The running incarnation's task (its owner is the supervisor's group).
-        self.handle: TaskHandle[None, None] | None = None
+        # The running incarnation's task (its owner is the supervisor's group);
+        # ``None`` until the supervisor has it (after the start hook).
+        self._handle: TaskHandle[None, None] | None = None
         self.incarnation = 0
         #: Set once the cell is being stopped for good: no more restarts.
         self.stopping = False
+        #: The running incarnation's services: ``None`` until it starts one
+        #: (most actors never do, and pay nothing), closed once it has ended.
+        self.services: ServiceScope | None = None
+        #: Cancels the start hook while it runs (a failing service interrupts it).
+        self.start_scope: anyio.CancelScope | None = None
 
     @property
     def system(self) -> ActorSystem:
         return self.parent.system
+
+    @property
+    def handle(self) -> TaskHandle[None, None] | None:
+        return self._handle
+
+    @handle.setter
+    def handle(self, handle: TaskHandle[None, None] | None) -> None:
+        self._handle = handle
+        # A service that failed between the start hook and this moment could
+        # not cancel the incarnation yet (nothing held its task): do it now.
+        services = self.services
+        if (
+            handle is not None
+            and services is not None
+            and services.failure is not None
+            and not services.closing
+        ):
+            handle.cancel()
+
+    # -- services ----------------------------------------------------------------
+
+    def service_scope(self) -> ServiceScope:
+        """The running incarnation's services, created on first use."""
+        services = self.services
+        if services is not None and services.closing:
+            raise ActorStopped(
+                str(self.address),
+                "no incarnation is running: start services from the actor's hooks, "
+                "handlers or services",
+            )
+        if self.stopping:
+            raise ActorStopped(str(self.address), "the actor is stopping: no new services")
+        if services is None:
+            services = self.services = ServiceScope(
+                str(self.address), self.address.path, self.parent.running_group(), self.interrupt
+            )
+        return services
+
+    def interrupt(self) -> None:
+        """Cancel the running incarnation (a service of it failed)."""
+        if self.start_scope is not None:
+            self.start_scope.cancel()
+        elif self._handle is not None:
+            self._handle.cancel()
+        # Else the supervisor is about to get the handle: the setter cancels it.
+
+    def _service_failure(self) -> Exception | None:
+        services = self.services
+        return None if services is None else services.failure
+
+    async def _close_services(self) -> Exception | None:
+        """End the incarnation's services; the failure of one, if any."""
+        services = self.services
+        if services is None:
+            self.services = ENDED
+            return None
+        await services.close()
+        return services.failure
 
     def child_at(self, path: str) -> None:
         """Workers have no children."""
@@ -166,32 +236,87 @@ class ActorCell(Generic[MsgT, ReplyT]):
                         reply.set_result(result)
                 finally:
                     # Only reached with the reply unset when the handler was
-                    # cancelled (restart of a sibling, stop, shutdown).
+                    # cancelled: by a failing service (a crash), or by a
+                    # restart of a sibling, a stop, a shutdown.
                     if not reply.done():
-                        reply.set_exception(
-                            ActorStopped(str(self.address), "stopped while handling this request")
-                        )
+                        reply.set_exception(self._interrupted())
         except Exception as exc:
             error = exc
+        except asyncio.CancelledError:
+            # A failing service cancelled this incarnation (``interrupt``):
+            # end as a crash with its error.  Any other cancellation goes on.
+            error = self._service_failure()
+            if error is None:
+                raise
         finally:
             # Runs on crash, stop and cancellation alike (restart of a sibling,
             # a stopping parent, system shutdown).
-            hook_error = await run_on_stopping(instance, self.parent.stop_timeout)
-            if hook_error is not None:
-                if error is None:
-                    self.parent.child_failed(self, incarnation, hook_error)
-                else:
-                    error.add_note(f"on_stopping then failed too: {hook_error!r}")
+            await self._end(instance, incarnation, error)
         if error is not None:
             self.parent.child_failed(self, incarnation, error)
         else:
             self.parent.child_exited(self)
 
+    def _interrupted(self) -> ActorCrashed | ActorStopped:
+        """What an ask gets when its handler was cancelled: by a failing
+        service (a crash), or by a restart of a sibling, a stop, a shutdown."""
+        failure = self._service_failure()
+        if failure is not None:
+            return ActorCrashed(str(self.address), failure)
+        return ActorStopped(str(self.address), "stopped while handling this request")
+
+    async def _end(
+        self, instance: Actor[MsgT, ReplyT], incarnation: int, error: Exception | None
+    ) -> None:
+        """End an incarnation: services first (so the hook sees the actor
+        quiet), then ``on_stopping``.  Their failures are reported when the
+        incarnation itself did not fail, else noted on its error.
+
+        (A helper, not inlined in ``run``: its locals would enlarge the frame
+        every idle actor parks in.)"""
+        late = await self._close_services()  # a service that failed as it ended
+        if late is error:
+            late = None
+        elif late is not None and error is not None:
+            error.add_note(f"a service then failed too: {late!r}")
+        hook_error = await run_on_stopping(instance, self.parent.stop_timeout)
+        if hook_error is not None:
+            first = error if error is not None else late
+            if first is None:
+                late = hook_error
+            else:
+                first.add_note(f"on_stopping then failed too: {hook_error!r}")
+        if late is not None and error is None:
+            self.parent.child_failed(self, incarnation, late)
+
     async def _start(self, restart_error: Exception | None) -> Actor[MsgT, ReplyT]:
-        instance = self.factory()
-        attach_context(instance, self.context)
-        if restart_error is None:
-            await instance.on_started()
-        else:
-            await instance.on_restarted(restart_error)
+        """A fresh instance, its start hook run; raises what the hook (or a
+        service it started) raised, with the incarnation's services ended."""
+        self.services = None  # this incarnation's own, once it starts one
+        try:
+            instance = self.factory()
+            attach_context(instance, self.context)
+            if restart_error is None:
+                # Not overridden: no scope to enter (spawning 10k actors).
+                if type(instance).on_started is not Actor.on_started:
+                    with anyio.CancelScope() as self.start_scope:
+                        await instance.on_started()
+            else:
+                # Bounded: the supervisor waits for this before it goes on.
+                timeout = self.parent.restart_timeout
+                with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+                    self.start_scope = scope
+                    await instance.on_restarted(restart_error)
+                if scope.cancelled_caught and self._service_failure() is None:
+                    raise TimeoutError(
+                        f"on_restarted of {self.address} did not finish within {timeout:g} s"
+                    )
+            failure = self._service_failure()
+            if failure is not None:
+                raise failure  # a service failed while the hook ran; it was cancelled
+        except BaseException:
+            self.start_scope = None
+            await self._close_services()
+            raise
+        self.start_scope = None
         return instance

@@ -6,7 +6,7 @@
                                (a RuntimeFailure in agentrt.runtime.errors)
     ├── MailboxFull            tell_nowait found the bounded mailbox full
     ├── AskTimeout             no reply within the ask deadline
-    ├── ActorCrashed           the handler (or a start hook) raised; has the cause
+    ├── ActorCrashed           the handler, a start hook or a service raised; has the cause
     ├── ActorStopped           the actor is stopped, or was stopped mid-request
     ├── ActorNotFound          an address that resolves to no live actor here
     ├── ActorNameTaken         a sibling with that name already exists
@@ -50,7 +50,8 @@ class AskTimeout(ActorError):
 
 
 class ActorCrashed(ActorError):
-    """The actor raised while handling a message or running a start hook.
+    """The actor raised while handling a message or running a start hook,
+    or one of its services raised while the request was being handled.
 
     ``cause`` is the exception the actor raised (also chained as ``__cause__``).
     """

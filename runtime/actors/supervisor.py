@@ -15,7 +15,12 @@ exception), then
   failure.  At the top, the parent is the ``ActorSystem``, which fails loudly.
 
 A restarted child is a fresh instance from its spec at the same address, and
-keeps its mailbox.  This module must not import agents, tools or aggregators.
+keeps its mailbox; its ``on_restarted`` hook is bounded by the system's
+restart timeout (a hook past it is a failure of the new incarnation, counted
+like any other), so a hanging hook cannot hold the supervisor.  Workers'
+services also run in the supervisor's task group.
+
+This module must not import agents, tools or aggregators.
 """
 
 from __future__ import annotations
@@ -135,6 +140,17 @@ class Supervisor:
     @property
     def stop_timeout(self) -> float:
         return self.system.stop_timeout
+
+    @property
+    def restart_timeout(self) -> float:
+        return self.system.restart_timeout
+
+    def running_group(self) -> TaskGroup:
+        """The task group children (and their services) run in, while running."""
+        tg = self._tg
+        if tg is None or self.stopping:
+            raise ActorStopped(str(self.address), "the supervisor is not running")
+        return tg
 
     @property
     def children(self) -> tuple[Child, ...]:
@@ -353,8 +369,9 @@ class Supervisor:
         reason = f"stopped by {self.address}"
         child.request_stop(reason)
         handle = child.handle
-        caller = anyio.get_current_task().name or ""  # child tasks are named by path
-        if handle is None or caller == path or caller.startswith(path + "/"):
+        # Child tasks are named by path, their services "<path>#<name>".
+        caller = anyio.get_current_task().name or ""
+        if handle is None or caller == path or caller.startswith((path + "/", path + "#")):
             if handle is None:
                 self._forget(child, reason)
             return

@@ -44,6 +44,11 @@ ReplyT = TypeVar("ReplyT")
 #: it is cut short: long enough to flush a write, short enough that shutdown
 #: of a large system stays prompt.
 DEFAULT_STOP_TIMEOUT: Final = 5.0
+#: How long an actor's ``on_restarted`` hook may take: its supervisor waits
+#: for it before handling any other failure, so it must not hang; past it the
+#: new incarnation counts as failed (``TimeoutError``).  Long work belongs in a
+#: service started from the hook (``context.start_soon_service``).
+DEFAULT_RESTART_TIMEOUT: Final = 5.0
 
 
 class SystemState(enum.Enum):
@@ -62,12 +67,16 @@ class ActorSystem:
         intensity: RestartIntensity | None = None,
         mailbox_capacity: int = DEFAULT_MAILBOX_CAPACITY,
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+        restart_timeout: float = DEFAULT_RESTART_TIMEOUT,
     ) -> None:
         if mailbox_capacity < 1:
             raise ValueError(f"mailbox capacity must be >= 1, got {mailbox_capacity}")
+        if restart_timeout <= 0:
+            raise ValueError(f"restart timeout must be > 0, got {restart_timeout}")
         self.system_id = validate_name(system_id) if system_id else uuid.uuid4().hex[:12]
         self.mailbox_capacity = mailbox_capacity
         self.stop_timeout = stop_timeout
+        self.restart_timeout = restart_timeout
         self._directory = Directory(self.system_id)
         self._deadlines = AskDeadlines()
         root_spec = SupervisorSpec("user", intensity=intensity or RestartIntensity())
@@ -198,8 +207,9 @@ class ActorSystem:
         """Stop an actor or a supervisor subtree for good (no restart).
 
         A worker finishes the message in hand (its queued requests get
-        ``ActorStopped``), then runs ``on_stopping``; past the stop timeout it
-        is cancelled.  Stopping an actor that is already gone does nothing.
+        ``ActorStopped``), its services are cancelled, then it runs
+        ``on_stopping``; past the stop timeout it is cancelled.  Stopping an
+        actor that is already gone does nothing.
         """
         self._require_open()
         try:

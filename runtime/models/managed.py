@@ -19,7 +19,7 @@ A failure to start (timeout, early exit, missing executable) raises
 :class:`ManagedServerError` naming the server, the health URL and the last
 lines the process printed.  A crash after the first healthy start is
 restarted; ``max_restarts`` crashes in a row without a healthy stretch make
-``run`` raise.
+``run`` raise.  ``request_restart`` replaces a running process on demand.
 
 Must not import agents, tools or aggregators, nor a specific backend.
 """
@@ -99,6 +99,8 @@ class ManagedServer:
         self._settled = _Settlement()
         self._running = False
         self._run_scope: anyio.CancelScope | None = None
+        # Around the current process (or backoff): request_restart cancels it.
+        self._process_scope: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
         self._failure: ManagedServerError | None = None
         self._log = _log.bind(server=config.name)
@@ -278,7 +280,7 @@ class ManagedServer:
             raise
         finally:
             self._running = False
-            self._run_scope = None
+            self._run_scope = self._process_scope = None
             if self._state is not ServerState.FAILED:
                 self._state = ServerState.STOPPED
 
@@ -286,6 +288,19 @@ class ManagedServer:
         """Make the current ``run`` stop the server and return (no error)."""
         if self._run_scope is not None:
             self._run_scope.cancel()
+
+    def request_restart(self) -> bool:
+        """Replace the current process (or cut a backoff short) with a fresh
+        one now, not counted as a crash; ``wait_healthy`` then waits for the
+        fresh one.  ``False`` when no ``run`` is in progress."""
+        if not self._running:
+            return False
+        self._log.info("managed server restart requested")
+        if self._settled.event.is_set():
+            self._settled = _Settlement()
+        if self._process_scope is not None:
+            self._process_scope.cancel()
+        return True
 
     async def _supervise(self, on_healthy: Callable[[], None]) -> None:
         """Start, watch, and restart with backoff until cancelled or giving up."""
@@ -300,7 +315,10 @@ class ManagedServer:
 
         async with make_http_client(self._http_config) as client:
             while True:
-                crash, healthy_for = await self._run_once(client, healthy)
+                with anyio.CancelScope() as self._process_scope:
+                    crash, healthy_for = await self._run_once(client, healthy)
+                if self._process_scope.cancelled_caught:  # request_restart
+                    continue
                 if not was_healthy:  # the first start must succeed: no retries
                     raise self._error(crash.reason, crash.exit_code)
                 if self._settled.event.is_set():  # waiters now wait for the restart
@@ -327,7 +345,8 @@ class ManagedServer:
                 )
                 self._state = ServerState.BACKOFF
                 self._log.info("managed server restarting", delay_s=round(delay, 3))
-                await anyio.sleep(delay)
+                with anyio.CancelScope() as self._process_scope:
+                    await anyio.sleep(delay)
                 self._restarts += 1
 
     def _error(self, reason: str, exit_code: int | None) -> ManagedServerError:

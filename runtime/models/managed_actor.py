@@ -1,23 +1,30 @@
 """Managed model servers as supervised actors.
 
-:class:`ManagedServerActor` owns one :class:`ManagedServer` for as long as it
-lives: it runs the server's service loop as its one long message (it sends
-itself ``_Serve`` on start), so the server's process, output pumps and
-watchers all live inside the actor's incarnation, and the kernel's
-supervision applies:
+:class:`ManagedServerActor` owns one :class:`ManagedServer` and runs it as a
+service of its current incarnation (``ActorContext.start_service``), so the
+server's process, output pumps and watchers live inside the incarnation
+while the actor keeps answering requests:
+
+- ``Status()`` → :class:`ManagedServerStatus` (state, base URL, pid, restarts);
+- ``Restart()`` → replace the server process now (no backoff, not counted as
+  a crash; during a restart delay, end the delay); replies at once;
+- ``Stop()`` → stop the server and the actor for good; replies at once.
+
+Supervision:
 
 - a crash of the server process is restarted by the service itself, with
   capped exponential backoff (``ManagedServerConfig``);
-- when the service gives up (first start failed, or too many crashes in a
-  row) the actor fails with the :class:`ManagedServerError`, and its
-  supervisor restarts it within its restart intensity; the fresh incarnation
-  waits ``backoff_max_s`` before starting the server again;
-- stopping the actor, its supervisor or the system stops the server's whole
-  process group (SIGTERM, SIGKILL after ``stop_grace_s``).
+- when the service gives up (too many crashes in a row) the actor crashes
+  with the :class:`ManagedServerError`, and its supervisor restarts it within
+  its restart intensity; the fresh incarnation waits ``backoff_max_s`` before
+  starting the server again (``Status`` says ``backoff`` meanwhile);
+- stopping the actor, its supervisor or the system cancels the service,
+  which stops the server's whole process group (SIGTERM, SIGKILL after
+  ``stop_grace_s``); the actor is idle between requests, so this is prompt,
+  during a backoff too.
 
-The actor answers no requests (its mailbox is busy with ``_Serve``); read
-state from the :class:`ManagedServer` handle, which outlives incarnations.
-:func:`spawn_managed_server` starts one and returns once it is healthy.
+:func:`spawn_managed_server` starts one and returns once the server is
+healthy (the first incarnation's readiness is the server's health).
 
 Must not import agents, tools or aggregators.
 """
@@ -29,50 +36,140 @@ from typing import Final
 
 import anyio
 import msgspec
+from anyio.abc import TaskStatus
 
-from agentrt.runtime.actors import Actor, ActorRef, ActorSystem, SupervisorRef
+from agentrt.runtime.actors import Actor, ActorCrashed, ActorRef, ActorSystem, SupervisorRef
 from agentrt.runtime.models.managed import ManagedServer
-from agentrt.runtime.models.managed_config import ManagedServerConfig
+from agentrt.runtime.models.managed_config import (
+    ManagedServerConfig,
+    ManagedServerError,
+    ServerState,
+)
 
-__all__ = ["ManagedServerActor", "ManagedServerHandle", "spawn_managed_server"]
+__all__ = [
+    "ManagedServerActor",
+    "ManagedServerHandle",
+    "ManagedServerRequest",
+    "ManagedServerStatus",
+    "Restart",
+    "Status",
+    "Stop",
+    "spawn_managed_server",
+]
 
 #: Extra seconds, beyond the startup timeout and the stop grace, that
 #: ``spawn_managed_server`` waits before declaring the start hung.
 _SPAWN_SLACK_S: Final = 10.0
+#: Requests are answered at once (the server runs as a service), so a few
+#: slots are plenty; more callers than that wait for room (backpressure).
+_MAILBOX_CAPACITY: Final = 8
+#: Default deadline of the handle's requests.
+_ASK_TIMEOUT_S: Final = 10.0
 
 
-class _Serve(msgspec.Struct, tag=True, frozen=True):
-    """Run the server (the actor sends this to itself when it starts)."""
-
-    delay_s: float = 0.0
+class Status(msgspec.Struct, tag=True, frozen=True):
+    """Report the server's state."""
 
 
-class ManagedServerActor(Actor[_Serve, None]):
-    """Runs ``server`` until stopped; fails when the server gives up."""
+class Restart(msgspec.Struct, tag=True, frozen=True):
+    """Replace the server process now (or end a restart delay)."""
 
-    __slots__ = ("_server",)
+
+class Stop(msgspec.Struct, tag=True, frozen=True):
+    """Stop the server and the actor for good (no restart)."""
+
+
+ManagedServerRequest = Status | Restart | Stop
+
+
+class ManagedServerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """What a :class:`ManagedServerActor` reports (the reply to every request)."""
+
+    name: str
+    state: ServerState
+    base_url: str
+    #: Pid (and process group id) of the running server process.
+    pid: int | None
+    #: Server processes restarted after a crash, across incarnations.
+    restarts: int
+    #: Times the actor itself was restarted (the service had given up).
+    actor_restarts: int
+    last_exit_code: int | None
+
+
+class ManagedServerActor(Actor[ManagedServerRequest, ManagedServerStatus]):
+    """Runs ``server`` as a service and answers requests about it."""
+
+    __slots__ = ("_delaying", "_server", "_serving", "_wake")
 
     def __init__(self, server: ManagedServer) -> None:
         self._server = server
+        #: A ``_serve`` service is running (waiting, or inside ``server.run``).
+        self._serving = False
+        #: The service waits out the restart delay of a fresh incarnation.
+        self._delaying = False
+        self._wake: anyio.Event | None = None
 
     async def on_started(self) -> None:
-        self.context.ref.tell_nowait(_Serve())
+        # Ready when the server is healthy; a failed first start raises here.
+        await self.context.start_service(self._serve, 0.0, name="server")
 
     async def on_restarted(self, error: Exception) -> None:
-        # Not a sleep here: the supervisor awaits this hook before it goes on.
-        self.context.ref.tell_nowait(_Serve(delay_s=self._server.config.backoff_max_s))
+        # Not waiting for health: the supervisor waits for this hook.
+        delay = self._server.config.backoff_max_s
+        self.context.start_soon_service(self._serve, delay, name="server")
 
-    async def receive(self, message: _Serve) -> None:
-        if message.delay_s > 0:
-            await anyio.sleep(message.delay_s)
-        await self._server.run()
+    async def _serve(
+        self, delay_s: float, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._serving = True
+        try:
+            if delay_s > 0:
+                self._delaying = True
+                self._wake = anyio.Event()
+                with anyio.move_on_after(delay_s):
+                    await self._wake.wait()
+                self._delaying = False
+            await self._server.run(task_status=task_status)
+        finally:
+            self._serving = self._delaying = False
+
+    async def receive(self, message: ManagedServerRequest) -> ManagedServerStatus:
+        match message:
+            case Status():
+                return self._status()
+            case Restart():
+                if self._delaying and self._wake is not None:
+                    self._wake.set()
+                elif not self._server.request_restart() and not self._serving:
+                    # The server had been stopped from outside: run it again.
+                    self.context.start_soon_service(self._serve, 0.0, name="server")
+                return self._status()
+            case Stop():
+                # The incarnation ends after this message; that cancels the
+                # service, which stops the process group.
+                self.context.stop()
+                return msgspec.structs.replace(self._status(), state=ServerState.STOPPING)
+
+    def _status(self) -> ManagedServerStatus:
+        server = self._server
+        return ManagedServerStatus(
+            name=server.name,
+            state=ServerState.BACKOFF if self._delaying else server.state,
+            base_url=server.base_url,
+            pid=server.pid,
+            restarts=server.restarts,
+            actor_restarts=self.context.incarnation,
+            last_exit_code=server.last_exit_code,
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class ManagedServerHandle:
-    """A managed server spawned as an actor: its ref and its state."""
+    """A managed server spawned as an actor: its ref, and requests to it."""
 
-    ref: ActorRef[_Serve, None]
+    ref: ActorRef[ManagedServerRequest, ManagedServerStatus]
+    #: The server object (outlives incarnations): ``wait_healthy``, output.
     server: ManagedServer
     system: ActorSystem
 
@@ -80,9 +177,17 @@ class ManagedServerHandle:
     def base_url(self) -> str:
         return self.server.base_url
 
+    async def status(self, *, timeout: float = _ASK_TIMEOUT_S) -> ManagedServerStatus:  # noqa: ASYNC109
+        return await self.ref.ask(Status(), timeout=timeout)
+
+    async def restart(self, *, timeout: float = _ASK_TIMEOUT_S) -> ManagedServerStatus:  # noqa: ASYNC109
+        """Replace the server process; ``server.wait_healthy()`` then waits
+        for the fresh one."""
+        return await self.ref.ask(Restart(), timeout=timeout)
+
     async def stop(self) -> None:
-        """Stop the server and the actor for good (no restart)."""
-        self.server.request_stop()  # the service returns; the actor goes idle
+        """Stop the server and the actor for good; returns once both are
+        gone (or the system's stop timeout passed twice)."""
         await self.system.stop(self.ref)
 
 
@@ -95,17 +200,18 @@ async def spawn_managed_server(
 ) -> ManagedServerHandle:
     """Spawn a :class:`ManagedServerActor` for ``config`` and return once the
     server is healthy.  A first start that fails raises its
-    :class:`ManagedServerError` here (and the actor is stopped)."""
+    :class:`ManagedServerError` here, and leaves no actor behind."""
     server = ManagedServer(config)
-    ref: ActorRef[_Serve, None] = await system.spawn(
-        lambda: ManagedServerActor(server), name=name, parent=parent, mailbox_capacity=2
-    )
-    handle = ManagedServerHandle(ref=ref, server=server, system=system)
     try:
         with anyio.fail_after(config.startup_timeout_s + config.stop_grace_s + _SPAWN_SLACK_S):
-            await server.wait_healthy()
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await handle.stop()
+            ref: ActorRef[ManagedServerRequest, ManagedServerStatus] = await system.spawn(
+                lambda: ManagedServerActor(server),
+                name=name,
+                parent=parent,
+                mailbox_capacity=_MAILBOX_CAPACITY,
+            )
+    except ActorCrashed as exc:
+        if isinstance(exc.cause, ManagedServerError):
+            raise exc.cause from None  # the server's own error, not the kernel's wrapper
         raise
-    return handle
+    return ManagedServerHandle(ref=ref, server=server, system=system)

@@ -1,4 +1,4 @@
-"""Managed servers under the actor kernel: spawn, restart, supervision, stop."""
+"""Managed servers under the actor kernel: spawn, requests, restart, supervision, stop."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ import pytest
 
 from agentrt.runtime.actors import ActorSystem, RestartIntensity
 from agentrt.runtime.models.managed import ManagedServerConfig, ManagedServerError, ServerState
-from agentrt.runtime.models.managed_actor import ManagedServerHandle, spawn_managed_server
+from agentrt.runtime.models.managed_actor import (
+    ManagedServerHandle,
+    ManagedServerStatus,
+    Status,
+    Stop,
+    spawn_managed_server,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -53,11 +59,6 @@ def fake_config(crash_after: float = 0.0, code: int = 3, **overrides: Any) -> Ma
     return ManagedServerConfig(**values)
 
 
-def state_of(handle: ManagedServerHandle) -> ServerState:
-    """The state now (a call, so that type narrowing does not stick)."""
-    return handle.server.state
-
-
 def gone(pid: int) -> bool:
     try:
         return str(psutil.Process(pid).status()) == str(psutil.STATUS_ZOMBIE)
@@ -71,23 +72,39 @@ async def eventually(predicate: Callable[[], bool], within: float) -> None:
             await anyio.sleep(0.02)
 
 
-async def test_spawn_returns_when_healthy_and_stop_ends_the_process() -> None:
+async def status_until(
+    handle: ManagedServerHandle, predicate: Callable[[ManagedServerStatus], bool], within: float
+) -> ManagedServerStatus:
+    """Ask for the status until ``predicate`` holds (each ask answered at once)."""
+    with anyio.fail_after(within):
+        while True:
+            status = await handle.status(timeout=1.0)
+            if predicate(status):
+                return status
+            await anyio.sleep(0.02)
+
+
+async def test_spawn_returns_when_healthy_and_answers_status_and_stop() -> None:
     async with ActorSystem(stop_timeout=3.0) as system:
         handle = await spawn_managed_server(system, fake_config(), name="fake")
-        assert state_of(handle) is ServerState.HEALTHY
+        status = await handle.status(timeout=1.0)
+        assert status.state is ServerState.HEALTHY
+        assert status.name == "fake"
+        assert status.base_url == handle.base_url
+        assert status.pid is not None
+        assert status.pid == handle.server.pid
+        assert (status.restarts, status.actor_restarts, status.last_exit_code) == (0, 0, None)
         async with httpx.AsyncClient(timeout=5.0) as client:
             assert (await client.get(handle.base_url + "/health")).status_code == 200
-        pid = handle.server.pid
-        assert pid is not None
         assert handle.ref.address.name == "fake"
         began = anyio.current_time()
-        await handle.stop()
-        # The server was asked to stop first, so the actor did not sit out the
-        # system's 3 s stop timeout before being cancelled.
-        assert anyio.current_time() - began < 2.0
-        assert gone(pid)
-        assert state_of(handle) is ServerState.STOPPED
-        assert system.root.children == ()
+        stopping = await handle.ref.ask(Stop(), timeout=1.0)
+        assert stopping.state is ServerState.STOPPING
+        await eventually(lambda: system.root.children == () and gone(status.pid or 0), 2.5)
+        # Not the system's 3 s stop timeout: the server stopped with the actor.
+        assert anyio.current_time() - began < 2.5
+        assert handle.server.state is ServerState.STOPPED
+        assert system.root.failures == ()
 
 
 async def test_closing_the_system_stops_the_server() -> None:
@@ -105,9 +122,10 @@ async def test_process_crash_is_restarted_inside_the_actor() -> None:
             system, fake_config(crash_after=0.3, max_restarts=100), name="fake"
         )
         first = handle.server.pid
-        await eventually(lambda: handle.server.restarts >= 2, 15)
-        await handle.server.wait_healthy()
-        assert handle.server.last_exit_code == 3
+        # The actor answers while its service restarts the server.
+        status = await status_until(handle, lambda s: s.restarts >= 2, 15)
+        assert status.last_exit_code == 3
+        assert status.actor_restarts == 0
         assert first is not None
         assert gone(first)
         # The service handled the crashes: the actor itself never failed.
@@ -115,21 +133,62 @@ async def test_process_crash_is_restarted_inside_the_actor() -> None:
         await handle.stop()
 
 
-async def test_giving_up_fails_the_actor_and_the_supervisor_restarts_it() -> None:
-    config = fake_config(crash_after=0.2, max_restarts=0, backoff_max_s=0.1)
-    async with ActorSystem(
-        stop_timeout=1.0, intensity=RestartIntensity(max_restarts=10, within=60.0)
-    ) as system:
+async def test_restart_request_replaces_the_process() -> None:
+    async with ActorSystem(stop_timeout=3.0) as system:
+        handle = await spawn_managed_server(system, fake_config(), name="fake")
+        old = handle.server.pid
+        assert old is not None
+        await handle.restart()
+        with anyio.fail_after(15):
+            await handle.server.wait_healthy()  # waits for the fresh process
+        status = await handle.ref.ask(Status(), timeout=1.0)
+        assert status.state is ServerState.HEALTHY
+        assert status.pid is not None
+        assert status.pid != old
+        assert gone(old)
+        assert status.restarts == 0  # on request, not a crash
+        assert system.root.failures == ()
+        await handle.stop()
+
+
+async def test_restart_request_cuts_the_server_backoff_short() -> None:
+    config = fake_config(crash_after=0.3, max_restarts=5, backoff_initial_s=30, backoff_max_s=30)
+    async with ActorSystem(stop_timeout=3.0) as system:
         handle = await spawn_managed_server(system, config, name="fake")
-        await eventually(lambda: len(system.root.failures) >= 2, 20)
+        await status_until(handle, lambda s: s.state is ServerState.BACKOFF, 10)
+        began = anyio.current_time()
+        await handle.restart()
+        status = await status_until(handle, lambda s: s.state is ServerState.HEALTHY, 10)
+        assert anyio.current_time() - began < 10  # not the 30 s backoff
+        assert status.restarts == 1  # the crash before it counts, the request does not
+        assert system.root.failures == ()
+        await handle.stop()
+
+
+async def test_after_giving_up_the_replacement_answers_and_stops_promptly() -> None:
+    # Each server crashes 0.3 s after starting and the service gives up at
+    # once; the replacement incarnation then waits 30 s before trying again.
+    config = fake_config(crash_after=0.3, max_restarts=0, backoff_max_s=30.0)
+    async with ActorSystem(intensity=RestartIntensity(max_restarts=10, within=60.0)) as system:
+        handle = await spawn_managed_server(system, config, name="fake")
+        status = await status_until(handle, lambda s: s.state is ServerState.BACKOFF, 10)
+        assert status.actor_restarts == 1
+        assert status.pid is None
         failure = system.root.failures[0]
         assert failure.action == "restart"
         assert isinstance(failure.error, ManagedServerError)
-        assert "giving up (restarts are off)" not in str(failure.error)
         assert "1 crashes in a row, limit 0 restarts" in str(failure.error)
-        # The restarted actor brought the server back.
-        await eventually(lambda: handle.server.state is ServerState.HEALTHY, 10)
+        # Restart() ends the delay: the server comes back, then gives up again.
+        await handle.restart()
+        await status_until(handle, lambda s: s.state is ServerState.HEALTHY, 10)
+        await status_until(
+            handle, lambda s: s.state is ServerState.BACKOFF and s.actor_restarts == 2, 10
+        )
+        # Stopping during the delay is prompt (not the system's 5 s stop timeout).
+        began = anyio.current_time()
         await handle.stop()
+        assert anyio.current_time() - began < 1.0
+        assert system.root.children == ()
 
 
 async def test_failed_first_start_raises_from_spawn_and_leaves_nothing() -> None:
