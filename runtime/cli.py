@@ -7,7 +7,10 @@ bad configuration, an unknown model), 130 interrupted.
 
 Commands:
 
-- ``agentrt run TASK``: the main job (see ``agentrt.runtime.single_turn``);
+- ``agentrt run TASK [--agent SPEC.yaml | --agent NAME]``: N parallel
+  rollouts of an agent or an agent hierarchy (``agentrt.runtime.agent_run``);
+  with no ``--agent``, a small default agent with a calculator on the
+  default model (the embedded one when nothing is configured);
 - ``agentrt sim-server ...``: the simulated model server of
   ``agentrt.runtime.testing.sim_server`` (imported only when asked for);
 - ``agentrt frontier [--simulate | --tasks FILE]``: the cost-success frontier
@@ -22,19 +25,20 @@ import argparse
 import json
 import math
 import sys
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TextIO, final
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, final
 
 import anyio
 
 from agentrt._version import __version__
-from agentrt.protocols import RunResult, SamplingParams, to_builtins
+from agentrt.protocols import Budget, to_builtins
 from agentrt.runtime.actors import ActorError
-from agentrt.runtime.errors import AgentrtError, ConfigError, UserError
+from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
-from agentrt.runtime.models.registry import ModelRegistry
+
+if TYPE_CHECKING:
+    from agentrt.runtime.agent_run import AgentRun
 
 __all__ = ["main"]
 
@@ -68,19 +72,31 @@ class Output:
     def problem(self, text: str) -> None:
         print(f"{_PROG}: {text}", file=self._stderr)
 
-    def run_result(self, result: RunResult) -> None:
-        """Each rollout's answer (or failure), the chosen answer, usage."""
-        for summary in result.summaries:
-            if summary.answer is None and summary.failure_modes:
-                self.line(f"[{summary.rollout_id}] failed: {'; '.join(summary.failure_modes)}")
+    def agent_run(self, run: AgentRun) -> None:
+        """Each rollout's answer (or failure) and how it got there, the
+        chosen answer, then usage and cost."""
+        for rollout, summary in zip(run.rollouts, run.result.summaries, strict=True):
+            if summary.answer is None:
+                self.line(f"[{rollout.rollout_id}] failed: {'; '.join(summary.failure_modes)}")
             else:
-                self.line(f"[{summary.rollout_id}] {summary.answer or ''}")
+                self.line(f"[{rollout.rollout_id}] {summary.answer}")
+            if rollout.result is not None:
+                trajectory = rollout.result.trajectory
+                steps = len(trajectory.steps)
+                calls = sum(len(step.tool_results) for step in trajectory.steps)
+                self.line(
+                    f"  {trajectory.agent}: {trajectory.status} ({trajectory.stop_reason}), "
+                    f"{steps} step{'s' * (steps != 1)}, {calls} tool call{'s' * (calls != 1)}, "
+                    f"{rollout.cost.model_calls} model calls in all"
+                )
+        result = run.result
         if len(result.summaries) > 1 and result.answer is not None:
             self.line(f"answer: {result.answer}")
         cost = result.cost
         self.line(
             f"usage: {cost.usage.prompt_tokens} prompt + {cost.usage.completion_tokens} "
-            f"completion tokens, {cost.model_calls} model calls, {cost.wall_seconds:.2f} s"
+            f"completion tokens, {cost.model_calls} model calls, ${cost.usd:.6f}, "
+            f"{cost.wall_seconds:.2f} s"
         )
 
 
@@ -153,21 +169,48 @@ def _build_parser() -> _Parser:
 
     run = commands.add_parser(
         "run",
-        help="answer TASK with N parallel rollouts (embedded model by default)",
-        description="Answer TASK with N rollouts, each an actor asking the model once.",
+        help="answer TASK with an agent or agent hierarchy (embedded model by default)",
+        description=(
+            "Answer TASK with N parallel rollouts of an agent: the default agent (a "
+            "calculator, small limits), a YAML spec (--agent x.yaml) or an agent named in "
+            "the configuration's [agents] table."
+        ),
     )
     run.add_argument("task", metavar="TASK", help="the task or question")
     run.add_argument(
+        "--agent",
+        "--spec",
+        dest="agent",
+        metavar="SPEC",
+        help="a spec file (x.yaml, x.yaml#name) or a name from [agents] in --config",
+    )
+    run.add_argument(
         "--rollouts", type=_positive_int, default=1, help="parallel rollouts (default 1)"
     )
-    run.add_argument("--model", help="a backend or model name from the configuration")
+    run.add_argument("--model", help="the model for agents that name none (a backend or model)")
     run.add_argument(
-        "--max-tokens", type=_positive_int, default=256, help="completion tokens per rollout (256)"
+        "--max-steps", type=_positive_int, help="model calls per rollout, for every agent"
     )
     run.add_argument(
-        "--temperature", type=_temperature, default=0.7, help="sampling temperature (0.7)"
+        "--max-tokens",
+        type=_positive_int,
+        help="completion tokens per model call, for every agent (default agent: 256)",
     )
-    run.add_argument("--seed", type=int, default=None, help="sampling seed (rollout i uses seed+i)")
+    run.add_argument(
+        "--temperature", type=_temperature, help="sampling temperature, for every agent"
+    )
+    run.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="SERVER",
+        help="give the entry agent an MCP server's tools: 'CMD ARGS' (stdio) or a URL",
+    )
+    run.add_argument(
+        "--budget-tokens",
+        type=_positive_int,
+        help="hard cap on the tokens of the whole run (every rollout and sub-agent)",
+    )
     run.add_argument(
         "--timeout",
         type=_positive_float,
@@ -177,7 +220,7 @@ def _build_parser() -> _Parser:
     run.add_argument(
         "--config",
         type=Path,
-        help="a TOML or JSON file with a [models] section (default: the embedded model)",
+        help="a TOML or JSON file with [models] and [agents] (default: the embedded model)",
     )
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.set_defaults(handler=_run_command)
@@ -197,58 +240,43 @@ def _build_parser() -> _Parser:
 
 
 def _run_command(args: argparse.Namespace, out: Output) -> int:
-    from agentrt.runtime.single_turn import run_single_turn
+    from agentrt.runtime.agent_run import agent_specs, load_run_config, run_agent
 
-    registry = _load_registry(args.config)
-    sampling = SamplingParams(
-        temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed
+    config = load_run_config(args.config)
+    specs = agent_specs(
+        args.agent,
+        config,
+        max_steps=args.max_steps,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        mcp=tuple(args.mcp),
     )
-    result = anyio.run(
-        lambda: run_single_turn(
+    budget = Budget(max_tokens=args.budget_tokens)
+    run = anyio.run(
+        lambda: run_agent(
             args.task,
-            registry=registry,
+            specs=specs,
+            registry=config.registry,
             model=args.model,
             rollouts=args.rollouts,
-            sampling=sampling,
             timeout_s=args.timeout,
+            budget=budget,
         ),
         backend="asyncio",
         backend_options=_loop_options(),
     )
+    for server, reason in run.mcp_failures.items():
+        out.problem(f"MCP server {server!r} could not be started; ran without it: {reason}")
+    result = run.result
     if args.json:
         out.json(to_builtins(result))
     else:
-        out.run_result(result)
+        out.agent_run(run)
     if result.status != "succeeded":
         if not args.json:
             out.problem(f"run {result.run_id} {result.status}: {result.error or 'no answer'}")
         return 1
     return 0
-
-
-def _load_registry(path: Path | None) -> ModelRegistry:
-    if path is None:
-        return ModelRegistry()
-    where = str(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise ConfigError(f"cannot read the configuration: {error.strerror}", where=where) from None
-    data: Any
-    try:
-        data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode())
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ConfigError(f"not valid {_format_of(path)}: {error}", where=where) from None
-    if not isinstance(data, dict):
-        raise ConfigError("the configuration must be a table/object", where=where)
-    models = data.get("models", {})
-    if not isinstance(models, dict):
-        raise ConfigError("must be a table/object", where=f"{where}: models")
-    return ModelRegistry.from_mapping(models, where=f"{where}: models")
-
-
-def _format_of(path: Path) -> str:
-    return "JSON" if path.suffix == ".json" else "TOML"
 
 
 def _loop_options() -> dict[str, Any]:

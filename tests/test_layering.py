@@ -17,7 +17,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The roof of runtime/: the only modules allowed to wire every layer together.
-ROOF = {"runtime/cli.py", "runtime/facade.py", "runtime/serve", "runtime/run_demo.py"}
+ROOF = {
+    "runtime/cli.py",
+    "runtime/agent_run.py",
+    "runtime/facade.py",
+    "runtime/serve",
+    "runtime/run_demo.py",
+}
 
 FORBIDDEN = {
     "protocols": ("agentrt.runtime", "agentrt.tools", "agentrt.agents", "agentrt.aggregators"),
@@ -26,7 +32,12 @@ FORBIDDEN = {
     "agents": ("agentrt.aggregators",),
     "aggregators": (),
 }
-ROOF_MODULES = ("agentrt.runtime.cli", "agentrt.runtime.facade", "agentrt.runtime.serve")
+ROOF_MODULES = (
+    "agentrt.runtime.cli",
+    "agentrt.runtime.agent_run",
+    "agentrt.runtime.facade",
+    "agentrt.runtime.serve",
+)
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -91,3 +102,4 @@ def test_the_checker_catches_a_violation(tmp_path: Path) -> None:
     assert "agentrt.tools" in names
     assert _layer("runtime/actors/system.py") == "runtime-floor"
     assert _layer("runtime/cli.py") is None
+    assert _layer("runtime/agent_run.py") is None

@@ -1,5 +1,7 @@
 """The ``agentrt`` command line: flags, exit codes, output, and ``run``
-against a scripted backend (fast) and the embedded model (real)."""
+(the agent loop: the default agent or a spec's hierarchy) against a scripted
+backend (fast), a model server in another process (real HTTP, real tool
+calls) and the embedded model (real)."""
 
 from __future__ import annotations
 
@@ -12,17 +14,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agentrt import __version__
 from agentrt.protocols import RunResult, decode
 from agentrt.runtime.cli import main
-from agentrt.runtime.log import reset_logging
+from agentrt.runtime.log import configure_logging, reset_logging
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PLANNER = str(EXAMPLES / "planner_workers.yaml")
+PIPELINE = str(EXAMPLES / "solver_verifier_corrector.yaml")
 
 
 @pytest.fixture(autouse=True)
 def _fresh_logging() -> Iterator[None]:
-    # main() configures logging against the current (captured) stderr.
+    # main() configures logging once per process, against the stderr of the
+    # moment, and module-level loggers cache that stream on first use.
+    # Configure it here, before capsys swaps in a stream it closes after the
+    # test, so that a logger first used in a test here never writes to a
+    # closed file in a later test.  Output() still prints to capsys's stderr.
     reset_logging()
+    configure_logging("WARNING")
     yield
     reset_logging()
 
@@ -63,6 +75,11 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "hi", "--bogus"], "unrecognized arguments: --bogus"),
         (["run", "hi", "--model", "nope"], "no configured backend is named or serves model 'nope'"),
         (["run", "hi", "--config", "/nonexistent/agentrt.toml"], "cannot read the configuration"),
+        (["run", "hi", "--max-steps", "0"], "must be at least 1, got 0"),
+        (["run", "hi", "--agent", "nobody"], "no agent named 'nobody' in the configuration's"),
+        (["run", "hi", "--agent", "/nonexistent/a.yaml"], "cannot read the spec file"),
+        (["run", "hi", "--agent", f"{PLANNER}#nobody"], "no agent named 'nobody'"),
+        (["run", "hi", "--agent", PIPELINE, "--mcp", "npx x"], "the entry is a pipeline"),
     ],
 )
 def test_user_errors_exit_2_with_one_line(
@@ -98,16 +115,22 @@ def test_bad_configuration_files_exit_2_naming_where(
     assert len(err.strip().splitlines()) == 1
 
 
-def test_run_prints_each_answer_the_plurality_and_usage(
+def test_run_prints_each_answer_how_it_ended_the_plurality_and_usage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = _config(tmp_path, SCRIPTED)
     assert main(["run", "Capital of France?", "--rollouts", "3", "--config", config]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert sorted(lines[:3]) == ["[rollout-0] Paris", "[rollout-1] Paris", "[rollout-2] Lyon"]
-    assert lines[3] == "answer: Paris"
-    assert lines[4].startswith("usage: ")
-    assert "3 model calls" in lines[4]
+    answers = sorted(line for line in lines if line.startswith("["))
+    assert answers == ["[rollout-0] Paris", "[rollout-1] Paris", "[rollout-2] Lyon"]
+    accounts = [line for line in lines if line.startswith("  ")]
+    assert (
+        accounts
+        == ["  assistant: finished (final answer), 1 step, 0 tool calls, 1 model calls in all"] * 3
+    )
+    assert lines[-2] == "answer: Paris"
+    assert lines[-1].startswith("usage: ")
+    assert "3 model calls, $0.000000" in lines[-1]
 
 
 def test_run_json_is_a_run_result_with_exact_usage(
@@ -129,6 +152,82 @@ def test_run_json_is_a_run_result_with_exact_usage(
     )
     assert result.cost.usage.prompt_tokens > 0
     assert result.aggregation_trace[0]["votes"] == 2
+
+
+def test_run_an_example_spec_by_path_and_by_configured_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path, SCRIPTED + f"\n[agents]\nsvc = '{PIPELINE}'\n")
+    assert main(["run", "Capital?", "--agent", PLANNER, "--config", config]) == 0
+    out = capsys.readouterr().out
+    assert "  planner: finished (final answer), 1 step, 0 tool calls" in out
+    # The pipeline (scripted text replies, cycling): solve, verify, correct,
+    # verify, correct -- no reply says VERDICT, so both rounds run.
+    assert main(["run", "Capital?", "--agent", "svc", "--config", config, "--json"]) == 0
+    result = decode(capsys.readouterr().out, RunResult)
+    assert result.status == "succeeded"
+    assert result.cost.model_calls == 5
+    assert result.answer == "Paris"
+
+
+def test_a_run_token_budget_stops_every_rollout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path, SCRIPTED)
+    assert main(["run", "hi", "--rollouts", "2", "--budget-tokens", "50", "--config", config]) == 1
+    captured = capsys.readouterr()
+    for index in range(2):
+        assert f"[rollout-{index}] failed: exhausted: budget:" in captured.out
+    assert "0 model calls" in captured.out.splitlines()[-1]
+    assert "failed" in captured.err
+
+
+def test_command_line_overrides_reach_every_agent_and_mcp_the_entry(tmp_path: Path) -> None:
+    from agentrt.agents.spec import AgentSpec, McpTools
+    from agentrt.runtime.agent_run import agent_specs, load_run_config
+
+    config = load_run_config(None)
+    specs = agent_specs(
+        PLANNER, config, max_steps=1, max_tokens=7, temperature=0.0, mcp=("uvx some-server",)
+    )
+    agents = [specs.unit(ref) for ref in specs.build_order()]
+    assert len(agents) == 3
+    for agent in agents:
+        assert isinstance(agent, AgentSpec)
+        assert (agent.limits.max_steps, agent.limits.max_tokens_per_step) == (1, 7)
+        assert agent.temperature == 0.0
+        assert agent.limits.agent_limits().max_steps == 1
+    entry = specs.unit(specs.root)
+    added = [t for t in entry.tools if isinstance(t, McpTools)]
+    assert [t.server_name for t in added] == ["some-server"]
+    assert "some-server" in specs.servers
+    # Without overrides, the file's own values.
+    plain = agent_specs(PLANNER, config)
+    written = yaml.safe_load(Path(PLANNER).read_text())["agents"]["planner"]["limits"]
+    assert plain.unit(plain.root).limits.max_steps == written["max_steps"] != 1
+
+
+def test_a_malformed_spec_is_one_line_naming_file_line_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: a\nlimits:\n  max_stepz: 2\n")
+    assert main(["run", "hi", "--agent", str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"agentrt: {spec}:3: limits.max_stepz: unknown key 'max_stepz'")
+    assert len(err.splitlines()) == 1
+
+
+def test_an_mcp_server_that_does_not_start_is_reported_and_the_run_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path, SCRIPTED)
+    code = main(["run", "hi", "--config", config, "--mcp", "/nonexistent/mcp-server --stdio"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "[rollout-0] Paris" in captured.out
+    assert "MCP server 'mcp-server' could not be started; ran without it" in captured.err
+    assert "/nonexistent/mcp-server" in captured.err
 
 
 def test_rollouts_past_their_deadline_fail_the_run_promptly(
@@ -168,6 +267,8 @@ def sim_url() -> Iterator[str]:
     """The sim-server in its own process (as a user would run it)."""
     argv = [sys.executable, "-m", "agentrt.runtime.testing.sim_server", "--port", "0"]
     argv += ["--answer", "answer", "--ttft-ms", "5", "--token-ms", "0"]
+    # Offered tools, it calls two of them at once, once; then it answers.
+    argv += ["--tool-rounds", "1", "--parallel-tool-calls", "2"]
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     ) as process:
@@ -198,11 +299,31 @@ def test_run_against_a_model_server_in_another_process(
     result = decode(capsys.readouterr().out, RunResult)
     assert result.status == "succeeded"
     assert result.answer == "ANSWER: 5"
-    assert result.cost.model_calls == 4
+    # Each rollout: one step calling the calculator (twice), one answering.
+    assert result.cost.model_calls == 4 * 2
     assert result.cost.usage.completion_tokens == sum(
         s.cost.usage.completion_tokens for s in result.summaries
     )
     assert result.cost.usage.prompt_tokens > 0
+
+
+def test_the_planner_delegates_to_its_workers_over_http(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(
+        tmp_path,
+        f"[models.backends.remote]\nkind = 'openai'\nbase_url = '{sim_url}/v1'\nmodels = ['sim']\n",
+    )
+    argv = ["run", "What is 17*23?", "--agent", PLANNER, "--config", config]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    # The planner called both workers at once (the server calls two offered
+    # tools), each worker called its own tool and answered; then the planner.
+    assert out[0] == "[rollout-0] ANSWER: 391"
+    assert out[1] == (
+        "  planner: finished (final answer), 2 steps, 2 tool calls, 6 model calls in all"
+    )
+    assert "6 model calls" in out[2]
 
 
 def test_a_refused_connection_fails_the_run_with_exit_1(
@@ -245,15 +366,30 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.embedded
 def test_run_on_the_embedded_default_model(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["run", "Say hello.", "--max-tokens", "8", "--seed", "3", "--json"])
+    code = main(["run", "Say hello.", "--max-tokens", "8", "--max-steps", "1", "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["status"] == "succeeded"
     assert result["answer"]
     usage = result["cost"]["usage"]
-    assert usage["prompt_tokens"] > 10
+    # The prompt holds the instructions and the calculator's definition.
+    assert usage["prompt_tokens"] > 100
     assert 0 < usage["completion_tokens"] <= 8
     assert result["cost"]["model_calls"] == 1
+
+
+@pytest.mark.embedded
+def test_a_hierarchy_example_runs_on_the_embedded_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["run", "What is 6 * 7?", "--agent", PLANNER, "--max-tokens", "16", "--max-steps", "2"]
+    code = main(argv)
+    out = capsys.readouterr().out
+    # A 135M model rarely calls tools: the run ends either way, on its limits.
+    assert code in (0, 1), out
+    assert out.startswith("[rollout-0] ")
+    assert "  planner: " in out
+    assert out.splitlines()[-1].startswith("usage: ")
 
 
 def test_frontier_prints_the_policies(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,288 @@
+"""Agent hierarchies from specs: build the tree of nodes and run it.
+
+Owns ``build_hierarchy`` (a loaded ``SpecSet`` plus model backends ->
+``Hierarchy``), ``open_hierarchy`` (the same inside an async context that
+holds the MCP servers the specs use open), ``Hierarchy`` (the nodes by
+unit, the entry node, ``run``) and the actor that runs a hierarchy's
+rollouts (``HierarchyActor``, ``spawn_hierarchy``).
+
+Building goes callees first (``SpecSet.build_order``): each agent gets its
+bound tools (``agents.bindings``) plus one ``SubAgentTool`` per sub-agent,
+and becomes an ``Agent`` sharing the hierarchy's event emitter; a pipeline
+binds its stages to their nodes (``agents.pipeline``).  Every configuration
+error -- a binding that does not import, a model no backend serves, two
+tools of one name -- is a ``ConfigError`` naming the spec file, line and
+key.  An MCP server that cannot be started does not stop the hierarchy:
+its agents run without its tools and ``Hierarchy.mcp_failures`` says why.
+
+``Hierarchy.run`` runs the entry node once, charged to its slice of the
+given ledger (its ``limits.budget``/``budget_share``).  Sub-agent rollouts
+run in the same run with ``parent_rollout_id`` set, their events on the
+same emitter, so one event stream shows the whole tree.
+
+May import the runtime floor, tools and the rest of ``agentrt.agents``;
+never aggregators or the roof.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import final
+
+from agentrt.agents.actor import AgentHandle, AgentMessage, RunRollout
+from agentrt.agents.agent import Agent
+from agentrt.agents.bindings import resolve_binding
+from agentrt.agents.control import RolloutControl, RolloutResult
+from agentrt.agents.delegation import AgentNode, Node, RolloutScopes, SubAgentTool, sliced_ledger
+from agentrt.agents.pipeline import PipelineNode, Stage
+from agentrt.agents.recording import EventEmitter, EventSink
+from agentrt.agents.spec import AgentSpec, McpTools
+from agentrt.agents.spec_loader import ServerConfig, SpecSet, UnitRef
+from agentrt.protocols import ChatMessage
+from agentrt.runtime.actors import Actor, ActorRef, ActorSystem, SupervisorRef
+from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.pricing import PriceTable
+from agentrt.tools.base import NotificationSink, Tool
+from agentrt.tools.mcp import McpClientConfig, McpToolbox, PinStore
+
+Backends = Mapping[str, ModelBackend] | Sequence[ModelBackend]
+
+
+@final
+class Hierarchy:
+    """The nodes built from a ``SpecSet``; ``run`` runs the entry node."""
+
+    def __init__(
+        self,
+        specs: SpecSet,
+        nodes: Mapping[UnitRef, Node],
+        *,
+        emitter: EventEmitter,
+        prices: PriceTable,
+        mcp_failures: Mapping[str, str] | None = None,
+    ) -> None:
+        self.specs = specs
+        self.nodes = dict(nodes)
+        self.emitter = emitter
+        self.prices = prices
+        self.mcp_failures: dict[str, str] = dict(mcp_failures or {})
+        """MCP servers that could not be started, with the reason."""
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[self.specs.root]
+
+    def node(self, name: str) -> Node:
+        """The node called ``name`` (the first, if files repeat a name)."""
+        for ref, node in self.nodes.items():
+            if ref.name == name:
+                return node
+        raise KeyError(f"no node named {name!r}; nodes: {', '.join(r.name for r in self.nodes)}")
+
+    async def run(
+        self,
+        task: str,
+        *,
+        run_id: str | None = None,
+        rollout_id: str | None = None,
+        parent_rollout_id: str | None = None,
+        ledger: BudgetLedger | None = None,
+        seed: Sequence[ChatMessage] = (),
+        control: RolloutControl | None = None,
+    ) -> RolloutResult:
+        """Run the entry node once on ``task``, charged to a child of
+        ``ledger`` (default: a fresh uncapped one) capped at its slice.
+        The trajectory's cost counts its own model calls; the ledger's
+        ``spent`` counts the whole tree."""
+        root = self.root
+        parent = ledger or BudgetLedger(f"{root.name}-run", prices=self.prices)
+        sliced = sliced_ledger(parent, root.name, root.limits)
+        try:
+            return await root.run(
+                task,
+                run_id=run_id,
+                rollout_id=rollout_id,
+                parent_rollout_id=parent_rollout_id,
+                ledger=sliced,
+                seed=seed,
+                control=control,
+            )
+        finally:
+            sliced.finish()
+
+
+def build_hierarchy(
+    specs: SpecSet,
+    *,
+    backends: Backends,
+    events: EventEmitter | EventSink | None = None,
+    default_model: str | None = None,
+    prices: PriceTable | None = None,
+    mcp: McpToolbox | None = None,
+) -> Hierarchy:
+    """Build every unit reachable from the entry (see the module
+    docstring); ``default_model`` serves agents that name none; ``mcp``
+    must be open when any agent uses MCP tools."""
+    emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
+    prices = prices or PriceTable.free()
+    scopes = RolloutScopes()
+    nodes: dict[UnitRef, Node] = {}
+    for ref in specs.build_order():
+        unit = specs.unit(ref)
+        callees = specs.edges[ref]
+        if isinstance(unit, AgentSpec):
+            tools: list[Tool] = []
+            for index, binding in enumerate(unit.tools):
+                tools += resolve_binding(
+                    binding,
+                    base_dir=specs.file(ref).base_dir,
+                    where=specs.where(ref, ("tools", index)),
+                    mcp=mcp,
+                )
+            tools += [
+                SubAgentTool(
+                    nodes[edge.target],
+                    scopes=scopes,
+                    description=edge.description,
+                    budget_share=edge.budget_share,
+                )
+                for edge in callees
+            ]
+            config = unit.agent_config(ref.name, model=default_model)
+            try:
+                agent = Agent(config, backends=backends, tools=tools, events=emitter, prices=prices)
+            except ConfigError as exc:
+                raise ConfigError(str(exc), where=specs.where(ref)) from exc
+            nodes[ref] = AgentNode(
+                agent,
+                description=unit.description or _describe(ref.name, unit.instructions),
+                limits=unit.limits,
+                scopes=scopes,
+            )
+        else:
+            stages = [
+                Stage(stage, nodes[edge.target])
+                for stage, edge in zip(unit.stages, callees, strict=True)
+            ]
+            nodes[ref] = PipelineNode(ref.name, unit, stages, emitter=emitter, prices=prices)
+    return Hierarchy(specs, nodes, emitter=emitter, prices=prices)
+
+
+def _describe(name: str, instructions: str) -> str:
+    """A sub-agent's tool description when its spec gives none."""
+    first = " ".join(instructions.split())
+    if len(first) > 200:
+        first = first[:197] + "..."
+    return f"Delegate a task to the {name} agent and get its answer. Its instructions: {first}"
+
+
+def used_servers(specs: SpecSet) -> dict[str, ServerConfig]:
+    """The MCP servers the units reachable from the entry use."""
+    used: dict[str, ServerConfig] = {}
+    for ref in specs.build_order():
+        unit = specs.unit(ref)
+        if isinstance(unit, AgentSpec):
+            for binding in unit.tools:
+                if isinstance(binding, McpTools):
+                    used[binding.server_name] = specs.servers[binding.server_name]
+    return used
+
+
+@asynccontextmanager
+async def open_hierarchy(
+    specs: SpecSet,
+    *,
+    backends: Backends,
+    events: EventEmitter | EventSink | None = None,
+    default_model: str | None = None,
+    prices: PriceTable | None = None,
+    pins: PinStore | None = None,
+    on_notification: NotificationSink | None = None,
+) -> AsyncIterator[Hierarchy]:
+    """``build_hierarchy`` with the MCP servers the specs use started
+    (concurrently) and held open until the block exits."""
+    servers = used_servers(specs)
+    if not servers:
+        yield build_hierarchy(
+            specs, backends=backends, events=events, default_model=default_model, prices=prices
+        )
+        return
+    config = McpClientConfig(servers=list(servers.values()))
+    async with McpToolbox(config, pins=pins, on_notification=on_notification) as toolbox:
+        hierarchy = build_hierarchy(
+            specs,
+            backends=backends,
+            events=events,
+            default_model=default_model,
+            prices=prices,
+            mcp=toolbox,
+        )
+        for name, exc in toolbox.failures.items():
+            hierarchy.mcp_failures[name] = str(exc)
+        yield hierarchy
+
+
+LedgerFor = Callable[[str], BudgetLedger | None]
+"""Rollout id -> the ledger its run is charged to (``None``: a fresh one)."""
+
+
+@final
+class HierarchyActor(Actor[AgentMessage, RolloutResult]):
+    """Runs rollouts of a hierarchy's entry node, one at a time."""
+
+    def __init__(
+        self, hierarchy: Hierarchy, control: RolloutControl, ledger_for: LedgerFor
+    ) -> None:
+        self._hierarchy = hierarchy
+        self._control = control
+        self._ledger_for = ledger_for
+
+    async def receive(self, message: AgentMessage) -> RolloutResult:
+        match message:
+            case RunRollout():
+                return await self._hierarchy.run(
+                    message.task,
+                    run_id=message.run_id,
+                    rollout_id=message.rollout_id,
+                    parent_rollout_id=message.parent_rollout_id,
+                    ledger=self._ledger_for(message.rollout_id),
+                    seed=message.seed,
+                    control=self._control,
+                )
+
+
+async def spawn_hierarchy(
+    system: ActorSystem,
+    hierarchy: Hierarchy,
+    *,
+    name: str | None = None,
+    parent: SupervisorRef | None = None,
+    ledger_for: LedgerFor | None = None,
+    mailbox_capacity: int | None = None,
+) -> AgentHandle:
+    """Spawn an actor running ``hierarchy``'s rollouts (named after its
+    entry by default); ``AgentHandle.run`` asks it for one."""
+    control = RolloutControl()
+    ledgers: LedgerFor = ledger_for or (lambda _rollout_id: None)
+    ref: ActorRef[AgentMessage, RolloutResult] = await system.spawn(
+        lambda: HierarchyActor(hierarchy, control, ledgers),
+        name=name or hierarchy.root.name,
+        parent=parent,
+        mailbox_capacity=mailbox_capacity,
+    )
+    return AgentHandle(ref, control)
+
+
+__all__ = [
+    "Backends",
+    "Hierarchy",
+    "HierarchyActor",
+    "LedgerFor",
+    "build_hierarchy",
+    "open_hierarchy",
+    "spawn_hierarchy",
+    "used_servers",
+]
