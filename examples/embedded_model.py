@@ -2,13 +2,16 @@
 
 import anyio
 
-from agentrt.protocols import ModelRequest, UserMessage
+from agentrt.protocols import ModelRequest, SamplingParams, UserMessage
 from agentrt.runtime.models.embedded import EmbeddedBackend
 
 
 async def main() -> None:
     async with EmbeddedBackend() as model:  # SmolLM2-135M through llama.cpp, in-process
-        reply = await model.complete(ModelRequest(messages=[UserMessage(content="Name a colour.")]))
+        request = ModelRequest(
+            messages=[UserMessage(content="Name a colour.")], sampling=SamplingParams(max_tokens=32)
+        )
+        reply = await model.complete(request)
         print(reply.message.content, reply.usage)
 
 

@@ -8,11 +8,23 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
 _configured = False
+
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is *now*: loggers are cached on
+    first use, and a stream captured then (a test's capture, a redirected
+    stderr) may be closed by the time they log again."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
@@ -39,7 +51,7 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(name)s %(message)s")
@@ -53,12 +65,53 @@ def reset_logging() -> None:
     _configured = False
 
 
-def get_logger(name: str | None = None, **context: Any) -> Any:
-    """A structlog logger carrying ``context`` (e.g. ``run_id``).
+class _Logger:
+    """A logger for library code.
 
-    The logger stays lazy: it picks up the configuration current when it
-    first logs, so module-level loggers created before
-    :func:`configure_logging` still follow it."""
-    if name is not None:
-        context = {"logger_name": name, **context}
-    return structlog.get_logger(**context)
+    Until an entry point calls :func:`configure_logging`, records go to the
+    stdlib ``logging`` module (by default only warnings and errors reach
+    stderr, and an application's own logging set-up decides the rest), so
+    embedding agentrt never prints to stdout.  Once configured, structlog
+    renders them.  Binding returns a new logger with more context."""
+
+    __slots__ = ("_context", "_name")
+
+    def __init__(self, name: str, context: dict[str, Any]) -> None:
+        self._name = name
+        self._context = context
+
+    def bind(self, **context: Any) -> _Logger:
+        return _Logger(self._name, {**self._context, **context})
+
+    def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
+        if _configured:
+            bound = structlog.get_logger(logger_name=self._name, **self._context)
+            getattr(bound, logging.getLevelName(level).lower())(event, **fields)
+            return
+        std = logging.getLogger(self._name)
+        if std.isEnabledFor(level):
+            exc_info = fields.pop("exc_info", None)
+            detail = " ".join(f"{k}={v!r}" for k, v in {**self._context, **fields}.items())
+            std.log(level, "%s %s", event, detail, exc_info=exc_info)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._emit(logging.DEBUG, event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit(logging.INFO, event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit(logging.WARNING, event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit(logging.ERROR, event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        self._emit(logging.ERROR, event, {"exc_info": True, **fields})
+
+
+def get_logger(name: str | None = None, **context: Any) -> Any:
+    """A logger named ``name`` (a module's ``__name__``) carrying ``context``
+    (e.g. ``run_id``).  Safe to create at import time: it follows the
+    configuration current when it logs."""
+    return _Logger(name or "agentrt", context)

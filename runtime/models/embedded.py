@@ -84,10 +84,11 @@ class EmbeddedConfig(BaseModel):
     n_ctx: int = Field(default=2048, ge=64)
     """Context window in tokens (prompt plus completion)."""
     n_threads: int | None = Field(default=None, ge=1)
-    """CPU threads for generation; by default every core this process may use.
-    On a busy machine fewer can be faster: llama.cpp's threads spin-wait for
-    each other (measured on two shared cores: 2 threads ran 57 tokens/s idle
-    but 3 tokens/s while other processes competed; 1 thread 25-28 either way)."""
+    """CPU threads for generation; by default half the cores this process may
+    use (at least one), as llama-cpp-python does.  More is not safer: llama.cpp's
+    threads spin-wait for each other, so on a busy machine they starve
+    (measured on two shared cores: 2 threads ran 57 tokens/s idle but 3
+    tokens/s while other processes competed; 1 thread 25-39 either way)."""
     n_batch: int = Field(default=512, ge=1)
     """Prompt tokens evaluated per llama.cpp batch."""
     prefix_cache: bool = True
@@ -121,11 +122,13 @@ def bundled_model_path(*, where: str = "models.backends.embedded.model_path") ->
 
 
 def default_thread_count() -> int:
-    """Cores this process may run on."""
+    """Half the cores this process may run on, at least one (see
+    ``EmbeddedConfig.n_threads`` for why not all of them)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, cores // 2)
 
 
 class _Loaded:

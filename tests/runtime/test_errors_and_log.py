@@ -74,3 +74,47 @@ def test_actor_errors_hang_off_the_project_tree() -> None:
         value = getattr(actor_errors, name)
         if isinstance(value, type) and issubclass(value, actor_errors.ActorError):
             assert name in (errors.__doc__ or ""), f"draw {name} in runtime/errors.py"
+
+
+def test_unconfigured_library_logs_never_reach_stdout() -> None:
+    code = (
+        "import logging\n"
+        "from agentrt.runtime.log import get_logger\n"
+        "log = get_logger('agentrt.x', run_id='r1')\n"
+        "log.info('quiet')\n"
+        "log.warning('loud', n=1)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == ""
+    assert "quiet" not in out.stderr
+    assert "loud" in out.stderr
+    assert "run_id='r1'" in out.stderr
+
+
+def test_an_application_logging_setup_sees_library_records() -> None:
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(\n"
+        "    level=logging.DEBUG, stream=sys.stdout, format='%(name)s|%(message)s'\n"
+        ")\n"
+        "from agentrt.runtime.log import get_logger\n"
+        "get_logger('agentrt.y').bind(step=2).info('hello')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "agentrt.y|hello step=2"
+
+
+def test_configured_logs_follow_a_replaced_stderr() -> None:
+    code = (
+        "import io, sys\n"
+        "from agentrt.runtime.log import configure_logging, get_logger\n"
+        "configure_logging(json=True)\n"
+        "log = get_logger('t')\n"
+        "first = io.StringIO(); sys.stderr = first\n"
+        "log.info('one')\n"
+        "first.close(); second = io.StringIO(); sys.stderr = second\n"
+        "log.info('two')\n"
+        "sys.__stdout__.write(second.getvalue())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert '"event": "two"' in out.stdout
