@@ -6,6 +6,12 @@ May import the runtime floor and tools; never aggregators or the roof.
 
 from agentrt.agents.actor import AgentActor, AgentHandle, AgentMessage, RunRollout, spawn_agent
 from agentrt.agents.agent import Agent
+from agentrt.agents.branching import (
+    BranchingConfig,
+    BranchingResult,
+    BranchPoint,
+    PartialRolloutBrancher,
+)
 from agentrt.agents.config import (
     AgentConfig,
     AgentLimits,
@@ -15,9 +21,16 @@ from agentrt.agents.config import (
 )
 from agentrt.agents.context import CharEstimator, ContextWindow, TokenEstimator
 from agentrt.agents.control import RolloutControl, RolloutResult
+from agentrt.agents.delegation import AgentNode, SubAgentTool
+from agentrt.agents.hierarchy import Hierarchy, build_hierarchy, open_hierarchy, spawn_hierarchy
+from agentrt.agents.pipeline import PipelineNode, PipelineResult
 from agentrt.agents.recording import EventEmitter, EventLog, EventSink, stream_sink
 from agentrt.agents.signals import Fired, SignalTracker
+from agentrt.agents.spec import AgentSpec, PipelineSpec, SpecError
+from agentrt.agents.spec_loader import SpecSet, load_spec
+from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
 from agentrt.agents.toolbox import CallsOutcome, Toolbox
+from agentrt.agents.uncertainty import StepUncertainty, step_uncertainty
 
 __all__ = [
     "Agent",
@@ -26,6 +39,11 @@ __all__ = [
     "AgentHandle",
     "AgentLimits",
     "AgentMessage",
+    "AgentNode",
+    "AgentSpec",
+    "BranchPoint",
+    "BranchingConfig",
+    "BranchingResult",
     "CallsOutcome",
     "CharEstimator",
     "ContextConfig",
@@ -34,14 +52,31 @@ __all__ = [
     "EventLog",
     "EventSink",
     "Fired",
+    "Hierarchy",
+    "ModelSummarizer",
+    "PartialRolloutBrancher",
+    "PipelineNode",
+    "PipelineResult",
+    "PipelineSpec",
     "RolloutControl",
     "RolloutResult",
+    "RuleBasedSummarizer",
     "RunRollout",
     "SignalConfig",
     "SignalName",
     "SignalTracker",
+    "SpecError",
+    "SpecSet",
+    "StepUncertainty",
+    "SubAgentTool",
+    "Summarizer",
     "TokenEstimator",
     "Toolbox",
+    "build_hierarchy",
+    "load_spec",
+    "open_hierarchy",
     "spawn_agent",
+    "spawn_hierarchy",
+    "step_uncertainty",
     "stream_sink",
 ]
