@@ -42,9 +42,9 @@ May import protocols and the runtime floor; never aggregators or the roof.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
@@ -67,7 +67,9 @@ from agentrt.protocols import (
     SignalRaised,
     Step,
     StepRecorded,
+    ToolCall,
     ToolCalled,
+    ToolProgress,
     ToolResult,
     Trajectory,
     TrajectoryStatus,
@@ -395,6 +397,26 @@ class Rollout:
         pending.reply = reply
         return reply
 
+    async def _on_tool_notification(
+        self, call: ToolCall, kind: str, payload: Mapping[str, Any]
+    ) -> None:
+        """A running tool's progress or log line, as a ``ToolProgress`` event."""
+        progress, total = payload.get("progress"), payload.get("total")
+        text = payload.get("message", payload.get("data", ""))
+        await self._emit(
+            ToolProgress(
+                run_id=self.run_id,
+                rollout_id=self.rollout_id,
+                call_id=call.id,
+                tool=call.function.name,
+                kind=kind,
+                progress=float(progress) if isinstance(progress, int | float) else None,
+                total=float(total) if isinstance(total, int | float) else None,
+                message=text if isinstance(text, str) else repr(text),
+                level=str(payload.get("level", "")),
+            )
+        )
+
     async def _act(self, pending: _Pending, reply: ModelReply) -> _Ended | None:
         """Run the reply's tool calls, record the step, read the signals."""
         index, message = pending.index, reply.message
@@ -406,6 +428,7 @@ class Rollout:
                 run_id=self.run_id,
                 rollout_id=self.rollout_id,
                 timeout_s=self.config.limits.tool_timeout_s,
+                progress=self._on_tool_notification,
             )
             for crash in outcome.crashed:
                 await self._emit(

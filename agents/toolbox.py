@@ -35,7 +35,7 @@ import difflib
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
@@ -79,6 +79,24 @@ class FinishTool:
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
         return ToolOutput.of_text(str(arguments.get("answer", "")))
+
+
+#: Receives a running call's notifications: ``(call, kind, payload)``.
+CallProgress = Callable[[ToolCall, str, Mapping[str, Any]], Awaitable[None]]
+
+
+def _call_sink(
+    call: ToolCall, notify: NotificationSink | None, progress: CallProgress | None
+) -> NotificationSink | None:
+    if progress is None:
+        return notify
+
+    async def sink(kind: str, payload: Mapping[str, Any]) -> None:
+        await progress(call, kind, payload)
+        if notify is not None:
+            await notify(kind, payload)
+
+    return sink
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +209,11 @@ class Toolbox:
         rollout_id: str,
         timeout_s: float,
         notify: NotificationSink | None = None,
+        progress: CallProgress | None = None,
     ) -> CallsOutcome:
-        """Run ``calls`` concurrently; results in call order."""
+        """Run ``calls`` concurrently; results in call order.  A tool's
+        progress and log notifications go to ``progress`` with the call they
+        belong to (and to ``notify``, when given)."""
         batch = _Batch([None] * len(calls))
         answer: str | None = None
         async with anyio.create_task_group() as tg:
@@ -211,7 +232,7 @@ class Toolbox:
                         rollout_id=rollout_id,
                         call_id=call.id,
                         timeout_s=timeout_s,
-                        notify=notify,
+                        notify=_call_sink(call, notify, progress),
                     )
                     tg.start_soon(
                         self._run_one,

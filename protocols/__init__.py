@@ -20,6 +20,7 @@ from agentrt.protocols.events import (
     StepRecorded,
     SummaryWritten,
     ToolCalled,
+    ToolProgress,
     VoteCast,
 )
 from agentrt.protocols.messages import (
@@ -91,6 +92,7 @@ __all__ = [
     "ToolCall",
     "ToolCalled",
     "ToolMessage",
+    "ToolProgress",
     "ToolResult",
     "ToolSpec",
     "TopLogprob",

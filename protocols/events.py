@@ -79,6 +79,20 @@ class BudgetUpdated(_EventBase, frozen=True, tag="budget"):
     left_usd: float | None = None
 
 
+class ToolProgress(_EventBase, frozen=True, tag="tool_progress"):
+    """A running tool reported progress or a log line (for example an MCP
+    server's ``notifications/progress`` or ``notifications/message``)."""
+
+    rollout_id: str
+    call_id: str
+    tool: str
+    kind: str  # "progress" | "log"
+    progress: float | None = None
+    total: float | None = None
+    message: str = ""
+    level: str = ""
+
+
 class SignalRaised(_EventBase, frozen=True, tag="signal"):
     """A behaviour signal fired on a rollout (computed without model calls):
     ``loop``, ``stagnation``, ``tool_failure_rate``, ``exhaustion`` or
@@ -106,6 +120,7 @@ Event = (
     | RolloutFinished
     | StepRecorded
     | ToolCalled
+    | ToolProgress
     | SummaryWritten
     | VoteCast
     | BudgetUpdated

@@ -78,6 +78,9 @@ SAMPLES: list[Any] = [
     p.RolloutFinished(run_id="run", rollout_id="r1", status="finished", answer="3"),
     p.StepRecorded(run_id="run", rollout_id="r1", step=_STEP),
     p.ToolCalled(run_id="run", rollout_id="r1", call_id="c", tool="add", arguments="{}"),
+    p.ToolProgress(
+        run_id="run", rollout_id="r1", call_id="c", tool="slow", kind="progress", progress=1.0
+    ),
     p.SummaryWritten(run_id="run", summary=_SUMMARY),
     p.VoteCast(run_id="run", aggregator="rtv", round=1, candidates=["r1", "r2"], winner="r1"),
     p.BudgetUpdated(run_id="run", spent=_COST, left_tokens=100),

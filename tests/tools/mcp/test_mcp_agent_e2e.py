@@ -1,7 +1,8 @@
 """An agent, driven by the scripted backend, completes a task end to end
 through real MCP servers from npm: it reads a file through
-``server-filesystem`` and adds numbers with ``server-everything``'s
-``get-sum``, in one step with two parallel tool calls, then answers."""
+``server-filesystem``, adds numbers with ``server-everything``'s ``get-sum``
+and runs its long operation (progress notifications become run events),
+in one step with three parallel tool calls, then answers."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.agents import Agent, AgentConfig
-from agentrt.protocols import ToolMessage
+from agentrt.agents import Agent, AgentConfig, EventLog
+from agentrt.protocols import ToolCalled, ToolMessage, ToolProgress
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.mcp import McpClientConfig, McpToolbox, StdioServerConfig
 
@@ -28,16 +29,23 @@ async def test_agent_completes_a_task_through_real_mcp_servers(
             [
                 ScriptedToolCall("fs__read_text_file", {"path": str(numbers)}),
                 ScriptedToolCall("everything__get-sum", {"a": 17, "b": 25}),
+                ScriptedToolCall(
+                    "everything__trigger-long-running-operation", {"duration": 0.3, "steps": 3}
+                ),
             ],
             "The file holds 17 and 25; their sum is 42.",
         ],
         name="scripted",
         models=["scripted"],
     )
+    log = EventLog()
     async with McpToolbox(config) as box:
         assert not box.failures, box.failures
         agent = Agent(
-            AgentConfig(name="mcp-user", temperature=0.0), backends=[backend], tools=box.tools()
+            AgentConfig(name="mcp-user", temperature=0.0),
+            backends=[backend],
+            tools=box.tools(),
+            events=log,
         )
         result = await agent.run("Read numbers.txt and add the two numbers.")
 
@@ -49,7 +57,14 @@ async def test_agent_completes_a_task_through_real_mcp_servers(
     assert not by_name["fs__read_text_file"].is_error, by_name["fs__read_text_file"].content
     assert "17 25" in by_name["fs__read_text_file"].content
     assert "42" in by_name["everything__get-sum"].content
-    # The model saw both results, in call order, before answering.
+    # The server's progress notifications became run events, tied to the call.
+    [long_call] = [
+        e for e in log.of_type(ToolCalled) if e.tool == "everything__trigger-long-running-operation"
+    ]
+    progress = [e for e in log.of_type(ToolProgress) if e.kind == "progress"]
+    assert [(e.progress, e.total) for e in progress] == [(1.0, 3.0), (2.0, 3.0), (3.0, 3.0)]
+    assert {e.call_id for e in progress} == {long_call.call_id}
+    # The model saw every result, in call order, before answering.
     seen = [m for m in backend.requests[1].messages if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in seen] == [
         c.id
