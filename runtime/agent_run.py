@@ -34,8 +34,8 @@ import time
 import tomllib
 import uuid
 from collections import Counter
-from collections.abc import Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, final
 
@@ -43,14 +43,15 @@ import anyio
 import msgspec
 
 from agentrt.agents.control import RolloutResult
-from agentrt.agents.hierarchy import open_hierarchy, spawn_hierarchy
+from agentrt.agents.hierarchy import Hierarchy, open_hierarchy, spawn_hierarchy
 from agentrt.agents.recording import EventSink
 from agentrt.agents.spec import AgentSpec, McpTools, default_agent
 from agentrt.agents.spec_loader import SPEC_SUFFIXES, SpecSet, load_spec
-from agentrt.protocols import Budget, Cost, RunResult, TrajectorySummary
+from agentrt.protocols import Budget, Cost, RunResult, ScalingSpec, TrajectorySummary
 from agentrt.runtime.actors import ActorCrashed, ActorError, ActorSystem, AskTimeout, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.facade import Runtime, RuntimeConfig
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.registry import ModelRegistry
@@ -61,8 +62,10 @@ __all__ = [
     "RolloutOutcome",
     "RunConfig",
     "agent_specs",
+    "eval_runner",
     "load_run_config",
     "run_agent",
+    "run_scaled",
 ]
 
 log = get_logger(__name__)
@@ -271,6 +274,76 @@ async def run_agent(
     return AgentRun(
         result=_result(run_id, ordered, cost), rollouts=ordered, mcp_failures=mcp_failures
     )
+
+
+async def run_scaled(
+    task: str,
+    *,
+    specs: SpecSet,
+    registry: ModelRegistry,
+    scaling: ScalingSpec,
+    model: str | None = None,
+    budget: Budget | None = None,
+    events: EventSink | None = None,
+) -> AgentRun:
+    """``agentrt run --aggregate``: the rollouts through the embedding facade
+    (``Runtime``: scheduler, prefix warm-up, summaries, the named aggregator)
+    with the hierarchy's backends and MCP servers opened here."""
+    started = time.perf_counter()
+    async with _opened(specs, registry, model, events) as (backends, hierarchy):
+        async with Runtime(RuntimeConfig(), backends=backends, prices=hierarchy.prices) as rt:
+            result = await rt.run(
+                task, agent=hierarchy, scaling=scaling, budget=budget, events=events
+            )
+        failures = dict(hierarchy.mcp_failures)
+    cost = msgspec.structs.replace(result.cost, wall_seconds=time.perf_counter() - started)
+    rollouts = [RolloutOutcome(rollout_id=s.rollout_id, cost=s.cost) for s in result.summaries]
+    return AgentRun(
+        result=msgspec.structs.replace(result, cost=cost), rollouts=rollouts, mcp_failures=failures
+    )
+
+
+@asynccontextmanager
+async def _opened(
+    specs: SpecSet, registry: ModelRegistry, model: str | None, events: EventSink | None
+) -> AsyncIterator[tuple[dict[str, ModelBackend], Hierarchy]]:
+    """The hierarchy's backends and MCP servers, open for the block."""
+    backends, default_model = _backends(specs, registry, model)
+    async with AsyncExitStack() as stack:
+        for backend in backends.values():
+            await stack.enter_async_context(backend)
+        if default_model is None:
+            default_model = backends[registry.resolve(model)[0]].models[0]
+        hierarchy = await stack.enter_async_context(
+            open_hierarchy(specs, backends=backends, events=events, default_model=default_model)
+        )
+        yield backends, hierarchy
+
+
+@final
+class _HierarchyRunner:
+    """``agentrt eval``'s runner: every run of the hierarchy through the facade."""
+
+    def __init__(self, rt: Runtime, hierarchy: Hierarchy) -> None:
+        self._rt = rt
+        self._hierarchy = hierarchy
+
+    async def run(self, task: str, *, scaling: ScalingSpec) -> RunResult:
+        return await self._rt.run(task, agent=self._hierarchy, scaling=scaling)
+
+
+@asynccontextmanager
+async def eval_runner(args: Any) -> AsyncIterator[_HierarchyRunner]:
+    """Opens the runner ``agentrt eval`` uses, from its ``--config``,
+    ``--agent`` and ``--model`` arguments."""
+    config = load_run_config(args.config)
+    specs = agent_specs(args.agent, config)
+    model = getattr(args, "model", None)
+    async with (
+        _opened(specs, config.registry, model, None) as (backends, hierarchy),
+        Runtime(RuntimeConfig(), backends=backends, prices=hierarchy.prices) as rt,
+    ):
+        yield _HierarchyRunner(rt, hierarchy)
 
 
 def _backends(

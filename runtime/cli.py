@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, final
 
 import anyio
+import msgspec
 
 from agentrt._version import __version__
-from agentrt.protocols import Budget, to_builtins
+from agentrt.protocols import Budget, ScalingSpec, to_builtins
 from agentrt.runtime.actors import ActorError
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
@@ -146,6 +147,8 @@ def _delegated_command(head: list[str]) -> Callable[[list[str]], int] | None:
         from agentrt.runtime.testing import sim_server
 
         return sim_server.main
+    if head == ["eval"]:
+        return _eval_main
     if head == ["frontier"]:
         from agentrt.runtime.routing.frontier import frontier_main
 
@@ -222,6 +225,20 @@ def _build_parser() -> _Parser:
         type=Path,
         help="a TOML or JSON file with [models] and [agents] (default: the embedded model)",
     )
+    run.add_argument(
+        "--aggregate",
+        metavar="NAME",
+        help="aggregate the rollouts through the runtime facade: majority, weighted, "
+        "best_of_n, rtv, pdr, aggagent, compressed (default: a plurality of answers)",
+    )
+    run.add_argument(
+        "--aggregate-option",
+        action="append",
+        default=[],
+        type=_option,
+        metavar="KEY=VALUE",
+        help="an option of the aggregator, e.g. g=2 or v=8 for rtv (repeatable)",
+    )
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.set_defaults(handler=_run_command)
 
@@ -229,6 +246,11 @@ def _build_parser() -> _Parser:
     commands.add_parser(
         "sim-server",
         help="run the simulated OpenAI/SGLang-compatible model server",
+        add_help=False,
+    )
+    commands.add_parser(
+        "eval",
+        help="evaluate strategies over a JSONL task set: pass@k, pass^k, cost, curves",
         add_help=False,
     )
     commands.add_parser(
@@ -240,7 +262,7 @@ def _build_parser() -> _Parser:
 
 
 def _run_command(args: argparse.Namespace, out: Output) -> int:
-    from agentrt.runtime.agent_run import agent_specs, load_run_config, run_agent
+    from agentrt.runtime.agent_run import agent_specs, load_run_config, run_agent, run_scaled
 
     config = load_run_config(args.config)
     specs = agent_specs(
@@ -252,19 +274,33 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
         mcp=tuple(args.mcp),
     )
     budget = Budget(max_tokens=args.budget_tokens)
-    run = anyio.run(
-        lambda: run_agent(
+    scaling = ScalingSpec(
+        rollouts=args.rollouts,
+        aggregate=args.aggregate or "majority",
+        options=dict(args.aggregate_option),
+    )
+
+    async def runner() -> AgentRun:
+        if args.aggregate is None:
+            return await run_agent(
+                args.task,
+                specs=specs,
+                registry=config.registry,
+                model=args.model,
+                rollouts=args.rollouts,
+                timeout_s=args.timeout,
+                budget=budget,
+            )
+        return await run_scaled(
             args.task,
             specs=specs,
             registry=config.registry,
+            scaling=scaling,
             model=args.model,
-            rollouts=args.rollouts,
-            timeout_s=args.timeout,
-            budget=budget,
-        ),
-        backend="asyncio",
-        backend_options=_loop_options(),
-    )
+            budget=msgspec.structs.replace(budget, max_wall_seconds=args.timeout),
+        )
+
+    run = anyio.run(runner, backend="asyncio", backend_options=_loop_options())
     for server, reason in run.mcp_failures.items():
         out.problem(f"MCP server {server!r} could not be started; ran without it: {reason}")
     result = run.result
@@ -277,6 +313,40 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
             out.problem(f"run {result.run_id} {result.status}: {result.error or 'no answer'}")
         return 1
     return 0
+
+
+def _eval_main(argv: list[str]) -> int:
+    """``agentrt eval``: its own parser (``agentrt.runtime.eval``)."""
+    from agentrt.runtime.agent_run import eval_runner
+    from agentrt.runtime.eval import build_parser, eval_command
+
+    args = build_parser(f"{_PROG} eval").parse_args(argv)
+    out = Output()
+    configure_logging("WARNING")
+    try:
+        anyio.run(
+            lambda: eval_command(args, eval_runner),
+            backend="asyncio",
+            backend_options=_loop_options(),
+        )
+    except UserError as error:
+        out.problem(_one_line(error))
+        return 2
+    except AgentrtError as error:
+        out.problem(_one_line(error))
+        return 1
+    return 0
+
+
+def _option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``; the value read as JSON when it parses (numbers, true), else text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except ValueError:
+        return key.strip(), value
 
 
 def _loop_options() -> dict[str, Any]:

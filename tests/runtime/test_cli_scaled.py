@@ -1,0 +1,89 @@
+"""``agentrt run --aggregate`` (through the facade) and ``agentrt eval``."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentrt.protocols import RunResult, decode
+from agentrt.runtime.cli import main
+from agentrt.runtime.log import configure_logging, reset_logging
+
+SCRIPTED = """
+[models]
+default = "fake"
+
+[models.backends.fake]
+kind = "scripted"
+models = ["fake-1"]
+replies = ["Paris", "Paris", "Lyon", "Paris"]
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    # As in test_cli.py: configure logging before capsys swaps stderr.
+    reset_logging()
+    configure_logging("WARNING")
+    yield
+    reset_logging()
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> str:
+    path = tmp_path / "agentrt.toml"
+    path.write_text(SCRIPTED)
+    return str(path)
+
+
+def test_run_with_rtv_records_the_whole_bracket(
+    config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "Capital of France?", "--rollouts", "4", "--aggregate", "rtv"]
+    argv += ["--aggregate-option", "g=2", "--aggregate-option", "v=1", "--json"]
+    assert main([*argv, "--config", config]) in {0, 1}
+    result = decode(capsys.readouterr().out, RunResult)
+    assert len(result.summaries) == 4
+    assert all(s.answer for s in result.summaries)  # every rollout summarized
+    assert len(result.aggregation_trace) == 3  # N - 1 comparisons for G = 2
+    assert {v["aggregator"] for v in result.aggregation_trace} == {"rtv"}
+    # 4 rollouts of one step, the prefix warm-up and 3 judge calls.
+    assert result.cost.model_calls == 8
+    assert result.cost.usage.prompt_tokens > 0
+
+
+def test_run_with_majority_prints_each_rollout_and_the_answer(
+    config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "Capital?", "--rollouts", "3", "--aggregate", "majority", "--config", config]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len([line for line in lines if line.startswith("[run-")]) == 3
+    assert "answer: Paris" in lines
+
+
+def test_a_bad_aggregator_option_or_name_exits_2(
+    config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "q", "--aggregate-option", "g", "--config", config]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert main(["run", "q", "--aggregate", "nonesuch", "--config", config]) == 2
+    assert "scaling.aggregate" in capsys.readouterr().err
+
+
+def test_eval_prints_the_table_and_writes_the_plot(
+    tmp_path: Path, config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "fr", "task": "Capital of France?", "answer": "paris"}\n')
+    plot = tmp_path / "curve.svg"
+    argv = ["eval", str(tasks), "--runs", "2", "--rollouts", "1", "--rollouts", "3"]
+    assert main([*argv, "--plot", str(plot), "--config", config]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["strategy", "N", "pass@1"]
+    rows = [line.split()[:2] for line in out[2:4]]
+    assert rows == [["majority", "1"], ["majority", "3"]]
+    assert ET.parse(plot).getroot().tag.endswith("svg")

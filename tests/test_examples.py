@@ -1,0 +1,31 @@
+"""The embedding examples run (scripted backends: fast and deterministic)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EXPECTED = {
+    "embed_app.py": ["rollout r3 answered 42", "round 2: winner", "answer: 42 (8 model calls"],
+    "custom_aggregator.py": ["answer: Paris", "'Paris' scored 2 over 3"],
+    "custom_tool.py": ["answer: One apple costs 0.50 EUR.", "model calls: 2"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-W", "error", str(ROOT / "examples" / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    for line in EXPECTED[name]:
+        assert line in out.stdout, out.stdout
