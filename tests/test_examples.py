@@ -29,3 +29,19 @@ def test_example_runs(name: str) -> None:
     assert out.returncode == 0, out.stderr
     for line in EXPECTED[name]:
         assert line in out.stdout, out.stdout
+
+
+@pytest.mark.embedded
+def test_the_embedded_runtime_example_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "-W", "error", str(ROOT / "examples" / "embed_runtime.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    status, calls = out.stdout.splitlines()[0], out.stdout.splitlines()[-1]
+    assert status.startswith("succeeded ")
+    assert "model calls" in calls
+    assert int(calls.split()[0]) >= 4  # every rollout made at least one call
