@@ -21,7 +21,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-$(WHEELS)/.llama-$(LLAMA_VERSION):
+$(WHEELS)/.llama-$(LLAMA_VERSION): | $(BIN)/python
 	mkdir -p $(WHEELS)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel -q --no-deps --no-binary llama-cpp-python \
 		--no-cache-dir -w $(WHEELS) llama-cpp-python==$(LLAMA_VERSION)
