@@ -10,7 +10,9 @@ Commands:
 - ``agentrt run TASK [--agent SPEC.yaml | --agent NAME]``: N parallel
   rollouts of an agent or an agent hierarchy (``agentrt.runtime.agent_run``);
   with no ``--agent``, a small default agent with a calculator on the
-  default model (the embedded one when nothing is configured);
+  default model (the embedded one when nothing is configured); in a
+  terminal (or with ``--progress``) a live display of the rollouts, the
+  aggregation's bracket and the budget (``agentrt.runtime.progress``);
 - ``agentrt sim-server ...``: the simulated model server of
   ``agentrt.runtime.testing.sim_server`` (imported only when asked for);
 - ``agentrt frontier [--simulate | --tasks FILE]``: the cost-success frontier
@@ -26,6 +28,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, final
 
@@ -39,7 +42,9 @@ from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
 
 if TYPE_CHECKING:
+    from agentrt.agents.recording import EventSink
     from agentrt.runtime.agent_run import AgentRun
+    from agentrt.runtime.progress import ProgressDisplay
 
 __all__ = ["main"]
 
@@ -72,6 +77,24 @@ class Output:
 
     def problem(self, text: str) -> None:
         print(f"{_PROG}: {text}", file=self._stderr)
+
+    def is_terminal(self, *, on_stderr: bool = False) -> bool:
+        """Whether stdout (or stderr) is a terminal."""
+        stream = self._stderr if on_stderr else self._stdout
+        isatty = getattr(stream, "isatty", None)
+        return bool(isatty is not None and isatty())
+
+    def progress(
+        self, *, cap_tokens: int | None, on_stderr: bool = False
+    ) -> AbstractAsyncContextManager[ProgressDisplay]:
+        """A live progress display of a run (``agentrt.runtime.progress``)
+        on stdout, or on stderr (keeping stdout for ``--json``)."""
+        from rich.console import Console
+
+        from agentrt.runtime.progress import live_progress
+
+        stream = self._stderr if on_stderr else self._stdout
+        return live_progress(Console(file=stream), cap_tokens=cap_tokens)
 
     def agent_run(self, run: AgentRun) -> None:
         """Each rollout's answer (or failure) and how it got there, the
@@ -240,6 +263,13 @@ def _build_parser() -> _Parser:
         help="an option of the aggregator, e.g. g=2 or v=8 for rtv (repeatable)",
     )
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
+    run.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a live display of the rollouts, the aggregation and the budget (default: on "
+        "when the output is a terminal; on stderr with --json)",
+    )
     run.set_defaults(handler=_run_command)
 
     # Listed for --help; main() hands its arguments to the server's own parser.
@@ -280,7 +310,7 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
         options=dict(args.aggregate_option),
     )
 
-    async def runner() -> AgentRun:
+    async def execute(events: EventSink | None) -> AgentRun:
         if args.aggregate is None:
             return await run_agent(
                 args.task,
@@ -290,6 +320,7 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
                 rollouts=args.rollouts,
                 timeout_s=args.timeout,
                 budget=budget,
+                events=events,
             )
         return await run_scaled(
             args.task,
@@ -298,7 +329,19 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
             scaling=scaling,
             model=args.model,
             budget=msgspec.structs.replace(budget, max_wall_seconds=args.timeout),
+            events=events,
         )
+
+    # With --json the display goes to stderr: stdout stays one JSON document.
+    show = args.progress
+    if show is None:
+        show = out.is_terminal(on_stderr=args.json)
+
+    async def runner() -> AgentRun:
+        if not show:
+            return await execute(None)
+        async with out.progress(cap_tokens=args.budget_tokens, on_stderr=args.json) as display:
+            return await execute(display)
 
     run = anyio.run(runner, backend="asyncio", backend_options=_loop_options())
     for server, reason in run.mcp_failures.items():
