@@ -35,6 +35,8 @@ from agentrt.protocols import (
     UserMessage,
     VoteCast,
 )
+from agentrt.runtime.errors import BackendError
+from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import ModelBackend
 
 
@@ -119,8 +121,17 @@ class ModelJudge:
             model=self.model,
             sampling=SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens),
         )
-        with anyio.fail_after(self.timeout_s):
-            reply = await self.backend.complete(request)
+        try:
+            with anyio.fail_after(self.timeout_s):
+                reply = await self.backend.complete(request)
+        except (TimeoutError, BackendError) as error:
+            # One failed judgement must not sink an aggregation over rollouts
+            # that already ran: it counts as an abstention (compare) or a
+            # zero score (score), and the log says why.
+            get_logger(__name__).warning(
+                "judge_call_failed", backend=self.backend.name, error=str(error)
+            )
+            return "", Cost()
         text = reply.choices[0].message.content or "" if reply.choices else ""
         return text, Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
 

@@ -160,3 +160,27 @@ async def test_model_judge_reads_summaries_and_parses_its_reply() -> None:
     assert (await judge.score("task?", pair[0])).value == 0.0  # unparsable
     assert (await judge.score("task?", pair[0])).value == 0.9
     assert backend.requests[0].sampling.temperature == 0.5
+
+
+async def test_a_failing_judge_call_abstains_and_the_bracket_completes() -> None:
+    from agentrt.runtime.errors import BackendUnavailable
+
+    down = BackendUnavailable("503 after retries", backend="judge", endpoint="http://j/v1")
+    backend = ScriptedBackend([down, "1", "2"])
+    judge = ModelJudge(backend, timeout_s=5.0)
+    pair = [s("a", "x"), s("b", "y")]
+    failed = await judge.compare("task?", pair)
+    assert failed.winner is None
+    assert failed.cost.model_calls == 0
+    rtv = build_aggregator({"name": "rtv", "g": 2, "v": 1}, judge=judge)
+    result = await rtv.aggregate("task?", [s("a", "x"), s("b", "y"), s("c", "z")])
+    assert result.answer in {"x", "y", "z"}
+    assert len(backend.requests) == 3
+
+
+async def test_budget_exhaustion_in_a_judge_is_not_swallowed() -> None:
+    from agentrt.runtime.errors import BudgetExceeded
+
+    judge = ModelJudge(ScriptedBackend([BudgetExceeded("no tokens left", limit="max_tokens")]))
+    with pytest.raises(BudgetExceeded):
+        await judge.compare("task?", [s("a", "x"), s("b", "y")])
