@@ -45,6 +45,7 @@ from agentrt.runtime.errors import (
 from agentrt.runtime.log import get_logger
 
 __all__ = [
+    "TIMER_SLACK_S",
     "BreakerConfig",
     "BreakerState",
     "CircuitBreaker",
@@ -100,9 +101,15 @@ class RetryPolicy(BaseModel):
         retry), honouring the server's ``retry_after`` hint when given."""
         draw = (rng or random).random()
         if retry_after is not None:
-            return retry_after * (1.0 + self.retry_after_spread * draw)
+            return retry_after * (1.0 + self.retry_after_spread * draw) + TIMER_SLACK_S
         raw = min(self.max_delay_s, self.base_delay_s * self.multiplier ** (retry - 1))
         return raw * (1.0 - self.jitter * draw)
+
+
+#: Event-loop timers can fire a little early (libuv's, under uvloop, have
+#: millisecond granularity); waiting this much longer than a server's
+#: ``Retry-After`` keeps the wait at or above what it asked for.
+TIMER_SLACK_S = 0.002
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
