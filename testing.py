@@ -1,13 +1,14 @@
 """``agentrt.testing``: the fakes agentrt ships for tests (public API).
 
-A scripted in-process model backend and a simulated OpenAI/SGLang model
-server; see ``agentrt.runtime.testing`` for the details.  This module only
-re-exports.
+A scripted in-process model backend, a recording notification sink and a
+simulated OpenAI/SGLang model server; see ``agentrt.runtime.testing`` for
+the details.  This module only re-exports.
 """
 
 from agentrt.runtime.testing import (
     FaultKind,
     RadixCache,
+    RecordingSink,
     ReplySpec,
     Script,
     ScriptedBackend,
@@ -22,6 +23,7 @@ from agentrt.runtime.testing import (
 __all__ = [
     "FaultKind",
     "RadixCache",
+    "RecordingSink",
     "ReplySpec",
     "Script",
     "ScriptExhausted",

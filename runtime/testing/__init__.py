@@ -5,12 +5,14 @@
 - the sim-server: an OpenAI- and SGLang-compatible HTTP model server with
   simulated latency, a radix-tree prefix cache and fault injection, run
   in-process (``SimServer``), as a subprocess (``spawn_sim_server``) or from
-  the command line (``agentrt sim-server`` = ``sim_server.main``).
+  the command line (``agentrt sim-server`` = ``sim_server.main``);
+- ``RecordingSink``: records progress/log notifications and waits for one.
 
 Part of the runtime floor: never imports agents, tools or aggregators.
 ``agentrt.testing`` re-exports the public names.
 """
 
+from agentrt.runtime.testing.notifications import RecordingSink
 from agentrt.runtime.testing.radix import RadixCache
 from agentrt.runtime.testing.scripted import (
     ReplySpec,
@@ -26,6 +28,7 @@ from agentrt.runtime.testing.sim_runner import SimServer, spawn_sim_server
 __all__ = [
     "FaultKind",
     "RadixCache",
+    "RecordingSink",
     "ReplySpec",
     "Script",
     "ScriptExhausted",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from agentrt.runtime.errors import ConfigError
+from agentrt.testing import RecordingSink
 from agentrt.tools.base import Tool, ToolContext
 from agentrt.tools.mcp import (
     ConnectionState,
@@ -34,40 +35,13 @@ BOTH_BACKENDS = [
 ]
 
 
-class Sink:
-    """Collects ``(kind, payload)`` notifications."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self._changed = anyio.Event()
-
-    async def __call__(self, kind: str, payload: Mapping[str, Any]) -> None:
-        self.events.append((kind, dict(payload)))
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [p for k, p in self.events if k == kind]
-
-    async def wait_for(
-        self, kind: str, pred: Callable[[dict[str, Any]], bool], within: float
-    ) -> dict[str, Any]:
-        with anyio.fail_after(within):
-            while True:
-                changed = self._changed
-                for payload in self.of(kind):
-                    if pred(payload):
-                        return payload
-                await changed.wait()
-
-
 def _tools(conn: McpConnection) -> dict[str, Any]:
     return {t.remote_name: t for t in conn.tools()}
 
 
 @pytest.mark.anyio
 async def test_listing_calls_progress_and_noise(fixture_server: Factory) -> None:
-    sink, seen = Sink(), Sink()
+    sink, seen = RecordingSink(), RecordingSink()
     config = fixture_server("fx", "--page-size", "2", "--extra", "6")
     async with McpConnection(config, on_notification=sink) as conn:
         tools = _tools(conn)
@@ -141,7 +115,7 @@ async def test_timeout_and_cancellation_reach_the_server_and_the_session_stays_u
 async def test_a_dead_server_is_restarted_and_calls_meanwhile_get_a_clear_error(
     fixture_server: Factory,
 ) -> None:
-    sink = Sink()
+    sink = RecordingSink()
     config = fixture_server("fx", restart=FAST_RESTART)
     async with McpConnection(config, on_notification=sink) as conn:
         tools = _tools(conn)

@@ -5,43 +5,15 @@ and ``server-filesystem``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import anyio
 import psutil
 import pytest
 
+from agentrt.testing import RecordingSink
 from agentrt.tools.base import ToolContext
 from agentrt.tools.mcp import ConnectionState, McpConnection, McpTool, StdioServerConfig
-
-
-class Sink:
-    """Collects ``(kind, payload)`` notifications."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
-        self._changed = anyio.Event()
-
-    async def __call__(self, kind: str, payload: Mapping[str, Any]) -> None:
-        self.events.append((kind, dict(payload)))
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [p for k, p in self.events if k == kind]
-
-    async def wait_for(
-        self, kind: str, pred: Callable[[dict[str, Any]], bool], within: float
-    ) -> dict[str, Any]:
-        with anyio.fail_after(within):
-            while True:
-                changed = self._changed
-                for payload in self.of(kind):
-                    if pred(payload):
-                        return payload
-                await changed.wait()
 
 
 def _by_name(conn: McpConnection) -> dict[str, McpTool]:
@@ -52,7 +24,7 @@ def _by_name(conn: McpConnection) -> dict[str, McpTool]:
 async def test_everything_tools_content_progress_logs_resources_and_cancel(
     everything: StdioServerConfig,
 ) -> None:
-    sink, progress = Sink(), Sink()
+    sink, progress = RecordingSink(), RecordingSink()
     config = StdioServerConfig.model_validate({**everything.model_dump(), "log_level": "debug"})
     async with McpConnection(config, on_notification=sink) as conn:
         tools = _by_name(conn)
@@ -131,7 +103,7 @@ def _server_process(name: str) -> psutil.Process:
 async def test_everything_killed_mid_run_gives_clear_errors_then_recovers(
     everything: StdioServerConfig,
 ) -> None:
-    sink = Sink()
+    sink = RecordingSink()
     restart = {"initial_delay_s": 0.2, "jitter": 0.0}
     config = StdioServerConfig.model_validate({**everything.model_dump(), "restart": restart})
     async with McpConnection(config, on_notification=sink) as conn:
