@@ -129,6 +129,7 @@ class Agent:
         seed: Sequence[ChatMessage] = (),
         control: RolloutControl | None = None,
         resume: Sequence[Step] | None = None,
+        restored: bool = False,
     ) -> RolloutResult:
         """Run one rollout of ``task`` to its end.  ``seed`` messages follow
         the task (summaries of earlier rounds, memory hits); ``control``
@@ -139,7 +140,10 @@ class Agent:
         they are replayed into the context, not re-run, so step k's request
         repeats the parent's prefix byte for byte (given the same task,
         seed and agent, and no compaction before step k); the trajectory
-        records ``branch_step=k`` and starts with the copied steps."""
+        records ``branch_step=k`` and starts with the copied steps.
+        ``restored``: the ``resume`` steps are this rollout's own, committed
+        by an earlier incarnation of the run (a daemon restart): they are
+        charged to the ledger as spent and no ``branch_step`` is recorded."""
         rollout_id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
         if ledger is None:
             ledger = self.ledger or BudgetLedger(rollout_id, prices=self.prices)
@@ -152,6 +156,7 @@ class Agent:
             ledger=ledger,
             seed=seed,
             resume=resume,
+            restored=restored,
         )
         return await rollout.run(control or RolloutControl())
 

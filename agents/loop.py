@@ -84,7 +84,7 @@ from agentrt.runtime.errors import (
     MalformedReply,
     UnknownModelError,
 )
-from agentrt.runtime.log import get_logger
+from agentrt.runtime.log import get_logger, log_context
 from agentrt.runtime.routing import RolloutRouter
 
 if TYPE_CHECKING:
@@ -129,6 +129,7 @@ class Rollout:
         ledger: BudgetLedger,
         seed: Sequence[ChatMessage],
         resume: Sequence[Step] | None = None,
+        restored: bool = False,
     ) -> None:
         config = agent.config
         self.agent = agent
@@ -158,12 +159,15 @@ class Rollout:
         memory retrieval is conditioned on."""
         self.branch_step: int | None = None
         if resume is not None:
-            self._replay(resume)
+            self._replay(resume, restored=restored)
 
-    def _replay(self, resume: Sequence[Step]) -> None:
-        """Take in a parent's first steps (a partial-rollout continuation):
-        their turns enter the context and the signal tracker, unrecorded and
-        unemitted; the loop then goes on at the next index."""
+    def _replay(self, resume: Sequence[Step], *, restored: bool) -> None:
+        """Take in earlier steps: their turns enter the context and the
+        signal tracker, unrecorded and unemitted; the loop then goes on at
+        the next index.  A parent's first steps (a partial-rollout
+        continuation) mark ``branch_step``; this rollout's own steps from an
+        earlier incarnation (``restored``: a run resumed after a crash) are
+        charged to the ledger as already spent and count in the cost."""
         where = f"agent {self.agent.name!r} rollout {self.rollout_id} resume"
         for position, step in enumerate(resume):
             if step.index != position:
@@ -178,13 +182,16 @@ class Rollout:
                     where=where,
                 )
             message = step.reply.message
+            if restored:
+                model = step.routing.model if step.routing is not None else step.reply.model
+                self.spent += self.ledger.restore(model, step.reply.usage)
             self.window.add_turn(step.index, message, step.tool_results)
             self.signals.observe(step.index, message, step.tool_results, step.reply)
             self.observation = (
                 "\n".join(r.content for r in step.tool_results) or message.content or ""
             )
         self.steps = list(resume)
-        self.branch_step = len(resume)
+        self.branch_step = None if restored else len(resume)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -199,7 +206,11 @@ class Rollout:
         status: TrajectoryStatus = "cancelled"
         reason = "cancelled"
         try:
-            with anyio.CancelScope() as scope, control.attach(self.rollout_id, scope):
+            with (
+                log_context(rollout_id=self.rollout_id),
+                anyio.CancelScope() as scope,
+                control.attach(self.rollout_id, scope),
+            ):
                 status, reason = await self._loop()
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(FINAL_EVENTS_TIMEOUT_S, shield=True):

@@ -45,9 +45,17 @@ class EventEmitter:
 
     __slots__ = ("_clock", "_seq", "sink")
 
-    def __init__(self, sink: EventSink | None = None, *, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        sink: EventSink | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        first_seq: int = 1,
+    ):
+        """``first_seq``: the first number stamped (a resumed run goes on
+        after the events its earlier incarnation stored)."""
         self.sink = sink
-        self._seq = itertools.count(1)
+        self._seq = itertools.count(first_seq)
         self._clock = clock
 
     async def emit(self, event: E) -> E:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from agentrt.protocols.trajectory import SCHEMA_VERSION, TrajectorySummary
 from agentrt.protocols.usage import Cost
@@ -15,17 +16,17 @@ RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 class Budget(msgspec.Struct, frozen=True, kw_only=True):
     """Hard caps for a run; ``None`` means uncapped."""
 
-    max_tokens: int | None = None
-    max_usd: float | None = None
-    max_model_calls: int | None = None
-    max_wall_seconds: float | None = None
+    max_tokens: Annotated[int, Meta(ge=0)] | None = None
+    max_usd: Annotated[float, Meta(ge=0)] | None = None
+    max_model_calls: Annotated[int, Meta(ge=0)] | None = None
+    max_wall_seconds: Annotated[float, Meta(ge=0)] | None = None
 
 
 class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True):
     """How to scale at inference time: how many rollouts, which aggregator
     and its options (for example ``{"g": 2, "v": 8}`` for RTV)."""
 
-    rollouts: int = 1
+    rollouts: Annotated[int, Meta(ge=1)] = 1
     aggregate: str = "majority"
     options: dict[str, Any] = {}
 

@@ -300,9 +300,7 @@ class BudgetLedger:
                 f"cannot reserve prompt_tokens={prompt_tokens}, max_tokens={max_tokens}, "
                 f"n={n} on ledger {self.name!r}: sizes must be >= 0 and n >= 1"
             )
-        rates = self._rates.get(model)
-        if rates is None:
-            rates = self._rates[model] = self.prices.rates(model)
+        rates = self._rates_for(model)
         completion = n * max_tokens
         tokens = prompt_tokens + completion
         pico = rates.worst_case_pico(prompt_tokens, completion)
@@ -393,6 +391,33 @@ class BudgetLedger:
         return Cost(
             usd=pico_to_usd(pico), usage=usage, model_calls=1, wall_seconds=now - reservation._at
         )
+
+    def _rates_for(self, model: str) -> TokenRates:
+        rates = self._rates.get(model)
+        if rates is None:
+            rates = self._rates[model] = self.prices.rates(model)
+        return rates
+
+    def restore(self, model: str, usage: Usage) -> Cost:
+        """Count a call a previous incarnation of this run already made and
+        paid for (a run resumed after a crash): it is charged to this ledger
+        and its ancestors as spent, without a reservation and without
+        checking caps (the money is gone either way).  Returns its cost."""
+        if min(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens) < 0:
+            raise InvalidRequestError(
+                f"cannot restore negative usage {usage!r} for model {model!r} "
+                f"on ledger {self.name!r}"
+            )
+        pico = self._rates_for(model).cost_pico(usage)
+        with self._lock:
+            for node in self._chain:
+                node._prompt += usage.prompt_tokens
+                node._completion += usage.completion_tokens
+                node._cached += usage.cached_prompt_tokens
+                node._pico += pico
+                node._calls += 1
+        self._notify()
+        return Cost(usd=pico_to_usd(pico), usage=usage, model_calls=1)
 
     def _release(self, reservation: Reservation, *, notify: bool = True) -> None:
         with self._lock:

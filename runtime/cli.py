@@ -16,7 +16,9 @@ Commands:
 - ``agentrt sim-server ...``: the simulated model server of
   ``agentrt.runtime.testing.sim_server`` (imported only when asked for);
 - ``agentrt frontier [--simulate | --tasks FILE]``: the cost-success frontier
-  of the routing policies (``agentrt.runtime.routing.frontier``).
+  of the routing policies (``agentrt.runtime.routing.frontier``);
+- ``agentrt serve [--config F] [--host H] [--port P]``: the daemon
+  (``agentrt.runtime.serve``).
 
 The roof may import anything below it; nothing imports this module.
 """
@@ -172,6 +174,10 @@ def _delegated_command(head: list[str]) -> Callable[[list[str]], int] | None:
         return sim_server.main
     if head == ["eval"]:
         return _eval_main
+    if head == ["serve"]:
+        from agentrt.runtime.serve.cli import serve_main
+
+        return serve_main
     if head == ["frontier"]:
         from agentrt.runtime.routing.frontier import frontier_main
 
@@ -286,6 +292,11 @@ def _build_parser() -> _Parser:
     commands.add_parser(
         "frontier",
         help="print the cost-success frontier of the routing policies over a task set",
+        add_help=False,
+    )
+    commands.add_parser(
+        "serve",
+        help="run the daemon: HTTP + SSE API, OpenAI-compatible endpoint, MCP, metrics, web page",
         add_help=False,
     )
     return parser

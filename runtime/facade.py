@@ -44,18 +44,22 @@ from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summari
 from agentrt.aggregators import Aggregator, Judge, Workspace, build_aggregator
 from agentrt.protocols import (
     Budget,
+    Cost,
     ErrorRaised,
     Event,
     ModelRequest,
+    RolloutFinished,
     RunFinished,
     RunResult,
     RunStarted,
     RunStatus,
     SamplingParams,
     ScalingSpec,
+    Step,
     SummaryWritten,
     SystemMessage,
     Trajectory,
+    TrajectoryStatus,
     TrajectorySummary,
     UserMessage,
 )
@@ -107,6 +111,30 @@ class RuntimeConfig(BaseModel):
 
 AgentRef = str | AgentConfig | Agent | Hierarchy | None
 """An agent by name (``RuntimeConfig.agents``), a configuration, or built."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutCheckpoint:
+    """One rollout as an earlier incarnation of its run committed it: its
+    steps in order, its end (if it got there) and its summary (if written)."""
+
+    steps: Sequence[Step] = ()
+    finished: RolloutFinished | None = None
+    summary: TrajectorySummary | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunCheckpoint:
+    """What an earlier incarnation of a run committed before it stopped
+    (the daemon's run store after a crash or a shutdown).  ``Runtime.run``
+    given one goes on from it: a rollout with a summary is not run again; a
+    finished one is only summarized; an unfinished one replays its steps
+    into the context, charges them to the budget as spent, and runs from its
+    next step; aggregation runs again.  Event numbers go on at ``next_seq``
+    and no second ``RunStarted`` is emitted."""
+
+    next_seq: int
+    rollouts: Mapping[str, RolloutCheckpoint]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,12 +231,15 @@ class Runtime:
         aggregator: Aggregator | None = None,
         events: EventSink | None = None,
         run_id: str | None = None,
+        checkpoint: RunCheckpoint | None = None,
     ) -> RunResult:
         """Run ``task``: N rollouts of ``agent``, summarized and aggregated.
-        ``events`` receives every event of the run (awaited: backpressure)."""
+        ``events`` receives every event of the run (awaited: backpressure).
+        ``checkpoint``: resume the run ``run_id`` from what an earlier
+        incarnation committed (see ``RunCheckpoint``)."""
         self._check_open()
-        emitter = EventEmitter(events)
-        run = _Run(self, task, emitter, run_id or f"run-{uuid.uuid4().hex[:12]}")
+        emitter = EventEmitter(events, first_seq=checkpoint.next_seq if checkpoint else 1)
+        run = _Run(self, task, emitter, run_id or f"run-{uuid.uuid4().hex[:12]}", checkpoint)
         return await run.execute(agent, scaling or self._default_scaling(), budget, aggregator)
 
     def _default_scaling(self) -> ScalingSpec:
@@ -257,7 +288,15 @@ class Runtime:
 class _Run:
     """One run's wiring: ledger, agent, scheduler, summaries, aggregator."""
 
-    def __init__(self, rt: Runtime, task: str, emitter: EventEmitter, run_id: str) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        task: str,
+        emitter: EventEmitter,
+        run_id: str,
+        checkpoint: RunCheckpoint | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
         self.rt = rt
         self.task = task
         self.emitter = emitter
@@ -315,20 +354,22 @@ class _Run:
             name = root.name
         else:
             self.agent, name = self.runner, self.runner.name
+        self.agent_name = name
         self.summarizer: Summarizer = (
             ModelSummarizer(self._main_backend())
             if self.rt.config.summarizer == "model"
             else RuleBasedSummarizer()
         )
         chosen = aggregator or self._build_aggregator(scaling)
-        await self.emitter.emit(
-            RunStarted(
-                run_id=self.run_id,
-                agent=name,
-                task=self.task,
-                rollouts=scaling.rollouts,
+        if self.checkpoint is None:
+            await self.emitter.emit(
+                RunStarted(
+                    run_id=self.run_id,
+                    agent=name,
+                    task=self.task,
+                    rollouts=scaling.rollouts,
+                )
             )
-        )
         try:
             fan = await self.rt.scheduler.fan_out(
                 scaling.rollouts,
@@ -432,10 +473,57 @@ class _Run:
 
     async def _rollout(self, i: int) -> _Done:
         rollout_id = f"{self.run_id}-r{i}"
+        ledger = self.ledger.child(f"r{i}")
+        saved = self.checkpoint.rollouts.get(rollout_id) if self.checkpoint else None
+        if saved is not None and saved.steps:
+            ended = saved.finished is not None or saved.steps[-1].reply is None
+            if ended or saved.summary is not None or not isinstance(self.runner, Agent):
+                return await self._restored(rollout_id, saved, ledger)
+            result = await self.runner.run(
+                self.task,
+                run_id=self.run_id,
+                rollout_id=rollout_id,
+                ledger=ledger,
+                resume=saved.steps,
+                restored=True,
+            )
+            return await self._summarize(result.trajectory)
         result = await self.runner.run(
-            self.task, run_id=self.run_id, rollout_id=rollout_id, ledger=self.ledger.child(f"r{i}")
+            self.task, run_id=self.run_id, rollout_id=rollout_id, ledger=ledger
         )
         return await self._summarize(result.trajectory)
+
+    async def _restored(
+        self, rollout_id: str, saved: RolloutCheckpoint, ledger: BudgetLedger
+    ) -> _Done:
+        """A rollout an earlier incarnation ended (or a hierarchy's, which
+        cannot resume mid-way and is taken as it stood): its steps are
+        charged as spent, its trajectory rebuilt; summarized if it was not."""
+        cost = Cost()
+        for step in saved.steps:
+            if step.reply is not None:
+                model = step.routing.model if step.routing is not None else step.reply.model
+                cost += ledger.restore(model, step.reply.usage)
+        end = saved.finished
+        last = saved.steps[-1] if saved.steps else None
+        trajectory = Trajectory(
+            run_id=self.run_id,
+            rollout_id=rollout_id,
+            agent=self.agent_name,
+            task=self.task,
+            steps=list(saved.steps),
+            answer=end.answer if end is not None else None,
+            status=_trajectory_status(end.status if end is not None else "failed"),
+            cost=end.cost if end is not None else cost,
+            stop_reason=(
+                "restored"
+                if end is not None
+                else f"interrupted: {last.error if last and last.error else 'daemon restart'}"
+            ),
+        )
+        if saved.summary is not None:
+            return _Done(trajectory, saved.summary)
+        return await self._summarize(trajectory)
 
     async def _refine_rollout(self, task: str, workspace: Workspace) -> TrajectorySummary:
         """A fresh rollout seeded with PDR's workspace."""
@@ -485,6 +573,20 @@ class _Run:
         return out
 
 
+def _trajectory_status(status: str) -> TrajectoryStatus:
+    known: tuple[TrajectoryStatus, ...] = (
+        "running",
+        "finished",
+        "failed",
+        "cancelled",
+        "exhausted",
+    )
+    for candidate in known:
+        if status == candidate:
+            return candidate
+    return "failed"
+
+
 def _key(answer: str | None) -> str | None:
     if answer is None or not answer.strip():
         return None
@@ -524,4 +626,4 @@ def run(
     return anyio.run(main)
 
 
-__all__ = ["Runtime", "RuntimeConfig", "run"]
+__all__ = ["RolloutCheckpoint", "RunCheckpoint", "Runtime", "RuntimeConfig", "run"]

@@ -6,6 +6,7 @@ console renderer when it is.  Library code only calls ``get_logger``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from typing import Any, TextIO, cast
@@ -108,6 +109,12 @@ class _Logger:
 
     def exception(self, event: str, **fields: Any) -> None:
         self._emit(logging.ERROR, event, {"exc_info": True, **fields})
+
+
+def log_context(**context: Any) -> contextlib.AbstractContextManager[Any]:
+    """Bind ``context`` (``run_id``, ``rollout_id``) to every log record of
+    the current task and the tasks it starts, for the ``with`` block."""
+    return structlog.contextvars.bound_contextvars(**context)
 
 
 def get_logger(name: str | None = None, **context: Any) -> Any:

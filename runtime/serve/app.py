@@ -1,0 +1,381 @@
+"""The daemon's ASGI application: routes, guards, errors.
+
+Owns ``build_app``: the REST API over runs and agents (``/v1/runs``...),
+Server-Sent Events of a run's events (resumable with ``Last-Event-ID``),
+``/openapi.json``, ``/healthz`` and ``/readyz``, plus the routes of the
+other interfaces (OpenAI-compatible, MCP, metrics, the web page) handed in
+by ``daemon``.  Every request passes ``Guard`` first: a ``Host`` that is not
+the daemon's gets 421, a foreign ``Origin`` 403 (DNS-rebinding
+protection, always on), and when a token is configured a request without
+``Authorization: Bearer <token>`` gets 401.  Every error body is an
+``ApiError`` saying what and where.
+
+The roof: may import every layer.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import anyio
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agentrt._version import __version__
+from agentrt.protocols import RunRequest, RunStatus
+from agentrt.protocols.api import AgentList, ApiError
+from agentrt.runtime.log import get_logger
+from agentrt.runtime.serve.config import LOOPBACK_HOSTS, is_loopback
+from agentrt.runtime.serve.errors import ApiProblem, invalid, not_found
+from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.serve.openapi import openapi_document
+
+log = get_logger(__name__)
+
+#: Largest request body accepted.
+MAX_BODY: Final = 1 << 20
+_STATUSES: Final = ("pending", "running", "succeeded", "failed", "cancelled")
+_WHERE = re.compile(r" - at `\$\.?([^`]*)`$")
+_OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(value), status, media_type="application/json")
+
+
+def problem_response(problem: ApiProblem) -> Response:
+    return json_response(problem.body(), problem.status)
+
+
+def _plain_problem(status: int, error: str, message: str, where: str | None) -> bytes:
+    return msgspec.json.encode(ApiError(error=error, message=message, where=where, status=status))
+
+
+# -- guard -----------------------------------------------------------------------
+
+
+class Guard:
+    """Host, Origin and bearer-token checks in front of every route."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        hosts: Sequence[str],
+        origins: Sequence[str],
+        token: str | None,
+    ) -> None:
+        self.app = app
+        self.hosts = {h.lower() for h in hosts}
+        self.origins = {o.lower().rstrip("/") for o in origins}
+        self.token = token.encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        host = headers.get("host", "").lower()
+        if host not in self.hosts:
+            await self._refuse(send, 421, "misdirected", f"host {host!r} is not served here", "Host")
+            return
+        origin = headers.get("origin")
+        if origin is not None and origin.lower().rstrip("/") not in self.origins:
+            await self._refuse(send, 403, "forbidden", f"origin {origin!r} is not allowed", "Origin")
+            return
+        if self.token is not None and scope["path"] not in _OPEN_PATHS and not self._authorized(
+            headers, scope
+        ):
+            await self._refuse(
+                send,
+                401,
+                "unauthorized",
+                "missing or wrong bearer token (Authorization: Bearer <token>)",
+                "Authorization",
+            )
+            return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, headers: dict[str, str], scope: Scope) -> bool:
+        assert self.token is not None
+        given = headers.get("authorization", "")
+        if given[:7].lower() == "bearer ":
+            return hmac.compare_digest(given[7:].strip().encode(), self.token)
+        query = scope.get("query_string", b"").decode("latin-1")
+        for part in query.split("&"):  # EventSource cannot set headers
+            if part.startswith("access_token="):
+                return hmac.compare_digest(part[13:].encode(), self.token)
+        return False
+
+    @staticmethod
+    async def _refuse(send: Send, status: int, error: str, message: str, where: str) -> None:
+        body = _plain_problem(status, error, message, where)
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        if status == 401:
+            headers.append((b"www-authenticate", b'Bearer realm="agentrt"'))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def allowed_hosts(host: str, port: int, extra: Sequence[str]) -> list[str]:
+    """``Host`` values the daemon answers to: loopback names (and the bound
+    address) with and without the port, plus configured ones."""
+    names = {*LOOPBACK_HOSTS, "[::1]"}
+    if not is_loopback(host) and host not in ("0.0.0.0", "::"):  # noqa: S104 - compared, not bound
+        names.add(host)
+    out = [*extra]
+    for name in names:
+        bracketed = f"[{name}]" if ":" in name and not name.startswith("[") else name
+        out += [bracketed, f"{bracketed}:{port}"]
+    return out
+
+
+def allowed_origins(host: str, port: int, extra: Sequence[str]) -> list[str]:
+    return [f"http://{h}" for h in allowed_hosts(host, port, ())] + list(extra)
+
+
+# -- handlers --------------------------------------------------------------------
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _handled(handler: Handler) -> Handler:
+    async def run(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiProblem as problem:
+            return problem_response(problem)
+
+    run.__name__ = handler.__name__
+    return run
+
+
+async def read_json(request: Request, type_: type[Any]) -> Any:
+    """The request body decoded as ``type_``, or a 400/422 naming the field."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise ApiProblem(413, "too_large", f"the body is over {MAX_BODY} bytes", where="body")
+    if not body.strip():
+        raise ApiProblem(400, "invalid_json", "the body is empty; send a JSON object", where="body")
+    try:
+        return msgspec.json.decode(bytes(body), type=type_)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _WHERE.search(text)
+        where = match.group(1) if match and match.group(1) else "body"
+        message = text[: match.start()] if match else text
+        raise invalid(message, where=where) from None
+    except msgspec.DecodeError as exc:
+        raise ApiProblem(400, "invalid_json", f"not valid JSON: {exc}", where="body") from None
+
+
+def routes(manager: RunManager) -> list[BaseRoute]:
+    """The REST API over ``manager``."""
+
+    async def create_run(request: Request) -> Response:
+        body: RunRequest = await read_json(request, RunRequest)
+        info = await manager.submit(body)
+        return json_response(info, 201)
+
+    async def list_runs(request: Request) -> Response:
+        q = request.query_params
+        status = q.get("status")
+        if status is not None and status not in _STATUSES:
+            raise invalid(f"must be one of {', '.join(_STATUSES)}", where="query.status")
+        limit_text = q.get("limit", "50")
+        try:
+            limit = int(limit_text)
+        except ValueError:
+            raise invalid(f"not an integer: {limit_text!r}", where="query.limit") from None
+        typed: RunStatus | None = None
+        for s in _STATUSES:
+            if s == status:
+                typed = s
+        page = await manager.list(status=typed, limit=limit, cursor=q.get("cursor"))
+        return json_response(page)
+
+    async def get_run(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        detail = await manager.detail(run_id)
+        if detail is None:
+            raise not_found("run", run_id, where="run_id")
+        return json_response(detail)
+
+    async def cancel_run(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        info = await manager.cancel(run_id)
+        if info is None:
+            raise not_found("run", run_id, where="run_id")
+        return json_response(info)
+
+    async def summaries(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        if await manager.get(run_id) is None:
+            raise not_found("run", run_id, where="run_id")
+        return json_response(await manager.summaries(run_id))
+
+    async def trajectory(request: Request) -> Response:
+        run_id, rollout_id = request.path_params["run_id"], request.path_params["rollout_id"]
+        found = await manager.trajectory(run_id, rollout_id)
+        if found is None:
+            raise not_found("rollout", f"{run_id}/{rollout_id}", where="rollout_id")
+        return json_response(found)
+
+    async def agents(_request: Request) -> Response:
+        return json_response(AgentList(agents=manager.agents()))
+
+    async def healthz(_request: Request) -> Response:
+        return json_response({"status": "ok", "version": __version__})
+
+    async def readyz(_request: Request) -> Response:
+        if manager.ready and manager.accepting:
+            return json_response({"status": "ready", "active_runs": manager.active()})
+        state = "shutting down" if manager.ready else "starting"
+        return json_response(
+            ApiError(error="unavailable", message=f"not ready: {state}", status=503), 503
+        )
+
+    doc = msgspec.json.encode(
+        openapi_document(version=__version__, token=manager.config.server.resolved_token() is not None)
+    )
+
+    async def openapi(_request: Request) -> Response:
+        return Response(doc, media_type="application/json")
+
+    return [
+        Route("/v1/runs", _handled(create_run), methods=["POST"]),
+        Route("/v1/runs", _handled(list_runs), methods=["GET"]),
+        Route("/v1/runs/{run_id}", _handled(get_run), methods=["GET"]),
+        Route("/v1/runs/{run_id}/cancel", _handled(cancel_run), methods=["POST"]),
+        Route("/v1/runs/{run_id}/events", EventStream(manager), methods=["GET"]),
+        Route("/v1/runs/{run_id}/summaries", _handled(summaries), methods=["GET"]),
+        Route("/v1/runs/{run_id}/rollouts/{rollout_id}", _handled(trajectory), methods=["GET"]),
+        Route("/v1/agents", _handled(agents), methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ]
+
+
+# -- server-sent events ----------------------------------------------------------
+
+
+class EventStream:
+    """``GET /v1/runs/{run_id}/events``: the run's events as SSE (a raw ASGI
+    endpoint: one task follows the run, one sends keep-alives, one watches
+    for the client leaving)."""
+
+    def __init__(self, manager: RunManager) -> None:
+        self.manager = manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        run_id = request.path_params["run_id"]
+        try:
+            after = self._after(request)
+            if await self.manager.get(run_id) is None:
+                raise not_found("run", run_id, where="run_id")
+        except ApiProblem as problem:
+            await problem_response(problem)(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
+        lock = anyio.Lock()
+        keepalive = self.manager.config.server.sse_keepalive_s
+
+        async def write(chunk: bytes, more: bool = True) -> None:
+            async with lock:
+                await send({"type": "http.response.body", "body": chunk, "more_body": more})
+
+        async with anyio.create_task_group() as tg:
+
+            async def pump() -> None:
+                await write(b"retry: 2000\n\n")
+                async for event in self.manager.follow(run_id, after=after):
+                    kind = type(event).__struct_config__.tag
+                    data = msgspec.json.encode(event)
+                    await write(b"id: %d\nevent: %s\ndata: %s\n\n" % (event.seq, str(kind).encode(), data))
+                await write(b"", more=False)
+                tg.cancel_scope.cancel()
+
+            async def ping() -> None:
+                while True:
+                    await anyio.sleep(keepalive)
+                    await write(b": keep-alive\n\n")
+
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(pump)
+            tg.start_soon(ping)
+            tg.start_soon(watch)
+
+    @staticmethod
+    def _after(request: Request) -> int:
+        raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        where = "Last-Event-ID" if request.headers.get("last-event-id") else "query.after"
+        try:
+            after = int(raw)
+        except ValueError:
+            raise invalid(f"not an event id: {raw!r}", where=where) from None
+        if after < 0:
+            raise invalid(f"must be >= 0, got {after}", where=where)
+        return after
+
+
+def build_app(
+    manager: RunManager,
+    *,
+    port: int,
+    extra_routes: Sequence[BaseRoute] = (),
+    lifespan: Any = None,
+) -> ASGIApp:
+    """The whole daemon app behind its ``Guard``."""
+    server = manager.config.server
+    app = Starlette(routes=[*routes(manager), *extra_routes], lifespan=lifespan)
+
+    async def not_found_handler(_request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        kind = "not_found" if status == 404 else "method_not_allowed" if status == 405 else "bad_request"
+        detail = getattr(exc, "detail", "") or "no such endpoint"
+        return json_response(ApiError(error=kind, message=str(detail), where="path", status=status), status)
+
+    async def crash_handler(request: Request, exc: Exception) -> Response:
+        log.error("request_crashed", path=request.url.path, exc_info=exc)
+        return json_response(
+            ApiError(error="internal", message=f"{type(exc).__name__}: {exc}", status=500), 500
+        )
+
+    from starlette.exceptions import HTTPException
+
+    app.add_exception_handler(HTTPException, not_found_handler)
+    app.add_exception_handler(Exception, crash_handler)
+    return Guard(
+        app,
+        hosts=allowed_hosts(server.host, port, server.allowed_hosts),
+        origins=allowed_origins(server.host, port, server.allowed_origins),
+        token=server.resolved_token(),
+    )
+
+
+__all__ = ["EventStream", "Guard", "build_app", "json_response", "read_json", "routes"]

@@ -1,0 +1,190 @@
+"""``agentrt serve``: the daemon's process, from socket to shutdown.
+
+Owns ``run_daemon``: opens the ``RunManager`` (store, runtime, resumed
+runs), binds the socket, builds the app (REST + SSE, OpenAI-compatible,
+MCP at ``/mcp``, ``/metrics``, the web page) and serves it with uvicorn
+inside the caller's task group, reporting a ``DaemonEndpoint`` once it
+accepts connections.  Shutdown, on SIGTERM/SIGINT (``handle_signals``) or
+when the caller cancels: stop admitting runs (503), let running runs finish
+within ``server.shutdown_grace_s``, checkpoint the rest (their committed
+steps stay in the store; the next start resumes them), then stop serving.
+
+The roof: may import every layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Final, final
+
+import anyio
+import msgspec
+import uvicorn
+from anyio.abc import TaskStatus
+
+from agentrt.aggregators import Judge
+from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.log import get_logger
+from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.pricing import PriceTable
+from agentrt.runtime.serve.app import build_app
+from agentrt.runtime.serve.config import DaemonConfig
+from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.serve.metrics import DaemonMetrics, metrics_route
+from agentrt.tools.base import Tool
+
+log = get_logger(__name__)
+
+_BACKLOG: Final = 1024
+_STARTUP_TIMEOUT_S: Final = 30.0
+
+
+@final
+class DaemonEndpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the daemon listens."""
+
+    url: str
+    host: str
+    port: int
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the daemon drains runs
+    first, then tells uvicorn to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror}", where="server"
+        ) from exc
+    return sock
+
+
+async def run_daemon(
+    config: DaemonConfig,
+    *,
+    backends: Sequence[ModelBackend] | Mapping[str, ModelBackend] = (),
+    tools: Sequence[Tool] | None = None,
+    prices: PriceTable | None = None,
+    judge: Judge | None = None,
+    handle_signals: bool = False,
+    task_status: TaskStatus[DaemonEndpoint] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled (or SIGTERM/SIGINT with ``handle_signals``);
+    reports the ``DaemonEndpoint`` once it accepts connections."""
+    metrics = DaemonMetrics()
+    manager = RunManager(
+        config, backends=backends, tools=tools, prices=prices, judge=judge, observer=metrics.observe
+    )
+    server = config.server
+    sock = _listen(server.host, server.port)
+    try:
+        async with manager:
+            _watch(metrics, manager)
+            port = int(sock.getsockname()[1])
+            app = build_app(manager, port=port, extra_routes=[metrics_route(metrics)])
+            web = _Server(
+                uvicorn.Config(
+                    app,
+                    lifespan="off",
+                    log_config=None,
+                    log_level="warning",
+                    access_log=False,
+                    timeout_graceful_shutdown=max(1, round(server.shutdown_grace_s)),
+                )
+            )
+            shown = f"[{server.host}]" if ":" in server.host else server.host
+            endpoint = DaemonEndpoint(url=f"http://{shown}:{port}", host=server.host, port=port)
+            await _serve(
+                web=web,
+                sock=sock,
+                manager=manager,
+                endpoint=endpoint,
+                config=config,
+                handle_signals=handle_signals,
+                task_status=task_status,
+            )
+    finally:
+        sock.close()
+
+
+def _watch(metrics: DaemonMetrics, manager: RunManager) -> None:
+    metrics.watch_active_runs(manager.active)
+    metrics.watch_store_queue(lambda: manager.store.queue_depth)
+    metrics.watch_runs_by_status(manager.store.count_by_status_now)
+    metrics.watch_backends(lambda: dict(manager.runtime.backends))
+
+
+async def _serve(
+    *,
+    web: _Server,
+    sock: socket.socket,
+    manager: RunManager,
+    endpoint: DaemonEndpoint,
+    config: DaemonConfig,
+    handle_signals: bool,
+    task_status: TaskStatus[DaemonEndpoint],
+) -> None:
+    stopped = anyio.Event()
+
+    async def run_web() -> None:
+        try:
+            with anyio.CancelScope(shield=True):  # stopped via should_exit, not cancellation
+                await web.serve(sockets=[sock])
+        finally:
+            stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_web)
+        try:
+            with anyio.fail_after(_STARTUP_TIMEOUT_S):
+                # uvicorn only exposes a flag for "started", no event to wait on.
+                while not web.started and not stopped.is_set():  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            if stopped.is_set():
+                raise ConfigError(f"the HTTP server stopped while starting on {endpoint.url}")
+            log.info(
+                "daemon_serving",
+                url=endpoint.url,
+                store=str(config.store.path),
+                resumed_runs=len(manager.resumed),
+            )
+            task_status.started(endpoint)
+            if handle_signals:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        log.info("daemon_signal", signal=signal.Signals(signum).name)
+                        break
+            else:
+                await stopped.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                stopped_runs = await manager.drain(config.server.shutdown_grace_s)
+                log.info("daemon_stopping", checkpointed_runs=len(stopped_runs))
+                web.should_exit = True
+                with anyio.move_on_after(config.server.shutdown_grace_s + 5.0):
+                    await stopped.wait()
+                if not stopped.is_set():
+                    web.force_exit = True
+                    with anyio.move_on_after(2.0):
+                        await stopped.wait()
+                tg.cancel_scope.cancel()
+
+
+__all__ = ["DaemonEndpoint", "run_daemon"]

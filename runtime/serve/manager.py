@@ -1,0 +1,488 @@
+"""The run manager: the one object every daemon interface talks to.
+
+Owns ``RunManager``: it validates and admits runs (``submit``), executes
+them through the embedding facade (``Runtime.run``) inside its task group,
+commits every event to the ``RunStore`` before the run goes on (a step is
+durable before the agent takes the next one), keeps the live state of
+active runs in memory (``get``/``detail`` of a running run touch no
+database), lets callers ``follow`` a run's events from any point, cancels
+runs, and on start resumes every run an earlier daemon left unfinished
+(from its committed steps, through ``RunCheckpoint``).
+
+Shutdown (``drain``): new runs are refused; running runs get a grace period
+to finish; the rest are stopped without recording anything more, so the
+store holds exactly their committed steps and the next start resumes them.
+
+The roof: may import every layer; only the daemon's interfaces import it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self, final
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from agentrt.aggregators import Judge, parse_config
+from agentrt.protocols import (
+    Event,
+    RolloutFinished,
+    RolloutStarted,
+    RunFinished,
+    RunRequest,
+    RunResult,
+    RunStatus,
+    StepRecorded,
+    Trajectory,
+    TrajectorySummary,
+    decode_event,
+)
+from agentrt.protocols.api import (
+    TERMINAL_STATUSES,
+    AgentInfo,
+    RolloutInfo,
+    RunDetail,
+    RunInfo,
+    RunPage,
+)
+from agentrt.protocols.events import BudgetUpdated, RunStarted
+from agentrt.runtime.errors import ConfigError, UserError
+from agentrt.runtime.facade import RunCheckpoint, Runtime
+from agentrt.runtime.log import get_logger, log_context
+from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.pricing import PriceTable
+from agentrt.runtime.serve.config import DaemonConfig
+from agentrt.runtime.serve.errors import ApiProblem, invalid
+from agentrt.runtime.serve.store import RunStore
+from agentrt.tools.base import Tool
+
+log = get_logger(__name__)
+
+EventObserver = Callable[[Event], None]
+"""Sees every committed event (metrics)."""
+
+
+@dataclass(slots=True)
+class _Live:
+    """An active run's state, kept current from its events."""
+
+    info: RunInfo
+    request: RunRequest
+    rollouts: dict[str, RolloutInfo] = field(default_factory=dict)
+    scope: anyio.CancelScope | None = None
+    cancel_requested: bool = False
+    detached: bool = False
+    """Shutting down: the run is being stopped and records nothing more."""
+    changed: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    last_seq: int = 0
+    finished: bool = False
+    """A ``RunFinished`` event was committed."""
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    def apply(self, event: Event) -> None:
+        info = self.info
+        now = time.time()
+        self.last_seq = max(self.last_seq, event.seq)
+        match event:
+            case RunStarted():
+                self.info = msgspec.structs.replace(info, status="running", updated_at=now)
+            case RolloutStarted(rollout_id=rid):
+                old = self.rollouts.get(rid)
+                self.rollouts[rid] = RolloutInfo(
+                    rollout_id=rid, status="running", steps=old.steps if old else 0
+                )
+            case StepRecorded(rollout_id=rid):
+                old = self.rollouts.get(rid) or RolloutInfo(rollout_id=rid, status="running")
+                self.rollouts[rid] = msgspec.structs.replace(old, steps=old.steps + 1)
+            case RolloutFinished(rollout_id=rid, status=status, answer=answer, cost=cost):
+                old = self.rollouts.get(rid) or RolloutInfo(rollout_id=rid, status=status)
+                self.rollouts[rid] = msgspec.structs.replace(
+                    old, status=status, answer=answer, cost=cost
+                )
+            case RunFinished():
+                self.finished = True
+            case BudgetUpdated(spent=spent):
+                self.info = msgspec.structs.replace(info, cost=spent, updated_at=now)
+            case _:
+                self.info = msgspec.structs.replace(info, updated_at=now)
+
+
+@final
+class RunManager:
+    """See the module docstring.  ``backends``/``tools``/``prices``/``judge``
+    are handed to the ``Runtime`` (tests and embedders pass fakes here);
+    ``observer`` sees every committed event (the daemon's metrics)."""
+
+    def __init__(
+        self,
+        config: DaemonConfig,
+        *,
+        backends: Sequence[ModelBackend] | Mapping[str, ModelBackend] = (),
+        tools: Sequence[Tool] | None = None,
+        prices: PriceTable | None = None,
+        judge: Judge | None = None,
+        observer: EventObserver | None = None,
+    ) -> None:
+        self.config = config
+        self.store = RunStore(config.store.path, synchronous=config.store.synchronous)
+        self.runtime = Runtime(
+            config.runtime,
+            backends=backends,
+            tools=config.tools.build() if tools is None else tools,
+            prices=prices,
+            judge=judge,
+        )
+        self.observer = observer
+        self._live: dict[str, _Live] = {}
+        self._slots = anyio.CapacityLimiter(config.server.max_active_runs)
+        self._tg: TaskGroup | None = None
+        self.accepting = False
+        self.ready = False
+        self.resumed: list[str] = []
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.store.__aenter__()
+        try:
+            await self.runtime.__aenter__()
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+        except BaseException as exc:
+            await self.store.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self.accepting = True
+        await self._resume_unfinished()
+        self.ready = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.accepting = self.ready = False
+        self._detach_all()
+        try:
+            if self._tg is not None:
+                await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            try:
+                await self.runtime.__aexit__(exc_type, exc, tb)
+            finally:
+                await self.store.__aexit__(exc_type, exc, tb)
+
+    def _detach_all(self) -> None:
+        for live in self._live.values():
+            live.detached = True
+            if live.scope is not None:
+                live.scope.cancel()
+            else:
+                live.cancel_requested = True
+
+    async def drain(self, grace_s: float) -> list[str]:
+        """Refuse new runs, give running ones ``grace_s`` to finish, then
+        stop the rest (they stay unfinished in the store and resume on the
+        next start).  Returns the ids of the runs stopped."""
+        self.accepting = False
+        with anyio.move_on_after(grace_s):
+            for live in list(self._live.values()):
+                await live.done.wait()
+        stopped = [rid for rid, live in self._live.items() if not live.done.is_set()]
+        if stopped:
+            log.info("shutdown_checkpointing_runs", runs=len(stopped), grace_s=grace_s)
+        self._detach_all()
+        return stopped
+
+    # -- agents --------------------------------------------------------------
+
+    def agents(self) -> list[AgentInfo]:
+        rc = self.config.runtime
+        out: list[AgentInfo] = []
+        for name, entry in rc.agents.items():
+            if isinstance(entry, str):
+                out.append(
+                    AgentInfo(
+                        name=name,
+                        model=f"agentrt/{name}",
+                        kind="spec",
+                        description=entry,
+                        default=name == rc.default_agent,
+                    )
+                )
+            else:
+                first = entry.instructions.strip().splitlines()[0] if entry.instructions else ""
+                out.append(
+                    AgentInfo(
+                        name=name,
+                        model=f"agentrt/{name}",
+                        description=first,
+                        default=name == rc.default_agent,
+                    )
+                )
+        if rc.default_agent not in rc.agents:
+            out.insert(
+                0,
+                AgentInfo(
+                    name=rc.default_agent,
+                    model=f"agentrt/{rc.default_agent}",
+                    description="A plain assistant on the default model.",
+                    default=True,
+                ),
+            )
+        return out
+
+    def resolve_agent(self, name: str) -> str:
+        """The configured agent a request's ``agent`` names (``default``: the
+        default agent), or an ``ApiProblem`` listing the known ones."""
+        rc = self.config.runtime
+        if name in ("default", "") or name == rc.default_agent:
+            return rc.default_agent
+        if name in rc.agents:
+            return name
+        known = ", ".join(a.name for a in self.agents())
+        raise ApiProblem(404, "not_found", f"unknown agent {name!r}; known: {known}", where="agent")
+
+    # -- runs ----------------------------------------------------------------
+
+    def _validate(self, request: RunRequest) -> RunRequest:
+        if not request.task.strip():
+            raise invalid("the task is empty", where="task")
+        agent = self.resolve_agent(request.agent)
+        scaling = request.scaling
+        limit = self.config.server.max_rollouts
+        if not 1 <= scaling.rollouts <= limit:
+            raise invalid(
+                f"rollouts must be between 1 and {limit} (server.max_rollouts), got "
+                f"{scaling.rollouts}",
+                where="scaling.rollouts",
+            )
+        try:
+            parse_config({**scaling.options, "name": scaling.aggregate}, "scaling.aggregate")
+        except ConfigError as exc:
+            raise invalid(str(exc.args[0]) if exc.args else str(exc), where=exc.where) from None
+        budget = request.budget
+        for name in ("max_tokens", "max_usd", "max_model_calls", "max_wall_seconds"):
+            value = getattr(budget, name)
+            if value is not None and value < 0:
+                raise invalid(f"must be >= 0, got {value}", where=f"budget.{name}")
+        if budget.max_usd is not None and self.runtime.prices is None:
+            raise invalid(
+                "a max_usd cap needs model prices, and this daemon has none configured",
+                where="budget.max_usd",
+            )
+        return msgspec.structs.replace(request, agent=agent)
+
+    async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo:
+        """Validate and admit a run; it starts as soon as a slot is free."""
+        if not self.accepting or self._tg is None:
+            raise ApiProblem(503, "unavailable", "the daemon is shutting down; retry elsewhere")
+        request = self._validate(request)
+        run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
+        info = await self.store.create_run(run_id, request)
+        live = _Live(info=info, request=request)
+        self._live[run_id] = live
+        self._tg.start_soon(self._execute, live, None)
+        log.info("run_submitted", run_id=run_id, agent=request.agent, rollouts=info.rollouts)
+        return info
+
+    async def _resume_unfinished(self) -> None:
+        assert self._tg is not None
+        for run_id in await self.store.unfinished():
+            request = await self.store.request(run_id)
+            info = await self.store.run_info(run_id)
+            if request is None or info is None:
+                continue
+            checkpoint = await self.store.checkpoint(run_id)
+            await self.store.set_status(run_id, info.status, resumed=True)
+            live = _Live(
+                info=msgspec.structs.replace(info, resumed=info.resumed + 1),
+                request=request,
+                last_seq=checkpoint.next_seq - 1,
+            )
+            for rollout in await self.store.rollouts(run_id):
+                live.rollouts[rollout.rollout_id] = rollout
+            self._live[run_id] = live
+            self.resumed.append(run_id)
+            steps = sum(len(c.steps) for c in checkpoint.rollouts.values())
+            log.info("run_resumed", run_id=run_id, committed_steps=steps)
+            self._tg.start_soon(self._execute, live, checkpoint)
+
+    async def _sink(self, live: _Live, event: Event) -> None:
+        if live.detached:
+            return  # being checkpointed: only what was committed counts
+        await self.store.record(event)
+        live.apply(event)
+        if self.observer is not None:
+            self.observer(event)
+        live.notify()
+
+    async def _execute(self, live: _Live, checkpoint: RunCheckpoint | None) -> None:
+        run_id, request = live.info.run_id, live.request
+        status: RunStatus = "failed"
+        result: RunResult | None = None
+        error: str | None = None
+        try:
+            with log_context(run_id=run_id), anyio.CancelScope() as scope:
+                live.scope = scope
+                if live.cancel_requested:
+                    scope.cancel()
+                async with self._slots:
+                    result = await self.runtime.run(
+                        request.task,
+                        agent=request.agent if request.agent in self.config.runtime.agents else None,
+                        scaling=request.scaling,
+                        budget=request.budget,
+                        events=lambda event: self._sink(live, event),
+                        run_id=run_id,
+                        checkpoint=checkpoint,
+                    )
+            if scope.cancelled_caught or result is None:
+                status, error = "cancelled", "cancelled by a client"
+            else:
+                status, error = result.status, result.error
+        except UserError as exc:
+            status, error = "failed", str(exc)
+        except Exception as exc:
+            log.error("run_crashed", run_id=run_id, exc_info=exc)
+            status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+        finally:
+            if not live.detached:
+                with anyio.CancelScope(shield=True):
+                    await self._settle(live, status, result, error)
+            live.done.set()
+            live.notify()
+            self._live.pop(run_id, None)
+
+    async def _settle(
+        self, live: _Live, status: RunStatus, result: RunResult | None, error: str | None
+    ) -> None:
+        try:
+            if not live.finished:  # cancelled, or crashed before the facade said so
+                end = RunFinished(
+                    run_id=live.info.run_id, seq=live.last_seq + 1, ts=time.time(), status=status
+                )
+                await self.store.record(end)
+                live.apply(end)
+                if self.observer is not None:
+                    self.observer(end)
+            await self.store.finish(live.info.run_id, status, result, error)
+        except Exception as exc:
+            log.error("run_settle_failed", run_id=live.info.run_id, exc_info=exc)
+            return
+        live.info = msgspec.structs.replace(
+            live.info,
+            status=status,
+            answer=result.answer if result else None,
+            error=error,
+            cost=result.cost if result else live.info.cost,
+            updated_at=time.time(),
+        )
+        log.info("run_finished", run_id=live.info.run_id, status=status)
+
+    async def get(self, run_id: str) -> RunInfo | None:
+        live = self._live.get(run_id)
+        if live is not None:
+            return live.info
+        return await self.store.run_info(run_id)
+
+    async def detail(self, run_id: str) -> RunDetail | None:
+        live = self._live.get(run_id)
+        if live is not None:
+            return RunDetail(
+                run=live.info, request=live.request, rollouts=list(live.rollouts.values())
+            )
+        info = await self.store.run_info(run_id)
+        request = await self.store.request(run_id)
+        if info is None or request is None:
+            return None
+        return RunDetail(
+            run=info,
+            request=request,
+            rollouts=await self.store.rollouts(run_id),
+            result=await self.store.result(run_id),
+        )
+
+    async def list(
+        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+    ) -> RunPage:
+        if not 1 <= limit <= 500:
+            raise invalid(f"must be between 1 and 500, got {limit}", where="query.limit")
+        position: int | None = None
+        if cursor is not None:
+            try:
+                position = int(cursor)
+            except ValueError:
+                raise invalid(
+                    f"not a cursor this daemon issued: {cursor!r}", where="query.cursor"
+                ) from None
+        page = await self.store.list_runs(status=status, limit=limit, cursor=position)
+        runs = [self._live[r.run_id].info if r.run_id in self._live else r for r in page.runs]
+        if status is not None:
+            runs = [r for r in runs if r.status == status]
+        return RunPage(runs=runs, next_cursor=page.next_cursor)
+
+    async def cancel(self, run_id: str) -> RunInfo | None:
+        live = self._live.get(run_id)
+        if live is None:
+            return await self.store.run_info(run_id)
+        live.cancel_requested = True
+        if live.scope is not None:
+            live.scope.cancel()
+        await live.done.wait()
+        return await self.get(run_id)
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:  # noqa: ASYNC109
+        """The run once it is terminal (``TimeoutError`` after ``timeout``)."""
+        with anyio.fail_after(timeout):
+            live = self._live.get(run_id)
+            if live is not None:
+                await live.done.wait()
+        info = await self.get(run_id)
+        if info is None:
+            raise ApiProblem(404, "not_found", f"no run {run_id!r}", where="run_id")
+        return info
+
+    async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        """The run's events with ``seq > after``: stored ones, then live ones
+        as they are committed; ends when the run is terminal and all are out."""
+        while True:
+            live = self._live.get(run_id)
+            changed = live.changed if live is not None else None
+            bodies = await self.store.events(run_id, after=after)
+            for body in bodies:
+                event = decode_event(body)
+                after = event.seq
+                yield event
+            if bodies:
+                continue
+            if live is None or live.done.is_set():
+                info = await self.store.run_info(run_id)
+                if info is None or info.status in TERMINAL_STATUSES or run_id not in self._live:
+                    return
+                continue
+            assert changed is not None
+            await changed.wait()
+
+    async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
+        return await self.store.trajectory(run_id, rollout_id)
+
+    async def summaries(self, run_id: str) -> list[TrajectorySummary]:
+        return await self.store.summaries(run_id)
+
+    def active(self) -> int:
+        return len(self._live)
+
+
+__all__ = ["EventObserver", "RunManager"]

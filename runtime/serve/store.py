@@ -1,0 +1,656 @@
+"""The durable run store: SQLite in WAL mode.
+
+Owns ``RunStore``: runs (request, status, result, cost), every event of every
+run (by ``(run_id, seq)``), steps (by ``(run_id, rollout_id, index)``),
+rollouts, summaries, and the checkpoint a resumed run starts from.
+
+Writes go through one writer task that commits in groups: a caller's write
+is committed before its ``await`` returns (a step is durable before the
+agent loop goes on), and writes that arrive together share one commit.
+Each write runs in its own savepoint, so one bad write (a duplicate step, a
+constraint) fails alone.  ``synchronous=NORMAL`` in WAL mode: a committed
+write survives the process being killed (``kill -9``); surviving power loss
+too needs ``synchronous="full"``.  Reads run on worker threads with their
+own connections (WAL readers never block the writer).
+
+May import protocols and the facade's checkpoint types; nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal, Self, final
+
+import anyio
+import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from agentrt.protocols import (
+    BudgetUpdated,
+    Cost,
+    Event,
+    RolloutFinished,
+    RolloutStarted,
+    RunFinished,
+    RunRequest,
+    RunResult,
+    RunStarted,
+    RunStatus,
+    Step,
+    StepRecorded,
+    SummaryWritten,
+    Trajectory,
+    TrajectorySummary,
+    decode_event,
+)
+from agentrt.protocols.api import RolloutInfo, RunInfo, RunPage
+from agentrt.runtime.errors import AgentrtError
+from agentrt.runtime.facade import RolloutCheckpoint, RunCheckpoint
+
+#: Writes one group commit takes at most.
+_BATCH: Final = 512
+#: Writes queued before writers wait (backpressure on the event sinks).
+_QUEUE: Final = 4096
+
+Synchronous = Literal["normal", "full"]
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS runs (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL UNIQUE,
+    status TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    task TEXT NOT NULL,
+    request BLOB NOT NULL,
+    rollouts INTEGER NOT NULL,
+    aggregate TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    answer TEXT,
+    error TEXT,
+    result BLOB,
+    cost BLOB,
+    resumed INTEGER NOT NULL DEFAULT 0,
+    last_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, n);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    ts REAL NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS steps (
+    run_id TEXT NOT NULL,
+    rollout_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    committed_at REAL NOT NULL,
+    PRIMARY KEY (run_id, rollout_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rollouts (
+    run_id TEXT NOT NULL,
+    rollout_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    steps INTEGER NOT NULL DEFAULT 0,
+    answer TEXT,
+    cost BLOB,
+    finished BLOB,
+    PRIMARY KEY (run_id, rollout_id)
+);
+CREATE TABLE IF NOT EXISTS summaries (
+    run_id TEXT NOT NULL,
+    rollout_id TEXT NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (run_id, rollout_id)
+);
+CREATE TABLE IF NOT EXISTS usage (
+    run_id TEXT PRIMARY KEY,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cached_prompt_tokens INTEGER NOT NULL,
+    usd REAL NOT NULL,
+    model_calls INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+_Statement = tuple[str, tuple[Any, ...]]
+
+_RUN_COLUMNS: Final = (
+    "n, run_id, status, agent, task, rollouts, aggregate, created_at, updated_at, "
+    "answer, error, cost, resumed, request"
+)
+
+
+class StoreError(AgentrtError):
+    """The run store failed or refused a write."""
+
+
+@dataclass(slots=True)
+class _Write:
+    statements: list[_Statement]
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: BaseException | None = None
+
+
+def _connect(path: str, synchronous: Synchronous) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def _event_statements(event: Event) -> list[_Statement]:
+    """The rows an event writes, besides its own row in ``events``."""
+    now = time.time()
+    run = event.run_id
+    out: list[_Statement] = [
+        (
+            "INSERT INTO events (run_id, seq, type, ts, body) VALUES (?, ?, ?, ?, ?)",
+            (
+                run,
+                event.seq,
+                type(event).__struct_config__.tag,
+                event.ts,
+                msgspec.json.encode(event),
+            ),
+        ),
+        (
+            "UPDATE runs SET last_seq = MAX(last_seq, ?), updated_at = ? WHERE run_id = ?",
+            (event.seq, now, run),
+        ),
+    ]
+    match event:
+        case StepRecorded(rollout_id=rollout, step=step):
+            out.append(
+                (
+                    "INSERT INTO steps (run_id, rollout_id, idx, body, committed_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (run, rollout, step.index, msgspec.json.encode(step), now),
+                )
+            )
+            out.append(
+                (
+                    "INSERT INTO rollouts (run_id, rollout_id, status, steps) "
+                    "VALUES (?, ?, 'running', 1) ON CONFLICT (run_id, rollout_id) "
+                    "DO UPDATE SET steps = steps + 1",
+                    (run, rollout),
+                )
+            )
+        case RolloutStarted(rollout_id=rollout):
+            out.append(
+                (
+                    "INSERT INTO rollouts (run_id, rollout_id, status) VALUES (?, ?, 'running') "
+                    "ON CONFLICT (run_id, rollout_id) DO UPDATE SET status = 'running'",
+                    (run, rollout),
+                )
+            )
+        case RolloutFinished(rollout_id=rollout, status=status, answer=answer, cost=cost):
+            out.append(
+                (
+                    "INSERT INTO rollouts (run_id, rollout_id, status, answer, cost, finished) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, rollout_id) DO UPDATE SET "
+                    "status = excluded.status, answer = excluded.answer, cost = excluded.cost, "
+                    "finished = excluded.finished",
+                    (
+                        run,
+                        rollout,
+                        status,
+                        answer,
+                        msgspec.json.encode(cost),
+                        msgspec.json.encode(event),
+                    ),
+                )
+            )
+        case SummaryWritten(summary=summary):
+            out.append(
+                (
+                    "INSERT OR REPLACE INTO summaries (run_id, rollout_id, body) VALUES (?, ?, ?)",
+                    (run, summary.rollout_id, msgspec.json.encode(summary)),
+                )
+            )
+        case BudgetUpdated(spent=spent):
+            u = spent.usage
+            out.append(
+                (
+                    "INSERT OR REPLACE INTO usage (run_id, prompt_tokens, completion_tokens, "
+                    "cached_prompt_tokens, usd, model_calls) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        run,
+                        u.prompt_tokens,
+                        u.completion_tokens,
+                        u.cached_prompt_tokens,
+                        spent.usd,
+                        spent.model_calls,
+                    ),
+                )
+            )
+            out.append(
+                ("UPDATE runs SET cost = ? WHERE run_id = ?", (msgspec.json.encode(spent), run))
+            )
+        case RunStarted():
+            out.append(
+                (
+                    "UPDATE runs SET status = 'running' WHERE run_id = ? AND status = 'pending'",
+                    (run,),
+                )
+            )
+        case RunFinished():
+            pass  # the run's row is settled by ``finish`` with the whole result
+        case _:
+            pass
+    return out
+
+
+@final
+class RunStore:
+    """See the module docstring.  ``async with RunStore(path) as store:``;
+    ``path=":memory:"`` is refused (readers need the file)."""
+
+    def __init__(self, path: str | Path, *, synchronous: Synchronous = "normal") -> None:
+        self.path = str(path)
+        if self.path == ":memory:" or not self.path:
+            raise StoreError("the run store needs a file path (readers open their own connections)")
+        self.synchronous: Synchronous = synchronous
+        self._writer: sqlite3.Connection | None = None
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._send: MemoryObjectSendStream[_Write] | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+        self.commits = 0
+        self.writes = 0
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._writer = await anyio.to_thread.run_sync(self._open_writer)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
+        send, receive = anyio.create_memory_object_stream[_Write](_QUEUE)
+        self._send = send
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._write_loop, receive)
+        return self
+
+    def _open_writer(self) -> sqlite3.Connection:
+        conn = _connect(self.path, self.synchronous)
+        conn.executescript(_SCHEMA)
+        return conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._send is not None:
+            await self._send.aclose()
+        if self._tg is not None:
+            await self._tg.__aexit__(exc_type, exc, tb)
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    @property
+    def queue_depth(self) -> int:
+        """Writes waiting for the writer (a gauge for /metrics)."""
+        return 0 if self._send is None else self._send.statistics().current_buffer_used
+
+    # -- writing -------------------------------------------------------------
+
+    async def _write_loop(self, receive: MemoryObjectReceiveStream[_Write]) -> None:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < _BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                try:
+                    await anyio.to_thread.run_sync(self._apply, batch, limiter=self._limiter)
+                except BaseException as exc:  # the whole batch failed: tell every writer
+                    for write in batch:
+                        write.error = write.error or exc
+                        write.done.set()
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for write in batch:
+                    write.done.set()
+
+    def _apply(self, batch: Sequence[_Write]) -> None:
+        conn = self._writer
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for write in batch:
+                conn.execute("SAVEPOINT w")
+                try:
+                    for sql, params in write.statements:
+                        conn.execute(sql, params)
+                except sqlite3.Error as exc:
+                    conn.execute("ROLLBACK TO w")
+                    write.error = exc
+                conn.execute("RELEASE w")
+            conn.execute("COMMIT")
+        except BaseException:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        self.commits += 1
+        self.writes += len(batch)
+
+    async def _write(self, statements: list[_Statement], *, what: str) -> None:
+        if self._send is None:
+            raise StoreError(f"the run store is not open ({what})")
+        write = _Write(statements)
+        try:
+            await self._send.send(write)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise StoreError(f"the run store is closed ({what})") from None
+        await write.done.wait()
+        if write.error is not None:
+            raise StoreError(f"{what}: {write.error}") from write.error
+
+    async def create_run(self, run_id: str, request: RunRequest) -> RunInfo:
+        now = time.time()
+        await self._write(
+            [
+                (
+                    "INSERT INTO runs (run_id, status, agent, task, request, rollouts, aggregate, "
+                    "created_at, updated_at) VALUES (?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        request.agent,
+                        request.task,
+                        msgspec.json.encode(request),
+                        request.scaling.rollouts,
+                        request.scaling.aggregate,
+                        now,
+                        now,
+                    ),
+                )
+            ],
+            what=f"creating run {run_id}",
+        )
+        return RunInfo(
+            run_id=run_id,
+            status="pending",
+            agent=request.agent,
+            task=request.task,
+            created_at=now,
+            updated_at=now,
+            rollouts=request.scaling.rollouts,
+            aggregate=request.scaling.aggregate,
+            metadata=dict(request.metadata),
+        )
+
+    async def record(self, event: Event) -> None:
+        """Commit ``event`` (and the step, rollout, summary or usage rows it
+        implies); returns once it is durable."""
+        await self._write(_event_statements(event), what=f"run {event.run_id} event {event.seq}")
+
+    async def set_status(self, run_id: str, status: RunStatus, *, resumed: bool = False) -> None:
+        await self._write(
+            [
+                (
+                    "UPDATE runs SET status = ?, updated_at = ?, resumed = resumed + ? "
+                    "WHERE run_id = ?",
+                    (status, time.time(), int(resumed), run_id),
+                )
+            ],
+            what=f"run {run_id} status",
+        )
+
+    async def finish(
+        self, run_id: str, status: RunStatus, result: RunResult | None, error: str | None
+    ) -> None:
+        """Settle a run: its final status, result and cost."""
+        await self._write(
+            [
+                (
+                    "UPDATE runs SET status = ?, updated_at = ?, answer = ?, error = ?, "
+                    "result = ?, cost = COALESCE(?, cost) WHERE run_id = ?",
+                    (
+                        status,
+                        time.time(),
+                        result.answer if result is not None else None,
+                        error,
+                        msgspec.json.encode(result) if result is not None else None,
+                        msgspec.json.encode(result.cost) if result is not None else None,
+                        run_id,
+                    ),
+                )
+            ],
+            what=f"finishing run {run_id}",
+        )
+
+    # -- reading -------------------------------------------------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.path, self.synchronous)
+            conn.execute("PRAGMA query_only=ON")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        def query() -> list[tuple[Any, ...]]:
+            return self._reader().execute(sql, params).fetchall()
+
+        return await anyio.to_thread.run_sync(query)
+
+    async def run_info(self, run_id: str) -> RunInfo | None:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"  # noqa: S608 - constant columns
+        rows = await self._read(sql, (run_id,))
+        return _run_info(rows[0]) if rows else None
+
+    async def request(self, run_id: str) -> RunRequest | None:
+        rows = await self._read("SELECT request FROM runs WHERE run_id = ?", (run_id,))
+        return msgspec.json.decode(rows[0][0], type=RunRequest) if rows else None
+
+    async def result(self, run_id: str) -> RunResult | None:
+        rows = await self._read("SELECT result FROM runs WHERE run_id = ?", (run_id,))
+        if not rows or rows[0][0] is None:
+            return None
+        return msgspec.json.decode(rows[0][0], type=RunResult)
+
+    async def list_runs(
+        self, *, status: RunStatus | None, limit: int, cursor: int | None
+    ) -> RunPage:
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if cursor is not None:
+            where.append("n < ?")
+            params.append(cursor)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        # Only fixed fragments are interpolated; every value is a parameter.
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY n DESC LIMIT ?"  # noqa: S608
+        rows = await self._read(
+            sql,
+            (*params, limit + 1),
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return RunPage(
+            runs=[_run_info(r) for r in rows],
+            next_cursor=str(rows[-1][0]) if more and rows else None,
+        )
+
+    async def unfinished(self) -> list[str]:
+        rows = await self._read(
+            "SELECT run_id FROM runs WHERE status IN ('pending', 'running') ORDER BY n"
+        )
+        return [r[0] for r in rows]
+
+    async def count_by_status(self) -> dict[str, int]:
+        rows = await self._read("SELECT status, COUNT(*) FROM runs GROUP BY status")
+        return {str(status): int(count) for status, count in rows}
+
+    def count_by_status_now(self) -> dict[str, int]:
+        """``count_by_status`` on the calling thread (a metrics scrape; the
+        index makes it a quick read)."""
+        rows = self._reader().execute("SELECT status, COUNT(*) FROM runs GROUP BY status")
+        return {str(status): int(count) for status, count in rows.fetchall()}
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int = 500) -> list[bytes]:
+        """Stored events of a run with ``seq > after``, in order, as JSON."""
+        rows = await self._read(
+            "SELECT body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, after, limit),
+        )
+        return [bytes(r[0]) for r in rows]
+
+    async def rollouts(self, run_id: str) -> list[RolloutInfo]:
+        rows = await self._read(
+            "SELECT rollout_id, status, steps, answer, cost FROM rollouts WHERE run_id = ? "
+            "ORDER BY rowid",
+            (run_id,),
+        )
+        return [
+            RolloutInfo(
+                rollout_id=r[0],
+                status=r[1],
+                steps=r[2],
+                answer=r[3],
+                cost=msgspec.json.decode(r[4], type=Cost) if r[4] is not None else Cost(),
+            )
+            for r in rows
+        ]
+
+    async def steps(self, run_id: str, rollout_id: str | None = None) -> dict[str, list[Step]]:
+        """Committed steps by rollout, each list in index order."""
+        sql = "SELECT rollout_id, body FROM steps WHERE run_id = ?"
+        params: tuple[Any, ...] = (run_id,)
+        if rollout_id is not None:
+            sql += " AND rollout_id = ?"
+            params = (run_id, rollout_id)
+        rows = await self._read(sql + " ORDER BY rollout_id, idx", params)
+        out: dict[str, list[Step]] = {}
+        for rollout, body in rows:
+            out.setdefault(rollout, []).append(msgspec.json.decode(body, type=Step))
+        return out
+
+    async def summaries(self, run_id: str) -> list[TrajectorySummary]:
+        rows = await self._read(
+            "SELECT body FROM summaries WHERE run_id = ? ORDER BY rowid", (run_id,)
+        )
+        return [msgspec.json.decode(r[0], type=TrajectorySummary) for r in rows]
+
+    async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
+        info = await self.run_info(run_id)
+        if info is None:
+            return None
+        rows = await self._read(
+            "SELECT status, answer, cost FROM rollouts WHERE run_id = ? AND rollout_id = ?",
+            (run_id, rollout_id),
+        )
+        if not rows:
+            return None
+        status, answer, cost = rows[0]
+        steps = (await self.steps(run_id, rollout_id)).get(rollout_id, [])
+        known = ("running", "finished", "failed", "cancelled", "exhausted")
+        return Trajectory(
+            run_id=run_id,
+            rollout_id=rollout_id,
+            agent=info.agent,
+            task=info.task,
+            steps=steps,
+            answer=answer,
+            status=status if status in known else "failed",
+            cost=msgspec.json.decode(cost, type=Cost) if cost is not None else Cost(),
+        )
+
+    async def checkpoint(self, run_id: str) -> RunCheckpoint:
+        """What the run committed: every rollout's steps, end and summary."""
+        steps = await self.steps(run_id)
+        finished_rows = await self._read(
+            "SELECT rollout_id, finished FROM rollouts WHERE run_id = ? AND finished IS NOT NULL",
+            (run_id,),
+        )
+        finished = {r[0]: msgspec.json.decode(r[1], type=RolloutFinished) for r in finished_rows}
+        summaries = {s.rollout_id: s for s in await self.summaries(run_id)}
+        last = await self._read("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+        rollout_ids: Iterable[str] = {*steps, *finished, *summaries}
+        return RunCheckpoint(
+            next_seq=(last[0][0] or 0) + 1,
+            rollouts={
+                rid: RolloutCheckpoint(
+                    steps=steps.get(rid, []),
+                    finished=finished.get(rid),
+                    summary=summaries.get(rid),
+                )
+                for rid in rollout_ids
+            },
+        )
+
+    async def integrity_check(self) -> str:
+        rows = await self._read("PRAGMA integrity_check")
+        return str(rows[0][0])
+
+
+def decode_stored_event(body: bytes) -> Event:
+    return decode_event(body)
+
+
+def _run_info(row: tuple[Any, ...]) -> RunInfo:
+    (
+        _,
+        run_id,
+        status,
+        agent,
+        task,
+        rollouts,
+        aggregate,
+        created,
+        updated,
+        answer,
+        error,
+        cost,
+        resumed,
+        request,
+    ) = row
+    meta = msgspec.json.decode(request, type=RunRequest).metadata if request else {}
+    return RunInfo(
+        run_id=run_id,
+        status=status,
+        agent=agent,
+        task=task,
+        created_at=created,
+        updated_at=updated,
+        rollouts=rollouts,
+        aggregate=aggregate,
+        answer=answer,
+        error=error,
+        cost=msgspec.json.decode(cost, type=Cost) if cost is not None else Cost(),
+        resumed=resumed,
+        metadata=dict(meta),
+    )
+
+
+__all__ = ["RunStore", "StoreError", "Synchronous", "decode_stored_event"]
