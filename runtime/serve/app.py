@@ -41,6 +41,8 @@ log = get_logger(__name__)
 
 #: Largest request body accepted.
 MAX_BODY: Final = 1 << 20
+#: Event ids are SQLite integers: a larger ``Last-Event-ID`` cannot name one.
+MAX_EVENT_ID: Final = (1 << 63) - 1
 _STATUSES: Final = ("pending", "running", "succeeded", "failed", "cancelled")
 _WHERE = re.compile(r" - at `\$\.?([^`]*)`$")
 _OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
@@ -84,14 +86,20 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host", "").lower()
         if host not in self.hosts:
-            await self._refuse(send, 421, "misdirected", f"host {host!r} is not served here", "Host")
+            await self._refuse(
+                send, 421, "misdirected", f"host {host!r} is not served here", "Host"
+            )
             return
         origin = headers.get("origin")
         if origin is not None and origin.lower().rstrip("/") not in self.origins:
-            await self._refuse(send, 403, "forbidden", f"origin {origin!r} is not allowed", "Origin")
+            await self._refuse(
+                send, 403, "forbidden", f"origin {origin!r} is not allowed", "Origin"
+            )
             return
-        if self.token is not None and scope["path"] not in _OPEN_PATHS and not self._authorized(
-            headers, scope
+        if (
+            self.token is not None
+            and scope["path"] not in _OPEN_PATHS
+            and not self._authorized(headers, scope)
         ):
             await self._refuse(
                 send,
@@ -203,6 +211,9 @@ def routes(manager: RunManager) -> list[BaseRoute]:
         page = await manager.list(status=typed, limit=limit, cursor=q.get("cursor"))
         return json_response(page)
 
+    async def runs(request: Request) -> Response:
+        return await (create_run if request.method == "POST" else list_runs)(request)
+
     async def get_run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         detail = await manager.detail(run_id)
@@ -245,15 +256,17 @@ def routes(manager: RunManager) -> list[BaseRoute]:
         )
 
     doc = msgspec.json.encode(
-        openapi_document(version=__version__, token=manager.config.server.resolved_token() is not None)
+        openapi_document(
+            version=__version__, token=manager.config.server.resolved_token() is not None
+        )
     )
 
     async def openapi(_request: Request) -> Response:
         return Response(doc, media_type="application/json")
 
     return [
-        Route("/v1/runs", _handled(create_run), methods=["POST"]),
-        Route("/v1/runs", _handled(list_runs), methods=["GET"]),
+        # One route per path, so a 405's ``Allow`` lists every method the path has.
+        Route("/v1/runs", _handled(runs), methods=["GET", "POST"]),
         Route("/v1/runs/{run_id}", _handled(get_run), methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", _handled(cancel_run), methods=["POST"]),
         Route("/v1/runs/{run_id}/events", EventStream(manager), methods=["GET"]),
@@ -312,7 +325,9 @@ class EventStream:
                 async for event in self.manager.follow(run_id, after=after):
                     kind = type(event).__struct_config__.tag
                     data = msgspec.json.encode(event)
-                    await write(b"id: %d\nevent: %s\ndata: %s\n\n" % (event.seq, str(kind).encode(), data))
+                    await write(
+                        b"id: %d\nevent: %s\ndata: %s\n\n" % (event.seq, str(kind).encode(), data)
+                    )
                 await write(b"", more=False)
                 tg.cancel_scope.cancel()
 
@@ -332,14 +347,21 @@ class EventStream:
 
     @staticmethod
     def _after(request: Request) -> int:
-        raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-        where = "Last-Event-ID" if request.headers.get("last-event-id") else "query.after"
-        try:
-            after = int(raw)
-        except ValueError:
-            raise invalid(f"not an event id: {raw!r}", where=where) from None
-        if after < 0:
-            raise invalid(f"must be >= 0, got {after}", where=where)
+        """``Last-Event-ID`` (a reconnecting ``EventSource``) wins over
+        ``?after=``; both are checked when both are sent."""
+        after = 0
+        for where, raw in (
+            ("query.after", request.query_params.get("after")),
+            ("Last-Event-ID", request.headers.get("last-event-id")),
+        ):
+            if not raw:
+                continue
+            try:
+                after = int(raw)
+            except ValueError:
+                raise invalid(f"not an event id: {raw!r}", where=where) from None
+            if not 0 <= after <= MAX_EVENT_ID:
+                raise invalid(f"must be between 0 and {MAX_EVENT_ID}, got {after}", where=where)
         return after
 
 
@@ -356,9 +378,20 @@ def build_app(
 
     async def not_found_handler(_request: Request, exc: Exception) -> Response:
         status = getattr(exc, "status_code", 404)
-        kind = "not_found" if status == 404 else "method_not_allowed" if status == 405 else "bad_request"
+        kind = (
+            "not_found"
+            if status == 404
+            else "method_not_allowed"
+            if status == 405
+            else "bad_request"
+        )
         detail = getattr(exc, "detail", "") or "no such endpoint"
-        return json_response(ApiError(error=kind, message=str(detail), where="path", status=status), status)
+        response = json_response(
+            ApiError(error=kind, message=str(detail), where="path", status=status), status
+        )
+        # Starlette's 405 carries ``Allow`` (RFC 9110 requires it); keep it.
+        response.headers.update(getattr(exc, "headers", None) or {})
+        return response
 
     async def crash_handler(request: Request, exc: Exception) -> Response:
         log.error("request_crashed", path=request.url.path, exc_info=exc)

@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, help="agentrt.toml (default: the embedded model)")
     parser.add_argument("--host", help="interface to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help=f"TCP port (default {DEFAULT_PORT}; 0: any free)")
-    parser.add_argument("--store", type=Path, help="the run store's SQLite file (overrides [store])")
+    parser.add_argument(
+        "--store", type=Path, help="the run store's SQLite file (overrides [store])"
+    )
     parser.add_argument(
         "--log-level",
         default=None,

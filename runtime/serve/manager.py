@@ -18,6 +18,7 @@ The roof: may import every layer; only the daemon's interfaces import it.
 
 from __future__ import annotations
 
+import builtins
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -334,14 +335,23 @@ class RunManager:
         result: RunResult | None = None
         error: str | None = None
         try:
-            with log_context(run_id=run_id), anyio.CancelScope() as scope:
+            # Shielded: a run stops only through its own scope (cancel, or
+            # ``drain``/exit detaching it first), never half-recorded by an
+            # outer cancellation racing the detach.
+            with (
+                anyio.CancelScope(shield=True),
+                log_context(run_id=run_id),
+                anyio.CancelScope() as scope,
+            ):
                 live.scope = scope
                 if live.cancel_requested:
                     scope.cancel()
                 async with self._slots:
                     result = await self.runtime.run(
                         request.task,
-                        agent=request.agent if request.agent in self.config.runtime.agents else None,
+                        agent=request.agent
+                        if request.agent in self.config.runtime.agents
+                        else None,
                         scaling=request.scaling,
                         budget=request.budget,
                         events=lambda event: self._sink(live, event),
@@ -478,7 +488,7 @@ class RunManager:
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
         return await self.store.trajectory(run_id, rollout_id)
 
-    async def summaries(self, run_id: str) -> list[TrajectorySummary]:
+    async def summaries(self, run_id: str) -> builtins.list[TrajectorySummary]:
         return await self.store.summaries(run_id)
 
     def active(self) -> int:

@@ -16,6 +16,9 @@ import msgspec
 from agentrt.protocols import Event, RunRequest, Trajectory, TrajectorySummary
 from agentrt.protocols.api import AgentList, ApiError, RunDetail, RunInfo, RunPage
 
+#: Event ids are SQLite integers.
+_MAX_EVENT_ID = (1 << 63) - 1
+
 _TYPES: tuple[Any, ...] = (
     RunRequest,
     RunInfo,
@@ -54,14 +57,42 @@ def _run_id() -> dict[str, Any]:
 
 def openapi_document(*, version: str, token: bool) -> dict[str, Any]:
     """The document served at ``/openapi.json``."""
-    (_schemas, components) = msgspec.json.schema_components(
+    (schemas, components) = msgspec.json.schema_components(
         _TYPES, ref_template="#/components/schemas/{name}"
     )
+    event_union = schemas[_TYPES.index(Event)]
+    components["Event"] = event_union
     trajectory_summaries = {"type": "array", "items": _ref("TrajectorySummary")}
+    # In OpenAPI 3.1 the ``schema`` of ``text/event-stream`` describes one event.
+    sse_event = {
+        "type": "object",
+        "required": ["id", "event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "event": {"type": "string", "enum": sorted(event_union["discriminator"]["mapping"])},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": _ref("Event"),
+            },
+            "retry": {"type": "integer", "minimum": 0},
+        },
+    }
     sse = {
         "description": "Server-Sent Events: `id` is the event's seq, `event` its type, "
         "`data` the event as JSON; resume with `Last-Event-ID` (or `?after=`).",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": sse_event}},
+    }
+    event_id = {"type": "integer", "minimum": 0, "maximum": _MAX_EVENT_ID}
+    from_created = {
+        "parameters": {"run_id": "$response.body#/run_id"},
+        "description": "The run just created",
+    }
+    run_links = {
+        "getRun": {"operationId": "getRun", **from_created},
+        "cancelRun": {"operationId": "cancelRun", **from_created},
+        "runEvents": {"operationId": "runEvents", **from_created},
+        "runSummaries": {"operationId": "runSummaries", **from_created},
     }
     paths: dict[str, Any] = {
         "/v1/runs": {
@@ -73,7 +104,7 @@ def openapi_document(*, version: str, token: bool) -> dict[str, Any]:
                     "content": {"application/json": {"schema": _ref("RunRequest")}},
                 },
                 "responses": {
-                    "201": _json(_ref("RunInfo"), "The run, admitted"),
+                    "201": {**_json(_ref("RunInfo"), "The run, admitted"), "links": run_links},
                     **_errors(400, 401, 404, 422, 503),
                 },
             },
@@ -94,7 +125,12 @@ def openapi_document(*, version: str, token: bool) -> dict[str, Any]:
                         "in": "query",
                         "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
                     },
-                    {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                    {
+                        "name": "cursor",
+                        "in": "query",
+                        "description": "The `next_cursor` of the previous page",
+                        "schema": {"type": "string"},
+                    },
                 ],
                 "responses": {"200": _json(_ref("RunPage"), "A page of runs"), **_errors(401, 422)},
             },
@@ -103,7 +139,22 @@ def openapi_document(*, version: str, token: bool) -> dict[str, Any]:
             "get": {
                 "operationId": "getRun",
                 "parameters": [_run_id()],
-                "responses": {"200": _json(_ref("RunDetail"), "The run"), **_errors(401, 404)},
+                "responses": {
+                    "200": {
+                        **_json(_ref("RunDetail"), "The run"),
+                        "links": {
+                            "getTrajectory": {
+                                "operationId": "getTrajectory",
+                                "parameters": {
+                                    "run_id": "$response.body#/run/run_id",
+                                    "rollout_id": "$response.body#/rollouts/0/rollout_id",
+                                },
+                                "description": "The run's first rollout",
+                            }
+                        },
+                    },
+                    **_errors(401, 404),
+                },
             }
         },
         "/v1/runs/{run_id}/cancel": {
@@ -121,8 +172,14 @@ def openapi_document(*, version: str, token: bool) -> dict[str, Any]:
                 "operationId": "runEvents",
                 "parameters": [
                     _run_id(),
-                    {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
-                    {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}},
+                    {"name": "after", "in": "query", "schema": event_id},
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "description": "The `id` of the last event received (wins over "
+                        "`after`; empty: from the start)",
+                        "schema": {"type": "string", "pattern": "^[0-9]*$"},
+                    },
                 ],
                 "responses": {"200": sse, **_errors(401, 404, 422)},
             }

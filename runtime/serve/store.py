@@ -318,6 +318,12 @@ class RunStore:
     # -- writing -------------------------------------------------------------
 
     async def _write_loop(self, receive: MemoryObjectReceiveStream[_Write]) -> None:
+        # Shielded: it serves every write until ``__aexit__`` closes the
+        # stream, so writes made while the owner is being cancelled still land.
+        with anyio.CancelScope(shield=True):
+            await self._drain_writes(receive)
+
+    async def _drain_writes(self, receive: MemoryObjectReceiveStream[_Write]) -> None:
         async with receive:
             async for first in receive:
                 batch = [first]
@@ -481,7 +487,8 @@ class RunStore:
     async def list_runs(
         self, *, status: RunStatus | None, limit: int, cursor: int | None
     ) -> RunPage:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if status is not None:
             where.append("status = ?")
             params.append(status)

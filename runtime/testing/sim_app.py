@@ -45,7 +45,10 @@ def build_app(engine: SimEngine, on_restart: Callable[[], Awaitable[None]]) -> w
         return web.Response(text=engine.metrics(), content_type="text/plain", charset="utf-8")
 
     async def stats(request: web.Request) -> web.Response:
-        return json_response(encoder.encode(engine.stats()))
+        body = engine.stats()
+        if request.query.get("attempts") == "1":  # every request id and its attempts
+            body["attempts_by_request_id"] = dict(engine.attempts)
+        return json_response(encoder.encode(body))
 
     async def reset(request: web.Request) -> web.Response:
         engine.reset_stats()

@@ -1,0 +1,201 @@
+"""The crash test: ``kill -9`` the daemon at random points while runs with
+many rollouts execute against the sim-server, restart it, and check that
+every run finishes, no committed step is lost or run again, and the SQLite
+file passes ``PRAGMA integrity_check``.
+
+"Run again" is measured at the model server: the sim-server counts attempts
+per request id (``<rollout_id>-<step index>``).  Right after each kill (the
+daemon is dead, nothing more can commit or be sent) the test records the
+committed steps and the server's attempt counts; at the end, every one of
+those steps must be unchanged in the store and must not have been requested
+again.  Only steps in flight at a kill may be requested twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentrt.testing import SimServerConfig
+
+pytestmark = pytest.mark.slow
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def sim_url() -> Iterator[str]:
+    config = SimServerConfig(ttft_ms=200, token_ms=1, tool_rounds=4, answer="answer", seed=7)
+    argv = [sys.executable, "-m", "agentrt.runtime.testing.sim_server", *config.to_argv()]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = next(w for w in line.split() if w.startswith("http://")).rstrip("/")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+class Daemon:
+    def __init__(self, config: Path, port: int, log: Path) -> None:
+        self.config, self.port, self.log = config, port, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{port}"
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agentrt", "serve", "--config", str(self.config)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("the daemon did not become ready in 60 s")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _committed(db: Path) -> dict[tuple[str, int], bytes]:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT rollout_id, idx, body FROM steps").fetchall()
+    return {(r, i): bytes(b) for r, i, b in rows}
+
+
+def _attempts(sim_url: str) -> dict[str, int]:
+    stats = httpx.get(f"{sim_url}/sim/stats?attempts=1", timeout=10).json()
+    return {str(k): int(v) for k, v in stats["attempts_by_request_id"].items()}
+
+
+def test_kill_9_resumes_every_run_without_losing_or_rerunning_a_step(
+    tmp_path: Path, sim_url: str
+) -> None:
+    seed = int(os.environ.get("AGENTRT_CRASH_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    db = tmp_path / "runs.db"
+    port = _free_port()
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f"""
+rollouts = 1
+early_stop = false
+default_concurrency = 4
+
+[server]
+port = {port}
+shutdown_grace_s = 1
+
+[store]
+path = "{db}"
+
+[models.backends.sim]
+kind = "openai"
+base_url = "{sim_url}/v1"
+models = ["sim"]
+
+[agents.solver]
+instructions = "Solve the task. Use the calculator."
+tools = ["calculator"]
+temperature = 0.7
+stop_on = []
+"""
+    )
+    daemon = Daemon(config, port, tmp_path / "daemon.log")
+    daemon.start()
+    try:
+        run_ids = []
+        for task, rollouts in (("what is 6*7", 6), ("what is 12+30", 5), ("what is 50-8", 4)):
+            body = {"task": task, "agent": "solver", "scaling": {"rollouts": rollouts}}
+            response = httpx.post(f"{daemon.url}/v1/runs", json=body, timeout=10)
+            assert response.status_code == 201, response.text
+            run_ids.append(response.json()["run_id"])
+
+        snapshots: list[tuple[dict[tuple[str, int], bytes], dict[str, int]]] = []
+        kills = 0
+        for _ in range(3):
+            time.sleep(rng.uniform(0.4, 1.6))
+            daemon.kill9()
+            kills += 1
+            snapshots.append((_committed(db), _attempts(sim_url)))
+            daemon.start()
+
+        deadline = time.monotonic() + 90
+        infos: dict[str, dict[str, object]] = {}
+        while time.monotonic() < deadline:
+            infos = {
+                rid: httpx.get(f"{daemon.url}/v1/runs/{rid}", timeout=10).json() for rid in run_ids
+            }
+            if all(i["run"]["status"] in TERMINAL for i in infos.values()):  # type: ignore[index]
+                break
+            time.sleep(0.2)
+    finally:
+        daemon.stop()
+
+    context = f"(seed {seed}; daemon log {daemon.log})"
+    statuses = {rid: info["run"]["status"] for rid, info in infos.items()}  # type: ignore[index]
+    assert set(statuses.values()) == {"succeeded"}, f"{statuses} {context}"
+    assert any(info["run"]["resumed"] > 0 for info in infos.values()), context  # type: ignore[index]
+
+    final = _committed(db)
+    attempts = _attempts(sim_url)
+    rerun: list[str] = []
+    for committed, seen in snapshots:
+        for key, step_body in committed.items():
+            assert final.get(key) == step_body, f"step {key} lost or changed {context}"
+            request_id = f"{key[0]}-{key[1]}"
+            if attempts.get(request_id, 0) != seen.get(request_id, 0):
+                rerun.append(request_id)
+    assert not rerun, f"committed steps were requested again: {rerun} {context}"
+    assert sum(len(c) for c, _ in snapshots) > 0, f"no step was committed before a kill {context}"
+
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        per_rollout: dict[str, list[int]] = {}
+        for rollout, idx in conn.execute("SELECT rollout_id, idx FROM steps ORDER BY 1, 2"):
+            per_rollout.setdefault(rollout, []).append(idx)
+        finished = dict(conn.execute("SELECT rollout_id, status FROM rollouts").fetchall())
+    assert len(per_rollout) == 6 + 5 + 4, per_rollout.keys()
+    for rollout, indices in per_rollout.items():
+        assert indices == list(range(len(indices))), f"{rollout}: {indices} {context}"
+        assert finished[rollout] == "finished", f"{rollout}: {finished[rollout]} {context}"
+    print(json.dumps({"seed": seed, "kills": kills, "steps": len(final)}))

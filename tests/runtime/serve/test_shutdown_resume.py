@@ -1,0 +1,171 @@
+"""Shutdown and resume: a daemon stopped mid-run leaves exactly its
+committed steps; the next one resumes the run from them and makes only the
+model calls that were not committed.  SIGTERM lets running runs finish
+within the grace period and refuses new ones meanwhile."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from agentrt.protocols import Step, StepRecorded, ToolMessage
+from agentrt.runtime.serve.store import RunStore, StoreError
+
+pytestmark = pytest.mark.anyio
+
+
+def _steps(db: Path) -> list[tuple[str, int]]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT rollout_id, idx FROM steps ORDER BY 1, 2").fetchall()
+
+
+async def test_a_stopped_run_resumes_from_its_committed_steps(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    config = daemon_kit.config(tmp_path, server={"shutdown_grace_s": 0.0})
+    first = daemon_kit.scripted(steps=6, latency_s=0.05)
+    body = {"task": "count", "agent": "solver", "scaling": {"rollouts": 2}}
+    async with (
+        daemon_kit.running(config, first) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        run_id = (await client.post("/v1/runs", json=body)).json()["run_id"]
+        with anyio.fail_after(10):
+            while True:
+                if len(_steps(tmp_path / "runs.db")) >= 4:
+                    break
+                await anyio.sleep(0.01)
+    committed = _steps(tmp_path / "runs.db")
+    assert 4 <= len(committed) < 14
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        status = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    assert status == ("running",)  # checkpointed, not failed or cancelled
+
+    second = daemon_kit.scripted(steps=6, latency_s=0.01)
+    async with (
+        daemon_kit.running(config, second) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        with anyio.fail_after(20):
+            while True:
+                detail = (await client.get(f"/v1/runs/{run_id}")).json()
+                if detail["run"]["status"] in ("succeeded", "failed"):
+                    break
+                await anyio.sleep(0.02)
+        events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
+    assert detail["run"]["status"] == "succeeded"
+    assert detail["run"]["resumed"] == 1
+    # Two rollouts of 7 steps: the second daemon made only the calls not committed.
+    assert len(second.requests) == 14 - len(committed)
+    assert _steps(tmp_path / "runs.db") == sorted(
+        (f"{run_id}-r{r}", i) for r in range(2) for i in range(7)
+    )
+    # The cost counts every step once: the committed ones were restored, not re-run.
+    assert detail["run"]["cost"]["model_calls"] == 14
+    seqs = [seq for seq, _, _ in events]
+    assert seqs == sorted(set(seqs))
+    assert seqs[0] == 1
+    assert [kind for _, kind, _ in events].count("run_started") == 1
+    # Resumed steps were taken up where they stopped: the message history of
+    # the first resumed step holds every earlier tool result.
+    trajectory = second.requests[0]
+    assert sum(isinstance(m, ToolMessage) for m in trajectory.messages) >= 1
+
+
+async def test_the_store_refuses_a_step_committed_twice(tmp_path: Path) -> None:
+    from agentrt.protocols import RunRequest
+
+    async with RunStore(tmp_path / "runs.db") as store:
+        await store.create_run("run-1", RunRequest(task="t"))
+        step = StepRecorded(
+            run_id="run-1", rollout_id="run-1-r0", step=Step(index=0, messages=[]), seq=1
+        )
+        await store.record(step)
+        again = StepRecorded(
+            run_id="run-1", rollout_id="run-1-r0", step=Step(index=0, messages=[]), seq=2
+        )
+        with pytest.raises(StoreError, match="UNIQUE"):
+            await store.record(again)
+        await store.record(
+            StepRecorded(
+                run_id="run-1", rollout_id="run-1-r0", step=Step(index=1, messages=[]), seq=3
+            )
+        )
+        checkpoint = await store.checkpoint("run-1")
+        assert [s.index for s in checkpoint.rollouts["run-1-r0"].steps] == [0, 1]
+        assert checkpoint.next_seq == 4
+        assert await store.integrity_check() == "ok"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_sigterm_lets_running_runs_finish_and_refuses_new_ones(tmp_path: Path) -> None:
+    port = _free_port()
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f"""
+[server]
+port = {port}
+shutdown_grace_s = 20
+
+[store]
+path = "runs.db"
+
+[models.backends.slow]
+kind = "scripted"
+replies = ["finished in time"]
+latency_s = 1.5
+"""
+    )
+    log = (tmp_path / "daemon.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrt", "serve", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline
+            assert proc.poll() is None
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        run_id = httpx.post(f"{url}/v1/runs", json={"task": "t"}, timeout=5).json()["run_id"]
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        refused = httpx.post(f"{url}/v1/runs", json={"task": "late"}, timeout=5)
+        assert refused.status_code == 503
+        assert refused.json()["error"] == "unavailable"
+        assert httpx.get(f"{url}/readyz", timeout=5).status_code == 503
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        rows = conn.execute("SELECT run_id, status, answer FROM runs").fetchall()
+    assert rows == [(run_id, "succeeded", "finished in time")]
+    logged = (tmp_path / "daemon.log").read_text()
+    assert '"event": "daemon_signal"' in logged
+    assert '"signal": "SIGTERM"' in logged
+    assert f'"run_id": "{run_id}"' in logged
