@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.facade import RuntimeConfig
+from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.tools.base import Tool
 
 DEFAULT_PORT = 8765
@@ -199,7 +200,10 @@ def config_from_mapping(
     tools = daemon.get("tools")
     if base is not None and isinstance(tools, dict) and isinstance(tools.get("files_root"), str):
         daemon["tools"] = {**tools, "files_root": str(base / tools["files_root"])}
-    return _validate({**daemon, "runtime": runtime}, source)
+    config = _validate({**daemon, "runtime": runtime}, source)
+    # Each backend's own options are checked by its kind (unknown kinds too).
+    ModelRegistry(config.runtime.models, where=f"{source}: models")
+    return config
 
 
 def load_daemon_config(path: Path | None) -> DaemonConfig:
