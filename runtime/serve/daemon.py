@@ -34,6 +34,8 @@ from agentrt.runtime.serve.app import build_app
 from agentrt.runtime.serve.config import DaemonConfig
 from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.metrics import DaemonMetrics, metrics_route
+from agentrt.runtime.serve.openai_compat import openai_routes
+from agentrt.runtime.serve.web import web_routes
 from agentrt.tools.base import Tool
 
 log = get_logger(__name__)
@@ -98,7 +100,12 @@ async def run_daemon(
         async with manager:
             _watch(metrics, manager)
             port = int(sock.getsockname()[1])
-            app = build_app(manager, port=port, extra_routes=[metrics_route(metrics)])
+            extra = [
+                *openai_routes(manager, keepalive_s=server.sse_keepalive_s),
+                metrics_route(metrics),
+                *web_routes(),
+            ]
+            app = build_app(manager, port=port, extra_routes=extra)
             web = _Server(
                 uvicorn.Config(
                     app,
