@@ -135,6 +135,9 @@ class RunCheckpoint:
 
     next_seq: int
     rollouts: Mapping[str, RolloutCheckpoint]
+    incarnation: int = 1
+    """This resumption's number (1 for the first restart): names the
+    rollouts it has to restart from scratch (``<rollout_id>~<incarnation>``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,25 +475,54 @@ class _Run:
             reservation.charge(reply.usage)
 
     async def _rollout(self, i: int) -> _Done:
-        rollout_id = f"{self.run_id}-r{i}"
-        ledger = self.ledger.child(f"r{i}")
-        saved = self.checkpoint.rollouts.get(rollout_id) if self.checkpoint else None
+        return await self._run_or_resume(f"{self.run_id}-r{i}", self.task, f"r{i}", ())
+
+    def _saved(self, rollout_id: str) -> tuple[str, RolloutCheckpoint | None]:
+        """The latest committed incarnation of a rollout: ``id~k`` (a rollout
+        restarted by incarnation k) before ``id``; (``id``, None) if none."""
+        if self.checkpoint is None:
+            return rollout_id, None
+        saved = self.checkpoint.rollouts
+        for k in range(self.checkpoint.incarnation - 1, 0, -1):
+            if f"{rollout_id}~{k}" in saved:
+                return f"{rollout_id}~{k}", saved[f"{rollout_id}~{k}"]
+        return rollout_id, saved.get(rollout_id)
+
+    async def _run_or_resume(
+        self, base_id: str, task: str, slice_name: str, seed: Sequence[UserMessage]
+    ) -> _Done:
+        """Run a rollout, or take up what an earlier incarnation committed:
+        an ended rollout is restored; an agent's unfinished one replays its
+        steps and goes on; a hierarchy's unfinished one (its sub-agents'
+        work cannot be taken up mid-call) restarts as ``id~k``, the
+        interrupted attempt left in the record."""
+        ledger = self.ledger.child(slice_name)
+        rollout_id, saved = self._saved(base_id)
+        resume: Sequence[Step] | None = None
         if saved is not None and saved.steps:
             ended = saved.finished is not None or saved.steps[-1].reply is None
-            if ended or saved.summary is not None or not isinstance(self.runner, Agent):
+            if ended or saved.summary is not None:
                 return await self._restored(rollout_id, saved, ledger)
+            if isinstance(self.runner, Agent):
+                resume = saved.steps
+            else:
+                assert self.checkpoint is not None
+                rollout_id = f"{base_id}~{self.checkpoint.incarnation}"
+        if resume is not None:
+            assert isinstance(self.runner, Agent)
             result = await self.runner.run(
-                self.task,
+                task,
                 run_id=self.run_id,
                 rollout_id=rollout_id,
                 ledger=ledger,
-                resume=saved.steps,
+                seed=seed,
+                resume=resume,
                 restored=True,
             )
-            return await self._summarize(result.trajectory)
-        result = await self.runner.run(
-            self.task, run_id=self.run_id, rollout_id=rollout_id, ledger=ledger
-        )
+        else:
+            result = await self.runner.run(
+                task, run_id=self.run_id, rollout_id=rollout_id, ledger=ledger, seed=seed
+            )
         return await self._summarize(result.trajectory)
 
     async def _restored(
@@ -528,15 +560,9 @@ class _Run:
     async def _refine_rollout(self, task: str, workspace: Workspace) -> TrajectorySummary:
         """A fresh rollout seeded with PDR's workspace."""
         n = next(self._ids)
-        rollout_id = f"{self.run_id}-refine{workspace.round}-{n}"
-        result = await self.runner.run(
-            task,
-            run_id=self.run_id,
-            rollout_id=rollout_id,
-            ledger=self.ledger.child(f"refine{workspace.round}-{n}"),
-            seed=[UserMessage(content=workspace.render())],
-        )
-        return (await self._summarize(result.trajectory)).summary
+        name = f"refine{workspace.round}-{n}"
+        seed = [UserMessage(content=workspace.render())]
+        return (await self._run_or_resume(f"{self.run_id}-{name}", task, name, seed)).summary
 
     async def _summarize(self, trajectory: Trajectory) -> _Done:
         summary = await self.summarizer.summarize(trajectory)

@@ -19,6 +19,7 @@ The roof: may import every layer; only the daemon's interfaces import it.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -305,7 +306,9 @@ class RunManager:
             info = await self.store.run_info(run_id)
             if request is None or info is None:
                 continue
-            checkpoint = await self.store.checkpoint(run_id)
+            checkpoint = dataclasses.replace(
+                await self.store.checkpoint(run_id), incarnation=info.resumed + 1
+            )
             await self.store.set_status(run_id, info.status, resumed=True)
             live = _Live(
                 info=msgspec.structs.replace(info, resumed=info.resumed + 1),
@@ -323,8 +326,12 @@ class RunManager:
     async def _sink(self, live: _Live, event: Event) -> None:
         if live.detached:
             return  # being checkpointed: only what was committed counts
-        await self.store.record(event)
-        live.apply(event)
+        # Shielded: a cancel (client or shutdown) landing mid-write would leave
+        # the event committed but unapplied, and ``_settle`` would then reuse
+        # its seq for ``RunFinished`` (a UNIQUE violation: the run never settles).
+        with anyio.CancelScope(shield=True):
+            await self.store.record(event)
+            live.apply(event)
         if self.observer is not None:
             self.observer(event)
         live.notify()

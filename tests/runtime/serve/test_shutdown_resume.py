@@ -169,3 +169,50 @@ latency_s = 1.5
     assert '"event": "daemon_signal"' in logged
     assert '"signal": "SIGTERM"' in logged
     assert f'"run_id": "{run_id}"' in logged
+
+
+async def test_pdr_refinement_rollouts_resume_too(tmp_path: Path, daemon_kit: Any) -> None:
+    """Aggregation runs again after a restart; PDR's refinement rollouts
+    have stable ids, so their committed steps are taken up, not repeated."""
+    config = daemon_kit.config(tmp_path, server={"shutdown_grace_s": 0.0})
+    options = {"rounds": 2, "m": 2, "k": 1, "select": "rtv", "g": 2, "v": 1}
+    body = {
+        "task": "count",
+        "agent": "solver",
+        "scaling": {"rollouts": 2, "aggregate": "pdr", "options": options},
+    }
+
+    def refine_steps() -> list[tuple[str, int]]:
+        return [s for s in _steps(tmp_path / "runs.db") if "refine" in s[0]]
+
+    async with (
+        daemon_kit.running(config, daemon_kit.scripted(steps=4, latency_s=0.04)) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        run_id = (await client.post("/v1/runs", json=body)).json()["run_id"]
+        with anyio.fail_after(20):
+            while True:
+                if len(refine_steps()) >= 2:
+                    break
+                await anyio.sleep(0.01)
+    before = set(_steps(tmp_path / "runs.db"))
+    second = daemon_kit.scripted(steps=4, latency_s=0.0)
+    async with (
+        daemon_kit.running(config, second) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        with anyio.fail_after(30):
+            while True:
+                detail = (await client.get(f"/v1/runs/{run_id}")).json()
+                if detail["run"]["status"] in ("succeeded", "failed"):
+                    break
+                await anyio.sleep(0.02)
+    after = _steps(tmp_path / "runs.db")
+    assert detail["run"]["status"] == "succeeded", detail["run"]
+    assert before <= set(after)
+    refined = {r for r, _ in after if "refine" in r}
+    assert len(refined) == 2  # m = 2 refinement rollouts, no restarted duplicates
+    for rollout in refined:
+        assert [i for r, i in after if r == rollout] == list(range(5))
+    requested = {m.request_id for m in second.requests if m.request_id}
+    assert not requested & {f"{r}-{i}" for r, i in before}
