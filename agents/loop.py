@@ -281,6 +281,7 @@ class Rollout:
                 status=status,
                 answer=self.answer,
                 cost=cost,
+                stop_reason=reason,
             )
         )
         log.debug(

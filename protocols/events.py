@@ -42,6 +42,8 @@ class RolloutFinished(_EventBase, frozen=True, tag="rollout_finished"):
     status: str
     answer: str | None = None
     cost: Cost = Cost()
+    stop_reason: str | None = None
+    """Why it ended (``final answer``, ``max steps (20)``, ``cancelled``...)."""
 
 
 class StepRecorded(_EventBase, frozen=True, tag="step"):

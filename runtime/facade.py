@@ -548,7 +548,7 @@ class _Run:
             status=_trajectory_status(end.status if end is not None else "failed"),
             cost=end.cost if end is not None else cost,
             stop_reason=(
-                "restored"
+                end.stop_reason or "restored"
                 if end is not None
                 else f"interrupted: {last.error if last and last.error else 'daemon restart'}"
             ),

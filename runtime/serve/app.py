@@ -41,11 +41,18 @@ log = get_logger(__name__)
 
 #: Largest request body accepted.
 MAX_BODY: Final = 1 << 20
-#: Event ids are SQLite integers: a larger ``Last-Event-ID`` cannot name one.
+#: Event ids and cursors are SQLite integers: a larger number cannot name one
+#: (and would overflow the query instead of being refused).
 MAX_EVENT_ID: Final = (1 << 63) - 1
 _STATUSES: Final = ("pending", "running", "succeeded", "failed", "cancelled")
 _WHERE = re.compile(r" - at `\$\.?([^`]*)`$")
-_OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
+_OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/"})
+"""Paths served without the token: probes, and the web page's own files
+(they hold no data; the page asks for the token before calling the API)."""
+
+
+def _is_open(path: str) -> bool:
+    return path in _OPEN_PATHS or path.startswith("/static/")
 
 
 def json_response(value: Any, status: int = 200) -> Response:
@@ -98,7 +105,7 @@ class Guard:
             return
         if (
             self.token is not None
-            and scope["path"] not in _OPEN_PATHS
+            and not _is_open(scope["path"])
             and not self._authorized(headers, scope)
         ):
             await self._refuse(
@@ -150,6 +157,15 @@ def allowed_origins(host: str, port: int, extra: Sequence[str]) -> list[str]:
 
 
 # -- handlers --------------------------------------------------------------------
+
+
+def _too_big(text: str) -> bool:
+    """An integer SQLite cannot hold (anything else is the manager's to judge)."""
+    try:
+        return abs(int(text)) > MAX_EVENT_ID
+    except ValueError:
+        return False
+
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -208,7 +224,10 @@ def routes(manager: RunManager) -> list[BaseRoute]:
         for s in _STATUSES:
             if s == status:
                 typed = s
-        page = await manager.list(status=typed, limit=limit, cursor=q.get("cursor"))
+        cursor = q.get("cursor")
+        if cursor is not None and _too_big(cursor):
+            raise invalid(f"not a cursor this daemon issued: {cursor!r}", where="query.cursor")
+        page = await manager.list(status=typed, limit=limit, cursor=cursor)
         return json_response(page)
 
     async def runs(request: Request) -> Response:

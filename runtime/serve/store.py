@@ -574,12 +574,14 @@ class RunStore:
         if info is None:
             return None
         rows = await self._read(
-            "SELECT status, answer, cost FROM rollouts WHERE run_id = ? AND rollout_id = ?",
+            "SELECT status, answer, cost, finished FROM rollouts "
+            "WHERE run_id = ? AND rollout_id = ?",
             (run_id, rollout_id),
         )
         if not rows:
             return None
-        status, answer, cost = rows[0]
+        status, answer, cost, finished = rows[0]
+        end = msgspec.json.decode(finished, type=RolloutFinished) if finished else None
         steps = (await self.steps(run_id, rollout_id)).get(rollout_id, [])
         known = ("running", "finished", "failed", "cancelled", "exhausted")
         return Trajectory(
@@ -591,6 +593,7 @@ class RunStore:
             answer=answer,
             status=status if status in known else "failed",
             cost=msgspec.json.decode(cost, type=Cost) if cost is not None else Cost(),
+            stop_reason=end.stop_reason if end is not None else None,
         )
 
     async def checkpoint(self, run_id: str) -> RunCheckpoint:

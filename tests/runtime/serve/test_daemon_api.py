@@ -53,6 +53,7 @@ async def test_a_run_through_the_api_streams_its_events_and_is_stored(
         rollout = detail["rollouts"][0]["rollout_id"]
         trajectory = (await client.get(f"/v1/runs/{run_id}/rollouts/{rollout}")).json()
         assert [s["index"] for s in trajectory["steps"]] == [0, 1, 2]
+        assert trajectory["stop_reason"] == "final answer"
         assert trajectory["steps"][0]["tool_results"][0]["content"] == "1"
         summaries = (await client.get(f"/v1/runs/{run_id}/summaries")).json()
         assert sorted(s["answer"] for s in summaries) == ["42", "42", "42"]
@@ -215,6 +216,8 @@ async def test_host_origin_and_token_are_checked(tmp_path: Path, daemon_kit: Any
         assert (await c.get("/v1/runs", headers=auth)).status_code == 200
         assert (await c.get("/v1/runs?access_token=s3cret-token-0123456789")).status_code == 200
         assert (await c.get("/healthz")).status_code == 200  # probes need no token
+        assert (await c.get("/")).status_code == 200  # the page's files hold no data
+        assert (await c.get("/v1/agents")).status_code == 401
         rebinding = await c.get("/v1/runs", headers={**auth, "Host": "evil.example:80"})
         assert rebinding.status_code == 421
         assert rebinding.json()["where"] == "Host"

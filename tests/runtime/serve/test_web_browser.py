@@ -1,0 +1,231 @@
+"""The daemon's web page in headless Chromium (issue 6, item 6).
+
+A daemon runs in-process (``run_daemon``) on a scripted model whose steps
+take 0.3 s, so a run visibly progresses.  ``web_check.mjs`` (Node,
+playwright-core, the OS's Chromium) drives the page and reports what it
+showed; this test asserts on that report and on the API:
+
+- the page loads and lists a run the test started through the API;
+- a run started from the page's form opens its view, which updates while
+  the run progresses (step counts rise, statuses change, the RTV bracket and
+  the budget burn fill in) without a reload, ending in the final answer;
+- a rollout's trajectory shows its steps, tool calls and summary;
+- the runs list refreshes by itself (a run posted while it is open appears
+  and reaches its end).
+
+Skipped without Chromium or playwright-core (``.ci/browser-setup.sh``
+installs both), but fails instead when ``AGENTRT_REQUIRE_BROWSER=1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from agentrt.aggregators import SimulatedJudge
+from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
+from agentrt.runtime.serve.config import config_from_mapping
+from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
+from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
+from agentrt.tools.builtins import Calculator
+
+SCRIPT = Path(__file__).with_name("web_check.mjs")
+CHROMIUM = Path(os.environ.get("AGENTRT_CHROMIUM", "/usr/bin/chromium"))
+STEP_LATENCY_S = 0.3
+ANSWER = "42"
+TERMINAL = {"succeeded", "failed", "cancelled"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # One event loop is enough here: the page, not the loop, is under test.
+    return "asyncio"
+
+
+def _playwright_dirs() -> list[Path]:
+    cache = Path(os.environ.get("AGENTRT_CACHE", Path.home() / ".cache" / "agentrt"))
+    dirs = [Path(p) for p in os.environ.get("NODE_PATH", "").split(os.pathsep) if p]
+    return [*dirs, cache / "node-browser" / "node_modules"]
+
+
+def _browser() -> tuple[str, str]:
+    """``(node, NODE_PATH)`` to drive Chromium; skips (or fails when
+    ``AGENTRT_REQUIRE_BROWSER=1``) when something is missing."""
+    node = shutil.which("node")
+    modules = next(
+        (d for d in _playwright_dirs() if (d / "playwright-core" / "package.json").is_file()), None
+    )
+    missing = [
+        what
+        for what, ok in (
+            ("node on PATH", node is not None),
+            (f"Chromium at {CHROMIUM}", CHROMIUM.is_file()),
+            ("playwright-core (NODE_PATH or ~/.cache/agentrt/node-browser)", modules is not None),
+        )
+        if not ok
+    ]
+    if missing:
+        reason = "the browser test needs " + ", ".join(missing) + " (.ci/browser-setup.sh)"
+        if os.environ.get("AGENTRT_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason + "; AGENTRT_REQUIRE_BROWSER=1 makes this fatal")
+        pytest.skip(reason)
+    assert node is not None
+    assert modules is not None
+    return node, str(modules)
+
+
+def _script(request: ModelRequest) -> ReplySpec:
+    """Calculator calls until the task's ``steps=N`` is reached, then the answer."""
+    steps = 3
+    for message in request.messages:
+        if isinstance(message, UserMessage) and isinstance(message.content, str):
+            found = re.search(r"steps=(\d+)", message.content)
+            steps = int(found.group(1)) if found else steps
+            break
+    done = sum(isinstance(m, ToolMessage) for m in request.messages)
+    if request.tools and done < steps - 1:
+        return ScriptedToolCall("calculator", {"expression": f"6 * {done + 7}"})
+    return ANSWER
+
+
+async def _wait_terminal(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    with anyio.fail_after(15):
+        while True:
+            detail: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
+            if detail["run"]["status"] in TERMINAL:
+                return detail
+            await anyio.sleep(0.05)
+
+
+def _total_steps(snapshot: dict[str, Any]) -> int:
+    return sum(r["steps"] for r in snapshot["rollouts"])
+
+
+@pytest.mark.anyio
+async def test_page_shows_runs_and_updates_live(tmp_path: Path) -> None:
+    node, node_path = _browser()
+    config = config_from_mapping(
+        {
+            "server": {"port": 0},
+            "store": {"path": str(tmp_path / "runs.db")},
+            "agents": {"calc": {"instructions": "Compute.", "tools": ["calculator"]}},
+            "default_agent": "calc",
+        },
+        source="test_web_browser",
+    )
+    backend = ScriptedBackend(_script, latency_s=STEP_LATENCY_S)
+    judge = SimulatedJudge(ANSWER, 1.0, delay_s=0.05)
+    async with anyio.create_task_group() as tg:
+        endpoint: DaemonEndpoint = await tg.start(
+            partial(run_daemon, config, backends=[backend], tools=[Calculator()], judge=judge)
+        )
+        async with httpx.AsyncClient(base_url=endpoint.url, timeout=10) as client:
+            page = await client.get("/")
+            assert page.status_code == 200, f"the daemon does not serve the page at /: {page.text}"
+            assert page.headers["content-type"].startswith("text/html")
+
+            listed = await client.post("/v1/runs", json={"task": "listed run steps=2"})
+            assert listed.status_code == 201, listed.text
+            listed_id = listed.json()["run_id"]
+            assert (await _wait_terminal(client, listed_id))["run"]["status"] == "succeeded"
+
+            plan = {
+                "url": endpoint.url,
+                "listedRunId": listed_id,
+                "form": {"task": "form run steps=6", "rollouts": 3, "aggregate": "rtv"},
+                "pollRun": {"task": "polled run steps=3", "scaling": {"rollouts": 1}},
+                "timeoutMs": 20000,
+                "chromium": str(CHROMIUM),
+            }
+            with anyio.fail_after(90):
+                done = await anyio.run_process(
+                    [node, str(SCRIPT), json.dumps(plan)],
+                    env={**os.environ, "NODE_PATH": node_path},
+                    check=False,
+                )
+            assert done.returncode == 0, done.stderr.decode(errors="replace")[:6000]
+            report: dict[str, Any] = json.loads(done.stdout)
+
+            form_detail = await _wait_terminal(client, report["form"]["runId"])
+            polled_detail = await _wait_terminal(client, report["polled"]["runId"])
+        tg.cancel_scope.cancel()
+
+    # The page itself: no script errors, no failed calls, never reloaded.
+    assert report["pageErrors"] == []
+    assert report["consoleErrors"] == []
+    assert report["badResponses"] == []
+    assert report["failedRequests"] == []
+    assert report["loads"] == 1
+
+    # The list shows the run the test started through the API.
+    assert report["listRow"] == {
+        "status": "succeeded",
+        "agent": "calc",
+        "task": "listed run steps=2",
+        "answer": f"→ {ANSWER}",
+    }
+    assert "calc" in report["agentOptions"]
+
+    # The form posted what was typed.
+    form_run = form_detail["run"]
+    assert (form_run["task"], form_run["rollouts"], form_run["aggregate"]) == (
+        "form run steps=6",
+        3,
+        "rtv",
+    )
+    assert report["form"]["task"] == "form run steps=6"
+    assert form_run["status"] == "succeeded"
+    assert form_run["answer"] == ANSWER
+
+    # Its view updated while it ran: rising step counts, then the end.
+    snaps = report["snapshots"]
+    totals = [_total_steps(s) for s in snaps]
+    assert totals == sorted(totals), f"step counts went backwards: {totals}"
+    assert len(set(totals)) >= 4, f"too few distinct states seen: {totals}"
+    assert any(s["status"] == "running" and 0 < _total_steps(s) < 18 for s in snaps), totals
+    assert any(s["live"] == "live" for s in snaps)
+    final = snaps[-1]
+    assert final["status"] == "succeeded"
+    assert final["live"] == "ended"
+    assert final["answer"] == ANSWER
+    api_rollouts = {r["rollout_id"]: r for r in form_detail["rollouts"]}
+    assert {r["id"]: r["steps"] for r in final["rollouts"]} == {
+        rid: r["steps"] for rid, r in api_rollouts.items()
+    }
+    assert all(r["steps"] == 6 and r["answer"] == ANSWER for r in final["rollouts"])
+    # RTV over 3 rollouts: a 2-level bracket (a match and a bye, then a final).
+    votes = form_detail["result"]["aggregation_trace"]
+    assert final["matches"] == len(votes) >= 2
+    assert final["budgetPoints"] >= 2
+    assert final["stepPoints"] >= 18
+    first = next(s for s in snaps if s["status"])
+    assert first["status"] in {"pending", "running"}
+    assert first["matches"] == 0
+
+    # A rollout's trajectory: every step, its tool calls, its summary.
+    traj = report["trajectory"]
+    assert traj["rolloutId"] in api_rollouts
+    assert traj["hash"].endswith(f"/rollouts/{traj['rolloutId']}")
+    assert (traj["status"], traj["steps"], traj["toolCalls"], traj["toolResults"]) == (
+        "finished",
+        6,
+        5,
+        5,
+    )
+    assert traj["summaryAnswer"] == ANSWER
+
+    # The list refreshed by itself: the run posted while it was open
+    # appeared (it was not there at first) and reached its end.
+    polled = report["polled"]
+    assert polled["postStatus"] == 201
+    assert polled["statuses"][0] is None
+    assert polled["statuses"][-1] == polled_detail["run"]["status"] == "succeeded"
