@@ -18,7 +18,9 @@ Commands:
 - ``agentrt frontier [--simulate | --tasks FILE]``: the cost-success frontier
   of the routing policies (``agentrt.runtime.routing.frontier``);
 - ``agentrt serve [--config F] [--host H] [--port P]``: the daemon
-  (``agentrt.runtime.serve``).
+  (``agentrt.runtime.serve``);
+- ``agentrt mcp [--config F]``: the daemon's MCP server on stdio, for IDEs
+  (``agentrt.runtime.serve.mcp_stdio``).
 
 The roof may import anything below it; nothing imports this module.
 """
@@ -178,6 +180,10 @@ def _delegated_command(head: list[str]) -> Callable[[list[str]], int] | None:
         from agentrt.runtime.serve.cli import serve_main
 
         return serve_main
+    if head == ["mcp"]:
+        from agentrt.runtime.serve.mcp_stdio import mcp_main
+
+        return mcp_main
     if head == ["frontier"]:
         from agentrt.runtime.routing.frontier import frontier_main
 
@@ -297,6 +303,11 @@ def _build_parser() -> _Parser:
     commands.add_parser(
         "serve",
         help="run the daemon: HTTP + SSE API, OpenAI-compatible endpoint, MCP, metrics, web page",
+        add_help=False,
+    )
+    commands.add_parser(
+        "mcp",
+        help="serve agentrt over MCP on stdin/stdout (for IDEs that launch a command)",
         add_help=False,
     )
     return parser

@@ -24,15 +24,17 @@ import anyio
 import msgspec
 import uvicorn
 from anyio.abc import TaskStatus
+from starlette.routing import Route
 
 from agentrt.aggregators import Judge
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.pricing import PriceTable
-from agentrt.runtime.serve.app import build_app
+from agentrt.runtime.serve.app import allowed_hosts, allowed_origins, build_app
 from agentrt.runtime.serve.config import DaemonConfig
 from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.serve.mcp_server import mcp_asgi
 from agentrt.runtime.serve.metrics import DaemonMetrics, metrics_route
 from agentrt.runtime.serve.openai_compat import openai_routes
 from agentrt.runtime.serve.web import web_routes
@@ -89,35 +91,72 @@ async def run_daemon(
     task_status: TaskStatus[DaemonEndpoint] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled (or SIGTERM/SIGINT with ``handle_signals``);
-    reports the ``DaemonEndpoint`` once it accepts connections."""
+    reports the ``DaemonEndpoint`` once it accepts connections.  The socket
+    is bound before the store is opened, so a taken port fails fast."""
     metrics = DaemonMetrics()
     manager = RunManager(
         config, backends=backends, tools=tools, prices=prices, judge=judge, observer=metrics.observe
     )
-    server = config.server
-    sock = _listen(server.host, server.port)
+    sock = _listen(config.server.host, config.server.port)
     try:
         async with manager:
-            _watch(metrics, manager)
-            port = int(sock.getsockname()[1])
-            extra = [
-                *openai_routes(manager, keepalive_s=server.sse_keepalive_s),
-                metrics_route(metrics),
-                *web_routes(),
-            ]
-            app = build_app(manager, port=port, extra_routes=extra)
-            web = _Server(
-                uvicorn.Config(
-                    app,
-                    lifespan="off",
-                    log_config=None,
-                    log_level="warning",
-                    access_log=False,
-                    timeout_graceful_shutdown=max(1, round(server.shutdown_grace_s)),
-                )
+            await serve_manager(
+                manager,
+                metrics=metrics,
+                sock=sock,
+                handle_signals=handle_signals,
+                task_status=task_status,
             )
-            shown = f"[{server.host}]" if ":" in server.host else server.host
-            endpoint = DaemonEndpoint(url=f"http://{shown}:{port}", host=server.host, port=port)
+    finally:
+        sock.close()
+
+
+async def serve_manager(
+    manager: RunManager,
+    *,
+    metrics: DaemonMetrics | None = None,
+    sock: socket.socket | None = None,
+    handle_signals: bool = False,
+    task_status: TaskStatus[DaemonEndpoint] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve an open ``manager`` (what ``run_daemon`` does once it opened
+    one; embedders and tests that hold the manager call this directly)."""
+    config = manager.config
+    server = config.server
+    if metrics is None:
+        metrics = DaemonMetrics()
+        manager.observer = metrics.observe
+    _watch(metrics, manager)
+    own = sock is None
+    sock = sock or _listen(server.host, server.port)
+    try:
+        port = int(sock.getsockname()[1])
+        mcp = mcp_asgi(
+            manager,
+            port=port,
+            allowed_hosts=allowed_hosts(server.host, port, server.allowed_hosts),
+            allowed_origins=allowed_origins(server.host, port, server.allowed_origins),
+        )
+        extra = [
+            *openai_routes(manager, keepalive_s=server.sse_keepalive_s),
+            Route("/mcp", endpoint=mcp.app),
+            metrics_route(metrics),
+            *web_routes(),
+        ]
+        app = build_app(manager, port=port, extra_routes=extra)
+        web = _Server(
+            uvicorn.Config(
+                app,
+                lifespan="off",
+                log_config=None,
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=max(1, round(server.shutdown_grace_s)),
+            )
+        )
+        shown = f"[{server.host}]" if ":" in server.host else server.host
+        endpoint = DaemonEndpoint(url=f"http://{shown}:{port}", host=server.host, port=port)
+        async with mcp.lifespan:  # uvicorn runs with lifespan="off"
             await _serve(
                 web=web,
                 sock=sock,
@@ -128,7 +167,8 @@ async def run_daemon(
                 task_status=task_status,
             )
     finally:
-        sock.close()
+        if own:
+            sock.close()
 
 
 def _watch(metrics: DaemonMetrics, manager: RunManager) -> None:
@@ -194,4 +234,4 @@ async def _serve(
                 tg.cancel_scope.cancel()
 
 
-__all__ = ["DaemonEndpoint", "run_daemon"]
+__all__ = ["DaemonEndpoint", "run_daemon", "serve_manager"]

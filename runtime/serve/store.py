@@ -18,6 +18,8 @@ May import protocols and the facade's checkpoint types; nothing of HTTP.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 import time
@@ -26,7 +28,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, Self, final
+from typing import IO, Any, Final, Literal, Self, final
 
 import anyio
 import msgspec
@@ -51,7 +53,7 @@ from agentrt.protocols import (
     decode_event,
 )
 from agentrt.protocols.api import RolloutInfo, RunInfo, RunPage
-from agentrt.runtime.errors import AgentrtError
+from agentrt.runtime.errors import AgentrtError, ConfigError
 from agentrt.runtime.facade import RolloutCheckpoint, RunCheckpoint
 
 #: Writes one group commit takes at most.
@@ -140,6 +142,29 @@ class _Write:
     statements: list[_Statement]
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
+
+
+def _lock(path: str) -> IO[str]:
+    """Hold ``<path>.lock`` exclusively: one process per store, or two
+    daemons would both resume (and run) the same unfinished runs."""
+    lock_path = f"{path}.lock"
+    handle = open(lock_path, "a+")  # noqa: SIM115 - held open for the store's lifetime
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise ConfigError(
+            f"the run store is in use by another agentrt process (pid {holder}); "
+            "stop it, or give this one its own store (--store or [store] path)",
+            where=path,
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
 
 
 def _connect(path: str, synchronous: Synchronous) -> sqlite3.Connection:
@@ -271,15 +296,21 @@ class RunStore:
         self._limiter = anyio.CapacityLimiter(1)
         self.commits = 0
         self.writes = 0
+        self._lock_file: IO[str] | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock(self.path)
         try:
             self._writer = await anyio.to_thread.run_sync(self._open_writer)
         except sqlite3.Error as exc:
+            self._close()
             raise StoreError(f"cannot open the run store {self.path}: {exc}") from exc
+        except BaseException:
+            self._close()
+            raise
         send, receive = anyio.create_memory_object_stream[_Write](_QUEUE)
         self._send = send
         self._tg = anyio.create_task_group()
@@ -298,10 +329,15 @@ class RunStore:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._send is not None:
-            await self._send.aclose()
-        if self._tg is not None:
-            await self._tg.__aexit__(exc_type, exc, tb)
+        try:
+            if self._send is not None:
+                await self._send.aclose()
+            if self._tg is not None:
+                await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         with self._readers_lock:
             readers, self._readers = self._readers, []
         for conn in readers:
@@ -309,6 +345,9 @@ class RunStore:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the lock
+            self._lock_file = None
 
     @property
     def queue_depth(self) -> int:

@@ -12,6 +12,9 @@ started in the caller's task group::
         endpoint = await tg.start(serve_streamable_http, server)
         print(endpoint.url)  # http://127.0.0.1:PORT/mcp
 
+or, inside another ASGI app, ``streamable_http_mount`` (an app to route to
+plus the lifespan to enter), with Host/Origin validation always on.
+
 Tools talk back through their ``ToolContext``: ``notify("log", ...)`` and
 ``notify("progress", ...)`` become MCP log and progress notifications, and
 ``context.peer`` (an ``McpCallPeer``) asks the client for sampling or
@@ -34,14 +37,18 @@ from agentrt.tools.hosting.event_store import MemoryEventStore
 from agentrt.tools.hosting.server import ToolServer
 from agentrt.tools.hosting.transports import (
     HttpEndpoint,
+    HttpMount,
     connect_in_process,
+    loopback_security,
     serve_in_process,
     serve_stdio,
     serve_streamable_http,
+    streamable_http_mount,
 )
 
 __all__ = [
     "HttpEndpoint",
+    "HttpMount",
     "HttpServeConfig",
     "LogLevel",
     "McpCallPeer",
@@ -54,7 +61,9 @@ __all__ = [
     "ToolServer",
     "ToolServerConfig",
     "connect_in_process",
+    "loopback_security",
     "serve_in_process",
     "serve_stdio",
     "serve_streamable_http",
+    "streamable_http_mount",
 ]

@@ -26,7 +26,10 @@ from mcp import InvalidUriTemplate, UriTemplate
 from agentrt.runtime.errors import ConfigError
 from agentrt.tools.base import ToolContent
 
-#: Computes a templated resource's body from the URI's variables.
+#: Computes a templated resource's body from the URI's variables.  An
+#: ``mcp.shared.exceptions.MCPError`` it raises reaches the client as is (for
+#: example ``RESOURCE_NOT_FOUND`` for an unknown id); anything else becomes
+#: an internal error naming the URI.
 ResourceReader = Callable[[Mapping[str, str]], Awaitable[str | bytes]]
 
 

@@ -361,6 +361,8 @@ class ToolServer:
                 continue
             try:
                 body = await template.read(variables)
+            except MCPError:
+                raise  # the reader's own answer, e.g. RESOURCE_NOT_FOUND for an unknown id
             except Exception as exc:
                 log.exception("hosted_resource_crashed", server=self.name, uri=uri)
                 raise MCPError(

@@ -18,6 +18,11 @@ readiness the structured way::
   ``http://HOST:PORT/PATH`` (uvicorn + the SDK session manager), with
   Host/Origin checks on loopback, SSE resumption through a bounded
   ``MemoryEventStore``, and a graceful, bounded shutdown when cancelled.
+* ``streamable_http_mount``: the same endpoint as an ASGI app plus its
+  lifespan, for mounting inside another app (a daemon's ``/mcp``), with
+  Host/Origin validation always on (``loopback_security`` builds the usual
+  lists): a foreign ``Host`` gets 421 and a foreign ``Origin`` 403 before
+  anything else is looked at.
 
 Imports the SDK transports, starlette and uvicorn; knows nothing of tools
 beyond ``ToolServer``.
@@ -27,9 +32,9 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Final, final
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Final, NamedTuple, final
 
 import anyio
 import msgspec
@@ -39,8 +44,10 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.memory import MessageStream, create_client_server_memory_streams
+from mcp_types import INVALID_REQUEST
 from starlette.applications import Starlette
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentrt.runtime.errors import ToolError
 from agentrt.runtime.log import get_logger
@@ -158,21 +165,27 @@ def _listen(server: ToolServer, config: HttpServeConfig) -> socket.socket:
     return sock
 
 
+def _session_manager(
+    server: ToolServer, config: HttpServeConfig, security: TransportSecuritySettings | None
+) -> StreamableHTTPSessionManager:
+    return StreamableHTTPSessionManager(
+        app=server.lowlevel,
+        event_store=MemoryEventStore(config.event_buffer) if config.event_buffer else None,
+        json_response=config.json_response,
+        stateless=config.stateless,
+        security_settings=security,
+        retry_interval=config.retry_interval_ms,
+        session_idle_timeout=config.session_idle_timeout_s,
+        max_sessions=config.max_sessions,
+    )
+
+
 def _asgi_app(
     server: ToolServer, config: HttpServeConfig, on_ready: Callable[[], None]
 ) -> Starlette:
     """The Starlette app: the SDK session manager at ``config.path``;
     ``on_ready`` runs once the manager is up (inside the app's lifespan)."""
-    manager = StreamableHTTPSessionManager(
-        app=server.lowlevel,
-        event_store=MemoryEventStore(config.event_buffer) if config.event_buffer else None,
-        json_response=config.json_response,
-        stateless=config.stateless,
-        security_settings=transport_security(config),
-        retry_interval=config.retry_interval_ms,
-        session_idle_timeout=config.session_idle_timeout_s,
-        max_sessions=config.max_sessions,
-    )
+    manager = _session_manager(server, config, transport_security(config))
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -182,6 +195,109 @@ def _asgi_app(
 
     return Starlette(
         routes=[Route(config.path, endpoint=StreamableHTTPASGIApp(manager))], lifespan=lifespan
+    )
+
+
+# -- mounting inside another app ---------------------------------------------------
+
+
+def loopback_security(
+    port: int | None,
+    *,
+    extra_hosts: Sequence[str] = (),
+    extra_origins: Sequence[str] = (),
+) -> TransportSecuritySettings:
+    """DNS-rebinding protection for an endpoint reached on ``port``: the
+    loopback names with that port (any port when ``None``) and without one,
+    their ``http://`` origins, plus ``extra_hosts``/``extra_origins``
+    (``"name:*"`` allows any port)."""
+    suffixes = ("", ":*") if port is None else ("", f":{port}")
+    names = [f"{name}{suffix}" for name in _LOOPBACK_NAMES for suffix in suffixes]
+    return TransportSecuritySettings(
+        allowed_hosts=[*names, *extra_hosts],
+        allowed_origins=[*(f"http://{name}" for name in names), *extra_origins],
+    )
+
+
+def _allowed(value: str, allowed: Sequence[str]) -> bool:
+    """``value`` is listed, or matches a ``"base:*"`` entry with some port
+    (case-insensitively: host names are)."""
+    value = value.lower()
+    for entry in (a.lower() for a in allowed):
+        if value == entry or (entry.endswith(":*") and value.startswith(entry[:-1])):
+            return True
+    return False
+
+
+@final
+class _RebindingGuard:
+    """Host and Origin checks in front of the endpoint, before the SDK looks
+    at the body, the content type or the session: a foreign ``Host`` gets
+    421, a foreign ``Origin`` 403, each with a JSON-RPC error body."""
+
+    def __init__(self, app: ASGIApp, security: TransportSecuritySettings) -> None:
+        self._app = app
+        self._hosts = list(security.allowed_hosts)
+        self._origins = list(security.allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        host = origin = None
+        for key, value in scope["headers"]:
+            if key == b"host":
+                host = value.decode("latin-1")
+            elif key == b"origin":
+                origin = value.decode("latin-1")
+        if host is None or not _allowed(host, self._hosts):
+            await _refuse(send, 421, f"Host header {host!r} is not served here")
+        elif origin is not None and not _allowed(origin, self._origins):
+            await _refuse(send, 403, f"Origin {origin!r} is not allowed")
+        else:
+            await self._app(scope, receive, send)
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    body = msgspec.json.encode(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}
+    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class HttpMount(NamedTuple):
+    """A streamable HTTP MCP endpoint for mounting inside another ASGI app."""
+
+    app: ASGIApp
+    """Serve it at one path, e.g. ``Route("/mcp", endpoint=mount.app)``."""
+    lifespan: AbstractAsyncContextManager[None]
+    """The session manager's lifetime: enter it once before the first
+    request and leave it at shutdown (it cannot be entered twice)."""
+
+
+def streamable_http_mount(
+    server: ToolServer,
+    config: HttpServeConfig | None = None,
+    *,
+    security: TransportSecuritySettings,
+) -> HttpMount:
+    """``server`` as a streamable HTTP endpoint to mount in another app.
+
+    ``config`` gives the session knobs (event buffer, JSON responses,
+    stateless mode, idle timeout, session limit); its ``host``, ``port``,
+    ``path`` and ``allowed_*`` are the host app's business and unused here.
+    ``security`` is always enforced, and must have DNS-rebinding protection
+    enabled (``loopback_security`` builds the usual one)."""
+    if not security.enable_dns_rebinding_protection:
+        raise ToolError(
+            f"MCP server {server.name!r}: a mounted endpoint always validates Host and "
+            "Origin; pass TransportSecuritySettings with enable_dns_rebinding_protection=True"
+        )
+    manager = _session_manager(server, config or HttpServeConfig(), security)
+    return HttpMount(
+        app=_RebindingGuard(StreamableHTTPASGIApp(manager), security), lifespan=manager.run()
     )
 
 

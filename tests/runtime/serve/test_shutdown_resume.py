@@ -216,3 +216,14 @@ async def test_pdr_refinement_rollouts_resume_too(tmp_path: Path, daemon_kit: An
         assert [i for r, i in after if r == rollout] == list(range(5))
     requested = {m.request_id for m in second.requests if m.request_id}
     assert not requested & {f"{r}-{i}" for r, i in before}
+
+
+async def test_one_process_per_store(tmp_path: Path) -> None:
+    from agentrt.runtime.errors import ConfigError
+
+    async with RunStore(tmp_path / "runs.db"):
+        with pytest.raises(ConfigError, match=r"in use by another agentrt process \(pid \d+\)"):
+            async with RunStore(tmp_path / "runs.db"):
+                pass
+    async with RunStore(tmp_path / "runs.db") as store:  # released on exit
+        assert await store.integrity_check() == "ok"

@@ -1,0 +1,133 @@
+"""``agentrt mcp``: the daemon's MCP server over stdio, for IDEs that launch
+a command instead of connecting to a URL.
+
+Owns ``serve_mcp_stdio`` (opens a ``RunManager`` in this process, with the
+same configuration file and run store as ``agentrt serve``, and serves
+``build_mcp_server`` over stdin/stdout until the client closes its end) and
+the command line: ``mcp_main`` parses ``agentrt mcp`` itself (the CLI
+delegates to it, as it does ``agentrt serve``).
+
+stdout carries the protocol and nothing else: logs go to stderr, and any
+stray write to stdout is redirected there while serving.  Exit codes: 0 when
+the client closed the connection, 2 for a bad configuration, 1 for other
+failures.
+
+The roof: may import every layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskStatus
+
+from agentrt.runtime.errors import AgentrtError, UserError
+from agentrt.runtime.log import configure_logging, get_logger
+from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.serve.config import DaemonConfig, load_daemon_config
+from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.serve.mcp_server import build_mcp_server
+from agentrt.tools.base import Tool
+from agentrt.tools.hosting import serve_stdio
+
+log = get_logger(__name__)
+
+_PROG = "agentrt mcp"
+_DESCRIPTION = (
+    "Serve agentrt over MCP on stdin/stdout, for IDEs and MCP clients that launch a "
+    "command: tools run_agent, list_agents, get_run and cancel_run; runs, trajectories and "
+    "summaries as resources.  Uses the configuration file and run store of `agentrt serve`."
+)
+
+
+async def serve_mcp_stdio(
+    config: DaemonConfig,
+    *,
+    backends: Sequence[ModelBackend] | Mapping[str, ModelBackend] = (),
+    tools: Sequence[Tool] | None = None,
+    stdin: anyio.AsyncFile[str] | None = None,
+    stdout: anyio.AsyncFile[str] | None = None,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve one MCP client over stdio (the process's own unless given)
+    until it closes its end, then drain: runs still going get
+    ``server.shutdown_grace_s`` to finish; the rest stay unfinished in the
+    store and resume when a daemon (or this command) next opens it."""
+    async with RunManager(config, backends=backends, tools=tools) as manager:
+        server = build_mcp_server(manager)
+        log.info("mcp_stdio_serving", store=str(config.store.path), resumed=len(manager.resumed))
+        try:
+            await serve_stdio(server, stdin=stdin, stdout=stdout, task_status=task_status)
+        finally:
+            with anyio.CancelScope(shield=True):
+                stopped = await manager.drain(config.server.shutdown_grace_s)
+        log.info("mcp_stdio_stopped", checkpointed_runs=len(stopped))
+
+
+def build_parser(prog: str = _PROG) -> argparse.ArgumentParser:
+    """The ``agentrt mcp`` parser."""
+    parser = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION)
+    parser.add_argument("--config", type=Path, help="agentrt.toml (default: the embedded model)")
+    parser.add_argument(
+        "--store", type=Path, help="the run store's SQLite file (overrides [store])"
+    )
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level (JSON lines on stderr; default WARNING)",
+    )
+    return parser
+
+
+def load_config(config_path: Path | None, store: Path | None) -> DaemonConfig:
+    """The daemon's configuration, with the store overridden when given."""
+    config = load_daemon_config(config_path)
+    if store is not None:
+        config = config.model_copy(
+            update={"store": config.store.model_copy(update={"path": store})}
+        )
+    return config
+
+
+def mcp_main(argv: list[str]) -> int:
+    """``agentrt mcp ARGS`` (the CLI delegates here); returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_config(args.config, args.store)
+    except UserError as error:
+        _problem(str(error))
+        return 2
+    configure_logging(args.log_level, json=True)
+    try:
+        anyio.run(lambda: serve_mcp_stdio(config), backend="asyncio", backend_options=_loop())
+    except UserError as error:
+        _problem(str(error))
+        return 2
+    except AgentrtError as error:
+        _problem(str(error))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _problem(text: str) -> None:
+    # stderr: stdout belongs to the protocol.
+    print(f"{_PROG}: {' '.join(text.split())}", file=sys.stderr)
+
+
+def _loop() -> dict[str, bool]:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
+__all__ = ["build_parser", "load_config", "mcp_main", "serve_mcp_stdio"]
