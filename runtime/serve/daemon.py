@@ -174,7 +174,7 @@ async def serve_manager(
 def _watch(metrics: DaemonMetrics, manager: RunManager) -> None:
     metrics.watch_active_runs(manager.active)
     metrics.watch_store_queue(lambda: manager.store.queue_depth)
-    metrics.watch_runs_by_status(manager.store.count_by_status_now)
+    metrics.watch_runs_by_status(manager.store.count_by_status)
     metrics.watch_backends(lambda: dict(manager.runtime.backends))
 
 

@@ -234,7 +234,7 @@ class DaemonMetrics:
             ["source"],
             registry=r,
         )
-        r.register(_ScrapeCollector(self))
+        r.register(_ScrapeCollector(lambda: self._scrape))
         if process_metrics:
             ProcessCollector(registry=r)
 
@@ -388,23 +388,19 @@ class DaemonMetrics:
             finally:
                 self._scrape = _Scrape()
 
-    def scraped(self) -> _Scrape:
-        """The readings of the scrape in progress (for the collector)."""
-        return self._scrape
-
 
 @final
 class _ScrapeCollector(Collector):
     """Turns the current scrape's readings into metric families."""
 
-    def __init__(self, metrics: DaemonMetrics) -> None:
-        self._metrics = metrics
+    def __init__(self, current: Callable[[], _Scrape]) -> None:
+        self._current = current
 
     def describe(self) -> list[Metric]:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        s = self._metrics.scraped()
+        s = self._current()
         if s.runs_by_status is not None:
             runs = GaugeMetricFamily(
                 "agentrt_runs", "Runs in the store, by status.", labels=["status"]

@@ -558,12 +558,6 @@ class RunStore:
         rows = await self._read("SELECT status, COUNT(*) FROM runs GROUP BY status")
         return {str(status): int(count) for status, count in rows}
 
-    def count_by_status_now(self) -> dict[str, int]:
-        """``count_by_status`` on the calling thread (a metrics scrape; the
-        index makes it a quick read)."""
-        rows = self._reader().execute("SELECT status, COUNT(*) FROM runs GROUP BY status")
-        return {str(status): int(count) for status, count in rows.fetchall()}
-
     async def events(self, run_id: str, *, after: int = 0, limit: int = 500) -> list[bytes]:
         """Stored events of a run with ``seq > after``, in order, as JSON."""
         rows = await self._read(
