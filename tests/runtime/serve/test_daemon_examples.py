@@ -1,0 +1,90 @@
+"""The daemon's examples stay true: ``examples/daemon.toml`` loads, and
+``examples/openai_client.py`` gets an answer from ``agentrt serve``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agentrt.runtime.serve.config import load_daemon_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_example_configuration_loads() -> None:
+    config = load_daemon_config(ROOT / "examples" / "daemon.toml")
+    assert config.server.port == 8765
+    assert config.runtime.default_agent == "solver"
+    assert config.store.path == ROOT / "examples" / "agentrt-runs.db"
+    assert list(config.runtime.models.backends) == ["vllm"]
+
+
+@pytest.mark.slow
+def test_the_openai_client_example_talks_to_agentrt_serve(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f"""
+[server]
+port = {port}
+token = "example-token-0123456789"
+
+[store]
+path = "runs.db"
+
+[models.backends.s]
+kind = "scripted"
+replies = ["391"]
+"""
+    )
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "agentrt", "serve", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline
+            assert daemon.poll() is None
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        env = {
+            **os.environ,
+            "AGENTRT_URL": f"http://127.0.0.1:{port}/v1",
+            "AGENTRT_TOKEN": "example-token-0123456789",
+        }
+        out = subprocess.run(
+            [sys.executable, "-W", "error", str(ROOT / "examples" / "openai_client.py")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+        assert out.returncode == 0, out.stderr
+        answer, usage = out.stdout.splitlines()
+        assert answer == "391"
+        # One token per rollout (four) and one for the request that warms the prefix.
+        assert "completion_tokens=5" in usage
+        runs = httpx.get(
+            f"http://127.0.0.1:{port}/v1/runs",
+            headers={"Authorization": "Bearer example-token-0123456789"},
+            timeout=5,
+        ).json()["runs"]
+        assert [(r["rollouts"], r["status"]) for r in runs] == [(4, "succeeded")]
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
