@@ -62,6 +62,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python bench/actors.py
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/daemon.py
 
 clean:
 	rm -rf $(VENV) .typecheck build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -13,6 +13,8 @@ aggregators.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, final
 
@@ -118,6 +120,21 @@ def _problems_of(error: jsonschema_exceptions.ValidationError) -> list[ArgumentP
             return [ArgumentProblem(argument=_path(where), message=error.message)]
 
 
+def _compile(schema: Mapping[str, Any]) -> Validator:
+    cls = validator_for(schema, default=Draft202012Validator)
+    cls.check_schema(dict(schema))
+    return cls(schema)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(schema_json: str) -> Validator:
+    """Checking a schema costs milliseconds, and every run builds its agents'
+    tool registries anew (a daemon under load: hundreds per second), so a
+    schema is checked and compiled once per process; validators are
+    immutable and shared."""
+    return _compile(json.loads(schema_json))
+
+
 @final
 class SchemaValidator:
     """A JSON schema compiled once; ``problems(arguments)`` lists what is
@@ -127,15 +144,18 @@ class SchemaValidator:
     __slots__ = ("_validator",)
 
     def __init__(self, schema: Mapping[str, Any], *, where: str) -> None:
-        cls = validator_for(schema, default=Draft202012Validator)
         try:
-            cls.check_schema(dict(schema))
+            key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):  # not JSON: compile it uncached
+            self._validator = _compile(schema)
+            return
+        try:
+            self._validator = _compiled(key)
         except jsonschema_exceptions.SchemaError as exc:
             path = _path(exc.absolute_path) or "(root)"
             raise ConfigError(
                 f"invalid JSON schema for the arguments at {path}: {exc.message}", where=where
             ) from exc
-        self._validator: Validator = cls(schema)
 
     def problems(self, arguments: object) -> list[ArgumentProblem]:
         """Everything wrong with ``arguments``, sorted by argument path."""

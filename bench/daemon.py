@@ -1,0 +1,417 @@
+"""Daemon load: 200 concurrent runs against the sim-server; does ``GET /v1/runs/{id}`` stay fast?
+
+An ``agentrt serve`` process (its own process, uvloop, an OpenAI-compatible
+backend pointing at the sim-server, an agent with the calculator tool) gets
+``--runs`` runs submitted at once (``POST /v1/runs``, 2 to 4 rollouts each,
+majority vote, no early stop).  Every rollout takes ``--tool-rounds`` tool
+calls and then answers; each model call takes ``--ttft-ms`` plus a few
+tokens at the sim-server, so a run lasts a few seconds and the daemon
+executes all of them at once.  Meanwhile ``--clients`` concurrent clients
+poll the runs the way a client waits for its work: each owns a share of
+the runs and sends ``GET /v1/runs/{id}`` for each of its unfinished runs
+every ``--interval-ms``, until every run is terminal.  That is one pass;
+``--repeat`` passes run against the same daemon and their latencies are
+pooled (each pass's p99 is shown too: one pass holds about 1,500 GETs).
+
+Reported: the latency of those GETs while the runs execute (p50, p95, p99,
+max; measured at the client, on an aiohttp transport), the ``POST`` latency,
+the time until all runs finished, runs/s and model calls/s, whether every
+run succeeded, and the CPU used by the daemon, the sim-server and this
+client (on a small machine all three share the cores, so a latency miss can
+be the machine's, not the daemon's), with the client's own event-loop lag as
+a control.  Target: p99 < 50 ms.  Exits 0 on a MISS, like the other benches;
+1 when the daemon or the sim-server does not start or the runs do not finish.
+
+    python bench/daemon.py                      # 200 runs, 50 clients, 3 passes
+    python bench/daemon.py --runs 50 --clients 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import msgspec
+import psutil
+
+from agentrt.runtime.models.http import HttpClientConfig, make_http_client
+
+READY = "agentrt sim-server listening on "
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+P99_TARGET_MS = 50.0
+STARTUP_TIMEOUT_S = 60.0
+
+
+class _Cost(msgspec.Struct, frozen=True):
+    model_calls: int = 0
+
+
+class _Run(msgspec.Struct, frozen=True):
+    status: str
+    updated_at: float
+    cost: _Cost = _Cost()
+
+
+class _Detail(msgspec.Struct, frozen=True):
+    """The part of a ``RunDetail`` the clients read."""
+
+    run: _Run
+
+
+_DETAIL = msgspec.json.Decoder(_Detail)
+
+
+# -- processes ------------------------------------------------------------------------
+
+
+def start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    argv = [
+        sys.executable, "-m", "agentrt.runtime.testing.sim_server",
+        "--port", "0", "--ttft-ms", str(args.ttft_ms), "--token-ms", "2",
+        "--reply-tokens", "8", "--tool-rounds", str(args.tool_rounds),
+        "--answer", "answer", "--seed", "7", "--log-level", "ERROR", "--exit-with-parent",
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith(READY):
+        proc.kill()
+        raise SystemExit(f"sim-server did not start: {line!r}")
+    return proc, line[len(READY) :].strip()
+
+
+def daemon_config(sim_url: str, store: Path) -> str:
+    return f"""
+early_stop = false
+warm_prefix = false
+# Rollouts in flight on the backend, over all runs: no cap below the load.
+default_concurrency = 2048
+
+[server]
+port = 0
+max_rollouts = 8
+shutdown_grace_s = 2
+
+[store]
+path = "{store}"
+
+[models.backends.sim]
+kind = "openai"
+base_url = "{sim_url}/v1"
+models = ["sim"]
+
+[agents.solver]
+instructions = "Solve the task. Use the calculator."
+tools = ["calculator"]
+temperature = 0.7
+stop_on = []
+"""
+
+
+def start_daemon(config: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``agentrt serve --port 0``; its URL from the ``daemon_serving`` log line."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentrt", "serve", "--config", str(config), "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if '"daemon_serving"' in line:
+                return proc, str(json.loads(line)["url"])
+        if proc.poll() is not None:
+            raise SystemExit(f"the daemon exited:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"the daemon did not start in {STARTUP_TIMEOUT_S:.0f} s")
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+# -- the load -------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    """One pass: every run submitted at once, polled until all are terminal."""
+
+    submit_ms: list[float] = field(default_factory=list)
+    get_ms: list[float] = field(default_factory=list)
+    lag_ms: list[float] = field(default_factory=list)
+    """How late this client's own event loop woke a 5 ms sleeper (a control:
+    GET latencies include the client's delays too)."""
+    errors: list[str] = field(default_factory=list)
+    finished: dict[str, _Run] = field(default_factory=dict)
+    started_at: float = 0.0
+    """Wall clock (``time.time``) when the first run was submitted."""
+    polled_s: float = 0.0
+    """Seconds from the first submission until the clients saw every run terminal."""
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds of each process over the pass."""
+
+    @property
+    def all_done_s(self) -> float:
+        """Seconds from the first submission until the last run finished (daemon clock)."""
+        last = max((r.updated_at for r in self.finished.values()), default=self.started_at)
+        return last - self.started_at
+
+
+async def load(url: str, args: argparse.Namespace, seed: int) -> Load:
+    out = Load()
+    rng = random.Random(seed)
+    bodies: list[dict[str, object]] = [
+        {
+            "task": f"what is {rng.randrange(10, 99)}+{rng.randrange(10, 99)}",
+            "agent": "solver",
+            "scaling": {"rollouts": rng.randint(2, 4), "aggregate": "majority"},
+        }
+        for _ in range(args.runs)
+    ]
+    http = HttpClientConfig(
+        max_connections=args.runs + args.clients + 16, read_timeout_s=30, pool_timeout_s=30
+    )
+    async with make_http_client(http, base_url=url) as client:
+        (await client.get("/healthz")).raise_for_status()
+        run_ids: list[str] = []
+
+        async def submit(body: dict[str, object]) -> None:
+            began = time.perf_counter()
+            response = await client.post("/v1/runs", json=body)
+            out.submit_ms.append(1000 * (time.perf_counter() - began))
+            if response.status_code != 201:
+                out.errors.append(f"POST /v1/runs: {response.status_code} {response.text[:200]}")
+                return
+            run_ids.append(response.json()["run_id"])
+
+        interval = args.interval_ms / 1000
+
+        async def poll(own: list[str]) -> None:
+            await anyio.sleep(rng.uniform(0, interval))  # spread the clients out
+            while own:
+                for run_id in list(own):
+                    sent = time.perf_counter()
+                    response = await client.get(f"/v1/runs/{run_id}")
+                    out.get_ms.append(1000 * (time.perf_counter() - sent))
+                    if response.status_code != 200:
+                        out.errors.append(f"GET {run_id}: {response.status_code}")
+                        own.remove(run_id)
+                        continue
+                    run = _DETAIL.decode(response.content).run
+                    if run.status in TERMINAL:
+                        out.finished[run_id] = run
+                        own.remove(run_id)
+                    await anyio.sleep(max(0.0, interval - (time.perf_counter() - sent)))
+
+        async def watch_lag(done: anyio.Event) -> None:
+            while not done.is_set():
+                slept = time.perf_counter()
+                await anyio.sleep(0.005)
+                out.lag_ms.append(1000 * (time.perf_counter() - slept - 0.005))
+
+        out.started_at, began = time.time(), time.perf_counter()
+        with anyio.fail_after(args.deadline_s):
+            async with anyio.create_task_group() as outer:
+                polled = anyio.Event()
+                outer.start_soon(watch_lag, polled)
+                async with anyio.create_task_group() as tg:
+                    for body in bodies:
+                        tg.start_soon(submit, body)
+                async with anyio.create_task_group() as tg:
+                    for k in range(args.clients):
+                        tg.start_soon(poll, run_ids[k :: args.clients])
+                polled.set()
+        out.polled_s = time.perf_counter() - began
+    return out
+
+
+# -- the table ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    measured: str
+    target: str = ""
+    ratio: str = ""
+    ok: bool | None = None
+
+
+def print_table(title: str, rows: Sequence[Row]) -> None:
+    headers = ("measurement", "measured", "target", "measured/target", "result")
+    cells = [
+        (
+            r.name,
+            r.measured,
+            r.target,
+            r.ratio,
+            "" if r.ok is None else ("PASS" if r.ok else "MISS"),
+        )
+        for r in rows
+    ]
+    widths = [max(len(c[i]) for c in [headers, *cells]) for i in range(len(headers))]
+
+    def line(cell: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cell, widths, strict=True))
+        )
+
+    print(title)
+    print(line(headers))
+    print("-" * len(line(headers)))
+    for cell in cells:
+        print(line(cell))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0 < q < 1), interpolated between samples."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def rows_of(passes: Sequence[Load], args: argparse.Namespace) -> list[Row]:
+    gets = [ms for p in passes for ms in p.get_ms]
+    posts = [ms for p in passes for ms in p.submit_ms]
+    lags = [ms for p in passes for ms in p.lag_ms]
+    errors = [e for p in passes for e in p.errors]
+    runs = [r for p in passes for r in p.finished.values()]
+    succeeded = sum(r.status == "succeeded" for r in runs)
+    wanted = args.runs * len(passes)
+    done_s = statistics.median(p.all_done_s for p in passes)
+    rate = statistics.median(len(p.finished) / p.all_done_s for p in passes)
+    calls = statistics.median(
+        sum(r.cost.model_calls for r in p.finished.values()) / p.all_done_s for p in passes
+    )
+    polled = sum(p.polled_s for p in passes)
+    cpu = {k: sum(p.cpu_s[k] for p in passes) / polled for k in ("daemon", "sim", "client")}
+    p99 = percentile(gets, 0.99)
+    per_pass = ", ".join(f"{percentile(p.get_ms, 0.99):.0f}" for p in passes)
+    ms = "{:.1f} ms".format
+    return [
+        Row(
+            f"GET /v1/runs/{{id}} p99 while {args.runs} runs execute",
+            ms(p99),
+            f"< {P99_TARGET_MS:.0f} ms",
+            f"{p99 / P99_TARGET_MS:.2f}x",
+            p99 < P99_TARGET_MS,
+        ),
+        Row("  p99 of each pass (ms)", per_pass),
+        Row("  p50", ms(percentile(gets, 0.50))),
+        Row("  p95", ms(percentile(gets, 0.95))),
+        Row("  max", ms(max(gets))),
+        Row("  GETs (rate)", f"{len(gets):,} ({len(gets) / polled:,.0f}/s)"),
+        Row("  control: this client's loop lag p99", ms(percentile(lags, 0.99))),
+        Row(f"POST /v1/runs p99 ({args.runs} at once)", ms(percentile(posts, 0.99))),
+        Row(
+            "runs succeeded", f"{succeeded}/{wanted}", "all", "", succeeded == wanted and not errors
+        ),
+        Row(f"time until all {args.runs} runs finished", f"{done_s:.1f} s"),
+        Row("throughput", f"{rate:.1f} runs/s, {calls:,.0f} model calls/s"),
+        Row(
+            "CPU: daemon / sim-server / client", " / ".join(f"{100 * v:.0f}%" for v in cpu.values())
+        ),
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--runs", type=int, default=200, help="runs submitted at once")
+    parser.add_argument("--clients", type=int, default=50, help="concurrent polling clients")
+    parser.add_argument("--interval-ms", type=float, default=200.0, help="each client's pace")
+    parser.add_argument("--ttft-ms", type=float, default=400.0, help="sim-server latency per call")
+    parser.add_argument("--tool-rounds", type=int, default=3, help="tool calls per rollout")
+    parser.add_argument("--repeat", type=int, default=3, help="passes (latencies pooled)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--deadline-s", type=float, default=60.0, help="per pass")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    passes: list[Load] = []
+    sim, sim_url = start_sim(args)
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentrt-bench-daemon-") as tmp:
+            config = Path(tmp) / "agentrt.toml"
+            config.write_text(daemon_config(sim_url, Path(tmp) / "runs.db"))
+            log = Path(tmp) / "daemon.log"
+            daemon, url = start_daemon(config, log)
+            try:
+                procs = {
+                    "daemon": psutil.Process(daemon.pid),
+                    "sim": psutil.Process(sim.pid),
+                    "client": psutil.Process(),
+                }
+                for n in range(args.repeat):
+                    before = {k: cpu_seconds(p) for k, p in procs.items()}
+                    try:
+                        result = anyio.run(
+                            load, url, args, args.seed + n, backend_options={"use_uvloop": True}
+                        )
+                    except TimeoutError:
+                        print(f"pass {n + 1}: the runs did not finish in {args.deadline_s:.0f} s")
+                        return 1
+                    result.cpu_s = {k: cpu_seconds(p) - before[k] for k, p in procs.items()}
+                    passes.append(result)
+                    print(
+                        f"pass {n + 1}: GET p99 {percentile(result.get_ms, 0.99):.1f} ms, "
+                        f"all runs done in {result.all_done_s:.1f} s",
+                        flush=True,
+                    )
+                rss_mb = procs["daemon"].memory_info().rss / 2**20
+            finally:
+                daemon.terminate()
+                daemon.wait(30)
+            text = log.read_text(errors="replace")
+            crashed = [m for m in ("request_crashed", "run_crashed", "Traceback") if m in text]
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    title = (
+        f"agentrt daemon under load -- {args.runs} runs at once (2-4 rollouts, "
+        f"{args.tool_rounds} tool calls + 1 answer each, {args.ttft_ms:.0f} ms per model call), "
+        f"{args.clients} clients polling every {args.interval_ms:.0f} ms, {args.repeat} passes; "
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
+    rows = rows_of(passes, args)
+    rows.append(Row("daemon RSS after the passes", f"{rss_mb:.0f} MB"))
+    print_table(title, rows)
+    for error in [e for p in passes for e in p.errors][:10]:
+        print(f"error: {error}")
+    if crashed:
+        print(f"the daemon's log shows {', '.join(crashed)}")
+    busy = sum(p.cpu_s["daemon"] for p in passes) / sum(p.polled_s for p in passes)
+    if busy >= 0.6:
+        print(
+            f"note: the daemon used {busy:.0%} of a core on average; one event loop runs the "
+            "runs and serves the API, so a GET waits behind the run work (and any garbage "
+            "collection) queued before it"
+        )
+    print(
+        "CPU: per cent of one core while the clients polled; the three processes share "
+        f"{os.cpu_count()} CPUs (load average now {os.getloadavg()[0]:.1f})"
+    )
+    print(f"time: {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Regression tests for the daemon bugs schemathesis found (test_openapi_fuzz.py):
+one deterministic test per bug."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from agentrt.protocols import Event, RunFinished, RunRequest, decode_event
+from agentrt.runtime.serve.manager import RunManager
+
+pytestmark = pytest.mark.anyio
+
+TOO_BIG = str(1 << 70)
+
+
+async def _finished_run(client: httpx.AsyncClient) -> str:
+    created = await client.post("/v1/runs", json={"task": "add", "agent": "solver"})
+    assert created.status_code == 201, created.text
+    run_id: str = created.json()["run_id"]
+    with anyio.fail_after(20):
+        while True:
+            status = (await client.get(f"/v1/runs/{run_id}")).json()["run"]["status"]
+            if status == "succeeded":
+                return run_id
+            await anyio.sleep(0.02)
+
+
+async def test_numbers_too_big_for_sqlite_are_422_not_500(tmp_path: Path, daemon_kit: Any) -> None:
+    """A cursor or event id past SQLite's int64 used to crash the store call:
+    a 500 for ``GET /v1/runs``, a dropped connection mid-stream for SSE."""
+    config = daemon_kit.config(tmp_path)
+    async with (
+        daemon_kit.running(config) as daemon,
+        httpx.AsyncClient(base_url=daemon.url, timeout=10) as client,
+    ):
+        run_id = await _finished_run(client)
+        for path, headers, where in (
+            (f"/v1/runs?cursor={TOO_BIG}", {}, "query.cursor"),
+            (f"/v1/runs/{run_id}/events?after={TOO_BIG}", {}, "query.after"),
+            (f"/v1/runs/{run_id}/events", {"Last-Event-ID": TOO_BIG}, "Last-Event-ID"),
+            # Last-Event-ID wins, but a bad ?after= is still refused.
+            (f"/v1/runs/{run_id}/events?after=x", {"Last-Event-ID": "1"}, "query.after"),
+        ):
+            response = await client.get(path, headers=headers)
+            assert response.status_code == 422, (path, response.text)
+            assert response.json()["where"] == where
+        resumed = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events", last_event_id=2)
+        assert resumed[0][0] == 3
+
+
+async def test_a_405_lists_every_method_of_the_path(tmp_path: Path, daemon_kit: Any) -> None:
+    """``/v1/runs`` was two routes, so its 405 said ``Allow: POST`` (no GET);
+    and the error handler dropped ``Allow`` altogether on other paths."""
+    config = daemon_kit.config(tmp_path)
+    async with (
+        daemon_kit.running(config) as daemon,
+        httpx.AsyncClient(base_url=daemon.url, timeout=10) as client,
+    ):
+        for path, methods in (
+            ("/v1/runs", {"GET", "POST"}),
+            ("/v1/runs/x/cancel", {"POST"}),
+            ("/v1/agents", {"GET"}),
+        ):
+            response = await client.request("DELETE", path)
+            assert response.status_code == 405
+            assert response.json()["error"] == "method_not_allowed"
+            allowed = {m.strip() for m in response.headers["allow"].split(",")}
+            assert allowed - {"HEAD"} == methods, (path, allowed)
+
+
+async def test_a_cancel_while_the_last_event_is_being_committed_still_settles_the_run(
+    tmp_path: Path, daemon_kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel landing while ``store.record`` awaited the commit of the run's
+    own ``RunFinished`` left it committed but not applied to the live run;
+    ``_settle`` then wrote a second ``RunFinished`` with the same seq, hit the
+    UNIQUE constraint, and the run stayed ``running`` for good."""
+    config = daemon_kit.config(tmp_path)
+    async with RunManager(config, backends=[daemon_kit.scripted(steps=1)]) as manager:
+        committed = anyio.Event()
+        record = manager.store.record
+
+        async def late_acknowledgement(event: Event) -> None:
+            await record(event)
+            if isinstance(event, RunFinished) and not committed.is_set():
+                committed.set()
+                await anyio.sleep(0.3)  # durable already; the caller hears late
+
+        monkeypatch.setattr(manager.store, "record", late_acknowledgement)
+        info = await manager.submit(RunRequest(task="add", agent="solver"))
+        with anyio.fail_after(10):
+            await committed.wait()
+            await manager.cancel(info.run_id)
+        stored = await manager.store.run_info(info.run_id)
+        assert stored is not None
+        events = [decode_event(b) for b in await manager.store.events(info.run_id, after=0)]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        finished = [e for e in events if isinstance(e, RunFinished)]
+        assert len(finished) == 1
+        assert finished[0] is events[-1]
+        assert stored.status == finished[0].status

@@ -1,0 +1,207 @@
+"""Schemathesis against a running daemon's OpenAPI document.
+
+An ``agentrt serve`` process (a scripted model, a bearer token, at most two
+rollouts a run) is fuzzed by the ``schemathesis`` command line: the coverage,
+fuzzing and stateful phases (the document's links feed created run ids to
+the other operations), with every check but ``positive_data_acceptance``
+(the document cannot state every rule the daemon applies to a ``RunRequest``:
+the rollouts limit is configuration, aggregator options depend on the
+aggregator).  That covers: no 5xx, every status code documented, content
+types and response bodies (SSE events included) as documented, schema-violating
+requests refused, a 405 with a matching ``Allow``, and requests without the
+token refused.
+
+Then the recorded exchanges (a HAR report) are replayed here: every 4xx must
+be an ``ApiError`` JSON body with a non-empty ``message`` and its own status,
+the daemon's log must show no request or run that crashed (a crash after an
+event stream has started never reaches the client as a 5xx; a run that
+fails to settle answers nothing wrong at all), and the daemon must shut
+down cleanly on SIGTERM afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from agentrt.protocols.api import ApiError
+
+TOKEN = "fuzz-token-0123456789abcdef"
+#: Examples per operation and phase: about 12 s of fuzzing on two slow cores.
+MAX_EXAMPLES = 30
+SEED = 20261130
+
+
+@dataclass(frozen=True, slots=True)
+class Daemon:
+    url: str
+    log: Path
+
+
+def _wait_for_url(proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> str:
+    """The ``url`` of the daemon's ``daemon_serving`` log line."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if '"daemon_serving"' in line:
+                return str(json.loads(line)["url"])
+        assert proc.poll() is None, f"the daemon exited: {log.read_text()[-3000:]}"
+        time.sleep(0.05)
+    raise AssertionError(f"no daemon_serving line in {timeout_s} s: {log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f"""
+[server]
+port = 0
+token = "{TOKEN}"
+max_rollouts = 2
+shutdown_grace_s = 1
+
+[store]
+path = "runs.db"
+
+[models.backends.scripted]
+kind = "scripted"
+replies = ["4"]
+
+[agents.solver]
+instructions = "Answer with a number."
+tools = ["calculator"]
+"""
+    )
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentrt", "serve", "--config", str(config), "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+            cwd=tmp_path,
+        )
+    try:
+        yield Daemon(url=_wait_for_url(proc, log, 60.0), log=log)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, f"unclean shutdown: {log.read_text()[-3000:]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def error_body_problem(status: int, mime_type: str, text: str) -> str | None:
+    """Why a 4xx response is not a clear ``ApiError`` body, or None."""
+    if not mime_type.startswith("application/json"):
+        return f"content type {mime_type!r}, not application/json"
+    try:
+        body = msgspec.json.decode(text, type=ApiError)
+    except msgspec.DecodeError as exc:
+        return f"not an ApiError: {exc}"
+    if not body.message.strip():
+        return "empty message"
+    if not body.error.strip():
+        return "empty error kind"
+    if body.status != status:
+        return f"body says status {body.status}, the response {status}"
+    return None
+
+
+@pytest.mark.parametrize(
+    ("mime", "text", "expected"),
+    [
+        ("application/json", '{"error":"not_found","message":"no run \'x\'","status":404}', None),
+        ("text/plain", "Not Found", "content type"),
+        ("application/json", '{"detail":"Not Found"}', "not an ApiError"),
+        ("application/json", '{"error":"not_found","message":" ","status":404}', "empty message"),
+        ("application/json", '{"error":"","message":"no run","status":404}', "empty error"),
+        ("application/json", '{"error":"not_found","message":"no run","status":400}', "status"),
+    ],
+)
+def test_error_body_problem_tells_clear_bodies_from_unclear_ones(
+    mime: str, text: str, expected: str | None
+) -> None:
+    problem = error_body_problem(404, mime, text)
+    if expected is None:
+        assert problem is None
+    else:
+        assert problem is not None
+        assert expected in problem
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    har = tmp_path / "fuzz.har"
+    argv = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        f"{daemon.url}/openapi.json",
+        "--header",
+        f"Authorization: Bearer {TOKEN}",
+        "--phases",
+        "coverage,fuzzing,stateful",
+        "--checks",
+        "all",
+        "--exclude-checks",
+        "positive_data_acceptance",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--seed",
+        str(SEED),
+        "--workers",
+        "2",
+        "--request-timeout",
+        "15",
+        "--generation-database",
+        "none",
+        "--report",
+        "har",
+        "--report-har-path",
+        str(har),
+        "--no-color",
+    ]
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
+    done = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100, check=False
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-8000:]
+
+    entries = json.loads(har.read_text())["log"]["entries"]
+    statuses = Counter(int(e["response"]["status"]) for e in entries)
+    assert not [s for s in statuses if s >= 500], statuses
+    # The fuzzing reached the API: runs created, refusals of each kind answered.
+    for expected in (200, 201, 401, 404, 405, 422):
+        assert statuses[expected] > 0, f"no {expected} among {dict(statuses)}"
+
+    unclear: list[str] = []
+    for entry in entries:
+        status = int(entry["response"]["status"])
+        if not 400 <= status < 500:
+            continue
+        content = entry["response"]["content"]
+        problem = error_body_problem(status, content.get("mimeType", ""), content.get("text", ""))
+        if problem is not None:
+            request = entry["request"]
+            unclear.append(f"{request['method']} {request['url']} -> {status}: {problem}")
+    assert not unclear, "\n".join(unclear[:20])
+
+    log = daemon.log.read_text(errors="replace")
+    crashed = [m for m in ("request_crashed", "Exception in ASGI", "Traceback") if m in log]
+    assert not crashed, log[-5000:]
