@@ -32,9 +32,9 @@ from agentrt._version import __version__
 from agentrt.protocols import RunRequest, RunStatus
 from agentrt.protocols.api import AgentList, ApiError
 from agentrt.runtime.log import get_logger
+from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.config import LOOPBACK_HOSTS, is_loopback
 from agentrt.runtime.serve.errors import ApiProblem, invalid, not_found
-from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.openapi import openapi_document
 
 log = get_logger(__name__)
@@ -202,7 +202,7 @@ async def read_json(request: Request, type_: type[Any]) -> Any:
         raise ApiProblem(400, "invalid_json", f"not valid JSON: {exc}", where="body") from None
 
 
-def routes(manager: RunManager) -> list[BaseRoute]:
+def routes(manager: RunService) -> list[BaseRoute]:
     """The REST API over ``manager``."""
 
     async def create_run(request: Request) -> Response:
@@ -306,7 +306,7 @@ class EventStream:
     endpoint: one task follows the run, one sends keep-alives, one watches
     for the client leaving)."""
 
-    def __init__(self, manager: RunManager) -> None:
+    def __init__(self, manager: RunService) -> None:
         self.manager = manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -385,7 +385,7 @@ class EventStream:
 
 
 def build_app(
-    manager: RunManager,
+    manager: RunService,
     *,
     port: int,
     extra_routes: Sequence[BaseRoute] = (),

@@ -12,6 +12,7 @@ The roof: may import every layer.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from pathlib import Path
 
@@ -63,6 +64,7 @@ def serve_main(argv: list[str]) -> int:
         print(f"agentrt serve: {error}", file=sys.stderr)
         return 2
     configure_logging(args.log_level or config.log_level, json=args.log_format == "json")
+    _tune_process()
 
     async def main() -> None:
         await run_daemon(config, handle_signals=True)
@@ -78,6 +80,27 @@ def serve_main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _tune_process() -> None:
+    """Process-wide settings for a daemon process (not for embedders).
+
+    The HTTP server runs on its own thread (``bridge``); with the run loop
+    busy, a request waits for the GIL, which CPython hands over every
+    ``switchinterval`` (5 ms by default): 0.5 ms keeps API latency low.
+    Garbage collections stop both threads (with hundreds of rollouts alive a
+    full one takes 100-250 ms, and collections took ~11% of the daemon's
+    time under load): everything imported so far is frozen out of
+    collection; the young generation is collected every 3,000 net
+    allocations instead of 700 (fewer short-lived objects promoted); full
+    collections run a tenth as often (cycles are still collected, later).
+    Measured by ``bench/daemon.py``: GET p99 with 200 runs executing went
+    from ~230 ms (one loop) to ~50 ms."""
+    gc.collect()
+    gc.freeze()
+    _, middle, _ = gc.get_threshold()
+    gc.set_threshold(3000, middle, 100)
+    sys.setswitchinterval(0.0005)
 
 
 def _loop_options() -> dict[str, bool]:

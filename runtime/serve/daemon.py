@@ -14,10 +14,13 @@ The roof: may import every layer.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import socket
+import threading
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Final, final
 
 import anyio
@@ -32,6 +35,7 @@ from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.pricing import PriceTable
 from agentrt.runtime.serve.app import allowed_hosts, allowed_origins, build_app
+from agentrt.runtime.serve.bridge import ManagerBridge
 from agentrt.runtime.serve.config import DaemonConfig
 from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.mcp_server import mcp_asgi
@@ -120,30 +124,32 @@ async def serve_manager(
     task_status: TaskStatus[DaemonEndpoint] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an open ``manager`` (what ``run_daemon`` does once it opened
-    one; embedders and tests that hold the manager call this directly)."""
+    one; embedders and tests that hold the manager call this directly).
+    The HTTP server runs on its own thread and loop (``bridge``)."""
     config = manager.config
     server = config.server
     if metrics is None:
         metrics = DaemonMetrics()
         manager.observer = metrics.observe
     _watch(metrics, manager)
+    service = ManagerBridge(manager, asyncio.get_running_loop())
     own = sock is None
     sock = sock or _listen(server.host, server.port)
     try:
         port = int(sock.getsockname()[1])
         mcp = mcp_asgi(
-            manager,
+            service,
             port=port,
             allowed_hosts=allowed_hosts(server.host, port, server.allowed_hosts),
             allowed_origins=allowed_origins(server.host, port, server.allowed_origins),
         )
         extra = [
-            *openai_routes(manager, keepalive_s=server.sse_keepalive_s),
+            *openai_routes(service, keepalive_s=server.sse_keepalive_s),
             Route("/mcp", endpoint=mcp.app),
             metrics_route(metrics),
             *web_routes(),
         ]
-        app = build_app(manager, port=port, extra_routes=extra)
+        app = build_app(service, port=port, extra_routes=extra)
         web = _Server(
             uvicorn.Config(
                 app,
@@ -156,16 +162,14 @@ async def serve_manager(
         )
         shown = f"[{server.host}]" if ":" in server.host else server.host
         endpoint = DaemonEndpoint(url=f"http://{shown}:{port}", host=server.host, port=port)
-        async with mcp.lifespan:  # uvicorn runs with lifespan="off"
-            await _serve(
-                web=web,
-                sock=sock,
-                manager=manager,
-                endpoint=endpoint,
-                config=config,
-                handle_signals=handle_signals,
-                task_status=task_status,
-            )
+        api = _ApiThread(web, sock, mcp.lifespan)
+        await _serve(
+            api=api,
+            manager=manager,
+            endpoint=endpoint,
+            handle_signals=handle_signals,
+            task_status=task_status,
+        )
     finally:
         if own:
             sock.close()
@@ -178,60 +182,84 @@ def _watch(metrics: DaemonMetrics, manager: RunManager) -> None:
     metrics.watch_backends(lambda: dict(manager.runtime.backends))
 
 
+@final
+class _ApiThread:
+    """uvicorn (and the MCP session manager) on a thread with its own loop."""
+
+    def __init__(
+        self, web: _Server, sock: socket.socket, lifespan: AbstractAsyncContextManager[None]
+    ) -> None:
+        self.web = web
+        self.done = threading.Event()
+        self.failure: list[BaseException] = []
+
+        async def main() -> None:
+            async with lifespan:  # uvicorn runs with lifespan="off"
+                await web.serve(sockets=[sock])
+
+        def run() -> None:
+            try:
+                anyio.run(main, backend="asyncio", backend_options=_loop_options())
+            except BaseException as exc:  # reported to the run loop, which decides
+                self.failure.append(exc)
+            finally:
+                self.done.set()
+
+        self.thread = threading.Thread(target=run, name="agentrt-api", daemon=True)
+
+    async def wait(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        return await anyio.to_thread.run_sync(self.done.wait, timeout, abandon_on_cancel=True)
+
+
+def _loop_options() -> dict[str, bool]:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
 async def _serve(
     *,
-    web: _Server,
-    sock: socket.socket,
+    api: _ApiThread,
     manager: RunManager,
     endpoint: DaemonEndpoint,
-    config: DaemonConfig,
     handle_signals: bool,
     task_status: TaskStatus[DaemonEndpoint],
 ) -> None:
-    stopped = anyio.Event()
-
-    async def run_web() -> None:
-        try:
-            with anyio.CancelScope(shield=True):  # stopped via should_exit, not cancellation
-                await web.serve(sockets=[sock])
-        finally:
-            stopped.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run_web)
-        try:
-            with anyio.fail_after(_STARTUP_TIMEOUT_S):
-                # uvicorn only exposes a flag for "started", no event to wait on.
-                while not web.started and not stopped.is_set():  # noqa: ASYNC110
-                    await anyio.sleep(0.01)
-            if stopped.is_set():
-                raise ConfigError(f"the HTTP server stopped while starting on {endpoint.url}")
-            log.info(
-                "daemon_serving",
-                url=endpoint.url,
-                store=str(config.store.path),
-                resumed_runs=len(manager.resumed),
-            )
-            task_status.started(endpoint)
-            if handle_signals:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for signum in signals:
-                        log.info("daemon_signal", signal=signal.Signals(signum).name)
-                        break
-            else:
-                await stopped.wait()
-        finally:
-            with anyio.CancelScope(shield=True):
-                stopped_runs = await manager.drain(config.server.shutdown_grace_s)
-                log.info("daemon_stopping", checkpointed_runs=len(stopped_runs))
-                web.should_exit = True
-                with anyio.move_on_after(config.server.shutdown_grace_s + 5.0):
-                    await stopped.wait()
-                if not stopped.is_set():
-                    web.force_exit = True
-                    with anyio.move_on_after(2.0):
-                        await stopped.wait()
-                tg.cancel_scope.cancel()
+    config = manager.config
+    web = api.web
+    api.thread.start()
+    try:
+        with anyio.fail_after(_STARTUP_TIMEOUT_S):
+            # uvicorn only exposes a flag for "started", no event to wait on.
+            while not web.started and not api.done.is_set():  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        if api.done.is_set():
+            why = f": {api.failure[0]!r}" if api.failure else ""
+            raise ConfigError(f"the HTTP server stopped while starting on {endpoint.url}{why}")
+        log.info(
+            "daemon_serving",
+            url=endpoint.url,
+            store=str(config.store.path),
+            resumed_runs=len(manager.resumed),
+        )
+        task_status.started(endpoint)
+        if handle_signals:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.info("daemon_signal", signal=signal.Signals(signum).name)
+                    break
+        else:
+            await api.wait()
+    finally:
+        with anyio.CancelScope(shield=True):
+            stopped_runs = await manager.drain(config.server.shutdown_grace_s)
+            log.info("daemon_stopping", checkpointed_runs=len(stopped_runs))
+            web.should_exit = True
+            if not await api.wait(config.server.shutdown_grace_s + 5.0):
+                web.force_exit = True
+                await api.wait(2.0)
 
 
 __all__ = ["DaemonEndpoint", "run_daemon", "serve_manager"]

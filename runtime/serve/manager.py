@@ -81,15 +81,23 @@ class _Live:
     cancel_requested: bool = False
     detached: bool = False
     """Shutting down: the run is being stopped and records nothing more."""
-    changed: anyio.Event = field(default_factory=anyio.Event)
+    changed: anyio.Event | None = None
+    """Set on the next committed event; made only when a follower waits
+    (most runs have none, and an event per event is garbage to collect)."""
     done: anyio.Event = field(default_factory=anyio.Event)
     last_seq: int = 0
     finished: bool = False
     """A ``RunFinished`` event was committed."""
 
     def notify(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
+        if self.changed is not None:
+            self.changed.set()
+            self.changed = None
+
+    def next_change(self) -> anyio.Event:
+        if self.changed is None:
+            self.changed = anyio.Event()
+        return self.changed
 
     def apply(self, event: Event) -> None:
         info = self.info
@@ -475,22 +483,33 @@ class RunManager:
         """The run's events with ``seq > after``: stored ones, then live ones
         as they are committed; ends when the run is terminal and all are out."""
         while True:
-            live = self._live.get(run_id)
-            changed = live.changed if live is not None else None
-            bodies = await self.store.events(run_id, after=after)
-            for body in bodies:
-                event = decode_event(body)
+            events, done = await self.next_events(run_id, after=after)
+            for event in events:
                 after = event.seq
                 yield event
-            if bodies:
-                continue
-            if live is None or live.done.is_set():
-                info = await self.store.run_info(run_id)
-                if info is None or info.status in TERMINAL_STATUSES or run_id not in self._live:
-                    return
-                continue
-            assert changed is not None
-            await changed.wait()
+            if done:
+                return
+
+    async def next_events(
+        self, run_id: str, *, after: int = 0, wait_s: float = 15.0
+    ) -> tuple[builtins.list[Event], bool]:
+        """The next batch of the run's events after ``after`` (waiting up to
+        ``wait_s`` for one), and whether the run is over and all are out."""
+        with anyio.move_on_after(wait_s):
+            while True:
+                live = self._live.get(run_id)
+                changed = live.next_change() if live is not None else None
+                bodies = await self.store.events(run_id, after=after)
+                if bodies:
+                    return [decode_event(body) for body in bodies], False
+                if live is None or live.done.is_set():
+                    info = await self.store.run_info(run_id)
+                    if info is None or info.status in TERMINAL_STATUSES or run_id not in self._live:
+                        return [], True
+                    continue
+                assert changed is not None
+                await changed.wait()
+        return [], False
 
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
         return await self.store.trajectory(run_id, rollout_id)

@@ -25,8 +25,8 @@ from mcp_types import INVALID_PARAMS
 
 from agentrt.protocols import RunStatus
 from agentrt.protocols.api import AgentList
+from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.errors import ApiProblem
-from agentrt.runtime.serve.manager import RunManager
 from agentrt.tools.hosting import ResourceTemplate, StaticResource
 from agentrt.tools.hosting.server import RESOURCE_NOT_FOUND
 
@@ -41,7 +41,7 @@ def run_uri(run_id: str) -> str:
     return f"agentrt://runs/{run_id}"
 
 
-def run_resources(manager: RunManager) -> tuple[list[StaticResource], list[ResourceTemplate]]:
+def run_resources(manager: RunService) -> tuple[list[StaticResource], list[ResourceTemplate]]:
     """The fixed resources and the templates over ``manager``."""
 
     def encode(value: Any) -> str:

@@ -27,8 +27,8 @@ from agentrt.protocols.api import TERMINAL_STATUSES, AgentList, RunInfo
 from agentrt.protocols.events import ErrorRaised, RolloutFinished, RolloutStarted, VoteCast
 from agentrt.runtime.errors import ToolError
 from agentrt.runtime.log import get_logger
+from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.errors import ApiProblem
-from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.mcp_resources import run_resources, run_uri
 from agentrt.tools.base import ToolContent, ToolContext, ToolOutput
 from agentrt.tools.hosting import (
@@ -248,7 +248,7 @@ def _clip(text: str, limit: int = 80) -> str:
 class _McpTools:
     """The bodies of the four tools, over one manager."""
 
-    def __init__(self, manager: RunManager) -> None:
+    def __init__(self, manager: RunService) -> None:
         self._manager = manager
 
     def request(self, args: RunAgentArgs) -> RunRequest:
@@ -389,7 +389,7 @@ class _McpTools:
         ]
 
 
-def build_mcp_server(manager: RunManager, *, name: str = "agentrt") -> ToolServer:
+def build_mcp_server(manager: RunService, *, name: str = "agentrt") -> ToolServer:
     """The daemon's MCP server over ``manager`` (see the module docstring).
 
     Tool calls have no server-side deadline: ``run_agent`` bounds its own
@@ -406,7 +406,7 @@ def build_mcp_server(manager: RunManager, *, name: str = "agentrt") -> ToolServe
 
 
 def mcp_asgi(
-    manager: RunManager,
+    manager: RunService,
     *,
     port: int | None,
     allowed_hosts: Sequence[str] = (),

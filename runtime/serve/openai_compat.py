@@ -44,8 +44,8 @@ from starlette.types import Receive, Scope, Send
 from agentrt.protocols import Event, RolloutFinished, RunRequest, VoteCast
 from agentrt.protocols.api import TERMINAL_STATUSES, AgentInfo, RunInfo
 from agentrt.runtime.log import get_logger
+from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.errors import ApiProblem
-from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.openai_wire import (
     AssistantOut,
     ChatCompletion,
@@ -127,7 +127,7 @@ async def _read_body(request: Request) -> bytes:
     return bytes(body)
 
 
-async def _cancel_abandoned(manager: RunManager, run_id: str) -> None:
+async def _cancel_abandoned(manager: RunService, run_id: str) -> None:
     """The client left before the answer: stop its run (shielded, bounded)."""
     with anyio.move_on_after(CANCEL_GRACE_S, shield=True):
         info = await manager.get(run_id)
@@ -143,7 +143,7 @@ async def _until_disconnect(receive: Receive) -> None:
 
 
 class _Endpoints:
-    def __init__(self, manager: RunManager, keepalive_s: float) -> None:
+    def __init__(self, manager: RunService, keepalive_s: float) -> None:
         self.manager = manager
         self.keepalive_s = keepalive_s
         self.created = int(time.time())
@@ -370,7 +370,7 @@ class _CompletionStream(Response):
                 await self.endpoints.manager.wait(self.info.run_id)
 
 
-def openai_routes(manager: RunManager, *, keepalive_s: float | None = None) -> list[BaseRoute]:
+def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> list[BaseRoute]:
     """The OpenAI-compatible routes over ``manager`` (SSE keep-alive comments
     every ``keepalive_s``; default: the daemon's ``server.sse_keepalive_s``)."""
     endpoints = _Endpoints(

@@ -1,0 +1,155 @@
+"""The daemon's two event loops and the bridge between them.
+
+The runs execute on the main loop (the ``RunManager``'s).  Under load it is
+busy in bursts (hundreds of rollouts become ready at once), and a request
+served on that loop waits behind the whole burst: measured, a
+``GET /v1/runs/{id}`` p99 of 300+ ms with 200 runs executing.  So the HTTP
+server (REST, SSE, OpenAI-compatible, MCP, metrics, the page) runs on its
+own thread and loop, and talks to the manager through ``ManagerBridge``:
+
+* reads (``get``, ``detail``, ``list``, ``trajectory``, ``summaries``,
+  ``agents``) run on the API loop directly: they read the manager's live
+  state (immutable records swapped whole) or the store (its own reader
+  connections per thread);
+* everything that starts, stops or waits for runs (``submit``, ``cancel``,
+  ``wait``, ``follow``) runs on the run loop, awaited from the API loop;
+  cancelling the awaiting request cancels the work on the run loop.
+
+Owns ``RunService`` (what every interface needs from the manager) and
+``ManagerBridge``.  The roof: may import every layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol, TypeVar, final
+
+from agentrt.protocols import Event, RunRequest, RunStatus, Trajectory, TrajectorySummary
+from agentrt.protocols.api import AgentInfo, RunDetail, RunInfo, RunPage
+from agentrt.runtime.serve.config import DaemonConfig
+from agentrt.runtime.serve.manager import RunManager
+
+T = TypeVar("T")
+
+
+class RunService(Protocol):
+    """What the daemon's interfaces use: ``RunManager`` itself (one loop,
+    e.g. ``agentrt mcp``) or a ``ManagerBridge`` (the daemon's API thread)."""
+
+    @property
+    def config(self) -> DaemonConfig: ...
+
+    @property
+    def accepting(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def agents(self) -> builtins.list[AgentInfo]: ...
+
+    def active(self) -> int: ...
+
+    async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo: ...
+
+    async def get(self, run_id: str) -> RunInfo | None: ...
+
+    async def detail(self, run_id: str) -> RunDetail | None: ...
+
+    async def list(
+        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+    ) -> RunPage: ...
+
+    async def cancel(self, run_id: str) -> RunInfo | None: ...
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo: ...  # noqa: ASYNC109
+
+    def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]: ...
+
+    async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None: ...
+
+    async def summaries(self, run_id: str) -> builtins.list[TrajectorySummary]: ...
+
+
+@final
+class ManagerBridge:
+    """``RunService`` for code on another loop than the manager's (see the
+    module docstring).  ``loop`` is the manager's running loop."""
+
+    def __init__(self, manager: RunManager, loop: asyncio.AbstractEventLoop) -> None:
+        self.manager = manager
+        self.loop = loop
+
+    async def _on_run_loop(self, make: Callable[[], Awaitable[T]]) -> T:
+        async def call() -> T:
+            return await make()
+
+        future = asyncio.run_coroutine_threadsafe(call(), self.loop)
+        return await asyncio.wrap_future(future)
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def config(self) -> DaemonConfig:
+        return self.manager.config
+
+    @property
+    def accepting(self) -> bool:
+        return self.manager.accepting
+
+    @property
+    def ready(self) -> bool:
+        return self.manager.ready
+
+    def agents(self) -> builtins.list[AgentInfo]:
+        return self.manager.agents()
+
+    def active(self) -> int:
+        return self.manager.active()
+
+    # -- reads, on this loop ---------------------------------------------------
+
+    async def get(self, run_id: str) -> RunInfo | None:
+        return await self.manager.get(run_id)
+
+    async def detail(self, run_id: str) -> RunDetail | None:
+        return await self.manager.detail(run_id)
+
+    async def list(
+        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+    ) -> RunPage:
+        return await self.manager.list(status=status, limit=limit, cursor=cursor)
+
+    async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
+        return await self.manager.trajectory(run_id, rollout_id)
+
+    async def summaries(self, run_id: str) -> builtins.list[TrajectorySummary]:
+        return await self.manager.summaries(run_id)
+
+    # -- actions, on the run loop ----------------------------------------------
+
+    async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo:
+        return await self._on_run_loop(lambda: self.manager.submit(request, run_id=run_id))
+
+    async def cancel(self, run_id: str) -> RunInfo | None:
+        return await self._on_run_loop(lambda: self.manager.cancel(run_id))
+
+    async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:  # noqa: ASYNC109
+        return await self._on_run_loop(lambda: self.manager.wait(run_id, timeout=timeout))
+
+    async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+        """Batches of events fetched on the run loop (each call waits there
+        until there is something new or the run is over)."""
+        while True:
+            events, done = await self._on_run_loop(
+                lambda after=after: self.manager.next_events(run_id, after=after)  # type: ignore[misc]
+            )
+            for event in events:
+                after = event.seq
+                yield event
+            if done:
+                return
+
+
+__all__ = ["ManagerBridge", "RunService"]
