@@ -125,6 +125,10 @@ class RolloutScheduler:
         self.default_limit = default_limit
         self._limiters: dict[str, anyio.CapacityLimiter] = {}
 
+    def waiting(self) -> dict[str, int]:
+        """Rollouts waiting for a slot, per backend (a queue depth for metrics)."""
+        return {name: lim.statistics().tasks_waiting for name, lim in self._limiters.items()}
+
     def limiter(self, backend: str) -> anyio.CapacityLimiter:
         """The limiter for ``backend`` (created on first use)."""
         if backend not in self._limiters:

@@ -180,6 +180,7 @@ def _watch(metrics: DaemonMetrics, manager: RunManager) -> None:
     metrics.watch_store_queue(lambda: manager.store.queue_depth)
     metrics.watch_runs_by_status(manager.store.count_by_status)
     metrics.watch_backends(lambda: dict(manager.runtime.backends))
+    metrics.watch_mailboxes(manager.queue_depths)
 
 
 @final

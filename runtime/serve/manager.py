@@ -520,5 +520,14 @@ class RunManager:
     def active(self) -> int:
         return len(self._live)
 
+    def queue_depths(self) -> dict[str, int]:
+        """What waits, by queue: runs for a run slot, rollouts for their
+        backend's slot, writes for the store (``/metrics``)."""
+        depths = {"runs": self._slots.statistics().tasks_waiting}
+        for backend, waiting in self.runtime.scheduler.waiting().items():
+            depths[f"rollouts:{backend}"] = waiting
+        depths["store_writes"] = self.store.queue_depth
+        return depths
+
 
 __all__ = ["EventObserver", "RunManager"]

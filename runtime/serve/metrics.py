@@ -352,9 +352,11 @@ class DaemonMetrics:
         self._sources["store_queue_depth"] = source
 
     def watch_mailboxes(self, source: Source[Mapping[str, int]]) -> None:
-        """Messages waiting per actor mailbox (``agentrt_mailbox_depth{actor}``).
+        """Work waiting per queue or mailbox (``agentrt_mailbox_depth{actor}``):
+        the daemon reports runs waiting for a run slot, rollouts waiting for
+        their backend's slot and writes waiting for the store.
 
-        Keep the keys few (actor kinds, or the busiest actors): each is a series."""
+        Keep the keys few (queues, actor kinds): each is a series."""
         self._sources["mailbox_depths"] = source
 
     def watch_backends(self, source: Source[Mapping[str, object]]) -> None:
@@ -420,7 +422,9 @@ class _ScrapeCollector(Collector):
             )
         if s.mailbox_depths is not None:
             depth = GaugeMetricFamily(
-                "agentrt_mailbox_depth", "Messages waiting in an actor mailbox.", labels=["actor"]
+                "agentrt_mailbox_depth",
+                "Work waiting in a queue or actor mailbox (runs, rollouts, store writes).",
+                labels=["actor"],
             )
             for actor, count in sorted(s.mailbox_depths.items()):
                 depth.add_metric([actor], count)

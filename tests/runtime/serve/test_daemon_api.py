@@ -239,3 +239,19 @@ async def test_health_and_readiness(tmp_path: Path, daemon_kit: Any) -> None:
         ready = await client.get("/readyz")
         assert ready.status_code == 200
         assert ready.json()["status"] == "ready"
+
+
+async def test_metrics_show_the_daemons_runs_and_queues(tmp_path: Path, daemon_kit: Any) -> None:
+    config = daemon_kit.config(tmp_path)
+    async with (
+        daemon_kit.running(config, daemon_kit.scripted(steps=2)) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        body = {"task": "t", "agent": "solver", "scaling": {"rollouts": 2}}
+        run_id = (await client.post("/v1/runs", json=body)).json()["run_id"]
+        await _wait_terminal(client, run_id)
+        text = (await client.get("/metrics")).text
+    assert 'agentrt_runs{status="succeeded"} 1.0' in text
+    assert 'agentrt_mailbox_depth{actor="runs"} 0.0' in text
+    assert 'agentrt_mailbox_depth{actor="store_writes"} 0.0' in text
+    assert "agentrt_active_runs 0.0" in text
