@@ -4,6 +4,10 @@ tool-calling steps before answering, and an SSE reader."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -90,6 +94,50 @@ async def sse_events(
     return out
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_serve(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``agentrt serve --config config`` in a subprocess (stderr appended to
+    ``log``), returned once ``/readyz`` answers 200 on ``port``."""
+    with log.open("ab") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentrt", "serve", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+
+
+SCRIPTED_TOML = """
+[models]
+default = "s"
+
+[models.backends.s]
+kind = "scripted"
+replies = ["42"]
+
+[agents.solver]
+instructions = "Answer briefly."
+
+[store]
+path = "runs.db"
+"""
+"""A configuration file on a scripted model (relative store path)."""
+
+
 class DaemonKit:
     """The helpers above, as one fixture (tests cannot import conftest)."""
 
@@ -98,6 +146,9 @@ class DaemonKit:
     running = staticmethod(running_daemon)
     sse = staticmethod(sse_events)
     stepping_script = staticmethod(stepping_script)
+    free_port = staticmethod(free_port)
+    start_serve = staticmethod(start_serve)
+    scripted_toml = SCRIPTED_TOML
 
 
 @pytest.fixture

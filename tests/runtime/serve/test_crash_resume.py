@@ -17,13 +17,13 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -33,12 +33,6 @@ from agentrt.testing import SimServerConfig
 pytestmark = pytest.mark.slow
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -59,28 +53,13 @@ def sim_url() -> Iterator[str]:
 
 
 class Daemon:
-    def __init__(self, config: Path, port: int, log: Path) -> None:
-        self.config, self.port, self.log = config, port, log
+    def __init__(self, kit: Any, config: Path, port: int, log: Path) -> None:
+        self.kit, self.config, self.port, self.log = kit, config, port, log
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{port}"
 
     def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agentrt", "serve", "--config", str(self.config)],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("the daemon did not become ready in 60 s")
+        self.proc = self.kit.start_serve(self.config, self.port, self.log)
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -108,12 +87,12 @@ def _attempts(sim_url: str) -> dict[str, int]:
 
 
 def test_kill_9_resumes_every_run_without_losing_or_rerunning_a_step(
-    tmp_path: Path, sim_url: str
+    tmp_path: Path, sim_url: str, daemon_kit: Any
 ) -> None:
     seed = int(os.environ.get("AGENTRT_CRASH_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     db = tmp_path / "runs.db"
-    port = _free_port()
+    port = daemon_kit.free_port()
     config = tmp_path / "agentrt.toml"
     config.write_text(
         f"""
@@ -140,7 +119,7 @@ temperature = 0.7
 stop_on = []
 """
     )
-    daemon = Daemon(config, port, tmp_path / "daemon.log")
+    daemon = Daemon(daemon_kit, config, port, tmp_path / "daemon.log")
     daemon.start()
     try:
         run_ids = []

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -27,10 +26,8 @@ def test_the_example_configuration_loads() -> None:
 
 
 @pytest.mark.slow
-def test_the_openai_client_example_talks_to_agentrt_serve(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+def test_the_openai_client_example_talks_to_agentrt_serve(tmp_path: Path, daemon_kit: Any) -> None:
+    port = daemon_kit.free_port()
     config = tmp_path / "agentrt.toml"
     config.write_text(
         f"""
@@ -46,21 +43,8 @@ kind = "scripted"
 replies = ["391"]
 """
     )
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "agentrt", "serve", "--config", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    daemon = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert time.monotonic() < deadline
-            assert daemon.poll() is None
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
         env = {
             **os.environ,
             "AGENTRT_URL": f"http://127.0.0.1:{port}/v1",

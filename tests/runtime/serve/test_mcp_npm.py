@@ -150,25 +150,11 @@ async def test_inspector_drives_the_daemons_mcp_endpoint(
     assert cancelled["structuredContent"]["status"] == "succeeded"
 
 
-STDIO_CONFIG = """
-[models]
-default = "s"
-
-[models.backends.s]
-kind = "scripted"
-replies = ["42"]
-
-[agents.solver]
-instructions = "Answer briefly."
-
-[store]
-path = "runs.db"
-"""
-
-
-async def test_inspector_drives_agentrt_mcp_over_stdio(npx: str, workdir: Path) -> None:
+async def test_inspector_drives_agentrt_mcp_over_stdio(
+    npx: str, workdir: Path, daemon_kit: Any
+) -> None:
     agentrt_toml = workdir / "agentrt.toml"
-    agentrt_toml.write_text(STDIO_CONFIG)
+    agentrt_toml.write_text(daemon_kit.scripted_toml)
     # The shape Claude Desktop's claude_desktop_config.json uses (docs/ide.md).
     servers = workdir / "mcp.json"
     servers.write_text(

@@ -358,25 +358,11 @@ async def test_the_mount_checks_host_and_origin_itself(tmp_path: Path) -> None:
     assert origin.json()["error"]["message"] == "Origin 'http://evil.com' is not allowed"
 
 
-STDIO_CONFIG = """
-[models]
-default = "s"
-
-[models.backends.s]
-kind = "scripted"
-replies = ["42"]
-
-[agents.solver]
-instructions = "Answer briefly."
-
-[store]
-path = "runs.db"
-"""
-
-
-async def test_agentrt_mcp_serves_over_stdio_with_the_daemons_store(tmp_path: Path) -> None:
+async def test_agentrt_mcp_serves_over_stdio_with_the_daemons_store(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
     config_file = tmp_path / "agentrt.toml"
-    config_file.write_text(STDIO_CONFIG)
+    config_file.write_text(daemon_kit.scripted_toml)
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "agentrt", "mcp", "--config", str(config_file)]
     )

@@ -6,10 +6,7 @@ within the grace period and refuses new ones meanwhile."""
 from __future__ import annotations
 
 import signal
-import socket
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -107,15 +104,11 @@ async def test_the_store_refuses_a_step_committed_twice(tmp_path: Path) -> None:
         assert await store.integrity_check() == "ok"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
-def test_sigterm_lets_running_runs_finish_and_refuses_new_ones(tmp_path: Path) -> None:
-    port = _free_port()
+def test_sigterm_lets_running_runs_finish_and_refuses_new_ones(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    port = daemon_kit.free_port()
     config = tmp_path / "agentrt.toml"
     config.write_text(
         f"""
@@ -132,23 +125,9 @@ replies = ["finished in time"]
 latency_s = 1.5
 """
     )
-    log = (tmp_path / "daemon.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentrt", "serve", "--config", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
+    proc = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert time.monotonic() < deadline
-            assert proc.poll() is None
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
         run_id = httpx.post(f"{url}/v1/runs", json={"task": "t"}, timeout=5).json()["run_id"]
         time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
@@ -161,7 +140,6 @@ latency_s = 1.5
     finally:
         if proc.poll() is None:
             proc.kill()
-        log.close()
     with sqlite3.connect(tmp_path / "runs.db") as conn:
         rows = conn.execute("SELECT run_id, status, answer FROM runs").fetchall()
     assert rows == [(run_id, "succeeded", "finished in time")]
