@@ -79,8 +79,7 @@ CREATE TABLE IF NOT EXISTS runs (
     error TEXT,
     result BLOB,
     cost BLOB,
-    resumed INTEGER NOT NULL DEFAULT 0,
-    last_seq INTEGER NOT NULL DEFAULT 0
+    resumed INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, n);
 CREATE TABLE IF NOT EXISTS events (
@@ -189,10 +188,6 @@ def _event_statements(event: Event) -> list[_Statement]:
                 event.ts,
                 msgspec.json.encode(event),
             ),
-        ),
-        (
-            "UPDATE runs SET last_seq = MAX(last_seq, ?), updated_at = ? WHERE run_id = ?",
-            (event.seq, now, run),
         ),
     ]
     match event:
