@@ -33,9 +33,10 @@ from agentrt.protocols import RunRequest, RunStatus
 from agentrt.protocols.api import AgentList, ApiError
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.serve.bridge import RunService
-from agentrt.runtime.serve.config import LOOPBACK_HOSTS, is_loopback
+from agentrt.runtime.serve.config import LOOPBACK_HOSTS
 from agentrt.runtime.serve.errors import ApiProblem, invalid, not_found
 from agentrt.runtime.serve.openapi import openapi_document
+from agentrt.tools.hosting.transports import is_loopback
 
 log = get_logger(__name__)
 

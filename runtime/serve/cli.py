@@ -16,8 +16,7 @@ import gc
 import sys
 from pathlib import Path
 
-import anyio
-
+from agentrt.runtime.actors.loop import run as run_loop
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
 from agentrt.runtime.serve.config import DEFAULT_PORT, load_daemon_config
@@ -70,7 +69,7 @@ def serve_main(argv: list[str]) -> int:
         await run_daemon(config, handle_signals=True)
 
     try:
-        anyio.run(main, backend="asyncio", backend_options=_loop_options())
+        run_loop(main)
     except UserError as error:
         print(f"agentrt serve: {error}", file=sys.stderr)
         return 2
@@ -101,14 +100,6 @@ def _tune_process() -> None:
     _, middle, _ = gc.get_threshold()
     gc.set_threshold(3000, middle, 100)
     sys.setswitchinterval(0.0005)
-
-
-def _loop_options() -> dict[str, bool]:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return {}
-    return {"use_uvloop": True}
 
 
 __all__ = ["serve_main"]

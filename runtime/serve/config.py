@@ -13,7 +13,6 @@ tools; nothing of HTTP.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -25,6 +24,7 @@ from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.facade import RuntimeConfig
 from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.tools.base import Tool
+from agentrt.tools.hosting.transports import is_loopback
 
 DEFAULT_PORT = 8765
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -34,15 +34,6 @@ def default_store_path() -> Path:
     """``$XDG_STATE_HOME/agentrt/runs.db`` (``~/.local/state/agentrt/runs.db``)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "agentrt" / "runs.db"
-
-
-def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class ServerConfig(BaseModel):
@@ -230,6 +221,5 @@ __all__ = [
     "ToolsConfig",
     "config_from_mapping",
     "default_store_path",
-    "is_loopback",
     "load_daemon_config",
 ]

@@ -30,6 +30,7 @@ from anyio.abc import TaskStatus
 from starlette.routing import Route
 
 from agentrt.aggregators import Judge
+from agentrt.runtime.actors.loop import run as run_loop
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import ModelBackend
@@ -200,7 +201,7 @@ class _ApiThread:
 
         def run() -> None:
             try:
-                anyio.run(main, backend="asyncio", backend_options=_loop_options())
+                run_loop(main)
             except BaseException as exc:  # reported to the run loop, which decides
                 self.failure.append(exc)
             finally:
@@ -210,14 +211,6 @@ class _ApiThread:
 
     async def wait(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
         return await anyio.to_thread.run_sync(self.done.wait, timeout, abandon_on_cancel=True)
-
-
-def _loop_options() -> dict[str, bool]:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return {}
-    return {"use_uvloop": True}
 
 
 async def _serve(

@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskStatus
 
+from agentrt.runtime.actors.loop import run as run_loop
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging, get_logger
 from agentrt.runtime.models.base import ModelBackend
@@ -105,7 +106,7 @@ def mcp_main(argv: list[str]) -> int:
         return 2
     configure_logging(args.log_level, json=True)
     try:
-        anyio.run(lambda: serve_mcp_stdio(config), backend="asyncio", backend_options=_loop())
+        run_loop(lambda: serve_mcp_stdio(config))
     except UserError as error:
         _problem(str(error))
         return 2
@@ -120,14 +121,6 @@ def mcp_main(argv: list[str]) -> int:
 def _problem(text: str) -> None:
     # stderr: stdout belongs to the protocol.
     print(f"{_PROG}: {' '.join(text.split())}", file=sys.stderr)
-
-
-def _loop() -> dict[str, bool]:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return {}
-    return {"use_uvloop": True}
 
 
 __all__ = ["build_parser", "load_config", "mcp_main", "serve_mcp_stdio"]

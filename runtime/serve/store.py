@@ -35,26 +35,26 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentrt.protocols import (
-    BudgetUpdated,
     Cost,
     Event,
     RolloutFinished,
-    RolloutStarted,
-    RunFinished,
     RunRequest,
     RunResult,
-    RunStarted,
     RunStatus,
     Step,
-    StepRecorded,
-    SummaryWritten,
     Trajectory,
     TrajectorySummary,
-    decode_event,
 )
 from agentrt.protocols.api import RolloutInfo, RunInfo, RunPage
 from agentrt.runtime.errors import AgentrtError, ConfigError
 from agentrt.runtime.facade import RolloutCheckpoint, RunCheckpoint
+from agentrt.runtime.serve.store_sql import (
+    RUN_COLUMNS,
+    SCHEMA,
+    Statement,
+    event_statements,
+    run_info_of,
+)
 
 #: Writes one group commit takes at most.
 _BATCH: Final = 512
@@ -63,74 +63,6 @@ _QUEUE: Final = 4096
 
 Synchronous = Literal["normal", "full"]
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS runs (
-    n INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL UNIQUE,
-    status TEXT NOT NULL,
-    agent TEXT NOT NULL,
-    task TEXT NOT NULL,
-    request BLOB NOT NULL,
-    rollouts INTEGER NOT NULL,
-    aggregate TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    answer TEXT,
-    error TEXT,
-    result BLOB,
-    cost BLOB,
-    resumed INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, n);
-CREATE TABLE IF NOT EXISTS events (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    ts REAL NOT NULL,
-    body BLOB NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS steps (
-    run_id TEXT NOT NULL,
-    rollout_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    committed_at REAL NOT NULL,
-    PRIMARY KEY (run_id, rollout_id, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS rollouts (
-    run_id TEXT NOT NULL,
-    rollout_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    steps INTEGER NOT NULL DEFAULT 0,
-    answer TEXT,
-    cost BLOB,
-    finished BLOB,
-    PRIMARY KEY (run_id, rollout_id)
-);
-CREATE TABLE IF NOT EXISTS summaries (
-    run_id TEXT NOT NULL,
-    rollout_id TEXT NOT NULL,
-    body BLOB NOT NULL,
-    PRIMARY KEY (run_id, rollout_id)
-);
-CREATE TABLE IF NOT EXISTS usage (
-    run_id TEXT PRIMARY KEY,
-    prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL,
-    cached_prompt_tokens INTEGER NOT NULL,
-    usd REAL NOT NULL,
-    model_calls INTEGER NOT NULL
-) WITHOUT ROWID;
-"""
-
-_Statement = tuple[str, tuple[Any, ...]]
-
-_RUN_COLUMNS: Final = (
-    "n, run_id, status, agent, task, rollouts, aggregate, created_at, updated_at, "
-    "answer, error, cost, resumed, request"
-)
-
 
 class StoreError(AgentrtError):
     """The run store failed or refused a write."""
@@ -138,7 +70,7 @@ class StoreError(AgentrtError):
 
 @dataclass(slots=True)
 class _Write:
-    statements: list[_Statement]
+    statements: list[Statement]
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
 
@@ -172,104 +104,6 @@ def _connect(path: str, synchronous: Synchronous) -> sqlite3.Connection:
     conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn
-
-
-def _event_statements(event: Event) -> list[_Statement]:
-    """The rows an event writes, besides its own row in ``events``."""
-    now = time.time()
-    run = event.run_id
-    out: list[_Statement] = [
-        (
-            "INSERT INTO events (run_id, seq, type, ts, body) VALUES (?, ?, ?, ?, ?)",
-            (
-                run,
-                event.seq,
-                type(event).__struct_config__.tag,
-                event.ts,
-                msgspec.json.encode(event),
-            ),
-        ),
-    ]
-    match event:
-        case StepRecorded(rollout_id=rollout, step=step):
-            out.append(
-                (
-                    "INSERT INTO steps (run_id, rollout_id, idx, body, committed_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (run, rollout, step.index, msgspec.json.encode(step), now),
-                )
-            )
-            out.append(
-                (
-                    "INSERT INTO rollouts (run_id, rollout_id, status, steps) "
-                    "VALUES (?, ?, 'running', 1) ON CONFLICT (run_id, rollout_id) "
-                    "DO UPDATE SET steps = steps + 1",
-                    (run, rollout),
-                )
-            )
-        case RolloutStarted(rollout_id=rollout):
-            out.append(
-                (
-                    "INSERT INTO rollouts (run_id, rollout_id, status) VALUES (?, ?, 'running') "
-                    "ON CONFLICT (run_id, rollout_id) DO UPDATE SET status = 'running'",
-                    (run, rollout),
-                )
-            )
-        case RolloutFinished(rollout_id=rollout, status=status, answer=answer, cost=cost):
-            out.append(
-                (
-                    "INSERT INTO rollouts (run_id, rollout_id, status, answer, cost, finished) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, rollout_id) DO UPDATE SET "
-                    "status = excluded.status, answer = excluded.answer, cost = excluded.cost, "
-                    "finished = excluded.finished",
-                    (
-                        run,
-                        rollout,
-                        status,
-                        answer,
-                        msgspec.json.encode(cost),
-                        msgspec.json.encode(event),
-                    ),
-                )
-            )
-        case SummaryWritten(summary=summary):
-            out.append(
-                (
-                    "INSERT OR REPLACE INTO summaries (run_id, rollout_id, body) VALUES (?, ?, ?)",
-                    (run, summary.rollout_id, msgspec.json.encode(summary)),
-                )
-            )
-        case BudgetUpdated(spent=spent):
-            u = spent.usage
-            out.append(
-                (
-                    "INSERT OR REPLACE INTO usage (run_id, prompt_tokens, completion_tokens, "
-                    "cached_prompt_tokens, usd, model_calls) VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        run,
-                        u.prompt_tokens,
-                        u.completion_tokens,
-                        u.cached_prompt_tokens,
-                        spent.usd,
-                        spent.model_calls,
-                    ),
-                )
-            )
-            out.append(
-                ("UPDATE runs SET cost = ? WHERE run_id = ?", (msgspec.json.encode(spent), run))
-            )
-        case RunStarted():
-            out.append(
-                (
-                    "UPDATE runs SET status = 'running' WHERE run_id = ? AND status = 'pending'",
-                    (run,),
-                )
-            )
-        case RunFinished():
-            pass  # the run's row is settled by ``finish`` with the whole result
-        case _:
-            pass
-    return out
 
 
 @final
@@ -315,7 +149,7 @@ class RunStore:
 
     def _open_writer(self) -> sqlite3.Connection:
         conn = _connect(self.path, self.synchronous)
-        conn.executescript(_SCHEMA)
+        conn.executescript(SCHEMA)
         return conn
 
     async def __aexit__(
@@ -400,7 +234,7 @@ class RunStore:
         self.commits += 1
         self.writes += len(batch)
 
-    async def _write(self, statements: list[_Statement], *, what: str) -> None:
+    async def _write(self, statements: list[Statement], *, what: str) -> None:
         if self._send is None:
             raise StoreError(f"the run store is not open ({what})")
         write = _Write(statements)
@@ -448,7 +282,7 @@ class RunStore:
     async def record(self, event: Event) -> None:
         """Commit ``event`` (and the step, rollout, summary or usage rows it
         implies); returns once it is durable."""
-        await self._write(_event_statements(event), what=f"run {event.run_id} event {event.seq}")
+        await self._write(event_statements(event), what=f"run {event.run_id} event {event.seq}")
 
     async def set_status(self, run_id: str, status: RunStatus, *, resumed: bool = False) -> None:
         await self._write(
@@ -504,9 +338,9 @@ class RunStore:
         return await anyio.to_thread.run_sync(query)
 
     async def run_info(self, run_id: str) -> RunInfo | None:
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?"  # noqa: S608 - constant columns
+        sql = f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?"  # noqa: S608 - constant columns
         rows = await self._read(sql, (run_id,))
-        return _run_info(rows[0]) if rows else None
+        return run_info_of(rows[0]) if rows else None
 
     async def request(self, run_id: str) -> RunRequest | None:
         rows = await self._read("SELECT request FROM runs WHERE run_id = ?", (run_id,))
@@ -531,7 +365,7 @@ class RunStore:
             params.append(cursor)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         # Only fixed fragments are interpolated; every value is a parameter.
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs {clause} ORDER BY n DESC LIMIT ?"  # noqa: S608
+        sql = f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY n DESC LIMIT ?"  # noqa: S608
         rows = await self._read(
             sql,
             (*params, limit + 1),
@@ -539,7 +373,7 @@ class RunStore:
         more = len(rows) > limit
         rows = rows[:limit]
         return RunPage(
-            runs=[_run_info(r) for r in rows],
+            runs=[run_info_of(r) for r in rows],
             next_cursor=str(rows[-1][0]) if more and rows else None,
         )
 
@@ -652,43 +486,4 @@ class RunStore:
         return str(rows[0][0])
 
 
-def decode_stored_event(body: bytes) -> Event:
-    return decode_event(body)
-
-
-def _run_info(row: tuple[Any, ...]) -> RunInfo:
-    (
-        _,
-        run_id,
-        status,
-        agent,
-        task,
-        rollouts,
-        aggregate,
-        created,
-        updated,
-        answer,
-        error,
-        cost,
-        resumed,
-        request,
-    ) = row
-    meta = msgspec.json.decode(request, type=RunRequest).metadata if request else {}
-    return RunInfo(
-        run_id=run_id,
-        status=status,
-        agent=agent,
-        task=task,
-        created_at=created,
-        updated_at=updated,
-        rollouts=rollouts,
-        aggregate=aggregate,
-        answer=answer,
-        error=error,
-        cost=msgspec.json.decode(cost, type=Cost) if cost is not None else Cost(),
-        resumed=resumed,
-        metadata=dict(meta),
-    )
-
-
-__all__ = ["RunStore", "StoreError", "Synchronous", "decode_stored_event"]
+__all__ = ["RunStore", "StoreError", "Synchronous"]

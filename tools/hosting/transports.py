@@ -124,7 +124,8 @@ async def serve_stdio(
 # -- streamable HTTP -------------------------------------------------------------
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 bracketed or not) is loopback."""
     if host == "localhost":
         return True
     try:
@@ -138,7 +139,7 @@ def transport_security(config: HttpServeConfig) -> TransportSecuritySettings | N
     loopback-only when bound to loopback (the DNS-rebinding defence), none
     otherwise."""
     if config.allowed_hosts is None and config.allowed_origins is None:
-        if not _is_loopback(config.host):
+        if not is_loopback(config.host):
             return None
         hosts = [*_LOOPBACK_NAMES, *(f"{name}:*" for name in _LOOPBACK_NAMES)]
         origins = [f"http://{name}{port}" for name in _LOOPBACK_NAMES for port in ("", ":*")]
