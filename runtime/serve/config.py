@@ -60,6 +60,9 @@ class ServerConfig(BaseModel):
     """Runs executing at once; further runs wait as ``pending``."""
     max_rollouts: int = Field(default=64, ge=1)
     """The most rollouts one run may ask for."""
+    finished_runs_cached: int = Field(default=1024, ge=0)
+    """Finished runs whose final state stays in memory, so polling clients
+    never wait on the store for them (the most recent ones; 0: none)."""
     shutdown_grace_s: float = Field(default=10.0, ge=0)
     """On SIGTERM: how long running runs may take to finish before they are
     checkpointed (stopped; resumed from their committed steps on restart)."""

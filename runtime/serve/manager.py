@@ -154,6 +154,9 @@ class RunManager:
         )
         self.observer = observer
         self._live: dict[str, _Live] = {}
+        self._finished: dict[str, RunDetail] = {}
+        """Recently finished runs, oldest first (read by the API thread too:
+        it only looks up keys, and a miss falls through to the store)."""
         self._slots = anyio.CapacityLimiter(config.server.max_active_runs)
         self._tg: TaskGroup | None = None
         self.accepting = False
@@ -385,14 +388,18 @@ class RunManager:
         finally:
             if not live.detached:
                 with anyio.CancelScope(shield=True):
-                    await self._settle(live, status, result, error)
+                    if await self._settle(live, status, result, error):
+                        self._remember(live, result)
             live.done.set()
             live.notify()
             self._live.pop(run_id, None)
 
     async def _settle(
         self, live: _Live, status: RunStatus, result: RunResult | None, error: str | None
-    ) -> None:
+    ) -> bool:
+        """Record the run's end; whether that worked (if not, the store is
+        the truth and the run's row says what it could)."""
+        now = time.time()
         try:
             if not live.finished:  # cancelled, or crashed before the facade said so
                 end = RunFinished(
@@ -402,24 +409,43 @@ class RunManager:
                 live.apply(end)
                 if self.observer is not None:
                     self.observer(end)
-            await self.store.finish(live.info.run_id, status, result, error)
+            await self.store.finish(live.info.run_id, status, result, error, at=now)
         except Exception as exc:
             log.error("run_settle_failed", run_id=live.info.run_id, exc_info=exc)
-            return
+            return False
         live.info = msgspec.structs.replace(
             live.info,
             status=status,
             answer=result.answer if result else None,
             error=error,
             cost=result.cost if result else live.info.cost,
-            updated_at=time.time(),
+            updated_at=now,
         )
         log.info("run_finished", run_id=live.info.run_id, status=status)
+        return True
+
+    def _remember(self, live: _Live, result: RunResult | None) -> None:
+        """Keep a finished run's final state (what the store now holds) for
+        the clients still polling it; the oldest make room."""
+        capacity = self.config.server.finished_runs_cached
+        if capacity == 0:
+            return
+        self._finished[live.info.run_id] = RunDetail(
+            run=live.info,
+            request=live.request,
+            rollouts=list(live.rollouts.values()),
+            result=result,
+        )
+        while len(self._finished) > capacity:
+            del self._finished[next(iter(self._finished))]
 
     async def get(self, run_id: str) -> RunInfo | None:
         live = self._live.get(run_id)
         if live is not None:
             return live.info
+        finished = self._finished.get(run_id)
+        if finished is not None:
+            return finished.run
         return await self.store.run_info(run_id)
 
     async def detail(self, run_id: str) -> RunDetail | None:
@@ -428,16 +454,10 @@ class RunManager:
             return RunDetail(
                 run=live.info, request=live.request, rollouts=list(live.rollouts.values())
             )
-        info = await self.store.run_info(run_id)
-        request = await self.store.request(run_id)
-        if info is None or request is None:
-            return None
-        return RunDetail(
-            run=info,
-            request=request,
-            rollouts=await self.store.rollouts(run_id),
-            result=await self.store.result(run_id),
-        )
+        finished = self._finished.get(run_id)
+        if finished is not None:
+            return finished
+        return await self.store.detail(run_id)
 
     async def list(
         self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
@@ -461,7 +481,7 @@ class RunManager:
     async def cancel(self, run_id: str) -> RunInfo | None:
         live = self._live.get(run_id)
         if live is None:
-            return await self.store.run_info(run_id)
+            return await self.get(run_id)
         live.cancel_requested = True
         if live.scope is not None:
             live.scope.cancel()

@@ -45,14 +45,16 @@ from agentrt.protocols import (
     Trajectory,
     TrajectorySummary,
 )
-from agentrt.protocols.api import RolloutInfo, RunInfo, RunPage
+from agentrt.protocols.api import RolloutInfo, RunDetail, RunInfo, RunPage
 from agentrt.runtime.errors import AgentrtError, ConfigError
 from agentrt.runtime.facade import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.serve.store_sql import (
+    ROLLOUTS_SQL,
     RUN_COLUMNS,
     SCHEMA,
     Statement,
     event_statements,
+    rollout_info_of,
     run_info_of,
 )
 
@@ -297,9 +299,16 @@ class RunStore:
         )
 
     async def finish(
-        self, run_id: str, status: RunStatus, result: RunResult | None, error: str | None
+        self,
+        run_id: str,
+        status: RunStatus,
+        result: RunResult | None,
+        error: str | None,
+        *,
+        at: float | None = None,
     ) -> None:
-        """Settle a run: its final status, result and cost."""
+        """Settle a run: its final status, result and cost (``at``: when, by
+        the wall clock; now by default)."""
         await self._write(
             [
                 (
@@ -307,7 +316,7 @@ class RunStore:
                     "result = ?, cost = COALESCE(?, cost) WHERE run_id = ?",
                     (
                         status,
-                        time.time(),
+                        time.time() if at is None else at,
                         result.answer if result is not None else None,
                         error,
                         msgspec.json.encode(result) if result is not None else None,
@@ -346,11 +355,32 @@ class RunStore:
         rows = await self._read("SELECT request FROM runs WHERE run_id = ?", (run_id,))
         return msgspec.json.decode(rows[0][0], type=RunRequest) if rows else None
 
-    async def result(self, run_id: str) -> RunResult | None:
-        rows = await self._read("SELECT result FROM runs WHERE run_id = ?", (run_id,))
-        if not rows or rows[0][0] is None:
-            return None
-        return msgspec.json.decode(rows[0][0], type=RunResult)
+    async def detail(self, run_id: str) -> RunDetail | None:
+        """A run with its request, rollouts and result, read in one go (one
+        trip to a reader thread, one snapshot of the database)."""
+
+        def query() -> RunDetail | None:
+            conn = self._reader()
+            conn.execute("BEGIN")  # one snapshot: the rows agree with each other
+            try:
+                sql = f"SELECT {RUN_COLUMNS}, result FROM runs WHERE run_id = ?"  # noqa: S608
+                row = conn.execute(sql, (run_id,)).fetchone()
+                if row is None:
+                    return None
+                rollouts = conn.execute(ROLLOUTS_SQL, (run_id,)).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            *columns, result = row
+            info = run_info_of(tuple(columns))
+            request = columns[-1]
+            return RunDetail(
+                run=info,
+                request=msgspec.json.decode(request, type=RunRequest),
+                rollouts=[rollout_info_of(r) for r in rollouts],
+                result=msgspec.json.decode(result, type=RunResult) if result is not None else None,
+            )
+
+        return await anyio.to_thread.run_sync(query)
 
     async def list_runs(
         self, *, status: RunStatus | None, limit: int, cursor: int | None
@@ -396,21 +426,8 @@ class RunStore:
         return [bytes(r[0]) for r in rows]
 
     async def rollouts(self, run_id: str) -> list[RolloutInfo]:
-        rows = await self._read(
-            "SELECT rollout_id, status, steps, answer, cost FROM rollouts WHERE run_id = ? "
-            "ORDER BY rowid",
-            (run_id,),
-        )
-        return [
-            RolloutInfo(
-                rollout_id=r[0],
-                status=r[1],
-                steps=r[2],
-                answer=r[3],
-                cost=msgspec.json.decode(r[4], type=Cost) if r[4] is not None else Cost(),
-            )
-            for r in rows
-        ]
+        rows = await self._read(ROLLOUTS_SQL, (run_id,))
+        return [rollout_info_of(r) for r in rows]
 
     async def steps(self, run_id: str, rollout_id: str | None = None) -> dict[str, list[Step]]:
         """Committed steps by rollout, each list in index order."""

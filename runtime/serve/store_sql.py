@@ -24,7 +24,7 @@ from agentrt.protocols import (
     StepRecorded,
     SummaryWritten,
 )
-from agentrt.protocols.api import RunInfo
+from agentrt.protocols.api import RolloutInfo, RunInfo
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -228,4 +228,29 @@ def run_info_of(row: tuple[Any, ...]) -> RunInfo:
     )
 
 
-__all__ = ["RUN_COLUMNS", "SCHEMA", "Statement", "event_statements", "run_info_of"]
+ROLLOUTS_SQL: Final = (
+    "SELECT rollout_id, status, steps, answer, cost FROM rollouts WHERE run_id = ? ORDER BY rowid"
+)
+"""A run's rollouts, in the order they started (``rollout_info_of`` decodes a row)."""
+
+
+def rollout_info_of(row: tuple[Any, ...]) -> RolloutInfo:
+    rollout_id, status, steps, answer, cost = row
+    return RolloutInfo(
+        rollout_id=rollout_id,
+        status=status,
+        steps=steps,
+        answer=answer,
+        cost=msgspec.json.decode(cost, type=Cost) if cost is not None else Cost(),
+    )
+
+
+__all__ = [
+    "ROLLOUTS_SQL",
+    "RUN_COLUMNS",
+    "SCHEMA",
+    "Statement",
+    "event_statements",
+    "rollout_info_of",
+    "run_info_of",
+]

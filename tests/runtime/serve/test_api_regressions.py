@@ -10,7 +10,8 @@ import anyio
 import httpx
 import pytest
 
-from agentrt.protocols import Event, RunFinished, RunRequest, decode_event
+from agentrt.protocols import Event, RunFinished, RunRequest, ScalingSpec, decode_event
+from agentrt.protocols.api import RunDetail
 from agentrt.runtime.serve.manager import RunManager
 
 pytestmark = pytest.mark.anyio
@@ -104,3 +105,37 @@ async def test_a_cancel_while_the_last_event_is_being_committed_still_settles_th
         assert len(finished) == 1
         assert finished[0] is events[-1]
         assert stored.status == finished[0].status
+
+
+async def test_finished_runs_are_served_from_memory_as_the_store_has_them(
+    tmp_path: Path, daemon_kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Polling a finished run used to read the store on every request (four
+    trips to a reader thread, slow while the daemon is busy); the most recent
+    ones are now kept in memory, and must read exactly as the store has them."""
+    config = daemon_kit.config(tmp_path, server={"finished_runs_cached": 2})
+    async with RunManager(config, backends=[daemon_kit.scripted(steps=1)]) as manager:
+        ids: list[str] = []
+        for k in range(3):
+            request = RunRequest(task=f"add {k}", agent="solver", scaling=ScalingSpec(rollouts=2))
+            info = await manager.submit(request)
+            await manager.wait(info.run_id, timeout=10)
+            ids.append(info.run_id)
+        stored = {run_id: await manager.store.detail(run_id) for run_id in ids}
+        read: list[str] = []
+        detail = manager.store.detail
+
+        async def counted(run_id: str) -> RunDetail | None:
+            read.append(run_id)
+            return await detail(run_id)
+
+        monkeypatch.setattr(manager.store, "detail", counted)
+        for run_id in ids:
+            from_manager = await manager.detail(run_id)
+            assert from_manager is not None
+            assert from_manager == stored[run_id]
+            assert from_manager.run.status == "succeeded"
+            assert len(from_manager.rollouts) == 2
+            assert from_manager.result is not None
+            assert await manager.get(run_id) == from_manager.run
+        assert read == [ids[0]]  # the oldest made room; the store answers for it
