@@ -87,18 +87,19 @@ def _tune_process() -> None:
     The HTTP server runs on its own thread (``bridge``); with the run loop
     busy, a request waits for the GIL, which CPython hands over every
     ``switchinterval`` (5 ms by default): 0.5 ms keeps API latency low.
-    Garbage collections stop both threads (with hundreds of rollouts alive a
-    full one takes 100-250 ms, and collections took ~11% of the daemon's
-    time under load): everything imported so far is frozen out of
-    collection; the young generation is collected every 3,000 net
-    allocations instead of 700 (fewer short-lived objects promoted); full
-    collections run a tenth as often (cycles are still collected, later).
-    Measured by ``bench/daemon.py``: GET p99 with 200 runs executing went
-    from ~230 ms (one loop) to ~50 ms."""
+    A garbage collection stops both threads, for a time proportional to the
+    objects it examines, so the tail of API latency is the longest pause:
+    everything imported at start is frozen out of collection; the young
+    generations stay small (the middle one is collected after 5 young
+    collections instead of 10) so each pause is short; a full collection,
+    which walks every live rollout (100-250 ms with 600 of them), waits for
+    1,000 middle ones instead of 10 (cycles are still collected, later).
+    Measured by ``bench/daemon.py`` (200 runs executing, GET p99): 45-60 ms
+    with (3000, 10, 100), 15-18 ms with (700, 5, 1000); the young pauses'
+    median went from ~28 ms to ~3 ms for the same total time in collection."""
     gc.collect()
     gc.freeze()
-    _, middle, _ = gc.get_threshold()
-    gc.set_threshold(3000, middle, 100)
+    gc.set_threshold(700, 5, 1000)
     sys.setswitchinterval(0.0005)
 
 
