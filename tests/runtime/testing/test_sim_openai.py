@@ -226,7 +226,8 @@ async def test_latency_follows_ttft_and_token_time() -> None:
         started = time.perf_counter()
         await client.post("/v1/chat/completions", json=chat(user("time me")))
         elapsed = time.perf_counter() - started
-    assert 0.125 <= elapsed < 0.6  # 80 ms + 10 x 5 ms
+    # 80 ms + 10 x 5 ms; uvloop's millisecond timers may wake each sleep a little early.
+    assert 0.115 <= elapsed < 0.6
 
 
 async def test_text_completions_and_models() -> None:
