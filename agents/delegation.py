@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol, final
 from agentrt.agents.agent import Agent
 from agentrt.agents.control import RolloutControl, RolloutResult
 from agentrt.agents.spec import BudgetLimits, budget_slice
-from agentrt.protocols import Budget, ChatMessage, Cost, ToolSpec, Trajectory
+from agentrt.protocols import Budget, ChatMessage, Cost, Step, ToolSpec, Trajectory
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ToolError
 from agentrt.runtime.pricing import pico_to_usd
@@ -43,13 +43,27 @@ from agentrt.tools.base import ToolContent, ToolContext, ToolOutput
 #: Characters of a callee's partial answer quoted when it did not finish.
 PARTIAL_ANSWER_CHARS: Final = 600
 
-# Ledger and rollout names of calls: unique in the process, so a ledger
-# reused across runs never sees a child name twice.
-_call_numbers = itertools.count(1)
+
+class _CallNumbers:
+    """Numbers for the ledger and rollout names of calls: unique in the
+    process, so a ledger reused across runs never sees a child name twice."""
+
+    def __init__(self) -> None:
+        self.counter = itertools.count(1)
+
+
+_numbers = _CallNumbers()
 
 
 def next_call_number() -> int:
-    return next(_call_numbers)
+    return next(_numbers.counter)
+
+
+def skip_call_numbers(past: int) -> None:
+    """Make every later ``next_call_number`` exceed ``past``: a run resumed
+    in a new process must not name a sub-agent call (its rollout id) like
+    one an earlier process recorded."""
+    _numbers.counter = itertools.count(max(next(_numbers.counter), past + 1))
 
 
 def new_rollout_id() -> str:
@@ -142,7 +156,10 @@ class AgentNode:
         ledger: BudgetLedger | None = None,
         seed: Sequence[ChatMessage] = (),
         control: RolloutControl | None = None,
+        resume: Sequence[Step] | None = None,
+        restored: bool = False,
     ) -> RolloutResult:
+        """``resume``/``restored``: as ``Agent.run``'s."""
         rollout_id = rollout_id or new_rollout_id()
         ledger = ledger or BudgetLedger(rollout_id, prices=self.agent.prices)
         self._scopes.enter(rollout_id, ledger)
@@ -155,6 +172,8 @@ class AgentNode:
                 ledger=ledger,
                 seed=seed,
                 control=control,
+                resume=resume,
+                restored=restored,
             )
         finally:
             self._scopes.exit(rollout_id)

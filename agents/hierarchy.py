@@ -39,7 +39,7 @@ from agentrt.agents.pipeline import PipelineNode, Stage
 from agentrt.agents.recording import EventEmitter, EventSink
 from agentrt.agents.spec import AgentSpec, McpTools
 from agentrt.agents.spec_loader import ServerConfig, SpecSet, UnitRef
-from agentrt.protocols import ChatMessage
+from agentrt.protocols import ChatMessage, Step
 from agentrt.runtime.actors import Actor, ActorRef, ActorSystem, SupervisorRef
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
@@ -75,6 +75,12 @@ class Hierarchy:
     def root(self) -> Node:
         return self.nodes[self.specs.root]
 
+    @property
+    def resumable(self) -> bool:
+        """Whether ``run`` can take up a rollout from its committed steps
+        (``resume``): when the entry node is an agent, not a pipeline."""
+        return isinstance(self.root, AgentNode)
+
     def node(self, name: str) -> Node:
         """The node called ``name`` (the first, if files repeat a name)."""
         for ref, node in self.nodes.items():
@@ -92,15 +98,33 @@ class Hierarchy:
         ledger: BudgetLedger | None = None,
         seed: Sequence[ChatMessage] = (),
         control: RolloutControl | None = None,
+        resume: Sequence[Step] | None = None,
+        restored: bool = False,
     ) -> RolloutResult:
         """Run the entry node once on ``task``, charged to a child of
         ``ledger`` (default: a fresh uncapped one) capped at its slice.
         The trajectory's cost counts its own model calls; the ledger's
-        ``spent`` counts the whole tree."""
+        ``spent`` counts the whole tree.  ``resume``/``restored``: as
+        ``Agent.run``'s, for the entry agent's own steps (``resumable``
+        says whether the entry node takes them)."""
         root = self.root
+        if resume is not None and not isinstance(root, AgentNode):
+            raise ValueError(f"the entry node {root.name!r} is a pipeline: it cannot resume")
         parent = ledger or BudgetLedger(f"{root.name}-run", prices=self.prices)
         sliced = sliced_ledger(parent, root.name, root.limits)
         try:
+            if isinstance(root, AgentNode):
+                return await root.run(
+                    task,
+                    run_id=run_id,
+                    rollout_id=rollout_id,
+                    parent_rollout_id=parent_rollout_id,
+                    ledger=sliced,
+                    seed=seed,
+                    control=control,
+                    resume=resume,
+                    restored=restored,
+                )
             return await root.run(
                 task,
                 run_id=run_id,

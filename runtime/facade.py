@@ -37,7 +37,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, stream_sink
-from agentrt.agents.delegation import AgentNode
+from agentrt.agents.delegation import AgentNode, skip_call_numbers
 from agentrt.agents.hierarchy import Hierarchy, build_hierarchy
 from agentrt.agents.spec_loader import load_spec
 from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
@@ -137,7 +137,8 @@ class RunCheckpoint:
     rollouts: Mapping[str, RolloutCheckpoint]
     incarnation: int = 1
     """This resumption's number (1 for the first restart): names the
-    rollouts it has to restart from scratch (``<rollout_id>~<incarnation>``)."""
+    rollouts it has to restart from scratch (``<rollout_id>~<incarnation>``:
+    a pipeline's, which cannot be taken up mid-stage)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,23 +494,32 @@ class _Run:
     ) -> _Done:
         """Run a rollout, or take up what an earlier incarnation committed:
         an ended rollout is restored; an agent's unfinished one replays its
-        steps and goes on; a hierarchy's unfinished one (its sub-agents'
-        work cannot be taken up mid-call) restarts as ``id~k``, the
-        interrupted attempt left in the record."""
+        steps and goes on, and so does a hierarchy's whose entry node is an
+        agent (the sub-agent calls its committed steps made are charged as
+        spent; the call in flight runs again, under a new id).  A
+        pipeline's (its stages cannot be taken up mid-way) restarts as
+        ``id~k``, the interrupted attempt left in the record."""
         ledger = self.ledger.child(slice_name)
         rollout_id, saved = self._saved(base_id)
         resume: Sequence[Step] | None = None
-        if saved is not None and saved.steps:
-            ended = saved.finished is not None or saved.steps[-1].reply is None
+        if saved is not None:
+            ended = saved.finished is not None or bool(
+                saved.steps and saved.steps[-1].reply is None
+            )
             if ended or saved.summary is not None:
                 return await self._restored(rollout_id, saved, ledger)
             if isinstance(self.runner, Agent):
-                resume = saved.steps
+                resume = saved.steps or None
+            elif self.runner.resumable:
+                # Its sub-agents' rollouts are taken over even when it has no
+                # step of its own yet: its first call may have been in flight.
+                await self._take_over(rollout_id, ledger, with_itself=False)
+                resume = saved.steps or None
             else:
                 assert self.checkpoint is not None
+                await self._take_over(rollout_id, ledger, with_itself=True)
                 rollout_id = f"{base_id}~{self.checkpoint.incarnation}"
         if resume is not None:
-            assert isinstance(self.runner, Agent)
             result = await self.runner.run(
                 task,
                 run_id=self.run_id,
@@ -524,6 +534,41 @@ class _Run:
                 task, run_id=self.run_id, rollout_id=rollout_id, ledger=ledger, seed=seed
             )
         return await self._summarize(result.trajectory)
+
+    async def _take_over(self, rollout_id: str, ledger: BudgetLedger, *, with_itself: bool) -> None:
+        """Before a hierarchy's rollout goes on (or, ``with_itself``,
+        restarts): charge ``ledger`` with what an earlier incarnation's
+        sub-agent rollouts under it committed (``<rollout_id>.<name>-<n>``,
+        nested ones too; and the rollout's own steps, ``with_itself``), so
+        the run keeps to its budget; end the ones left unfinished as
+        ``cancelled`` (interrupted); keep later sub-agent calls from reusing
+        their numbers."""
+        assert self.checkpoint is not None
+        prefix = f"{rollout_id}."
+        highest = 0
+        for sub_id, sub in self.checkpoint.rollouts.items():
+            if not (sub_id.startswith(prefix) or (with_itself and sub_id == rollout_id)):
+                continue
+            for part in sub_id[len(prefix) :].split(".") if sub_id != rollout_id else ():
+                number = part.rsplit("-", 1)[-1]
+                if number.isdigit():
+                    highest = max(highest, int(number))
+            cost = Cost()
+            for step in sub.steps:
+                if step.reply is not None:
+                    model = step.routing.model if step.routing is not None else step.reply.model
+                    cost += ledger.restore(model, step.reply.usage)
+            if sub.finished is None:
+                await self.emitter.emit(
+                    RolloutFinished(
+                        run_id=self.run_id,
+                        rollout_id=sub_id,
+                        status="cancelled",
+                        cost=cost,
+                        stop_reason="interrupted: daemon restart",
+                    )
+                )
+        skip_call_numbers(highest)
 
     async def _restored(
         self, rollout_id: str, saved: RolloutCheckpoint, ledger: BudgetLedger

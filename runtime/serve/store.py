@@ -478,14 +478,16 @@ class RunStore:
     async def checkpoint(self, run_id: str) -> RunCheckpoint:
         """What the run committed: every rollout's steps, end and summary."""
         steps = await self.steps(run_id)
-        finished_rows = await self._read(
-            "SELECT rollout_id, finished FROM rollouts WHERE run_id = ? AND finished IS NOT NULL",
-            (run_id,),
+        rows = await self._read(
+            "SELECT rollout_id, finished FROM rollouts WHERE run_id = ?", (run_id,)
         )
-        finished = {r[0]: msgspec.json.decode(r[1], type=RolloutFinished) for r in finished_rows}
+        finished = {
+            r[0]: msgspec.json.decode(r[1], type=RolloutFinished) for r in rows if r[1] is not None
+        }
         summaries = {s.rollout_id: s for s in await self.summaries(run_id)}
         last = await self._read("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
-        rollout_ids: Iterable[str] = {*steps, *finished, *summaries}
+        # Started ones too (a pipeline's own rollout records no step).
+        rollout_ids: Iterable[str] = {*(r[0] for r in rows), *steps, *finished, *summaries}
         return RunCheckpoint(
             next_seq=(last[0][0] or 0) + 1,
             rollouts={

@@ -5,6 +5,7 @@ within the grace period and refuses new ones meanwhile."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sqlite3
 import time
@@ -15,8 +16,10 @@ import anyio
 import httpx
 import pytest
 
-from agentrt.protocols import Step, StepRecorded, ToolMessage
+from agentrt.agents import delegation
+from agentrt.protocols import ModelRequest, Step, StepRecorded, SystemMessage, ToolMessage
 from agentrt.runtime.serve.store import RunStore, StoreError
+from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -205,3 +208,187 @@ async def test_one_process_per_store(tmp_path: Path) -> None:
                 pass
     async with RunStore(tmp_path / "runs.db") as store:  # released on exit
         assert await store.integrity_check() == "ok"
+
+
+HIERARCHY = """
+entry: lead
+agents:
+  lead:
+    description: Splits the work.
+    instructions: You are the lead. Give each part to the helper.
+    sub_agents: [helper]
+  helper:
+    description: Computes one part.
+    instructions: You are the helper. Use the calculator.
+    tools: [calculator]
+"""
+
+
+def _lead_and_helper(request: ModelRequest) -> ReplySpec:
+    """The lead calls the helper three times, one call a step, then answers;
+    each helper call is a calculator step and an answer."""
+    system = request.messages[0]
+    results = sum(isinstance(m, ToolMessage) for m in request.messages)
+    if isinstance(system, SystemMessage) and "the lead" in system.content:
+        if results < 3:
+            return ScriptedToolCall("helper", {"task": f"part {results}"})
+        return ScriptedReply(content="42")
+    if results < 1:
+        return ScriptedToolCall("calculator", {"expression": "3+4"})
+    return ScriptedReply(content="7")
+
+
+async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
+    tmp_path: Path, daemon_kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry agent's committed steps (each a finished sub-agent call) are
+    replayed, not re-run; the call in flight runs again under a new id; the
+    run's cost counts every committed model call once."""
+    spec = tmp_path / "lead.yaml"
+    spec.write_text(HIERARCHY)
+    config = daemon_kit.config(
+        tmp_path, server={"shutdown_grace_s": 0.0}, agents={"lead": str(spec)}
+    )
+    body = {"task": "three parts", "agent": "lead"}
+    first = ScriptedBackend(_lead_and_helper, latency_s=0.05)
+    async with (
+        daemon_kit.running(config, first) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        run_id = (await client.post("/v1/runs", json=body)).json()["run_id"]
+        lead = f"{run_id}-r0"
+
+        def helper_half_done() -> str | None:
+            """A helper call with its first step committed, its second not,
+            after the lead committed a step: stop the daemon there."""
+            steps = set(_steps(tmp_path / "runs.db"))
+            if (lead, 0) not in steps:
+                return None
+            return next(
+                (r for r, i in steps if r.startswith(f"{lead}.") and (r, 1) not in steps), None
+            )
+
+        with anyio.fail_after(10):
+            while (interrupted := helper_half_done()) is None:  # noqa: ASYNC110 - polls the database
+                await anyio.sleep(0.005)
+    before = _steps(tmp_path / "runs.db")
+    lead_steps = [i for r, i in before if r == lead]
+    assert lead_steps == list(range(len(lead_steps)))
+    assert 1 <= len(lead_steps) < 3  # stopped while the lead had work left
+    assert (interrupted, 0) in before
+    assert (interrupted, 1) not in before
+
+    # A new process numbers sub-agent calls from 1 again.
+    monkeypatch.setattr(delegation._numbers, "counter", itertools.count(1))
+    second = ScriptedBackend(_lead_and_helper, latency_s=0.0)
+    async with (
+        daemon_kit.running(config, second) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        with anyio.fail_after(20):
+            while True:
+                detail = (await client.get(f"/v1/runs/{run_id}")).json()
+                if detail["run"]["status"] in ("succeeded", "failed"):
+                    break
+                await anyio.sleep(0.02)
+    after = _steps(tmp_path / "runs.db")
+    assert detail["run"]["status"] == "succeeded", detail["run"]
+    assert detail["run"]["answer"] == "42"
+    assert set(before) <= set(after)
+    # The lead went on under its own id: steps 0..3, nothing restarted as "~1".
+    assert [i for r, i in after if r == lead] == [0, 1, 2, 3]
+    assert not any("~" in r for r, _ in after)
+    # Nothing committed was asked again; sub-agent calls got fresh ids.
+    requested = {m.request_id for m in second.requests if m.request_id}
+    assert not requested & {f"{r}-{i}" for r, i in before}
+    helpers = {r for r, _ in after if r.startswith(f"{lead}.")}
+    assert {r for r in helpers if (r, 1) in set(after)} == helpers - {interrupted}
+    assert len(helpers) == 4  # one per part, and the interrupted call
+    # The interrupted call is ended, not left running; the others finished.
+    status = {r["rollout_id"]: r["status"] for r in detail["rollouts"]}
+    assert status.pop(interrupted) == "cancelled"
+    assert set(status.values()) == {"finished"}
+    # Every committed model call is in the cost once, plus the new ones.
+    assert detail["run"]["cost"]["model_calls"] == len(before) + len(second.requests)
+    assert len(second.requests) == len(after) - len(before)
+
+
+PIPELINE = """
+entry: solve_then_check
+agents:
+  solve_then_check:
+    kind: pipeline
+    description: Solves, then checks.
+    stages:
+      - {agent: solver, name: solve, task: "{task}", output: solution}
+      - {agent: checker, name: check, task: "Check: {solution}", output: review}
+    answer: solution
+  solver:
+    instructions: You are the solver. Use the calculator.
+    tools: [calculator]
+  checker:
+    instructions: You are the checker.
+"""
+
+
+def _solver_and_checker(request: ModelRequest) -> ReplySpec:
+    system = request.messages[0]
+    results = sum(isinstance(m, ToolMessage) for m in request.messages)
+    if isinstance(system, SystemMessage) and "the solver" in system.content and results < 3:
+        return ScriptedToolCall("calculator", {"expression": f"{results}+1"})
+    return ScriptedReply(content="42")
+
+
+async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_ended(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    """A pipeline cannot be taken up mid-stage: it runs again as ``<id>~1``;
+    what the interrupted attempt committed stays, is charged to the run's
+    cost, and its rollouts end as cancelled (none is left running)."""
+    spec = tmp_path / "pipeline.yaml"
+    spec.write_text(PIPELINE)
+    config = daemon_kit.config(
+        tmp_path, server={"shutdown_grace_s": 0.0}, agents={"pipe": str(spec)}
+    )
+    first = ScriptedBackend(_solver_and_checker, latency_s=0.05)
+    async with (
+        daemon_kit.running(config, first) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        created = await client.post("/v1/runs", json={"task": "solve", "agent": "pipe"})
+        run_id = created.json()["run_id"]
+        old = f"{run_id}-r0"
+        with anyio.fail_after(10):
+            while (f"{old}.solve.1", 1) not in set(_steps(tmp_path / "runs.db")):  # noqa: ASYNC110
+                await anyio.sleep(0.005)
+    before = _steps(tmp_path / "runs.db")
+    assert {r for r, _ in before} == {f"{old}.solve.1"}
+
+    second = ScriptedBackend(_solver_and_checker, latency_s=0.0)
+    async with (
+        daemon_kit.running(config, second) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        with anyio.fail_after(20):
+            while True:
+                detail = (await client.get(f"/v1/runs/{run_id}")).json()
+                if detail["run"]["status"] in ("succeeded", "failed"):
+                    break
+                await anyio.sleep(0.02)
+    after = _steps(tmp_path / "runs.db")
+    assert detail["run"]["status"] == "succeeded", detail["run"]
+    assert set(before) <= set(after)
+    again = f"{run_id}-r0~1"
+    assert sorted({r for r, _ in after} - {r for r, _ in before}) == [
+        f"{again}.check.1",
+        f"{again}.solve.1",
+    ]
+    status = {r["rollout_id"]: r["status"] for r in detail["rollouts"]}
+    assert status == {
+        old: "cancelled",
+        f"{old}.solve.1": "cancelled",
+        again: "finished",
+        f"{again}.solve.1": "finished",
+        f"{again}.check.1": "finished",
+    }
+    assert detail["run"]["cost"]["model_calls"] == len(before) + len(second.requests)
