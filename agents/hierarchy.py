@@ -26,8 +26,9 @@ never aggregators or the roof.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import final
 
 from agentrt.agents.actor import AgentHandle, AgentMessage, RunRollout
@@ -108,24 +109,15 @@ class Hierarchy:
         ``Agent.run``'s, for the entry agent's own steps (``resumable``
         says whether the entry node takes them)."""
         root = self.root
-        if resume is not None and not isinstance(root, AgentNode):
-            raise ValueError(f"the entry node {root.name!r} is a pipeline: it cannot resume")
+        run: Callable[..., Awaitable[RolloutResult]] = root.run
+        if resume is not None:
+            if not isinstance(root, AgentNode):
+                raise ValueError(f"the entry node {root.name!r} is a pipeline: it cannot resume")
+            run = partial(root.run, resume=resume, restored=restored)
         parent = ledger or BudgetLedger(f"{root.name}-run", prices=self.prices)
         sliced = sliced_ledger(parent, root.name, root.limits)
         try:
-            if isinstance(root, AgentNode):
-                return await root.run(
-                    task,
-                    run_id=run_id,
-                    rollout_id=rollout_id,
-                    parent_rollout_id=parent_rollout_id,
-                    ledger=sliced,
-                    seed=seed,
-                    control=control,
-                    resume=resume,
-                    restored=restored,
-                )
-            return await root.run(
+            return await run(
                 task,
                 run_id=run_id,
                 rollout_id=rollout_id,

@@ -24,6 +24,16 @@ from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedT
 pytestmark = pytest.mark.anyio
 
 
+async def _settled(client: httpx.AsyncClient, run_id: str, *, timeout_s: float) -> Any:
+    """The run's detail once it succeeded or failed."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            detail = (await client.get(f"/v1/runs/{run_id}")).json()
+            if detail["run"]["status"] in ("succeeded", "failed"):
+                return detail
+            await anyio.sleep(0.02)
+
+
 def _steps(db: Path) -> list[tuple[str, int]]:
     with sqlite3.connect(db) as conn:
         return conn.execute("SELECT rollout_id, idx FROM steps ORDER BY 1, 2").fetchall()
@@ -56,12 +66,7 @@ async def test_a_stopped_run_resumes_from_its_committed_steps(
         daemon_kit.running(config, second) as daemon,
         httpx.AsyncClient(base_url=daemon.url) as client,
     ):
-        with anyio.fail_after(20):
-            while True:
-                detail = (await client.get(f"/v1/runs/{run_id}")).json()
-                if detail["run"]["status"] in ("succeeded", "failed"):
-                    break
-                await anyio.sleep(0.02)
+        detail = await _settled(client, run_id, timeout_s=20)
         events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
     assert detail["run"]["status"] == "succeeded"
     assert detail["run"]["resumed"] == 1
@@ -182,12 +187,7 @@ async def test_pdr_refinement_rollouts_resume_too(tmp_path: Path, daemon_kit: An
         daemon_kit.running(config, second) as daemon,
         httpx.AsyncClient(base_url=daemon.url) as client,
     ):
-        with anyio.fail_after(30):
-            while True:
-                detail = (await client.get(f"/v1/runs/{run_id}")).json()
-                if detail["run"]["status"] in ("succeeded", "failed"):
-                    break
-                await anyio.sleep(0.02)
+        detail = await _settled(client, run_id, timeout_s=30)
     after = _steps(tmp_path / "runs.db")
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert before <= set(after)
@@ -285,12 +285,7 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
         daemon_kit.running(config, second) as daemon,
         httpx.AsyncClient(base_url=daemon.url) as client,
     ):
-        with anyio.fail_after(20):
-            while True:
-                detail = (await client.get(f"/v1/runs/{run_id}")).json()
-                if detail["run"]["status"] in ("succeeded", "failed"):
-                    break
-                await anyio.sleep(0.02)
+        detail = await _settled(client, run_id, timeout_s=20)
     after = _steps(tmp_path / "runs.db")
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert detail["run"]["answer"] == "42"
@@ -369,12 +364,7 @@ async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_en
         daemon_kit.running(config, second) as daemon,
         httpx.AsyncClient(base_url=daemon.url) as client,
     ):
-        with anyio.fail_after(20):
-            while True:
-                detail = (await client.get(f"/v1/runs/{run_id}")).json()
-                if detail["run"]["status"] in ("succeeded", "failed"):
-                    break
-                await anyio.sleep(0.02)
+        detail = await _settled(client, run_id, timeout_s=20)
     after = _steps(tmp_path / "runs.db")
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert set(before) <= set(after)
