@@ -277,7 +277,9 @@ def routes(manager: RunService) -> list[BaseRoute]:
 
     doc = msgspec.json.encode(
         openapi_document(
-            version=__version__, token=manager.config.server.resolved_token() is not None
+            version=__version__,
+            token=manager.config.server.resolved_token() is not None,
+            models=[a.model for a in manager.agents()],
         )
     )
 

@@ -2,9 +2,11 @@
 
 The request and response schemas come from the msgspec types themselves
 (``msgspec.json.schema_components``), so the document cannot drift from
-what the daemon decodes and encodes.  Owns ``openapi_document``.
+what the daemon decodes and encodes.  Owns ``openapi_document``.  It covers
+the REST API and the OpenAI-compatible endpoint (whose refusals have
+OpenAI's shape, ``ErrorBody``); the MCP endpoint follows its own protocol.
 
-May import protocols only.
+May import protocols and the OpenAI wire types.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ import msgspec
 
 from agentrt.protocols import Event, RunRequest, Trajectory, TrajectorySummary
 from agentrt.protocols.api import AgentList, ApiError, RunDetail, RunInfo, RunPage
+from agentrt.runtime.serve.openai_wire import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ErrorBody,
+    ModelCard,
+    ModelList,
+)
 
 #: Event ids are SQLite integers.
 _MAX_EVENT_ID = (1 << 63) - 1
@@ -29,6 +39,12 @@ _TYPES: tuple[Any, ...] = (
     Trajectory,
     list[TrajectorySummary],
     Event,
+    ChatCompletionRequest,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ModelList,
+    ModelCard,
+    ErrorBody,
 )
 
 
@@ -55,11 +71,116 @@ def _run_id() -> dict[str, Any]:
     return {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def openapi_document(*, version: str, token: bool) -> dict[str, Any]:
-    """The document served at ``/openapi.json``."""
+def _openai_errors(*codes: int) -> dict[str, Any]:
+    text = {
+        400: "Malformed or invalid request (`error.param` names the field)",
+        404: "No such model (models are agentrt agents)",
+        409: "The run was cancelled before it answered",
+        413: "The request body is too large",
+        502: "The run failed (`error.run_id` names it; not retried by clients)",
+        503: "Shutting down (the run resumes when the daemon restarts)",
+    }
+    return {str(c): _json(_ref("ErrorBody"), text[c]) for c in codes}
+
+
+def _openai_paths(models: list[str]) -> dict[str, Any]:
+    """``/v1/chat/completions`` and ``/v1/models``: OpenAI's shapes, plus
+    agentrt's own request fields and the ``agentrt`` field of answers."""
+    model = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+    if models:
+        model["examples"] = {m: {"value": m} for m in models}
+    # One SSE event: a chunk, an error (the run failed mid-stream), or [DONE].
+    chunk_event = {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "data": {
+                "anyOf": [
+                    {"const": "[DONE]"},
+                    {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": {
+                            "anyOf": [_ref("ChatCompletionChunk"), _ref("ErrorBody")]
+                        },
+                    },
+                ]
+            }
+        },
+    }
+    examples: dict[str, Any] = {}
+    if models:
+        question = {"role": "user", "content": "What is 17 * 23?"}
+        examples["examples"] = {
+            "question": {"value": {"model": models[0], "messages": [question]}},
+            "scaled": {
+                "value": {
+                    "model": models[0],
+                    "messages": [question],
+                    "stream": True,
+                    "agentrt": {"rollouts": 2, "aggregate": "majority"},
+                }
+            },
+        }
+    return {
+        "/v1/chat/completions": {
+            "post": {
+                "operationId": "createChatCompletion",
+                "summary": "Run an agent (the model `agentrt/<agent>`) on the messages",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": _ref("ChatCompletionRequest"), **examples}
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "The run's answer (with `stream`: chunks as "
+                        "Server-Sent Events, progress as comments, then `[DONE]`)",
+                        "content": {
+                            "application/json": {"schema": _ref("ChatCompletion")},
+                            "text/event-stream": {"schema": chunk_event},
+                        },
+                    },
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(400, 404, 409, 413, 502, 503),
+                },
+            }
+        },
+        "/v1/models": {
+            "get": {
+                "operationId": "listModels",
+                "responses": {
+                    "200": _json(_ref("ModelList"), "One model per agent"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                },
+            }
+        },
+        "/v1/models/{model}": {
+            "get": {
+                "operationId": "getModel",
+                "parameters": [model],
+                "responses": {
+                    "200": _json(_ref("ModelCard"), "The agent as a model"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(404),
+                },
+            }
+        },
+    }
+
+
+def openapi_document(
+    *, version: str, token: bool, models: list[str] | None = None
+) -> dict[str, Any]:
+    """The document served at ``/openapi.json`` (``models``: the model names
+    of the agents, given as examples)."""
     (schemas, components) = msgspec.json.schema_components(
         _TYPES, ref_template="#/components/schemas/{name}"
     )
+    if models:
+        request = components["ChatCompletionRequest"]
+        request["properties"]["model"]["examples"] = list(models)
     event_union = schemas[_TYPES.index(Event)]
     components["Event"] = event_union
     trajectory_summaries = {"type": "array", "items": _ref("TrajectorySummary")}
@@ -241,11 +362,10 @@ def openapi_document(*, version: str, token: bool) -> dict[str, Any]:
         "info": {
             "title": "agentrt daemon",
             "version": version,
-            "description": "Runs agents with inference-time scaling. The OpenAI-compatible "
-            "endpoint (/v1/chat/completions, /v1/models) and the MCP endpoint (/mcp) "
-            "follow their own specifications.",
+            "description": "Runs agents with inference-time scaling. The MCP endpoint "
+            "(/mcp) follows its own specification.",
         },
-        "paths": paths,
+        "paths": {**paths, **_openai_paths(list(models or []))},
         "components": {"schemas": components},
     }
     if token:

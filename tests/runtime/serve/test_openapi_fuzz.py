@@ -31,16 +31,20 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 import pytest
 
 from agentrt.protocols.api import ApiError
+from agentrt.runtime.serve.openai_wire import ErrorBody
 
 TOKEN = "fuzz-token-0123456789abcdef"
 #: Examples per operation and phase: about 12 s of fuzzing on two slow cores.
 MAX_EXAMPLES = 30
 SEED = 20261130
+#: Routes whose refusals have OpenAI's shape.
+OPENAI_PATHS = ("/v1/chat/", "/v1/models")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +106,21 @@ tools = ["calculator"]
             proc.wait(10)
 
 
-def error_body_problem(status: int, mime_type: str, text: str) -> str | None:
-    """Why a 4xx response is not a clear ``ApiError`` body, or None."""
-    if not mime_type.startswith("application/json"):
-        return f"content type {mime_type!r}, not application/json"
+def openai_error_problem(text: str) -> str | None:
+    """Why a 4xx body is not a clear OpenAI-shaped ``ErrorBody``, or None."""
+    try:
+        detail = msgspec.json.decode(text, type=ErrorBody).error
+    except msgspec.DecodeError as exc:
+        return f"not an OpenAI error body: {exc}"
+    if not detail.message.strip():
+        return "empty message"
+    if detail.type != "invalid_request_error":
+        return f"error type {detail.type!r} for a 4xx"
+    return None
+
+
+def api_error_problem(status: int, text: str) -> str | None:
+    """Why a 4xx body is not a clear ``ApiError``, or None."""
     try:
         body = msgspec.json.decode(text, type=ApiError)
     except msgspec.DecodeError as exc:
@@ -117,6 +132,16 @@ def error_body_problem(status: int, mime_type: str, text: str) -> str | None:
     if body.status != status:
         return f"body says status {body.status}, the response {status}"
     return None
+
+
+def error_body_problem(
+    status: int, mime_type: str, text: str, *, openai: bool = False
+) -> str | None:
+    """Why a 4xx response is not a clear ``ApiError`` body (``openai``: an
+    OpenAI-shaped ``ErrorBody``, as the OpenAI-compatible routes answer), or None."""
+    if not mime_type.startswith("application/json"):
+        return f"content type {mime_type!r}, not application/json"
+    return openai_error_problem(text) if openai else api_error_problem(status, text)
 
 
 @pytest.mark.parametrize(
@@ -141,6 +166,32 @@ def test_error_body_problem_tells_clear_bodies_from_unclear_ones(
         assert expected in problem
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}',
+            None,
+        ),
+        ('{"error":"not_found","message":"no run","status":404}', "not an OpenAI error body"),
+        (
+            '{"error":{"message":" ","type":"invalid_request_error","param":null,"code":null}}',
+            "empty",
+        ),
+        ('{"error":{"message":"x","type":"server_error","param":null,"code":null}}', "error type"),
+    ],
+)
+def test_openai_error_problem_tells_clear_bodies_from_unclear_ones(
+    text: str, expected: str | None
+) -> None:
+    problem = error_body_problem(400, "application/json", text, openai=True)
+    if expected is None:
+        assert problem is None
+    else:
+        assert problem is not None
+        assert expected in problem
+
+
 @pytest.mark.slow
 def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
     daemon: Daemon, tmp_path: Path
@@ -155,7 +206,7 @@ def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
         "--header",
         f"Authorization: Bearer {TOKEN}",
         "--phases",
-        "coverage,fuzzing,stateful",
+        "examples,coverage,fuzzing,stateful",
         "--checks",
         "all",
         "--exclude-checks",
@@ -189,6 +240,14 @@ def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
     # The fuzzing reached the API: runs created, refusals of each kind answered.
     for expected in (200, 201, 401, 404, 405, 422):
         assert statuses[expected] > 0, f"no {expected} among {dict(statuses)}"
+    # ... the OpenAI-compatible endpoint too: answers and refusals.
+    chat = Counter(
+        int(e["response"]["status"])
+        for e in entries
+        if urlsplit(e["request"]["url"]).path == "/v1/chat/completions"
+    )
+    assert chat[200] > 0, chat
+    assert chat[400] > 0, chat
 
     unclear: list[str] = []
     for entry in entries:
@@ -196,7 +255,14 @@ def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
         if not 400 <= status < 500:
             continue
         content = entry["response"]["content"]
-        problem = error_body_problem(status, content.get("mimeType", ""), content.get("text", ""))
+        path = urlsplit(entry["request"]["url"]).path
+        problem = error_body_problem(
+            status,
+            content.get("mimeType", ""),
+            content.get("text", ""),
+            # The guard (401) and the router (405) answer before any route does.
+            openai=status not in (401, 405) and path.startswith(OPENAI_PATHS),
+        )
         if problem is not None:
             request = entry["request"]
             unclear.append(f"{request['method']} {request['url']} -> {status}: {problem}")
