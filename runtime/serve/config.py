@@ -62,7 +62,8 @@ class ServerConfig(BaseModel):
     """The most rollouts one run may ask for."""
     finished_runs_cached: int = Field(default=1024, ge=0)
     """Finished runs whose final state stays in memory, so polling clients
-    never wait on the store for them (the most recent ones; 0: none)."""
+    never wait on the store for them (the most recent ones; 0: none).  Each
+    holds its result, rollout summaries included: a few KB per rollout."""
     shutdown_grace_s: float = Field(default=10.0, ge=0)
     """On SIGTERM: how long running runs may take to finish before they are
     checkpointed (stopped; resumed from their committed steps on restart)."""
