@@ -507,6 +507,8 @@ class _Run:
                 saved.steps and saved.steps[-1].reply is None
             )
             if ended or saved.summary is not None:
+                if isinstance(self.runner, Hierarchy):  # its sub-agents spent too
+                    await self._take_over(rollout_id, ledger, with_itself=False)
                 return await self._restored(rollout_id, saved, ledger)
             if isinstance(self.runner, Agent):
                 resume = saved.steps or None
@@ -536,8 +538,8 @@ class _Run:
         return await self._summarize(result.trajectory)
 
     async def _take_over(self, rollout_id: str, ledger: BudgetLedger, *, with_itself: bool) -> None:
-        """Before a hierarchy's rollout goes on (or, ``with_itself``,
-        restarts): charge ``ledger`` with what an earlier incarnation's
+        """Before a hierarchy's rollout goes on, is restored (or, with
+        ``with_itself``, restarts): charge ``ledger`` with what an earlier incarnation's
         sub-agent rollouts under it committed (``<rollout_id>.<name>-<n>``,
         nested ones too; and the rollout's own steps, ``with_itself``), so
         the run keeps to its budget; end the ones left unfinished as

@@ -22,16 +22,19 @@ from agentrt.protocols import (
     RunFinished,
     RunStarted,
     ScalingSpec,
+    Step,
+    StepRecorded,
     SummaryWritten,
     SystemMessage,
+    ToolMessage,
     Usage,
     UserMessage,
     VoteCast,
 )
 from agentrt.runtime.errors import UserError
-from agentrt.runtime.facade import Runtime, RuntimeConfig
+from agentrt.runtime.facade import RolloutCheckpoint, RunCheckpoint, Runtime, RuntimeConfig
 from agentrt.runtime.models.base import StreamDelta
-from agentrt.testing import ScriptedBackend, ScriptedReply
+from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -232,3 +235,57 @@ async def test_an_agent_by_yaml_spec_path(tmp_path: Path) -> None:
     assert log.of_type(RunStarted)[0].agent == "solver"
     assert len(result.summaries) == 4
     assert backend.calls == 5  # warmed through the hierarchy's root agent
+
+
+LEAD_AND_HELPER = """
+entry: lead
+agents:
+  lead:
+    description: Delegates.
+    instructions: You are the lead. Ask the helper.
+    sub_agents: [helper]
+  helper:
+    description: Answers.
+    instructions: You are the helper.
+"""
+
+
+def lead_then_helper(request: ModelRequest) -> ScriptedReply | ScriptedToolCall:
+    system = request.messages[0]
+    if isinstance(system, SystemMessage) and "the lead" in system.content:
+        if any(isinstance(m, ToolMessage) for m in request.messages):
+            return ScriptedReply(content="42")
+        return ScriptedToolCall("helper", {"task": "the answer"})
+    return ScriptedReply(content="42")
+
+
+async def test_an_ended_hierarchy_rollout_is_restored_with_its_sub_agents_cost(
+    tmp_path: Path,
+) -> None:
+    """Resuming a run whose hierarchy rollout ended (its summary not yet
+    written) runs nothing again, and the run's cost still counts the
+    sub-agent's model calls, not only the entry agent's."""
+    spec = tmp_path / "lead.yaml"
+    spec.write_text(LEAD_AND_HELPER)
+    backend = Recording(ScriptedBackend(lead_then_helper))
+    log = EventLog()
+    async with runtime(backend, agents={"lead": str(spec)}, warm_prefix=False) as rt:
+        first = await rt.run("q", agent="lead", events=log, run_id="run-h")
+        assert first.cost.model_calls == 3  # the lead twice, the helper once
+        steps: dict[str, list[Step]] = {}
+        for event in log.of_type(StepRecorded):
+            steps.setdefault(event.rollout_id, []).append(event.step)
+        ended = {e.rollout_id: e for e in log.of_type(RolloutFinished)}
+        assert len(steps) == 2  # the lead's rollout and the helper's
+        checkpoint = RunCheckpoint(
+            next_seq=len(log.events) + 1,
+            rollouts={
+                r: RolloutCheckpoint(steps=s, finished=ended.get(r)) for r, s in steps.items()
+            },
+        )
+        calls = backend.calls
+        again = await rt.run("q", agent="lead", run_id="run-h", checkpoint=checkpoint)
+    assert backend.calls == calls
+    assert again.answer == "42"
+    assert again.cost.model_calls == first.cost.model_calls
+    assert again.cost.usage == first.cost.usage
