@@ -33,6 +33,30 @@ from agentrt.testing import SimServerConfig
 pytestmark = pytest.mark.slow
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
+LEAD_ROLLOUTS = 2
+#: (task, agent, rollouts): a hierarchy's run (first: it takes the longest,
+#: so every kill lands in it) and three runs of a plain agent.
+RUNS = (
+    ("what is 9*9", "lead", LEAD_ROLLOUTS),
+    ("what is 6*7", "solver", 6),
+    ("what is 12+30", "solver", 5),
+    ("what is 50-8", "solver", 4),
+)
+#: A lead that gives each part to a helper (a sub-agent with the calculator).
+HIERARCHY = """
+entry: lead
+agents:
+  lead:
+    description: Splits the work.
+    instructions: Give each part to the helper.
+    sub_agents: [helper]
+    stop_on: []
+  helper:
+    description: Computes one part.
+    instructions: Use the calculator.
+    tools: [calculator]
+    stop_on: []
+"""
 
 
 @pytest.fixture
@@ -93,6 +117,8 @@ def test_kill_9_resumes_every_run_without_losing_or_rerunning_a_step(
     rng = random.Random(seed)
     db = tmp_path / "runs.db"
     port = daemon_kit.free_port()
+    spec = tmp_path / "lead.yaml"
+    spec.write_text(HIERARCHY)
     config = tmp_path / "agentrt.toml"
     config.write_text(
         f"""
@@ -112,6 +138,9 @@ kind = "openai"
 base_url = "{sim_url}/v1"
 models = ["sim"]
 
+[agents]
+lead = "{spec}"
+
 [agents.solver]
 instructions = "Solve the task. Use the calculator."
 tools = ["calculator"]
@@ -123,8 +152,8 @@ stop_on = []
     daemon.start()
     try:
         run_ids = []
-        for task, rollouts in (("what is 6*7", 6), ("what is 12+30", 5), ("what is 50-8", 4)):
-            body = {"task": task, "agent": "solver", "scaling": {"rollouts": rollouts}}
+        for task, agent, rollouts in RUNS:
+            body = {"task": task, "agent": agent, "scaling": {"rollouts": rollouts}}
             response = httpx.post(f"{daemon.url}/v1/runs", json=body, timeout=10)
             assert response.status_code == 201, response.text
             run_ids.append(response.json()["run_id"])
@@ -166,6 +195,11 @@ stop_on = []
                 rerun.append(request_id)
     assert not rerun, f"committed steps were requested again: {rerun} {context}"
     assert sum(len(c) for c, _ in snapshots) > 0, f"no step was committed before a kill {context}"
+    lead_run = f"{run_ids[0]}-"
+    assert any(r.startswith(lead_run) for r, _ in snapshots[0][0]), f"no lead step {context}"
+    assert any(r.startswith(lead_run) for r, _ in final if (r, 0) not in snapshots[-1][0]), (
+        f"the hierarchy had nothing left to do after the last kill {context}"
+    )
 
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -173,8 +207,19 @@ stop_on = []
         for rollout, idx in conn.execute("SELECT rollout_id, idx FROM steps ORDER BY 1, 2"):
             per_rollout.setdefault(rollout, []).append(idx)
         finished = dict(conn.execute("SELECT rollout_id, status FROM rollouts").fetchall())
-    assert len(per_rollout) == 6 + 5 + 4, per_rollout.keys()
+    top = {r for r in per_rollout if "." not in r}  # a sub-agent's id is <parent>.<agent>-<n>
+    assert len(top) == sum(n for _, _, n in RUNS), per_rollout.keys()
+    assert not any("~" in r for r in per_rollout), per_rollout.keys()  # none restarted
     for rollout, indices in per_rollout.items():
         assert indices == list(range(len(indices))), f"{rollout}: {indices} {context}"
-        assert finished[rollout] == "finished", f"{rollout}: {finished[rollout]} {context}"
+        # A sub-agent call a kill interrupted ends cancelled: the step of its
+        # parent that made it ran again, and called it anew under a new id.
+        expected = ("finished",) if rollout in top else ("finished", "cancelled")
+        assert finished[rollout] in expected, f"{rollout}: {finished[rollout]} {context}"
+        if rollout in top:  # four tool rounds and the answer
+            assert len(indices) == 5, f"{rollout}: {indices} {context}"
+    helpers = [r for r in per_rollout if r not in top]
+    finished_helpers = [r for r in helpers if finished[r] == "finished"]
+    # Each lead rollout asked its helper four times (the sim-server's tool rounds).
+    assert len(finished_helpers) >= 4 * LEAD_ROLLOUTS, f"{sorted(helpers)} {context}"
     print(json.dumps({"seed": seed, "kills": kills, "steps": len(final)}))
