@@ -4,7 +4,8 @@ Owns ``run_resources``: for a ``RunManager``,
 
 * ``agentrt://agents``: the agents (``AgentList``), a fixed resource;
 * ``agentrt://runs{?status,limit}``: the newest runs (``RunPage``);
-* ``agentrt://runs/{run_id}``: one run in full (``RunDetail``);
+* ``agentrt://runs/{run_id}``: one run in full (``RunDetail``); the newest
+  runs are also listed by ``resources/list``;
 * ``agentrt://runs/{run_id}/summaries``: its rollouts' summaries;
 * ``agentrt://runs/{run_id}/rollouts/{rollout_id}``: one trajectory.
 
@@ -27,13 +28,20 @@ from agentrt.protocols import RunStatus
 from agentrt.protocols.api import AgentList
 from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.errors import ApiProblem
-from agentrt.tools.hosting import ResourceTemplate, StaticResource
+from agentrt.tools.hosting import ListedResource, ResourceTemplate, StaticResource
 from agentrt.tools.hosting.server import RESOURCE_NOT_FOUND
 
 _STATUSES: Final[tuple[RunStatus, ...]] = ("pending", "running", "succeeded", "failed", "cancelled")
 _JSON: Final = "application/json"
 #: Runs the listing shows when the URI names no limit.
 DEFAULT_LIMIT: Final = 20
+#: The newest runs ``resources/list`` shows (older ones: ``agentrt://runs``).
+LISTED_RUNS: Final = 20
+
+
+def _preview(task: str, chars: int = 80) -> str:
+    line = " ".join(task.split())
+    return line if len(line) <= chars else line[: chars - 3] + "..."
 
 
 def run_uri(run_id: str) -> str:
@@ -81,6 +89,17 @@ def run_resources(manager: RunService) -> tuple[list[StaticResource], list[Resou
             raise missing(f"no run {run_id!r}", f"{run_uri(run_id)}/summaries")
         return encode(await manager.summaries(run_id))
 
+    async def newest_runs() -> list[ListedResource]:
+        page = await manager.list(limit=LISTED_RUNS)
+        return [
+            ListedResource(
+                uri=run_uri(info.run_id),
+                name=f"run {info.run_id}",
+                description=f"{info.status}, agent {info.agent}: {_preview(info.task)}",
+            )
+            for info in page.runs
+        ]
+
     async def trajectory(variables: Mapping[str, str]) -> str:
         run_id, rollout_id = variables["run_id"], variables["rollout_id"]
         found = await manager.trajectory(run_id, rollout_id)
@@ -111,6 +130,7 @@ def run_resources(manager: RunService) -> tuple[list[StaticResource], list[Resou
             description="One run in full (RunDetail JSON): request, rollouts, result.",
             mime_type=_JSON,
             read=run,
+            listing=newest_runs,
         ),
         ResourceTemplate(
             uri_template="agentrt://runs/{run_id}/summaries",
@@ -130,4 +150,4 @@ def run_resources(manager: RunService) -> tuple[list[StaticResource], list[Resou
     return [agents], templates
 
 
-__all__ = ["DEFAULT_LIMIT", "run_resources", "run_uri"]
+__all__ = ["DEFAULT_LIMIT", "LISTED_RUNS", "run_resources", "run_uri"]

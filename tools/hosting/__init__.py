@@ -26,6 +26,7 @@ SDK, never agents or aggregators.
 
 from agentrt.tools.hosting.calls import McpCallPeer
 from agentrt.tools.hosting.catalog import (
+    ListedResource,
     Prompt,
     PromptArgument,
     PromptMessage,
@@ -50,6 +51,7 @@ __all__ = [
     "HttpEndpoint",
     "HttpMount",
     "HttpServeConfig",
+    "ListedResource",
     "LogLevel",
     "McpCallPeer",
     "MemoryEventStore",

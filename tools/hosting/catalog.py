@@ -33,6 +33,19 @@ from agentrt.tools.base import ToolContent
 ResourceReader = Callable[[Mapping[str, str]], Awaitable[str | bytes]]
 
 
+class ListedResource(msgspec.Struct, frozen=True, kw_only=True):
+    """A resource a template currently names, as ``resources/list`` shows it."""
+
+    uri: str
+    name: str
+    description: str = ""
+
+
+#: What a template lists among the resources (the newest runs, say): called
+#: on every ``resources/list``; its URIs must match the template.
+ResourceLister = Callable[[], Awaitable[Sequence[ListedResource]]]
+
+
 class StaticResource(msgspec.Struct, frozen=True, kw_only=True):
     """A resource with a fixed body: ``text`` for text, ``data`` for binary."""
 
@@ -65,6 +78,8 @@ class ResourceTemplate(msgspec.Struct, frozen=True, kw_only=True):
     mime_type: str = "text/plain"
     #: Values offered by ``completion/complete`` for each variable.
     choices: Mapping[str, Sequence[str]] = msgspec.field(default_factory=dict)
+    #: Resources it names that ``resources/list`` shows (none if unset).
+    listing: ResourceLister | None = None
 
     def __post_init__(self) -> None:
         try:

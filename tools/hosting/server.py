@@ -320,17 +320,35 @@ class ToolServer:
     async def _list_resources(
         self, ctx: Ctx, params: mcp.PaginatedRequestParams | None
     ) -> mcp.ListResourcesResult:
-        return mcp.ListResourcesResult(
-            resources=[
-                mcp.Resource(
-                    uri=r.uri,
-                    name=r.name,
-                    description=r.description or r.name,
-                    mime_type=r.mime_type,
+        resources = [
+            mcp.Resource(
+                uri=r.uri,
+                name=r.name,
+                description=r.description or r.name,
+                mime_type=r.mime_type,
+            )
+            for r in self._resources.values()
+        ]
+        for template in self._templates.values():
+            if template.listing is None:
+                continue
+            try:
+                listed = await template.listing()
+            except Exception as exc:  # one failing lister must not hide the rest
+                log.warning(
+                    "resource_listing_failed", template=template.uri_template, error=repr(exc)
                 )
-                for r in self._resources.values()
-            ]
-        )
+                continue
+            resources.extend(
+                mcp.Resource(
+                    uri=entry.uri,
+                    name=entry.name,
+                    description=entry.description or entry.name,
+                    mime_type=template.mime_type,
+                )
+                for entry in listed
+            )
+        return mcp.ListResourcesResult(resources=resources)
 
     async def _list_templates(
         self, ctx: Ctx, params: mcp.PaginatedRequestParams | None

@@ -213,7 +213,9 @@ async def test_runs_rollouts_and_summaries_are_tools_and_resources(tmp_path: Pat
         "agentrt://runs/{run_id}/summaries",
         "agentrt://runs/{run_id}/rollouts/{rollout_id}",
     }
-    assert [r.uri for r in listed] == ["agentrt://agents"]
+    # The agents, then the newest runs (each readable at its URI).
+    assert [r.uri for r in listed] == ["agentrt://agents", f"agentrt://runs/{run_id}"]
+    assert listed[1].description == "succeeded, agent default: What is 6 x 7?"
     assert sorted(s["rollout_id"] for s in summaries) == sorted(
         r["rollout_id"] for r in run["rollouts"]
     )

@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from agentrt.runtime.errors import ToolError
 from agentrt.tools.base import ToolContent, ToolContext, ToolOutput
 from agentrt.tools.hosting import (
+    ListedResource,
     Prompt,
     PromptArgument,
     PromptMessage,
@@ -97,6 +98,10 @@ async def item_json(variables: Mapping[str, str]) -> str:
     return f'{{"item": "{variables["id"]}"}}'
 
 
+async def items_in_stock() -> list[ListedResource]:
+    return [ListedResource(uri="mem://items/apple", name="apple", description="In stock")]
+
+
 async def greet(args: Mapping[str, str]) -> list[PromptMessage]:
     return [
         PromptMessage(content=ToolContent(text=f"Hello {args['name']}")),
@@ -138,6 +143,7 @@ def server(make_tool: Any) -> ToolServer:
                 mime_type="application/json",
                 read=item_json,
                 choices={"id": ("apple", "apricot", "banana")},
+                listing=items_in_stock,
             )
         ],
         prompts=[
@@ -305,7 +311,9 @@ async def test_resources_static_templated_missing_and_subscribed(server: ToolSer
         assert [(r.uri, r.mime_type) for r in listed.resources] == [
             ("mem://readme", "text/plain"),
             ("mem://logo", "image/png"),
+            ("mem://items/apple", "application/json"),  # what the template lists
         ]
+        assert listed.resources[2].description == "In stock"
         templates = await client.list_resource_templates()
         assert [t.uri_template for t in templates.resource_templates] == ["mem://items/{id}"]
 
@@ -406,3 +414,23 @@ async def test_a_2026_era_client_is_served_and_told_why_sampling_is_unavailable(
     assert refused.is_error
     assert isinstance(refused.content[0], mcp.TextContent)
     assert "protocol 2026-07-28 has no server-to-client requests" in refused.content[0].text
+
+
+@pytest.mark.anyio
+async def test_a_failing_resource_listing_hides_only_its_own_entries() -> None:
+    async def broken() -> list[ListedResource]:
+        raise RuntimeError("the database is gone")
+
+    server = ToolServer(
+        "listing-host",
+        resources=[StaticResource(uri="mem://readme", name="readme", text="read me")],
+        resource_templates=[
+            ResourceTemplate(uri_template="mem://a/{id}", name="a", read=item_json, listing=broken),
+            ResourceTemplate(
+                uri_template="mem://items/{id}", name="item", read=item_json, listing=items_in_stock
+            ),
+        ],
+    )
+    async with Client(connect_in_process(server), mode="legacy") as client:
+        listed = await client.list_resources()
+    assert [r.uri for r in listed.resources] == ["mem://readme", "mem://items/apple"]
