@@ -9,6 +9,7 @@ import itertools
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +239,37 @@ def _lead_and_helper(request: ModelRequest) -> ReplySpec:
     return ScriptedReply(content="7")
 
 
+def _stalling(
+    script: Callable[[ModelRequest], ReplySpec], stalls: Callable[[ModelRequest], bool]
+) -> Callable[[ModelRequest], ReplySpec]:
+    """``script``, except that the first request ``stalls`` picks never gets
+    its reply (it is still in flight when the daemon stops)."""
+    stalled = False
+
+    def stalling(request: ModelRequest) -> ReplySpec:
+        nonlocal stalled
+        if not stalled and stalls(request):
+            stalled = True
+            return ScriptedReply(content="(never seen)", delay_s=60)
+        return script(request)
+
+    return stalling
+
+
+def _second_helper_answer() -> Callable[[ModelRequest], bool]:
+    answers = 0
+
+    def second(request: ModelRequest) -> bool:
+        nonlocal answers
+        system = request.messages[0]
+        helper = isinstance(system, SystemMessage) and "You are the helper" in system.content
+        if helper and any(isinstance(m, ToolMessage) for m in request.messages):
+            answers += 1
+        return answers == 2
+
+    return second
+
+
 async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
     tmp_path: Path, daemon_kit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -250,7 +282,11 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
         tmp_path, server={"shutdown_grace_s": 0.0}, agents={"lead": str(spec)}
     )
     body = {"task": "three parts", "agent": "lead"}
-    first = ScriptedBackend(_lead_and_helper, latency_s=0.05)
+    # Each daemon is a new process: sub-agent calls are numbered from 1.
+    monkeypatch.setattr(delegation._numbers, "counter", itertools.count(1))
+    # The second helper call's answer never comes: the daemon stops with the
+    # lead's first step committed and that call half done.
+    first = ScriptedBackend(_stalling(_lead_and_helper, _second_helper_answer()), latency_s=0.01)
     async with (
         daemon_kit.running(config, first) as daemon,
         httpx.AsyncClient(base_url=daemon.url) as client,
@@ -274,11 +310,10 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
     before = _steps(tmp_path / "runs.db")
     lead_steps = [i for r, i in before if r == lead]
     assert lead_steps == list(range(len(lead_steps)))
-    assert 1 <= len(lead_steps) < 3  # stopped while the lead had work left
+    assert len(lead_steps) == 1  # stopped while the lead had work left
     assert (interrupted, 0) in before
     assert (interrupted, 1) not in before
 
-    # A new process numbers sub-agent calls from 1 again.
     monkeypatch.setattr(delegation._numbers, "counter", itertools.count(1))
     second = ScriptedBackend(_lead_and_helper, latency_s=0.0)
     async with (
@@ -345,7 +380,12 @@ async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_en
     config = daemon_kit.config(
         tmp_path, server={"shutdown_grace_s": 0.0}, agents={"pipe": str(spec)}
     )
-    first = ScriptedBackend(_solver_and_checker, latency_s=0.05)
+
+    # The solver's third step never gets its reply: the daemon stops mid-stage.
+    def solver_third(request: ModelRequest) -> bool:
+        return sum(isinstance(m, ToolMessage) for m in request.messages) == 2
+
+    first = ScriptedBackend(_stalling(_solver_and_checker, solver_third), latency_s=0.01)
     async with (
         daemon_kit.running(config, first) as daemon,
         httpx.AsyncClient(base_url=daemon.url) as client,
@@ -357,7 +397,7 @@ async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_en
             while (f"{old}.solve.1", 1) not in set(_steps(tmp_path / "runs.db")):  # noqa: ASYNC110
                 await anyio.sleep(0.005)
     before = _steps(tmp_path / "runs.db")
-    assert {r for r, _ in before} == {f"{old}.solve.1"}
+    assert before == [(f"{old}.solve.1", 0), (f"{old}.solve.1", 1)]
 
     second = ScriptedBackend(_solver_and_checker, latency_s=0.0)
     async with (
