@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from typing import Any
 
 import pytest
@@ -41,3 +42,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     backend: tuple[str, dict[str, Any]] = request.param
     return backend
+
+
+@pytest.fixture
+def npx() -> str:
+    """Path of ``npx``; skips (or fails under AGENTRT_REQUIRE_NPX=1) without it.
+    (``tests/tools/mcp`` has its own, which also warms the npm cache.)"""
+    found = shutil.which("npx")
+    if found is None:
+        if os.environ.get("AGENTRT_REQUIRE_NPX") == "1":
+            pytest.fail("AGENTRT_REQUIRE_NPX=1 but npx (Node >= 20 with npm) is not installed")
+        pytest.skip("needs npx (Node >= 20 with npm)")
+    return found

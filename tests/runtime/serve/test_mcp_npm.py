@@ -11,9 +11,7 @@ They need Node's ``npx``: without it they skip, unless
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -48,17 +46,6 @@ _ROLLOUT = re.compile(r"-r(\d+)-\d+$")
 def anyio_backend() -> tuple[str, dict[str, Any]]:
     # One backend is enough here: the clients are Node; uvloop is covered elsewhere.
     return ("asyncio", {})
-
-
-@pytest.fixture
-def npx() -> str:
-    """Path of ``npx``; skips (or fails under AGENTRT_REQUIRE_NPX=1) without it."""
-    found = shutil.which("npx")
-    if found is None:
-        if os.environ.get("AGENTRT_REQUIRE_NPX") == "1":
-            pytest.fail("AGENTRT_REQUIRE_NPX=1 but npx (Node >= 20 with npm) is not installed")
-        pytest.skip("needs npx (Node >= 20 with npm)")
-    return found
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ install cannot hide behind a skip.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,14 +47,3 @@ def _make_tool(name: str, body: Body, parameters: dict[str, Any] | None = None) 
 def make_tool() -> ToolFactory:
     """``make_tool(name, async_body, parameters=None)`` -> a ``Tool``."""
     return _make_tool
-
-
-@pytest.fixture
-def npx() -> str:
-    """Path of ``npx``; skips (or fails under AGENTRT_REQUIRE_NPX=1) without it."""
-    found = shutil.which("npx")
-    if found is None:
-        if os.environ.get("AGENTRT_REQUIRE_NPX") == "1":
-            pytest.fail("AGENTRT_REQUIRE_NPX=1 but npx (Node >= 20 with npm) is not installed")
-        pytest.skip("needs npx (Node >= 20 with npm)")
-    return found
