@@ -18,6 +18,7 @@ from agentrt.runtime.testing import (
     SimServer,
     SimServerConfig,
     spawn_sim_server,
+    start_sim_server_process,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "SimServer",
     "SimServerConfig",
     "spawn_sim_server",
+    "start_sim_server_process",
 ]

@@ -46,9 +46,10 @@ import anyio
 import msgspec
 import psutil
 
+from agentrt.runtime.errors import BackendUnavailable
 from agentrt.runtime.models.http import HttpClientConfig, make_http_client
+from agentrt.testing import SimServerConfig, start_sim_server_process
 
-READY = "agentrt sim-server listening on "
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 P99_TARGET_MS = 50.0
 STARTUP_TIMEOUT_S = 60.0
@@ -77,19 +78,19 @@ _DETAIL = msgspec.json.Decoder(_Detail)
 
 
 def start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
-    argv = [
-        sys.executable, "-m", "agentrt.runtime.testing.sim_server",
-        "--port", "0", "--ttft-ms", str(args.ttft_ms), "--token-ms", "2",
-        "--reply-tokens", "8", "--tool-rounds", str(args.tool_rounds),
-        "--answer", "answer", "--seed", "7", "--log-level", "ERROR", "--exit-with-parent",
-    ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith(READY):
-        proc.kill()
-        raise SystemExit(f"sim-server did not start: {line!r}")
-    return proc, line[len(READY) :].strip()
+    config = SimServerConfig(
+        ttft_ms=args.ttft_ms,
+        token_ms=2,
+        reply_tokens=8,
+        tool_rounds=args.tool_rounds,
+        answer="answer",
+        seed=7,
+        log_level="ERROR",
+    )
+    try:
+        return start_sim_server_process(config)
+    except BackendUnavailable as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def daemon_config(sim_url: str, store: Path) -> str:

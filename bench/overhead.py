@@ -43,7 +43,6 @@ from typing import Any
 
 import psutil
 
-READY = "agentrt sim-server listening on "
 SYSTEM = "You are a careful assistant. Use the lookup tool for every fact you need."
 TOOL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -222,18 +221,18 @@ def child(mode: str, url: str, rollouts: int, steps: int) -> None:
 
 
 def start_sim(latency_ms: float, steps: int) -> tuple[subprocess.Popen[str], str]:
-    argv = [
-        sys.executable, "-m", "agentrt.runtime.testing.sim_server",
-        "--port", "0", "--ttft-ms", str(latency_ms), "--token-ms", "0",
-        "--reply-tokens", "8", "--tool-rounds", str(steps + 1), "--log-level", "ERROR",
-    ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith(READY):
-        proc.kill()
-        raise SystemExit(f"sim-server did not start: {line!r}")
-    return proc, line[len(READY) :].strip()
+    # Imported here: the measured children run this file too, and the floor's
+    # must not carry agentrt in its memory.
+    from agentrt.runtime.errors import BackendUnavailable
+    from agentrt.testing import SimServerConfig, start_sim_server_process
+
+    config = SimServerConfig(
+        ttft_ms=latency_ms, token_ms=0, reply_tokens=8, tool_rounds=steps + 1, log_level="ERROR"
+    )
+    try:
+        return start_sim_server_process(config)
+    except BackendUnavailable as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def run_child(

@@ -4,7 +4,8 @@
   a script of replies, tool calls and exceptions;
 - the sim-server: an OpenAI- and SGLang-compatible HTTP model server with
   simulated latency, a radix-tree prefix cache and fault injection, run
-  in-process (``SimServer``), as a subprocess (``spawn_sim_server``) or from
+  in-process (``SimServer``), as a subprocess (``spawn_sim_server``, or
+  ``start_sim_server_process`` for synchronous callers) or from
   the command line (``agentrt sim-server`` = ``sim_server.main``);
 - ``RecordingSink``: records progress/log notifications and waits for one.
 
@@ -23,7 +24,11 @@ from agentrt.runtime.testing.scripted import (
     ScriptExhausted,
 )
 from agentrt.runtime.testing.sim_config import FaultKind, SimServerConfig
-from agentrt.runtime.testing.sim_runner import SimServer, spawn_sim_server
+from agentrt.runtime.testing.sim_runner import (
+    SimServer,
+    spawn_sim_server,
+    start_sim_server_process,
+)
 
 __all__ = [
     "FaultKind",
@@ -38,4 +43,5 @@ __all__ = [
     "SimServer",
     "SimServerConfig",
     "spawn_sim_server",
+    "start_sim_server_process",
 ]

@@ -8,7 +8,10 @@
 - ``spawn_sim_server(config)``: starts ``python -m
   agentrt.runtime.testing.sim_server`` with the config's flags, waits for the
   ready line, yields the base URL and terminates the process on exit (the
-  child also exits by itself if its parent dies).
+  child also exits by itself if its parent dies);
+- ``start_sim_server_process(config)``: the same process for synchronous
+  callers (benchmarks, fixtures): ``(Popen, url)`` once it is ready; the
+  caller terminates it.
 
 The command line lives in ``sim_server`` (``python -m
 agentrt.runtime.testing.sim_server``), which this module does not import.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -228,13 +232,8 @@ async def spawn_sim_server(
     stays silent for ``ready_timeout`` seconds before printing its ready line.
     On exit the process gets SIGTERM, then SIGKILL after 5 s.
     """
-    cfg = config or SimServerConfig()
-    if overrides:
-        cfg = SimServerConfig.model_validate({**cfg.model_dump(), **overrides})
-    argv = [sys.executable, "-m", "agentrt.runtime.testing.sim_server", *cfg.to_argv()]
-    argv.append("--exit-with-parent")
     with tempfile.TemporaryFile() as stderr:
-        process = await anyio.open_process(argv, stdin=None, stderr=stderr)
+        process = await anyio.open_process(_argv(config, overrides), stdin=None, stderr=stderr)
         try:
             url = await _wait_ready(process, ready_timeout, stderr)
             yield url
@@ -248,6 +247,41 @@ async def spawn_sim_server(
                     process.kill()
                     await process.wait()
                 await process.aclose()
+
+
+def start_sim_server_process(
+    config: SimServerConfig | None = None,
+    *,
+    stderr: int | None = None,
+    **overrides: Any,
+) -> tuple[subprocess.Popen[str], str]:
+    """Start the sim-server in its own process and read its ready line:
+    the process (the caller terminates it) and its base URL.  ``stderr``:
+    where its log goes (default: this process's stderr).  Raises
+    ``BackendUnavailable`` when the first line is not the ready line."""
+    process = subprocess.Popen(  # noqa: S603 - this interpreter, our module, flags from a config
+        _argv(config, overrides), stdout=subprocess.PIPE, stderr=stderr, text=True
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    match = _READY_RE.search(line)
+    if match is None:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        raise BackendUnavailable(
+            f"sim-server did not start (exit code {process.returncode}): {line!r}",
+            backend="sim-server",
+        )
+    return process, match.group(1)
+
+
+def _argv(config: SimServerConfig | None, overrides: dict[str, Any]) -> list[str]:
+    cfg = config or SimServerConfig()
+    if overrides:
+        cfg = SimServerConfig.model_validate({**cfg.model_dump(), **overrides})
+    module = "agentrt.runtime.testing.sim_server"
+    return [sys.executable, "-m", module, *cfg.to_argv(), "--exit-with-parent"]
 
 
 async def _wait_ready(process: anyio.abc.Process, ready_timeout: float, stderr: Any) -> str:

@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--exit-with-parent",
         action="store_true",
-        help="exit when the parent process goes away (spawn_sim_server sets this)",
+        help="exit when the parent process goes away (agentrt.testing's starters set this)",
     )
     return parser
 

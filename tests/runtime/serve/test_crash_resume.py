@@ -19,7 +19,6 @@ import random
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentrt.testing import SimServerConfig
+from agentrt.testing import SimServerConfig, start_sim_server_process
 
 pytestmark = pytest.mark.slow
 
@@ -62,12 +61,8 @@ agents:
 @pytest.fixture
 def sim_url() -> Iterator[str]:
     config = SimServerConfig(ttft_ms=200, token_ms=1, tool_rounds=4, answer="answer", seed=7)
-    argv = [sys.executable, "-m", "agentrt.runtime.testing.sim_server", *config.to_argv()]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc, url = start_sim_server_process(config, stderr=subprocess.DEVNULL)
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        url = next(w for w in line.split() if w.startswith("http://")).rstrip("/")
         yield url
     finally:
         proc.terminate()

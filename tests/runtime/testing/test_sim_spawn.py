@@ -13,7 +13,7 @@ import pytest
 from agentrt.runtime.errors import BackendUnavailable, ConfigError
 from agentrt.runtime.testing.sim_config import parse_args
 from agentrt.runtime.testing.sim_server import main
-from agentrt.testing import SimServerConfig, spawn_sim_server
+from agentrt.testing import SimServerConfig, spawn_sim_server, start_sim_server_process
 
 
 @pytest.fixture
@@ -89,3 +89,17 @@ def test_agentrt_testing_exports_the_fakes() -> None:
     assert {"ScriptedBackend", "SimServer", "SimServerConfig", "spawn_sim_server"} <= set(
         testing.__all__
     )
+
+
+def test_the_synchronous_starter_serves_and_reports_a_failed_start() -> None:
+    process, url = start_sim_server_process(SimServerConfig(ttft_ms=0, model="sync"))
+    try:
+        info = httpx.get(f"{url}/get_model_info", timeout=5).json()
+        assert info["model_path"] == "sync"
+    finally:
+        process.terminate()
+        assert process.wait(timeout=10) == 0
+        assert process.stdout is not None
+        process.stdout.close()
+    with pytest.raises(BackendUnavailable, match="did not start"):
+        start_sim_server_process(SimServerConfig(host="256.0.0.1"), stderr=subprocess.DEVNULL)
