@@ -11,7 +11,7 @@ The repository root is this package; its folders are the subpackages:
 
 Importing ``agentrt`` has no side effects: no logging set-up, no directories,
 no event loop.  ``Runtime``, ``RuntimeConfig`` and ``run`` (the embedding
-facade, ``agentrt.runtime.facade``) load on first use.
+facade, ``agentrt.runtime.engine``) load on first use.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agentrt._version import __version__
 
 if TYPE_CHECKING:
-    from agentrt.runtime.facade import Runtime, RuntimeConfig, run
+    from agentrt.runtime.engine import Runtime, RuntimeConfig, run
 
 _FACADE = frozenset({"Runtime", "RuntimeConfig", "run"})
 
@@ -28,9 +28,9 @@ def __getattr__(name: str) -> Any:
     # The facade pulls in every layer; importing it on first use keeps
     # ``import agentrt.protocols`` (and the CLI's start) light.
     if name in _FACADE:
-        from agentrt.runtime import facade
+        from agentrt.runtime import engine
 
-        return getattr(facade, name)
+        return getattr(engine, name)
     raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
 
 

@@ -18,9 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: The roof of runtime/: the only modules allowed to wire every layer together.
 ROOF = {
-    "runtime/cli.py",
-    "runtime/agent_run.py",
-    "runtime/facade.py",
+    "runtime/cli",
+    "runtime/engine",
     "runtime/serve",
     "runtime/run_demo.py",
 }
@@ -34,8 +33,8 @@ FORBIDDEN = {
 }
 ROOF_MODULES = (
     "agentrt.runtime.cli",
-    "agentrt.runtime.agent_run",
-    "agentrt.runtime.facade",
+    "agentrt.runtime.cli.run",
+    "agentrt.runtime.engine",
     "agentrt.runtime.serve",
 )
 
@@ -101,5 +100,5 @@ def test_the_checker_catches_a_violation(tmp_path: Path) -> None:
     assert "agentrt.agents.loop.Agent" in names
     assert "agentrt.tools" in names
     assert _layer("runtime/actors/system.py") == "runtime-floor"
-    assert _layer("runtime/cli.py") is None
-    assert _layer("runtime/agent_run.py") is None
+    assert _layer("runtime/cli/run.py") is None
+    assert _layer("runtime/engine/runtime.py") is None

@@ -47,7 +47,7 @@ from agentrt.protocols import (
 )
 from agentrt.protocols.api import RolloutInfo, RunDetail, RunInfo, RunPage
 from agentrt.runtime.errors import AgentrtError, ConfigError
-from agentrt.runtime.facade import RolloutCheckpoint, RunCheckpoint
+from agentrt.runtime.engine import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.serve.store_sql import (
     ROLLOUTS_SQL,
     RUN_COLUMNS,

@@ -184,7 +184,7 @@ def test_a_run_token_budget_stops_every_rollout(
 
 def test_command_line_overrides_reach_every_agent_and_mcp_the_entry(tmp_path: Path) -> None:
     from agentrt.agents.spec import AgentSpec, McpTools
-    from agentrt.runtime.agent_run import agent_specs, load_run_config
+    from agentrt.runtime.cli.run import agent_specs, load_run_config
 
     config = load_run_config(None)
     specs = agent_specs(

@@ -15,7 +15,7 @@ import pytest
 
 from agentrt.protocols import Cost, RunResult, ScalingSpec, Usage
 from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.eval import (
+from agentrt.runtime.cli.eval import (
     EvalTask,
     bootstrap_ci,
     build_parser,
@@ -28,7 +28,7 @@ from agentrt.runtime.eval import (
     pass_hat_k,
     wilson,
 )
-from agentrt.runtime.eval_plot import curves, write_svg
+from agentrt.runtime.cli.eval_plot import curves, write_svg
 
 
 def brute(n: int, c: int, k: int, *, every: bool) -> float:
@@ -71,7 +71,7 @@ def test_verifiers() -> None:
     assert build_verifier("numeric:1e-3")("about 3.1416", task)
     assert not build_verifier("numeric")("3.1416", task)
     assert build_verifier("regex")("pi is 3.14159!", EvalTask(id="2", task="q", answer=r"3\.14"))
-    by_path = build_verifier("agentrt.runtime.eval:exact")  # any `pkg.mod:fn`
+    by_path = build_verifier("agentrt.runtime.cli.eval:exact")  # any `pkg.mod:fn`
     assert by_path("3.14159", task)
     assert not by_path("2.7", task)
     with pytest.raises(ConfigError, match="unknown verifier"):

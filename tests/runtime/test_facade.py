@@ -32,7 +32,7 @@ from agentrt.protocols import (
     VoteCast,
 )
 from agentrt.runtime.errors import UserError
-from agentrt.runtime.facade import RolloutCheckpoint, RunCheckpoint, Runtime, RuntimeConfig
+from agentrt.runtime.engine import RolloutCheckpoint, RunCheckpoint, Runtime, RuntimeConfig
 from agentrt.runtime.models.base import StreamDelta
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 

@@ -31,7 +31,7 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.cli import main
 from agentrt.runtime.log import configure_logging, reset_logging
-from agentrt.runtime.progress import ProgressState, live_progress, render
+from agentrt.runtime.cli.progress import ProgressState, live_progress, render
 
 RUN = "run-abc"
 

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from agentrt.runtime.errors import BudgetExceeded
-from agentrt.runtime.scheduler import Outcome, RolloutScheduler, majority_certain
+from agentrt.runtime.engine.scheduler import Outcome, RolloutScheduler, majority_certain
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ import pytest
 
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
-from agentrt.runtime.facade import RuntimeConfig
+from agentrt.runtime.engine import RuntimeConfig
 from agentrt.runtime.serve.config import DaemonConfig, ServerConfig, StoreConfig
 from agentrt.runtime.serve.daemon import run_daemon
 from agentrt.testing import ScriptedBackend

@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
-from agentrt.runtime.facade import RuntimeConfig
+from agentrt.runtime.engine import RuntimeConfig
 from agentrt.runtime.serve.config import (
     DaemonConfig,
     ServerConfig,

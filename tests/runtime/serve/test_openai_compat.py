@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
-from agentrt.runtime.facade import RuntimeConfig
+from agentrt.runtime.engine import RuntimeConfig
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
 from agentrt.runtime.serve.config import DaemonConfig, ServerConfig, StoreConfig

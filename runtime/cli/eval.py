@@ -450,7 +450,7 @@ async def eval_command(args: argparse.Namespace, open_runner: OpenRunner) -> Eva
         )
     sys.stdout.write(format_table(report) + "\n")
     if args.plot is not None:
-        from agentrt.runtime.eval_plot import write_svg  # the plot imports this module
+        from agentrt.runtime.cli.eval_plot import write_svg  # the plot imports this module
 
         write_svg(report, args.plot)
         sys.stdout.write(f"plot: {args.plot}\n")

@@ -51,7 +51,7 @@ from agentrt.protocols import Budget, Cost, RunResult, ScalingSpec, TrajectorySu
 from agentrt.runtime.actors import ActorCrashed, ActorError, ActorSystem, AskTimeout, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.facade import Runtime, RuntimeConfig
+from agentrt.runtime.engine import Runtime, RuntimeConfig
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.registry import ModelRegistry

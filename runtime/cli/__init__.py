@@ -8,11 +8,11 @@ bad configuration, an unknown model), 130 interrupted.
 Commands:
 
 - ``agentrt run TASK [--agent SPEC.yaml | --agent NAME]``: N parallel
-  rollouts of an agent or an agent hierarchy (``agentrt.runtime.agent_run``);
+  rollouts of an agent or an agent hierarchy (``agentrt.runtime.cli.run``);
   with no ``--agent``, a small default agent with a calculator on the
   default model (the embedded one when nothing is configured); in a
   terminal (or with ``--progress``) a live display of the rollouts, the
-  aggregation's bracket and the budget (``agentrt.runtime.progress``);
+  aggregation's bracket and the budget (``agentrt.runtime.cli.progress``);
 - ``agentrt sim-server ...``: the simulated model server of
   ``agentrt.runtime.testing.sim_server`` (imported only when asked for);
 - ``agentrt frontier [--simulate | --tasks FILE]``: the cost-success frontier
@@ -47,8 +47,8 @@ from agentrt.runtime.log import configure_logging
 
 if TYPE_CHECKING:
     from agentrt.agents.recording import EventSink
-    from agentrt.runtime.agent_run import AgentRun
-    from agentrt.runtime.progress import ProgressDisplay
+    from agentrt.runtime.cli.run import AgentRun
+    from agentrt.runtime.cli.progress import ProgressDisplay
 
 __all__ = ["main"]
 
@@ -91,11 +91,11 @@ class Output:
     def progress(
         self, *, cap_tokens: int | None, on_stderr: bool = False
     ) -> AbstractAsyncContextManager[ProgressDisplay]:
-        """A live progress display of a run (``agentrt.runtime.progress``)
+        """A live progress display of a run (``agentrt.runtime.cli.progress``)
         on stdout, or on stderr (keeping stdout for ``--json``)."""
         from rich.console import Console
 
-        from agentrt.runtime.progress import live_progress
+        from agentrt.runtime.cli.progress import live_progress
 
         stream = self._stderr if on_stderr else self._stdout
         return live_progress(Console(file=stream), cap_tokens=cap_tokens)
@@ -314,7 +314,7 @@ def _build_parser() -> _Parser:
 
 
 def _run_command(args: argparse.Namespace, out: Output) -> int:
-    from agentrt.runtime.agent_run import agent_specs, load_run_config, run_agent, run_scaled
+    from agentrt.runtime.cli.run import agent_specs, load_run_config, run_agent, run_scaled
 
     config = load_run_config(args.config)
     specs = agent_specs(
@@ -381,9 +381,9 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
 
 
 def _eval_main(argv: list[str]) -> int:
-    """``agentrt eval``: its own parser (``agentrt.runtime.eval``)."""
-    from agentrt.runtime.agent_run import eval_runner
-    from agentrt.runtime.eval import build_parser, eval_command
+    """``agentrt eval``: its own parser (``agentrt.runtime.cli.eval``)."""
+    from agentrt.runtime.cli.run import eval_runner
+    from agentrt.runtime.cli.eval import build_parser, eval_command
 
     args = build_parser(f"{_PROG} eval").parse_args(argv)
     out = Output()

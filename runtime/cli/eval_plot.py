@@ -6,7 +6,7 @@ a run of a task, pass@1 and its interval) and ``render_svg`` /
 its points and interval whiskers, and a legend.  The SVG is plain XML,
 readable by any browser.
 
-Imports only ``agentrt.runtime.eval`` (for the report types) and the stdlib.
+Imports only ``agentrt.runtime.cli.eval`` (for the report types) and the stdlib.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from agentrt.runtime.eval import EvalReport
+from agentrt.runtime.cli.eval import EvalReport
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 _W, _H = 640, 420
