@@ -47,8 +47,8 @@ from agentrt.runtime.log import configure_logging
 
 if TYPE_CHECKING:
     from agentrt.agents.recording import EventSink
-    from agentrt.runtime.cli.run import AgentRun
     from agentrt.runtime.cli.progress import ProgressDisplay
+    from agentrt.runtime.cli.run import AgentRun
 
 __all__ = ["main"]
 
@@ -382,8 +382,8 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
 
 def _eval_main(argv: list[str]) -> int:
     """``agentrt eval``: its own parser (``agentrt.runtime.cli.eval``)."""
-    from agentrt.runtime.cli.run import eval_runner
     from agentrt.runtime.cli.eval import build_parser, eval_command
+    from agentrt.runtime.cli.run import eval_runner
 
     args = build_parser(f"{_PROG} eval").parse_args(argv)
     out = Output()

@@ -50,8 +50,8 @@ from agentrt.agents.spec_loader import SPEC_SUFFIXES, SpecSet, load_spec
 from agentrt.protocols import Budget, Cost, RunResult, ScalingSpec, TrajectorySummary
 from agentrt.runtime.actors import ActorCrashed, ActorError, ActorSystem, AskTimeout, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.engine import Runtime, RuntimeConfig
+from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.registry import ModelRegistry

@@ -64,12 +64,12 @@ from agentrt.protocols import (
     UserMessage,
 )
 from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.engine.scheduler import FanOut, Outcome, RolloutScheduler, majority_certain
 from agentrt.runtime.errors import ConfigError, UserError
 from agentrt.runtime.memory import MemoryBank, MemoryView
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.registry import ModelRegistry, ModelsConfig
 from agentrt.runtime.pricing import PriceTable
-from agentrt.runtime.engine.scheduler import FanOut, Outcome, RolloutScheduler, majority_certain
 from agentrt.tools.base import Tool
 
 

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.engine import RuntimeConfig
+from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.tools.base import Tool
 from agentrt.tools.hosting.transports import is_loopback

@@ -54,8 +54,8 @@ from agentrt.protocols.api import (
     RunPage,
 )
 from agentrt.protocols.events import BudgetUpdated, RunStarted
-from agentrt.runtime.errors import ConfigError, UserError
 from agentrt.runtime.engine import RunCheckpoint, Runtime
+from agentrt.runtime.errors import ConfigError, UserError
 from agentrt.runtime.log import get_logger, log_context
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.pricing import PriceTable

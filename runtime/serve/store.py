@@ -46,8 +46,8 @@ from agentrt.protocols import (
     TrajectorySummary,
 )
 from agentrt.protocols.api import RolloutInfo, RunDetail, RunInfo, RunPage
-from agentrt.runtime.errors import AgentrtError, ConfigError
 from agentrt.runtime.engine import RolloutCheckpoint, RunCheckpoint
+from agentrt.runtime.errors import AgentrtError, ConfigError
 from agentrt.runtime.serve.store_sql import (
     ROLLOUTS_SQL,
     RUN_COLUMNS,

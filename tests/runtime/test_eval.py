@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from agentrt.protocols import Cost, RunResult, ScalingSpec, Usage
-from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.cli.eval import (
     EvalTask,
     bootstrap_ci,
@@ -29,6 +28,7 @@ from agentrt.runtime.cli.eval import (
     wilson,
 )
 from agentrt.runtime.cli.eval_plot import curves, write_svg
+from agentrt.runtime.errors import ConfigError
 
 
 def brute(n: int, c: int, k: int, *, every: bool) -> float:

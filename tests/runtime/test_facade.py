@@ -31,8 +31,8 @@ from agentrt.protocols import (
     UserMessage,
     VoteCast,
 )
-from agentrt.runtime.errors import UserError
 from agentrt.runtime.engine import RolloutCheckpoint, RunCheckpoint, Runtime, RuntimeConfig
+from agentrt.runtime.errors import UserError
 from agentrt.runtime.models.base import StreamDelta
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 

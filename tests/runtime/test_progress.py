@@ -30,8 +30,8 @@ from agentrt.protocols import (
     VoteCast,
 )
 from agentrt.runtime.cli import main
-from agentrt.runtime.log import configure_logging, reset_logging
 from agentrt.runtime.cli.progress import ProgressState, live_progress, render
+from agentrt.runtime.log import configure_logging, reset_logging
 
 RUN = "run-abc"
 

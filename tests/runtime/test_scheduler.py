@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
-from agentrt.runtime.errors import BudgetExceeded
 from agentrt.runtime.engine.scheduler import Outcome, RolloutScheduler, majority_certain
+from agentrt.runtime.errors import BudgetExceeded
 
 pytestmark = pytest.mark.anyio
 
