@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from agentrt.runtime.actors.address import validate_name
 
@@ -73,9 +73,17 @@ class SupervisorSpec:
     children: tuple[ChildSpec[Any, Any] | SupervisorSpec, ...] = ()
     strategy: RestartStrategy = RestartStrategy.ONE_FOR_ONE
     intensity: RestartIntensity = field(default_factory=RestartIntensity)
+    on_exhausted: Literal["escalate", "stop_child"] = "escalate"
+    """Past the intensity: ``escalate`` (OTP: the supervisor gives up and
+    fails), or ``stop_child``: the intensity counts each child's restarts on
+    its own, and a child past it is stopped for good (its askers get
+    ``ActorStopped``) while the supervisor and its other children go on --
+    for independent workers such as a run's rollouts (``ONE_FOR_ONE`` only)."""
 
     def __post_init__(self) -> None:
         validate_name(self.name)
+        if self.on_exhausted == "stop_child" and self.strategy is not RestartStrategy.ONE_FOR_ONE:
+            raise ValueError(f"supervisor {self.name!r}: on_exhausted='stop_child' needs ONE_FOR_ONE")
         names = [child.name for child in self.children]
         if len(set(names)) != len(names):
             raise ValueError(f"supervisor {self.name!r} has duplicate child names: {names}")

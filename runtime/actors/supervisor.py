@@ -98,7 +98,7 @@ class ChildFailure:
     error: Exception
     incarnation: int
     at: float
-    action: Literal["restart", "restart-all", "escalate", "ignored"]
+    action: Literal["restart", "restart-all", "escalate", "give-up", "ignored"]
 
 
 _Report = tuple[Child, int, Exception]
@@ -132,6 +132,8 @@ class Supervisor:
         # child costs no extra key (and the task name below reuses it too).
         self._children: dict[str, Child] = {}
         self._restarts: deque[float] = deque()
+        # on_exhausted="stop_child": restart times per child path.
+        self._child_restarts: dict[str, deque[float]] = {}
         self._tg: TaskGroup | None = None
         self._reports: MemoryObjectSendStream[_Report] | None = None
         for child_spec in spec.children:
@@ -244,14 +246,25 @@ class Supervisor:
             return None
         now = anyio.current_time()
         intensity = self.spec.intensity
-        while self._restarts and now - self._restarts[0] > intensity.within:
-            self._restarts.popleft()
-        if len(self._restarts) >= intensity.max_restarts:
+        per_child = self.spec.on_exhausted == "stop_child"
+        restarts = (
+            self._child_restarts.setdefault(child.address.path, deque())
+            if per_child
+            else self._restarts
+        )
+        while restarts and now - restarts[0] > intensity.within:
+            restarts.popleft()
+        if len(restarts) >= intensity.max_restarts:
+            if per_child:
+                self._record(child, incarnation, error, "give-up")
+                self._child_restarts.pop(child.address.path, None)
+                self._forget(child, f"gave up after {intensity.max_restarts} restarts: {error!r}")
+                return None
             self._record(child, incarnation, error, "escalate")
             return SupervisionEscalated(
                 str(self.address), error, intensity.max_restarts, intensity.within
             )
-        self._restarts.append(now)
+        restarts.append(now)
         if self.spec.strategy is RestartStrategy.ONE_FOR_ONE:
             self._record(child, incarnation, error, "restart")
             await self._restart(tg, [child], error)
@@ -278,7 +291,7 @@ class Supervisor:
         child: Child,
         incarnation: int,
         error: Exception,
-        action: Literal["restart", "restart-all", "escalate", "ignored"],
+        action: Literal["restart", "restart-all", "escalate", "give-up", "ignored"],
     ) -> None:
         self.failures.append(
             ChildFailure(child.address, error, incarnation, anyio.current_time(), action)
@@ -329,6 +342,7 @@ class Supervisor:
     def _forget(self, child: Child, reason: str) -> None:
         if self._children.get(child.address.path) is child:
             del self._children[child.address.path]
+            self._child_restarts.pop(child.address.path, None)
         child.close(reason)
 
     async def start_child(self, spec: ChildSpec[Any, Any] | SupervisorSpec) -> Child:

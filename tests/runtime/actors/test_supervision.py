@@ -286,3 +286,39 @@ async def test_restarts_older_than_the_window_do_not_count() -> None:
         assert await ref.ask(Total(), timeout=5) == 0
         assert [f.action for f in system.root.failures] == ["restart"] * 3
         assert system.failure is None
+
+
+async def test_stop_child_gives_up_on_one_child_and_keeps_the_others() -> None:
+    """``on_exhausted="stop_child"``: each child has its own intensity; the
+    one past it is stopped for good, its siblings and the supervisor go on."""
+    async with ActorSystem() as system:
+        sup = await system.spawn_supervisor(
+            SupervisorSpec(
+                "run",
+                intensity=RestartIntensity(max_restarts=2, within=60.0),
+                on_exhausted="stop_child",
+            )
+        )
+        bad = await sup.spawn(Accumulator, name="bad")
+        good = await sup.spawn(Accumulator, name="good")
+        for _ in range(2):
+            with pytest.raises(ActorCrashed):
+                await bad.ask(Crash(), timeout=1.0)
+        await good.tell(Add(n=5))
+        with pytest.raises(ActorCrashed):  # the third crash: past its own intensity
+            await bad.ask(Crash(), timeout=1.0)
+        with pytest.raises(ActorStopped):
+            await bad.ask(Total(), timeout=1.0)
+        assert await good.ask(Total(), timeout=1.0) == 5
+        # The sibling's restarts were its own: two crashes are still allowed.
+        for _ in range(2):
+            with pytest.raises(ActorCrashed):
+                await good.ask(Crash(), timeout=1.0)
+        assert await good.ask(Total(), timeout=1.0) == 0
+        assert [f.action for f in sup.failures].count("give-up") == 1
+        assert system.failure is None
+
+
+def test_stop_child_needs_one_for_one() -> None:
+    with pytest.raises(ValueError, match="ONE_FOR_ONE"):
+        SupervisorSpec("x", strategy=RestartStrategy.ONE_FOR_ALL, on_exhausted="stop_child")
