@@ -99,7 +99,9 @@ class SignalConfig(_Config):
 
     loop_repeats: int = Field(default=3, ge=2)
     """``loop`` fires when the same set of tool calls (name and arguments)
-    occurs this many times within ``loop_window`` steps."""
+    returns the same results this many times within ``loop_window`` steps
+    (a call whose result changes, such as tests re-run between edits, is
+    not a loop)."""
     loop_window: int = Field(default=6, ge=2)
     """Steps looked back over for repeated tool calls."""
     stagnation_steps: int = Field(default=3, ge=1)

@@ -4,7 +4,9 @@ Owns ``SignalTracker``: fed each finished step (the assistant message, its
 tool results, the reply), it tracks
 
 - ``loop``: the same set of tool calls (name and arguments, compared as JSON
-  values) occurs ``loop_repeats`` times within ``loop_window`` steps;
+  values) returns the same results (whitespace aside) ``loop_repeats`` times
+  within ``loop_window`` steps.  A call repeated while its result changes
+  (tests re-run between edits) is progress, not a loop;
 - ``stagnation``: ``stagnation_steps`` consecutive tool-calling steps whose
   results all repeat earlier results (no new information);
 - ``tool_failure_rate``: at least ``failure_rate`` of the tool calls so far
@@ -62,13 +64,28 @@ def _canonical(call: ToolCall) -> str:
     return f"{call.function.name}({arguments})"
 
 
-def _action_key(calls: Sequence[ToolCall]) -> tuple[str, ...]:
-    return tuple(sorted(_canonical(c) for c in calls))
-
-
 def _digest(text: str) -> bytes:
     # Whitespace differences do not make a result new information.
     return hashlib.blake2b(" ".join(text.split()).encode(), digest_size=16).digest()
+
+
+_NO_RESULT = b""
+
+
+def _exchange_key(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult]
+) -> tuple[tuple[str, bytes], ...]:
+    """The step's calls, each with the digest of its result, in a canonical
+    order.  ``results`` are in call order (the loop's contract); a call
+    without a result (none was recorded) pairs with an empty digest."""
+    pairs = []
+    for i, call in enumerate(calls):
+        outcome = results[i] if i < len(results) else None
+        digest = _NO_RESULT
+        if outcome is not None:
+            digest = (b"E" if outcome.is_error else b"R") + _digest(outcome.content)
+        pairs.append((_canonical(call), digest))
+    return tuple(sorted(pairs))
 
 
 @final
@@ -79,7 +96,7 @@ class SignalTracker:
         self._config = config
         self._max_steps = max_steps
         self._give_up = [re.compile(p, re.IGNORECASE) for p in config.give_up_patterns]
-        self._actions: deque[tuple[str, ...]] = deque(maxlen=config.loop_window)
+        self._exchanges: deque[tuple[tuple[str, bytes], ...]] = deque(maxlen=config.loop_window)
         self._seen_results: set[bytes] = set()
         self._stale_steps = 0
         self._calls = 0
@@ -113,7 +130,7 @@ class SignalTracker:
         now: dict[SignalName, tuple[str, float | None]] = {}
         calls = message.tool_calls
         if calls:
-            self._observe_loop(calls, now)
+            self._observe_loop(calls, results, now)
             self._observe_stagnation(results, now)
         self._observe_failures(results, now)
         self._observe_steps(step, now)
@@ -153,17 +170,21 @@ class SignalTracker:
     # -- the signals ---------------------------------------------------------
 
     def _observe_loop(
-        self, calls: Sequence[ToolCall], now: dict[SignalName, tuple[str, float | None]]
+        self,
+        calls: Sequence[ToolCall],
+        results: Sequence[ToolResult],
+        now: dict[SignalName, tuple[str, float | None]],
     ) -> None:
-        key = _action_key(calls)
-        self._actions.append(key)
-        repeats = sum(1 for k in self._actions if k == key)
+        key = _exchange_key(calls, results)
+        self._exchanges.append(key)
+        repeats = sum(1 for k in self._exchanges if k == key)
         if repeats >= self._config.loop_repeats:
-            shown = ", ".join(key)
+            shown = ", ".join(call for call, _ in key)
             if len(shown) > 120:
                 shown = shown[:117] + "..."
             now["loop"] = (
-                f"{shown} called {repeats} times in the last {len(self._actions)} steps",
+                f"{shown} called {repeats} times with the same result"
+                f" in the last {len(self._exchanges)} steps",
                 float(repeats),
             )
 

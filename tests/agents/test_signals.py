@@ -60,8 +60,39 @@ async def test_a_loop_fires_a_signal_and_stops_the_rollout() -> None:
     loop = [e for e in log.of_type(SignalRaised) if e.signal == "loop"]
     assert len(loop) == 1
     assert (loop[0].step, loop[0].value) == (2, 3.0)
-    assert 'lookup({"key": "k"}) called 3 times' in loop[0].detail
+    assert 'lookup({"key": "k"}) called 3 times with the same result' in loop[0].detail
     assert result.signals == log.of_type(SignalRaised)
+
+
+class Suite:
+    """A test suite that fails less on each run, then passes (for good)."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name="run_tests", parameters={"type": "object", "properties": {}})
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        self.runs += 1
+        failing = max(0, 4 - self.runs)
+        return ToolOutput.of_text(f"{failing} failed" if failing else "all passed")
+
+
+@pytest.mark.anyio
+async def test_rerunning_tests_whose_results_change_is_not_stopped_as_a_loop() -> None:
+    # Issue 10: the default stop_on ended an agent that re-ran its tests
+    # between edits, although every run told it something new.
+    backend = ScriptedBackend([ScriptedToolCall("run_tests", {})] * 4 + ["the tests pass now"])
+    runner = Suite()
+    log = EventLog()
+    agent = Agent(AgentConfig(name="fixer"), backends=[backend], tools=[runner], events=log)
+    fixed = await agent.run("make the tests pass")
+
+    assert (fixed.status, fixed.answer) == ("finished", "the tests pass now")
+    assert runner.runs == 4
+    assert [e.signal for e in log.of_type(SignalRaised) if e.signal == "loop"] == []
 
 
 @pytest.mark.anyio
@@ -112,12 +143,52 @@ def test_failure_rate_threshold() -> None:
     assert fired[0].detail == "1 of 2 tool calls failed (50%)"
 
 
-def test_loops_are_seen_through_key_order_and_interleaving() -> None:
+def test_loops_are_seen_through_key_order_interleaving_and_whitespace() -> None:
     tracker = SignalTracker(SignalConfig(loop_repeats=3, loop_window=5), max_steps=50)
-    tracker.observe(0, calling("lookup", '{"a": 1, "b": 2}'), [result("1")])
-    tracker.observe(1, calling("lookup", '{"other": 1}'), [result("2")])
-    tracker.observe(2, calling("lookup", '{"b": 2,  "a": 1}'), [result("3")])
-    fired = tracker.observe(3, calling("lookup", '{"b":2,"a":1}'), [result("4")])
+    assert tracker.observe(0, calling("lookup", '{"a": 1, "b": 2}'), [result("page 1")]) == []
+    assert tracker.observe(1, calling("lookup", '{"other": 1}'), [result("page 2")]) == []
+    assert tracker.observe(2, calling("lookup", '{"b": 2,  "a": 1}'), [result("page  1")]) == []
+    fired = tracker.observe(3, calling("lookup", '{"b":2,"a":1}'), [result("page 1\n")])
+    assert [f.signal for f in fired] == ["loop"]
+    assert fired[0].detail == (
+        'lookup({"a": 1, "b": 2}) called 3 times with the same result in the last 4 steps'
+    )
+
+
+def test_a_repeated_call_whose_result_changes_is_not_a_loop() -> None:
+    tracker = SignalTracker(SignalConfig(loop_repeats=3, loop_window=6), max_steps=50)
+    tests = calling("run_tests", "{}")
+    for step, output in enumerate(["3 failed", "2 failed", "1 failed", "all passed"]):
+        assert tracker.observe(step, tests, [result(output)]) == []
+    assert "loop" not in tracker.active
+    # The same outcome again and again is a loop, whatever came before it.
+    assert tracker.observe(4, tests, [result("all passed")]) == []
+    fired = tracker.observe(5, tests, [result("all passed")])
+    assert [(f.signal, f.value) for f in fired] == [("loop", 3.0)]
+
+
+def test_a_failing_and_a_succeeding_result_with_the_same_text_differ() -> None:
+    tracker = SignalTracker(SignalConfig(loop_repeats=2, loop_window=4), max_steps=50)
+    assert tracker.observe(0, calling("lookup", "{}"), [result("timeout", error=True)]) == []
+    assert tracker.observe(1, calling("lookup", "{}"), [result("timeout")]) == []
+    fired = tracker.observe(2, calling("lookup", "{}"), [result("timeout")])
+    assert [f.signal for f in fired] == ["loop"]
+
+
+def test_parallel_calls_are_compared_with_their_own_results() -> None:
+    tracker = SignalTracker(SignalConfig(loop_repeats=2, loop_window=4), max_steps=50)
+    both = AssistantMessage(
+        tool_calls=[
+            ToolCall(id="a", function=FunctionCall(name="lookup", arguments='{"key": "a"}')),
+            ToolCall(id="b", function=FunctionCall(name="lookup", arguments='{"key": "b"}')),
+        ]
+    )
+    first = [result("alpha", call_id="a"), result("beta", call_id="b")]
+    swapped = [result("beta", call_id="a"), result("alpha", call_id="b")]
+    assert tracker.observe(0, both, first) == []
+    # The same two texts, but each call got the other's: the results changed.
+    assert tracker.observe(1, both, swapped) == []
+    fired = tracker.observe(2, both, swapped)
     assert [f.signal for f in fired] == ["loop"]
 
 
