@@ -37,6 +37,24 @@ class RolloutStarted(_EventBase, frozen=True, tag="rollout_started"):
     parent_rollout_id: str | None = None
 
 
+class RolloutQueued(_EventBase, frozen=True, tag="rollout_queued"):
+    """A rollout waits for a slot on its backend (which takes ``limit`` at once)."""
+
+    rollout_id: str
+    backend: str
+    limit: int
+
+
+class RolloutRestarted(_EventBase, frozen=True, tag="rollout_restarted"):
+    """A rollout's actor crashed (a bug) and was restarted by its supervisor;
+    the new incarnation goes on from the rollout's committed steps."""
+
+    rollout_id: str
+    incarnation: int
+    error: str
+    resumed_steps: int = 0
+
+
 class RolloutFinished(_EventBase, frozen=True, tag="rollout_finished"):
     rollout_id: str
     status: str
@@ -119,6 +137,8 @@ Event = (
     RunStarted
     | RunFinished
     | RolloutStarted
+    | RolloutQueued
+    | RolloutRestarted
     | RolloutFinished
     | StepRecorded
     | ToolCalled
