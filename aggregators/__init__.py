@@ -17,7 +17,13 @@ from agentrt.aggregators.judge import BestOfN, Judge, ModelJudge, Score, Simulat
 from agentrt.aggregators.pdr import ParallelDistillRefine, Workspace
 from agentrt.aggregators.rouge import lcs_length, rouge_l
 from agentrt.aggregators.rtv import Bracket, RecursiveTournament
-from agentrt.aggregators.vote import NORMALIZERS, MajorityVote, Normalizer, WeightedVote
+from agentrt.aggregators.vote import (
+    NORMALIZERS,
+    MajorityVote,
+    Normalizer,
+    WeightedVote,
+    answer_key,
+)
 
 PDR = ParallelDistillRefine
 RTV = RecursiveTournament
@@ -45,6 +51,7 @@ __all__ = [
     "Verdict",
     "WeightedVote",
     "Workspace",
+    "answer_key",
     "build_aggregator",
     "compress",
     "lcs_length",

@@ -2,9 +2,9 @@
 
 Owns the answer normalizers (``strip``, ``casefold``, ``number``
 canonicalization, ``ANSWER:`` extraction, and ``chain`` to compose them),
-``MajorityVote`` and ``WeightedVote`` (a weight per summary: verified facts,
-cost, or any callable).  Ties go to the answer first seen in input order, so
-the result is deterministic.  No model calls.
+``answer_key`` (the one grouping of answers: votes and the engine's early stop
+both use it), ``MajorityVote`` and ``WeightedVote`` (a weight per summary:
+verified facts, cost, or any callable).  No model calls.
 
 May import protocols and ``agentrt.aggregators.base``; nothing else.
 """
@@ -82,6 +82,25 @@ NORMALIZERS: dict[str, Normalizer] = {
 }
 
 
+def answer_key(answer: str | None, normalize: Normalizer = default_normalizer) -> str | None:
+    """The key ``answer`` is grouped by in a vote: ``normalize(answer)``, or
+    ``None`` when there is no answer (``None``, empty or only whitespace: it
+    casts no vote, as ``usable`` leaves it out).
+
+    The one grouping of answers: ``MajorityVote``/``WeightedVote`` tally by
+    it, and the engine's early stop must count by it with the vote's own
+    ``normalize``, so that stopping early never changes which group wins.
+
+    >>> answer_key("ANSWER: Paris.") == answer_key(" paris") == "paris"
+    True
+    >>> answer_key("  ") is None
+    True
+    """
+    if answer is None or not answer.strip():
+        return None
+    return normalize(answer)
+
+
 def verified_facts_weight(summary: TrajectorySummary) -> float:
     """1 plus the number of tool-verified facts, minus 0.5 per failure mode
     (floored at 0.1): evidence counts, not trajectories."""
@@ -97,7 +116,9 @@ def _tally(
     totals: dict[str, float] = {}
     members: dict[str, list[TrajectorySummary]] = {}
     for s in kept:
-        key = normalize(s.answer or "")
+        key = answer_key(s.answer, normalize)
+        if key is None:  # never for ``usable`` summaries; narrows the type
+            continue
         totals[key] = totals.get(key, 0.0) + weight(s)
         members.setdefault(key, []).append(s)
     return totals, members
@@ -144,7 +165,12 @@ async def _vote(
 
 @final
 class MajorityVote:
-    """The most frequent answer after normalization (one vote per rollout)."""
+    """The most frequent answer after normalization (one vote per rollout).
+
+    Answers are grouped by ``answer_key(answer, normalize)``.  The answer
+    returned is the original text of the first summary, in the order given
+    (pass them in rollout order), of the winning group; a tie goes to the
+    group seen first.  So the result is deterministic."""
 
     name = "majority"
 
@@ -173,7 +199,8 @@ class MajorityVote:
 @final
 class WeightedVote:
     """Each rollout's vote weighs ``weight(summary)`` (default: verified
-    evidence, see ``verified_facts_weight``)."""
+    evidence, see ``verified_facts_weight``); grouping, the answer returned
+    and ties as in ``MajorityVote``."""
 
     name = "weighted"
 
@@ -209,6 +236,7 @@ __all__ = [
     "MajorityVote",
     "Normalizer",
     "WeightedVote",
+    "answer_key",
     "casefold",
     "chain",
     "default_normalizer",

@@ -1,0 +1,71 @@
+"""``answer_key``: the one grouping of answers, shared by the votes and the
+engine's early stop (issue 10: early stop grouped by whitespace and case
+only, the vote by the full normalizer, so stopping early could change the
+answer)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentrt.aggregators import NORMALIZERS, MajorityVote, WeightedVote, answer_key
+from agentrt.aggregators.vote import default_normalizer
+from agentrt.protocols import TrajectorySummary
+
+
+def s(rid: str, answer: str | None) -> TrajectorySummary:
+    return TrajectorySummary(rollout_id=rid, answer=answer)
+
+
+def test_answer_key_is_the_default_normalizer_and_none_for_no_answer() -> None:
+    spellings = ["Paris", "paris", "  PARIS. ", "ANSWER: Paris", "Final answer: paris."]
+    assert {answer_key(a) for a in spellings} == {"paris"}
+    # What whitespace-and-case grouping kept apart, the vote puts together.
+    assert answer_key("ANSWER: 1,000") == answer_key("1000.0") == "1000"
+    assert [answer_key(a) for a in (None, "", " \n\t")] == [None, None, None]
+    assert answer_key("Paris", NORMALIZERS["strip"]) != answer_key("paris", NORMALIZERS["strip"])
+    assert answer_key("  x ", default_normalizer) == default_normalizer("  x ")
+
+
+@pytest.mark.anyio
+async def test_the_vote_answers_with_the_first_original_of_the_winning_group() -> None:
+    summaries = [s("r0", "Lyon"), s("r1", "paris"), s("r2", "Paris"), s("r3", "PARIS.")]
+    result = await MajorityVote().aggregate("t", summaries)
+    assert (result.answer, result.winner) == ("paris", "r1")
+    again = await MajorityVote().aggregate("t", summaries)
+    assert (again.answer, again.winner) == ("paris", "r1")
+    # Another order, another representative: the first of the group given.
+    flipped = await MajorityVote().aggregate("t", summaries[::-1])
+    assert (flipped.answer, flipped.winner) == ("PARIS.", "r3")
+    # The vote's own normalizer decides the groups: case now matters.
+    strict = await MajorityVote(NORMALIZERS["strip"]).aggregate("t", summaries)
+    assert (strict.answer, strict.winner) == ("Lyon", "r0")
+
+
+_SPELLINGS = ["Paris", "paris", " PARIS.", "ANSWER: Paris", "Lyon", "lyon ", "1,000", "1000", ""]
+
+
+@given(
+    answers=st.lists(st.one_of(st.none(), st.sampled_from(_SPELLINGS)), min_size=1, max_size=9),
+    weighted=st.booleans(),
+)
+def test_the_vote_groups_exactly_by_answer_key(answers: list[str | None], weighted: bool) -> None:
+    summaries = [s(f"r{i}", a) for i, a in enumerate(answers)]
+    vote = WeightedVote(weight=lambda _: 1.0) if weighted else MajorityVote()
+    result = anyio.run(vote.aggregate, "t", summaries)
+
+    keys = [answer_key(a) for a in answers]
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        assert result.answer is None
+        return
+    best = max(counts.values())
+    # The most frequent key (a tie: the one seen first), represented by its
+    # first member in rollout order.
+    winner = next(k for k in keys if k is not None and counts[k] == best)
+    first = keys.index(winner)
+    assert (result.answer, result.winner) == (answers[first], f"r{first}")
