@@ -130,6 +130,7 @@ class Agent:
         control: RolloutControl | None = None,
         resume: Sequence[Step] | None = None,
         restored: bool = False,
+        charged: bool = False,
     ) -> RolloutResult:
         """Run one rollout of ``task`` to its end.  ``seed`` messages follow
         the task (summaries of earlier rounds, memory hits); ``control``
@@ -143,7 +144,10 @@ class Agent:
         records ``branch_step=k`` and starts with the copied steps.
         ``restored``: the ``resume`` steps are this rollout's own, committed
         by an earlier incarnation of the run (a daemon restart): they are
-        charged to the ledger as spent and no ``branch_step`` is recorded."""
+        charged to the ledger as spent and no ``branch_step`` is recorded;
+        with ``charged`` they are already on ``ledger`` (the rollout's actor
+        crashed and was restarted in this process): counted in the
+        trajectory's cost, not charged again."""
         rollout_id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
         if ledger is None:
             ledger = self.ledger or BudgetLedger(rollout_id, prices=self.prices)
@@ -157,6 +161,7 @@ class Agent:
             seed=seed,
             resume=resume,
             restored=restored,
+            charged=charged,
         )
         return await rollout.run(control or RolloutControl())
 

@@ -158,8 +158,9 @@ class AgentNode:
         control: RolloutControl | None = None,
         resume: Sequence[Step] | None = None,
         restored: bool = False,
+        charged: bool = False,
     ) -> RolloutResult:
-        """``resume``/``restored``: as ``Agent.run``'s."""
+        """``resume``/``restored``/``charged``: as ``Agent.run``'s."""
         rollout_id = rollout_id or new_rollout_id()
         ledger = ledger or BudgetLedger(rollout_id, prices=self.agent.prices)
         self._scopes.enter(rollout_id, ledger)
@@ -174,6 +175,7 @@ class AgentNode:
                 control=control,
                 resume=resume,
                 restored=restored,
+                charged=charged,
             )
         finally:
             self._scopes.exit(rollout_id)

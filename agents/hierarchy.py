@@ -101,6 +101,7 @@ class Hierarchy:
         control: RolloutControl | None = None,
         resume: Sequence[Step] | None = None,
         restored: bool = False,
+        charged: bool = False,
     ) -> RolloutResult:
         """Run the entry node once on ``task``, charged to a child of
         ``ledger`` (default: a fresh uncapped one) capped at its slice.
@@ -113,7 +114,7 @@ class Hierarchy:
         if resume is not None:
             if not isinstance(root, AgentNode):
                 raise ValueError(f"the entry node {root.name!r} is a pipeline: it cannot resume")
-            run = partial(root.run, resume=resume, restored=restored)
+            run = partial(root.run, resume=resume, restored=restored, charged=charged)
         parent = ledger or BudgetLedger(f"{root.name}-run", prices=self.prices)
         sliced = sliced_ledger(parent, root.name, root.limits)
         try:

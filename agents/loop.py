@@ -82,6 +82,7 @@ from agentrt.runtime.errors import (
     ConfigError,
     InvalidRequestError,
     MalformedReply,
+    ToolCrashed,
     UnknownModelError,
 )
 from agentrt.runtime.log import get_logger, log_context
@@ -130,6 +131,7 @@ class Rollout:
         seed: Sequence[ChatMessage],
         resume: Sequence[Step] | None = None,
         restored: bool = False,
+        charged: bool = False,
     ) -> None:
         config = agent.config
         self.agent = agent
@@ -159,15 +161,16 @@ class Rollout:
         memory retrieval is conditioned on."""
         self.branch_step: int | None = None
         if resume is not None:
-            self._replay(resume, restored=restored)
+            self._replay(resume, restored=restored, charged=charged)
 
-    def _replay(self, resume: Sequence[Step], *, restored: bool) -> None:
+    def _replay(self, resume: Sequence[Step], *, restored: bool, charged: bool) -> None:
         """Take in earlier steps: their turns enter the context and the
         signal tracker, unrecorded and unemitted; the loop then goes on at
         the next index.  A parent's first steps (a partial-rollout
         continuation) mark ``branch_step``; this rollout's own steps from an
         earlier incarnation (``restored``: a run resumed after a crash) are
-        charged to the ledger as already spent and count in the cost."""
+        charged to the ledger as already spent and count in the cost (only
+        counted, with ``charged``: the ledger holds them already)."""
         where = f"agent {self.agent.name!r} rollout {self.rollout_id} resume"
         for position, step in enumerate(resume):
             if step.index != position:
@@ -184,7 +187,12 @@ class Rollout:
             message = step.reply.message
             if restored:
                 model = step.routing.model if step.routing is not None else step.reply.model
-                self.spent += self.ledger.restore(model, step.reply.usage)
+                usage = step.reply.usage
+                self.spent += (
+                    self.ledger.price(model, usage)
+                    if charged
+                    else self.ledger.restore(model, usage)
+                )
             self.window.add_turn(step.index, message, step.tool_results)
             self.signals.observe(step.index, message, step.tool_results, step.reply)
             self.observation = (
@@ -452,6 +460,11 @@ class Rollout:
                         rollout_id=self.rollout_id,
                     )
                 )
+            if outcome.crashed:
+                # A bug in a tool: the step is not committed; the rollout's
+                # supervisor restarts it from its committed steps.
+                crash = outcome.crashed[0]
+                raise ToolCrashed(f"agent {self.agent.name!r} step {index}: {crash.content}")
             for call, result in zip(calls, outcome.results, strict=True):
                 await self._emit(
                     ToolCalled(

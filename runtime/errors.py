@@ -14,6 +14,8 @@
     │   │   ├── RateLimited           429 after retries (has retry_after)
     │   │   └── MalformedReply        the server sent something unparseable
     │   ├── ToolError                 a tool or tool server failed
+    │   │   └── ToolCrashed           a tool raised an unexpected exception (a bug):
+    │   │                             its rollout crashes and is restarted
     │   └── ActorError                the actor kernel (runtime.actors.errors)
     │       ├── MailboxFull           tell_nowait found the mailbox full
     │       ├── AskTimeout            no reply within the ask deadline
@@ -103,6 +105,12 @@ class MalformedReply(BackendError):
 
 class ToolError(RuntimeFailure):
     """A tool or tool server failed."""
+
+
+class ToolCrashed(ToolError):
+    """A tool raised an unexpected exception (a bug in the tool, not an
+    error it reports): the rollout's actor crashes, and its supervisor
+    restarts it from its committed steps."""
 
 
 class ControlSignal(AgentrtError):

@@ -11,8 +11,9 @@ import anyio
 import pytest
 
 from agentrt.agents import Agent, AgentConfig, EventLog, SignalTracker, spawn_agent
-from agentrt.protocols import ErrorRaised, RolloutFinished, ToolSpec
+from agentrt.protocols import ErrorRaised, RolloutFinished, StepRecorded, ToolSpec
 from agentrt.runtime.actors import ActorCrashed, ActorSystem
+from agentrt.runtime.errors import ToolCrashed
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.base import ToolContext, ToolOutput
 
@@ -105,7 +106,10 @@ async def test_cancelling_the_caller_cancels_the_rollout() -> None:
         assert backend.in_flight == 0
 
 
-async def test_a_crashing_tool_is_an_error_for_the_model_not_a_crash() -> None:
+async def test_a_crashing_tool_crashes_the_rollout_for_its_supervisor() -> None:
+    """A tool that raises an unexpected exception has a bug: the step is not
+    committed, the actor crashes and its supervisor restarts it (the engine
+    then resumes the rollout from its committed steps)."""
     backend = ScriptedBackend([ScriptedToolCall("explode"), "gave the tool a rest"])
     log = EventLog()
     agent = Agent(
@@ -113,16 +117,19 @@ async def test_a_crashing_tool_is_an_error_for_the_model_not_a_crash() -> None:
     )
     async with ActorSystem() as system:
         handle = await spawn_agent(system, agent)
-        result = await handle.run("explode it", timeout=5)
-        assert system.root.failures == ()
-    (error,) = result.trajectory.steps[0].tool_results
-    assert error.is_error
-    assert error.content == "error: tool 'explode' failed: RuntimeError: the tool has a bug"
-    assert (result.status, result.answer) == ("finished", "gave the tool a rest")
-    (reported,) = log.of_type(ErrorRaised)
-    assert not reported.fatal
-    assert "tool 'explode'" in reported.where
-    assert reported.message == error.content
+        with pytest.raises(ActorCrashed) as caught:
+            await handle.run("explode it", timeout=5)
+        assert isinstance(caught.value.cause, ToolCrashed)
+        assert "RuntimeError: the tool has a bug" in str(caught.value.cause)
+        with anyio.fail_after(2):
+            while not system.root.failures:  # noqa: ASYNC110 - nothing to wait on
+                await anyio.sleep(0.01)
+        assert system.root.failures[0].action == "restart"
+    reported = log.of_type(ErrorRaised)
+    assert "tool 'explode'" in reported[0].where
+    assert not reported[0].fatal
+    assert reported[-1].fatal
+    assert not log.of_type(StepRecorded)
 
 
 async def test_a_bug_in_the_loop_reaches_the_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:

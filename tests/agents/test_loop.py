@@ -27,7 +27,13 @@ from agentrt.protocols import (
     ToolSpec,
 )
 from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.errors import BackendUnavailable, BudgetExceeded, ConfigError, ToolError
+from agentrt.runtime.errors import (
+    BackendUnavailable,
+    BudgetExceeded,
+    ConfigError,
+    ToolCrashed,
+    ToolError,
+)
 from agentrt.runtime.pricing import ModelPrice, PriceTable
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from agentrt.tools import Calculator, tool
@@ -231,24 +237,16 @@ async def test_arguments_failing_the_schema_are_explained() -> None:
     assert result.status == "finished"
 
 
-async def test_a_tool_error_a_crash_and_a_timeout_are_messages_for_the_model() -> None:
+async def test_a_tool_error_and_a_timeout_are_messages_for_the_model() -> None:
     async def failing(args: Mapping[str, Any]) -> str:
         raise ToolError("disk on fire")
-
-    async def crashing(args: Mapping[str, Any]) -> str:
-        raise ValueError("kaput")
 
     async def sleeping(args: Mapping[str, Any]) -> str:
         await anyio.sleep(10)
         return "late"
 
-    backend = ScriptedBackend(
-        [
-            [ScriptedToolCall("fail"), ScriptedToolCall("crash"), ScriptedToolCall("sleep")],
-            "recovered",
-        ]
-    )
-    tools = [FnTool("fail", failing), FnTool("crash", crashing), FnTool("sleep", sleeping)]
+    backend = ScriptedBackend([[ScriptedToolCall("fail"), ScriptedToolCall("sleep")], "recovered"])
+    tools = [FnTool("fail", failing), FnTool("sleep", sleeping)]
     started = time.perf_counter()
     result = await make_agent(backend, *tools, limits=AgentLimits(tool_timeout_s=0.2)).run("t")
 
@@ -256,10 +254,22 @@ async def test_a_tool_error_a_crash_and_a_timeout_are_messages_for_the_model() -
     texts = [r.content for r in result.trajectory.steps[0].tool_results]
     assert texts == [
         "error: tool 'fail' failed: disk on fire",
-        "error: tool 'crash' failed: ValueError: kaput",
         "error: tool 'sleep' timed out after 0.2 s",
     ]
     assert (result.status, result.answer) == ("finished", "recovered")
+
+
+async def test_a_tool_that_raises_unexpectedly_crashes_the_rollout() -> None:
+    """A bug, not a tool error: the rollout crashes (its supervisor restarts
+    it from its committed steps) and the model hears nothing of it."""
+
+    async def crashing(args: Mapping[str, Any]) -> str:
+        raise ValueError("kaput")
+
+    backend = ScriptedBackend([ScriptedToolCall("crash"), "never asked"])
+    with pytest.raises(ToolCrashed, match="ValueError: kaput"):
+        await make_agent(backend, FnTool("crash", crashing)).run("t")
+    assert len(backend.requests) == 1
 
 
 async def test_the_step_limit_ends_the_rollout_as_exhausted() -> None:
