@@ -5,12 +5,14 @@ execute.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrt.agents import AgentConfig
+from agentrt.agents.spec import McpServers
 from agentrt.runtime.models.registry import ModelsConfig
+from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
 
 
 class RuntimeConfig(BaseModel):
@@ -22,7 +24,15 @@ class RuntimeConfig(BaseModel):
     """Model backends by name (the same section as ``agentrt.toml``)."""
     agents: dict[str, AgentConfig | str] = Field(default_factory=dict)
     """Agents by name, each a configuration or the path of a YAML agent spec
-    (a hierarchy; MCP tools need the CLI); ``Runtime.run(agent="name")``."""
+    (a hierarchy; ``file.yaml#name`` picks its entry); ``Runtime.run(agent="name")``."""
+    mcp: McpServers = Field(default_factory=dict)
+    """MCP servers agents may use, by name (``[mcp.<name>]`` in ``agentrt.toml``):
+    a subprocess over stdio (``command``, ``args``, ``env``, ``cwd``) or a
+    streamable HTTP endpoint (``url``, ``headers``, ``bearer_token_env``),
+    with timeouts, restart backoff and approved tool hashes
+    (``agentrt.tools.mcp.StdioServerConfig`` / ``HttpServerConfig``).  The
+    ``Runtime`` owns one connection per server, shared by its runs; a
+    server's tools are named ``<name>__<tool>``."""
     default_agent: str = "default"
     """The agent a run uses when it names none (a plain assistant if unset)."""
     rollouts: int = Field(default=1, ge=1)
@@ -31,12 +41,17 @@ class RuntimeConfig(BaseModel):
     """The aggregator when a run passes no ``scaling`` (``majority``, ``rtv``...)."""
     aggregate_options: dict[str, Any] = Field(default_factory=dict)
     """That aggregator's options, e.g. ``{"g": 2, "v": 8}`` for RTV."""
-    concurrency: dict[str, int] = Field(default_factory=dict)
-    """The most rollouts in flight per backend name."""
-    default_concurrency: int = Field(default=8, ge=1)
-    """The most rollouts in flight on a backend not in ``concurrency``."""
-    warm_prefix: bool = True
-    """Send one request with the shared prefix before fanning out (N > 1)."""
+    concurrency: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    """The most rollouts in flight per backend name, overriding what the
+    backend takes (an HTTP backend: its connection pool; the embedded model:
+    one at a time; others: unbounded).  Rollouts past it wait as ``queued``."""
+    rollout_restarts: int = Field(default=3, ge=0)
+    """How often a crashed rollout (a bug: a tool raising an unexpected
+    exception) is restarted from its committed steps before it is recorded
+    failed and the run goes on without it."""
+    warm_prefix: bool = False
+    """Send one request with the shared prefix before fanning out (N > 1), so
+    a prefix-caching server computes it once; charged to the run's budget."""
     early_stop: bool = True
     """Stop a majority vote's rollouts once the vote can no longer change."""
     summarizer: Literal["rule", "model"] = "rule"
@@ -47,6 +62,18 @@ class RuntimeConfig(BaseModel):
     """The bank's SQLite file (kept across runs); ``None``: in memory."""
     warm_timeout_s: float = Field(default=60.0, gt=0)
     """Deadline of the prefix-warming request."""
+
+    @field_validator("mcp")
+    @classmethod
+    def _servers_named_by_their_keys(
+        cls, servers: dict[str, StdioServerConfig | HttpServerConfig]
+    ) -> dict[str, StdioServerConfig | HttpServerConfig]:
+        for key, server in servers.items():
+            if server.name != key:
+                raise ValueError(
+                    f"server {key!r} is named {server.name!r}; drop `name` or match the key"
+                )
+        return servers
 
 
 __all__ = ["RuntimeConfig"]

@@ -19,6 +19,7 @@ from agentrt.protocols import (
     ModelReply,
     ModelRequest,
     RolloutFinished,
+    RolloutRestarted,
     RunFinished,
     RunStarted,
     ScalingSpec,
@@ -116,7 +117,7 @@ async def test_four_rollouts_and_majority() -> None:
     assert result.answer == "42"
     assert sorted(s.answer or "" for s in result.summaries) == sorted(ANSWERS)
     assert len(log.of_type(SummaryWritten)) == 4
-    assert backend.calls == 5  # the warm-up plus one step per rollout
+    assert backend.calls == 4  # one step per rollout (no warm-up by default)
     assert result.cost.usage == backend.usage
     assert result.cost.model_calls == backend.calls
     votes = log.of_type(VoteCast)
@@ -138,8 +139,8 @@ async def test_rtv_bracket_is_complete_and_usage_exact() -> None:
     comparisons = log.of_type(VoteCast)
     assert len(comparisons) == 3  # N - 1 comparisons for G = 2
     assert len(result.aggregation_trace) == 3
-    assert result.cost.usage == backend.usage  # rollouts + warm-up + judge calls
-    assert result.cost.model_calls == backend.calls == 5 + 3
+    assert result.cost.usage == backend.usage  # rollouts + judge calls
+    assert result.cost.model_calls == backend.calls == 4 + 3
 
 
 async def test_a_crashing_rollout_is_left_out_and_aggregation_continues() -> None:
@@ -156,9 +157,17 @@ async def test_a_crashing_rollout_is_left_out_and_aggregation_continues() -> Non
     assert len(result.summaries) == 4
     crashed = [s for s in result.summaries if s.answer is None]
     assert [s.rollout_id[-3:] for s in crashed] == ["-r3"]
-    assert "crashed: RuntimeError('backend fell over')" in crashed[0].failure_modes
+    (why,) = crashed[0].failure_modes
+    assert why.endswith(
+        "crashed 4 times and was not restarted again; the last error: "
+        "RuntimeError('backend fell over')"
+    )
+    # Its supervisor restarted it three times (rollout_restarts), then gave up.
+    restarts = log.of_type(RolloutRestarted)
+    assert [r.incarnation for r in restarts] == [1, 2, 3]
+    assert {r.rollout_id for r in restarts} == {crashed[0].rollout_id}
     failed = [e for e in log.of_type(RolloutFinished) if e.status == "failed"]
-    assert [e.rollout_id for e in failed] == [crashed[0].rollout_id]
+    assert {e.rollout_id for e in failed} == {crashed[0].rollout_id}
 
 
 def slow_tail(request: ModelRequest) -> str | ScriptedReply:
@@ -186,7 +195,8 @@ async def test_majority_stops_early_once_certain(anyio_backend: str) -> None:
 async def test_stream_yields_events_in_order() -> None:
     backend = Recording(ScriptedBackend(script))
     async with runtime(backend) as rt:
-        events = [e async for e in rt.stream("q", scaling=ScalingSpec(rollouts=2))]
+        async with rt.stream("q", scaling=ScalingSpec(rollouts=2)) as stream:
+            events = [e async for e in stream]
     assert isinstance(events[0], RunStarted)
     assert isinstance(events[-1], RunFinished)
     assert events[-1].answer is not None
@@ -234,7 +244,7 @@ async def test_an_agent_by_yaml_spec_path(tmp_path: Path) -> None:
     assert result.answer == "42"
     assert log.of_type(RunStarted)[0].agent == "solver"
     assert len(result.summaries) == 4
-    assert backend.calls == 5  # warmed through the hierarchy's root agent
+    assert backend.calls == 4
 
 
 LEAD_AND_HELPER = """

@@ -1,0 +1,94 @@
+"""A rollout as an actor: the message that runs one and the actor that runs it.
+
+Owns ``RunRollout`` (a tagged msgspec message: the task, the ids, the seed
+and the committed steps to go on from) and ``RolloutActor`` (runs its
+rollout's entry node, an ``Agent`` or a ``Hierarchy``, charged to the
+rollout's ledger; says ``RolloutRestarted`` when its supervisor restarts it).
+Must not know how rollouts are scheduled or aggregated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import final
+
+import msgspec
+
+from agentrt.agents import Agent, RolloutControl, RolloutResult
+from agentrt.agents.hierarchy import Hierarchy
+from agentrt.protocols import ChatMessage, RolloutRestarted, Step
+from agentrt.runtime.actors import Actor
+from agentrt.runtime.budget import BudgetLedger
+
+
+class RunRollout(msgspec.Struct, frozen=True, kw_only=True, tag="run_rollout"):
+    """Run the rollout ``rollout_id`` of ``task`` to its end; the reply is its
+    ``RolloutResult``.  ``resume``: the rollout's committed steps, to go on
+    from (``charged``: the ledger holds their calls already)."""
+
+    task: str
+    run_id: str
+    rollout_id: str
+    seed: list[ChatMessage] = []
+    resume: list[Step] | None = None
+    restored: bool = False
+    charged: bool = False
+
+
+RolloutMessage = RunRollout
+
+Runner = Agent | Hierarchy
+Announce = Callable[[RolloutRestarted], Awaitable[object]]
+
+
+@final
+class RolloutActor(Actor[RolloutMessage, RolloutResult]):
+    """Runs one rollout of ``runner``; a fresh instance after each crash."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        ledger: BudgetLedger,
+        control: RolloutControl,
+        *,
+        run_id: str,
+        rollout_id: str,
+        committed: Callable[[], int],
+        announce: Announce,
+    ) -> None:
+        self._runner = runner
+        self._ledger = ledger
+        self._control = control
+        self._run_id = run_id
+        self._rollout_id = rollout_id
+        self._committed = committed
+        self._announce = announce
+
+    async def on_restarted(self, error: Exception) -> None:
+        await self._announce(
+            RolloutRestarted(
+                run_id=self._run_id,
+                rollout_id=self._rollout_id,
+                incarnation=self.context.incarnation,
+                error=f"{type(error).__name__}: {error}",
+                resumed_steps=self._committed(),
+            )
+        )
+
+    async def receive(self, message: RolloutMessage) -> RolloutResult:
+        match message:
+            case RunRollout():
+                return await self._runner.run(
+                    message.task,
+                    run_id=message.run_id,
+                    rollout_id=message.rollout_id,
+                    ledger=self._ledger,
+                    seed=message.seed,
+                    control=self._control,
+                    resume=message.resume,
+                    restored=message.restored,
+                    charged=message.charged,
+                )
+
+
+__all__ = ["RolloutActor", "RolloutMessage", "RunRollout", "Runner"]

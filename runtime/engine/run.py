@@ -1,0 +1,588 @@
+"""One run as a supervised actor tree: the run's supervisor, an actor per
+rollout, then summaries and the aggregation, all on the run's one ledger.
+
+Owns ``RunExecution``: the run's ledger and event stream, the fan-out of its
+rollouts as ``RolloutActor``s under a supervisor that restarts a crashed one
+(within its own restart intensity) from its committed steps and records it
+failed past that, the per-backend slots (a rollout waiting for one is
+``queued``), early stop, the deadline, the summaries, the aggregation and
+the ``RunResult``; and taking up a run an earlier process committed
+(``RunCheckpoint``).  Must not know which entry point started the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext, suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, final
+
+import anyio
+import msgspec
+
+from agentrt.agents import Agent, EventEmitter, RolloutControl, RolloutResult
+from agentrt.agents.delegation import AgentNode, skip_call_numbers
+from agentrt.agents.hierarchy import Hierarchy
+from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
+from agentrt.aggregators import Aggregator, Workspace, build_aggregator
+from agentrt.aggregators.base import AggregationContext
+from agentrt.aggregators.vote import answer_key
+from agentrt.protocols import (
+    Budget,
+    Cost,
+    ErrorRaised,
+    Event,
+    ModelRequest,
+    RolloutFinished,
+    RolloutQueued,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    RunStatus,
+    SamplingParams,
+    ScalingSpec,
+    Step,
+    StepRecorded,
+    SummaryWritten,
+    SystemMessage,
+    Trajectory,
+    TrajectoryStatus,
+    TrajectorySummary,
+    UserMessage,
+)
+from agentrt.runtime.actors import (
+    ActorCrashed,
+    ActorError,
+    ActorStopped,
+    RestartIntensity,
+    SupervisorSpec,
+)
+from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
+from agentrt.runtime.engine.rollout import RolloutActor, Runner, RunRollout
+from agentrt.runtime.errors import BudgetExceeded
+from agentrt.runtime.log import get_logger
+from agentrt.runtime.memory import MemoryView
+from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.models.metered import MeteredBackend
+
+if TYPE_CHECKING:
+    from agentrt.runtime.engine.runtime import AgentRef, Runtime
+
+log = get_logger(__name__)
+
+#: An ask's deadline is the ask's own; a run's deadline is its cancel scope.
+_ASK_TIMEOUT_S = 30 * 24 * 3600.0
+_names = itertools.count()
+
+OutcomeStatus = Literal["succeeded", "failed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    trajectory: Trajectory
+    summary: TrajectorySummary
+
+
+@dataclass(slots=True)
+class _Outcome:
+    index: int
+    status: OutcomeStatus = "cancelled"
+    value: _Done | None = None
+    error: BaseException | None = None
+
+
+class _GaveUp(Exception):
+    """A rollout's supervisor stopped restarting it."""
+
+
+@final
+class RunExecution:
+    """One run of ``Runtime.run`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        task: str,
+        emitter: EventEmitter,
+        run_id: str,
+        checkpoint: RunCheckpoint | None,
+    ) -> None:
+        self.rt = rt
+        self.task = task
+        self.run_id = run_id
+        self.checkpoint = checkpoint
+        self.emitter = emitter
+        self._refines = itertools.count()
+        self._committed: defaultdict[str, list[Step]] = defaultdict(list)
+        # Committed steps are seen after the caller's sink took them (the
+        # daemon's store): a restart never resumes from an uncommitted step.
+        outer = emitter.sink
+
+        async def sink(event: Event) -> None:
+            if outer is not None:
+                await outer(event)
+            if isinstance(event, StepRecorded):
+                self._committed[event.rollout_id].append(event.step)
+
+        emitter.sink = sink
+
+    # -- the run --------------------------------------------------------------
+
+    async def execute(
+        self,
+        agent_ref: AgentRef,
+        scaling: ScalingSpec,
+        budget: Budget | None,
+        aggregator: Aggregator | None,
+    ) -> RunResult:
+        rt = self.rt
+        started = time.perf_counter()
+        self.ledger = BudgetLedger(self.run_id, budget, rt.prices)
+        memory = MemoryView(rt.bank, run_id=self.run_id) if rt.bank is not None else None
+        self.runner: Runner = rt.runner(agent_ref, self.emitter, self.ledger, memory)
+        if isinstance(self.runner, Hierarchy):
+            root = self.runner.root
+            self.agent: Agent | None = root.agent if isinstance(root, AgentNode) else None
+            self.agent_name = root.name
+        else:
+            self.agent, self.agent_name = self.runner, self.runner.name
+        self.summarizer: Summarizer = (
+            ModelSummarizer(MeteredBackend(self._main_backend(), self.ledger))
+            if rt.config.summarizer == "model"
+            else RuleBasedSummarizer()
+        )
+        chosen = aggregator or self._build_aggregator(scaling)
+        self.vote_stops = (
+            aggregator is None and scaling.aggregate == "majority" and rt.config.early_stop
+        )
+        if self.checkpoint is None:
+            await self.emitter.emit(
+                RunStarted(
+                    run_id=self.run_id,
+                    agent=self.agent_name,
+                    task=self.task,
+                    rollouts=scaling.rollouts,
+                )
+            )
+        wall = budget.max_wall_seconds if budget is not None else None
+        name = f"run{next(_names)}"
+        supervisor = await rt.system.spawn_supervisor(
+            SupervisorSpec(
+                name,
+                intensity=RestartIntensity(rt.config.rollout_restarts, within=math.inf),
+                on_exhausted="stop_child",
+            )
+        )
+        self._supervisor = supervisor
+        try:
+            outcomes = await self._fan_out(scaling.rollouts, wall)
+            summaries = self._summaries(outcomes)
+            trajectories = {
+                o.value.trajectory.rollout_id: o.value.trajectory for o in outcomes if o.value
+            }
+            context = AggregationContext.metered(
+                self._main_backend(),
+                self.ledger,
+                run_id=self.run_id,
+                events=self.emitter,
+                trajectories=trajectories,
+                rollout=self._refine_rollout,
+            )
+            agg = await chosen.aggregate(self.task, summaries, context)
+        except Exception as exc:
+            await self.emitter.emit(
+                ErrorRaised(run_id=self.run_id, where="run", message=repr(exc), fatal=True)
+            )
+            await self.emitter.emit(RunFinished(run_id=self.run_id, status="failed"))
+            raise
+        finally:
+            self.ledger.finish()
+            with anyio.CancelScope(shield=True):
+                await rt.system.stop(supervisor)
+        cost = msgspec.structs.replace(
+            self.ledger.spent, wall_seconds=time.perf_counter() - started
+        )
+        await self._budget_event()
+        status: RunStatus = "succeeded" if agg.answer is not None else "failed"
+        await self.emitter.emit(
+            RunFinished(run_id=self.run_id, status=status, answer=agg.answer, cost=cost)
+        )
+        return RunResult(
+            run_id=self.run_id,
+            status=status,
+            answer=agg.answer,
+            rationale=agg.rationale,
+            summaries=summaries,
+            aggregation_trace=[msgspec.to_builtins(v) for v in agg.trace],
+            cost=cost,
+            error=None if agg.answer is not None else agg.rationale or "no rollout answered",
+        )
+
+    def _main_backend(self) -> ModelBackend:
+        """The backend of the agent's first tier (a pipeline's: the first backend)."""
+        if self.agent is None:
+            return next(iter(self.rt.backends.values()))
+        return self.agent.backend_for(self.agent.policy.ladder.tiers[0].model)
+
+    def _build_aggregator(self, scaling: ScalingSpec) -> Aggregator:
+        return build_aggregator(
+            {"name": scaling.aggregate, **scaling.options},
+            judge=self.rt.judge,
+            backend=self._main_backend(),
+            rollout=self._refine_rollout,
+            where="scaling.aggregate",
+        )
+
+    # -- the fan-out ------------------------------------------------------------
+
+    async def _fan_out(self, n: int, wall: float | None) -> list[_Outcome]:
+        """Every rollout in parallel, each waiting for its backend's slot;
+        stopped early when the vote is decided or the budget is spent."""
+        if self.rt.config.warm_prefix and n > 1 and self.agent is not None:
+            await self._warm()
+        outcomes = [_Outcome(i) for i in range(n)]
+        self._scopes = [anyio.CancelScope() for _ in range(n)]
+        self._finished: list[_Outcome] = []
+        self._pending = n
+        deadline = math.inf if wall is None else anyio.current_time() + wall
+        with anyio.CancelScope(deadline=deadline):
+            async with anyio.create_task_group() as tg:
+                for outcome in outcomes:
+                    tg.start_soon(self._one, outcome)
+        return outcomes
+
+    def _stop_all(self) -> None:
+        for scope in self._scopes:
+            scope.cancel()
+
+    async def _one(self, outcome: _Outcome) -> None:
+        i = outcome.index
+        backend = self._main_backend().name
+        slot = self.rt.slot(backend)
+        with self._scopes[i]:
+            if slot is not None and slot.available_tokens < 1:
+                await self.emitter.emit(
+                    RolloutQueued(
+                        run_id=self.run_id,
+                        rollout_id=self._rollout_id(i),
+                        backend=backend,
+                        limit=int(slot.total_tokens),
+                    )
+                )
+            async with slot if slot is not None else nullcontext():
+                try:
+                    outcome.value = await self._rollout(i)
+                    outcome.status = "succeeded"
+                except BudgetExceeded as exc:
+                    outcome.status, outcome.error = "failed", exc
+                    self._stop_all()
+                except Exception as exc:
+                    log.warning("rollout_failed", index=i, error=repr(exc))
+                    outcome.status, outcome.error = "failed", exc
+        if outcome.status == "cancelled":
+            return
+        self._pending -= 1
+        self._finished.append(outcome)
+        if outcome.status == "failed":
+            await self.emitter.emit(
+                ErrorRaised(
+                    run_id=self.run_id,
+                    where=f"rollout {i}",
+                    message=repr(outcome.error),
+                    rollout_id=self._rollout_id(i),
+                )
+            )
+        await self._budget_event()
+        if self._pending > 0 and self._should_stop():
+            self._stop_all()
+
+    def _should_stop(self) -> bool:
+        left = self.ledger.headroom().tokens
+        if left is not None and left <= 0:
+            return True
+        if not self.vote_stops:
+            return False
+        keys = [answer_key(o.value.summary.answer) if o.value else None for o in self._finished]
+        return _majority_certain(keys, self._pending)
+
+    async def _warm(self) -> None:
+        """One request with the prefix every rollout's first request starts
+        with (instructions, task, tools), so the server caches it; charged
+        to the run's ledger like every call.  A failure is only logged."""
+        agent = self.agent
+        assert agent is not None
+        model = agent.policy.ladder.tiers[0].model
+        request = ModelRequest(
+            messages=[
+                SystemMessage(content=agent.config.instructions),
+                UserMessage(content=self.task),
+            ],
+            model=model,
+            tools=agent.toolbox.specs,
+            sampling=SamplingParams(temperature=0.0, max_tokens=1),
+            request_id=f"{self.run_id}-warm",
+            affinity_key=self.run_id,
+        )
+        metered = MeteredBackend(agent.backend_for(model), self.ledger)
+        try:
+            with anyio.fail_after(self.rt.config.warm_timeout_s):
+                await metered.complete(request)
+        except Exception as exc:
+            log.warning("warm_prefix_failed", error=repr(exc))
+        await self._budget_event()
+
+    # -- one rollout ----------------------------------------------------------------
+
+    def _rollout_id(self, i: int) -> str:
+        return f"{self.run_id}-r{i}"
+
+    async def _rollout(self, i: int) -> _Done:
+        return await self._run_or_resume(self._rollout_id(i), self.task, f"r{i}", ())
+
+    async def _refine_rollout(self, task: str, workspace: Workspace) -> TrajectorySummary:
+        """A fresh rollout seeded with PDR's workspace."""
+        name = f"refine{workspace.round}-{next(self._refines)}"
+        seed = [UserMessage(content=workspace.render())]
+        done = await self._run_or_resume(f"{self.run_id}-{name}", task, name, seed)
+        return done.summary
+
+    async def _run_or_resume(
+        self, base_id: str, task: str, slice_name: str, seed: Sequence[UserMessage]
+    ) -> _Done:
+        """Run a rollout as an actor, or take up what an earlier incarnation
+        of the run committed: an ended rollout is restored; an agent's
+        unfinished one replays its steps and goes on, and so does a
+        hierarchy's whose entry node is an agent (the sub-agent calls its
+        committed steps made are charged as spent; the call in flight runs
+        again, under a new id).  A pipeline's (its stages cannot be taken up
+        mid-way) restarts as ``id~k``, the interrupted attempt left in the
+        record."""
+        ledger = self.ledger.child(slice_name)
+        rollout_id, saved = self._saved(base_id)
+        resume: list[Step] | None = None
+        if saved is not None:
+            ended = saved.finished is not None or bool(
+                saved.steps and saved.steps[-1].reply is None
+            )
+            if ended or saved.summary is not None:
+                if isinstance(self.runner, Hierarchy):  # its sub-agents spent too
+                    await self._take_over(rollout_id, ledger, with_itself=False)
+                return await self._restored(rollout_id, saved, ledger)
+            if isinstance(self.runner, Agent):
+                resume = list(saved.steps) or None
+            elif self.runner.resumable:
+                # Its sub-agents' rollouts are taken over even when it has no
+                # step of its own yet: its first call may have been in flight.
+                await self._take_over(rollout_id, ledger, with_itself=False)
+                resume = list(saved.steps) or None
+            else:
+                assert self.checkpoint is not None
+                await self._take_over(rollout_id, ledger, with_itself=True)
+                rollout_id = f"{base_id}~{self.checkpoint.incarnation}"
+        if resume is not None:
+            self._committed[rollout_id] = list(resume)
+        result = await self._ask(
+            rollout_id, name=slice_name, task=task, ledger=ledger, seed=seed, resume=resume
+        )
+        return await self._summarize(result.trajectory)
+
+    async def _ask(
+        self,
+        rollout_id: str,
+        *,
+        name: str,
+        task: str,
+        ledger: BudgetLedger,
+        seed: Sequence[UserMessage],
+        resume: list[Step] | None,
+    ) -> RolloutResult:
+        """Spawn the rollout's actor and ask it for the rollout; after a
+        crash, ask its next incarnation to go on from the committed steps."""
+        control = RolloutControl()
+        committed = self._committed
+        ref = await self._supervisor.spawn(
+            lambda: RolloutActor(
+                self.runner,
+                ledger,
+                control,
+                run_id=self.run_id,
+                rollout_id=rollout_id,
+                committed=lambda: len(committed[rollout_id]),
+                announce=self.emitter.emit,
+            ),
+            name=name,
+        )
+        message = RunRollout(
+            task=task,
+            run_id=self.run_id,
+            rollout_id=rollout_id,
+            seed=list(seed),
+            resume=resume,
+            restored=resume is not None,
+        )
+        last: BaseException | None = None
+        try:
+            while True:
+                try:
+                    return await ref.ask(message, timeout=_ASK_TIMEOUT_S)
+                except ActorCrashed as crash:
+                    last = crash.cause
+                    steps = committed[rollout_id]
+                    resumable = isinstance(self.runner, Agent) or self.runner.resumable
+                    # A crashed pipeline cannot be taken up mid-way: it starts over.
+                    go_on = list(steps) if resumable and steps else None
+                    message = msgspec.structs.replace(
+                        message,
+                        resume=go_on,
+                        restored=go_on is not None,
+                        charged=go_on is not None,
+                    )
+                except ActorStopped as stopped:
+                    if last is None:
+                        raise
+                    raise _GaveUp(
+                        f"rollout {rollout_id} crashed {self.rt.config.rollout_restarts + 1} "
+                        f"times and was not restarted again; the last error: {last!r}"
+                    ) from stopped
+        except BaseException:
+            control.cancel(rollout_id)
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                with suppress(ActorError):
+                    await self.rt.system.stop(ref)
+
+    def _saved(self, rollout_id: str) -> tuple[str, RolloutCheckpoint | None]:
+        """The latest committed incarnation of a rollout: ``id~k`` (a rollout
+        restarted by incarnation k) before ``id``; (``id``, None) if none."""
+        if self.checkpoint is None:
+            return rollout_id, None
+        saved = self.checkpoint.rollouts
+        for k in range(self.checkpoint.incarnation - 1, 0, -1):
+            if f"{rollout_id}~{k}" in saved:
+                return f"{rollout_id}~{k}", saved[f"{rollout_id}~{k}"]
+        return rollout_id, saved.get(rollout_id)
+
+    async def _take_over(self, rollout_id: str, ledger: BudgetLedger, *, with_itself: bool) -> None:
+        """Before a hierarchy's rollout goes on, is restored (or, with
+        ``with_itself``, restarts): charge ``ledger`` with what an earlier
+        incarnation's sub-agent rollouts under it committed
+        (``<rollout_id>.<name>-<n>``, nested ones too; and the rollout's own
+        steps, ``with_itself``), so the run keeps to its budget; end the
+        ones left unfinished as ``cancelled`` (interrupted); keep later
+        sub-agent calls from reusing their numbers."""
+        assert self.checkpoint is not None
+        prefix = f"{rollout_id}."
+        highest = 0
+        for sub_id, sub in self.checkpoint.rollouts.items():
+            if not (sub_id.startswith(prefix) or (with_itself and sub_id == rollout_id)):
+                continue
+            for part in sub_id[len(prefix) :].split(".") if sub_id != rollout_id else ():
+                number = part.rsplit("-", 1)[-1]
+                if number.isdigit():
+                    highest = max(highest, int(number))
+            cost = _restore_steps(ledger, sub.steps)
+            if sub.finished is None:
+                await self.emitter.emit(
+                    RolloutFinished(
+                        run_id=self.run_id,
+                        rollout_id=sub_id,
+                        status="cancelled",
+                        cost=cost,
+                        stop_reason="interrupted: daemon restart",
+                    )
+                )
+        skip_call_numbers(highest)
+
+    async def _restored(
+        self, rollout_id: str, saved: RolloutCheckpoint, ledger: BudgetLedger
+    ) -> _Done:
+        """A rollout an earlier incarnation ended (or a hierarchy's, which
+        cannot resume mid-way and is taken as it stood): its steps are
+        charged as spent, its trajectory rebuilt; summarized if it was not."""
+        cost = _restore_steps(ledger, saved.steps)
+        end = saved.finished
+        last = saved.steps[-1] if saved.steps else None
+        trajectory = Trajectory(
+            run_id=self.run_id,
+            rollout_id=rollout_id,
+            agent=self.agent_name,
+            task=self.task,
+            steps=list(saved.steps),
+            answer=end.answer if end is not None else None,
+            status=_trajectory_status(end.status if end is not None else "failed"),
+            cost=end.cost if end is not None else cost,
+            stop_reason=(
+                end.stop_reason or "restored"
+                if end is not None
+                else f"interrupted: {last.error if last and last.error else 'daemon restart'}"
+            ),
+        )
+        if saved.summary is not None:
+            return _Done(trajectory, saved.summary)
+        return await self._summarize(trajectory)
+
+    async def _summarize(self, trajectory: Trajectory) -> _Done:
+        summary = await self.summarizer.summarize(trajectory)
+        await self.emitter.emit(SummaryWritten(run_id=self.run_id, summary=summary))
+        return _Done(trajectory, summary)
+
+    async def _budget_event(self) -> None:
+        await self.emitter.emit(self.ledger.snapshot().to_event(self.run_id))
+
+    def _summaries(self, outcomes: Sequence[_Outcome]) -> list[TrajectorySummary]:
+        """A summary per rollout, in rollout order; a crashed one has no
+        answer and names its error (the aggregators leave it out)."""
+        out: list[TrajectorySummary] = []
+        for o in outcomes:
+            if o.value is not None:
+                out.append(o.value.summary)
+            elif o.status == "failed":
+                why = f"crashed: {o.error!r}" if not isinstance(o.error, _GaveUp) else str(o.error)
+                out.append(
+                    TrajectorySummary(rollout_id=self._rollout_id(o.index), failure_modes=[why])
+                )
+        return out
+
+
+def _restore_steps(ledger: BudgetLedger, steps: Sequence[Step]) -> Cost:
+    cost = Cost()
+    for step in steps:
+        if step.reply is not None:
+            model = step.routing.model if step.routing is not None else step.reply.model
+            cost += ledger.restore(model, step.reply.usage)
+    return cost
+
+
+def _majority_certain(keys: Sequence[str | None], pending: int) -> bool:
+    """True when a plurality vote over ``keys`` (``None``: no answer) can no
+    longer change: the leader's count exceeds the runner-up's plus every
+    pending rollout (each of which could still vote for the runner-up)."""
+    counts: dict[str, int] = {}
+    for key in keys:
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return False
+    ranked = sorted(counts.values(), reverse=True)
+    runner_up = ranked[1] if len(ranked) > 1 else 0
+    return ranked[0] > runner_up + pending
+
+
+def _trajectory_status(status: str) -> TrajectoryStatus:
+    known: Mapping[str, TrajectoryStatus] = {
+        "running": "running",
+        "finished": "finished",
+        "failed": "failed",
+        "cancelled": "cancelled",
+        "exhausted": "exhausted",
+    }
+    return known.get(status, "failed")
+
+
+__all__ = ["RunExecution"]
