@@ -7,7 +7,7 @@ model, and managed model-server processes.  The registry picks one by
 configuration.  Must not import agents, tools or aggregators.
 """
 
-from agentrt.runtime.models.base import ModelBackend, StreamDelta
+from agentrt.runtime.models.base import ModelBackend, StreamDelta, backend_concurrency
 from agentrt.runtime.models.embedded import EmbeddedBackend, EmbeddedConfig
 from agentrt.runtime.models.http import HttpClientConfig
 from agentrt.runtime.models.managed import ManagedServer
@@ -35,4 +35,5 @@ __all__ = [
     "SGLangBackend",
     "SGLangBackendConfig",
     "StreamDelta",
+    "backend_concurrency",
 ]

@@ -11,7 +11,9 @@ stream of deltas ending in the assembled reply (``stream``).  Contract:
 - failures raise ``agentrt.runtime.errors.BackendError`` subclasses that name
   the backend and endpoint;
 - backends are async context managers: ``async with backend:`` opens
-  connections / loads weights, leaving closes them.
+  connections / loads weights, leaving closes them;
+- optionally, a ``max_concurrency`` property: how many requests it can take
+  at once (read it with ``backend_concurrency``).
 """
 
 from __future__ import annotations
@@ -71,3 +73,22 @@ class ModelBackend(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+def backend_concurrency(backend: ModelBackend) -> int | None:
+    """How many requests ``backend`` can take at once: its ``max_concurrency``
+    property (an HTTP backend's connection pool limit, 1 for the embedded
+    model), or ``None`` (no limit) for a backend without one, such as a
+    user's own.  ``max_concurrency`` is optional, not part of the protocol.
+
+    Raises ``TypeError`` when the property is neither an ``int`` nor
+    ``None``, ``ValueError`` when it is below 1."""
+    limit: object = getattr(backend, "max_concurrency", None)
+    if limit is None:
+        return None
+    where = f"backend {backend.name!r} ({type(backend).__name__}).max_concurrency"
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"{where} must be an int or None, got {limit!r}")
+    if limit < 1:
+        raise ValueError(f"{where} must be at least 1, got {limit}")
+    return limit

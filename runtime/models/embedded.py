@@ -162,6 +162,12 @@ class EmbeddedBackend:
     def config(self) -> EmbeddedConfig:
         return self._config
 
+    @property
+    def max_concurrency(self) -> int:
+        """1: the model generates for one request at a time (the others wait
+        for it), so a caller should queue rollouts rather than start them."""
+        return 1
+
     async def __aenter__(self) -> Self:
         if self._state == "opened":
             raise RuntimeError(f"embedded backend {self.name!r} is already open")

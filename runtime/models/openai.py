@@ -177,6 +177,12 @@ class OpenAIBackend:
         return list(self._models)
 
     @property
+    def max_concurrency(self) -> int:
+        """Requests this backend can have in flight: its connection pool's
+        limit (``http.max_connections``); more wait for a free connection."""
+        return self._config.http.max_connections
+
+    @property
     def endpoint(self) -> str:
         """The chat-completions URL this backend posts to."""
         return self._endpoint

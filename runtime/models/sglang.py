@@ -193,6 +193,13 @@ class SGLangBackend:
         return [self._model] if self._model else []
 
     @property
+    def max_concurrency(self) -> int:
+        """Requests this backend can have in flight: the connection pool's
+        limit (``http.max_connections``, one pool for all replicas); more wait
+        for a free connection."""
+        return self._config.http.max_connections
+
+    @property
     def replicas(self) -> list[ReplicaStatus]:
         """Health, breaker state and load of every replica."""
         return self._replicas.statuses()

@@ -152,6 +152,11 @@ class ScriptedBackend:
         return list(self._models)
 
     @property
+    def max_concurrency(self) -> None:
+        """``None``: no limit, any number of calls run at once."""
+        return None
+
+    @property
     def consumed(self) -> int:
         """How many list-script items have been used."""
         return self._position
