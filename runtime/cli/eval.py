@@ -418,7 +418,11 @@ def build_parser(prog: str = "agentrt eval") -> argparse.ArgumentParser:
     parser.add_argument("--plot", type=Path, metavar="OUT.svg", help="write the curves as SVG")
     parser.add_argument("--json", type=Path, metavar="OUT.json", help="write the full report")
     parser.add_argument("--agent", help="a spec file or a name from [agents] in --config")
-    parser.add_argument("--config", type=Path, help="a TOML or JSON file with [models]/[agents]")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="agentrt.toml: models, agents, MCP servers (default: the embedded model)",
+    )
     return parser
 
 

@@ -199,7 +199,8 @@ class AgentrtConfig(BaseModel):
     placement: PlacementConfig = PlacementConfig()
     """Where rollouts run (reserved)."""
     log_level: str = "INFO"
-    """Log level of the logs on stderr (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``)."""
+    """Level of the logs on stderr: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``
+    or ``CRITICAL``."""
     runtime: RuntimeConfig = RuntimeConfig()
     """Models, agents, MCP servers and scaling defaults (the file's other top-level keys)."""
     source: str = "<defaults>"
@@ -240,10 +241,10 @@ def load_config(path: Path | None) -> AgentrtConfig:
     ``None``: the defaults (the embedded model, no agents, no MCP servers).
 
     Relative paths in the file (spec files, ``[store] path``, ``[tools]
-    files_root``, an MCP server's ``cwd``) are relative to the file.  Every
-    problem -- unreadable file, bad syntax, unknown key, bad value, unknown
-    backend kind, a spec file that is missing or invalid -- raises one
-    ``ConfigError`` naming ``file:line: key``."""
+    files_root``, ``memory_path``, an MCP server's ``cwd``) are relative to
+    the file.  Every problem -- unreadable file, bad syntax, unknown key, bad
+    value, unknown backend kind or aggregator, a spec file that is missing or
+    invalid -- raises one ``ConfigError`` naming ``file:line: key``."""
     if path is None:
         return config_from_mapping({}, source="<defaults>")
     source = str(path)
@@ -290,7 +291,7 @@ def config_from_mapping(
     runtime = {k: v for k, v in data.items() if k not in _SECTIONS}
     if base is not None:
         daemon = _resolve_daemon_paths(daemon, base)
-        runtime = _resolve_mcp_paths(runtime, base)
+        runtime = _resolve_runtime_paths(runtime, base)
     spec_files: dict[str, Path] = {}
     agents = runtime.get("agents")
     if isinstance(agents, Mapping):
@@ -301,28 +302,36 @@ def config_from_mapping(
         config = AgentrtConfig.model_validate({**daemon, "runtime": runtime, "source": source})
     except ValidationError as error:
         raise fail.validation(error, drop_prefix="runtime") from None
-    try:
-        ModelRegistry(config.runtime.models, where="models")
-    except ConfigError as error:
-        key = _split_key(error.where)
-        reason = _reason(error)
-        if reason.startswith("Extra inputs are not permitted"):
-            reason = f"unknown key {key[-1]!r}" + reason.removeprefix(
-                "Extra inputs are not permitted"
-            )
-        raise fail.at(key, reason) from None
-    try:
-        rc = config.runtime
-        parse_config({**rc.aggregate_options, "name": rc.aggregate}, "aggregate")
-    except ConfigError as error:
-        key = ("aggregate",) if error.where == "aggregate.name" else ("aggregate_options",)
-        raise fail.at(key, _reason(error)) from None
+    _check_models(config.runtime, fail)
+    _check_aggregate(config.runtime, fail)
     for name, spec in spec_files.items():
         try:
             load_spec(spec)
         except ConfigError as error:
             raise fail.at(("agents", name), f"the spec file is invalid: {error}") from None
     return config
+
+
+def _check_models(runtime: RuntimeConfig, fail: _Failures) -> None:
+    """Each backend's options, checked by its kind (unknown kinds too)."""
+    try:
+        ModelRegistry(runtime.models, where="models")
+    except ConfigError as error:
+        key = _split_key(error.where)
+        reason = _reason(error)
+        extra = "Extra inputs are not permitted"
+        if reason.startswith(extra) and key:
+            reason = f"unknown key {key[-1]!r}{reason.removeprefix(extra)}"
+        raise fail.at(key, reason) from None
+
+
+def _check_aggregate(runtime: RuntimeConfig, fail: _Failures) -> None:
+    """The default aggregator exists and takes its options."""
+    try:
+        parse_config({**runtime.aggregate_options, "name": runtime.aggregate}, "aggregate")
+    except ConfigError as error:
+        key = ("aggregate",) if error.where == "aggregate.name" else ("aggregate_options",)
+        raise fail.at(key, _reason(error)) from None
 
 
 def _agent(
@@ -366,7 +375,9 @@ def _resolve_daemon_paths(daemon: dict[str, Any], base: Path) -> dict[str, Any]:
     return daemon
 
 
-def _resolve_mcp_paths(runtime: dict[str, Any], base: Path) -> dict[str, Any]:
+def _resolve_runtime_paths(runtime: dict[str, Any], base: Path) -> dict[str, Any]:
+    if isinstance(runtime.get("memory_path"), str):
+        runtime["memory_path"] = str(base / Path(runtime["memory_path"]).expanduser())
     servers = runtime.get("mcp")
     if isinstance(servers, Mapping):
         runtime["mcp"] = {

@@ -1,9 +1,9 @@
 """``agentrt serve``: the daemon's command line.
 
 Owns ``serve_main`` (its own argparse parser; ``agentrt.runtime.cli``
-delegates to it): reads and validates the configuration file, applies the
-``--host``/``--port`` overrides, configures JSON logs on stderr, and runs
-``run_daemon`` on uvloop until SIGTERM/SIGINT.  Exit codes: 0 after a clean
+delegates to it): reads and validates ``agentrt.toml`` (``load_config``),
+applies the ``--host``/``--port``/``--store`` overrides, configures JSON logs
+on stderr, and runs ``run_daemon`` on uvloop until SIGTERM/SIGINT.  Exit codes: 0 after a clean
 shutdown, 2 for a bad configuration or address, 1 for other failures.
 
 The roof: may import every layer.
@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from agentrt.runtime.actors.loop import run as run_loop
+from agentrt.runtime.engine.configfile import DEFAULT_PORT, load_config
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
-from agentrt.runtime.serve.config import DEFAULT_PORT, load_daemon_config
 from agentrt.runtime.serve.daemon import run_daemon
 
 
@@ -31,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
             "endpoint (/v1/chat/completions), MCP (/mcp), /metrics and a web page (/)."
         ),
     )
-    parser.add_argument("--config", type=Path, help="agentrt.toml (default: the embedded model)")
+    parser.add_argument(
+        "--config", type=Path, help="agentrt.toml (default: the embedded model, no agents)"
+    )
     parser.add_argument("--host", help="interface to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help=f"TCP port (default {DEFAULT_PORT}; 0: any free)")
     parser.add_argument(
@@ -53,12 +55,8 @@ def _parser() -> argparse.ArgumentParser:
 def serve_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
-        config = load_daemon_config(args.config)
-        config = config.with_server(host=args.host, port=args.port)
-        if args.store is not None:
-            config = config.model_copy(
-                update={"store": config.store.model_copy(update={"path": args.store})}
-            )
+        config = load_config(args.config)
+        config = config.with_server(host=args.host, port=args.port).with_store(args.store)
     except UserError as error:
         print(f"agentrt serve: {error}", file=sys.stderr)
         return 2

@@ -26,10 +26,10 @@ import anyio
 from anyio.abc import TaskStatus
 
 from agentrt.runtime.actors.loop import run as run_loop
+from agentrt.runtime.engine.configfile import AgentrtConfig, load_config
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging, get_logger
 from agentrt.runtime.models.base import ModelBackend
-from agentrt.runtime.serve.config import DaemonConfig, load_daemon_config
 from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.mcp_server import build_mcp_server
 from agentrt.tools.base import Tool
@@ -46,7 +46,7 @@ _DESCRIPTION = (
 
 
 async def serve_mcp_stdio(
-    config: DaemonConfig,
+    config: AgentrtConfig,
     *,
     backends: Sequence[ModelBackend] | Mapping[str, ModelBackend] = (),
     tools: Sequence[Tool] | None = None,
@@ -72,7 +72,9 @@ async def serve_mcp_stdio(
 def build_parser(prog: str = _PROG) -> argparse.ArgumentParser:
     """The ``agentrt mcp`` parser."""
     parser = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION)
-    parser.add_argument("--config", type=Path, help="agentrt.toml (default: the embedded model)")
+    parser.add_argument(
+        "--config", type=Path, help="agentrt.toml (default: the embedded model, no agents)"
+    )
     parser.add_argument(
         "--store", type=Path, help="the run store's SQLite file (overrides [store])"
     )
@@ -86,21 +88,11 @@ def build_parser(prog: str = _PROG) -> argparse.ArgumentParser:
     return parser
 
 
-def load_config(config_path: Path | None, store: Path | None) -> DaemonConfig:
-    """The daemon's configuration, with the store overridden when given."""
-    config = load_daemon_config(config_path)
-    if store is not None:
-        config = config.model_copy(
-            update={"store": config.store.model_copy(update={"path": store})}
-        )
-    return config
-
-
 def mcp_main(argv: list[str]) -> int:
     """``agentrt mcp ARGS`` (the CLI delegates here); returns the exit code."""
     args = build_parser().parse_args(argv)
     try:
-        config = load_config(args.config, args.store)
+        config = load_config(args.config).with_store(args.store)
     except UserError as error:
         _problem(str(error))
         return 2
@@ -123,4 +115,4 @@ def _problem(text: str) -> None:
     print(f"{_PROG}: {' '.join(text.split())}", file=sys.stderr)
 
 
-__all__ = ["build_parser", "load_config", "mcp_main", "serve_mcp_stdio"]
+__all__ = ["build_parser", "mcp_main", "serve_mcp_stdio"]

@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from agentrt.protocols import ModelRequest, ToolMessage
-from agentrt.runtime.serve.config import DaemonConfig, config_from_mapping
+from agentrt.runtime.engine.configfile import AgentrtConfig, config_from_mapping
 from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
 from agentrt.runtime.testing.scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
@@ -38,7 +38,7 @@ def stepping_script(steps: int, answer: str = "42") -> Callable[[ModelRequest], 
     return script
 
 
-def daemon_config(tmp_path: Path, **sections: Any) -> DaemonConfig:
+def daemon_config(tmp_path: Path, **sections: Any) -> AgentrtConfig:
     server = {"port": 0, "shutdown_grace_s": 0.5, **sections.pop("server", {})}
     data: dict[str, Any] = {
         "server": server,
@@ -56,7 +56,7 @@ def scripted(steps: int = 2, latency_s: float = 0.0, answer: str = "42") -> Scri
 
 @asynccontextmanager
 async def running_daemon(
-    config: DaemonConfig, backend: ScriptedBackend | None = None
+    config: AgentrtConfig, backend: ScriptedBackend | None = None
 ) -> AsyncIterator[DaemonEndpoint]:
     backend = backend or scripted()
     async with anyio.create_task_group() as tg:

@@ -1,5 +1,6 @@
-"""The daemon's examples stay true: ``examples/daemon.toml`` loads, and
-``examples/openai_client.py`` gets an answer from ``agentrt serve``."""
+"""The daemon's examples stay true: ``examples/agentrt.toml`` loads as the
+daemon reads it, and ``examples/openai_client.py`` gets an answer from
+``agentrt serve``."""
 
 from __future__ import annotations
 
@@ -12,17 +13,18 @@ from typing import Any
 import httpx
 import pytest
 
-from agentrt.runtime.serve.config import load_daemon_config
+from agentrt.runtime.engine.configfile import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_example_configuration_loads() -> None:
-    config = load_daemon_config(ROOT / "examples" / "daemon.toml")
+    config = load_config(ROOT / "examples" / "agentrt.toml")
+    assert config.server.host == "127.0.0.1"
     assert config.server.port == 8765
     assert config.runtime.default_agent == "solver"
+    assert "solver" in config.runtime.agents
     assert config.store.path == ROOT / "examples" / "agentrt-runs.db"
-    assert list(config.runtime.models.backends) == ["vllm"]
 
 
 @pytest.mark.slow

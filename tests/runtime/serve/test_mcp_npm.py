@@ -24,7 +24,7 @@ import pytest
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
 from agentrt.runtime.engine import RuntimeConfig
-from agentrt.runtime.serve.config import DaemonConfig, ServerConfig, StoreConfig
+from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig
 from agentrt.runtime.serve.daemon import run_daemon
 from agentrt.testing import ScriptedBackend
 
@@ -65,7 +65,7 @@ def votes(request: ModelRequest) -> str:
 @asynccontextmanager
 async def daemon(tmp_path: Path) -> AsyncIterator[str]:
     """The real daemon (``run_daemon``) on a loopback port; yields the MCP URL."""
-    config = DaemonConfig(
+    config = AgentrtConfig(
         server=ServerConfig(port=0),
         store=StoreConfig(path=tmp_path / "runs.db"),
         runtime=RuntimeConfig(

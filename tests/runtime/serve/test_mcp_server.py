@@ -27,12 +27,7 @@ from starlette.routing import Route
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
 from agentrt.runtime.engine import RuntimeConfig
-from agentrt.runtime.serve.config import (
-    DaemonConfig,
-    ServerConfig,
-    StoreConfig,
-    load_daemon_config,
-)
+from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig, load_config
 from agentrt.runtime.serve.daemon import serve_manager
 from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.mcp_server import mcp_asgi
@@ -80,8 +75,8 @@ class Daemon:
         return f"{self.url}/mcp"
 
 
-def daemon_config(tmp_path: Path) -> DaemonConfig:
-    return DaemonConfig(
+def daemon_config(tmp_path: Path) -> AgentrtConfig:
+    return AgentrtConfig(
         server=ServerConfig(port=0),
         store=StoreConfig(path=tmp_path / "runs.db"),
         runtime=RuntimeConfig(
@@ -377,7 +372,7 @@ async def test_agentrt_mcp_serves_over_stdio_with_the_daemons_store(
         assert result.structured_content is not None
         run_id = result.structured_content["run_id"]
         # The run is in the store the daemon would open.
-        async with RunManager(load_daemon_config(config_file)) as manager:
+        async with RunManager(load_config(config_file)) as manager:
             stored = await manager.detail(run_id)
     assert result.is_error is False
     assert text_of(result).startswith("42\n\n")

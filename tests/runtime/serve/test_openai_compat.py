@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
 from agentrt.runtime.engine import RuntimeConfig
+from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.serve.config import DaemonConfig, ServerConfig, StoreConfig
 from agentrt.runtime.serve.daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.metrics import DaemonMetrics
@@ -68,7 +68,7 @@ class Daemon:
 async def daemon(tmp_path: Path, model: Script | ModelBackend) -> AsyncIterator[Daemon]:
     """The real daemon app (``serve_manager``) on a free port, on a scripted
     model (a script) or the backend given."""
-    config = DaemonConfig(
+    config = AgentrtConfig(
         server=ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5),
         store=StoreConfig(path=tmp_path / "runs.db"),
         runtime=RuntimeConfig(

@@ -33,7 +33,7 @@ import pytest
 
 from agentrt.aggregators import SimulatedJudge
 from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
-from agentrt.runtime.serve.config import config_from_mapping
+from agentrt.runtime.engine.configfile import config_from_mapping
 from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
 from agentrt.tools.builtins import Calculator
