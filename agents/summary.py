@@ -9,13 +9,13 @@ Owns the ``Summarizer`` protocol and its two implementations:
   uncertainties from unanswered questions and missing answers; cost as
   recorded.  It is the fallback and what tests use.
 - ``ModelSummarizer``: one bounded model call that writes the sections as
-  JSON, validated; malformed output falls back to the rule-based summary
-  (and says so in ``failure_modes``).
+  JSON, validated; malformed output, a failed call, or a call the run's
+  budget refuses (a metered backend's ``BudgetExceeded``) falls back to the
+  rule-based summary (and says so in ``failure_modes``).
 
 Summaries are what judges compare and what later rollouts are seeded with.
 
-May import protocols and the runtime floor's model backend protocol; never
-aggregators or the roof.
+May import protocols and the runtime floor; never aggregators or the roof.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from agentrt.protocols import (
     TrajectorySummary,
     UserMessage,
 )
+from agentrt.runtime.errors import BudgetExceeded
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import ModelBackend
 
@@ -172,10 +173,18 @@ _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 class ModelSummarizer:
     """Summaries written by one model call (see the module docstring).
 
-    ``model``: the model to ask (``None``: the backend's first, by default
-    a small one); ``max_tokens``: the summary's length bound;
-    ``timeout_s``: the call's deadline; ``fallback``: used when the call
-    fails or its output does not validate."""
+    ``backend``: give it a ``MeteredBackend`` on the run's ledger
+    (``agentrt.runtime.models.metered``) so that the call is reserved and
+    charged like every other; ``model``: the model to ask (``None``: the
+    backend's first, by default a small one); ``max_tokens``: the summary's
+    length bound (what the ledger reserves); ``timeout_s``: the call's
+    deadline; ``fallback``: used when the call fails, is refused by the
+    budget or its output does not validate.
+
+    A summary's ``cost`` is its rollout's plus this call's, for reading and
+    for the tie rules that prefer cheap rollouts.  It is not a bill: with a
+    metered backend the call is on the run's ledger already, and a run's
+    cost is its ledger's ``spent``; never add summary costs to it."""
 
     def __init__(
         self,
@@ -213,6 +222,11 @@ class ModelSummarizer:
         try:
             with anyio.fail_after(self.timeout_s):
                 reply = await self.backend.complete(self._request(trajectory))
+        except BudgetExceeded as exc:
+            # The run's cap is reached: the rollout keeps its rule-based
+            # summary, and nothing was spent on the refused call.
+            log.info("summary call refused by the budget", rollout=trajectory.rollout_id)
+            return _noted(fallback, f"summary model call skipped: budget cap reached ({exc.limit})")
         except Exception as exc:  # a failed summary call must not lose the rollout
             log.warning("summary call failed", rollout=trajectory.rollout_id, error=repr(exc))
             return _noted(fallback, f"summary model call failed: {type(exc).__name__}")

@@ -2,19 +2,28 @@
 parallel-distill-refine and the aggregation agent, all over trajectory
 summaries.
 
-Every aggregator implements ``Aggregator.aggregate(task, summaries) ->
-AggregationResult``; ``build_aggregator`` makes one from configuration, and
-``PDR(..., final=RTV(...))`` composes them from Python.
+Every aggregator implements ``Aggregator.aggregate(task, summaries,
+context) -> AggregationResult``; the ``AggregationContext`` carries the
+run's ledger and a backend metered on it (an aggregator's only model
+access), events, trajectories and PDR's rollout callable.
+``build_aggregator`` makes one from configuration, and
+``PDR(judge, final=RTV(judge))`` composes them from Python.
 
 May import agents, tools and the runtime floor; never the roof.
 """
 
 from agentrt.aggregators.aggagent import AggregationAgent, TrajectoryStore
-from agentrt.aggregators.base import AggregationResult, Aggregator, usable
+from agentrt.aggregators.base import (
+    AggregationContext,
+    AggregationResult,
+    Aggregator,
+    BudgetStop,
+    usable,
+)
 from agentrt.aggregators.compose import AggregatorConfig, build_aggregator, parse_config
 from agentrt.aggregators.compressed import CompressedReasoning, compress
 from agentrt.aggregators.judge import BestOfN, Judge, ModelJudge, Score, SimulatedJudge, Verdict
-from agentrt.aggregators.pdr import ParallelDistillRefine, Workspace
+from agentrt.aggregators.pdr import ParallelDistillRefine
 from agentrt.aggregators.rouge import lcs_length, rouge_l
 from agentrt.aggregators.rtv import Bracket, RecursiveTournament
 from agentrt.aggregators.vote import (
@@ -23,7 +32,9 @@ from agentrt.aggregators.vote import (
     Normalizer,
     WeightedVote,
     answer_key,
+    plurality,
 )
+from agentrt.aggregators.workspace import Rollout, Workspace, render_summary
 
 PDR = ParallelDistillRefine
 RTV = RecursiveTournament
@@ -33,11 +44,13 @@ __all__ = [
     "PDR",
     "RTV",
     "AggregationAgent",
+    "AggregationContext",
     "AggregationResult",
     "Aggregator",
     "AggregatorConfig",
     "BestOfN",
     "Bracket",
+    "BudgetStop",
     "CompressedReasoning",
     "Judge",
     "MajorityVote",
@@ -45,6 +58,7 @@ __all__ = [
     "Normalizer",
     "ParallelDistillRefine",
     "RecursiveTournament",
+    "Rollout",
     "Score",
     "SimulatedJudge",
     "TrajectoryStore",
@@ -56,6 +70,8 @@ __all__ = [
     "compress",
     "lcs_length",
     "parse_config",
+    "plurality",
+    "render_summary",
     "rouge_l",
     "usable",
 ]

@@ -7,34 +7,45 @@ what the tools read from them), the tools ``get_solution(id?)``,
 recall of the query, clipped to ~150 words), ``get_segment(id, start, end)``
 (<= 5 steps, clipped) and the built-in ``finish(answer)``, and
 ``AggregationAgent``, which runs an ``agentrt.agents.Agent`` over them with a
-turn cap and a token cap (about one rollout's worth).  When the agent ends
-without finishing (a cap hit), the answer falls back to a majority vote over
-the summaries: no further model call, so the cost stays bounded.
+turn cap and a token cap (about one rollout's worth), on the context's
+metered backend.  When the agent ends without finishing (a cap hit, the
+run's budget included), the answer falls back to a majority vote over the
+summaries: no further model call, so the cost stays bounded.
 
-May import agents, tools' base protocol, protocols and the other
-aggregators; never the roof.
+May import agents, tools' base protocol, protocols, the runtime floor and
+the other aggregators; never the roof.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import msgspec
 
 from agentrt.agents import Agent, AgentConfig, AgentLimits
-from agentrt.agents.recording import EventEmitter
-from agentrt.aggregators.base import AggregationResult, emit_all, empty_result, usable
+from agentrt.aggregators.base import (
+    AggregationContext,
+    AggregationResult,
+    BudgetStop,
+    emit_all,
+    empty_result,
+    usable,
+)
 from agentrt.aggregators.rouge import rouge_l
 from agentrt.aggregators.vote import MajorityVote, Normalizer, default_normalizer
-from agentrt.protocols import Step, ToolSpec, Trajectory, TrajectorySummary, VoteCast
-from agentrt.runtime.errors import ToolError
-from agentrt.runtime.models.base import ModelBackend
+from agentrt.protocols import Budget, Cost, Step, ToolSpec, Trajectory, TrajectorySummary, VoteCast
+from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.errors import BudgetExceeded, ConfigError, ToolError
 from agentrt.tools.base import ToolContext, ToolOutput
 
 MAX_K = 10
 MAX_SEGMENT = 5
 CLIP_WORDS = 150
+#: Most model calls (turns) the aggregation agent may make.
+MAX_TURNS: Final = 64
+#: Most tokens (prompt + completion, all turns) it may use.
+MAX_AGENT_TOKENS: Final = 1_000_000
 
 _RULES = """You aggregate several attempts (trajectories) at one task into one answer.
 Use the tools to read them; call exactly one tool per turn.
@@ -207,15 +218,24 @@ def store_tools(store: TrajectoryStore) -> list[_StoreTool]:
 
 @final
 class AggregationAgent:
-    """AggAgent (see the module docstring).  ``max_turns``: model calls;
-    ``max_tokens``: tokens (prompt + completion) the agent may use, about one
-    rollout's; ``max_tokens_per_turn``: completion cap per call."""
+    """AggAgent (see the module docstring).  ``model``: the model asked
+    (``None``: the context's, else the backend's first); ``max_turns``:
+    model calls, 1..64; ``max_tokens``: tokens (prompt + completion) the
+    agent may use, about one rollout's, 256..1,000,000;
+    ``max_tokens_per_turn``: completion cap per call.  Raises
+    ``ConfigError`` naming an option out of its bounds.
+
+    The inner agent's calls go through the context's metered backend, so
+    each is reserved on and charged to the run's ledger; the agent's own
+    ledger (outside the run's tree, so nothing is counted twice) holds its
+    caps: ``max_tokens``, ``max_turns`` and whatever the run's ledger had
+    left when it started, so it ends ``exhausted`` at the run's cap instead
+    of being refused mid-call."""
 
     name = "aggagent"
 
     def __init__(
         self,
-        backend: ModelBackend,
         *,
         model: str | None = None,
         max_turns: int = 12,
@@ -223,51 +243,85 @@ class AggregationAgent:
         max_tokens_per_turn: int = 512,
         normalize: Normalizer = default_normalizer,
     ) -> None:
-        self.backend = backend
-        self.config = AgentConfig(
+        for key, value, low, high in (
+            ("max_turns", max_turns, 1, MAX_TURNS),
+            ("max_tokens", max_tokens, 256, MAX_AGENT_TOKENS),
+            ("max_tokens_per_turn", max_tokens_per_turn, 1, MAX_AGENT_TOKENS),
+        ):
+            if not low <= value <= high:
+                raise ConfigError(
+                    f"{key} must be >= {low} and <= {high}, got {value}", where=f"aggagent.{key}"
+                )
+        self.model = model
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.max_tokens_per_turn = max_tokens_per_turn
+        self.normalize = normalize
+
+    def _config(self, context: AggregationContext) -> AgentConfig:
+        return AgentConfig(
             name="aggagent",
             instructions=_RULES,
-            model=model,
+            model=self.model or context.model,
             temperature=0.0,
             finish_tool="finish",
             stop_on=["loop"],
             limits=AgentLimits(
-                max_steps=max_turns,
-                max_rollout_tokens=max_tokens,
-                max_tokens_per_step=max_tokens_per_turn,
+                max_steps=self.max_turns,
+                max_rollout_tokens=self.max_tokens,
+                max_tokens_per_step=self.max_tokens_per_turn,
             ),
         )
-        self.normalize = normalize
+
+    def _ledger(self, context: AggregationContext) -> BudgetLedger:
+        """The agent's own caps, within what the run's ledger has left."""
+        left = context.ledger.headroom()
+        budget = Budget(
+            max_tokens=_least(self.max_tokens, left.tokens),
+            max_model_calls=_least(self.max_turns, left.calls),
+            max_usd=left.usd,
+            max_wall_seconds=left.seconds,
+        )
+        return BudgetLedger(f"{context.run_id or 'run'}-aggagent", budget, context.ledger.prices)
 
     async def aggregate(
-        self,
-        task: str,
-        summaries: Sequence[TrajectorySummary],
-        *,
-        trajectories: Mapping[str, Trajectory] | None = None,
-        events: EventEmitter | None = None,
-        run_id: str = "",
+        self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         kept, excluded = usable(summaries)
         if not kept:
             return empty_result(excluded, "no rollout produced an answer")
-        store = TrajectoryStore(kept, trajectories or {})
-        agent = Agent(self.config, backends=[self.backend], tools=store_tools(store))
+        store = TrajectoryStore(kept, context.trajectories)
+        ledger = self._ledger(context)
+        agent = Agent(
+            self._config(context),
+            backends=[context.backend],
+            tools=store_tools(store),
+            ledger=ledger,
+        )
         prompt = (
             f"Task: {task}\n\nTrajectories (id: steps, tokens, tool calls):\n{store.metadata()}"
         )
-        result = await agent.run(prompt, run_id=run_id or None)
-        run = result.trajectory
+        try:
+            run = (await agent.run(prompt, run_id=context.run_id or None)).trajectory
+        except BudgetExceeded as exc:
+            # The run's ledger refused a call the agent's own ledger admitted
+            # (another consumer took the room meanwhile): a budget stop too.
+            stop = BudgetStop()
+            stop.note(exc)
+            spent = ledger.spent
+            return await self._fallback(
+                task, kept, context, why=f"agent {stop.why()}", cost=spent, excluded=excluded
+            )
         answer = run.answer if run.status == "finished" else None
         if answer is None or not answer.strip():
-            fallback = await MajorityVote(self.normalize).aggregate(task, kept)
-            why = f"agent ended {run.status} ({run.stop_reason}); majority fallback: "
-            return msgspec.structs.replace(
-                fallback,
-                rationale=why + fallback.rationale,
-                cost=run.cost,
-                excluded=excluded,
-                trace=await emit_all(events, fallback.trace, run_id=run_id),
+            reason = run.stop_reason or ""
+            how = (
+                "stopped at the budget cap"
+                if reason.startswith("budget")
+                else f"ended {run.status}"
+            )
+            return await self._fallback(
+                task, kept, context, why=f"agent {how} ({reason})", cost=run.cost, excluded=excluded
             )
         key = self.normalize(answer)
         match = next((s for s in kept if self.normalize(s.answer or "") == key), None)
@@ -287,10 +341,40 @@ class AggregationAgent:
                 f"{run.cost.usage.total_tokens} tokens"
                 + ("" if match else "; its answer matches no single rollout")
             ),
-            trace=await emit_all(events, [vote], run_id=run_id),
+            trace=await emit_all(context.events, [vote], run_id=context.run_id),
             cost=run.cost,
             excluded=excluded,
         )
 
+    async def _fallback(
+        self,
+        task: str,
+        kept: list[TrajectorySummary],
+        context: AggregationContext,
+        *,
+        why: str,
+        cost: Cost,
+        excluded: list[str],
+    ) -> AggregationResult:
+        """A majority vote over the summaries: no model call."""
+        vote = await MajorityVote(self.normalize).aggregate(task, kept, context)
+        return msgspec.structs.replace(
+            vote,
+            rationale=f"{why}; majority fallback: {vote.rationale}",
+            cost=cost,
+            excluded=excluded,
+        )
 
-__all__ = ["AggregationAgent", "TrajectoryStore", "step_text", "store_tools"]
+
+def _least(cap: int, left: int | None) -> int:
+    return cap if left is None else min(cap, left)
+
+
+__all__ = [
+    "MAX_AGENT_TOKENS",
+    "MAX_TURNS",
+    "AggregationAgent",
+    "TrajectoryStore",
+    "step_text",
+    "store_tools",
+]

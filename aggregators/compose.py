@@ -6,12 +6,16 @@ picked by ``name``) and ``build_aggregator``: a dict such as
 ``{"name": "rtv", "g": 2, "v": 8}`` -- or a list, read as "the first, then
 the next": ``[{"name": "pdr", "rounds": 2, "m": 8, "k": 3}, {"name": "rtv",
 "g": 2, "v": 8}]`` is PDR whose final step is that RTV -- becomes an
-``Aggregator``.  The runtime objects a strategy needs (a judge or a model
-backend to build one, PDR's rollout callable) are passed in; a missing one,
-an unknown name or a bad field is a ``ConfigError`` saying which and where.
+``Aggregator``.  Every numeric option has documented bounds (RTV's ``v``
+<= 64, ``g`` <= 16, PDR's ``rounds`` <= 8, ...), so a ``v=100000``
+tournament is refused here, before any model call; at run time the budget
+ledger is the other bound.  An unknown name or a bad field is a
+``ConfigError`` naming the key and where.  Nothing here needs a backend or
+a rollout callable: aggregators get those from their ``AggregationContext``
+when they run; a judge object may be passed (default: a ``ModelJudge``).
 
 From Python the same composition is
-``ParallelDistillRefine(rollout, judge, rounds=2, m=8, k=3,
+``ParallelDistillRefine(judge, rounds=2, m=8, k=3,
 final=RecursiveTournament(judge, g=2, v=8))``.
 
 May import the other aggregators and the runtime floor; never the roof.
@@ -24,15 +28,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from agentrt.aggregators.aggagent import AggregationAgent
+from agentrt.aggregators.aggagent import MAX_AGENT_TOKENS, MAX_TURNS, AggregationAgent
 from agentrt.aggregators.base import Aggregator
-from agentrt.aggregators.compressed import CompressedReasoning
+from agentrt.aggregators.compressed import MAX_REPORT_CHARS, CompressedReasoning
 from agentrt.aggregators.judge import BestOfN, Judge, ModelJudge
-from agentrt.aggregators.pdr import ParallelDistillRefine, Rollout
-from agentrt.aggregators.rtv import RecursiveTournament
+from agentrt.aggregators.pdr import MAX_K, MAX_M, MAX_ROUNDS, ParallelDistillRefine
+from agentrt.aggregators.rtv import MAX_GROUP, MAX_VOTES, RecursiveTournament
 from agentrt.aggregators.vote import NORMALIZERS, MajorityVote, Normalizer, WeightedVote, chain
 from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.models.base import ModelBackend
 
 
 class _Config(BaseModel):
@@ -64,53 +67,53 @@ class BestOfNConfig(_Config):
 
 
 class RTVConfig(_Config):
-    """Recursive Tournament Voting."""
+    """Recursive Tournament Voting: (N - 1) * v judge calls for g = 2."""
 
     name: Literal["rtv"]
-    g: int = Field(default=2, ge=2)
-    """Group size."""
-    v: int = Field(default=8, ge=1)
-    """Judge votes per comparison."""
+    g: int = Field(default=2, ge=2, le=MAX_GROUP)
+    """Group size, 2..16."""
+    v: int = Field(default=8, ge=1, le=MAX_VOTES)
+    """Judge votes per comparison, 1..64."""
     tie: Literal["first", "cheapest"] = "first"
     """Who wins a tied comparison."""
 
 
 class PDRConfig(_Config):
-    """Parallel-Distill-Refine."""
+    """Parallel-Distill-Refine: rounds * m rollouts plus the judges' calls."""
 
     name: Literal["pdr"]
-    rounds: int = Field(default=2, ge=1)
-    """Rounds of rollouts."""
-    m: int = Field(default=8, ge=1)
-    """Rollouts per round."""
-    k: int = Field(default=3, ge=1)
-    """Summaries kept in the workspace."""
+    rounds: int = Field(default=2, ge=1, le=MAX_ROUNDS)
+    """Rounds of rollouts, 1..8."""
+    m: int = Field(default=8, ge=1, le=MAX_M)
+    """Rollouts per round, 1..64."""
+    k: int = Field(default=3, ge=1, le=MAX_K)
+    """Summaries kept in the workspace, 1..16."""
     select: Literal["rtv", "judge"] = "rtv"
     """How the K best are chosen."""
-    g: int = Field(default=2, ge=2)
-    """Group size of the selecting tournament."""
-    v: int = Field(default=4, ge=1)
-    """Votes per comparison of the selecting tournament."""
-    max_concurrency: int | None = Field(default=None, ge=1)
-    """Rollouts running at once (default: m)."""
+    g: int = Field(default=2, ge=2, le=MAX_GROUP)
+    """Group size of the selecting tournament, 2..16."""
+    v: int = Field(default=4, ge=1, le=MAX_VOTES)
+    """Votes per comparison of the selecting tournament, 1..64."""
+    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_M)
+    """Rollouts running at once, 1..64 (default: m)."""
 
 
 class AggAgentConfig(_Config):
     """The aggregation agent."""
 
     name: Literal["aggagent"]
-    max_turns: int = Field(default=12, ge=1)
-    """Model calls."""
-    max_tokens: int = Field(default=20_000, ge=256)
-    """Token cap (about one rollout)."""
+    max_turns: int = Field(default=12, ge=1, le=MAX_TURNS)
+    """Model calls, 1..64."""
+    max_tokens: int = Field(default=20_000, ge=256, le=MAX_AGENT_TOKENS)
+    """Token cap (about one rollout), 256..1,000,000."""
 
 
 class CompressedConfig(_Config):
-    """ParallelMuse compressed reasoning aggregation."""
+    """ParallelMuse compressed reasoning aggregation: one model call."""
 
     name: Literal["compressed"]
-    report_chars: int = Field(default=1_200, ge=100)
-    """Characters per report."""
+    report_chars: int = Field(default=1_200, ge=100, le=MAX_REPORT_CHARS)
+    """Characters per report, 100..20,000."""
 
 
 AggregatorConfig = Annotated[
@@ -147,47 +150,43 @@ def parse_config(raw: Mapping[str, Any], where: str = "aggregate") -> Aggregator
     try:
         return _adapter.validate_python(dict(raw))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'name'}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_problem(e) for e in exc.errors())
         raise ConfigError(problems, where=f"{where} ({name})") from None
+
+
+def _problem(error: Any) -> str:
+    """One validation error as ``key: message (got value)``."""
+    key = ".".join(str(p) for p in error["loc"][1:]) or "name"
+    got = (
+        f" (got {error['input']!r})" if error["type"] not in ("missing", "extra_forbidden") else ""
+    )
+    return f"{key}: {error['msg']}{got}"
 
 
 def build_aggregator(
     config: Mapping[str, Any] | Sequence[Mapping[str, Any]] | AggregatorConfig,
     *,
     judge: Judge | None = None,
-    backend: ModelBackend | None = None,
-    rollout: Rollout | None = None,
     where: str = "aggregate",
 ) -> Aggregator:
-    """An aggregator from configuration (see the module docstring)."""
+    """An aggregator from configuration (see the module docstring).
+    ``judge``: what best-of-N, RTV and PDR judge with (default: a
+    ``ModelJudge`` on the context's backend).  Raises ``ConfigError``."""
     if isinstance(config, Sequence):
         if not config:
             raise ConfigError("an empty list of aggregators", where=where)
         *stages, last = list(config)
-        final = build_aggregator(
-            last, judge=judge, backend=backend, rollout=rollout, where=f"{where}[{len(stages)}]"
-        )
+        final = build_aggregator(last, judge=judge, where=f"{where}[{len(stages)}]")
         for i in reversed(range(len(stages))):
-            final = _build(
-                stages[i],
-                judge=judge,
-                backend=backend,
-                rollout=rollout,
-                where=f"{where}[{i}]",
-                then=final,
-            )
+            final = _build(stages[i], judge=judge, where=f"{where}[{i}]", then=final)
         return final
-    return _build(config, judge=judge, backend=backend, rollout=rollout, where=where, then=None)
+    return _build(config, judge=judge, where=where, then=None)
 
 
 def _build(  # noqa: PLR0911 - one return per aggregator kind
     raw: Mapping[str, Any] | AggregatorConfig,
     *,
     judge: Judge | None,
-    backend: ModelBackend | None,
-    rollout: Rollout | None,
     where: str,
     then: Aggregator | None,
 ) -> Aggregator:
@@ -196,34 +195,19 @@ def _build(  # noqa: PLR0911 - one return per aggregator kind
         raise ConfigError(
             f"only pdr can be followed by another aggregator, not {cfg.name!r}", where=where
         )
-
-    def need_judge() -> Judge:
-        if judge is not None:
-            return judge
-        if backend is not None:
-            return ModelJudge(backend)
-        raise ConfigError(f"{cfg.name} needs a judge or a model backend", where=where)
-
-    def need_backend() -> ModelBackend:
-        if backend is None:
-            raise ConfigError(f"{cfg.name} needs a model backend", where=where)
-        return backend
-
+    judge = judge if judge is not None else ModelJudge()
     match cfg:
         case MajorityConfig():
             return MajorityVote(_normalizer(cfg.normalize, where))
         case WeightedConfig():
             return WeightedVote(normalize=_normalizer(cfg.normalize, where))
         case BestOfNConfig():
-            return BestOfN(need_judge(), mode=cfg.mode)
+            return BestOfN(judge, mode=cfg.mode)
         case RTVConfig():
-            return RecursiveTournament(need_judge(), g=cfg.g, v=cfg.v, tie=cfg.tie)
+            return RecursiveTournament(judge, g=cfg.g, v=cfg.v, tie=cfg.tie)
         case PDRConfig():
-            if rollout is None:
-                raise ConfigError("pdr needs a rollout callable", where=where)
             return ParallelDistillRefine(
-                rollout,
-                need_judge(),
+                judge,
                 rounds=cfg.rounds,
                 m=cfg.m,
                 k=cfg.k,
@@ -234,11 +218,9 @@ def _build(  # noqa: PLR0911 - one return per aggregator kind
                 max_concurrency=cfg.max_concurrency,
             )
         case AggAgentConfig():
-            return AggregationAgent(
-                need_backend(), max_turns=cfg.max_turns, max_tokens=cfg.max_tokens
-            )
+            return AggregationAgent(max_turns=cfg.max_turns, max_tokens=cfg.max_tokens)
         case CompressedConfig():
-            return CompressedReasoning(need_backend(), report_chars=cfg.report_chars)
+            return CompressedReasoning(report_chars=cfg.report_chars)
     raise ConfigError(f"unhandled aggregator {cfg!r}", where=where)  # pragma: no cover
 
 

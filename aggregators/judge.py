@@ -1,43 +1,50 @@
 """Judges and best-of-N.
 
 Owns the ``Judge`` protocol (a pointwise ``score`` of one summary and a
-``compare`` picking the best of a group), ``ModelJudge`` (a model reads the
-*summaries*, never raw traces, and answers with a number), ``SimulatedJudge``
-(knows the ground truth and is right with probability ``q``: tests and the
-scaling benchmark) and ``BestOfN`` (pointwise: highest score; pairwise: the
-champion meets each challenger in turn).
+``compare`` picking the best of a group, each given the aggregation's
+context), ``ModelJudge`` (a model reads the *summaries*, never raw traces,
+and answers with a number; it holds no backend: it asks the context's
+metered one), ``SimulatedJudge`` (knows the ground truth and is right with
+probability ``q``, and books its simulated calls on the context's ledger:
+tests and the scaling benchmark) and ``BestOfN`` (pointwise: highest score;
+pairwise: the champion meets each challenger in turn).
 
-May import protocols, the runtime floor's model backend protocol and
-``agentrt.aggregators.base``/``vote``; nothing else.
+May import protocols, the runtime floor and ``agentrt.aggregators.base``/
+``vote``/``workspace``; nothing else.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Literal, Protocol, final
 
 import anyio
 import msgspec
 
-from agentrt.agents.recording import EventEmitter
-from agentrt.aggregators.base import AggregationResult, emit_all, empty_result, usable
-from agentrt.aggregators.vote import Normalizer, default_normalizer
+from agentrt.aggregators.base import (
+    AggregationContext,
+    AggregationResult,
+    BudgetStop,
+    emit_all,
+    empty_result,
+    usable,
+)
+from agentrt.aggregators.vote import Normalizer, default_normalizer, plurality
+from agentrt.aggregators.workspace import render_summary
 from agentrt.protocols import (
     Cost,
     ModelRequest,
     SamplingParams,
     SystemMessage,
-    Trajectory,
     TrajectorySummary,
     Usage,
     UserMessage,
     VoteCast,
 )
-from agentrt.runtime.errors import BackendError
+from agentrt.runtime.errors import BackendError, BudgetExceeded, ConfigError
 from agentrt.runtime.log import get_logger
-from agentrt.runtime.models.base import ModelBackend
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,35 +63,22 @@ class Score(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Judge(Protocol):
-    """Reads summaries and says which is best supported."""
+    """Reads summaries and says which is best supported.  Model calls go
+    through ``context.backend`` (metered on the run's ledger); a call the
+    ledger refuses raises ``BudgetExceeded``, which a judge lets through so
+    that the aggregator stops."""
 
-    async def score(self, task: str, summary: TrajectorySummary) -> Score:
+    async def score(
+        self, task: str, summary: TrajectorySummary, context: AggregationContext
+    ) -> Score:
         """How likely ``summary``'s answer is right, in [0, 1]."""
         ...
 
-    async def compare(self, task: str, candidates: Sequence[TrajectorySummary]) -> Verdict:
+    async def compare(
+        self, task: str, candidates: Sequence[TrajectorySummary], context: AggregationContext
+    ) -> Verdict:
         """Which of ``candidates`` (two or more) is best."""
         ...
-
-
-def render_summary(summary: TrajectorySummary, *, item_chars: int = 200) -> str:
-    """A summary as the compact text a judge reads."""
-
-    def clip(text: str) -> str:
-        return text if len(text) <= item_chars else text[: item_chars - 1] + "…"
-
-    lines = [f"answer: {summary.answer if summary.answer is not None else 'None'}"]
-    for f in summary.facts:
-        mark = "verified" if f.verified else "unverified"
-        lines.append(f"fact ({mark}; {f.evidence}): {clip(f.claim)}")
-    for title, items in (
-        ("conclusion", summary.conclusions),
-        ("uncertainty", summary.uncertainties),
-        ("hypothesis", summary.hypotheses),
-        ("failure", summary.failure_modes),
-    ):
-        lines.extend(f"{title}: {clip(i)}" for i in items)
-    return "\n".join(lines)
 
 
 _JUDGE_SYSTEM = (
@@ -96,61 +90,72 @@ _INT = re.compile(r"-?\d+")
 
 @final
 class ModelJudge:
-    """A judge backed by one model call per score / comparison.
+    """A judge backed by one model call per score / comparison, on the
+    context's metered backend.
 
-    ``temperature`` > 0 makes repeated votes (RTV's V) differ."""
+    ``model``: the model to ask (``None``: the context's ``model``, else the
+    backend's first); ``temperature`` > 0 makes repeated votes (RTV's V)
+    differ; ``max_tokens``: the reply's bound (what the ledger reserves);
+    ``timeout_s``: each call's deadline.  A call that fails or times out
+    counts as an abstention (``compare``) or a zero (``score``);
+    ``BudgetExceeded`` propagates."""
 
     def __init__(
         self,
-        backend: ModelBackend,
         *,
         model: str | None = None,
         temperature: float = 0.7,
         max_tokens: int = 16,
         timeout_s: float = 60.0,
     ) -> None:
-        self.backend = backend
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.timeout_s = timeout_s
 
-    async def _ask(self, user: str) -> tuple[str, Cost]:
+    async def _ask(self, user: str, context: AggregationContext) -> tuple[str, Cost]:
         request = ModelRequest(
             messages=[SystemMessage(content=_JUDGE_SYSTEM), UserMessage(content=user)],
-            model=self.model,
+            model=self.model or context.model,
             sampling=SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens),
         )
+        backend = context.backend
         try:
             with anyio.fail_after(self.timeout_s):
-                reply = await self.backend.complete(request)
+                reply = await backend.complete(request)
         except (TimeoutError, BackendError) as error:
             # One failed judgement must not sink an aggregation over rollouts
             # that already ran: it counts as an abstention (compare) or a
             # zero score (score), and the log says why.
             get_logger(__name__).warning(
-                "judge_call_failed", backend=self.backend.name, error=str(error)
+                "judge_call_failed", backend=backend.name, error=str(error)
             )
             return "", Cost()
         text = reply.choices[0].message.content or "" if reply.choices else ""
         return text, Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
 
-    async def score(self, task: str, summary: TrajectorySummary) -> Score:
+    async def score(
+        self, task: str, summary: TrajectorySummary, context: AggregationContext
+    ) -> Score:
         text, cost = await self._ask(
             f"Task: {task}\n\nAttempt:\n{render_summary(summary)}\n\n"
-            "How likely is this answer correct? Reply with one integer from 0 to 10."
+            "How likely is this answer correct? Reply with one integer from 0 to 10.",
+            context,
         )
         found = _INT.search(text)
         value = min(10, max(0, int(found.group()))) / 10 if found else 0.0
         return Score(value=value, cost=cost)
 
-    async def compare(self, task: str, candidates: Sequence[TrajectorySummary]) -> Verdict:
+    async def compare(
+        self, task: str, candidates: Sequence[TrajectorySummary], context: AggregationContext
+    ) -> Verdict:
         blocks = "\n\n".join(
             f"Attempt {i + 1}:\n{render_summary(s)}" for i, s in enumerate(candidates)
         )
         text, cost = await self._ask(
             f"Task: {task}\n\n{blocks}\n\nWhich attempt's answer is best supported? "
-            f"Reply with one integer from 1 to {len(candidates)}."
+            f"Reply with one integer from 1 to {len(candidates)}.",
+            context,
         )
         found = _INT.search(text)
         pick = int(found.group()) - 1 if found else -1
@@ -165,7 +170,10 @@ class SimulatedJudge:
     right or all wrong it picks uniformly.  ``score`` is 1 for a right answer
     with probability ``q`` (0 for a wrong one with probability ``q``).
 
-    ``tokens_per_call`` is the usage each call reports; ``delay_s`` a
+    Each simulated call is booked on the context's ledger like a model call
+    (``tokens_per_call`` tokens: all but 4 prompt, 4 completion; priced as
+    ``model``, else the context's, else the backend's default), so it
+    raises ``BudgetExceeded`` where a real judge would.  ``delay_s`` is a
     latency, to observe concurrency (``max_in_flight``)."""
 
     def __init__(
@@ -177,13 +185,19 @@ class SimulatedJudge:
         normalize: Normalizer = default_normalizer,
         tokens_per_call: int = 200,
         delay_s: float = 0.0,
+        model: str | None = None,
     ) -> None:
+        if tokens_per_call < 4:
+            raise ConfigError(
+                f"tokens_per_call must be >= 4, got {tokens_per_call}", where="SimulatedJudge"
+            )
         self.truth = normalize(truth)
         self.q = q
         self.normalize = normalize
         self.rng = random.Random(seed)
         self.tokens_per_call = tokens_per_call
         self.delay_s = delay_s
+        self.model = model
         self.calls = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -191,25 +205,31 @@ class SimulatedJudge:
     def _right(self, s: TrajectorySummary) -> bool:
         return s.answer is not None and self.normalize(s.answer) == self.truth
 
-    async def _call(self) -> Cost:
-        self.calls += 1
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            await anyio.sleep(self.delay_s)
-        finally:
-            self.in_flight -= 1
+    async def _call(self, context: AggregationContext) -> Cost:
+        model = self.model or context.model or context.backend.default_model
         usage = Usage(prompt_tokens=self.tokens_per_call - 4, completion_tokens=4)
-        return Cost(usage=usage, model_calls=1)
+        with context.ledger.reserve(model, usage.prompt_tokens, usage.completion_tokens) as booked:
+            self.calls += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                await anyio.sleep(self.delay_s)
+            finally:
+                self.in_flight -= 1
+            return booked.charge(usage)
 
-    async def score(self, task: str, summary: TrajectorySummary) -> Score:
-        cost = await self._call()
+    async def score(
+        self, task: str, summary: TrajectorySummary, context: AggregationContext
+    ) -> Score:
+        cost = await self._call(context)
         honest = self.rng.random() < self.q
         value = 1.0 if self._right(summary) == honest else 0.0
         return Score(value=value, cost=cost)
 
-    async def compare(self, task: str, candidates: Sequence[TrajectorySummary]) -> Verdict:
-        cost = await self._call()
+    async def compare(
+        self, task: str, candidates: Sequence[TrajectorySummary], context: AggregationContext
+    ) -> Verdict:
+        cost = await self._call(context)
         right = [i for i, s in enumerate(candidates) if self._right(s)]
         wrong = [i for i in range(len(candidates)) if i not in right]
         if right and wrong:
@@ -221,82 +241,124 @@ class SimulatedJudge:
 
 @final
 class BestOfN:
-    """Best-of-N by a judge: ``pointwise`` scores every summary (in
-    parallel) and keeps the highest (first on a tie); ``pairwise`` lets the
-    champion meet each challenger in input order."""
+    """Best-of-N by a judge (default: a ``ModelJudge``): ``pointwise``
+    scores every summary (in parallel) and keeps the highest (first on a
+    tie); ``pairwise`` lets the champion meet each challenger in input
+    order.  When the ledger refuses a judge call, no further call starts:
+    pointwise keeps the best of the scores it got (a plurality vote if it
+    got none), pairwise the champion so far."""
 
     name = "best_of_n"
 
-    def __init__(self, judge: Judge, *, mode: Literal["pointwise", "pairwise"] = "pointwise"):
-        self.judge = judge
+    def __init__(
+        self,
+        judge: Judge | None = None,
+        *,
+        mode: Literal["pointwise", "pairwise"] = "pointwise",
+    ) -> None:
+        self.judge: Judge = judge if judge is not None else ModelJudge()
         self.mode = mode
 
     async def aggregate(
-        self,
-        task: str,
-        summaries: Sequence[TrajectorySummary],
-        *,
-        trajectories: Mapping[str, Trajectory] | None = None,
-        events: EventEmitter | None = None,
-        run_id: str = "",
+        self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         kept, excluded = usable(summaries)
         if not kept:
             return empty_result(excluded, "no rollout produced an answer")
-        trace: list[VoteCast] = []
-        cost = Cost()
+        stop = BudgetStop()
         if self.mode == "pointwise":
-            scores: list[Score | None] = [None] * len(kept)
-
-            async def one(i: int) -> None:
-                scores[i] = await self.judge.score(task, kept[i])
-
-            async with anyio.create_task_group() as tg:
-                for i in range(len(kept)):
-                    tg.start_soon(one, i)
-            values = [s.value if s else 0.0 for s in scores]
-            for s in scores:
-                cost = cost + (s.cost if s else Cost())
-            best = values.index(max(values))
-            trace.append(
-                VoteCast(
-                    run_id="",
-                    aggregator=self.name,
-                    round=1,
-                    candidates=[s.rollout_id for s in kept],
-                    winner=kept[best].rollout_id,
-                    votes={s.rollout_id: round(v * 100) for s, v in zip(kept, values, strict=True)},
-                )
-            )
-            why = f"highest judge score {values[best]:.2f} of {len(kept)}"
+            best, cost, trace, why = await self._pointwise(task, kept, context, stop)
         else:
-            champion = kept[0]
-            for round_no, challenger in enumerate(kept[1:], start=1):
-                pair = [champion.rollout_id, challenger.rollout_id]
-                verdict = await self.judge.compare(task, [champion, challenger])
-                cost = cost + verdict.cost
-                if verdict.winner == 1:
-                    champion = challenger
-                trace.append(
-                    VoteCast(
-                        run_id="",
-                        aggregator=self.name,
-                        round=round_no,
-                        candidates=pair,
-                        winner=champion.rollout_id,
-                    )
-                )
-            best = kept.index(champion)
-            why = f"won {len(kept) - 1} pairwise comparisons as champion or challenger"
-        trace = await emit_all(events, trace, run_id=run_id)
+            best, cost, trace, why = await self._pairwise(task, kept, context, stop)
+        trace = await emit_all(context.events, trace, run_id=context.run_id)
         return AggregationResult(
-            answer=kept[best].answer,
-            winner=kept[best].rollout_id,
+            answer=best.answer,
+            winner=best.rollout_id,
             rationale=why,
             trace=trace,
             cost=cost,
             excluded=excluded,
         )
+
+    async def _pointwise(
+        self,
+        task: str,
+        kept: list[TrajectorySummary],
+        context: AggregationContext,
+        stop: BudgetStop,
+    ) -> tuple[TrajectorySummary, Cost, list[VoteCast], str]:
+        scores: list[Score | None] = [None] * len(kept)
+
+        async def one(i: int) -> None:
+            if stop.hit:
+                return
+            try:
+                scores[i] = await self.judge.score(task, kept[i], context)
+            except BudgetExceeded as exc:
+                stop.note(exc)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(kept)):
+                tg.start_soon(one, i)
+        cost = sum((s.cost for s in scores if s is not None), Cost())
+        scored = [i for i, s in enumerate(scores) if s is not None]
+        if not scored:
+            chosen, agree = plurality(kept)
+            return chosen, cost, [], f"{stop.why()} before any judge score; plurality: {agree}"
+        values = {i: s.value for i, s in enumerate(scores) if s is not None}
+        best = max(scored, key=lambda i: (values[i], -i))
+        vote = VoteCast(
+            run_id="",
+            aggregator=self.name,
+            round=1,
+            candidates=[kept[i].rollout_id for i in scored],
+            winner=kept[best].rollout_id,
+            votes={kept[i].rollout_id: round(values[i] * 100) for i in scored},
+        )
+        why = f"highest judge score {values[best]:.2f} of {len(kept)}"
+        if stop.hit:
+            why = (
+                f"{stop.why()} after {len(scored)} of {len(kept)} judge scores; "
+                f"the highest so far, {values[best]:.2f}"
+            )
+        return kept[best], cost, [vote], why
+
+    async def _pairwise(
+        self,
+        task: str,
+        kept: list[TrajectorySummary],
+        context: AggregationContext,
+        stop: BudgetStop,
+    ) -> tuple[TrajectorySummary, Cost, list[VoteCast], str]:
+        champion = kept[0]
+        cost = Cost()
+        trace: list[VoteCast] = []
+        for round_no, challenger in enumerate(kept[1:], start=1):
+            pair = [champion.rollout_id, challenger.rollout_id]
+            try:
+                verdict = await self.judge.compare(task, [champion, challenger], context)
+            except BudgetExceeded as exc:
+                stop.note(exc)
+                break
+            cost = cost + verdict.cost
+            if verdict.winner == 1:
+                champion = challenger
+            trace.append(
+                VoteCast(
+                    run_id="",
+                    aggregator=self.name,
+                    round=round_no,
+                    candidates=pair,
+                    winner=champion.rollout_id,
+                )
+            )
+        why = f"won {len(trace)} pairwise comparisons as champion or challenger"
+        if stop.hit:
+            why = (
+                f"{stop.why()} after {len(trace)} of {len(kept) - 1} pairwise comparisons; "
+                "the champion so far"
+            )
+        return champion, cost, trace, why
 
 
 __all__ = ["BestOfN", "Judge", "ModelJudge", "Score", "SimulatedJudge", "Verdict", "render_summary"]

@@ -1,65 +1,60 @@
 """Parallel-Distill-Refine (PDR), agentic.
 
-Owns ``Workspace`` (the bounded set of at most K summaries that conditions a
-round's fresh rollouts, with the text they are seeded with) and
-``ParallelDistillRefine``: R rounds of M rollouts run in parallel through a
-caller-provided ``rollout(task, workspace) -> TrajectorySummary``; after each
-round the K best summaries (by an RTV bracket's ranking, or by a judge's
-pointwise scores) become the next workspace; a final aggregator (RTV by
-default) picks the answer from the last round.  Context stays bounded by the
-workspace, never by history.  A rollout that raises is recorded as a failed
-summary and the round continues with the rest.
+Owns ``ParallelDistillRefine``: R rounds of M rollouts run in parallel
+through the context's ``rollout(task, workspace) -> TrajectorySummary``
+(``aggregators.workspace``); after each round the K best summaries (by an
+RTV bracket's ranking, or by a judge's pointwise scores) become the next
+workspace; a final aggregator (RTV by default) picks the answer from the
+last round.  Context stays bounded by the workspace, never by history.  A
+rollout that raises is recorded as a failed summary and the round continues
+with the rest; a round with no answer at all leaves the previous round as
+the best there is.
+
+The budget: every judge call and every rollout is on the run's ledger.
+When a judge call is refused (``BudgetExceeded``), or the ledger has nothing
+left before a round, no further round starts and the final aggregator runs
+over the best round so far (it stops at the cap itself, if it must); the
+rationale says so.
 
 Used as an ``Aggregator`` it treats the given summaries as round 1 and runs
-the remaining rounds; ``run(task)`` runs every round from an empty workspace.
+the remaining rounds; ``run(task, context)`` runs every round from an empty
+workspace.
 
-May import protocols and the other aggregators; nothing else.
+May import protocols, the runtime floor and the other aggregators; nothing
+else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Literal, final
+from collections.abc import Sequence
+from typing import Final, Literal, final
 
 import anyio
 import msgspec
 
-from agentrt.agents.recording import EventEmitter
-from agentrt.aggregators.base import AggregationResult, Aggregator, usable
-from agentrt.aggregators.judge import Judge, render_summary
+from agentrt.aggregators.base import (
+    AggregationContext,
+    AggregationResult,
+    Aggregator,
+    BudgetStop,
+    nothing_left,
+    usable,
+)
+from agentrt.aggregators.judge import Judge, ModelJudge
 from agentrt.aggregators.rtv import RecursiveTournament
-from agentrt.protocols import Cost, Trajectory, TrajectorySummary, VoteCast
-from agentrt.runtime.errors import ConfigError
+from agentrt.aggregators.workspace import Rollout, Workspace
+from agentrt.protocols import Cost, TrajectorySummary, VoteCast
+from agentrt.runtime.errors import BudgetExceeded, ConfigError
 from agentrt.runtime.log import get_logger
 
 log = get_logger(__name__)
 
-_CONTINUE = (
-    "Earlier attempts at this task are summarized below. Do not trust them: "
-    "their facts may be wrong and their answers unverified. Check what they "
-    "claim with tools, and try strategies they did not."
-)
-
-
-class Workspace(msgspec.Struct, frozen=True, kw_only=True):
-    """What conditions one round: at most ``k`` summaries of the round before."""
-
-    round: int
-    k: int
-    summaries: list[TrajectorySummary] = []
-
-    def render(self) -> str:
-        """The seed text a rollout gets (empty for the first round)."""
-        if not self.summaries:
-            return ""
-        blocks = "\n\n".join(
-            f"Attempt {i + 1}:\n{render_summary(s)}" for i, s in enumerate(self.summaries)
-        )
-        return f"{_CONTINUE}\n\n{blocks}"
-
-
-Rollout = Callable[[str, Workspace], Awaitable[TrajectorySummary]]
-"""Runs one fresh rollout of ``task`` seeded with the workspace."""
+#: Most rounds of rollouts.
+MAX_ROUNDS: Final = 8
+#: Most rollouts per round (and rollouts running at once).
+MAX_M: Final = 64
+#: Most summaries in a workspace (each is in every seeded prompt).
+MAX_K: Final = 16
 
 
 class PDRRound(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,17 +66,19 @@ class PDRRound(msgspec.Struct, frozen=True, kw_only=True):
 
 @final
 class ParallelDistillRefine:
-    """PDR (see the module docstring).  ``select``: ``rtv`` ranks a round by
-    the level each summary reached in an RTV bracket (``g``, ``v``);
-    ``judge`` by pointwise scores.  ``final``: the last step (default RTV
-    with the same judge)."""
+    """PDR (see the module docstring).  ``judge``: default a ``ModelJudge``;
+    ``rounds`` (1..8), ``m`` rollouts per round (1..64), ``k`` summaries in
+    the workspace (1..16); ``select``: ``rtv`` ranks a round by the level
+    each summary reached in an RTV bracket (``g``, ``v``); ``judge`` by
+    pointwise scores.  ``final``: the last step (default RTV with the same
+    judge); ``max_concurrency``: rollouts at once (default ``m``).  Raises
+    ``ConfigError`` naming an option out of its bounds."""
 
     name = "pdr"
 
     def __init__(
         self,
-        rollout: Rollout,
-        judge: Judge,
+        judge: Judge | None = None,
         *,
         rounds: int = 2,
         m: int = 8,
@@ -92,43 +89,46 @@ class ParallelDistillRefine:
         final: Aggregator | None = None,
         max_concurrency: int | None = None,
     ) -> None:
-        for key, value, low in (("rounds", rounds, 1), ("m", m, 1), ("k", k, 1)):
-            if value < low:
-                raise ConfigError(f"{key} must be >= {low}, got {value}", where=f"pdr.{key}")
+        for key, value, high in (("rounds", rounds, MAX_ROUNDS), ("m", m, MAX_M), ("k", k, MAX_K)):
+            if not 1 <= value <= high:
+                raise ConfigError(
+                    f"{key} must be >= 1 and <= {high}, got {value}", where=f"pdr.{key}"
+                )
+        if max_concurrency is not None and not 1 <= max_concurrency <= MAX_M:
+            raise ConfigError(
+                f"max_concurrency must be >= 1 and <= {MAX_M}, got {max_concurrency}",
+                where="pdr.max_concurrency",
+            )
         if select not in ("rtv", "judge"):
             raise ConfigError(f"select must be 'rtv' or 'judge', got {select!r}", where="pdr")
-        self.rollout, self.judge = rollout, judge
+        self.judge: Judge = judge if judge is not None else ModelJudge()
         self.rounds, self.m, self.k, self.select = rounds, m, k, select
-        self.selector = RecursiveTournament(judge, g=g, v=v)
-        self.final: Aggregator = final or RecursiveTournament(judge, g=g, v=v)
+        self.selector = RecursiveTournament(self.judge, g=g, v=v)
+        self.final: Aggregator = final or RecursiveTournament(self.judge, g=g, v=v)
         self.limit = anyio.CapacityLimiter(max_concurrency or m)
         self.history: list[PDRRound] = []
 
-    async def run(
-        self, task: str, *, events: EventEmitter | None = None, run_id: str = ""
-    ) -> AggregationResult:
+    async def run(self, task: str, context: AggregationContext) -> AggregationResult:
         """Every round from an empty workspace, then the final aggregator."""
-        return await self._rounds(task, [], events=events, run_id=run_id)
+        return await self._rounds(task, [], context)
 
     async def aggregate(
-        self,
-        task: str,
-        summaries: Sequence[TrajectorySummary],
-        *,
-        trajectories: Mapping[str, Trajectory] | None = None,
-        events: EventEmitter | None = None,
-        run_id: str = "",
+        self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         """``summaries`` are round 1; the remaining rounds follow."""
-        return await self._rounds(task, list(summaries), events=events, run_id=run_id)
+        return await self._rounds(task, list(summaries), context)
+
+    def _rollout(self, context: AggregationContext) -> Rollout:
+        if context.rollout is None:
+            raise ConfigError(
+                "pdr runs fresh rollouts: its context needs a rollout callable "
+                "(AggregationContext.rollout)",
+                where="pdr",
+            )
+        return context.rollout
 
     async def _rounds(
-        self,
-        task: str,
-        first: list[TrajectorySummary],
-        *,
-        events: EventEmitter | None,
-        run_id: str,
+        self, task: str, first: list[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         self.history = []
         workspace = Workspace(round=1, k=self.k)
@@ -136,25 +136,39 @@ class ParallelDistillRefine:
         trace: list[VoteCast] = []
         current = first
         start = 1
+        stopped = ""
         if first:
             self.history.append(PDRRound(workspace=workspace, summaries=first))
             start = 2
         for round_no in range(start, self.rounds + 1):
+            rollout = self._rollout(context)  # before this round's first model call
+            empty = nothing_left(context.ledger)
+            if empty is not None:
+                stopped = f"stopped at the budget cap ({empty}) before round {round_no}"
+                break
             if current:
-                workspace, spent, votes = await self._distill(
-                    task, current, round_no, events=events, run_id=run_id
-                )
+                workspace, spent, votes, why = await self._distill(task, current, round_no, context)
                 cost, trace = cost + spent, trace + votes
-            current = await self._round(task, workspace, round_no)
-            self.history.append(PDRRound(workspace=workspace, summaries=current))
-        result = await self.final.aggregate(task, current, events=events, run_id=run_id)
+                if why:
+                    stopped = f"{why} while distilling round {round_no - 1}"
+                    break
+            fresh = await self._round(task, workspace, round_no, rollout)
+            self.history.append(PDRRound(workspace=workspace, summaries=fresh))
+            if not usable(fresh)[0] and usable(current)[0]:
+                stopped = f"round {round_no} produced no answer; kept round {round_no - 1}'s"
+                break
+            current = fresh
+        result = await self.final.aggregate(task, current, context)
         kept, _ = usable(current)
         excluded = [s.rollout_id for r in self.history for s in r.summaries if s.answer is None]
+        done = f"{len(self.history)} of {self.rounds} rounds of {self.m}"
+        if stopped:
+            done += f" ({stopped})"
         return msgspec.structs.replace(
             result,
             rationale=(
-                f"{self.rounds} rounds of {self.m} (workspace k={self.k}, {len(kept)} answers "
-                f"in the last round); final {self.final.name}: {result.rationale}"
+                f"{done} (workspace k={self.k}, {len(kept)} answers in the round aggregated); "
+                f"final {self.final.name}: {result.rationale}"
             ),
             trace=trace + result.trace,
             cost=cost + result.cost,
@@ -166,47 +180,57 @@ class ParallelDistillRefine:
         task: str,
         summaries: list[TrajectorySummary],
         round_no: int,
-        *,
-        events: EventEmitter | None,
-        run_id: str,
-    ) -> tuple[Workspace, Cost, list[VoteCast]]:
+        context: AggregationContext,
+    ) -> tuple[Workspace, Cost, list[VoteCast], str]:
+        """The next workspace, what choosing it cost, its votes, and why the
+        budget stopped it (``""``: it did not)."""
         kept, _ = usable(summaries)
         if len(kept) <= 1:
-            return Workspace(round=round_no, k=self.k, summaries=kept[: self.k]), Cost(), []
+            return Workspace(round=round_no, k=self.k, summaries=kept[: self.k]), Cost(), [], ""
         if self.select == "rtv":
-            _, bracket, cost = await self.selector.run_bracket(
-                task, kept, events=events, run_id=run_id
-            )
+            _, bracket, cost = await self.selector.run_bracket(task, kept, context)
             order = bracket.ranking([s.rollout_id for s in kept])
             by_id = {s.rollout_id: s for s in kept}
             best = [by_id[rid] for rid in order[: self.k]]
             votes = [c for lvl in bracket.levels for c in lvl]
+            why = bracket.stopped or ""
         else:
-            scores: list[float] = [0.0] * len(kept)
-            costs: list[Cost] = [Cost()] * len(kept)
-
-            async def one(i: int) -> None:
-                s = await self.judge.score(task, kept[i])
-                scores[i], costs[i] = s.value, s.cost
-
-            async with anyio.create_task_group() as tg:
-                for i in range(len(kept)):
-                    tg.start_soon(one, i)
-            ranked = sorted(range(len(kept)), key=lambda i: (-scores[i], i))
-            best = [kept[i] for i in ranked[: self.k]]
-            cost = sum(costs, Cost())
+            best, cost, why = await self._by_scores(task, kept, context)
             votes = []
-        return Workspace(round=round_no, k=self.k, summaries=best), cost, votes
+        return Workspace(round=round_no, k=self.k, summaries=best), cost, votes, why
+
+    async def _by_scores(
+        self, task: str, kept: list[TrajectorySummary], context: AggregationContext
+    ) -> tuple[list[TrajectorySummary], Cost, str]:
+        scores: list[float] = [0.0] * len(kept)
+        costs: list[Cost] = [Cost()] * len(kept)
+        stop = BudgetStop()
+
+        async def one(i: int) -> None:
+            if stop.hit:
+                return
+            try:
+                s = await self.judge.score(task, kept[i], context)
+            except BudgetExceeded as exc:
+                stop.note(exc)
+                return
+            scores[i], costs[i] = s.value, s.cost
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(kept)):
+                tg.start_soon(one, i)
+        ranked = sorted(range(len(kept)), key=lambda i: (-scores[i], i))
+        return [kept[i] for i in ranked[: self.k]], sum(costs, Cost()), stop.why()
 
     async def _round(
-        self, task: str, workspace: Workspace, round_no: int
+        self, task: str, workspace: Workspace, round_no: int, rollout: Rollout
     ) -> list[TrajectorySummary]:
         out: list[TrajectorySummary | None] = [None] * self.m
 
         async def one(i: int) -> None:
             async with self.limit:
                 try:
-                    out[i] = await self.rollout(task, workspace)
+                    out[i] = await rollout(task, workspace)
                 except Exception as exc:  # a crashed rollout is recorded, not fatal
                     log.warning("pdr rollout failed", round=round_no, index=i, error=repr(exc))
                     out[i] = TrajectorySummary(
@@ -221,4 +245,12 @@ class ParallelDistillRefine:
         return [s for s in out if s is not None]
 
 
-__all__ = ["PDRRound", "ParallelDistillRefine", "Rollout", "Workspace"]
+__all__ = [
+    "MAX_K",
+    "MAX_M",
+    "MAX_ROUNDS",
+    "PDRRound",
+    "ParallelDistillRefine",
+    "Rollout",
+    "Workspace",
+]

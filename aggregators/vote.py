@@ -12,13 +12,19 @@ May import protocols and ``agentrt.aggregators.base``; nothing else.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import final
 
 from agentrt.agents.recording import EventEmitter
-from agentrt.aggregators.base import AggregationResult, emit_all, empty_result, usable
-from agentrt.protocols import Trajectory, TrajectorySummary, VoteCast
+from agentrt.aggregators.base import (
+    AggregationContext,
+    AggregationResult,
+    emit_all,
+    empty_result,
+    usable,
+)
+from agentrt.protocols import TrajectorySummary, VoteCast
 
 Normalizer = Callable[[str], str]
 """Maps an answer to the key answers are grouped by."""
@@ -124,6 +130,18 @@ def _tally(
     return totals, members
 
 
+def plurality(
+    candidates: Sequence[TrajectorySummary], normalize: Normalizer = default_normalizer
+) -> tuple[TrajectorySummary, str]:
+    """The first candidate of the most common normalized answer (first seen
+    wins a tie; order ``candidates`` by preference), and a phrase saying so.
+    ``candidates`` must not be empty."""
+    totals, members = _tally(candidates, normalize, lambda _: 1.0)
+    best = max(totals.values())
+    key = next(k for k, v in totals.items() if v == best)
+    return members[key][0], f"{best:g} of {len(candidates)} answers agree on {key!r}"
+
+
 async def _vote(
     name: str,
     *,
@@ -178,21 +196,15 @@ class MajorityVote:
         self.normalize = normalize
 
     async def aggregate(
-        self,
-        task: str,
-        summaries: Sequence[TrajectorySummary],
-        *,
-        trajectories: Mapping[str, Trajectory] | None = None,
-        events: EventEmitter | None = None,
-        run_id: str = "",
+        self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         return await _vote(
             self.name,
             summaries=summaries,
             normalize=self.normalize,
             weight=lambda _: 1.0,
-            events=events,
-            run_id=run_id,
+            events=context.events,
+            run_id=context.run_id,
         )
 
 
@@ -213,21 +225,15 @@ class WeightedVote:
         self.normalize = normalize
 
     async def aggregate(
-        self,
-        task: str,
-        summaries: Sequence[TrajectorySummary],
-        *,
-        trajectories: Mapping[str, Trajectory] | None = None,
-        events: EventEmitter | None = None,
-        run_id: str = "",
+        self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         return await _vote(
             self.name,
             summaries=summaries,
             normalize=self.normalize,
             weight=self.weight,
-            events=events,
-            run_id=run_id,
+            events=context.events,
+            run_id=context.run_id,
         )
 
 
@@ -242,6 +248,7 @@ __all__ = [
     "default_normalizer",
     "extract_answer",
     "number",
+    "plurality",
     "strip",
     "verified_facts_weight",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agentrt.agents.summary import RuleBasedSummarizer
-from agentrt.aggregators import AggregationAgent, TrajectoryStore
+from agentrt.aggregators import AggregationAgent, AggregationContext, TrajectoryStore
 from agentrt.protocols import (
     AssistantMessage,
     Choice,
@@ -18,6 +18,7 @@ from agentrt.protocols import (
     TrajectorySummary,
     Usage,
 )
+from agentrt.runtime.budget import BudgetLedger
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 
 pytestmark = pytest.mark.anyio
@@ -70,12 +71,17 @@ async def test_aggagent_uses_its_tools_and_finishes_within_caps() -> None:
             ScriptedToolCall("finish", {"answer": "2.1 million"}),
         ]
     )
-    agent = AggregationAgent(backend, max_turns=6, max_tokens=20_000)
-    result = await agent.aggregate("population?", summaries, trajectories=trajectories)
+    agent = AggregationAgent(max_turns=6, max_tokens=20_000)
+    ledger = BudgetLedger("run")
+    context = AggregationContext.metered(backend, ledger, trajectories=trajectories)
+    result = await agent.aggregate("population?", summaries, context)
 
     assert (result.answer, result.winner) == ("2.1 million", "r0")
     assert result.cost.model_calls == 4  # under the cap of 6
     assert 0 < result.cost.usage.total_tokens <= 20_000
+    # Charged once, to the run's ledger, through the metered backend.
+    assert ledger.spent.model_calls == 4
+    assert ledger.spent.usage == result.cost.usage
     first = backend.requests[0]
     assert "r1: 3 steps, 180 tokens, 2 tool calls" in str(first.messages)
     tools = [m.content for m in backend.requests[-1].messages if isinstance(m, ToolMessage)]
@@ -93,9 +99,10 @@ async def test_aggagent_past_its_turn_cap_falls_back_without_more_calls() -> Non
         [ScriptedToolCall("get_solution", {"id": "r1"})] * 2
         + [ScriptedToolCall("get_solution", {"id": "r2"})]
     )
-    agent = AggregationAgent(backend, max_turns=3)
+    agent = AggregationAgent(max_turns=3)
     failed = TrajectorySummary(rollout_id="crashed", answer=None)
-    result = await agent.aggregate("p?", [*summaries, failed], trajectories=trajectories)
+    context = AggregationContext.metered(backend, BudgetLedger("run"), trajectories=trajectories)
+    result = await agent.aggregate("p?", [*summaries, failed], context)
     assert result.cost.model_calls == 3 == len(backend.requests)
     assert result.answer == "3 million"
     assert "majority fallback" in result.rationale

@@ -11,11 +11,39 @@ import pytest
 
 from agentrt.agents import EventLog
 from agentrt.agents.recording import EventEmitter
-from agentrt.aggregators import PDR, RTV, SimulatedJudge, Verdict, Workspace
+from agentrt.aggregators import (
+    PDR,
+    RTV,
+    AggregationContext,
+    Rollout,
+    SimulatedJudge,
+    Verdict,
+    Workspace,
+)
 from agentrt.protocols import Cost, TrajectorySummary, Usage, VoteCast
+from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
+from agentrt.testing import ScriptedBackend
 
 pytestmark = pytest.mark.anyio
+
+
+def context(
+    *,
+    events: EventEmitter | None = None,
+    run_id: str = "",
+    rollout: Rollout | None = None,
+    ledger: BudgetLedger | None = None,
+) -> AggregationContext:
+    """A context on an uncapped ledger; the scripted backend is never asked
+    (the simulated judge books its calls on the ledger directly)."""
+    return AggregationContext.metered(
+        ScriptedBackend([]),
+        ledger or BudgetLedger("agg"),
+        run_id=run_id,
+        events=events,
+        rollout=rollout,
+    )
 
 
 def s(rid: str, answer: str | None, tokens: int = 0) -> TrajectorySummary:
@@ -28,8 +56,9 @@ async def test_bracket_shape_for_8_with_groups_of_2() -> None:
     judge = SimulatedJudge("right", 1.0, delay_s=0.01)
     log = EventLog()
     summaries = [s(f"r{i}", "right" if i == 5 else f"wrong{i}") for i in range(8)]
+    ledger = BudgetLedger("agg")
     result = await RTV(judge, g=2, v=3).aggregate(
-        "t", summaries, events=EventEmitter(log), run_id="run-7"
+        "t", summaries, context(events=EventEmitter(log), run_id="run-7", ledger=ledger)
     )
 
     assert (result.answer, result.winner) == ("right", "r5")
@@ -42,6 +71,9 @@ async def test_bracket_shape_for_8_with_groups_of_2() -> None:
     assert [v.winner for v in votes if v.round == 3] == ["r5"]
     assert judge.calls == 7 * 3 == result.cost.model_calls
     assert result.cost.usage.total_tokens == 21 * judge.tokens_per_call
+    # The simulated calls are on the ledger, and its spend is the whole truth.
+    assert ledger.spent.model_calls == 21
+    assert ledger.spent.usage == result.cost.usage
     # Comparisons of one level, and the votes of one comparison, ran at once.
     assert judge.max_in_flight > 3
 
@@ -49,40 +81,48 @@ async def test_bracket_shape_for_8_with_groups_of_2() -> None:
 async def test_odd_count_gets_byes_and_n_minus_1_comparisons() -> None:
     judge = SimulatedJudge("x", 1.0)
     summaries = [s(f"r{i}", "x" if i == 4 else "y") for i in range(5)]
-    result = await RTV(judge, g=2, v=1).aggregate("t", summaries)
+    result = await RTV(judge, g=2, v=1).aggregate("t", summaries, context())
     byes = [v for v in result.trace if len(v.candidates) == 1]
     played = [v for v in result.trace if len(v.candidates) > 1]
     assert [(b.round, b.candidates) for b in byes] == [(1, ["r4"]), (2, ["r4"])]
     assert len(played) == 4
     assert judge.calls == 4
     assert result.winner == "r4"
-    groups_of_3 = await RTV(SimulatedJudge("x", 1.0), g=3, v=1).aggregate("t", summaries)
+    groups_of_3 = await RTV(SimulatedJudge("x", 1.0), g=3, v=1).aggregate("t", summaries, context())
     assert [len(v.candidates) for v in groups_of_3.trace] == [3, 2, 2]
 
 
 class Abstaining:
     """A judge that never gives a usable verdict: every comparison is a tie."""
 
-    async def score(self, task: str, summary: TrajectorySummary) -> object:
+    async def score(
+        self, task: str, summary: TrajectorySummary, context: AggregationContext
+    ) -> object:
         raise AssertionError("not used")
 
-    async def compare(self, task: str, candidates: Sequence[TrajectorySummary]) -> Verdict:
+    async def compare(
+        self, task: str, candidates: Sequence[TrajectorySummary], context: AggregationContext
+    ) -> Verdict:
         return Verdict(winner=None)
 
 
 async def test_tie_rules() -> None:
     summaries = [s("big", "a", tokens=900), s("small", "b", tokens=100)]
-    first = await RTV(Abstaining(), v=4).aggregate("t", summaries)  # type: ignore[arg-type]
-    cheapest = await RTV(Abstaining(), v=4, tie="cheapest").aggregate("t", summaries)  # type: ignore[arg-type]
+    first = await RTV(Abstaining(), v=4).aggregate("t", summaries, context())  # type: ignore[arg-type]
+    cheapest = await RTV(Abstaining(), v=4, tie="cheapest").aggregate(  # type: ignore[arg-type]
+        "t", summaries, context()
+    )
     assert (first.winner, cheapest.winner) == ("big", "small")
     assert first.trace[0].votes == {"big": 0, "small": 0}
     with pytest.raises(ConfigError, match="group size g must be >= 2"):
         RTV(Abstaining(), g=1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"rtv.v: votes per comparison v must be .* <= 64"):
+        RTV(v=100_000)
 
 
 async def test_failed_rollouts_are_left_out_of_the_bracket() -> None:
     summaries = [s("a", None), s("b", "x"), s("c", "y"), s("d", None)]
-    result = await RTV(SimulatedJudge("y", 1.0), v=1).aggregate("t", summaries)
+    result = await RTV(SimulatedJudge("y", 1.0), v=1).aggregate("t", summaries, context())
     assert (result.winner, result.excluded) == ("c", ["a", "d"])
     assert [v.candidates for v in result.trace] == [["b", "c"]]
 
@@ -103,8 +143,8 @@ async def test_pdr_workspace_is_bounded_to_k_and_conditions_the_next_round() -> 
         return s(f"r{n}", answer)
 
     judge = SimulatedJudge("a1", 1.0, seed=3)
-    pdr = PDR(rollout, judge, rounds=3, m=6, k=2, v=2)
-    result = await pdr.run("task")
+    pdr = PDR(judge, rounds=3, m=6, k=2, v=2)
+    result = await pdr.run("task", context(rollout=rollout))
 
     assert [len(r.summaries) for r in pdr.history] == [6, 6, 6]
     first, second, third = pdr.history
@@ -137,6 +177,8 @@ async def test_pdr_as_an_aggregator_with_judge_selection() -> None:
 
     judge = SimulatedJudge("good", 1.0)
     given = [s("a", "bad"), s("b", "good"), s("c", "bad")]
-    result = await PDR(rollout, judge, rounds=2, m=3, k=1, select="judge").aggregate("t", given)
+    result = await PDR(judge, rounds=2, m=3, k=1, select="judge").aggregate(
+        "t", given, context(rollout=rollout)
+    )
     assert calls == [1, 1, 1]
     assert result.answer == "good"

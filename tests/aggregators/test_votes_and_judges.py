@@ -10,6 +10,7 @@ from agentrt.agents.recording import EventEmitter
 from agentrt.aggregators import (
     PDR,
     RTV,
+    AggregationContext,
     BestOfN,
     CompressedReasoning,
     MajorityVote,
@@ -22,10 +23,22 @@ from agentrt.aggregators import (
 )
 from agentrt.aggregators.vote import chain, extract_answer, number, strip
 from agentrt.protocols import Fact, TrajectorySummary, VoteCast
+from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.models.base import ModelBackend
 from agentrt.testing import ScriptedBackend
 
 pytestmark = pytest.mark.anyio
+
+
+def context(
+    backend: ModelBackend | None = None, *, events: EventEmitter | None = None
+) -> AggregationContext:
+    """``backend`` metered on a fresh uncapped ledger (default: one that
+    answers nothing: votes make no call)."""
+    return AggregationContext.metered(
+        backend or ScriptedBackend([]), BudgetLedger("agg"), events=events
+    )
 
 
 def s(rid: str, answer: str | None, *, verified: int = 0) -> TrajectorySummary:
@@ -51,7 +64,7 @@ async def test_majority_groups_normalized_answers_and_skips_failures() -> None:
         s("e", "42.00 "),
         s("f", "1000"),
     ]
-    result = await MajorityVote().aggregate("t", summaries, events=EventEmitter(log))
+    result = await MajorityVote().aggregate("t", summaries, context(events=EventEmitter(log)))
     assert (result.answer, result.winner) == ("ANSWER: 1,000", "a")
     assert result.excluded == ["d"]
     assert "3 of 5" in result.rationale
@@ -62,42 +75,43 @@ async def test_majority_groups_normalized_answers_and_skips_failures() -> None:
 
 async def test_majority_tie_goes_to_first_seen_and_empty_is_none() -> None:
     result = await MajorityVote().aggregate(
-        "t", [s("a", "x"), s("b", "y"), s("c", "y"), s("d", "x")]
+        "t", [s("a", "x"), s("b", "y"), s("c", "y"), s("d", "x")], context()
     )
     assert result.winner == "a"
     assert "tie" in result.rationale
-    empty = await MajorityVote().aggregate("t", [s("a", None)])
+    empty = await MajorityVote().aggregate("t", [s("a", None)], context())
     assert (empty.answer, empty.winner, empty.excluded) == (None, None, ["a"])
 
 
 async def test_weighted_vote_counts_evidence_not_trajectories() -> None:
     summaries = [s("a", "x"), s("b", "x"), s("c", "y", verified=3)]
-    assert (await MajorityVote().aggregate("t", summaries)).answer == "x"
-    assert (await WeightedVote().aggregate("t", summaries)).answer == "y"
+    assert (await MajorityVote().aggregate("t", summaries, context())).answer == "x"
+    assert (await WeightedVote().aggregate("t", summaries, context())).answer == "y"
     custom = WeightedVote(weight=lambda x: 5.0 if x.rollout_id == "b" else 1.0)
-    assert (await custom.aggregate("t", [s("a", "p"), s("b", "q"), s("c", "p")])).winner == "b"
+    picked = await custom.aggregate("t", [s("a", "p"), s("b", "q"), s("c", "p")], context())
+    assert picked.winner == "b"
 
 
 async def test_best_of_n_pointwise_and_pairwise_with_a_perfect_judge() -> None:
     summaries = [s("a", "wrong"), s("b", "also wrong"), s("c", "right"), s("d", None)]
     for mode in ("pointwise", "pairwise"):
         judge = SimulatedJudge("right", 1.0, seed=1)
-        result = await BestOfN(judge, mode=mode).aggregate("t", summaries)
+        result = await BestOfN(judge, mode=mode).aggregate("t", summaries, context())
         assert (result.winner, result.excluded) == ("c", ["d"])
         assert result.cost.model_calls == judge.calls == (3 if mode == "pointwise" else 2)
 
 
 async def test_compressed_reasoning_picks_with_one_call() -> None:
     backend = ScriptedBackend(["Report 2"])
-    result = await CompressedReasoning(backend).aggregate(
-        "t", [s("a", "x"), s("b", "y", verified=1)]
+    result = await CompressedReasoning().aggregate(
+        "t", [s("a", "x"), s("b", "y", verified=1)], context(backend)
     )
     assert (result.answer, result.winner, result.cost.model_calls) == ("y", "b", 1)
     prompt = str(backend.requests[0].messages[1])
     assert "Report 1" in prompt
     assert "[verified] f0" in prompt
-    unreadable = await CompressedReasoning(ScriptedBackend(["hmm"])).aggregate(
-        "t", [s("a", "x"), s("b", "y")]
+    unreadable = await CompressedReasoning().aggregate(
+        "t", [s("a", "x"), s("b", "y")], context(ScriptedBackend(["hmm"]))
     )
     assert unreadable.winner == "a"
     assert "unreadable" in unreadable.rationale
@@ -117,15 +131,15 @@ def test_build_aggregator_from_config_and_composition() -> None:
     judge = SimulatedJudge("x", 0.9)
     rtv = build_aggregator({"name": "rtv", "g": 3, "v": 5}, judge=judge)
     assert isinstance(rtv, RTV)
-    assert (rtv.g, rtv.v) == (3, 5)
-
-    async def rollout(task: str, workspace: object) -> TrajectorySummary:
-        return s("r", "x")
+    assert (rtv.g, rtv.v, rtv.judge) == (3, 5, judge)
+    # No judge given: a ModelJudge, which asks the context's backend at run time.
+    default = build_aggregator({"name": "rtv"})
+    assert isinstance(default, RTV)
+    assert isinstance(default.judge, ModelJudge)
 
     pdr = build_aggregator(
         [{"name": "pdr", "rounds": 2, "m": 8, "k": 3}, {"name": "rtv", "g": 2, "v": 8}],
         judge=judge,
-        rollout=rollout,
     )
     assert isinstance(pdr, PDR)
     assert isinstance(pdr.final, RTV)
@@ -135,10 +149,6 @@ def test_build_aggregator_from_config_and_composition() -> None:
         build_aggregator({"name": "rvt"})
     with pytest.raises(ConfigError, match=r"aggregate \(rtv\): g: Input should be greater"):
         build_aggregator({"name": "rtv", "g": 1}, judge=judge)
-    with pytest.raises(ConfigError, match="rtv needs a judge or a model backend"):
-        build_aggregator({"name": "rtv"})
-    with pytest.raises(ConfigError, match="pdr needs a rollout"):
-        build_aggregator({"name": "pdr"}, judge=judge)
     with pytest.raises(ConfigError, match="unknown normalizers"):
         build_aggregator({"name": "majority", "normalize": ["lower"]})
     with pytest.raises(ConfigError, match="only pdr can be followed"):
@@ -147,19 +157,22 @@ def test_build_aggregator_from_config_and_composition() -> None:
 
 async def test_model_judge_reads_summaries_and_parses_its_reply() -> None:
     backend = ScriptedBackend(["Attempt 2 is best", "7", "no idea", "9 of 10"])
-    judge = ModelJudge(backend, temperature=0.5)
+    judge = ModelJudge(temperature=0.5)
+    ctx = context(backend)
     pair = [s("a", "x"), s("b", "y", verified=1)]
-    verdict = await judge.compare("task?", pair)
+    verdict = await judge.compare("task?", pair, ctx)
     assert verdict.winner == 1
     assert verdict.cost.model_calls == 1
     prompt = backend.requests[0].messages[1].content
     assert isinstance(prompt, str)
     assert "Attempt 2:\nanswer: y\nfact (verified; step 0): f0" in prompt
     assert "from 1 to 2" in prompt
-    assert (await judge.compare("task?", pair)).winner is None  # 7 is out of range
-    assert (await judge.score("task?", pair[0])).value == 0.0  # unparsable
-    assert (await judge.score("task?", pair[0])).value == 0.9
+    assert (await judge.compare("task?", pair, ctx)).winner is None  # 7 is out of range
+    assert (await judge.score("task?", pair[0], ctx)).value == 0.0  # unparsable
+    assert (await judge.score("task?", pair[0], ctx)).value == 0.9
     assert backend.requests[0].sampling.temperature == 0.5
+    # Every call was reserved on, and charged to, the context's ledger.
+    assert ctx.ledger.spent.model_calls == 4
 
 
 async def test_a_failing_judge_call_abstains_and_the_bracket_completes() -> None:
@@ -167,13 +180,15 @@ async def test_a_failing_judge_call_abstains_and_the_bracket_completes() -> None
 
     down = BackendUnavailable("503 after retries", backend="judge", endpoint="http://j/v1")
     backend = ScriptedBackend([down, "1", "2"])
-    judge = ModelJudge(backend, timeout_s=5.0)
+    judge = ModelJudge(timeout_s=5.0)
+    ctx = context(backend)
     pair = [s("a", "x"), s("b", "y")]
-    failed = await judge.compare("task?", pair)
+    failed = await judge.compare("task?", pair, ctx)
     assert failed.winner is None
     assert failed.cost.model_calls == 0
+    assert ctx.ledger.snapshot().in_flight == 0  # the failed call's booking was released
     rtv = build_aggregator({"name": "rtv", "g": 2, "v": 1}, judge=judge)
-    result = await rtv.aggregate("task?", [s("a", "x"), s("b", "y"), s("c", "z")])
+    result = await rtv.aggregate("task?", [s("a", "x"), s("b", "y"), s("c", "z")], ctx)
     assert result.answer in {"x", "y", "z"}
     assert len(backend.requests) == 3
 
@@ -181,6 +196,6 @@ async def test_a_failing_judge_call_abstains_and_the_bracket_completes() -> None
 async def test_budget_exhaustion_in_a_judge_is_not_swallowed() -> None:
     from agentrt.runtime.errors import BudgetExceeded
 
-    judge = ModelJudge(ScriptedBackend([BudgetExceeded("no tokens left", limit="max_tokens")]))
+    backend = ScriptedBackend([BudgetExceeded("no tokens left", limit="max_tokens")])
     with pytest.raises(BudgetExceeded):
-        await judge.compare("task?", [s("a", "x"), s("b", "y")])
+        await ModelJudge().compare("task?", [s("a", "x"), s("b", "y")], context(backend))
