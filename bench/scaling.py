@@ -38,7 +38,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from itertools import product
 from typing import Any
 
@@ -50,14 +50,19 @@ from agentrt.aggregators import (
     PDR,
     RTV,
     AggregationAgent,
+    AggregationContext,
+    Aggregator,
     CompressedReasoning,
     MajorityVote,
     ModelJudge,
+    Rollout,
     SimulatedJudge,
     Workspace,
 )
 from agentrt.protocols import ToolSpec, Trajectory, TrajectorySummary
+from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.log import configure_logging
+from agentrt.runtime.models.base import ModelBackend
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.base import ToolContext, ToolOutput
 
@@ -196,9 +201,7 @@ def population(p: float, n: int, rng: random.Random, tag: str) -> list[Trajector
     ]
 
 
-def simulated_rollout(
-    p: float, rng: random.Random, tag: str
-) -> Callable[[str, Workspace], Awaitable[TrajectorySummary]]:
+def simulated_rollout(p: float, rng: random.Random, tag: str) -> Rollout:
     """A rollout right with p + (1-p)·beta·c/|workspace| (c right answers in it)."""
     counter = iter(range(1 << 30))
 
@@ -211,6 +214,14 @@ def simulated_rollout(
     return rollout
 
 
+def simulated(rollout: Rollout | None = None) -> AggregationContext:
+    """A context on a fresh uncapped ledger; its backend is never asked (the
+    simulated judge books its calls on the ledger directly)."""
+    return AggregationContext.metered(
+        ScriptedBackend([]), BudgetLedger("simulated"), rollout=rollout
+    )
+
+
 async def measure(p: float, q: float, n: int, *, v: int, trials: int, seed: int) -> dict[str, int]:
     rng = random.Random(seed)
     wins = {"majority": 0, "rtv": 0, "pdr": 0}
@@ -218,12 +229,13 @@ async def measure(p: float, q: float, n: int, *, v: int, trials: int, seed: int)
     for t in range(trials):
         pop = population(p, n, rng, f"t{t}")
         judge = SimulatedJudge(TRUTH, q, seed=rng.randrange(1 << 30))
-        wins["majority"] += (await majority.aggregate("task", pop)).answer == TRUTH
-        wins["rtv"] += (await RTV(judge, g=2, v=v).aggregate("task", pop)).answer == TRUTH
+        wins["majority"] += (await majority.aggregate("task", pop, simulated())).answer == TRUTH
+        rtv = RTV(judge, g=2, v=v)
+        wins["rtv"] += (await rtv.aggregate("task", pop, simulated())).answer == TRUTH
 
         rollout = simulated_rollout(p, rng, f"t{t}")
-        pdr = PDR(rollout, judge, rounds=2, m=n, k=3, v=4, final=RTV(judge, g=2, v=v))
-        wins["pdr"] += (await pdr.run("task")).answer == TRUTH
+        pdr = PDR(judge, rounds=2, m=n, k=3, v=4, final=RTV(judge, g=2, v=v))
+        wins["pdr"] += (await pdr.run("task", simulated(rollout))).answer == TRUTH
     return wins
 
 
@@ -281,14 +293,24 @@ async def costs(n: int, v: int) -> list[tuple[str, int, int]]:
             round(sum(s.cost.usage.total_tokens for s in summaries) / n),
         )
     ]
-    judge = ModelJudge(ScriptedBackend(["1"], on_exhausted="repeat_last"))
-    result = await MajorityVote().aggregate("What is the figure?", summaries)
-    rows.append(("majority", result.cost.model_calls, result.cost.usage.total_tokens))
-    result = await RTV(judge, g=2, v=v).aggregate("What is the figure?", summaries)
-    rows.append((f"rtv g=2 v={v}", result.cost.model_calls, result.cost.usage.total_tokens))
-    compressed = CompressedReasoning(ScriptedBackend(["Report 1"]))
-    result = await compressed.aggregate("What is the figure?", summaries)
-    rows.append(("compressed", result.cost.model_calls, result.cost.usage.total_tokens))
+
+    async def spend(
+        name: str,
+        aggregator: Aggregator,
+        backend: ModelBackend,
+        trajectories: Mapping[str, Trajectory] | None = None,
+    ) -> str:
+        """Run ``aggregator`` on its own ledger and add what the ledger spent."""
+        ledger = BudgetLedger(name)
+        context = AggregationContext.metered(backend, ledger, trajectories=trajectories)
+        result = await aggregator.aggregate("What is the figure?", summaries, context)
+        rows.append((name, ledger.spent.model_calls, ledger.spent.usage.total_tokens))
+        return result.rationale
+
+    judge_backend = ScriptedBackend(["1"], on_exhausted="repeat_last")
+    await spend("majority", MajorityVote(), judge_backend)
+    await spend(f"rtv g=2 v={v}", RTV(ModelJudge(), g=2, v=v), judge_backend)
+    await spend("compressed", CompressedReasoning(), ScriptedBackend(["Report 1"]))
     agg_backend = ScriptedBackend(
         [
             ScriptedToolCall("get_solution", {}),
@@ -297,11 +319,10 @@ async def costs(n: int, v: int) -> list[tuple[str, int, int]]:
         ]
     )
     one_rollout = rows[0][2]
-    agent = AggregationAgent(agg_backend, max_turns=8, max_tokens=one_rollout)
-    result = await agent.aggregate("What is the figure?", summaries, trajectories=trajectories)
-    finished = "majority fallback" not in result.rationale
-    name = "aggagent" + ("" if finished else " (capped)")
-    rows.append((name, result.cost.model_calls, result.cost.usage.total_tokens))
+    agent = AggregationAgent(max_turns=8, max_tokens=one_rollout)
+    why = await spend("aggagent", agent, agg_backend, trajectories)
+    if "majority fallback" in why:
+        rows[-1] = ("aggagent (capped)", *rows[-1][1:])
     return rows
 
 

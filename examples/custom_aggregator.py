@@ -2,18 +2,19 @@
 
 ``MostSupported`` picks the answer whose rollouts cite the most verified
 facts (ties: the most rollouts); any object with a ``name`` and an async
-``aggregate(task, summaries, ...)`` is an aggregator.  Runs on
+``aggregate(task, summaries, context)`` is an aggregator.  The context gives
+it the run's id, events, trajectories and a model backend metered on the
+run's budget ledger (its only model access; this one needs none).  Runs on
 ``agentrt.testing.ScriptedBackend``.
 """
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import agentrt
-from agentrt.agents import EventEmitter
-from agentrt.aggregators import AggregationResult, usable
-from agentrt.protocols import ModelRequest, ScalingSpec, Trajectory, TrajectorySummary
+from agentrt.aggregators import AggregationContext, AggregationResult, usable
+from agentrt.protocols import ModelRequest, ScalingSpec, TrajectorySummary
 from agentrt.runtime.log import configure_logging
 from agentrt.testing import ScriptedBackend
 
@@ -22,13 +23,7 @@ class MostSupported:
     name = "most-supported"
 
     async def aggregate(
-        self,
-        task: str,
-        summaries: Sequence[TrajectorySummary],
-        *,
-        trajectories: Mapping[str, Trajectory] | None = None,
-        events: EventEmitter | None = None,
-        run_id: str = "",
+        self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         kept, excluded = usable(summaries)
         score: Counter[str] = Counter()

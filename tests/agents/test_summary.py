@@ -100,3 +100,23 @@ async def test_model_summary_is_validated_and_falls_back_on_malformed_output() -
         assert fallback.answer == "ANSWER: Paris"  # rule-based
         assert fallback.failure_modes[-1].startswith("summary model output was malformed")
         assert fallback.facts[0].verified
+
+
+async def test_a_summary_the_budget_refuses_falls_back_and_costs_nothing() -> None:
+    from agentrt.protocols import Budget
+    from agentrt.runtime.budget import BudgetLedger
+    from agentrt.runtime.models.metered import MeteredBackend
+
+    traj = await trajectory()
+    backend = ScriptedBackend(['{"answer": "Paris"}'], on_exhausted="repeat_last")
+    ledger = BudgetLedger("run", Budget(max_model_calls=1))
+    summarizer = ModelSummarizer(MeteredBackend(backend, ledger), max_tokens=200)
+    written = await summarizer.summarize(traj)
+    assert written.answer == "Paris"
+    assert ledger.spent.model_calls == 1  # the call is on the run's ledger
+    refused = await summarizer.summarize(traj)
+    assert refused.answer == "ANSWER: Paris"  # rule-based
+    assert refused.failure_modes[-1] == (
+        "summary model call skipped: budget cap reached (max_model_calls)"
+    )
+    assert len(backend.requests) == 1 == ledger.spent.model_calls

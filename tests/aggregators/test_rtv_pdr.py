@@ -16,6 +16,7 @@ from agentrt.aggregators import (
     RTV,
     AggregationContext,
     Rollout,
+    Score,
     SimulatedJudge,
     Verdict,
     Workspace,
@@ -97,7 +98,7 @@ class Abstaining:
 
     async def score(
         self, task: str, summary: TrajectorySummary, context: AggregationContext
-    ) -> object:
+    ) -> Score:
         raise AssertionError("not used")
 
     async def compare(
@@ -108,14 +109,12 @@ class Abstaining:
 
 async def test_tie_rules() -> None:
     summaries = [s("big", "a", tokens=900), s("small", "b", tokens=100)]
-    first = await RTV(Abstaining(), v=4).aggregate("t", summaries, context())  # type: ignore[arg-type]
-    cheapest = await RTV(Abstaining(), v=4, tie="cheapest").aggregate(  # type: ignore[arg-type]
-        "t", summaries, context()
-    )
+    first = await RTV(Abstaining(), v=4).aggregate("t", summaries, context())
+    cheapest = await RTV(Abstaining(), v=4, tie="cheapest").aggregate("t", summaries, context())
     assert (first.winner, cheapest.winner) == ("big", "small")
     assert first.trace[0].votes == {"big": 0, "small": 0}
     with pytest.raises(ConfigError, match="group size g must be >= 2"):
-        RTV(Abstaining(), g=1)  # type: ignore[arg-type]
+        RTV(Abstaining(), g=1)
     with pytest.raises(ConfigError, match=r"rtv.v: votes per comparison v must be .* <= 64"):
         RTV(v=100_000)
 
