@@ -88,8 +88,17 @@ class AggregationContext:
     ) -> AggregationContext:
         """A context whose backend is ``backend`` metered on ``ledger``
         (wrapped in a ``MeteredBackend``, unless it already is one on
-        ``ledger``).  The other parameters are the fields'."""
-        if not (isinstance(backend, MeteredBackend) and backend.ledger is ledger):
+        ``ledger``).  The other parameters are the fields'.  Raises
+        ``ConfigError`` for a backend metered on another ledger (wrapping it
+        again would charge every call twice)."""
+        if isinstance(backend, MeteredBackend):
+            if backend.ledger is not ledger:
+                raise ConfigError(
+                    f"the backend is already metered on ledger {backend.ledger.name!r}, not on "
+                    f"{ledger.name!r}: pass the raw backend",
+                    where=f"AggregationContext.metered(run_id={run_id!r})",
+                )
+        else:
             backend = MeteredBackend(backend, ledger, model=model)
         return cls(
             run_id=run_id,

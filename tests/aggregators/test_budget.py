@@ -196,6 +196,9 @@ async def test_a_custom_aggregator_sees_only_the_metered_backend() -> None:
     elsewhere = MeteredBackend(backend, BudgetLedger("other"))
     with pytest.raises(ConfigError, match="metered on ledger 'other'"):
         AggregationContext(run_id="run", ledger=ledger, backend=elsewhere)
+    with pytest.raises(ConfigError, match="already metered on ledger 'other'"):
+        AggregationContext.metered(elsewhere, ledger)
+    assert AggregationContext.metered(given_backend, ledger).backend is given_backend
 
 
 async def test_aggagent_ends_at_the_runs_cap_and_falls_back_without_more_calls() -> None:
