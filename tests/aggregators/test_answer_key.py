@@ -12,13 +12,30 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrt.aggregators import NORMALIZERS, MajorityVote, WeightedVote, answer_key
+from agentrt.aggregators import (
+    NORMALIZERS,
+    AggregationResult,
+    MajorityVote,
+    WeightedVote,
+    answer_key,
+)
+from agentrt.aggregators.base import AggregationContext
 from agentrt.aggregators.vote import default_normalizer
 from agentrt.protocols import TrajectorySummary
+from agentrt.runtime.budget import BudgetLedger
+from agentrt.testing import ScriptedBackend
 
 
 def s(rid: str, answer: str | None) -> TrajectorySummary:
     return TrajectorySummary(rollout_id=rid, answer=answer)
+
+
+async def vote(
+    by: MajorityVote | WeightedVote, summaries: list[TrajectorySummary]
+) -> AggregationResult:
+    """A vote makes no model call; its context has a ledger all the same."""
+    context = AggregationContext.metered(ScriptedBackend([]), BudgetLedger("test"))
+    return await by.aggregate("t", summaries, context)
 
 
 def test_answer_key_is_the_default_normalizer_and_none_for_no_answer() -> None:
@@ -34,15 +51,15 @@ def test_answer_key_is_the_default_normalizer_and_none_for_no_answer() -> None:
 @pytest.mark.anyio
 async def test_the_vote_answers_with_the_first_original_of_the_winning_group() -> None:
     summaries = [s("r0", "Lyon"), s("r1", "paris"), s("r2", "Paris"), s("r3", "PARIS.")]
-    result = await MajorityVote().aggregate("t", summaries)
+    result = await vote(MajorityVote(), summaries)
     assert (result.answer, result.winner) == ("paris", "r1")
-    again = await MajorityVote().aggregate("t", summaries)
+    again = await vote(MajorityVote(), summaries)
     assert (again.answer, again.winner) == ("paris", "r1")
     # Another order, another representative: the first of the group given.
-    flipped = await MajorityVote().aggregate("t", summaries[::-1])
+    flipped = await vote(MajorityVote(), summaries[::-1])
     assert (flipped.answer, flipped.winner) == ("PARIS.", "r3")
     # The vote's own normalizer decides the groups: case now matters.
-    strict = await MajorityVote(NORMALIZERS["strip"]).aggregate("t", summaries)
+    strict = await vote(MajorityVote(NORMALIZERS["strip"]), summaries)
     assert (strict.answer, strict.winner) == ("Lyon", "r0")
 
 
@@ -55,8 +72,8 @@ _SPELLINGS = ["Paris", "paris", " PARIS.", "ANSWER: Paris", "Lyon", "lyon ", "1,
 )
 def test_the_vote_groups_exactly_by_answer_key(answers: list[str | None], weighted: bool) -> None:
     summaries = [s(f"r{i}", a) for i, a in enumerate(answers)]
-    vote = WeightedVote(weight=lambda _: 1.0) if weighted else MajorityVote()
-    result = anyio.run(vote.aggregate, "t", summaries)
+    by = WeightedVote(weight=lambda _: 1.0) if weighted else MajorityVote()
+    result = anyio.run(vote, by, summaries)
 
     keys = [answer_key(a) for a in answers]
     counts = Counter(k for k in keys if k is not None)
