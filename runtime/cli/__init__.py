@@ -37,10 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, final
 
 import anyio
-import msgspec
 
 from agentrt._version import __version__
-from agentrt.protocols import Budget, ScalingSpec, to_builtins
+from agentrt.protocols import Budget, RunResult, ScalingSpec, to_builtins
 from agentrt.runtime.actors import ActorError
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
@@ -48,7 +47,7 @@ from agentrt.runtime.log import configure_logging
 if TYPE_CHECKING:
     from agentrt.agents.recording import EventSink
     from agentrt.runtime.cli.progress import ProgressDisplay
-    from agentrt.runtime.cli.run import AgentRun
+    from agentrt.runtime.cli.tally import RolloutTally
 
 __all__ = ["main"]
 
@@ -100,24 +99,23 @@ class Output:
         stream = self._stderr if on_stderr else self._stdout
         return live_progress(Console(file=stream), cap_tokens=cap_tokens)
 
-    def agent_run(self, run: AgentRun) -> None:
-        """Each rollout's answer (or failure) and how it got there, the
-        chosen answer, then usage and cost."""
-        for rollout, summary in zip(run.rollouts, run.result.summaries, strict=True):
+    def run_result(self, result: RunResult, tally: RolloutTally) -> None:
+        """Each rollout's answer (or why it has none) and how it got there,
+        the chosen answer, then usage and cost."""
+        for summary in result.summaries:
+            rollout = summary.rollout_id.removeprefix(f"{result.run_id}-")
             if summary.answer is None:
-                self.line(f"[{rollout.rollout_id}] failed: {'; '.join(summary.failure_modes)}")
+                self.line(f"[{rollout}] failed: {'; '.join(summary.failure_modes)}")
             else:
-                self.line(f"[{rollout.rollout_id}] {summary.answer}")
-            if rollout.result is not None:
-                trajectory = rollout.result.trajectory
-                steps = len(trajectory.steps)
-                calls = sum(len(step.tool_results) for step in trajectory.steps)
+                self.line(f"[{rollout}] {summary.answer.strip()}")
+            line = tally.rollouts.get(summary.rollout_id)
+            if line is not None:
                 self.line(
-                    f"  {trajectory.agent}: {trajectory.status} ({trajectory.stop_reason}), "
-                    f"{steps} step{'s' * (steps != 1)}, {calls} tool call{'s' * (calls != 1)}, "
-                    f"{rollout.cost.model_calls} model calls in all"
+                    f"  {tally.agent}: {line.status} ({line.stop_reason}), "
+                    f"{line.steps} step{'s' * (line.steps != 1)}, "
+                    f"{line.tool_calls} tool call{'s' * (line.tool_calls != 1)}, "
+                    f"{line.model_calls} model calls in all"
                 )
-        result = run.result
         if len(result.summaries) > 1 and result.answer is not None:
             self.line(f"answer: {result.answer}")
         cost = result.cost
@@ -253,18 +251,18 @@ def _build_parser() -> _Parser:
         "--timeout",
         type=_positive_float,
         default=300.0,
-        help="deadline in seconds for each rollout's answer (300)",
+        help="wall-clock cap in seconds on the whole run, aggregation included (300)",
     )
     run.add_argument(
         "--config",
         type=Path,
-        help="a TOML or JSON file with [models] and [agents] (default: the embedded model)",
+        help="agentrt.toml: [models], [agents], [mcp]... (default: the embedded model)",
     )
     run.add_argument(
         "--aggregate",
         metavar="NAME",
-        help="aggregate the rollouts through the runtime facade: majority, weighted, "
-        "best_of_n, rtv, pdr, aggagent, compressed (default: a plurality of answers)",
+        help="how the rollouts' answers are aggregated: majority, weighted, "
+        "best_of_n, rtv, pdr, aggagent, compressed (default: majority)",
     )
     run.add_argument(
         "--aggregate-option",
@@ -314,10 +312,14 @@ def _build_parser() -> _Parser:
 
 
 def _run_command(args: argparse.Namespace, out: Output) -> int:
-    from agentrt.runtime.cli.run import agent_specs, load_run_config, run_agent, run_scaled
+    from agentrt.runtime.cli.run import agent_specs, open_runtime, with_default_model
+    from agentrt.runtime.cli.tally import RolloutTally
+    from agentrt.runtime.engine.configfile import load_config
 
-    config = load_run_config(args.config)
-    specs = agent_specs(
+    config = load_config(args.config)
+    if args.model is not None:
+        config = with_default_model(config, args.model)
+    agent = agent_specs(
         args.agent,
         config,
         max_steps=args.max_steps,
@@ -325,54 +327,40 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
         temperature=args.temperature,
         mcp=tuple(args.mcp),
     )
-    budget = Budget(max_tokens=args.budget_tokens)
+    budget = Budget(max_tokens=args.budget_tokens, max_wall_seconds=args.timeout)
     scaling = ScalingSpec(
         rollouts=args.rollouts,
         aggregate=args.aggregate or "majority",
         options=dict(args.aggregate_option),
     )
+    failures: dict[str, str] = {}
+    tallies: list[RolloutTally] = []
 
-    async def execute(events: EventSink | None) -> AgentRun:
-        if args.aggregate is None:
-            return await run_agent(
-                args.task,
-                specs=specs,
-                registry=config.registry,
-                model=args.model,
-                rollouts=args.rollouts,
-                timeout_s=args.timeout,
-                budget=budget,
-                events=events,
-            )
-        return await run_scaled(
-            args.task,
-            specs=specs,
-            registry=config.registry,
-            scaling=scaling,
-            model=args.model,
-            budget=msgspec.structs.replace(budget, max_wall_seconds=args.timeout),
-            events=events,
-        )
+    async def execute(events: EventSink | None) -> RunResult:
+        tally = RolloutTally(events)
+        tallies.append(tally)
+        async with open_runtime(config, agent) as rt:
+            failures.update(rt.mcp_failures)
+            return await rt.run(args.task, scaling=scaling, budget=budget, events=tally)
 
     # With --json the display goes to stderr: stdout stays one JSON document.
     show = args.progress
     if show is None:
         show = out.is_terminal(on_stderr=args.json)
 
-    async def runner() -> AgentRun:
+    async def runner() -> RunResult:
         if not show:
             return await execute(None)
         async with out.progress(cap_tokens=args.budget_tokens, on_stderr=args.json) as display:
             return await execute(display)
 
-    run = anyio.run(runner, backend="asyncio", backend_options=_loop_options())
-    for server, reason in run.mcp_failures.items():
+    result = anyio.run(runner, backend="asyncio", backend_options=_loop_options())
+    for server, reason in failures.items():
         out.problem(f"MCP server {server!r} could not be started; ran without it: {reason}")
-    result = run.result
     if args.json:
         out.json(to_builtins(result))
     else:
-        out.agent_run(run)
+        out.run_result(result, tallies[0])
     if result.status != "succeeded":
         if not args.json:
             out.problem(f"run {result.run_id} {result.status}: {result.error or 'no answer'}")

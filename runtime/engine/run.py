@@ -30,7 +30,7 @@ from agentrt.agents.hierarchy import Hierarchy
 from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
 from agentrt.aggregators import Aggregator, Workspace, build_aggregator
 from agentrt.aggregators.base import AggregationContext
-from agentrt.aggregators.vote import answer_key
+from agentrt.aggregators.vote import MajorityVote, answer_key
 from agentrt.protocols import (
     Budget,
     Cost,
@@ -100,6 +100,10 @@ class _GaveUp(Exception):
     """A rollout's supervisor stopped restarting it."""
 
 
+class _PastDeadline(Exception):
+    """The run's wall-clock cap passed before the rollout answered."""
+
+
 @final
 class RunExecution:
     """One run of ``Runtime.run`` (see the module docstring)."""
@@ -156,9 +160,14 @@ class RunExecution:
             if rt.config.summarizer == "model"
             else RuleBasedSummarizer()
         )
-        chosen = aggregator or self._build_aggregator(scaling)
-        self.vote_stops = (
-            aggregator is None and scaling.aggregate == "majority" and rt.config.early_stop
+        chosen = aggregator or build_aggregator(
+            {"name": scaling.aggregate, **scaling.options},
+            judge=rt.judge,
+            where="scaling.aggregate",
+        )
+        # Early stop groups answers exactly as the vote will.
+        self.vote: MajorityVote | None = (
+            chosen if isinstance(chosen, MajorityVote) and rt.config.early_stop else None
         )
         if self.checkpoint is None:
             await self.emitter.emit(
@@ -229,15 +238,6 @@ class RunExecution:
             return next(iter(self.rt.backends.values()))
         return self.agent.backend_for(self.agent.policy.ladder.tiers[0].model)
 
-    def _build_aggregator(self, scaling: ScalingSpec) -> Aggregator:
-        return build_aggregator(
-            {"name": scaling.aggregate, **scaling.options},
-            judge=self.rt.judge,
-            backend=self._main_backend(),
-            rollout=self._refine_rollout,
-            where="scaling.aggregate",
-        )
-
     # -- the fan-out ------------------------------------------------------------
 
     async def _fan_out(self, n: int, wall: float | None) -> list[_Outcome]:
@@ -250,10 +250,15 @@ class RunExecution:
         self._finished: list[_Outcome] = []
         self._pending = n
         deadline = math.inf if wall is None else anyio.current_time() + wall
-        with anyio.CancelScope(deadline=deadline):
+        with anyio.CancelScope(deadline=deadline) as overall:
             async with anyio.create_task_group() as tg:
                 for outcome in outcomes:
                     tg.start_soon(self._one, outcome)
+        if overall.cancelled_caught:
+            for outcome in outcomes:
+                if outcome.status == "cancelled":
+                    outcome.status = "failed"
+                    outcome.error = _PastDeadline(f"no answer within {wall:g} s")
         return outcomes
 
     def _stop_all(self) -> None:
@@ -305,9 +310,13 @@ class RunExecution:
         left = self.ledger.headroom().tokens
         if left is not None and left <= 0:
             return True
-        if not self.vote_stops:
+        if self.vote is None:
             return False
-        keys = [answer_key(o.value.summary.answer) if o.value else None for o in self._finished]
+        normalize = self.vote.normalize
+        keys = [
+            answer_key(o.value.summary.answer, normalize) if o.value else None
+            for o in self._finished
+        ]
         return _majority_certain(keys, self._pending)
 
     async def _warm(self) -> None:
@@ -543,7 +552,8 @@ class RunExecution:
             if o.value is not None:
                 out.append(o.value.summary)
             elif o.status == "failed":
-                why = f"crashed: {o.error!r}" if not isinstance(o.error, _GaveUp) else str(o.error)
+                known = isinstance(o.error, _GaveUp | _PastDeadline)
+                why = str(o.error) if known else f"crashed: {o.error!r}"
                 out.append(
                     TrajectorySummary(rollout_id=self._rollout_id(o.index), failure_modes=[why])
                 )

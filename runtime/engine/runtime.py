@@ -109,6 +109,8 @@ class Runtime:
         self.mcp_failures: dict[str, str] = {}
         """MCP servers that could not be started (their agents run without them)."""
         self.bank: MemoryBank | None = None
+        self.default_model: str | None = None
+        """The model agents that name none use (``config.models.default``)."""
         self._mcp: McpToolbox | None = None
         self._slots: dict[str, anyio.CapacityLimiter | None] = {}
         self._stack = AsyncExitStack()
@@ -135,7 +137,11 @@ class Runtime:
             for name in registry.backend_names():
                 backend = registry.create(name)
                 self.backends[name] = await self._stack.enter_async_context(backend)
+            self.default_model = registry.resolve()[1]
         self.backends.update(self._given)
+        if self.default_model is None and self.backends:
+            first = next(iter(self.backends.values()))
+            self.default_model = first.models[0] if first.models else None
         for name, backend in self.backends.items():
             limit = self.config.concurrency.get(name) or backend_concurrency(backend)
             self._slots[name] = anyio.CapacityLimiter(limit) if limit is not None else None
@@ -145,6 +151,8 @@ class Runtime:
             toolbox = McpToolbox(McpClientConfig(servers=list(servers.values())))
             self._mcp = await self._stack.enter_async_context(toolbox)
             self.mcp_failures = {name: str(exc) for name, exc in self._mcp.failures.items()}
+            # Inline agents name MCP tools as ``<server>__<tool>`` in ``tools``.
+            self.tools += self._mcp.tools()
         if self.config.memory:
             bank = MemoryBank(self.config.memory_path)
             self.bank = await self._stack.enter_async_context(bank)
@@ -159,9 +167,9 @@ class Runtime:
                 self.specs[name] = given
 
     def _servers(self) -> dict[str, ServerConfig]:
-        """The MCP servers every spec uses, each once (a name used twice must
-        mean the same server)."""
-        servers: dict[str, ServerConfig] = {}
+        """The MCP servers of ``config.mcp`` and every spec's, each once (a
+        name used twice must mean the same server)."""
+        servers: dict[str, ServerConfig] = dict(self.config.mcp)
         for agent, specs in self.specs.items():
             for name, server in used_servers(specs).items():
                 if name in servers and servers[name] != server:
@@ -224,7 +232,7 @@ class Runtime:
                     self.specs[name],
                     backends=self.backends,
                     events=emitter,
-                    default_model=self.config.models.default,
+                    default_model=self.default_model,
                     prices=self.prices,
                     mcp=self._mcp,
                 )

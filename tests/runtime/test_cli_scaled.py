@@ -50,8 +50,8 @@ def test_run_with_rtv_records_the_whole_bracket(
     assert all(s.answer for s in result.summaries)  # every rollout summarized
     assert len(result.aggregation_trace) == 3  # N - 1 comparisons for G = 2
     assert {v["aggregator"] for v in result.aggregation_trace} == {"rtv"}
-    # 4 rollouts of one step, the prefix warm-up and 3 judge calls.
-    assert result.cost.model_calls == 8
+    # 4 rollouts of one step and 3 judge calls (no prefix warm-up by default).
+    assert result.cost.model_calls == 7
     assert result.cost.usage.prompt_tokens > 0
 
 
@@ -61,7 +61,7 @@ def test_run_with_majority_prints_each_rollout_and_the_answer(
     argv = ["run", "Capital?", "--rollouts", "3", "--aggregate", "majority", "--config", config]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len([line for line in lines if line.startswith("[run-")]) == 3
+    assert len([line for line in lines if line.startswith("[r")]) == 3
     assert "answer: Paris" in lines
 
 
