@@ -4,7 +4,6 @@ trajectory summaries and behaviour signals.
 May import the runtime floor and tools; never aggregators or the roof.
 """
 
-from agentrt.agents.actor import AgentActor, AgentHandle, AgentMessage, RunRollout, spawn_agent
 from agentrt.agents.agent import Agent
 from agentrt.agents.branching import (
     BranchingConfig,
@@ -22,7 +21,7 @@ from agentrt.agents.config import (
 from agentrt.agents.context import CharEstimator, ContextWindow, TokenEstimator
 from agentrt.agents.control import RolloutControl, RolloutResult
 from agentrt.agents.delegation import AgentNode, SubAgentTool
-from agentrt.agents.hierarchy import Hierarchy, build_hierarchy, open_hierarchy, spawn_hierarchy
+from agentrt.agents.hierarchy import Hierarchy, build_hierarchy
 from agentrt.agents.pipeline import PipelineNode, PipelineResult
 from agentrt.agents.recording import EventEmitter, EventLog, EventSink, stream_sink
 from agentrt.agents.signals import Fired, SignalTracker
@@ -34,11 +33,8 @@ from agentrt.agents.uncertainty import StepUncertainty, step_uncertainty
 
 __all__ = [
     "Agent",
-    "AgentActor",
     "AgentConfig",
-    "AgentHandle",
     "AgentLimits",
-    "AgentMessage",
     "AgentNode",
     "AgentSpec",
     "BranchPoint",
@@ -61,7 +57,6 @@ __all__ = [
     "RolloutControl",
     "RolloutResult",
     "RuleBasedSummarizer",
-    "RunRollout",
     "SignalConfig",
     "SignalName",
     "SignalTracker",
@@ -74,9 +69,6 @@ __all__ = [
     "Toolbox",
     "build_hierarchy",
     "load_spec",
-    "open_hierarchy",
-    "spawn_agent",
-    "spawn_hierarchy",
     "step_uncertainty",
     "stream_sink",
 ]

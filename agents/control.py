@@ -2,8 +2,8 @@
 
 Owns ``RolloutResult`` (a finished rollout's ``Trajectory`` plus the signals
 it raised) and ``RolloutControl`` (cancels a running rollout from another
-task of the same event loop, which is how an agent actor is cancelled while
-its mailbox is busy with the rollout itself).
+task of the same event loop, which is how the engine cancels a rollout
+actor while its mailbox is busy with the rollout itself).
 
 May import protocols and anyio; nothing else of agentrt.
 """
@@ -38,10 +38,9 @@ class RolloutResult(msgspec.Struct, frozen=True, kw_only=True):
 
 @final
 class RolloutControl:
-    """Cancels a running rollout from another task of the same event loop.
-
+    """Cancels a running rollout from another task of the same event loop:
     ``cancel(rollout_id)`` cancels that rollout if it is running, or as soon
-    as it starts; ``cancel()`` cancels whichever is running."""
+    as it starts."""
 
     __slots__ = ("_current", "_pending", "_scope")
 
@@ -51,15 +50,10 @@ class RolloutControl:
         # Ids cancelled before they started (bounded: the oldest are forgotten).
         self._pending: deque[str] = deque(maxlen=256)
 
-    @property
-    def running(self) -> str | None:
-        """The rollout running now, if any."""
-        return self._current
-
-    def cancel(self, rollout_id: str | None = None) -> None:
-        if self._scope is not None and rollout_id in (None, self._current):
+    def cancel(self, rollout_id: str) -> None:
+        if self._scope is not None and rollout_id == self._current:
             self._scope.cancel()
-        elif rollout_id is not None:
+        else:
             self._pending.append(rollout_id)
 
     @contextmanager

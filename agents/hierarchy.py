@@ -1,10 +1,10 @@
 """Agent hierarchies from specs: build the tree of nodes and run it.
 
-Owns ``build_hierarchy`` (a loaded ``SpecSet`` plus model backends ->
-``Hierarchy``), ``open_hierarchy`` (the same inside an async context that
-holds the MCP servers the specs use open), ``Hierarchy`` (the nodes by
-unit, the entry node, ``run``) and the actor that runs a hierarchy's
-rollouts (``HierarchyActor``, ``spawn_hierarchy``).
+Owns ``build_hierarchy`` (a loaded ``SpecSet`` plus model backends, and
+the open MCP servers its agents use -> ``Hierarchy``), ``used_servers``
+(which MCP servers those are) and ``Hierarchy`` (the nodes by unit, the
+entry node, ``run``).  Running rollouts as actors, and holding MCP servers
+open, is the engine's (``agentrt.runtime.engine``).
 
 Building goes callees first (``SpecSet.build_order``): each agent gets its
 bound tools (``agents.bindings``) plus one ``SubAgentTool`` per sub-agent,
@@ -12,8 +12,7 @@ and becomes an ``Agent`` sharing the hierarchy's event emitter; a pipeline
 binds its stages to their nodes (``agents.pipeline``).  Every configuration
 error -- a binding that does not import, a model no backend serves, two
 tools of one name -- is a ``ConfigError`` naming the spec file, line and
-key.  An MCP server that cannot be started does not stop the hierarchy:
-its agents run without its tools and ``Hierarchy.mcp_failures`` says why.
+key.
 
 ``Hierarchy.run`` runs the entry node once, charged to its slice of the
 given ledger (its ``limits.budget``/``budget_share``).  Sub-agent rollouts
@@ -26,12 +25,10 @@ never aggregators or the roof.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import final
 
-from agentrt.agents.actor import AgentHandle, AgentMessage, RunRollout
 from agentrt.agents.agent import Agent
 from agentrt.agents.bindings import resolve_binding
 from agentrt.agents.control import RolloutControl, RolloutResult
@@ -41,13 +38,12 @@ from agentrt.agents.recording import EventEmitter, EventSink
 from agentrt.agents.spec import AgentSpec, McpTools
 from agentrt.agents.spec_loader import ServerConfig, SpecSet, UnitRef
 from agentrt.protocols import ChatMessage, Step
-from agentrt.runtime.actors import Actor, ActorRef, ActorSystem, SupervisorRef
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.pricing import PriceTable
-from agentrt.tools.base import NotificationSink, Tool
-from agentrt.tools.mcp import McpClientConfig, McpToolbox, PinStore
+from agentrt.tools.base import Tool
+from agentrt.tools.mcp import McpToolbox
 
 Backends = Mapping[str, ModelBackend] | Sequence[ModelBackend]
 
@@ -63,14 +59,11 @@ class Hierarchy:
         *,
         emitter: EventEmitter,
         prices: PriceTable,
-        mcp_failures: Mapping[str, str] | None = None,
     ) -> None:
         self.specs = specs
         self.nodes = dict(nodes)
         self.emitter = emitter
         self.prices = prices
-        self.mcp_failures: dict[str, str] = dict(mcp_failures or {})
-        """MCP servers that could not be started, with the reason."""
 
     @property
     def root(self) -> Node:
@@ -208,98 +201,4 @@ def used_servers(specs: SpecSet) -> dict[str, ServerConfig]:
     return used
 
 
-@asynccontextmanager
-async def open_hierarchy(
-    specs: SpecSet,
-    *,
-    backends: Backends,
-    events: EventEmitter | EventSink | None = None,
-    default_model: str | None = None,
-    prices: PriceTable | None = None,
-    pins: PinStore | None = None,
-    on_notification: NotificationSink | None = None,
-) -> AsyncIterator[Hierarchy]:
-    """``build_hierarchy`` with the MCP servers the specs use started
-    (concurrently) and held open until the block exits."""
-    servers = used_servers(specs)
-    if not servers:
-        yield build_hierarchy(
-            specs, backends=backends, events=events, default_model=default_model, prices=prices
-        )
-        return
-    config = McpClientConfig(servers=list(servers.values()))
-    async with McpToolbox(config, pins=pins, on_notification=on_notification) as toolbox:
-        hierarchy = build_hierarchy(
-            specs,
-            backends=backends,
-            events=events,
-            default_model=default_model,
-            prices=prices,
-            mcp=toolbox,
-        )
-        for name, exc in toolbox.failures.items():
-            hierarchy.mcp_failures[name] = str(exc)
-        yield hierarchy
-
-
-LedgerFor = Callable[[str], BudgetLedger | None]
-"""Rollout id -> the ledger its run is charged to (``None``: a fresh one)."""
-
-
-@final
-class HierarchyActor(Actor[AgentMessage, RolloutResult]):
-    """Runs rollouts of a hierarchy's entry node, one at a time."""
-
-    def __init__(
-        self, hierarchy: Hierarchy, control: RolloutControl, ledger_for: LedgerFor
-    ) -> None:
-        self._hierarchy = hierarchy
-        self._control = control
-        self._ledger_for = ledger_for
-
-    async def receive(self, message: AgentMessage) -> RolloutResult:
-        match message:
-            case RunRollout():
-                return await self._hierarchy.run(
-                    message.task,
-                    run_id=message.run_id,
-                    rollout_id=message.rollout_id,
-                    parent_rollout_id=message.parent_rollout_id,
-                    ledger=self._ledger_for(message.rollout_id),
-                    seed=message.seed,
-                    control=self._control,
-                )
-
-
-async def spawn_hierarchy(
-    system: ActorSystem,
-    hierarchy: Hierarchy,
-    *,
-    name: str | None = None,
-    parent: SupervisorRef | None = None,
-    ledger_for: LedgerFor | None = None,
-    mailbox_capacity: int | None = None,
-) -> AgentHandle:
-    """Spawn an actor running ``hierarchy``'s rollouts (named after its
-    entry by default); ``AgentHandle.run`` asks it for one."""
-    control = RolloutControl()
-    ledgers: LedgerFor = ledger_for or (lambda _rollout_id: None)
-    ref: ActorRef[AgentMessage, RolloutResult] = await system.spawn(
-        lambda: HierarchyActor(hierarchy, control, ledgers),
-        name=name or hierarchy.root.name,
-        parent=parent,
-        mailbox_capacity=mailbox_capacity,
-    )
-    return AgentHandle(ref, control)
-
-
-__all__ = [
-    "Backends",
-    "Hierarchy",
-    "HierarchyActor",
-    "LedgerFor",
-    "build_hierarchy",
-    "open_hierarchy",
-    "spawn_hierarchy",
-    "used_servers",
-]
+__all__ = ["Backends", "Hierarchy", "build_hierarchy", "used_servers"]

@@ -4,7 +4,6 @@ events), the solver -> verifier -> corrector pipeline, and build errors."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import anyio
@@ -12,7 +11,7 @@ import pytest
 
 from agentrt.agents import EventLog
 from agentrt.agents.delegation import RolloutScopes, SubAgentTool
-from agentrt.agents.hierarchy import build_hierarchy, open_hierarchy, spawn_hierarchy
+from agentrt.agents.hierarchy import build_hierarchy
 from agentrt.agents.pipeline import PipelineNode
 from agentrt.agents.spec import AgentSpec
 from agentrt.agents.spec_loader import SpecSet, load_spec
@@ -25,7 +24,6 @@ from agentrt.protocols import (
     ToolMessage,
     Usage,
 )
-from agentrt.runtime.actors import ActorSystem
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError, ToolError
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
@@ -209,24 +207,6 @@ async def test_a_stage_that_does_not_finish_ends_the_pipeline_with_its_status() 
     )
 
 
-async def test_hierarchy_rollouts_run_as_actors() -> None:
-    specs = SpecSet.single(AgentSpec(name="solo", tools=["calculator"]))
-    backend = ScriptedBackend([ScriptedToolCall("calculator", {"expression": "6 * 7"}), "42"] * 2)
-    hierarchy = build_hierarchy(specs, backends=[backend])
-    async with ActorSystem(system_id="h") as system:
-        handles = [await spawn_hierarchy(system, hierarchy, name=f"solo-{i}") for i in range(2)]
-        answers: list[str | None] = []
-
-        async def ask(index: int) -> None:
-            result = await handles[index].run("6 * 7?", timeout=10, rollout_id=f"r-{index}")
-            answers.append(result.answer)
-
-        async with anyio.create_task_group() as tg:
-            for index in range(2):
-                tg.start_soon(ask, index)
-    assert answers == ["42", "42"]
-
-
 async def test_a_sub_agent_called_outside_a_hierarchy_rollout_is_a_tool_error() -> None:
     specs = SpecSet.single(AgentSpec(name="solo"))
     node = build_hierarchy(specs, backends=[ScriptedBackend(["hi"])]).root
@@ -302,42 +282,6 @@ def test_a_model_no_backend_serves_is_placed_in_the_spec(tmp_path: Path) -> None
         ConfigError, match=r"agent.yaml:1: .*'gpt-nothing', which no backend serves"
     ):
         build_hierarchy(load_spec(tmp_path / "agent.yaml"), backends=[ScriptedBackend(["x"])])
-
-
-async def test_mcp_tools_from_a_spec_reach_the_agent(tmp_path: Path) -> None:
-    server = EXAMPLES / "mcp_conformance_server.py"
-    (tmp_path / "agent.yaml").write_text(
-        "name: mcp_user\n"
-        "mcp_servers:\n"
-        f"  conf: {{command: {sys.executable}, args: [{server}, --stdio]}}\n"
-        "tools: [{mcp: conf, tools: [test_simple_text]}]\n"
-    )
-    backend = ScriptedBackend([ScriptedToolCall("conf__test_simple_text", {}), "relayed"])
-    with anyio.fail_after(60):
-        async with open_hierarchy(load_spec(tmp_path / "agent.yaml"), backends=[backend]) as h:
-            assert h.mcp_failures == {}
-            result = await h.run("use the server")
-    assert (result.status, result.answer) == ("finished", "relayed")
-    output = result.trajectory.steps[0].tool_results[0]
-    assert (output.is_error, output.content) == (
-        False,
-        "This is a simple text response for testing.",
-    )
-    assert tool_names(backend.requests[0]) == {"conf__test_simple_text"}
-
-
-async def test_an_mcp_server_that_cannot_start_leaves_its_agent_running(tmp_path: Path) -> None:
-    (tmp_path / "agent.yaml").write_text(
-        "name: a\ntools: [calculator, {mcp: {name: gone, command: /nonexistent/mcp-server}}]\n"
-    )
-    backend = ScriptedBackend(["still here"])
-    with anyio.fail_after(60):
-        async with open_hierarchy(load_spec(tmp_path / "agent.yaml"), backends=[backend]) as h:
-            result = await h.run("t")
-    assert list(h.mcp_failures) == ["gone"]
-    assert "/nonexistent/mcp-server" in h.mcp_failures["gone"]
-    assert (result.status, result.answer) == ("finished", "still here")
-    assert tool_names(backend.requests[0]) == {"calculator"}
 
 
 async def test_a_routing_policy_in_the_spec_picks_each_steps_model(tmp_path: Path) -> None:
