@@ -252,16 +252,19 @@ async def test_bad_calls_come_back_as_tool_errors(tmp_path: Path) -> None:
         async with daemon(tmp_path) as d, Client(d.mcp_url, mode="legacy") as client:
             unknown_agent = await client.call_tool("run_agent", {"task": "x", "agent": "nobody"})
             no_rollouts = await client.call_tool("run_agent", {"task": "x", "rollouts": 0})
+            negative_cap = await client.call_tool("run_agent", {"task": "x", "max_tokens": -1})
             bad_aggregate = await client.call_tool("run_agent", {"task": "x", "aggregate": "coin"})
             typo = await client.call_tool("run_agent", {"task": "x", "rollout": 2})
             no_run = await client.call_tool("get_run", {"run_id": "run-nope"})
             no_cancel = await client.call_tool("cancel_run", {"run_id": "run-nope"})
             runs = await d.manager.list()
 
-    for result in (unknown_agent, no_rollouts, bad_aggregate, typo, no_run, no_cancel):
+    bad = (unknown_agent, no_rollouts, negative_cap, bad_aggregate, typo, no_run, no_cancel)
+    for result in bad:
         assert result.is_error is True
     assert "unknown agent 'nobody'; known: default, solver" in text_of(unknown_agent)
-    assert "scaling.rollouts" in text_of(no_rollouts)
+    assert "ScalingSpec.rollouts must be >= 1, got 0" in text_of(no_rollouts)
+    assert "Budget.max_tokens must be >= 0, got -1" in text_of(negative_cap)
     assert "coin" in text_of(bad_aggregate)
     assert "rollout" in text_of(typo)
     assert text_of(no_run) == "get_run: no run 'run-nope'"
@@ -391,4 +394,4 @@ def test_agentrt_mcp_rejects_a_bad_configuration_on_stderr(
     assert mcp_main(["--config", str(bad)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # stdout belongs to the protocol
-    assert captured.err.startswith(f"agentrt mcp: {bad}: server.port: ")
+    assert captured.err.startswith(f"agentrt mcp: {bad}:2: server.port: ")
