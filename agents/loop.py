@@ -189,7 +189,11 @@ class Rollout:
                 model = step.routing.model if step.routing is not None else step.reply.model
                 usage = step.reply.usage
                 self.spent += (
-                    self.ledger.price(model, usage)
+                    Cost(
+                        usd=self.ledger.prices.cost_usd(model, usage),
+                        usage=usage,
+                        model_calls=1,
+                    )
                     if charged
                     else self.ledger.restore(model, usage)
                 )
