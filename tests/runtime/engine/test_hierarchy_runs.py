@@ -65,13 +65,15 @@ async def test_hierarchy_rollouts_run_as_supervised_actors(tmp_path: Path) -> No
     (tmp_path / f"{module}.py").write_text(FLAKY_TOOL_MODULE)
     (tmp_path / "solo.yaml").write_text(f"name: solo\ntools: [calculator, '{module}:flaky']\n")
 
+    turns: list[ReplySpec] = [
+        ScriptedToolCall("calculator", {"expression": "6 * 7"}),
+        ScriptedToolCall("flaky"),
+        "42",
+    ]
+
     def script(request: ModelRequest) -> ReplySpec:
         assert tool_names(request) == {"calculator", "flaky"}
-        return [
-            ScriptedToolCall("calculator", {"expression": "6 * 7"}),
-            ScriptedToolCall("flaky"),
-            "42",
-        ][tool_turns(request)]
+        return turns[tool_turns(request)]
 
     backend = ScriptedBackend(script)
     log = EventLog()

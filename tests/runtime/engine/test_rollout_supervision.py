@@ -226,8 +226,10 @@ async def test_a_bug_in_the_loop_is_restarted_then_recorded_failed(
 
 
 async def test_a_tool_crash_resumes_the_rollout_from_its_committed_steps() -> None:
+    turns: list[ReplySpec] = [ScriptedToolCall("note"), ScriptedToolCall("flaky"), "done"]
+
     def script(request: ModelRequest) -> ReplySpec:
-        return [ScriptedToolCall("note"), ScriptedToolCall("flaky"), "done"][tool_turns(request)]
+        return turns[tool_turns(request)]
 
     backend = ScriptedBackend(script)
     flaky = FlakyTool(lambda calls, context: calls == 1)
