@@ -12,13 +12,17 @@ backend, uvloop when installed).
   structs) and optional ``on_started`` / ``on_restarted`` / ``on_stopping``.
 - Services — ``context.start_service`` / ``start_soon_service``: background
   tasks owned by the running incarnation (cancelled when it ends; one that
-  raises crashes the actor), so the actor keeps answering messages.
+  raises crashes the actor), so the actor keeps answering messages;
+  ``receive`` may return ``context.defer(...)`` (:class:`Deferred`) to answer
+  a request from a service, so long requests overlap.
 - :class:`ActorRef` — ``tell`` (waits while the mailbox is full),
   ``tell_nowait`` (raises :class:`MailboxFull`), ``ask`` (deadline,
   :class:`AskTimeout`, :class:`ActorCrashed`).
 - Supervision with OTP semantics: :class:`SupervisorSpec`,
   :class:`RestartStrategy`, :class:`RestartIntensity`; escalation past the
   root makes the system raise :class:`SupervisionEscalated`.
+- :class:`Backoff` / :class:`RestartBackoff` — the one restart-with-backoff
+  policy for services that bring back a process or connection that died.
 - :class:`ActorAddress` — serializable; ``system.ref(address)`` resolves it.
 - :class:`Topic` — publish/subscribe over refs.
 - :func:`run` — run an entry point with uvloop when installed.
@@ -29,6 +33,8 @@ or aggregators.
 
 from agentrt.runtime.actors.actor import Actor, ActorContext
 from agentrt.runtime.actors.address import ActorAddress
+from agentrt.runtime.actors.backoff import Backoff, RestartBackoff
+from agentrt.runtime.actors.deferred import Deferred
 from agentrt.runtime.actors.errors import (
     ActorCrashed,
     ActorError,
@@ -75,9 +81,12 @@ __all__ = [
     "ActorStopped",
     "ActorSystem",
     "AskTimeout",
+    "Backoff",
     "ChildFailure",
     "ChildSpec",
+    "Deferred",
     "MailboxFull",
+    "RestartBackoff",
     "RestartIntensity",
     "RestartStrategy",
     "SupervisionEscalated",

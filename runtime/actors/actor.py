@@ -33,7 +33,9 @@ bounded by the system's stop timeout.
 Background work that must go on while the actor answers messages runs as a
 *service* of the current incarnation (``context.start_service`` /
 ``context.start_soon_service``, see ``services.py``): cancelled when the
-incarnation ends, and a crash of the actor if it raises.
+incarnation ends, and a crash of the actor if it raises.  A request that
+takes long and may overlap others is answered from a service:
+``receive`` returns ``context.defer(...)`` (see ``deferred.py``).
 
 This module must not import agents, tools or aggregators.
 """
@@ -42,6 +44,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple
+
+from agentrt.runtime.actors.deferred import Deferred
 
 if TYPE_CHECKING:
     from agentrt.runtime.actors.address import ActorAddress
@@ -108,6 +112,26 @@ class ActorContext(Generic[MsgT, ReplyT]):
         hooks that must return promptly, such as ``on_restarted``."""
         self._cell.service_scope().start_soon(func, args, name)
 
+    def defer(
+        self,
+        func: Callable[[*PosArgsT], Awaitable[ReplyT]],
+        *args: *PosArgsT,
+        name: str | None = None,
+    ) -> Deferred[ReplyT]:
+        """Answer the request being handled from a service: start
+        ``func(*args)`` as a service of the running incarnation and return a
+        :class:`Deferred` for ``receive`` to return at once.  What ``func``
+        returns is the reply; if it raises, the asker gets ``ActorCrashed``
+        and the actor crashes; if the asker gives up, ``func`` is cancelled;
+        if the incarnation ends first, the asker gets ``ActorStopped``.
+        Requests answered this way run side by side, so ``func`` must not
+        assume it has the actor to itself.  ``ActorStopped`` when the actor
+        is stopping or between incarnations."""
+        scope = self._cell.service_scope()
+        deferred: Deferred[ReplyT] = Deferred(scope)
+        scope.start_soon(deferred.run, (func, args), name or "reply")
+        return deferred
+
     def stop(self) -> None:
         """Stop this actor once the current message is handled.
 
@@ -135,8 +159,9 @@ class Actor(Generic[MsgT, ReplyT]):
                 "system spawns the actor, before on_started"
             ) from None
 
-    async def receive(self, message: MsgT) -> ReplyT:
-        """Handle one message; the return value is the reply to an ``ask``."""
+    async def receive(self, message: MsgT) -> ReplyT | Deferred[ReplyT]:
+        """Handle one message; the return value is the reply to an ``ask``
+        (or ``context.defer(...)``: a service produces it later)."""
         raise NotImplementedError(f"{type(self).__name__} must implement receive()")
 
     async def on_started(self) -> None:

@@ -27,6 +27,7 @@ from anyio.lowlevel import checkpoint
 
 from agentrt.runtime.actors.actor import Actor, ActorContext, attach_context
 from agentrt.runtime.actors.address import ActorAddress
+from agentrt.runtime.actors.deferred import Deferred
 from agentrt.runtime.actors.errors import ActorCrashed, ActorStopped
 from agentrt.runtime.actors.mailbox import CLOSED, EMPTY, Ask, Mailbox
 from agentrt.runtime.actors.ref import ActorRef
@@ -231,15 +232,16 @@ class ActorCell(Generic[MsgT, ReplyT]):
                     if not reply.done():
                         reply.set_exception(ActorCrashed(str(self.address), exc))
                     raise
-                else:
-                    if not reply.done():
-                        reply.set_result(result)
-                finally:
-                    # Only reached with the reply unset when the handler was
-                    # cancelled: by a failing service (a crash), or by a
-                    # restart of a sibling, a stop, a shutdown.
+                except BaseException:
+                    # The handler was cancelled: by a failing service (a
+                    # crash), or by a restart of a sibling, a stop, a shutdown.
                     if not reply.done():
                         reply.set_exception(self._interrupted())
+                    raise
+                if type(result) is Deferred:
+                    result.attach(reply)  # a service of this incarnation replies
+                elif not reply.done():
+                    reply.set_result(result)
         except Exception as exc:
             error = exc
         except asyncio.CancelledError:

@@ -83,7 +83,9 @@ class SupervisorSpec:
     def __post_init__(self) -> None:
         validate_name(self.name)
         if self.on_exhausted == "stop_child" and self.strategy is not RestartStrategy.ONE_FOR_ONE:
-            raise ValueError(f"supervisor {self.name!r}: on_exhausted='stop_child' needs ONE_FOR_ONE")
+            raise ValueError(
+                f"supervisor {self.name!r}: on_exhausted='stop_child' needs ONE_FOR_ONE"
+            )
         names = [child.name for child in self.children]
         if len(set(names)) != len(names):
             raise ValueError(f"supervisor {self.name!r} has duplicate child names: {names}")
