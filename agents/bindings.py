@@ -35,13 +35,13 @@ from agentrt.runtime.errors import ConfigError
 from agentrt.tools.base import Tool
 from agentrt.tools.builtins import Calculator, ListDirectoryTool, PythonSandbox, ReadFileTool
 from agentrt.tools.function import FunctionTool
-from agentrt.tools.mcp import McpToolbox
+from agentrt.tools.mcp import McpToolSource
 
 Binding = BuiltinTool | PythonTool | McpTools
 
 
 def resolve_binding(
-    binding: Binding, *, base_dir: Path, where: str, mcp: McpToolbox | None = None
+    binding: Binding, *, base_dir: Path, where: str, mcp: McpToolSource | None = None
 ) -> list[Tool]:
     """The tools ``binding`` stands for (``where``: its place in the spec)."""
     if isinstance(binding, BuiltinTool):
@@ -157,7 +157,7 @@ def _load_beside(top: str, base_dir: Path) -> bool:
     return True
 
 
-def mcp_tools(binding: McpTools, toolbox: McpToolbox | None, *, where: str) -> list[Tool]:
+def mcp_tools(binding: McpTools, toolbox: McpToolSource | None, *, where: str) -> list[Tool]:
     """The tools of the binding's server, as its open connection offers them
     (none when the server could not be started: the toolbox reports it)."""
     server = binding.server_name

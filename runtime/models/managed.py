@@ -5,7 +5,7 @@ Owns the life of one model-server process: build its command line from a
 stdout/stderr into structlog (tagged with the server name) and into a bounded
 ring buffer of recent lines, wait for its health endpoint within a deadline,
 watch it (process exit, and an optional liveness probe), restart it after a
-crash with capped exponential backoff, and stop it cleanly (SIGTERM to the
+crash (the actor floor's :class:`RestartBackoff`), and stop it cleanly (SIGTERM to the
 whole group, SIGKILL after a grace period).
 
 :class:`ManagedServer` is a service in the anyio idiom (``await
@@ -38,6 +38,7 @@ import anyio
 import httpx
 from anyio.abc import ByteReceiveStream, Process, TaskGroup, TaskStatus
 
+from agentrt.runtime.actors.backoff import RestartBackoff
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.http import HttpClientConfig, make_http_client
 from agentrt.runtime.models.managed_config import (
@@ -121,8 +122,7 @@ class ManagedServer:
     @property
     def base_url(self) -> str:
         """``http://host:port`` without a trailing slash (add ``/v1`` for OpenAI)."""
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        return f"http://{host}:{self.port}"
+        return self.config.base_url(self.port)
 
     @property
     def health_url(self) -> str:
@@ -304,8 +304,7 @@ class ManagedServer:
 
     async def _supervise(self, on_healthy: Callable[[], None]) -> None:
         """Start, watch, and restart with backoff until cancelled or giving up."""
-        cfg = self.config
-        crashes = 0
+        backoff = RestartBackoff(self.config.backoff())
         was_healthy = False
 
         def healthy() -> None:
@@ -323,26 +322,17 @@ class ManagedServer:
                     raise self._error(crash.reason, crash.exit_code)
                 if self._settled.event.is_set():  # waiters now wait for the restart
                     self._settled = _Settlement()
-                if healthy_for >= cfg.backoff_reset_s:
-                    crashes = 0
-                crashes += 1
+                delay = backoff.crashed(healthy_for)
                 self._log.warning(
                     "managed server crashed",
                     reason=crash.reason,
                     exit_code=crash.exit_code,
-                    crashes_in_a_row=crashes,
+                    crashes_in_a_row=backoff.crashes,
                 )
-                if not cfg.restart or crashes > cfg.max_restarts:
-                    limit = (
-                        "restarts are off"
-                        if not cfg.restart
-                        else f"{crashes} crashes in a row, limit {cfg.max_restarts} restarts"
+                if delay is None:
+                    raise self._error(
+                        f"{crash.reason}; giving up ({backoff.limit_reason()})", crash.exit_code
                     )
-                    raise self._error(f"{crash.reason}; giving up ({limit})", crash.exit_code)
-                delay = min(
-                    cfg.backoff_max_s,
-                    cfg.backoff_initial_s * cfg.backoff_multiplier ** (crashes - 1),
-                )
                 self._state = ServerState.BACKOFF
                 self._log.info("managed server restarting", delay_s=round(delay, 3))
                 with anyio.CancelScope() as self._process_scope:
@@ -350,14 +340,17 @@ class ManagedServer:
                 self._restarts += 1
 
     def _error(self, reason: str, exit_code: int | None) -> ManagedServerError:
+        """The run's failure, recorded with the ``failed`` state at once
+        (``failure`` must not lag behind ``state`` while the run unwinds)."""
         self._state = ServerState.FAILED
-        return ManagedServerError(
+        self._failure = ManagedServerError(
             f"managed server {self.name!r} ({' '.join(self.command_line())}): {reason}",
             server=self.name,
             endpoint=self.health_url,
             exit_code=exit_code,
             recent_output=self.recent_output,
         )
+        return self._failure
 
     async def _run_once(
         self, client: httpx.AsyncClient, on_healthy: Callable[[], None]

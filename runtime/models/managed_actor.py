@@ -5,26 +5,20 @@ service of its current incarnation (``ActorContext.start_service``), so the
 server's process, output pumps and watchers live inside the incarnation
 while the actor keeps answering requests:
 
-- ``Status()`` → :class:`ManagedServerStatus` (state, base URL, pid, restarts);
-- ``Restart()`` → replace the server process now (no backoff, not counted as
-  a crash; during a restart delay, end the delay); replies at once;
+- ``Status()`` → :class:`ManagedServerStatus` (state, base URL, pid, restarts,
+  why it failed);
+- ``Restart()`` → replace the server process now (not counted as a crash;
+  during a backoff, end it; once failed, start it again); replies at once;
 - ``Stop()`` → stop the server and the actor for good; replies at once.
 
-Supervision:
-
-- a crash of the server process is restarted by the service itself, with
-  capped exponential backoff (``ManagedServerConfig``);
-- when the service gives up (too many crashes in a row) the actor crashes
-  with the :class:`ManagedServerError`, and its supervisor restarts it within
-  its restart intensity; the fresh incarnation waits ``backoff_max_s`` before
-  starting the server again (``Status`` says ``backoff`` meanwhile);
-- stopping the actor, its supervisor or the system cancels the service,
-  which stops the server's whole process group (SIGTERM, SIGKILL after
-  ``stop_grace_s``); the actor is idle between requests, so this is prompt,
-  during a backoff too.
-
-:func:`spawn_managed_server` starts one and returns once the server is
-healthy (the first incarnation's readiness is the server's health).
+A crash of the server process is restarted by the server itself with the
+one restart policy (:class:`~agentrt.runtime.actors.RestartBackoff`, from
+``ManagedServerConfig``).  When that policy gives up, the server is
+``failed`` and stays so (``Status`` says why) until a ``Restart()``; the
+actor stays up to say so.  The actor's supervisor restarts the actor only
+for a bug in it; the fresh incarnation starts the server again.  Stopping
+the actor, its supervisor or the system stops the server's whole process
+group (SIGTERM, SIGKILL after ``stop_grace_s``), promptly, in a backoff too.
 
 Must not import agents, tools or aggregators.
 """
@@ -32,13 +26,14 @@ Must not import agents, tools or aggregators.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
 from agentrt.runtime.actors import Actor, ActorCrashed, ActorRef, ActorSystem, SupervisorRef
+from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.managed import ManagedServer
 from agentrt.runtime.models.managed_config import (
     ManagedServerConfig,
@@ -56,6 +51,8 @@ __all__ = [
     "Stop",
     "spawn_managed_server",
 ]
+
+_log = get_logger(__name__)
 
 #: Extra seconds, beyond the startup timeout and the stop grace, that
 #: ``spawn_managed_server`` waits before declaring the start hung.
@@ -92,58 +89,58 @@ class ManagedServerStatus(msgspec.Struct, frozen=True, kw_only=True):
     pid: int | None
     #: Server processes restarted after a crash, across incarnations.
     restarts: int
-    #: Times the actor itself was restarted (the service had given up).
+    #: Times the actor itself was restarted (a bug in it, not a server crash).
     actor_restarts: int
     last_exit_code: int | None
+    #: Why the server gave up (state ``failed``), with its last output lines.
+    error: str | None = None
 
 
 class ManagedServerActor(Actor[ManagedServerRequest, ManagedServerStatus]):
     """Runs ``server`` as a service and answers requests about it."""
 
-    __slots__ = ("_delaying", "_server", "_serving", "_wake")
+    __slots__ = ("_server", "_serving")
 
     def __init__(self, server: ManagedServer) -> None:
         self._server = server
-        #: A ``_serve`` service is running (waiting, or inside ``server.run``).
+        #: A ``_serve`` service is running (inside ``server.run``).
         self._serving = False
-        #: The service waits out the restart delay of a fresh incarnation.
-        self._delaying = False
-        self._wake: anyio.Event | None = None
 
     async def on_started(self) -> None:
         # Ready when the server is healthy; a failed first start raises here.
-        await self.context.start_service(self._serve, 0.0, name="server")
+        await self.context.start_service(self._serve, name="server")
 
     async def on_restarted(self, error: Exception) -> None:
         # Not waiting for health: the supervisor waits for this hook.
-        delay = self._server.config.backoff_max_s
-        self.context.start_soon_service(self._serve, delay, name="server")
+        self.context.start_soon_service(self._serve_again, name="server")
 
-    async def _serve(
-        self, delay_s: float, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def _serve(self, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the server; once it gave up, keep it failed (no crash)."""
+        status = _Reported(task_status)
         self._serving = True
         try:
-            if delay_s > 0:
-                self._delaying = True
-                self._wake = anyio.Event()
-                with anyio.move_on_after(delay_s):
-                    await self._wake.wait()
-                self._delaying = False
-            await self._server.run(task_status=task_status)
+            await self._server.run(task_status=status)
+        except ManagedServerError as exc:
+            if not status.reported:
+                raise  # the first start failed: the caller of start_service hears it
+            _log.error("managed server gave up", server=self._server.name, error=str(exc))
         finally:
-            self._serving = self._delaying = False
+            self._serving = False
+
+    async def _serve_again(self) -> None:
+        try:
+            await self._serve()
+        except ManagedServerError as exc:  # stays failed; Status says why
+            _log.error("managed server did not start", server=self._server.name, error=str(exc))
 
     async def receive(self, message: ManagedServerRequest) -> ManagedServerStatus:
         match message:
             case Status():
                 return self._status()
             case Restart():
-                if self._delaying and self._wake is not None:
-                    self._wake.set()
-                elif not self._server.request_restart() and not self._serving:
-                    # The server had been stopped from outside: run it again.
-                    self.context.start_soon_service(self._serve, 0.0, name="server")
+                if not self._server.request_restart() and not self._serving:
+                    # Failed, or stopped from outside: run it again.
+                    self.context.start_soon_service(self._serve_again, name="server")
                 return self._status()
             case Stop():
                 # The incarnation ends after this message; that cancels the
@@ -153,15 +150,31 @@ class ManagedServerActor(Actor[ManagedServerRequest, ManagedServerStatus]):
 
     def _status(self) -> ManagedServerStatus:
         server = self._server
+        failed = server.state is ServerState.FAILED and server.failure is not None
         return ManagedServerStatus(
             name=server.name,
-            state=ServerState.BACKOFF if self._delaying else server.state,
+            state=server.state,
             base_url=server.base_url,
             pid=server.pid,
             restarts=server.restarts,
             actor_restarts=self.context.incarnation,
             last_exit_code=server.last_exit_code,
+            error=str(server.failure) if failed else None,
         )
+
+
+class _Reported:
+    """A ``task_status`` that forwards ``started`` and remembers it was called."""
+
+    __slots__ = ("_status", "reported")
+
+    def __init__(self, status: TaskStatus[Any]) -> None:
+        self._status = status
+        self.reported = False
+
+    def started(self, value: str | None = None) -> None:
+        self.reported = True
+        self._status.started(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,18 +208,24 @@ async def spawn_managed_server(
     system: ActorSystem,
     config: ManagedServerConfig,
     *,
-    name: str,
+    name: str | None = None,
     parent: SupervisorRef | None = None,
 ) -> ManagedServerHandle:
     """Spawn a :class:`ManagedServerActor` for ``config`` and return once the
-    server is healthy.  A first start that fails raises its
-    :class:`ManagedServerError` here, and leaves no actor behind."""
+    server is healthy.
+
+    ``name`` is the actor's name (default: ``config.name``; an actor name,
+    ``[A-Za-z0-9_.:@+-]``), ``parent`` the supervisor it lives under
+    (default: the system's ``/user``).  A first start that fails raises its
+    :class:`ManagedServerError` here and leaves no actor behind; a start
+    that outlives ``startup_timeout_s`` (plus the stop grace and some slack)
+    raises ``TimeoutError``; an invalid name raises ``ValueError``."""
     server = ManagedServer(config)
     try:
         with anyio.fail_after(config.startup_timeout_s + config.stop_grace_s + _SPAWN_SLACK_S):
             ref: ActorRef[ManagedServerRequest, ManagedServerStatus] = await system.spawn(
                 lambda: ManagedServerActor(server),
-                name=name,
+                name=name or config.name,
                 parent=parent,
                 mailbox_capacity=_MAILBOX_CAPACITY,
             )

@@ -14,6 +14,7 @@ from typing import Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentrt.runtime.actors.backoff import Backoff
 from agentrt.runtime.errors import BackendUnavailable
 
 __all__ = ["ManagedServerConfig", "ManagedServerError", "ServerState"]
@@ -87,6 +88,26 @@ class ManagedServerConfig(BaseModel):
     """Recent output lines kept for status and error messages."""
     log_output: Literal["debug", "info", "off"] = "info"
     """Level at which the server's output lines go to structlog."""
+
+    def base_url(self, port: int | None = None) -> str:
+        """``http://host:port`` without a trailing slash, for ``port``
+        (default: the configured one; ``ValueError`` when there is none)."""
+        port = port if port is not None else self.port
+        if port is None:
+            raise ValueError(f"managed server {self.name!r} has no port yet")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{port}"
+
+    def backoff(self) -> Backoff:
+        """The restart policy these fields describe (no restarts when
+        ``restart`` is off)."""
+        return Backoff(
+            initial_s=self.backoff_initial_s,
+            max_s=self.backoff_max_s,
+            multiplier=self.backoff_multiplier,
+            reset_after_s=self.backoff_reset_s,
+            max_restarts=self.max_restarts if self.restart else 0,
+        )
 
     @model_validator(mode="after")
     def _check_kind(self) -> Self:

@@ -11,6 +11,12 @@ default.
 A model name resolves to the backend named so, else to the first backend
 (in configuration order) that serves a model of that name.
 
+An ``openai`` or ``sglang`` backend may say ``managed = {...}`` (a
+``ManagedServerConfig``): agentrt runs that server itself, and the
+backend's URL (and, unless given, its model name) come from it.
+``managed_servers()`` lists them, so their owner can start one supervised
+actor per server (``spawn_managed_server``) before opening the backends.
+
 Must not import agents, tools or aggregators.
 """
 
@@ -23,8 +29,11 @@ from typing import Any, Final, Literal, final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentrt.runtime.actors.address import validate_name
 from agentrt.runtime.errors import ConfigError, UnknownModelError
 from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.models.managed_config import ManagedServerConfig
+from agentrt.runtime.models.process_group import free_port
 
 __all__ = [
     "BACKEND_KINDS",
@@ -47,9 +56,15 @@ class BackendEntry(BaseModel):
 
     kind: str
     """One of ``embedded``, ``openai``, ``sglang``, ``scripted``."""
+    managed: dict[str, Any] | None = None
+    """For ``openai`` and ``sglang``: the model server agentrt starts and
+    keeps up for this backend (the fields of ``ManagedServerConfig``; its
+    ``name`` defaults to the backend's, and a free port is picked when it
+    gives none).  The backend's ``base_url`` / ``urls`` are derived from it,
+    and its ``models`` / ``model`` default to the server's served name."""
 
     def options(self) -> dict[str, Any]:
-        """Everything but ``kind``."""
+        """Everything but ``kind`` and ``managed``."""
         return dict(self.model_extra or {})
 
 
@@ -163,6 +178,7 @@ class _Resolved:
     kind: _Kind
     config: Any
     models: list[str]
+    managed: ManagedServerConfig | None = None
 
 
 @final
@@ -204,6 +220,17 @@ class ModelRegistry:
 
     def backend_names(self) -> list[str]:
         return list(self._backends)
+
+    def managed_servers(self) -> dict[str, ManagedServerConfig]:
+        """The model servers agentrt must run, by the name of the backend
+        that needs each, in configuration order.  Start each (e.g.
+        ``spawn_managed_server(system, config)``) before opening its backend;
+        the backend already points at the server's host and port."""
+        return {
+            name: resolved.managed
+            for name, resolved in self._backends.items()
+            if resolved.managed is not None
+        }
 
     def models_of(self, backend: str) -> list[str]:
         """The model names the backend called ``backend`` serves."""
@@ -254,13 +281,70 @@ def _resolve_entry(name: str, entry: BackendEntry, where: str) -> _Resolved:
         else kind.config_class
     )
     options = entry.options()
+    managed = None
+    if entry.managed is not None:
+        managed = _managed_server(name, kind.name, entry.managed, f"{where}.managed")
+        options = _point_at(managed, kind.name, options, where)
     if "name" in config_class.model_fields:
         options.setdefault("name", name)
     try:
         config = config_class.model_validate(options)
     except ValidationError as error:
         raise _config_error(error, where) from None
-    return _Resolved(name=name, kind=kind, config=config, models=_served_models(config))
+    return _Resolved(
+        name=name, kind=kind, config=config, models=_served_models(config), managed=managed
+    )
+
+
+#: Backend kinds that talk to a model server over HTTP, so may have a managed one.
+_SERVER_KINDS: Final = ("openai", "sglang")
+
+
+def _managed_server(
+    backend: str, kind: str, options: Mapping[str, Any], where: str
+) -> ManagedServerConfig:
+    """The managed server of a backend, with a port fixed now (so that the
+    backend and the server agree on it)."""
+    if kind not in _SERVER_KINDS:
+        raise ConfigError(
+            f"a {kind!r} backend cannot have a managed server "
+            f"(only {' and '.join(_SERVER_KINDS)} backends talk to one)",
+            where=where,
+        )
+    try:
+        config = ManagedServerConfig.model_validate({"name": backend, **options})
+    except ValidationError as error:
+        raise _config_error(error, where) from None
+    try:
+        validate_name(config.name)  # it names the server's actor too
+    except ValueError as error:
+        raise ConfigError(str(error), where=f"{where}.name") from None
+    if config.port is None:
+        config = config.model_copy(update={"port": free_port(config.host)})
+    return config
+
+
+def _point_at(
+    server: ManagedServerConfig, kind: str, options: dict[str, Any], where: str
+) -> dict[str, Any]:
+    """The backend's options aimed at its managed server."""
+    url_key, model_key = ("base_url", "models") if kind == "openai" else ("urls", "model")
+    if url_key in options:
+        raise ConfigError(
+            f"{url_key} comes from the managed server (its host and port); remove it",
+            where=f"{where}.{url_key}",
+        )
+    base_url = server.base_url()
+    served = server.served_model_name or server.model
+    if kind == "openai":
+        options = {**options, "base_url": base_url + "/v1"}
+        if served:
+            options.setdefault(model_key, [served])
+    else:
+        options = {**options, "urls": [base_url]}
+        if served:
+            options.setdefault(model_key, served)
+    return options
 
 
 def _import_kind(kind: _Kind, where: str) -> Any:

@@ -2,21 +2,25 @@
 
 ::
 
-    from agentrt.tools.mcp import McpClientConfig, McpToolbox, StdioServerConfig
+    from agentrt.runtime.actors import ActorSystem
+    from agentrt.tools.mcp import StdioServerConfig, spawn_mcp_servers
 
-    config = McpClientConfig(servers=[StdioServerConfig(
+    servers = [StdioServerConfig(
         name="everything", command="npx",
-        args=["-y", "@modelcontextprotocol/server-everything"])])
-    async with McpToolbox(config) as box:
-        for tool in box.tools():          # McpTool: the ``Tool`` protocol
-            print(tool.spec.name)         # everything__echo, ...
+        args=["-y", "@modelcontextprotocol/server-everything"])]
+    async with ActorSystem() as system:
+        mcp = await spawn_mcp_servers(system, servers)
+        for tool in mcp.tools("everything"):   # McpTool: the ``Tool`` protocol
+            print(tool.spec.name)              # everything__echo, ...
 
 Built on the official ``mcp`` SDK (2.x): stdio and streamable HTTP
-transports, ``ClientSession``.  Each server is one supervised
-``McpConnection`` (restart with backoff, clear tool errors meanwhile), its
-tools are namespaced ``<server>__<tool>``, and each tool definition is
-pinned by hash so a server that changes a tool after approval has it
-blocked (``pinning``).
+transports, ``ClientSession``.  Each server is one supervised actor
+(``McpServerActor``) owning one ``McpConnection`` (restart with the actor
+floor's ``RestartBackoff``, clear tool errors meanwhile); its tools call
+through the actor, are namespaced ``<server>__<tool>``, and each tool
+definition is pinned by hash so a server that changes a tool after approval
+has it blocked (``pinning``).  ``McpToolbox`` does the same in an actor
+system of its own, for callers without one.
 
 Sits in ``tools``: must not import agents or aggregators.
 """
@@ -39,26 +43,61 @@ from agentrt.tools.mcp.pinning import (
     SqlitePinStore,
     tool_definition_hash,
 )
-from agentrt.tools.mcp.tool import SEPARATOR, McpTool, namespaced_names
+from agentrt.tools.mcp.server_actor import (
+    CallTool,
+    GetStatus,
+    ListTools,
+    McpServerActor,
+    McpServerReply,
+    McpServerRequest,
+    McpServerStatus,
+    McpToolInfo,
+    McpToolList,
+    Reconnect,
+)
+from agentrt.tools.mcp.servers import (
+    McpServerHandle,
+    McpServers,
+    McpServerTools,
+    McpToolSource,
+    spawn_mcp_servers,
+)
+from agentrt.tools.mcp.tool import SEPARATOR, McpTool, McpToolCaller, namespaced_names
 from agentrt.tools.mcp.toolbox import McpToolbox
 
 __all__ = [
     "SEPARATOR",
+    "CallTool",
     "ConnectionState",
+    "GetStatus",
     "HttpServerConfig",
+    "ListTools",
     "McpClientConfig",
     "McpConnection",
+    "McpServerActor",
     "McpServerConfig",
     "McpServerError",
+    "McpServerHandle",
+    "McpServerReply",
+    "McpServerRequest",
+    "McpServerStatus",
+    "McpServerTools",
+    "McpServers",
     "McpTool",
+    "McpToolCaller",
+    "McpToolInfo",
+    "McpToolList",
+    "McpToolSource",
     "McpToolbox",
     "MemoryPinStore",
     "PinDecision",
     "PinStore",
+    "Reconnect",
     "RestartPolicy",
     "SqlitePinStore",
     "StdioServerConfig",
     "namespaced_names",
     "parse_server_spec",
+    "spawn_mcp_servers",
     "tool_definition_hash",
 ]

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentrt.runtime.actors.backoff import Backoff
 from agentrt.runtime.errors import ConfigError
 
 __all__ = [
@@ -73,10 +74,17 @@ class RestartPolicy(BaseModel):
     stable_after_s: float = Field(default=30.0, gt=0)
     """A session that lived this long resets the failure count."""
 
-    def delay(self, failures: int, rand: float) -> float:
-        """The wait before restart attempt ``failures`` (1-based); ``rand`` in [0, 1)."""
-        base = min(self.max_delay_s, self.initial_delay_s * self.multiplier ** max(0, failures - 1))
-        return base * (1.0 + self.jitter * rand)
+    def backoff(self) -> Backoff:
+        """The restart policy these fields describe (the actor floor's one
+        implementation does the arithmetic)."""
+        return Backoff(
+            initial_s=self.initial_delay_s,
+            max_s=self.max_delay_s,
+            multiplier=self.multiplier,
+            jitter=self.jitter,
+            reset_after_s=self.stable_after_s,
+            max_restarts=self.max_failures - 1,
+        )
 
 
 class _ServerBase(BaseModel):

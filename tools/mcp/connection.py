@@ -10,7 +10,8 @@ Owns the connection's life: a supervisor task (in a task group the
 connection owns) opens the SDK transport and ``ClientSession``, does the
 handshake, lists the tools (following ``nextCursor``), checks each
 definition against its pin, and then waits for the session to end.  When
-the server dies it is restarted with exponential backoff; meanwhile every
+the server dies it is restarted with backoff (the actor floor's
+``RestartBackoff``, configured by ``restart``); meanwhile every
 call answers with an error output saying the server is restarting, and in
 flight calls fail with "connection lost".  ``notifications/tools/list_changed``
 re-lists (and re-checks pins).  Progress notifications go to the calling
@@ -30,7 +31,6 @@ Must not import agents or aggregators.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -45,6 +45,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agentrt._version import __version__
+from agentrt.runtime.actors.backoff import RestartBackoff
 from agentrt.runtime.errors import AgentrtError
 from agentrt.runtime.log import get_logger
 from agentrt.tools.base import NotificationSink, ToolContent, ToolContext, ToolOutput
@@ -117,6 +118,11 @@ class McpConnection:
     @property
     def state(self) -> ConnectionState:
         return self._health.state
+
+    @property
+    def reason(self) -> str:
+        """Why the server is not ready (empty while it is)."""
+        return "" if self._health.state is ConnectionState.READY else self._health.reason
 
     def tools(self) -> list[McpTool]:
         """The tools offered now (blocked ones left out), sorted by name."""
@@ -265,7 +271,7 @@ class McpConnection:
 
     async def _supervise(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         first = True
-        failures = 0
+        backoff = RestartBackoff(self.config.restart.backoff())
         while True:
             started = anyio.current_time()
 
@@ -283,17 +289,15 @@ class McpConnection:
                 reason = self._why(exc)
             if self._health.state is ConnectionState.CLOSED:
                 return
-            if anyio.current_time() - started >= self.config.restart.stable_after_s:
-                failures = 0
-            failures += 1
-            if failures >= self.config.restart.max_failures:
+            delay = backoff.crashed(healthy_for=anyio.current_time() - started)
+            if delay is None:
+                failures = backoff.crashes
                 _log.error("mcp.server.failed", server=self.name, reason=reason, failures=failures)
                 self._health.set(
                     ConnectionState.FAILED, f"failed {failures} times in a row; last: {reason}"
                 )
                 await self._emit("state", self._health.payload())
                 return
-            delay = self.config.restart.delay(failures, random.random())
             retry_at = anyio.current_time() + delay
             self._health.set(ConnectionState.RESTARTING, reason, retry_at=retry_at)
             _log.warning("mcp.server.restarting", server=self.name, reason=reason, delay_s=delay)

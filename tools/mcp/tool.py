@@ -3,10 +3,11 @@
 Owns the namespacing of tool names (``<server>__<tool>``, valid as an
 OpenAI function name ``^[a-zA-Z0-9_-]{1,64}$`` and unique per server even
 when the server's own names are not valid or too long) and the ``Tool``
-protocol adapter that forwards a call to its ``McpConnection``.  A tool
-object stays valid across server restarts: each call asks the connection
-for the server's current state, so a restarting server or a blocked
-definition answers with a clear error output.
+protocol adapter that forwards a call to an ``McpToolCaller``: an open
+``McpConnection``, or the handle of the actor that owns one.  A tool object
+stays valid across server restarts: each call asks for the server's
+current state, so a restarting server or a blocked definition answers with
+a clear error output.
 
 Must not import agents or aggregators.
 """
@@ -16,15 +17,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, Protocol, final
 
 from agentrt.protocols import ToolSpec
 from agentrt.tools.base import ToolContext, ToolOutput
 
-if TYPE_CHECKING:
-    from agentrt.tools.mcp.connection import McpConnection
-
-__all__ = ["SEPARATOR", "McpTool", "namespaced_names"]
+__all__ = ["SEPARATOR", "McpTool", "McpToolCaller", "namespaced_names"]
 
 #: Between the server name and the tool name.  Server names cannot contain it.
 SEPARATOR: Final = "__"
@@ -60,19 +58,39 @@ def namespaced_names(server: str, tools: Iterable[str]) -> dict[str, str]:
     return names
 
 
+class McpToolCaller(Protocol):
+    """Where an ``McpTool`` sends its calls."""
+
+    @property
+    def name(self) -> str:
+        """The server's name."""
+        ...
+
+    async def call_tool(
+        self,
+        remote_name: str,
+        arguments: Mapping[str, Any],
+        *,
+        context: ToolContext | None = None,
+        display_name: str | None = None,
+    ) -> ToolOutput:
+        """Call a tool by the server's own name; failures are error outputs."""
+        ...
+
+
 @final
 class McpTool:
-    """A tool offered by an MCP server through an ``McpConnection``."""
+    """A tool offered by an MCP server, called through ``caller``."""
 
     def __init__(
         self,
-        connection: McpConnection,
+        caller: McpToolCaller,
         *,
         remote_name: str,
         spec: ToolSpec,
         digest: str,
     ) -> None:
-        self._connection = connection
+        self._caller = caller
         self._spec = spec
         self.remote_name = remote_name
         """The name the server knows the tool by."""
@@ -87,13 +105,13 @@ class McpTool:
     @property
     def server(self) -> str:
         """The name of the server that offers the tool."""
-        return self._connection.name
+        return self._caller.name
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
         """Call the tool on its server.  Failures (timeout, a server that is
         restarting or down, a blocked definition, an error the server
         reports) come back as an error output naming the tool and server."""
-        return await self._connection.call_tool(
+        return await self._caller.call_tool(
             self.remote_name, arguments, context=context, display_name=self._spec.name
         )
 

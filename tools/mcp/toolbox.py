@@ -1,4 +1,4 @@
-"""``McpToolbox``: every configured MCP server, started together.
+"""``McpToolbox``: every configured MCP server, in an actor system of its own.
 
 ::
 
@@ -6,34 +6,30 @@
         tools = box.tools()        # all servers' tools, namespaced, sorted
         box.failures               # {server: error} for servers that did not start
 
-Owns starting the connections concurrently (one task group, one task per
-server holding its ``McpConnection`` open), the shared pin store, and the
-policy for a server that cannot start: reported in ``failures`` and left
-out (the run goes on with the rest) unless ``require_all`` is set, in which
-case entering the toolbox raises the first failure.
+For callers that have no actor system: the toolbox opens one, spawns the
+servers there with :func:`spawn_mcp_servers` (the one way servers are
+started) and closes it on exit.  A ``Runtime`` that owns an actor system
+calls ``spawn_mcp_servers`` itself.  Owns only the pin store chosen by the
+configuration (``pin_store``) and that private system's lifetime.
 
 Must not import agents or aggregators.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Self, final
 
-import anyio
-import anyio.abc
-
+from agentrt.runtime.actors import ActorSystem
 from agentrt.runtime.errors import AgentrtError
-from agentrt.runtime.log import get_logger
 from agentrt.tools.base import NotificationSink
-from agentrt.tools.mcp.config import HttpServerConfig, McpClientConfig, StdioServerConfig
-from agentrt.tools.mcp.connection import McpConnection
+from agentrt.tools.mcp.config import McpClientConfig
 from agentrt.tools.mcp.pinning import MemoryPinStore, PinStore, SqlitePinStore
+from agentrt.tools.mcp.servers import McpServerHandle, McpServers, spawn_mcp_servers
 from agentrt.tools.mcp.tool import McpTool
 
 __all__ = ["McpToolbox"]
-
-_log = get_logger(__name__)
 
 
 @final
@@ -52,55 +48,43 @@ class McpToolbox:
             pins = SqlitePinStore(config.pin_store) if config.pin_store else MemoryPinStore()
         self._pins = pins
         self._sink = on_notification
-        self.connections: dict[str, McpConnection] = {}
-        """Servers that started, by name."""
-        self.failures: dict[str, AgentrtError] = {}
-        """Servers that could not be started, with the reason."""
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._system: ActorSystem | None = None
+        self._servers = McpServers({}, {})
         self._opened = False
+
+    @property
+    def connections(self) -> Mapping[str, McpServerHandle]:
+        """Servers that started, by name (``McpToolSource``)."""
+        return self._servers.connections
+
+    @property
+    def failures(self) -> dict[str, AgentrtError]:
+        """Servers that could not be started, with the reason."""
+        return self._servers.failures
 
     def tools(self) -> list[McpTool]:
         """Every started server's offered tools, sorted by namespaced name
         (a stable order keeps the prompt prefix byte-identical)."""
-        found = [t for conn in self.connections.values() for t in conn.tools()]
-        return sorted(found, key=lambda t: t.spec.name)
-
-    async def _hold(
-        self,
-        server: StdioServerConfig | HttpServerConfig,
-        *,
-        task_status: anyio.abc.TaskStatus[None],
-    ) -> None:
-        """Open one connection, report readiness (or the failure), then hold
-        it open until the toolbox closes."""
-        try:
-            connection = McpConnection(server, pins=self._pins, on_notification=self._sink)
-            async with connection:
-                self.connections[server.name] = connection
-                task_status.started()
-                await anyio.sleep_forever()
-        except AgentrtError as exc:
-            _log.error("mcp.server.not_started", server=server.name, error=str(exc))
-            self.failures[server.name] = exc
-            task_status.started()
+        return self._servers.tools()
 
     async def __aenter__(self) -> Self:
         if self._opened:
             raise RuntimeError("Cannot reopen an McpToolbox once it has been opened.")
         self._opened = True
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        system = ActorSystem()
+        await system.__aenter__()
         try:
-            async with anyio.create_task_group() as starting:
-                for server in self.config.servers:
-                    # Start concurrently: one slow npx download must not serialise the rest.
-                    starting.start_soon(self._tg.start, self._hold, server)
-            if self.config.require_all and self.failures:
-                raise next(iter(self.failures.values()))
-        except BaseException:
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            self._servers = await spawn_mcp_servers(
+                system,
+                self.config.servers,
+                pins=self._pins,
+                on_notification=self._sink,
+                require_all=self.config.require_all,
+            )
+        except BaseException as exc:
+            await system.__aexit__(type(exc), exc, exc.__traceback__)
             raise
+        self._system = system
         return self
 
     async def __aexit__(
@@ -109,6 +93,6 @@ class McpToolbox:
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
     ) -> None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(exc_type, exc_val, exc_tb)
+        system, self._system = self._system, None
+        if system is not None:
+            await system.__aexit__(exc_type, exc_val, exc_tb)

@@ -11,7 +11,7 @@ import httpx
 import psutil
 import pytest
 
-from agentrt.runtime.actors import ActorSystem, RestartIntensity
+from agentrt.runtime.actors import ActorSystem, Backoff
 from agentrt.runtime.models.managed import ManagedServerConfig, ManagedServerError, ServerState
 from agentrt.runtime.models.managed_actor import (
     ManagedServerHandle,
@@ -165,30 +165,40 @@ async def test_restart_request_cuts_the_server_backoff_short() -> None:
         await handle.stop()
 
 
-async def test_after_giving_up_the_replacement_answers_and_stops_promptly() -> None:
-    # Each server crashes 0.3 s after starting and the service gives up at
-    # once; the replacement incarnation then waits 30 s before trying again.
-    config = fake_config(crash_after=0.3, max_restarts=0, backoff_max_s=30.0)
-    async with ActorSystem(intensity=RestartIntensity(max_restarts=10, within=60.0)) as system:
+async def test_after_giving_up_the_server_stays_failed_until_restarted() -> None:
+    # Each server crashes 0.3 s after starting, and one crash is one too many.
+    config = fake_config(crash_after=0.3, max_restarts=0)
+    async with ActorSystem(stop_timeout=3.0) as system:
         handle = await spawn_managed_server(system, config, name="fake")
-        status = await status_until(handle, lambda s: s.state is ServerState.BACKOFF, 10)
-        assert status.actor_restarts == 1
+        status = await status_until(handle, lambda s: s.state is ServerState.FAILED, 10)
         assert status.pid is None
-        failure = system.root.failures[0]
-        assert failure.action == "restart"
-        assert isinstance(failure.error, ManagedServerError)
-        assert "1 crashes in a row, limit 0 restarts" in str(failure.error)
-        # Restart() ends the delay: the server comes back, then gives up again.
+        assert status.error is not None
+        assert "giving up (restarts are off)" in status.error
+        assert status.last_exit_code == 3
+        # The server gave up, the actor did not: it answers, and it never crashed.
+        assert status.actor_restarts == 0
+        assert system.root.failures == ()
+        # Restart() starts it again: healthy, then failed again.
         await handle.restart()
-        await status_until(handle, lambda s: s.state is ServerState.HEALTHY, 10)
-        await status_until(
-            handle, lambda s: s.state is ServerState.BACKOFF and s.actor_restarts == 2, 10
-        )
-        # Stopping during the delay is prompt (not the system's 5 s stop timeout).
+        healthy = await status_until(handle, lambda s: s.state is ServerState.HEALTHY, 10)
+        assert healthy.error is None
+        assert healthy.pid is not None
+        await status_until(handle, lambda s: s.state is ServerState.FAILED, 10)
         began = anyio.current_time()
         await handle.stop()
         assert anyio.current_time() - began < 1.0
         assert system.root.children == ()
+        assert gone(healthy.pid)
+
+
+async def test_the_restart_policy_comes_from_the_config() -> None:
+    config = fake_config(
+        backoff_initial_s=0.5, backoff_multiplier=3.0, backoff_max_s=4.0, backoff_reset_s=7.0
+    )
+    assert config.backoff() == Backoff(
+        initial_s=0.5, max_s=4.0, multiplier=3.0, reset_after_s=7.0, max_restarts=5
+    )
+    assert fake_config(restart=False, max_restarts=9).backoff().max_restarts == 0
 
 
 async def test_failed_first_start_raises_from_spawn_and_leaves_nothing() -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import agentrt.tools.mcp as mcp_client
+from agentrt.runtime.actors import Backoff, RestartBackoff
 from agentrt.runtime.errors import ConfigError
 from agentrt.tools.mcp import (
     HttpServerConfig,
@@ -117,10 +118,21 @@ def test_client_config_parses_both_transports_and_rejects_duplicates() -> None:
         McpClientConfig.model_validate({"servers": [{"name": "a", "transport": "sse", "url": "u"}]})
 
 
-def test_restart_backoff_grows_caps_and_jitters() -> None:
-    policy = RestartPolicy(initial_delay_s=0.5, multiplier=2, max_delay_s=3, jitter=0.1)
-    assert [policy.delay(n, 0.0) for n in (1, 2, 3, 4, 5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
-    assert policy.delay(1, 0.999) == pytest.approx(0.55, rel=1e-2)
+def test_the_restart_policy_is_the_actor_floors_backoff() -> None:
+    policy = RestartPolicy(
+        initial_delay_s=0.5,
+        multiplier=2,
+        max_delay_s=3,
+        jitter=0.1,
+        max_failures=4,
+        stable_after_s=12,
+    )
+    assert policy.backoff() == Backoff(
+        initial_s=0.5, multiplier=2.0, max_s=3.0, jitter=0.1, reset_after_s=12.0, max_restarts=3
+    )
+    # ``max_failures`` failures in a row mark the server failed.
+    backoff = RestartBackoff(policy.backoff(), rand=lambda: 0.0)
+    assert [backoff.crashed(0.0) for _ in range(4)] == [0.5, 1.0, 2.0, None]
 
 
 def test_namespacing_is_valid_unique_and_stable() -> None:

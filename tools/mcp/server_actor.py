@@ -1,0 +1,275 @@
+"""``McpServerActor``: one MCP server connection as a supervised actor.
+
+The actor owns one :class:`McpConnection`, held open by a service of its
+incarnation, and answers tagged msgspec requests:
+
+- ``ListTools()`` → :class:`McpToolList` (the offered tools, the blocked ones);
+- ``CallTool(tool, arguments, ...)`` → ``ToolOutput``, answered from a
+  service (``context.defer``), so calls from many runs overlap;
+- ``GetStatus()`` → :class:`McpServerStatus`;
+- ``Reconnect()`` → replace the connection now (a failed server tries
+  again; a restart delay is cut short) → :class:`McpServerStatus`.
+
+A server that dies is restarted by the connection with the one restart
+policy (``RestartBackoff``, from the server's ``restart`` settings); calls
+meanwhile answer with an error output saying so.  When the policy gives up
+the server is ``failed`` until ``Reconnect()``; the actor stays up to say
+so.  The actor's supervisor restarts the actor only for a bug in it; the
+fresh incarnation connects again in the background.
+
+Requests are plain data, so the actor's placement is a configuration
+choice; a call's progress reaches its caller through the actor's
+notification sink, tagged with the call's ``route`` (``servers.py`` relays it
+in-process).  Must not import agents or aggregators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, final
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+
+from agentrt.protocols import ToolSpec
+from agentrt.runtime.actors import Actor, Deferred
+from agentrt.runtime.errors import AgentrtError
+from agentrt.runtime.log import get_logger
+from agentrt.tools.base import NotificationSink, ToolContext, ToolOutput
+from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
+from agentrt.tools.mcp.connection import McpConnection
+from agentrt.tools.mcp.health import ConnectionState
+from agentrt.tools.mcp.pinning import PinDecision, PinStore
+
+__all__ = [
+    "ROUTE_KEY",
+    "CallTool",
+    "GetStatus",
+    "ListTools",
+    "McpServerActor",
+    "McpServerReply",
+    "McpServerRequest",
+    "McpServerStatus",
+    "McpToolInfo",
+    "McpToolList",
+    "Reconnect",
+]
+
+_log = get_logger(__name__)
+
+#: The payload key that carries a call's route in progress notifications.
+ROUTE_KEY: Final = "route"
+
+
+class ListTools(msgspec.Struct, tag=True, frozen=True):
+    """The tools the server offers now."""
+
+
+class CallTool(msgspec.Struct, tag=True, frozen=True, kw_only=True):
+    """Call one tool by the server's own name."""
+
+    tool: str
+    arguments: dict[str, Any]
+    #: The namespaced name, for messages (``<server>__<tool>``).
+    display_name: str = ""
+    run_id: str = ""
+    rollout_id: str = ""
+    call_id: str = ""
+    #: The caller's deadline; the server's ``call_timeout_s`` caps it.
+    timeout_s: float | None = None
+    #: Non-empty: progress notifications carry it under ``ROUTE_KEY``.
+    route: str = ""
+
+
+class GetStatus(msgspec.Struct, tag=True, frozen=True):
+    """Report the connection's state."""
+
+
+class Reconnect(msgspec.Struct, tag=True, frozen=True):
+    """Replace the connection now."""
+
+
+McpServerRequest = ListTools | CallTool | GetStatus | Reconnect
+
+
+class McpToolInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One offered tool, as data (the caller builds an ``McpTool`` from it)."""
+
+    remote_name: str
+    spec: ToolSpec
+    digest: str
+
+
+class McpToolList(msgspec.Struct, frozen=True, kw_only=True):
+    """The reply to ``ListTools``."""
+
+    server: str
+    tools: tuple[McpToolInfo, ...]
+    blocked: tuple[PinDecision, ...]
+
+
+class McpServerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """The reply to ``GetStatus`` and ``Reconnect``."""
+
+    server: str
+    state: ConnectionState
+    #: Why it is not ready (empty when it is).
+    reason: str
+    #: Times the connection restarted the server (this connection only).
+    restarts: int
+    #: Times the actor itself was restarted (a bug in it, not a server death).
+    actor_restarts: int
+    tools: int
+
+
+McpServerReply = McpToolList | ToolOutput | McpServerStatus
+
+
+@final
+class McpServerActor(Actor[McpServerRequest, McpServerReply]):
+    """Owns one connection to ``config``'s server (see the module docstring).
+
+    ``pins`` is the pin store its tool definitions are checked against;
+    ``on_notification`` gets the connection's ``progress``, ``log`` and
+    ``state`` notifications (``progress`` twice for a call with a route:
+    once with ``ROUTE_KEY``, once without)."""
+
+    __slots__ = ("_config", "_connection", "_down", "_hold_scope", "_pins", "_sink")
+
+    def __init__(
+        self,
+        config: StdioServerConfig | HttpServerConfig,
+        *,
+        pins: PinStore,
+        on_notification: NotificationSink | None = None,
+    ) -> None:
+        self._config = config
+        self._pins = pins
+        self._sink = on_notification
+        self._connection: McpConnection | None = None
+        #: Why there is no connection: the last start failed.
+        self._down: str | None = None
+        self._hold_scope: anyio.CancelScope | None = None
+
+    @property
+    def name(self) -> str:
+        return self._config.name
+
+    # -- life -------------------------------------------------------------------
+
+    async def on_started(self) -> None:
+        # Ready once connected and listed; a failed first start raises here,
+        # so spawning the actor fails with the server's own error.
+        await self.context.start_service(self._hold, name="connection")
+
+    async def on_restarted(self, error: Exception) -> None:
+        # Must return promptly (the supervisor waits): connect in the background.
+        self.context.start_soon_service(self._hold_or_note, name="connection")
+
+    async def _hold(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Open the connection, report ready, keep it open until cancelled."""
+        with anyio.CancelScope() as self._hold_scope:
+            connection = McpConnection(self._config, pins=self._pins, on_notification=self._sink)
+            async with connection:
+                self._connection, self._down = connection, None
+                task_status.started()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    if self._connection is connection:
+                        self._connection = None
+
+    async def _hold_or_note(self) -> None:
+        try:
+            await self._hold()
+        except AgentrtError as exc:  # stays down; calls and GetStatus say why
+            self._down = str(exc).removeprefix(f"MCP server {self.name!r}: ")
+            _log.error("mcp.server.not_started", server=self.name, error=str(exc))
+
+    # -- requests ---------------------------------------------------------------
+
+    async def receive(self, message: McpServerRequest) -> McpServerReply | Deferred[McpServerReply]:
+        match message:
+            case CallTool():
+                return self.context.defer(self._call, message, name="call")
+            case ListTools():
+                return self._listing()
+            case GetStatus():
+                return self._status()
+            case Reconnect():
+                if self._hold_scope is not None:
+                    self._hold_scope.cancel()
+                self._connection, self._down = None, None
+                self.context.start_soon_service(self._hold_or_note, name="connection")
+                return msgspec.structs.replace(
+                    self._status(), state=ConnectionState.CONNECTING, reason="reconnecting"
+                )
+
+    async def _call(self, message: CallTool) -> McpServerReply:
+        connection = self._connection
+        if connection is None:
+            return ToolOutput.of_text(self._unavailable(), is_error=True)
+        context = ToolContext(
+            run_id=message.run_id,
+            rollout_id=message.rollout_id,
+            call_id=message.call_id,
+            timeout_s=message.timeout_s,
+            notify=self._relay(message.route) if message.route else None,
+        )
+        return await connection.call_tool(
+            message.tool,
+            message.arguments,
+            context=context,
+            display_name=message.display_name or None,
+        )
+
+    def _relay(self, route: str) -> NotificationSink | None:
+        sink = self._sink
+        if sink is None:
+            return None
+
+        async def relay(kind: str, payload: Mapping[str, Any]) -> None:
+            await sink(kind, {**payload, ROUTE_KEY: route})
+
+        return relay
+
+    def _listing(self) -> McpToolList:
+        connection = self._connection
+        if connection is None:
+            return McpToolList(server=self.name, tools=(), blocked=())
+        return McpToolList(
+            server=self.name,
+            tools=tuple(
+                McpToolInfo(remote_name=t.remote_name, spec=t.spec, digest=t.digest)
+                for t in connection.tools()
+            ),
+            blocked=tuple(connection.blocked()),
+        )
+
+    def _status(self) -> McpServerStatus:
+        connection = self._connection
+        incarnation = self.context.incarnation
+        if connection is None:
+            down = self._down
+            return McpServerStatus(
+                server=self.name,
+                state=ConnectionState.FAILED if down else ConnectionState.CONNECTING,
+                reason=down or "connecting",
+                restarts=0,
+                actor_restarts=incarnation,
+                tools=0,
+            )
+        return McpServerStatus(
+            server=self.name,
+            state=connection.state,
+            reason=connection.reason,
+            restarts=connection.restarts,
+            actor_restarts=incarnation,
+            tools=len(connection.tools()),
+        )
+
+    def _unavailable(self) -> str:
+        if self._down is not None:
+            return f"MCP server {self.name!r} is down: {self._down}"
+        return f"MCP server {self.name!r} is (re)connecting; try again shortly"

@@ -1,0 +1,367 @@
+"""MCP servers as actors of an actor system, and their tools for agents.
+
+::
+
+    async with ActorSystem() as system:
+        servers = await spawn_mcp_servers(system, config.servers)
+        tools = servers.tools("files")     # McpTool objects calling through the actor
+        servers.failures                   # {server: error} for servers that did not start
+
+Owns spawning one :class:`McpServerActor` per server (concurrently), the
+policy for a server that cannot start (reported in ``failures`` and left
+out, unless ``require_all``), and the caller's side of each actor
+(:class:`McpServerHandle`): its tools, calls with deadlines, and the relay
+that brings a call's progress back to the caller's ``ToolContext.notify``.
+``McpToolSource`` is what an agent's MCP bindings read.  Must not import
+agents or aggregators.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol, TypeVar, final
+
+import anyio
+
+from agentrt.runtime.actors import (
+    ActorCrashed,
+    ActorRef,
+    ActorStopped,
+    ActorSystem,
+    AskTimeout,
+    SupervisorRef,
+    SystemState,
+)
+from agentrt.runtime.errors import AgentrtError
+from agentrt.runtime.log import get_logger
+from agentrt.tools.base import NotificationSink, ToolContext, ToolOutput
+from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
+from agentrt.tools.mcp.errors import McpServerError
+from agentrt.tools.mcp.pinning import MemoryPinStore, PinDecision, PinStore
+from agentrt.tools.mcp.server_actor import (
+    ROUTE_KEY,
+    CallTool,
+    GetStatus,
+    ListTools,
+    McpServerActor,
+    McpServerReply,
+    McpServerRequest,
+    McpServerStatus,
+    McpToolList,
+    Reconnect,
+)
+from agentrt.tools.mcp.tool import McpTool
+
+__all__ = [
+    "McpServerHandle",
+    "McpServerTools",
+    "McpServers",
+    "McpToolSource",
+    "spawn_mcp_servers",
+]
+
+_log = get_logger(__name__)
+
+_ReplyT = TypeVar("_ReplyT", McpToolList, McpServerStatus)
+
+#: Past the server's own deadline for a call (which already has a guard of
+#: its own), how long the caller waits for the actor before giving up on it.
+_ASK_SLACK_S: Final = 10.0
+#: Seconds, beyond connecting and listing, before a start counts as hung.
+_SPAWN_SLACK_S: Final = 10.0
+
+
+class McpServerTools(Protocol):
+    """One server's tools as an agent binding reads them."""
+
+    def tools(self) -> Sequence[McpTool]:
+        """The tools offered, sorted by namespaced name."""
+        ...
+
+
+class McpToolSource(Protocol):
+    """Open MCP servers by name (``McpServers``, ``McpToolbox``); a server
+    that could not be started is absent."""
+
+    @property
+    def connections(self) -> Mapping[str, McpServerTools]: ...
+
+
+@final
+class _Progress:
+    """Per-call progress sinks of one server's callers, by route; everything
+    else goes on to the server-wide sink."""
+
+    def __init__(self, server: str, sink: NotificationSink | None) -> None:
+        self._sink = sink
+        self._calls: dict[str, NotificationSink] = {}
+        self._ids = itertools.count(1)
+        self._server = server
+
+    def open(self, notify: NotificationSink) -> str:
+        route = f"{self._server}#{next(self._ids)}"
+        self._calls[route] = notify
+        return route
+
+    def close(self, route: str) -> None:
+        self._calls.pop(route, None)
+
+    async def dispatch(self, kind: str, payload: Mapping[str, Any]) -> None:
+        route = payload.get(ROUTE_KEY)
+        if route is None:
+            if self._sink is not None:
+                await self._sink(kind, payload)
+            return
+        notify = self._calls.get(route)
+        if notify is not None:
+            await notify(kind, {k: v for k, v in payload.items() if k != ROUTE_KEY})
+
+
+@final
+class McpServerHandle:
+    """The caller's side of one :class:`McpServerActor`: its tools (as of
+    the last listing), calls, status and reconnection.  Satisfies
+    ``McpToolCaller`` (what an ``McpTool`` calls) and ``McpServerTools``."""
+
+    def __init__(
+        self,
+        config: StdioServerConfig | HttpServerConfig,
+        ref: ActorRef[McpServerRequest, McpServerReply],
+        *,
+        system: ActorSystem,
+        progress: _Progress,
+    ) -> None:
+        self.config = config
+        self.ref = ref
+        self._system = system
+        self._progress = progress
+        self._tools: list[McpTool] = []
+        self._blocked: list[PinDecision] = []
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def tools(self) -> list[McpTool]:
+        """The tools offered at the last listing (``refresh``), sorted by
+        namespaced name.  They stay valid across restarts: a call to a tool
+        the server no longer offers answers with an error output."""
+        return list(self._tools)
+
+    def blocked(self) -> list[PinDecision]:
+        """Tools withheld at the last listing because their definition does
+        not match its pin."""
+        return list(self._blocked)
+
+    async def refresh(self) -> list[McpTool]:
+        """List the server's tools again; returns them (see ``tools``).
+        Raises ``McpServerError`` when the actor does not answer."""
+        listing = await self._ask(ListTools(), McpToolList)
+        self._tools = sorted(
+            (
+                McpTool(self, remote_name=t.remote_name, spec=t.spec, digest=t.digest)
+                for t in listing.tools
+            ),
+            key=lambda t: t.spec.name,
+        )
+        self._blocked = list(listing.blocked)
+        return self.tools()
+
+    async def status(self) -> McpServerStatus:
+        """The connection's state; ``McpServerError`` when the actor does not answer."""
+        return await self._ask(GetStatus(), McpServerStatus)
+
+    async def reconnect(self) -> McpServerStatus:
+        """Replace the connection now (a failed server tries again); returns
+        at once, before it is connected."""
+        return await self._ask(Reconnect(), McpServerStatus)
+
+    async def stop(self) -> None:
+        """Stop the actor and its connection for good (nothing to do once
+        the actor system is closed: that stopped them)."""
+        if self._system.state is SystemState.OPENED:
+            await self._system.stop(self.ref)
+
+    async def call_tool(
+        self,
+        remote_name: str,
+        arguments: Mapping[str, Any],
+        *,
+        context: ToolContext | None = None,
+        display_name: str | None = None,
+    ) -> ToolOutput:
+        """Call a tool by the server's own name through the actor.  Every
+        failure (the server restarting or down, a deadline, the actor
+        crashed or stopped) is an error output naming the tool and server."""
+        context = context or ToolContext()
+        shown = display_name or remote_name
+        route = self._progress.open(context.notify) if context.notify is not None else ""
+        deadline = min(self.config.call_timeout_s, context.timeout_s or math.inf)
+        message = CallTool(
+            tool=remote_name,
+            arguments=dict(arguments),
+            display_name=shown,
+            run_id=context.run_id,
+            rollout_id=context.rollout_id,
+            call_id=context.call_id,
+            timeout_s=context.timeout_s,
+            route=route,
+        )
+        where = f"MCP tool {shown!r} (server {self.name!r})"
+        try:
+            reply = await self.ref.ask(message, timeout=deadline + _ASK_SLACK_S)
+        except AskTimeout:
+            text = f"{where}: its server actor gave no answer within {deadline + _ASK_SLACK_S:g} s"
+        except ActorCrashed as exc:
+            text = (
+                f"{where}: the server's actor failed during the call ({exc.cause!r}) and is "
+                "being restarted; the call may or may not have run; try again shortly"
+            )
+        except ActorStopped:
+            text = f"{where}: the server is stopped"
+        else:
+            if isinstance(reply, ToolOutput):
+                return reply
+            text = f"{where}: its server actor answered with a {type(reply).__name__}"
+        finally:
+            if route:
+                self._progress.close(route)
+        return ToolOutput.of_text(text, is_error=True)
+
+    async def _ask(self, message: McpServerRequest, expected: type[_ReplyT]) -> _ReplyT:
+        try:
+            reply = await self.ref.ask(message, timeout=self.config.request_timeout_s)
+        except (AskTimeout, ActorCrashed, ActorStopped) as exc:
+            raise McpServerError(self.name, f"its actor did not answer: {exc}") from exc
+        if not isinstance(reply, expected):
+            raise McpServerError(
+                self.name, f"its actor answered {type(message).__name__} with {reply!r}"
+            )
+        return reply
+
+    def __repr__(self) -> str:
+        return f"<McpServerHandle {self.name!r} {self.ref.address}>"
+
+
+@final
+class McpServers:
+    """The MCP server actors :func:`spawn_mcp_servers` started, by name."""
+
+    def __init__(
+        self, handles: Mapping[str, McpServerHandle], failures: Mapping[str, AgentrtError]
+    ) -> None:
+        self._handles = dict(handles)
+        self.failures: dict[str, AgentrtError] = dict(failures)
+        """Servers that could not be started, with the reason."""
+
+    @property
+    def connections(self) -> Mapping[str, McpServerHandle]:
+        """Servers that started, by name (``McpToolSource``)."""
+        return self._handles
+
+    def tools(self, server: str | None = None) -> list[McpTool]:
+        """The tools of ``server`` (every started server's when None), sorted
+        by namespaced name (a stable order keeps the prompt prefix
+        byte-identical).  A server that failed to start has none; a name
+        never spawned raises ``KeyError``."""
+        if server is None:
+            found = [t for handle in self._handles.values() for t in handle.tools()]
+            return sorted(found, key=lambda t: t.spec.name)
+        handle = self._handles.get(server)
+        if handle is not None:
+            return handle.tools()
+        if server in self.failures:
+            return []
+        raise KeyError(
+            f"no MCP server {server!r} was spawned "
+            f"(spawned: {', '.join(sorted([*self._handles, *self.failures])) or 'none'})"
+        )
+
+    async def refresh(self) -> None:
+        """List every started server's tools again (each actor answers at
+        once, so one after the other); ``McpServerError`` for the first whose
+        actor does not answer."""
+        for handle in self._handles.values():
+            await handle.refresh()
+
+    async def stop(self) -> None:
+        """Stop every server actor (and its server) for good."""
+        async with anyio.create_task_group() as tg:
+            for handle in self._handles.values():
+                tg.start_soon(handle.stop)
+
+
+async def spawn_mcp_servers(
+    system: ActorSystem,
+    servers: Sequence[StdioServerConfig | HttpServerConfig],
+    *,
+    parent: SupervisorRef | None = None,
+    pins: PinStore | None = None,
+    on_notification: NotificationSink | None = None,
+    require_all: bool = False,
+) -> McpServers:
+    """Spawn one :class:`McpServerActor` per server, concurrently, and list
+    each one's tools; returns once every server is connected or has failed.
+
+    ``parent`` is the supervisor the actors live under (default: the
+    system's ``/user``); each is named ``mcp:<server>``.  ``pins`` is the
+    pin store shared by the servers (default: in memory).
+    ``on_notification`` gets every server's ``log``, ``state`` and
+    ``progress`` notifications (a call's progress also goes to its own
+    ``ToolContext.notify``).  A server that cannot start (its command is
+    missing, the handshake fails, ``connect_timeout_s`` passes) is left out
+    and reported in ``failures``; with ``require_all`` the first such
+    failure is raised instead, after stopping the servers that did start.
+    Raises ``ValueError`` for two servers with the same name."""
+    names = [s.name for s in servers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two MCP servers share a name: {names}")
+    store = pins if pins is not None else MemoryPinStore()
+    handles: dict[str, McpServerHandle] = {}
+    failures: dict[str, AgentrtError] = {}
+
+    async def spawn(config: StdioServerConfig | HttpServerConfig) -> None:
+        progress = _Progress(config.name, on_notification)
+        within = config.connect_timeout_s + config.request_timeout_s + _SPAWN_SLACK_S
+        try:
+            with anyio.fail_after(within):
+                ref: ActorRef[McpServerRequest, McpServerReply] = await system.spawn(
+                    lambda: McpServerActor(config, pins=store, on_notification=progress.dispatch),
+                    name=f"mcp:{config.name}",
+                    parent=parent,
+                )
+            handle = McpServerHandle(config, ref, system=system, progress=progress)
+            try:
+                await handle.refresh()
+            except McpServerError:
+                await handle.stop()
+                raise
+        except ActorCrashed as exc:
+            cause = exc.cause
+            failures[config.name] = (
+                cause
+                if isinstance(cause, AgentrtError)
+                else McpServerError(config.name, f"could not start: {cause!r}")
+            )
+        except TimeoutError:
+            failures[config.name] = McpServerError(
+                config.name, f"did not start within {within:g} s"
+            )
+        except McpServerError as exc:
+            failures[config.name] = exc
+        else:
+            handles[config.name] = handle
+            return
+        _log.error("mcp.server.not_started", server=config.name, error=str(failures[config.name]))
+
+    async with anyio.create_task_group() as tg:
+        for config in servers:
+            # Concurrently: one slow npx download must not hold up the rest.
+            tg.start_soon(spawn, config)
+    started = McpServers({n: handles[n] for n in names if n in handles}, failures)
+    if require_all and failures:
+        await started.stop()
+        raise failures[next(n for n in names if n in failures)]
+    return started
