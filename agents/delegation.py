@@ -35,6 +35,7 @@ from agentrt.agents.agent import Agent
 from agentrt.agents.control import RolloutControl, RolloutResult
 from agentrt.agents.spec import BudgetLimits, budget_slice
 from agentrt.protocols import Budget, ChatMessage, Cost, Step, ToolSpec, Trajectory
+from agentrt.protocols.ids import sub_rollout_id
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ToolError
 from agentrt.runtime.pricing import pico_to_usd
@@ -260,7 +261,7 @@ class SubAgentTool:
             result = await self.node.run(
                 task,
                 run_id=context.run_id or None,
-                rollout_id=f"{context.rollout_id}.{ledger.name.rsplit('/', 1)[-1]}",
+                rollout_id=sub_rollout_id(context.rollout_id, ledger.name.rsplit("/", 1)[-1]),
                 parent_rollout_id=context.rollout_id,
                 ledger=ledger,
             )

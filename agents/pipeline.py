@@ -49,6 +49,7 @@ from agentrt.protocols import (
     Trajectory,
     TrajectoryStatus,
 )
+from agentrt.protocols.ids import sub_rollout_id
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.pricing import PriceTable
 
@@ -208,7 +209,9 @@ class PipelineNode:
                         result = await stage.node.run(
                             stage_task,
                             run_id=run_id,
-                            rollout_id=f"{rollout_id}.{name}.{round_}",
+                            rollout_id=sub_rollout_id(
+                                sub_rollout_id(rollout_id, name), str(round_)
+                            ),
                             parent_rollout_id=rollout_id,
                             ledger=stage_ledger,
                             seed=seed if not outcomes else (),

@@ -25,6 +25,7 @@ from agentrt.protocols.events import (
     ToolProgress,
     VoteCast,
 )
+from agentrt.protocols.ids import RolloutId, sub_rollout_id
 from agentrt.protocols.messages import (
     AssistantMessage,
     ChatMessage,
@@ -75,6 +76,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "RolloutFinished",
+    "RolloutId",
     "RolloutQueued",
     "RolloutRestarted",
     "RolloutStarted",
@@ -109,5 +111,6 @@ __all__ = [
     "decode",
     "decode_event",
     "encode",
+    "sub_rollout_id",
     "to_builtins",
 ]

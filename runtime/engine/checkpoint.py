@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agentrt.protocols import RolloutFinished, Step, TrajectorySummary
+from agentrt.protocols import RolloutFinished, RolloutId, Step, TrajectorySummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class RunCheckpoint:
     and no second ``RunStarted`` is emitted."""
 
     next_seq: int
-    rollouts: Mapping[str, RolloutCheckpoint]
+    rollouts: Mapping[RolloutId, RolloutCheckpoint]
     incarnation: int = 1
     """This resumption's number (1 for the first restart): names the
     rollouts it has to restart from scratch (``<rollout_id>~<incarnation>``:

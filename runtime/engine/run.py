@@ -38,6 +38,7 @@ from agentrt.protocols import (
     Event,
     ModelRequest,
     RolloutFinished,
+    RolloutId,
     RolloutQueued,
     RunFinished,
     RunResult,
@@ -348,20 +349,20 @@ class RunExecution:
     # -- one rollout ----------------------------------------------------------------
 
     def _rollout_id(self, i: int) -> str:
-        return f"{self.run_id}-r{i}"
+        return str(RolloutId(self.run_id, f"r{i}"))
 
     async def _rollout(self, i: int) -> _Done:
-        return await self._run_or_resume(self._rollout_id(i), self.task, f"r{i}", ())
+        return await self._run_or_resume(RolloutId(self.run_id, f"r{i}"), self.task, ())
 
     async def _refine_rollout(self, task: str, workspace: Workspace) -> TrajectorySummary:
         """A fresh rollout seeded with PDR's workspace."""
-        name = f"refine{workspace.round}-{next(self._refines)}"
+        slot = f"refine{workspace.round}-{next(self._refines)}"
         seed = [UserMessage(content=workspace.render())]
-        done = await self._run_or_resume(f"{self.run_id}-{name}", task, name, seed)
+        done = await self._run_or_resume(RolloutId(self.run_id, slot), task, seed)
         return done.summary
 
     async def _run_or_resume(
-        self, base_id: str, task: str, slice_name: str, seed: Sequence[UserMessage]
+        self, base: RolloutId, task: str, seed: Sequence[UserMessage]
     ) -> _Done:
         """Run a rollout as an actor, or take up what an earlier incarnation
         of the run committed: an ended rollout is restored; an agent's
@@ -369,10 +370,10 @@ class RunExecution:
         hierarchy's whose entry node is an agent (the sub-agent calls its
         committed steps made are charged as spent; the call in flight runs
         again, under a new id).  A pipeline's (its stages cannot be taken up
-        mid-way) restarts as ``id~k``, the interrupted attempt left in the
-        record."""
-        ledger = self.ledger.child(slice_name)
-        rollout_id, saved = self._saved(base_id)
+        mid-way) restarts as incarnation k (``id~k``), the interrupted
+        attempt left in the record."""
+        ledger = self.ledger.child(base.slot)
+        rollout, saved = self._saved(base)
         resume: list[Step] | None = None
         if saved is not None:
             ended = saved.finished is not None or bool(
@@ -380,23 +381,24 @@ class RunExecution:
             )
             if ended or saved.summary is not None:
                 if isinstance(self.runner, Hierarchy):  # its sub-agents spent too
-                    await self._take_over(rollout_id, ledger, with_itself=False)
-                return await self._restored(rollout_id, saved, ledger)
+                    await self._take_over(rollout, ledger, with_itself=False)
+                return await self._restored(str(rollout), saved, ledger)
             if isinstance(self.runner, Agent):
                 resume = list(saved.steps) or None
             elif self.runner.resumable:
                 # Its sub-agents' rollouts are taken over even when it has no
                 # step of its own yet: its first call may have been in flight.
-                await self._take_over(rollout_id, ledger, with_itself=False)
+                await self._take_over(rollout, ledger, with_itself=False)
                 resume = list(saved.steps) or None
             else:
                 assert self.checkpoint is not None
-                await self._take_over(rollout_id, ledger, with_itself=True)
-                rollout_id = f"{base_id}~{self.checkpoint.incarnation}"
+                await self._take_over(rollout, ledger, with_itself=True)
+                rollout = base.restarted(self.checkpoint.incarnation)
+        rollout_id = str(rollout)
         if resume is not None:
             self._committed[rollout_id] = list(resume)
         result = await self._ask(
-            rollout_id, name=slice_name, task=task, ledger=ledger, seed=seed, resume=resume
+            rollout_id, name=base.slot, task=task, ledger=ledger, seed=seed, resume=resume
         )
         return await self._summarize(result.trajectory)
 
@@ -466,41 +468,39 @@ class RunExecution:
                 with suppress(ActorError):
                     await self.rt.system.stop(ref)
 
-    def _saved(self, rollout_id: str) -> tuple[str, RolloutCheckpoint | None]:
-        """The latest committed incarnation of a rollout: ``id~k`` (a rollout
-        restarted by incarnation k) before ``id``; (``id``, None) if none."""
+    def _saved(self, base: RolloutId) -> tuple[RolloutId, RolloutCheckpoint | None]:
+        """The latest committed incarnation of a rollout: the one restarted
+        by incarnation k (``id~k``) before the first; (``base``, None) if none."""
         if self.checkpoint is None:
-            return rollout_id, None
+            return base, None
         saved = self.checkpoint.rollouts
-        for k in range(self.checkpoint.incarnation - 1, 0, -1):
-            if f"{rollout_id}~{k}" in saved:
-                return f"{rollout_id}~{k}", saved[f"{rollout_id}~{k}"]
-        return rollout_id, saved.get(rollout_id)
+        for k in range(self.checkpoint.incarnation - 1, -1, -1):
+            candidate = base.restarted(k)
+            if candidate in saved:
+                return candidate, saved[candidate]
+        return base, None
 
-    async def _take_over(self, rollout_id: str, ledger: BudgetLedger, *, with_itself: bool) -> None:
+    async def _take_over(
+        self, rollout: RolloutId, ledger: BudgetLedger, *, with_itself: bool
+    ) -> None:
         """Before a hierarchy's rollout goes on, is restored (or, with
         ``with_itself``, restarts): charge ``ledger`` with what an earlier
-        incarnation's sub-agent rollouts under it committed
-        (``<rollout_id>.<name>-<n>``, nested ones too; and the rollout's own
-        steps, ``with_itself``), so the run keeps to its budget; end the
-        ones left unfinished as ``cancelled`` (interrupted); keep later
-        sub-agent calls from reusing their numbers."""
+        incarnation's sub-agent rollouts under it committed (nested ones
+        too; and the rollout's own steps, ``with_itself``), so the run keeps
+        to its budget; end the ones left unfinished as ``cancelled``
+        (interrupted); keep later sub-agent calls from reusing their numbers."""
         assert self.checkpoint is not None
-        prefix = f"{rollout_id}."
         highest = 0
-        for sub_id, sub in self.checkpoint.rollouts.items():
-            if not (sub_id.startswith(prefix) or (with_itself and sub_id == rollout_id)):
+        for sub, saved in self.checkpoint.rollouts.items():
+            if sub.top != rollout or (sub == rollout and not with_itself):
                 continue
-            for part in sub_id[len(prefix) :].split(".") if sub_id != rollout_id else ():
-                number = part.rsplit("-", 1)[-1]
-                if number.isdigit():
-                    highest = max(highest, int(number))
-            cost = _restore_steps(ledger, sub.steps)
-            if sub.finished is None:
+            highest = max([highest, *sub.call_numbers()])
+            cost = _restore_steps(ledger, saved.steps)
+            if saved.finished is None:
                 await self.emitter.emit(
                     RolloutFinished(
                         run_id=self.run_id,
-                        rollout_id=sub_id,
+                        rollout_id=str(sub),
                         status="cancelled",
                         cost=cost,
                         stop_reason="interrupted: daemon restart",

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Literal, Self, final
 
 import anyio
+from anyio.abc import TaskStatus
 
 from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, stream_sink
 from agentrt.agents.hierarchy import Hierarchy, build_hierarchy, used_servers
@@ -145,7 +146,10 @@ class Runtime:
         for name, backend in self.backends.items():
             limit = self.config.concurrency.get(name) or backend_concurrency(backend)
             self._slots[name] = anyio.CapacityLimiter(limit) if limit is not None else None
-        self.system = await self._stack.enter_async_context(ActorSystem(system_id="agentrt"))
+        self._closing = anyio.Event()
+        host = await self._stack.enter_async_context(anyio.create_task_group())
+        self._stack.callback(self._closing.set)  # before the group exits (LIFO)
+        self.system: ActorSystem = await host.start(self._host_actors)
         servers = self._servers()
         if servers:
             toolbox = McpToolbox(McpClientConfig(servers=list(servers.values())))
@@ -157,6 +161,16 @@ class Runtime:
             bank = MemoryBank(self.config.memory_path)
             self.bank = await self._stack.enter_async_context(bank)
         self._check_agents()
+
+    async def _host_actors(self, *, task_status: TaskStatus[ActorSystem]) -> None:
+        """The actor system, in a task of its own behind a shield: cancelling
+        the code that opened the Runtime does not reach the rollout actors
+        directly; each run stops its own rollouts when it is cancelled (so
+        the daemon can checkpoint a run before its rollouts see a thing)."""
+        with anyio.CancelScope(shield=True):
+            async with ActorSystem(system_id="agentrt") as system:
+                task_status.started(system)
+                await self._closing.wait()
 
     def _load_specs(self) -> None:
         for name, entry in self.config.agents.items():

@@ -38,6 +38,7 @@ from agentrt.protocols import (
     Cost,
     Event,
     RolloutFinished,
+    RolloutId,
     RunRequest,
     RunResult,
     RunStatus,
@@ -488,17 +489,18 @@ class RunStore:
         last = await self._read("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
         # Started ones too (a pipeline's own rollout records no step).
         rollout_ids: Iterable[str] = {*(r[0] for r in rows), *steps, *finished, *summaries}
-        return RunCheckpoint(
-            next_seq=(last[0][0] or 0) + 1,
-            rollouts={
-                rid: RolloutCheckpoint(
-                    steps=steps.get(rid, []),
-                    finished=finished.get(rid),
-                    summary=summaries.get(rid),
-                )
-                for rid in rollout_ids
-            },
-        )
+        rollouts: dict[RolloutId, RolloutCheckpoint] = {}
+        for rid in rollout_ids:
+            try:
+                key = RolloutId.parse(run_id, rid)
+            except ValueError:
+                # Not a rollout the engine named (an aggregator's placeholder
+                # summary): nothing to resume from.
+                continue
+            rollouts[key] = RolloutCheckpoint(
+                steps=steps.get(rid, []), finished=finished.get(rid), summary=summaries.get(rid)
+            )
+        return RunCheckpoint(next_seq=(last[0][0] or 0) + 1, rollouts=rollouts)
 
     async def integrity_check(self) -> str:
         rows = await self._read("PRAGMA integrity_check")

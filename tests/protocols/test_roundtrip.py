@@ -136,3 +136,29 @@ def test_usage_and_cost_add_up() -> None:
     assert total.model_calls == 4
     assert total.usage.cached_prompt_tokens == 16
     assert total.usd == pytest.approx(0.0246)
+
+
+def test_rollout_ids_read_back_as_they_were_made() -> None:
+    from agentrt.protocols import RolloutId, sub_rollout_id
+
+    top = RolloutId("run-1a", "r3")
+    assert str(top) == "run-1a-r3"
+    again = top.restarted(2)
+    assert str(again) == "run-1a-r3~2"
+    sub = RolloutId.parse(
+        "run-1a", sub_rollout_id(sub_rollout_id(str(again), "planner-4"), "coder-7")
+    )
+    assert sub == RolloutId("run-1a", "r3", 2, ("planner-4", "coder-7"))
+    assert sub.top == again
+    assert sub.call_numbers() == [4, 7]
+    assert RolloutId.parse("run-1a", str(sub)) == sub
+    import pytest
+
+    with pytest.raises(ValueError, match="not a rollout id of run"):
+        RolloutId.parse("run-2", "run-1a-r3")
+    with pytest.raises(ValueError, match="incarnation"):
+        RolloutId.parse("run-1a", "run-1a-r3~x")
+    with pytest.raises(ValueError, match="free of"):
+        RolloutId("run-1a", "r.3")
+    with pytest.raises(ValueError, match="free of"):
+        sub_rollout_id("run-1a-r3", "a.b")

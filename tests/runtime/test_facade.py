@@ -19,6 +19,7 @@ from agentrt.protocols import (
     ModelReply,
     ModelRequest,
     RolloutFinished,
+    RolloutId,
     RolloutRestarted,
     RunFinished,
     RunStarted,
@@ -194,9 +195,8 @@ async def test_majority_stops_early_once_certain(anyio_backend: str) -> None:
 
 async def test_stream_yields_events_in_order() -> None:
     backend = Recording(ScriptedBackend(script))
-    async with runtime(backend) as rt:
-        async with rt.stream("q", scaling=ScalingSpec(rollouts=2)) as stream:
-            events = [e async for e in stream]
+    async with runtime(backend) as rt, rt.stream("q", scaling=ScalingSpec(rollouts=2)) as stream:
+        events = [e async for e in stream]
     assert isinstance(events[0], RunStarted)
     assert isinstance(events[-1], RunFinished)
     assert events[-1].answer is not None
@@ -290,7 +290,8 @@ async def test_an_ended_hierarchy_rollout_is_restored_with_its_sub_agents_cost(
         checkpoint = RunCheckpoint(
             next_seq=len(log.events) + 1,
             rollouts={
-                r: RolloutCheckpoint(steps=s, finished=ended.get(r)) for r, s in steps.items()
+                RolloutId.parse("run-h", r): RolloutCheckpoint(steps=s, finished=ended.get(r))
+                for r, s in steps.items()
             },
         )
         calls = backend.calls

@@ -18,7 +18,14 @@ import httpx
 import pytest
 
 from agentrt.agents import delegation
-from agentrt.protocols import ModelRequest, Step, StepRecorded, SystemMessage, ToolMessage
+from agentrt.protocols import (
+    ModelRequest,
+    RolloutId,
+    Step,
+    StepRecorded,
+    SystemMessage,
+    ToolMessage,
+)
 from agentrt.runtime.serve.store import RunStore, StoreError
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
 
@@ -108,7 +115,8 @@ async def test_the_store_refuses_a_step_committed_twice(tmp_path: Path) -> None:
             )
         )
         checkpoint = await store.checkpoint("run-1")
-        assert [s.index for s in checkpoint.rollouts["run-1-r0"].steps] == [0, 1]
+        key = RolloutId("run-1", "r0")
+        assert [s.index for s in checkpoint.rollouts[key].steps] == [0, 1]
         assert checkpoint.next_seq == 4
         assert await store.integrity_check() == "ok"
 
