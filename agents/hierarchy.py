@@ -43,7 +43,7 @@ from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.pricing import PriceTable
 from agentrt.tools.base import Tool
-from agentrt.tools.mcp import McpToolbox
+from agentrt.tools.mcp.servers import McpToolSource
 
 Backends = Mapping[str, ModelBackend] | Sequence[ModelBackend]
 
@@ -131,7 +131,7 @@ def build_hierarchy(
     events: EventEmitter | EventSink | None = None,
     default_model: str | None = None,
     prices: PriceTable | None = None,
-    mcp: McpToolbox | None = None,
+    mcp: McpToolSource | None = None,
 ) -> Hierarchy:
     """Build every unit reachable from the entry (see the module
     docstring); ``default_model`` serves agents that name none; ``mcp``

@@ -34,8 +34,11 @@ def model(request: ModelRequest) -> str:
 async def main() -> None:
     configure_logging("WARNING")
     config = agentrt.RuntimeConfig(rollouts=4, aggregate="rtv", aggregate_options={"g": 2, "v": 1})
-    async with agentrt.Runtime(config, backends=[ScriptedBackend(model)]) as rt:
-        async for event in rt.stream("What is 6 x 7?"):
+    async with (
+        agentrt.Runtime(config, backends=[ScriptedBackend(model)]) as rt,
+        rt.stream("What is 6 x 7?") as events,
+    ):
+        async for event in events:
             match event:
                 case SummaryWritten(summary=s):
                     print(f"rollout {s.rollout_id.rsplit('-', 1)[-1]} answered {s.answer}")
@@ -44,7 +47,6 @@ async def main() -> None:
                 case RunFinished(answer=answer, cost=cost):
                     tokens = cost.usage.total_tokens
                     print(f"answer: {answer} ({cost.model_calls} model calls, {tokens} tokens)")
-
 
 if __name__ == "__main__":
     anyio.run(main)

@@ -26,7 +26,7 @@ from agentrt.agents.hierarchy import Hierarchy, build_hierarchy, used_servers
 from agentrt.agents.spec_loader import ServerConfig, SpecSet, load_spec
 from agentrt.aggregators import Aggregator, Judge
 from agentrt.protocols import Budget, Event, RunResult, ScalingSpec
-from agentrt.runtime.actors import ActorSystem
+from agentrt.runtime.actors import ActorSystem, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.engine.run import RunExecution
@@ -34,10 +34,11 @@ from agentrt.runtime.engine.settings import RuntimeConfig
 from agentrt.runtime.errors import ConfigError, UserError
 from agentrt.runtime.memory import MemoryBank, MemoryView
 from agentrt.runtime.models.base import ModelBackend, backend_concurrency
+from agentrt.runtime.models.managed_actor import ManagedServerHandle, spawn_managed_server
 from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.runtime.pricing import PriceTable
 from agentrt.tools.base import Tool
-from agentrt.tools.mcp import McpClientConfig, McpToolbox
+from agentrt.tools.mcp import McpServers, spawn_mcp_servers
 
 AgentRef = str | AgentConfig | Agent | Hierarchy | None
 """An agent by name (``RuntimeConfig.agents``), a configuration, or built."""
@@ -112,7 +113,9 @@ class Runtime:
         self.bank: MemoryBank | None = None
         self.default_model: str | None = None
         """The model agents that name none use (``config.models.default``)."""
-        self._mcp: McpToolbox | None = None
+        self._mcp: McpServers | None = None
+        self.managed: dict[str, ManagedServerHandle] = {}
+        """Model servers this Runtime runs (``managed`` in ``[models]``), by backend."""
         self._slots: dict[str, anyio.CapacityLimiter | None] = {}
         self._stack = AsyncExitStack()
         self._state: _State = "unopened"
@@ -133,8 +136,18 @@ class Runtime:
 
     async def _open(self) -> None:
         self._load_specs()
+        self._closing = anyio.Event()
+        host = await self._stack.enter_async_context(anyio.create_task_group())
+        self._stack.callback(self._closing.set)  # before the group exits (LIFO)
+        self.system: ActorSystem = await host.start(self._host_actors)
+        services = await self.system.spawn_supervisor(SupervisorSpec("services"))
         if self._registry is not None or self.config.models.backends or not self._given:
             registry = self._registry or ModelRegistry(self.config.models)
+            for name, managed in registry.managed_servers().items():
+                # A model server agentrt runs: supervised, healthy before use.
+                server = await spawn_managed_server(self.system, managed, parent=services)
+                self._stack.push_async_callback(server.stop)
+                self.managed[name] = server
             for name in registry.backend_names():
                 backend = registry.create(name)
                 self.backends[name] = await self._stack.enter_async_context(backend)
@@ -146,17 +159,15 @@ class Runtime:
         for name, backend in self.backends.items():
             limit = self.config.concurrency.get(name) or backend_concurrency(backend)
             self._slots[name] = anyio.CapacityLimiter(limit) if limit is not None else None
-        self._closing = anyio.Event()
-        host = await self._stack.enter_async_context(anyio.create_task_group())
-        self._stack.callback(self._closing.set)  # before the group exits (LIFO)
-        self.system: ActorSystem = await host.start(self._host_actors)
         servers = self._servers()
         if servers:
-            toolbox = McpToolbox(McpClientConfig(servers=list(servers.values())))
-            self._mcp = await self._stack.enter_async_context(toolbox)
-            self.mcp_failures = {name: str(exc) for name, exc in self._mcp.failures.items()}
+            # One supervised actor per MCP server connection, shared by every run.
+            mcp = await spawn_mcp_servers(self.system, list(servers.values()), parent=services)
+            self._stack.push_async_callback(mcp.stop)
+            self._mcp = mcp
+            self.mcp_failures = {name: str(exc) for name, exc in mcp.failures.items()}
             # Inline agents name MCP tools as ``<server>__<tool>`` in ``tools``.
-            self.tools += self._mcp.tools()
+            self.tools += mcp.tools()
         if self.config.memory:
             bank = MemoryBank(self.config.memory_path)
             self.bank = await self._stack.enter_async_context(bank)

@@ -19,15 +19,15 @@ transports, ``ClientSession``.  Each server is one supervised actor
 floor's ``RestartBackoff``, clear tool errors meanwhile); its tools call
 through the actor, are namespaced ``<server>__<tool>``, and each tool
 definition is pinned by hash so a server that changes a tool after approval
-has it blocked (``pinning``).  ``McpToolbox`` does the same in an actor
-system of its own, for callers without one.
+has it blocked (``pinning``).  ``spawn_mcp_servers`` starts them under a
+caller's actor system (the ``Runtime``'s: one connection per server, shared
+by its runs).
 
 Sits in ``tools``: must not import agents or aggregators.
 """
 
 from agentrt.tools.mcp.config import (
     HttpServerConfig,
-    McpClientConfig,
     McpServerConfig,
     RestartPolicy,
     StdioServerConfig,
@@ -63,7 +63,6 @@ from agentrt.tools.mcp.servers import (
     spawn_mcp_servers,
 )
 from agentrt.tools.mcp.tool import SEPARATOR, McpTool, McpToolCaller, namespaced_names
-from agentrt.tools.mcp.toolbox import McpToolbox
 
 __all__ = [
     "SEPARATOR",
@@ -72,7 +71,6 @@ __all__ = [
     "GetStatus",
     "HttpServerConfig",
     "ListTools",
-    "McpClientConfig",
     "McpConnection",
     "McpServerActor",
     "McpServerConfig",
@@ -88,7 +86,6 @@ __all__ = [
     "McpToolInfo",
     "McpToolList",
     "McpToolSource",
-    "McpToolbox",
     "MemoryPinStore",
     "PinDecision",
     "PinStore",

@@ -38,7 +38,6 @@ from agentrt.runtime.errors import ConfigError
 __all__ = [
     "SERVER_NAME_PATTERN",
     "HttpServerConfig",
-    "McpClientConfig",
     "McpServerConfig",
     "RestartPolicy",
     "StdioServerConfig",
@@ -222,33 +221,6 @@ McpServerConfig = Annotated[
 ]
 """One server entry: ``transport: stdio`` or ``transport: http``; without
 ``transport``, an entry with a ``url`` and no ``command`` is HTTP."""
-
-
-class McpClientConfig(BaseModel):
-    """The ``mcp`` section: the servers an agent may use."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    servers: list[McpServerConfig] = Field(default_factory=list)
-    """The servers, each with a unique name."""
-    pin_store: Path | None = None
-    """SQLite file remembering approved tool definitions across runs; kept
-    in memory (for this process only) when None."""
-    require_all: bool = False
-    """Fail when any server cannot be started; by default the run goes on
-    with the servers that did start and reports the others."""
-
-    @field_validator("servers")
-    @classmethod
-    def _unique(
-        cls, servers: list[StdioServerConfig | HttpServerConfig]
-    ) -> list[StdioServerConfig | HttpServerConfig]:
-        seen: set[str] = set()
-        for server in servers:
-            if server.name in seen:
-                raise ValueError(f"two MCP servers are named {server.name!r}")
-            seen.add(server.name)
-        return servers
 
 
 def _derive_name(words: list[str]) -> str:

@@ -82,7 +82,7 @@ class McpServerTools(Protocol):
 
 
 class McpToolSource(Protocol):
-    """Open MCP servers by name (``McpServers``, ``McpToolbox``); a server
+    """Open MCP servers by name (``McpServers``); a server
     that could not be started is absent."""
 
     @property

@@ -12,8 +12,9 @@ import pytest
 
 from agentrt.agents import Agent, AgentConfig, EventLog
 from agentrt.protocols import ToolCalled, ToolMessage, ToolProgress
+from agentrt.runtime.actors import ActorSystem
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.mcp import McpClientConfig, McpToolbox, StdioServerConfig
+from agentrt.tools.mcp import StdioServerConfig, spawn_mcp_servers
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +24,6 @@ async def test_agent_completes_a_task_through_real_mcp_servers(
 ) -> None:
     numbers = tmp_path / "root" / "numbers.txt"
     numbers.write_text("17 25\n")
-    config = McpClientConfig(servers=[everything, filesystem])
     backend = ScriptedBackend(
         [
             [
@@ -39,7 +39,8 @@ async def test_agent_completes_a_task_through_real_mcp_servers(
         models=["scripted"],
     )
     log = EventLog()
-    async with McpToolbox(config) as box:
+    async with ActorSystem() as system:
+        box = await spawn_mcp_servers(system, [everything, filesystem])
         assert not box.failures, box.failures
         agent = Agent(
             AgentConfig(name="mcp-user", temperature=0.0),

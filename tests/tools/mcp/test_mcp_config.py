@@ -10,14 +10,14 @@ import mcp_types as types
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 import agentrt.tools.mcp as mcp_client
 from agentrt.runtime.actors import Backoff, RestartBackoff
 from agentrt.runtime.errors import ConfigError
 from agentrt.tools.mcp import (
     HttpServerConfig,
-    McpClientConfig,
+    McpServerConfig,
     RestartPolicy,
     StdioServerConfig,
     namespaced_names,
@@ -96,26 +96,20 @@ def test_http_headers_and_bearer_tokens(monkeypatch: pytest.MonkeyPatch) -> None
         HttpServerConfig(name="h", url="ftp://x/mcp")
 
 
-def test_client_config_parses_both_transports_and_rejects_duplicates() -> None:
-    config = McpClientConfig.model_validate(
-        {
-            "servers": [
-                {"name": "a", "command": "npx", "args": ["-y", "pkg"]},
-                {"name": "b", "transport": "http", "url": "http://h/mcp"},
-                {"name": "c", "url": "http://h/mcp"},
-            ]
-        }
+def test_server_configs_parse_both_transports() -> None:
+    servers = TypeAdapter(list[McpServerConfig])
+    parsed = servers.validate_python(
+        [
+            {"name": "a", "command": "npx", "args": ["-y", "pkg"]},
+            {"name": "b", "transport": "http", "url": "http://h/mcp"},
+            {"name": "c", "url": "http://h/mcp"},
+        ]
     )
-    kinds = [type(s) for s in config.servers]
-    assert kinds == [StdioServerConfig, HttpServerConfig, HttpServerConfig]
-    with pytest.raises(ValidationError, match="two MCP servers are named 'a'"):
-        McpClientConfig.model_validate(
-            {"servers": [{"name": "a", "command": "x"}, {"name": "a", "command": "y"}]}
-        )
+    assert [type(s) for s in parsed] == [StdioServerConfig, HttpServerConfig, HttpServerConfig]
     with pytest.raises(ValidationError, match="command"):
-        McpClientConfig.model_validate({"servers": [{"name": "a", "comand": "typo"}]})
+        servers.validate_python([{"name": "a", "comand": "typo"}])
     with pytest.raises(ValidationError, match="sse"):
-        McpClientConfig.model_validate({"servers": [{"name": "a", "transport": "sse", "url": "u"}]})
+        servers.validate_python([{"name": "a", "transport": "sse", "url": "u"}])
 
 
 def test_the_restart_policy_is_the_actor_floors_backoff() -> None:

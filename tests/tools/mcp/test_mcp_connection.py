@@ -13,16 +13,16 @@ from typing import Any
 import anyio
 import pytest
 
+from agentrt.runtime.actors import ActorSystem
 from agentrt.runtime.errors import ConfigError
 from agentrt.testing import RecordingSink
 from agentrt.tools.base import Tool, ToolContext
 from agentrt.tools.mcp import (
     ConnectionState,
-    McpClientConfig,
     McpConnection,
     McpServerError,
-    McpToolbox,
     StdioServerConfig,
+    spawn_mcp_servers,
 )
 
 Factory = Callable[..., StdioServerConfig]
@@ -191,13 +191,14 @@ async def test_a_missing_command_is_a_config_error(command: str, expected: str) 
 
 
 @pytest.mark.anyio
-async def test_the_toolbox_goes_on_with_the_servers_that_started(fixture_server: Factory) -> None:
+async def test_spawned_servers_go_on_with_the_ones_that_started(fixture_server: Factory) -> None:
     servers = [
         fixture_server("good"),
         StdioServerConfig(name="ghost", command="agentrt-no-such-command-7f3a"),
         fixture_server("junk", "--garbage-first"),
     ]
-    async with McpToolbox(McpClientConfig(servers=servers)) as box:
+    async with ActorSystem() as system:
+        box = await spawn_mcp_servers(system, servers)
         assert set(box.failures) == {"ghost", "junk"}
         assert isinstance(box.failures["ghost"], ConfigError)
         assert "malformed" in str(box.failures["junk"])
@@ -205,9 +206,9 @@ async def test_the_toolbox_goes_on_with_the_servers_that_started(fixture_server:
         assert {n.split("__")[0] for n in tools} == {"good"}
         out = await tools["good__lookup"].call({"key": "q"}, ToolContext())
         assert out.text == "value-of-q"
-    with pytest.raises(ConfigError, match="ghost"):
-        async with McpToolbox(McpClientConfig(servers=servers[1:2], require_all=True)):
-            pass
+    async with ActorSystem() as system:
+        with pytest.raises(ConfigError, match="ghost"):
+            await spawn_mcp_servers(system, servers[1:2], require_all=True)
 
 
 @pytest.mark.anyio
