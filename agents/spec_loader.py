@@ -158,13 +158,22 @@ class SpecSet:
         return order
 
 
-def load_spec(path: str | os.PathLike[str], *, entry: str | None = None) -> SpecSet:
+def load_spec(
+    path: str | os.PathLike[str],
+    *,
+    entry: str | None = None,
+    servers: Mapping[str, ServerConfig] | None = None,
+) -> SpecSet:
     """Load the spec file at ``path`` (``file.yaml#name`` picks the entry)
-    and every file it references; ``SpecError`` names what is wrong where."""
+    and every file it references; ``SpecError`` names what is wrong where.
+    ``servers``: MCP servers defined outside the files (``[mcp]`` in
+    ``agentrt.toml``) that agents may name in ``tools: [{mcp: name}]``; a
+    file's own ``mcp_servers`` come first."""
+    outside = dict(servers or {})
     text = os.fspath(path)
     if entry is None and "#" in text and not Path(text).exists():
         text, entry = text.rsplit("#", 1)
-    first = _load_file(Path(text))
+    first = _load_file(Path(text), outside)
     files = {first.key: first}
     edges: dict[UnitRef, list[Edge]] = {}
     pending = [first]
@@ -175,7 +184,9 @@ def load_spec(path: str | os.PathLike[str], *, entry: str | None = None) -> Spec
             edges[ref] = []
             for loc, target, share, description in _references(unit):
                 where = (*spec_file.unit_loc(name), *loc)
-                target_file = _target_file(spec_file, target, where, files, pending)
+                target_file = _target_file(
+                    spec_file, target, where, files, pending, outside=outside
+                )
                 target_ref = _target_unit(spec_file, target_file, target, where)
                 edges[ref].append(Edge(target_ref, loc, share, description))
     root_name = entry or first.entry
@@ -189,7 +200,7 @@ def load_spec(path: str | os.PathLike[str], *, entry: str | None = None) -> Spec
         root=UnitRef(first.key, root_name),
         files=files,
         edges=edges,
-        servers=_servers(files.values()),
+        servers=_servers(files.values(), outside),
     )
     _check_cycles(specs)
     return specs
@@ -198,7 +209,7 @@ def load_spec(path: str | os.PathLike[str], *, entry: str | None = None) -> Spec
 # -- one file ---------------------------------------------------------------------
 
 
-def _load_file(path: Path) -> SpecFile:
+def _load_file(path: Path, outside: Mapping[str, ServerConfig]) -> SpecFile:
     shown = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -232,7 +243,7 @@ def _load_file(path: Path) -> SpecFile:
         found += [((*spec_file.unit_loc(name), *loc), text) for loc, text in unit.problems()]
     if found:
         raise SpecError([spec_file.problem(loc, text) for loc, text in found])
-    _check_mcp_names(spec_file)
+    _check_mcp_names(spec_file, outside)
     return spec_file
 
 
@@ -263,7 +274,7 @@ def _load_single(path: Path, data: Mapping[Any, Any], root: yaml.Node | None) ->
     return SpecFile(path, path.resolve(), {name: unit}, name, False, servers, root)
 
 
-def _check_mcp_names(spec_file: SpecFile) -> None:
+def _check_mcp_names(spec_file: SpecFile, outside: Mapping[str, ServerConfig]) -> None:
     for name, unit in spec_file.units.items():
         if not isinstance(unit, AgentSpec):
             continue
@@ -272,12 +283,15 @@ def _check_mcp_names(spec_file: SpecFile) -> None:
                 isinstance(binding, McpTools)
                 and isinstance(binding.mcp, str)
                 and binding.mcp not in spec_file.mcp_servers
+                and binding.mcp not in outside
             ):
                 defined = ", ".join(spec_file.mcp_servers) or "none"
+                configured = ", ".join(outside) or "none"
                 raise spec_file.error(
                     (*spec_file.unit_loc(name), "tools", index, "mcp"),
                     f"no MCP server named {binding.mcp!r} in this file's `mcp_servers` "
-                    f"(defined: {defined})",
+                    f"(defined: {defined}) or the configuration's [mcp] (configured: "
+                    f"{configured})",
                 )
 
 
@@ -304,6 +318,8 @@ def _target_file(
     where: Loc,
     files: dict[Path, SpecFile],
     pending: list[SpecFile],
+    *,
+    outside: Mapping[str, ServerConfig],
 ) -> SpecFile:
     if not _is_path(reference):
         if reference not in spec_file.units:
@@ -320,7 +336,7 @@ def _target_file(
         return files[key]
     if not path.is_file():
         raise spec_file.error(where, f"spec file {relative!r} not found (looked for {path})")
-    loaded = _load_file(path)
+    loaded = _load_file(path, outside)
     files[key] = loaded
     pending.append(loaded)
     return loaded
@@ -337,9 +353,9 @@ def _target_unit(spec_file: SpecFile, target: SpecFile, reference: str, where: L
     return UnitRef(target.key, name)
 
 
-def _servers(files: Any) -> dict[str, ServerConfig]:
-    """Every file's MCP servers, plus the inline ones; a name given two
-    different settings is an error."""
+def _servers(files: Any, outside: Mapping[str, ServerConfig]) -> dict[str, ServerConfig]:
+    """Every file's MCP servers, plus the inline ones and those of ``outside``
+    the agents name; a name given two different settings is an error."""
     merged: dict[str, tuple[ServerConfig, str]] = {}
 
     def add(server: ServerConfig, spec_file: SpecFile, loc: Loc) -> None:
@@ -361,6 +377,14 @@ def _servers(files: Any) -> dict[str, ServerConfig]:
                     if isinstance(binding, McpTools) and not isinstance(binding.mcp, str):
                         loc = (*spec_file.unit_loc(unit_name), "tools", index, "mcp")
                         add(binding.mcp, spec_file, loc)
+    for spec_file in files:
+        for unit in spec_file.units.values():
+            if not isinstance(unit, AgentSpec):
+                continue
+            for binding in unit.tools:
+                named = binding.mcp if isinstance(binding, McpTools) else None
+                if isinstance(named, str) and named not in merged and named in outside:
+                    merged[named] = (outside[named], "the configuration's [mcp]")
     return {name: server for name, (server, _) in merged.items()}
 
 

@@ -51,7 +51,7 @@ def agent_specs(
             limits["max_tokens_per_step"] = max_tokens
         specs = SpecSet.single(default_agent(**limits))
     elif agent.split("#", 1)[0].endswith(SPEC_SUFFIXES) or Path(agent).is_file():
-        specs = load_spec(agent)
+        specs = load_spec(agent, servers=config.runtime.mcp)
     elif agent in config.runtime.agents:
         entry = config.runtime.agents[agent]
         if not isinstance(entry, str):
@@ -62,7 +62,7 @@ def agent_specs(
                     where=f"--agent ({config.source})",
                 )
             return agent
-        specs = load_spec(entry)
+        specs = load_spec(entry, servers=config.runtime.mcp)
     else:
         known = ", ".join(sorted(config.runtime.agents)) or "none"
         raise ConfigError(

@@ -306,7 +306,7 @@ def config_from_mapping(
     _check_aggregate(config.runtime, fail)
     for name, spec in spec_files.items():
         try:
-            load_spec(spec)
+            load_spec(spec, servers=config.runtime.mcp)
         except ConfigError as error:
             raise fail.at(("agents", name), f"the spec file is invalid: {error}") from None
     return config

@@ -186,7 +186,7 @@ class Runtime:
     def _load_specs(self) -> None:
         for name, entry in self.config.agents.items():
             if isinstance(entry, str):
-                self.specs[name] = load_spec(entry)
+                self.specs[name] = load_spec(entry, servers=self.config.mcp)
         for name, given in self._agents_given.items():
             if isinstance(given, SpecSet):
                 self.specs[name] = given

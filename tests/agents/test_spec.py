@@ -213,7 +213,8 @@ ERRORS = [
         "name: a\ntools: [{mcp: files}]\n",
         2,
         "tools[0].mcp",
-        "no MCP server named 'files' in this file's `mcp_servers` (defined: none)",
+        "no MCP server named 'files' in this file's `mcp_servers` (defined: none) or the "
+        "configuration's [mcp] (configured: none)",
         id="unknown-mcp-server",
     ),
     pytest.param(
@@ -350,6 +351,22 @@ def test_one_mcp_server_name_with_two_settings_is_an_error(tmp_path: Path) -> No
     text = str(error)
     assert "MCP server 'fs' is also defined, with other settings, at" in text
     assert str(b) in text or str(tmp_path / "a.yaml") in text
+
+
+def test_an_agent_may_name_an_mcp_server_of_the_configuration(tmp_path: Path) -> None:
+    from agentrt.tools.mcp import StdioServerConfig
+
+    path = write(tmp_path, "a.yaml", "name: a\ntools: [{mcp: files}]\n")
+    files = StdioServerConfig(name="files", command="npx", args=["-y", "pkg"])
+    specs = load_spec(path, servers={"files": files, "unused": files.model_copy()})
+    assert specs.servers == {"files": files}
+    # The file's own definition wins over the configuration's.
+    own = write(
+        tmp_path,
+        "b.yaml",
+        "name: b\nmcp_servers:\n  files: {command: uvx}\ntools: [{mcp: files}]\n",
+    )
+    assert load_spec(own, servers={"files": files}).servers["files"].command == "uvx"
 
 
 # -- budget slices -------------------------------------------------------------------------
