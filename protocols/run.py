@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -13,31 +14,104 @@ from agentrt.protocols.usage import Cost
 RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 
 
+def _shown(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _count(owner: str, name: str, value: object, *, least: int) -> None:
+    """``value`` is an ``int`` (not a ``bool``) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}.{name} must be an int >= {least}, got {_shown(value)}")
+    if value < least:
+        raise ValueError(f"{owner}.{name} must be >= {least}, got {value}")
+
+
+def _cap(owner: str, name: str, value: object, *, integer: bool) -> None:
+    """``value`` is ``None`` (uncapped) or a finite number >= 0."""
+    if value is None:
+        return
+    if integer:
+        _count(owner, name, value, least=0)
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{owner}.{name} must be a number >= 0 or None, got {_shown(value)}")
+    if not math.isfinite(value):
+        # JSON has no inf/NaN (msgspec would write null: uncapped); None is uncapped.
+        raise ValueError(f"{owner}.{name} must be finite (None means uncapped), got {value}")
+    if value < 0:
+        raise ValueError(f"{owner}.{name} must be >= 0, got {value}")
+
+
 class Budget(msgspec.Struct, frozen=True, kw_only=True):
-    """Hard caps for a run; ``None`` means uncapped."""
+    """Hard caps for a run; ``None`` means uncapped.
+
+    Raises ``ValueError`` for a negative or non-finite cap and ``TypeError``
+    for one that is not a number (``msgspec.ValidationError`` when decoding)."""
 
     max_tokens: Annotated[int, Meta(ge=0)] | None = None
     max_usd: Annotated[float, Meta(ge=0)] | None = None
     max_model_calls: Annotated[int, Meta(ge=0)] | None = None
     max_wall_seconds: Annotated[float, Meta(ge=0)] | None = None
 
+    def __post_init__(self) -> None:
+        _cap("Budget", "max_tokens", self.max_tokens, integer=True)
+        _cap("Budget", "max_usd", self.max_usd, integer=False)
+        _cap("Budget", "max_model_calls", self.max_model_calls, integer=True)
+        _cap("Budget", "max_wall_seconds", self.max_wall_seconds, integer=False)
+
 
 class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """How to scale at inference time: how many rollouts, which aggregator
-    and its options (for example ``{"g": 2, "v": 8}`` for RTV)."""
+    """How to scale at inference time: how many ``rollouts`` (>= 1), which
+    aggregator (``aggregate``, a registered name) and its ``options`` (for
+    example ``{"g": 2, "v": 8}`` for RTV; their bounds are the aggregator's).
+
+    Raises ``ValueError``/``TypeError`` naming the field (``msgspec.ValidationError``
+    when decoding)."""
 
     rollouts: Annotated[int, Meta(ge=1)] = 1
     aggregate: str = "majority"
     options: dict[str, Any] = {}
 
+    def __post_init__(self) -> None:
+        _count("ScalingSpec", "rollouts", self.rollouts, least=1)
+        if not isinstance(self.aggregate, str):
+            raise TypeError(
+                f"ScalingSpec.aggregate must be an aggregator name (str), got "
+                f"{_shown(self.aggregate)}"
+            )
+        if not isinstance(self.options, dict):
+            raise TypeError(
+                "ScalingSpec.options must be a dict of the aggregator's options "
+                f"(e.g. {{'g': 2, 'v': 8}}), got {_shown(self.options)}"
+            )
+        for key in self.options:
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"ScalingSpec.options keys must be option names (str), got {_shown(key)}"
+                )
+
 
 class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as a caller asks for it.  Raises ``TypeError`` when a field has
+    the wrong type (a dict for ``scaling``: pass a ``ScalingSpec``)."""
+
     task: str
     agent: str = "default"
     scaling: ScalingSpec = ScalingSpec()
     budget: Budget = Budget()
     metadata: dict[str, str] = {}
     schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        for name, value, kind in (
+            ("task", self.task, str),
+            ("agent", self.agent, str),
+            ("scaling", self.scaling, ScalingSpec),
+            ("budget", self.budget, Budget),
+            ("metadata", self.metadata, dict),
+        ):
+            if not isinstance(value, kind):
+                raise TypeError(f"RunRequest.{name} must be a {kind.__name__}, got {_shown(value)}")
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -252,28 +252,33 @@ class _McpTools:
         self._manager = manager
 
     def request(self, args: RunAgentArgs) -> RunRequest:
+        """The run ``args`` ask for; a ``ToolError`` naming the field when a
+        value is out of range (``rollouts`` 0, a negative cap)."""
         defaults = self._manager.config.runtime
         aggregate = args.aggregate or defaults.aggregate
         if args.aggregate_options is not None:
             options = args.aggregate_options
         else:
             options = defaults.aggregate_options if aggregate == defaults.aggregate else {}
-        return RunRequest(
-            task=args.task,
-            agent=args.agent,
-            scaling=ScalingSpec(
-                rollouts=args.rollouts if args.rollouts is not None else defaults.rollouts,
-                aggregate=aggregate,
-                options=dict(options),
-            ),
-            budget=Budget(
-                max_tokens=args.max_tokens,
-                max_usd=args.max_usd,
-                max_model_calls=args.max_model_calls,
-                max_wall_seconds=args.max_wall_seconds,
-            ),
-            metadata={"via": "mcp"},
-        )
+        try:
+            return RunRequest(
+                task=args.task,
+                agent=args.agent,
+                scaling=ScalingSpec(
+                    rollouts=args.rollouts if args.rollouts is not None else defaults.rollouts,
+                    aggregate=aggregate,
+                    options=dict(options),
+                ),
+                budget=Budget(
+                    max_tokens=args.max_tokens,
+                    max_usd=args.max_usd,
+                    max_model_calls=args.max_model_calls,
+                    max_wall_seconds=args.max_wall_seconds,
+                ),
+                metadata={"via": "mcp"},
+            )
+        except (TypeError, ValueError) as exc:
+            raise ToolError(f"run_agent: invalid arguments: {exc}") from None
 
     async def run_agent(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
         args = _decode(arguments, RunAgentArgs, "run_agent")

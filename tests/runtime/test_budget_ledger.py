@@ -239,7 +239,7 @@ def test_server_overrun_is_charged_as_reported() -> None:
 def test_bad_inputs_are_clear_errors() -> None:
     with pytest.raises(ConfigError, match="max_usd cap needs model prices"):
         BudgetLedger("run", Budget(max_usd=1.0))
-    with pytest.raises(ConfigError, match="max_tokens must be >= 0"):
+    with pytest.raises(ValueError, match="max_tokens must be >= 0"):  # refused by Budget itself
         BudgetLedger("run", Budget(max_tokens=-1))
     ledger = BudgetLedger("run", Budget(max_usd=1.0), PRICES)
     with pytest.raises(UnknownModelError, match=r"'gpt-x'.*known: m"):
