@@ -8,9 +8,11 @@ server (REST, SSE, OpenAI-compatible, MCP, metrics, the page) runs on its
 own thread and loop, and talks to the manager through ``ManagerBridge``:
 
 * reads (``get``, ``detail``, ``list``, ``trajectory``, ``summaries``,
-  ``agents``) run on the API loop directly: they read the manager's live
-  state (immutable records swapped whole) or the store (its own reader
-  connections per thread);
+  ``agents``, ``active``) run on the API loop directly: they read the
+  manager's live state under its lock (held for a few dict lookups) or the
+  store (its own reader connections per thread);
+* state only the run loop may touch (the runtime's queues, for
+  ``/metrics``) is read there (``read_on_run_loop``);
 * everything that starts, stops or waits for runs (``submit``, ``cancel``,
   ``wait``, ``follow``) runs on the run loop, awaited from the API loop;
   cancelling the awaiting request cancels the work on the run loop.
@@ -87,6 +89,15 @@ class ManagerBridge:
 
         future = asyncio.run_coroutine_threadsafe(call(), self.loop)
         return await asyncio.wrap_future(future)
+
+    async def read_on_run_loop(self, read: Callable[[], T]) -> T:
+        """``read()``, called on the run loop: for state that only that loop
+        may touch.  Waits behind the run loop's work; not for hot paths."""
+
+        async def call() -> T:
+            return read()
+
+        return await self._on_run_loop(call)
 
     # -- state ---------------------------------------------------------------
 

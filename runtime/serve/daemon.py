@@ -132,8 +132,8 @@ async def serve_manager(
     if metrics is None:
         metrics = DaemonMetrics()
         manager.observer = metrics.observe
-    _watch(metrics, manager)
     service = ManagerBridge(manager, asyncio.get_running_loop())
+    _watch(metrics, manager, service)
     own = sock is None
     sock = sock or _listen(server.host, server.port)
     try:
@@ -176,12 +176,14 @@ async def serve_manager(
             sock.close()
 
 
-def _watch(metrics: DaemonMetrics, manager: RunManager) -> None:
+def _watch(metrics: DaemonMetrics, manager: RunManager, service: ManagerBridge) -> None:
+    """Scrape-time sources; they are read on the API thread, so what belongs
+    to the run loop (the runtime's backends and queues) is read there."""
     metrics.watch_active_runs(manager.active)
     metrics.watch_store_queue(lambda: manager.store.queue_depth)
     metrics.watch_runs_by_status(manager.store.count_by_status)
-    metrics.watch_backends(lambda: dict(manager.runtime.backends))
-    metrics.watch_mailboxes(manager.queue_depths)
+    metrics.watch_backends(lambda: service.read_on_run_loop(lambda: dict(manager.runtime.backends)))
+    metrics.watch_mailboxes(lambda: service.read_on_run_loop(manager.queue_depths))
 
 
 @final

@@ -13,6 +13,12 @@ Shutdown (``drain``): new runs are refused; running runs get a grace period
 to finish; the rest are stopped without recording anything more, so the
 store holds exactly their committed steps and the next start resumes them.
 
+Threads: runs execute on the loop that opened the manager (the run loop);
+the daemon's API thread reads live state through ``get``/``detail``/
+``list``/``active``.  ``_lock`` guards every change to the shared dicts
+(``_live``, ``_finished``, a live run's ``info`` and ``rollouts``) and those
+reads; it is held for a few dict operations, never across an ``await``.
+
 The roof: may import every layer; only the daemon's interfaces import it.
 """
 
@@ -20,12 +26,15 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import enum
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self, final
+from typing import Self, TypeVar, final
 
 import anyio
 import msgspec
@@ -69,10 +78,30 @@ log = get_logger(__name__)
 EventObserver = Callable[[Event], None]
 """Sees every committed event (metrics)."""
 
+T = TypeVar("T")
+
+
+class _State(enum.Enum):
+    UNOPENED = "unopened"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+async def _enter_closing_cleanly(stack: AsyncExitStack, cm: AbstractAsyncContextManager[T]) -> T:
+    """Enter ``cm`` on ``stack`` so that it closes as if the opener's body
+    ended normally: a task group (the runs', the store's writer) would take
+    the opener's error as its own and raise it wrapped in an
+    ``ExceptionGroup``; this way it propagates as itself, and the group
+    raises only for its own tasks' failures."""
+    value = await cm.__aenter__()
+    stack.push_async_callback(cm.__aexit__, None, None, None)
+    return value
+
 
 @dataclass(slots=True)
 class _Live:
-    """An active run's state, kept current from its events."""
+    """An active run's state, kept current from its events (``apply`` and
+    changes to ``info`` under the manager's lock)."""
 
     info: RunInfo
     request: RunRequest
@@ -131,7 +160,13 @@ class _Live:
 class RunManager:
     """See the module docstring.  ``backends``/``tools``/``prices``/``judge``
     are handed to the ``Runtime`` (tests and embedders pass fakes here);
-    ``observer`` sees every committed event (the daemon's metrics)."""
+    ``observer`` sees every committed event (the daemon's metrics).
+
+    An async context manager, opened once: ``async with RunManager(...) as
+    manager:`` opens the store, the runtime and the task group the runs
+    execute in, then resumes unfinished runs; a failure at any of these
+    steps closes what was opened, in reverse order, and raises.  Raises
+    ``RuntimeError`` when opened twice or reopened once closed."""
 
     def __init__(
         self,
@@ -153,11 +188,13 @@ class RunManager:
             judge=judge,
         )
         self.observer = observer
+        self._lock = threading.Lock()
         self._live: dict[str, _Live] = {}
         self._finished: dict[str, RunDetail] = {}
-        """Recently finished runs, oldest first (read by the API thread too:
-        it only looks up keys, and a miss falls through to the store)."""
+        """Recently finished runs, oldest first."""
         self._slots = anyio.CapacityLimiter(config.server.max_active_runs)
+        self._state = _State.UNOPENED
+        self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self.accepting = False
         self.ready = False
@@ -166,17 +203,26 @@ class RunManager:
     # -- lifecycle -----------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        await self.store.__aenter__()
+        if self._state is _State.OPEN:
+            raise RuntimeError("Cannot open a RunManager that is already open.")
+        if self._state is _State.CLOSED:
+            raise RuntimeError("Cannot reopen a RunManager once it has been closed.")
+        self._state = _State.OPEN
         try:
-            await self.runtime.__aenter__()
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
-        except BaseException as exc:
-            await self.store.__aexit__(type(exc), exc, exc.__traceback__)
+            async with AsyncExitStack() as stack:
+                await _enter_closing_cleanly(stack, self.store)
+                await stack.enter_async_context(self.runtime)
+                self._tg = await _enter_closing_cleanly(stack, anyio.create_task_group())
+                # Runs first detach, then the task group waits for them
+                # (callbacks unwind in reverse).
+                stack.callback(self._stop_runs)
+                self.accepting = True
+                await self._resume_unfinished()
+                self.ready = True
+                self._stack = stack.pop_all()
+        except BaseException:
+            self._state = _State.CLOSED
             raise
-        self.accepting = True
-        await self._resume_unfinished()
-        self.ready = True
         return self
 
     async def __aexit__(
@@ -185,16 +231,16 @@ class RunManager:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._state is not _State.OPEN or self._stack is None:
+            raise RuntimeError(f"Cannot close a RunManager that is {self._state.value}.")
+        self._state = _State.CLOSED
+        stack, self._stack = self._stack, None
+        await stack.__aexit__(exc_type, exc, tb)
+
+    def _stop_runs(self) -> None:
         self.accepting = self.ready = False
         self._detach_all()
-        try:
-            if self._tg is not None:
-                await self._tg.__aexit__(exc_type, exc, tb)
-        finally:
-            try:
-                await self.runtime.__aexit__(exc_type, exc, tb)
-            finally:
-                await self.store.__aexit__(exc_type, exc, tb)
+        self._tg = None
 
     def _detach_all(self) -> None:
         for live in self._live.values():
@@ -285,11 +331,7 @@ class RunManager:
             parse_config({**scaling.options, "name": scaling.aggregate}, "scaling.aggregate")
         except ConfigError as exc:
             raise invalid(str(exc.args[0]) if exc.args else str(exc), where=exc.where) from None
-        budget = request.budget
-        for name in ("max_tokens", "max_usd", "max_model_calls", "max_wall_seconds"):
-            value = getattr(budget, name)
-            if value is not None and value < 0:
-                raise invalid(f"must be >= 0, got {value}", where=f"budget.{name}")
+        budget = request.budget  # its caps are >= 0 and finite (``Budget`` checks)
         if budget.max_usd is not None and self.runtime.prices is None:
             raise invalid(
                 "a max_usd cap needs model prices, and this daemon has none configured",
@@ -305,7 +347,8 @@ class RunManager:
         run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
         info = await self.store.create_run(run_id, request)
         live = _Live(info=info, request=request)
-        self._live[run_id] = live
+        with self._lock:
+            self._live[run_id] = live
         self._tg.start_soon(self._execute, live, None)
         log.info("run_submitted", run_id=run_id, agent=request.agent, rollouts=info.rollouts)
         return info
@@ -328,7 +371,8 @@ class RunManager:
             )
             for rollout in await self.store.rollouts(run_id):
                 live.rollouts[rollout.rollout_id] = rollout
-            self._live[run_id] = live
+            with self._lock:
+                self._live[run_id] = live
             self.resumed.append(run_id)
             steps = sum(len(c.steps) for c in checkpoint.rollouts.values())
             log.info("run_resumed", run_id=run_id, committed_steps=steps)
@@ -342,7 +386,8 @@ class RunManager:
         # its seq for ``RunFinished`` (a UNIQUE violation: the run never settles).
         with anyio.CancelScope(shield=True):
             await self.store.record(event)
-            live.apply(event)
+            with self._lock:
+                live.apply(event)
         if self.observer is not None:
             self.observer(event)
         live.notify()
@@ -392,7 +437,8 @@ class RunManager:
                         self._remember(live, result)
             live.done.set()
             live.notify()
-            self._live.pop(run_id, None)
+            with self._lock:
+                self._live.pop(run_id, None)
 
     async def _settle(
         self, live: _Live, status: RunStatus, result: RunResult | None, error: str | None
@@ -406,21 +452,23 @@ class RunManager:
                     run_id=live.info.run_id, seq=live.last_seq + 1, ts=time.time(), status=status
                 )
                 await self.store.record(end)
-                live.apply(end)
+                with self._lock:
+                    live.apply(end)
                 if self.observer is not None:
                     self.observer(end)
             await self.store.finish(live.info.run_id, status, result, error, at=now)
         except Exception as exc:
             log.error("run_settle_failed", run_id=live.info.run_id, exc_info=exc)
             return False
-        live.info = msgspec.structs.replace(
-            live.info,
-            status=status,
-            answer=result.answer if result else None,
-            error=error,
-            cost=result.cost if result else live.info.cost,
-            updated_at=now,
-        )
+        with self._lock:
+            live.info = msgspec.structs.replace(
+                live.info,
+                status=status,
+                answer=result.answer if result else None,
+                error=error,
+                cost=result.cost if result else live.info.cost,
+                updated_at=now,
+            )
         log.info("run_finished", run_id=live.info.run_id, status=status)
         return True
 
@@ -430,31 +478,35 @@ class RunManager:
         capacity = self.config.server.finished_runs_cached
         if capacity == 0:
             return
-        self._finished[live.info.run_id] = RunDetail(
+        detail = RunDetail(
             run=live.info,
             request=live.request,
             rollouts=list(live.rollouts.values()),
             result=result,
         )
-        while len(self._finished) > capacity:
-            del self._finished[next(iter(self._finished))]
+        with self._lock:
+            self._finished[live.info.run_id] = detail
+            while len(self._finished) > capacity:
+                del self._finished[next(iter(self._finished))]
 
     async def get(self, run_id: str) -> RunInfo | None:
-        live = self._live.get(run_id)
-        if live is not None:
-            return live.info
-        finished = self._finished.get(run_id)
+        with self._lock:
+            live = self._live.get(run_id)
+            if live is not None:
+                return live.info
+            finished = self._finished.get(run_id)
         if finished is not None:
             return finished.run
         return await self.store.run_info(run_id)
 
     async def detail(self, run_id: str) -> RunDetail | None:
-        live = self._live.get(run_id)
-        if live is not None:
-            return RunDetail(
-                run=live.info, request=live.request, rollouts=list(live.rollouts.values())
-            )
-        finished = self._finished.get(run_id)
+        with self._lock:
+            live = self._live.get(run_id)
+            if live is not None:
+                return RunDetail(
+                    run=live.info, request=live.request, rollouts=list(live.rollouts.values())
+                )
+            finished = self._finished.get(run_id)
         if finished is not None:
             return finished
         return await self.store.detail(run_id)
@@ -473,7 +525,11 @@ class RunManager:
                     f"not a cursor this daemon issued: {cursor!r}", where="query.cursor"
                 ) from None
         page = await self.store.list_runs(status=status, limit=limit, cursor=position)
-        runs = [self._live[r.run_id].info if r.run_id in self._live else r for r in page.runs]
+        with self._lock:
+            current = [self._live.get(r.run_id) for r in page.runs]
+        runs = [
+            r if live is None else live.info for r, live in zip(page.runs, current, strict=True)
+        ]
         if status is not None:
             runs = [r for r in runs if r.status == status]
         return RunPage(runs=runs, next_cursor=page.next_cursor)
@@ -538,13 +594,14 @@ class RunManager:
         return await self.store.summaries(run_id)
 
     def active(self) -> int:
-        return len(self._live)
+        with self._lock:
+            return len(self._live)
 
     def queue_depths(self) -> dict[str, int]:
         """What waits, by queue: runs for a run slot, rollouts for their
         backend's slot, writes for the store (``/metrics``)."""
         depths = {"runs": self._slots.statistics().tasks_waiting}
-        for backend, waiting in self.runtime.scheduler.waiting().items():
+        for backend, waiting in self.runtime.waiting().items():
             depths[f"rollouts:{backend}"] = waiting
         depths["store_writes"] = self.store.queue_depth
         return depths
