@@ -136,6 +136,27 @@ async def test_a_manager_opens_once(tmp_path: Path, daemon_kit: Any) -> None:
             pass
 
 
+async def test_an_error_in_the_body_propagates_as_itself(
+    tmp_path: Path, daemon_kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not wrapped in the ``ExceptionGroup`` of the runs' task group, and the
+    run still executing is stopped first."""
+    manager = RunManager(daemon_kit.config(tmp_path))
+    runtime = _FakeRuntime()
+    monkeypatch.setattr(manager, "runtime", runtime)
+
+    async def use() -> None:
+        async with manager:
+            await manager.submit(RunRequest(task="q"))
+            await runtime.running.wait()
+            raise LookupError("from the body")
+
+    with anyio.fail_after(10), pytest.raises(LookupError, match="from the body"):
+        await use()
+    assert runtime.log == ["enter", "run q", "stopped q", "exit"]
+    assert await _store_is_closed(manager.store.path)
+
+
 class _SlowFromOtherThreads(dict[str, Any]):
     """A dict whose lookups from a thread other than ``owner`` sleep first
     (releasing the GIL): it widens every check-then-act window of a reader
@@ -200,7 +221,7 @@ async def test_reads_from_another_thread_while_runs_start_and_finish(
         thread.start()
         try:
             with anyio.fail_after(20):
-                for _wave in range(6):
+                for _wave in range(5):
                     infos = [
                         await manager.submit(
                             RunRequest(
@@ -210,7 +231,7 @@ async def test_reads_from_another_thread_while_runs_start_and_finish(
                                 budget=Budget(max_model_calls=10),
                             )
                         )
-                        for _ in range(20)
+                        for _ in range(16)
                     ]
                     for info in infos:
                         await manager.wait(info.run_id)
