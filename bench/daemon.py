@@ -96,9 +96,6 @@ def start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
 def daemon_config(sim_url: str, store: Path) -> str:
     return f"""
 early_stop = false
-warm_prefix = false
-# Rollouts in flight on the backend, over all runs: no cap below the load.
-default_concurrency = 2048
 
 [server]
 port = 0

@@ -41,7 +41,8 @@ class RolloutInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     rollout_id: str
     status: str
-    """``running`` until its ``RolloutFinished`` event, then that status."""
+    """``queued`` while it waits for a backend slot, ``running`` until its
+    ``RolloutFinished`` event, then that status."""
     steps: int = 0
     answer: str | None = None
     cost: Cost = Cost()

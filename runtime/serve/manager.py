@@ -44,6 +44,8 @@ from agentrt.aggregators import Judge, parse_config
 from agentrt.protocols import (
     Event,
     RolloutFinished,
+    RolloutQueued,
+    RolloutRestarted,
     RolloutStarted,
     RunFinished,
     RunRequest,
@@ -140,6 +142,11 @@ class _Live:
                 self.rollouts[rid] = RolloutInfo(
                     rollout_id=rid, status="running", steps=old.steps if old else 0
                 )
+            case RolloutQueued(rollout_id=rid):
+                self.rollouts[rid] = RolloutInfo(rollout_id=rid, status="queued")
+            case RolloutRestarted(rollout_id=rid, resumed_steps=steps):
+                # The new incarnation goes on from its committed steps.
+                self.rollouts[rid] = RolloutInfo(rollout_id=rid, status="running", steps=steps)
             case StepRecorded(rollout_id=rid):
                 old = self.rollouts.get(rid) or RolloutInfo(rollout_id=rid, status="running")
                 self.rollouts[rid] = msgspec.structs.replace(old, steps=old.steps + 1)

@@ -244,6 +244,6 @@ def test_without_progress_off_a_terminal_the_output_is_unchanged(
     assert not any(line.startswith(("budget", "rollouts ")) for line in plain)
     shown = lines("--progress")  # the plain path feeds the display too
     assert shown[-len(plain) :] == plain
-    assert shown[0].rstrip() == "rollouts 3/3 done"
-    assert any(line.startswith("rollout-2 ") and "finished" in line for line in shown)
+    assert shown[0].rstrip() == "rollouts 3/3 done (assistant)"
+    assert any(line.startswith("r2 ") and "finished" in line for line in shown)
     assert any(line.startswith("budget [") for line in shown)

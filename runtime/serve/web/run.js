@@ -177,9 +177,18 @@ export class RunView {
         this.startTs = ev.ts;
         if (this.info && this.info.status === 'pending') this.info = { ...this.info, status: 'running' };
         break;
+      case 'rollout_queued':
+        this.rolloutState(ev.rollout_id).status = 'queued';
+        break;
+      case 'rollout_restarted': {
+        const r = this.rolloutState(ev.rollout_id);
+        r.status = 'running';
+        this.notes.push({ kind: 'error', text: `restarted (incarnation ${ev.incarnation}) from ${ev.resumed_steps} committed steps after ${ev.error}`, rollout: ev.rollout_id });
+        break;
+      }
       case 'rollout_started': {
         const r = this.rolloutState(ev.rollout_id);
-        if (r.status === 'pending') r.status = 'running';
+        if (r.status === 'pending' || r.status === 'queued') r.status = 'running';
         r.parent = ev.parent_rollout_id;
         if (this.info && this.info.status === 'pending') this.info = { ...this.info, status: 'running' };
         break;

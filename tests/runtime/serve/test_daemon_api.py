@@ -259,3 +259,29 @@ async def test_metrics_show_the_daemons_runs_and_queues(tmp_path: Path, daemon_k
     assert 'agentrt_mailbox_depth{actor="runs"} 0.0' in text
     assert 'agentrt_mailbox_depth{actor="store_writes"} 0.0' in text
     assert "agentrt_active_runs 0.0" in text
+
+
+async def test_a_rollout_waiting_for_its_backend_is_queued(tmp_path: Path, daemon_kit: Any) -> None:
+    """A backend that takes one rollout at a time: the run's other rollouts
+    show ``queued`` (not ``running``) until their turn."""
+    config = daemon_kit.config(tmp_path, concurrency={"scripted": 1}, early_stop=False)
+    backend = daemon_kit.scripted(steps=3, latency_s=0.05)
+    body = {"task": "count", "agent": "solver", "scaling": {"rollouts": 3}}
+    async with (
+        daemon_kit.running(config, backend) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        run_id = (await client.post("/v1/runs", json=body)).json()["run_id"]
+        seen: set[tuple[str, ...]] = set()
+        with anyio.fail_after(20):
+            while True:
+                detail = (await client.get(f"/v1/runs/{run_id}")).json()
+                statuses = tuple(sorted(r["status"] for r in detail["rollouts"]))
+                seen.add(statuses)
+                if detail["run"]["status"] in ("succeeded", "failed"):
+                    break
+                await anyio.sleep(0.01)
+        events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
+    assert detail["run"]["status"] == "succeeded"
+    assert ("queued", "queued", "running") in seen
+    assert sum(kind == "rollout_queued" for _, kind, _ in events) == 2

@@ -63,8 +63,8 @@ replies = ["391"]
         assert out.returncode == 0, out.stderr
         answer, usage = out.stdout.splitlines()
         assert answer == "391"
-        # One token per rollout (four) and one for the request that warms the prefix.
-        assert "completion_tokens=5" in usage
+        # One token per rollout (four); no prefix warm-up by default.
+        assert "completion_tokens=4" in usage
         runs = httpx.get(
             f"http://127.0.0.1:{port}/v1/runs",
             headers={"Authorization": "Bearer example-token-0123456789"},
