@@ -119,7 +119,7 @@ def test_kill_9_resumes_every_run_without_losing_or_rerunning_a_step(
         f"""
 rollouts = 1
 early_stop = false
-concurrency = { sim = 4 }
+concurrency = {{ sim = 4 }}
 
 [server]
 port = {port}
