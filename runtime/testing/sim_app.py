@@ -10,8 +10,9 @@ Routes::
     POST|GET /flush_cache       SGLang native admin (sim_native)
     GET  /metrics               Prometheus text (sim:* metrics)
     GET  /sim/stats             JSON: requests by path, statuses, faults by
-                                kind, cache and token counts, max
-                                concurrency, attempts per X-Request-Id/rid
+                                kind, cache and token counts, generations
+                                completed and abandoned, max concurrency,
+                                attempts per X-Request-Id/rid
     POST /sim/reset             zero the statistics (cache kept)
 
 Only the three generation routes draw faults.  No middleware: handlers

@@ -46,6 +46,13 @@ class SimServerConfig(BaseModel):
     tick per stream keeps 1,000 concurrent streams cheap); total time is unchanged."""
     reply_tokens: int = Field(default=16, ge=1)
     """Length in tokens of free-text replies (capped by the request's max tokens)."""
+    reply_tokens_max: int | None = Field(default=None, ge=1)
+    """When set, each final reply's length in tokens is drawn between
+    ``reply_tokens`` and this (inclusive), per (prompt, seed, sample index),
+    so usage varies from request to request but the same request gets the
+    same length; in ``answer`` mode filler words come before the
+    ``ANSWER:`` line.  ``None`` (default): every reply is ``reply_tokens``
+    long (``answer`` mode: just the ``ANSWER:`` line)."""
     tool_rounds: int = Field(default=1, ge=0)
     """When tools are offered, answer with tool calls while the conversation holds
     fewer than this many tool results; then answer in text."""
@@ -89,6 +96,11 @@ class SimServerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _rates_fit(self) -> SimServerConfig:
+        if self.reply_tokens_max is not None and self.reply_tokens_max < self.reply_tokens:
+            raise ValueError(
+                f"reply_tokens_max ({self.reply_tokens_max}) must be >= reply_tokens "
+                f"({self.reply_tokens})"
+            )
         total = (
             self.fault_429 + self.fault_503 + self.fault_hang + self.fault_cut + self.fault_restart
         )
@@ -135,10 +147,12 @@ def build_parser(prog: str = "agentrt sim-server") -> argparse.ArgumentParser:
     for name, field in SimServerConfig.model_fields.items():
         kwargs: dict[str, Any] = {"dest": name, "default": None, "help": field.description}
         choices = get_args(field.annotation)
+        # ``int | None`` takes an int (leaving the flag out keeps None).
+        numeric = [c for c in (field.annotation, *choices) if c in (int, float)]
         if choices and all(isinstance(c, str) for c in choices):
             kwargs["choices"] = choices
-        elif field.annotation in (int, float):
-            kwargs["type"] = field.annotation
+        elif numeric:
+            kwargs["type"] = numeric[0]
         parser.add_argument(_flag(name), **kwargs)
     return parser
 

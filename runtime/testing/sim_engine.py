@@ -1,7 +1,9 @@
 """The sim-server's shared state: model, prefix cache, faults, statistics.
 
 Everything the HTTP handlers share lives here: the ``SimModel``, the
-``RadixCache``, the ``FaultInjector``, request/token/concurrency counters,
+``RadixCache``, the ``FaultInjector``, request/token/concurrency counters
+(``completed``: generations whose reply was served and whose tokens are
+counted; ``abandoned``: generations the client left before that),
 per-request-id attempt counts, the timing model, and the two read-outs
 (``/metrics`` in Prometheus text, ``/sim/stats`` as JSON).
 
@@ -55,6 +57,8 @@ class SimEngine:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.cached_tokens = 0
+        self.completed = 0
+        self.abandoned = 0
         self.restarts = 0
         self.faults.injected = dict.fromkeys(self.faults.injected, 0)
         c = self.cache
@@ -81,8 +85,11 @@ class SimEngine:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
-    def leave(self) -> None:
+    def leave(self, *, abandoned: bool = False) -> None:
+        """A generation request is done; ``abandoned``: its handler was
+        cancelled (the client went away) before it completed."""
         self.in_flight -= 1
+        self.abandoned += abandoned
 
     def prefill(self, prompt_ids: list[int]) -> tuple[int, float]:
         """Match the prompt in the cache: (cached tokens, seconds to first token)."""
@@ -129,6 +136,7 @@ class SimEngine:
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion
         self.cached_tokens += cached
+        self.completed += 1
 
     def flush_cache(self) -> None:
         self.cache.flush()
@@ -149,6 +157,10 @@ class SimEngine:
             "restarts": self.restarts,
             "in_flight": self.in_flight,
             "max_concurrent": self.max_in_flight,
+            "generations": {
+                "completed": self.completed,
+                "abandoned": self.abandoned,
+            },
             "tokens": {
                 "prompt": self.prompt_tokens,
                 "completion": self.completion_tokens,

@@ -77,7 +77,8 @@ class Generation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.engine.leave()
+        cancelled = exc_type is not None and issubclass(exc_type, anyio.get_cancelled_exc_class())
+        self.engine.leave(abandoned=cancelled)
 
     async def early_fault(self) -> web.StreamResponse | None:
         """The reply for a request-level fault decided before generating, or

@@ -210,6 +210,15 @@ class _Rng:
         return out
 
 
+def _filler(words: list[str]) -> list[str]:
+    """Filler text as tokens, one per word: a capitalised first word,
+    " word"s, and a full stop in place of the last word."""
+    pieces = [words[0].capitalize()] + [" " + w for w in words[1:-1]]
+    if len(words) > 1:
+        pieces.append(".")
+    return pieces
+
+
 class SimModel:
     """Deterministic replies for the sim-server (see the module docstring)."""
 
@@ -223,6 +232,14 @@ class SimModel:
     def _rng(self, view: PromptView, seed: int | None, index: int) -> _Rng:
         salt = zlib.crc32(f"{self._config.seed}|{seed or 0}|{index}|".encode())
         return _Rng(zlib.crc32(view.text.encode("utf-8", "surrogatepass"), salt))
+
+    def _length(self, rng: _Rng) -> int:
+        """A final reply's length: ``reply_tokens``, or drawn up to
+        ``reply_tokens_max``."""
+        low, high = self._config.reply_tokens, self._config.reply_tokens_max
+        if high is None or high == low:
+            return low
+        return low + rng.bits() % (high - low + 1)
 
     def wants_tools(self, view: PromptView) -> bool:
         """Whether the reply to ``view`` calls tools."""
@@ -297,17 +314,22 @@ class SimModel:
     def _text_reply(
         self, view: PromptView, rng: _Rng, *, temperature: float, max_tokens: int
     ) -> SimChoice:
-        if self._config.answer == "answer":
+        config = self._config
+        if config.answer == "answer":
             value = answer_value(view.first_user)
-            if temperature > 0 and rng.random() < self._config.answer_noise:
+            if temperature > 0 and rng.random() < config.answer_noise:
                 value = _wrong(value)
             pieces = tokenize(f"ANSWER: {value}")
+            if config.reply_tokens_max is not None:
+                # Filler first, so the reply is as long as drawn (at least
+                # the ANSWER line) and still ends with the answer.
+                tail = tokenize(f"\nANSWER: {value}")
+                filler = self._length(rng) - len(tail)
+                if filler > 0:
+                    pieces = [*_filler(rng.words(filler)), *tail]
         else:
-            # reply_tokens tokens: capitalised first word, " word"s, a full stop.
-            words = rng.words(self._config.reply_tokens)
-            pieces = [words[0].capitalize()] + [" " + w for w in words[1:-1]]
-            if len(words) > 1:
-                pieces.append(".")
+            # A capitalised first word, " word"s, a full stop.
+            pieces = _filler(rng.words(self._length(rng)))
         finish = "stop"
         if len(pieces) > max_tokens:
             pieces = pieces[: max(max_tokens, 0)]
