@@ -147,7 +147,17 @@ class Agent:
         charged to the ledger as spent and no ``branch_step`` is recorded;
         with ``charged`` they are already on ``ledger`` (the rollout's actor
         crashed and was restarted in this process): counted in the
-        trajectory's cost, not charged again."""
+        trajectory's cost, not charged again.
+
+        The rollout ends when a reply has no tool calls (its text is the
+        answer), the finish tool is called, a signal in ``config.stop_on``
+        fires, or a limit is reached (steps, rollout tokens, context, budget:
+        ``exhausted``); a backend failure ends it ``failed``.  Those are data
+        in the result, and a ``RolloutFinished`` event is emitted in every
+        case, cancellation included.  Any other exception (a bug) emits a
+        fatal ``ErrorRaised`` and propagates.  Cancelling the caller, or
+        ``control.cancel(rollout_id)``, stops it at once, tool and model calls
+        included."""
         rollout_id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
         if ledger is None:
             ledger = self.ledger or BudgetLedger(rollout_id, prices=self.prices)

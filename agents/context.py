@@ -1,38 +1,9 @@
-"""Context management: the prompt of each step, kept within a token budget.
+"""Context management: ``ContextWindow``, the prompt of each step of a
+rollout, kept within a token budget.
 
-Owns ``ContextWindow``, which builds the messages of every model call of a
-rollout as
-
-    system (instructions) | task | seed messages | [notes] | turns...
-
-where a *turn* is one assistant message and the tool messages answering it.
-Tool definitions travel beside the messages, sorted by name.  The first two
-messages and the tool definitions -- the *shared prefix* -- are the same
-bytes on every step and in every rollout of the same agent and task, so a
-model server's prefix cache serves them once.
-
-The history is append-only between compactions, so each step's prompt
-extends the previous one and the server reuses its cache for the whole
-history too.  Only when the estimate crosses ``budget_tokens`` is the
-history compacted, down to ``compact_to`` of the budget (so compaction is
-rare), in this order:
-
-1. prune failed tool calls the model already corrected (a later call of the
-   same tool succeeded): the failed call and its error message go; a turn
-   left with no call goes entirely;
-2. fold completed sub-trajectories -- the oldest turns outside the
-   ``keep_recent_turns`` window, all of whose calls are answered -- into
-   short notes (one line per call: tool, abridged arguments, ok/error and
-   the abridged result), kept in one notes message after the task;
-3. drop the oldest note lines (their count is kept);
-4. fold recent turns too, down to the last one.
-
-Tool results longer than ``max_tool_result_tokens`` are clipped (head and
-tail kept) before they enter the prompt; the step records keep them whole.
-
-Token counts here are estimates (characters / ``chars_per_token``, plus a
-per-message overhead); servers report the real counts.  Pure computation:
-no I/O.  Must not import tools' implementations, aggregators or the roof.
+Token counts are estimates; servers report the real ones.  Pure
+computation: no I/O.  Must not import tools' implementations, aggregators
+or the roof.
 """
 
 from __future__ import annotations
@@ -117,7 +88,17 @@ class _Turn:
 
 @final
 class ContextWindow:
-    """The prompt of every step of one rollout (see the module docstring)."""
+    """The prompt of every step of one rollout.
+
+    Messages are ``system | task | seed | [notes] | turns...`` (a turn: an
+    assistant message and the tool messages answering it), tool definitions
+    beside them sorted by name.  The system and task messages and the tools
+    are the same bytes on every step and in every rollout of the same agent
+    and task, and the history is append-only between compactions, so a
+    server's prefix cache serves them.  Tool results over
+    ``max_tool_result_tokens`` are clipped (head and tail) in the prompt.
+    Token counts are estimates (characters / ``chars_per_token`` plus a
+    per-message overhead)."""
 
     def __init__(
         self,
@@ -201,7 +182,11 @@ class ContextWindow:
     # -- compaction ----------------------------------------------------------
 
     def compact(self) -> None:
-        """Shrink the history to ``compact_to`` of the budget (module docstring)."""
+        """Shrink the history to ``compact_to`` of the budget, in this order:
+        prune failed tool calls a later call of the same tool corrected; fold
+        the oldest answered turns outside ``keep_recent_turns`` into one-line
+        notes (one notes message after the task); drop the oldest note lines
+        (their count is kept); fold recent turns too, down to the last one."""
         target = int(self.config.budget_tokens * self.config.compact_to)
         self.compactions += 1
         self._prune_corrected()

@@ -1,40 +1,5 @@
-"""The agent loop: one rollout of a tool-calling agent.
-
-Owns ``Rollout``, the state and steps of one run of an ``Agent``
-(``agents.agent``: configuration plus backends, tools, ledger, emitter,
-routing policy).  Each step:
-
-1. the prompt: ``ContextWindow`` (shared prefix, history, compaction);
-2. the model: ``RolloutRouter.reserve`` picks the tier from the previous
-   step's signals and the ledger's headroom and books the call's worst case;
-   ``BudgetExceeded`` ends the rollout as ``exhausted``;
-3. the call: ``backend.complete`` under ``model_timeout_s``; the ledger is
-   charged the usage the server reported; a backend failure ends the
-   rollout as ``failed`` (an ``ErrorRaised`` event says why);
-4. the tools: every call of the assistant message runs concurrently
-   (``Toolbox.run_calls``), each under ``tool_timeout_s``; bad calls come
-   back to the model as error results it can correct;
-5. the record: a ``Step`` (request messages, reply, tool results, routing
-   decision, timings) and the events ``ToolCalled``, ``StepRecorded``,
-   ``SignalRaised``;
-6. shared memory (when the agent has a ``MemoryView``): each prompt ends
-   with a note listing the bank's top keys for the latest observation (after
-   the history, so the shared prefix and the history stay byte-stable), and
-   successful tool results are offered to the bank through its admission
-   policy;
-7. stop when the reply has no tool calls (its text is the answer), the
-   finish tool was called, a signal in ``stop_on`` fired, or a limit was
-   reached (steps, rollout tokens, context, budget).
-
-A rollout ends with a ``RolloutResult`` (the ``Trajectory`` plus the
-signals raised) and a ``RolloutFinished`` event in every case, cancellation
-included.  Expected failures are data; an exception that is none of those
-(a bug in this package or in a sink) emits a fatal ``ErrorRaised`` and
-propagates, so that a supervising actor sees it.
-
-Cancellation: cancelling the task running ``Agent.run`` stops it at once,
-running tool calls and the model call included; so does
-``RolloutControl.cancel`` from another task (the actor uses it).
+"""The agent loop: ``Rollout``, the state and steps of one rollout of an
+``Agent`` (``Agent.run`` documents when a rollout ends and what it returns).
 
 May import protocols and the runtime floor; never aggregators or the roof.
 """
@@ -116,8 +81,17 @@ class _Pending:
 
 
 class Rollout:
-    """One rollout of ``agent`` (see the module docstring); ``Agent.run``
-    builds it and calls ``run`` once."""
+    """One rollout of ``agent``; ``Agent.run`` builds it and calls ``run`` once.
+
+    Each step: the prompt from a ``ContextWindow``; the router picks the tier
+    and reserves the call's worst case on the ledger; the backend call under
+    ``model_timeout_s``, charged the usage the server reported; the tool
+    calls run concurrently (``Toolbox.run_calls``), each under
+    ``tool_timeout_s``; a ``Step`` and its events (``ToolCalled``,
+    ``StepRecorded``, ``SignalRaised``).  With a memory view, each prompt
+    ends with a note of the bank's top keys (after the history, so the
+    prefix stays byte-stable) and successful tool results are offered to
+    the bank."""
 
     def __init__(
         self,

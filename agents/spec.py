@@ -1,39 +1,9 @@
-"""Agent hierarchies as YAML: the models of a spec file.
+"""Agent hierarchies as YAML: the models of a spec file (``AgentSpec``,
+``PipelineSpec``, ``MultiFile``, limits and budget slices).
 
-A spec file holds one agent (its keys at the top level) or several::
-
-    entry: planner                 # the agent a run starts with (default: the first)
-    mcp_servers:                   # MCP servers the agents of this file may use
-      files: {command: npx, args: [-y, "@modelcontextprotocol/server-filesystem", "."]}
-    agents:
-      planner:
-        instructions: Split the task and delegate the parts.
-        sub_agents: [arithmetic, workers/writer.yaml]    # by name, or by file
-        limits: {max_steps: 6, budget: {max_tokens: 20000}}
-      arithmetic:
-        description: Exact arithmetic.                   # what a caller is told
-        tools: [calculator, {mcp: files}, "my_pkg.tools:lookup"]
-        limits: {budget_share: 0.3}
-
-A unit is an agent (``kind: agent``, the default) or a pipeline (``kind:
-pipeline``: ordered stages passing outputs, see ``PipelineSpec``).  Files
-referenced by path are resolved relative to the referring file;
-``path.yaml#name`` picks one agent of a multi-agent file.  Tools are
-built-in names (``calculator``, ``python``, ``read_file``,
-``list_directory``), Python bindings ``"pkg.mod:fn"`` or MCP servers
-(``{mcp: NAME}`` from ``mcp_servers``, or inline ``{mcp: {name: ...,
-command: ...}}``).
-
-Every problem is a ``SpecError`` (a ``ConfigError``) naming the file, the
-line and the key path (``planner.yaml:7: agents.planner.limits.max_stepz:
-unknown key 'max_stepz' (did you mean 'max_steps'?)``): YAML syntax,
-duplicate keys, unknown keys, invalid values, references to agents, files
-or MCP servers that do not exist, and cycles of sub-agent references.
-``agents.spec_yaml`` maps validation errors to lines.
-
-Pure configuration and file reading: builds nothing (``agents.hierarchy``
-does).  May import the agents' configuration, routing and MCP configuration
-models; never aggregators or the roof.
+Pure configuration: reading files is ``agents.spec_loader``'s, building
+``agents.hierarchy``'s.  May import the agents' configuration, routing and
+MCP configuration models; never aggregators or the roof.
 """
 
 from __future__ import annotations
@@ -185,7 +155,9 @@ class AgentSpec(SpecModel):
     logprobs: bool = False
     """Ask for token log-probabilities (routing's ``low_confidence`` reads them)."""
     tools: list[ToolBinding] = Field(default_factory=list)
-    """Its tools."""
+    """Its tools: built-in names (``calculator``, ``python``, ``read_file``,
+    ``list_directory``), Python bindings ``"pkg.mod:fn"``, or MCP servers
+    (``{mcp: NAME}`` from ``mcp_servers``, or inline ``{mcp: {...}}``)."""
     sub_agents: list[SubAgentRef] = Field(default_factory=list)
     """Agents (or pipelines) it may call as tools, each with its own budget slice."""
     limits: SpecLimits = SpecLimits()
@@ -382,7 +354,9 @@ UNION_TAGS = frozenset(
 
 
 class MultiFile(SpecModel):
-    """A file of several units (it has an ``agents`` key)."""
+    """A file of several units (it has an ``agents`` key); a file without
+    one holds a single agent, its keys at the top level.  See
+    ``examples/planner_workers.yaml``."""
 
     entry: str | None = None
     """The unit a run of this file starts with (default: the first)."""

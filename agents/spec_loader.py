@@ -165,7 +165,11 @@ def load_spec(
     servers: Mapping[str, ServerConfig] | None = None,
 ) -> SpecSet:
     """Load the spec file at ``path`` (``file.yaml#name`` picks the entry)
-    and every file it references; ``SpecError`` names what is wrong where.
+    and every file it references, each once, paths relative to the
+    referring file.  Every problem -- YAML syntax, duplicate or unknown keys,
+    invalid values, references to agents, files or MCP servers that do not
+    exist, cycles of references -- is a ``SpecError`` naming the file, the
+    line and the key path.
     ``servers``: MCP servers defined outside the files (``[mcp]`` in
     ``agentrt.toml``) that agents may name in ``tools: [{mcp: name}]``; a
     file's own ``mcp_servers`` come first."""

@@ -1,41 +1,5 @@
-"""What an actor is: typed ``receive`` plus lifecycle hooks, and its context.
-
-Subclass :class:`Actor` with the message union it accepts and the reply type
-its ``receive`` returns (the reply goes to ``ask``; ``tell`` discards it)::
-
-    class Incr(msgspec.Struct, tag=True, frozen=True):
-        n: int = 1
-
-    class Get(msgspec.Struct, tag=True, frozen=True):
-        pass
-
-    CounterMsg = Incr | Get
-
-    class Counter(Actor[CounterMsg, int | None]):
-        def __init__(self) -> None:
-            self.value = 0
-
-        async def receive(self, message: CounterMsg) -> int | None:
-            match message:
-                case Incr(n=n):
-                    self.value += n
-                case Get():
-                    return self.value
-            return None
-
-Lifecycle: ``on_started`` runs before the first message of a fresh actor;
-``on_restarted(error)`` runs instead on an instance a supervisor created to
-replace a failed one (by default it calls ``on_started``), bounded by the
-system's restart timeout; ``on_stopping`` runs when an instance goes away for
-any reason (stop, crash, restart of a sibling, system shutdown), shielded and
-bounded by the system's stop timeout.
-
-Background work that must go on while the actor answers messages runs as a
-*service* of the current incarnation (``context.start_service`` /
-``context.start_soon_service``, see ``services.py``): cancelled when the
-incarnation ends, and a crash of the actor if it raises.  A request that
-takes long and may overlap others is answered from a service:
-``receive`` returns ``context.defer(...)`` (see ``deferred.py``).
+"""What an actor is: ``Actor`` (typed ``receive`` plus lifecycle hooks) and
+``ActorContext``, what a running instance may know about its place.
 
 This module must not import agents, tools or aggregators.
 """
@@ -142,7 +106,14 @@ class ActorContext(Generic[MsgT, ReplyT]):
 
 
 class Actor(Generic[MsgT, ReplyT]):
-    """Base of user actors: override ``receive`` and, if needed, the hooks."""
+    """Base of user actors: override ``receive`` and, if needed, the hooks.
+
+    Subclass ``Actor[Msg, Reply]`` with the message union it accepts (tagged
+    msgspec structs, dispatched with ``match``) and the reply type
+    ``receive`` returns (``ask`` gets it; ``tell`` discards it).  Work that
+    must go on while the actor answers messages runs as a service
+    (``context.start_service``); a long request is answered from one
+    (``receive`` returns ``context.defer(...)``)."""
 
     __slots__ = ("_context",)
 
@@ -169,11 +140,14 @@ class Actor(Generic[MsgT, ReplyT]):
 
     async def on_restarted(self, error: Exception) -> None:
         """Runs on the fresh instance that replaces a failed one (instead of
-        ``on_started``); ``error`` is the failure that caused the restart."""
+        ``on_started``); ``error`` is the failure that caused the restart.
+        Bounded by the system's restart timeout; by default calls
+        ``on_started``."""
         await self.on_started()
 
     async def on_stopping(self) -> None:
-        """Runs when this instance goes away (stop, crash, restart, shutdown)."""
+        """Runs when this instance goes away (stop, crash, restart of a
+        sibling, shutdown); shielded and bounded by the system's stop timeout."""
 
 
 def attach_context(actor: Actor[MsgT, ReplyT], context: ActorContext[MsgT, ReplyT]) -> None:

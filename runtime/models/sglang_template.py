@@ -1,42 +1,6 @@
-"""The chat template the SGLang-native backend renders prompts with.
-
-SGLang's ``/generate`` takes raw text, so chat requests are rendered here.
-The format is ChatML with Hermes-style tool tags (the layout Qwen models
-are trained on), so the backend works against a real SGLang server running
-such a model as well as against agentrt's sim-server::
-
-    <|im_start|>system
-    {system text}
-
-    # Tools
-    Call a tool by answering with a <tool_call></tool_call> block holding a
-    JSON object {"name": ..., "arguments": {...}}. Available tools:
-    <tools>
-    {"type": "function", "function": {"name": ..., "parameters": ...}}
-    </tools><|im_end|>
-    <|im_start|>user
-    {text}<|im_end|>
-    <|im_start|>assistant
-    {text}<tool_call>
-    {"name": "search", "arguments": {"q": "x"}}
-    </tool_call><|im_end|>
-    <|im_start|>user
-    <tool_response>
-    {tool result}
-    </tool_response><|im_end|>
-    <|im_start|>assistant
-
-Each message is one turn (each tool result its own ``user`` turn), so a
-conversation renders turn by turn (``render_turn``) and caches can work
-per message.  The tools section appears only when tools are offered (with
-a bare system turn when the conversation has no system message).  Image parts are not
-rendered (``/generate`` text mode has no image slot).  Every turn after the
-first starts with a newline, so a growing conversation's token sequence
-extends its previous one (prefix caches hit).
-
-``parse_tool_calls`` reads ``<tool_call>`` blocks back out of generated
-text.  A block whose JSON does not parse still yields a tool call, with the
-raw argument text, so the agent loop sees and reports the malformed call.
+"""The chat template of the SGLang-native backend: ChatML with Hermes-style
+``<tool_call>`` tags (the layout Qwen models are trained on), rendered for
+``/generate`` and parsed back out of generated text.
 
 Pure functions over protocol types: no I/O.
 """
@@ -147,7 +111,14 @@ def render_chat(
     *,
     add_generation_prompt: bool = True,
 ) -> str:
-    """Render a conversation (and offered tools) as one prompt string."""
+    """Render a conversation (and offered tools) as one prompt string.
+
+    One ``<|im_start|>role ... <|im_end|>`` turn per message (a tool result is
+    its own ``user`` turn in ``<tool_response>`` tags), joined by newlines, so
+    a growing conversation's prompt extends its previous one (prefix caches
+    hit).  The tools section goes into the system turn (a bare one is added
+    when there is none) only when ``tools`` are offered.  Image parts are not
+    rendered."""
     turns: list[str] = []
     tools_text = tools_block(tools) if tools else ""
     if tools_text and not (messages and type(messages[0]) is SystemMessage):
@@ -188,7 +159,9 @@ def _parse_block(block: str, index: int, call_id_prefix: str) -> ToolCall:
 def parse_tool_calls(
     text: str, *, call_id_prefix: str = "call_"
 ) -> tuple[str | None, list[ToolCall]]:
-    """Split generated text into its plain content and its tool calls."""
+    """Split generated text into its plain content and its tool calls
+    (``<tool_call>`` blocks).  A block whose JSON does not parse still yields
+    a call, with the raw argument text, so the agent loop reports it."""
     start = text.find(TOOL_CALL_OPEN)
     if start < 0:
         return (text or None), []

@@ -1,36 +1,9 @@
-"""Run model-written Python in a child process with limits.
+"""Run model-written Python in a child process with limits: ``PythonSandbox``
+(the ``python`` tool), its configuration and ``SandboxResult``.
 
-Owns ``PythonSandbox`` (the ``python`` tool), its configuration and
-``SandboxResult``.  Each call writes the code to a fresh temporary directory
-and runs ``python -I -S -B -u -X utf8`` there, in a new session (its own
-process group), with an empty environment (no proxies, no credentials), no
-stdin, and a bootstrap that applies the limits before the program starts:
-
-- wall-clock: ``timeout_s``; past it the whole process group is killed;
-- memory: ``RLIMIT_AS`` (an allocation past it raises ``MemoryError``);
-- CPU seconds ``RLIMIT_CPU``, file size ``RLIMIT_FSIZE``, open files
-  ``RLIMIT_NOFILE``, no core dumps;
-- output: each stream keeps its first and last ``max_output_bytes / 2``.
-
-``-I`` ignores ``PYTHON*`` variables, the user site and the working
-directory on ``sys.path``; ``-S`` leaves site-packages out (standard library
-only) unless ``site_packages`` is set; ``-u`` keeps output unbuffered so a
-program killed at the deadline still shows what it printed.
-
-No network, in two layers.  When ``unshare --user --map-root-user --net``
-works (unprivileged user namespaces; probed once per sandbox) the child runs
-in a network namespace of its own with no interfaces but a down loopback:
-nothing it or its children do reaches a network.  In every case the child
-also installs an audit hook that refuses to create non-Unix sockets, connect,
-bind, send to an address or resolve names; without the namespace it also
-refuses to start programs and to load ``ctypes``.  The audit hook is
-best-effort, not a security boundary: C extensions and private modules can
-get around it.  This sandbox contains accidents and limits resources; it is
-not a jail for hostile code (use a container or VM for that).
-
-Cancelling a call kills the child's process group and waits for it.
-
-Imports the runtime floor and the tools layer; never agents or aggregators.
+Contains accidents and limits resources; it is not a jail for hostile code
+(use a container or VM for that).  Imports the runtime floor and the tools
+layer; never agents or aggregators.
 """
 
 from __future__ import annotations
@@ -268,8 +241,17 @@ def _signal_name(code: int | None) -> str:
 @final
 class PythonSandbox:
     """The ``python`` tool: ``{"code": "print(2 + 2)"}`` -> exit code,
-    stdout and stderr of a fresh, limited process (see module doc).  Also
-    usable directly: ``await sandbox.run(code)``."""
+    stdout and stderr of a fresh, limited process.  Also usable directly:
+    ``await sandbox.run(code)``.
+
+    Each call runs ``python -I -S -B -u -X utf8`` in a fresh temporary
+    directory, in its own session, with an empty environment and no stdin;
+    the limits of ``PythonSandboxConfig`` apply before the program starts.
+    No network: a network namespace when ``unshare`` works, and always an
+    audit hook refusing sockets and name resolution (without the namespace
+    it also refuses subprocesses and ``ctypes``); the hook is best-effort,
+    not a security boundary.  Cancelling a call kills the child's process
+    group and waits for it."""
 
     __slots__ = ("_config", "_isolation", "_tool")
 
