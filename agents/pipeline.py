@@ -1,25 +1,5 @@
-"""Pipelines: units run in fixed order, each on the outputs of the earlier.
-
-Owns ``PipelineNode``, the ``kind: pipeline`` unit of a hierarchy (see
-``agents.spec.PipelineSpec``), used for MarsRL-style Solver -> Verifier ->
-Corrector loops.  One run:
-
-1. variables start as ``task`` (the pipeline's task) and ``previous``
-   (the same, until a stage answers);
-2. each stage renders its ``task`` template from the variables, runs its
-   node once -- a child rollout of the pipeline's rollout, charged to a
-   child ledger capped at the node's slice of what the pipeline has left --
-   and stores the answer in its ``output`` variable and in ``previous``;
-3. a stage whose answer matches its ``stop_if`` ends the pipeline; a stage
-   that does not finish ends it with that stage's status;
-4. after the last stage, while rounds remain, the run continues at
-   ``repeat_from``;
-5. the answer is the ``answer`` variable (default: the last stage's output).
-
-The pipeline's own rollout emits ``RolloutStarted``/``RolloutFinished`` on
-the hierarchy's emitter and records no model steps; its cost is what its
-stages' ledgers were charged (sub-agents included).  Cancelling it cancels
-the running stage.
+"""Pipelines: units run in fixed order, each on the outputs of the earlier
+(``PipelineNode``, the ``kind: pipeline`` unit of a hierarchy).
 
 May import the runtime floor and the rest of ``agentrt.agents``; never
 aggregators or the roof.
@@ -84,7 +64,18 @@ class PipelineResult(msgspec.Struct, frozen=True, kw_only=True):
 
 @final
 class PipelineNode:
-    """A pipeline as a node of a hierarchy (see the module docstring)."""
+    """A pipeline as a node of a hierarchy (``agents.spec.PipelineSpec``).
+
+    Variables start as ``task`` and ``previous`` (the task, until a stage
+    answers).  Each stage renders its ``task`` template from them and runs
+    its node once, as a child rollout charged to a child ledger capped at
+    the node's slice of what the pipeline has left; the answer goes to its
+    ``output`` variable and to ``previous``.  A stage matching ``stop_if``
+    ends the pipeline, one that does not finish ends it with its status;
+    after the last stage, while rounds remain, the run continues at
+    ``repeat_from``.  The answer is the ``answer`` variable.  The
+    pipeline's rollout records no model steps; its cost is its stages'.
+    Cancelling it cancels the running stage."""
 
     def __init__(
         self,

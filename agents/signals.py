@@ -1,29 +1,5 @@
-"""Behaviour signals of one trajectory, computed without model calls.
-
-Owns ``SignalTracker``: fed each finished step (the assistant message, its
-tool results, the reply), it tracks
-
-- ``loop``: the same set of tool calls (name and arguments, compared as JSON
-  values) returns the same results (whitespace aside) ``loop_repeats`` times
-  within ``loop_window`` steps.  A call repeated while its result changes
-  (tests re-run between edits) is progress, not a loop;
-- ``stagnation``: ``stagnation_steps`` consecutive tool-calling steps whose
-  results all repeat earlier results (no new information);
-- ``tool_failure_rate``: at least ``failure_rate`` of the tool calls so far
-  failed, over at least ``failure_min_calls`` calls;
-- ``exhaustion``: the steps (``exhaustion_fraction`` of ``max_steps``) or the
-  budget (less than ``budget_fraction_left`` left) are running out, or ran
-  out;
-- ``give_up``: the model's text matches a give-up phrase ("I cannot complete
-  this task", "I give up").
-
-A signal *fires* (``Fired``, emitted as a ``SignalRaised`` event by the
-loop) when it becomes active; ``active`` holds those active now.  The
-tracker also derives the router's ``Signals`` for the next step: a failed
-tool call or a failure rate over the threshold sets ``last_tool_failed``; a
-repeated action, a loop or stagnation sets ``repeated_action`` (both mean
-"stuck", which is what cascade escalation reacts to); the reply's mean token
-log-probability, when the server returned logprobs, sets ``mean_logprob``.
+"""Behaviour signals of one trajectory, computed without model calls:
+``SignalTracker`` and ``Fired`` (thresholds in ``agents.config.SignalConfig``).
 
 Pure computation over protocol types; no I/O.  Must not import tools'
 implementations, aggregators or the roof.
@@ -90,7 +66,11 @@ def _exchange_key(
 
 @final
 class SignalTracker:
-    """Signals of one rollout (see the module docstring)."""
+    """Signals of one rollout: ``loop``, ``stagnation``,
+    ``tool_failure_rate``, ``exhaustion`` and ``give_up`` (see
+    ``SignalConfig`` for when each fires).  A signal fires (``Fired``,
+    emitted as a ``SignalRaised`` event by the loop) when it becomes
+    active; ``active`` holds those active now."""
 
     def __init__(self, config: SignalConfig, *, max_steps: int) -> None:
         self._config = config
@@ -109,7 +89,10 @@ class SignalTracker:
     # -- reading -------------------------------------------------------------
 
     def routing_signals(self) -> Signals:
-        """What the router should read for the next step."""
+        """What the router should read for the next step: a failed tool call
+        or a failure rate over the threshold sets ``last_tool_failed``; a
+        repeated action, a loop or stagnation sets ``repeated_action``; the
+        reply's mean token log-probability (when returned) ``mean_logprob``."""
         return self._next
 
     @property

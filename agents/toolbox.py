@@ -1,29 +1,5 @@
-"""The tools of one agent, and running one assistant message's tool calls.
-
-Owns ``Toolbox``: the agent's tools in a ``ToolRegistry`` (names checked,
-schemas compiled once, specs in a stable sorted order), the optional
-built-in finish tool, turning a model's raw ``ToolCall`` into validated
-arguments, and ``run_calls``, which runs all tool calls of one assistant
-message concurrently in a task group, each under its deadline, and returns
-their results in call order.
-
-Every problem with a call becomes an error result the model can act on,
-never a crash and never a call with made-up arguments:
-
-- an unknown tool: ``unknown tool 'serch'; available tools: read_file,
-  search (did you mean 'search'?)``;
-- malformed argument JSON: ``arguments for tool 'add' are not valid JSON:
-  Expecting ',' delimiter at char 8``;
-- arguments failing the schema: the registry's per-argument problems
-  (``- path: missing required argument``), the same shape function tools
-  use for their own validation;
-- a tool error (``ToolError`` or an error output), a timeout, or an
-  unexpected exception inside the tool (logged with its traceback).
-
-Cancellation is not caught: cancelling the caller cancels every running
-call.  ``BudgetExceeded`` raised by a tool (a sub-agent that found the
-shared budget spent) is an error result too, and is flagged so the loop
-can end the rollout as exhausted.
+"""The tools of one agent, and running one assistant message's tool calls:
+``Toolbox`` and the built-in finish tool.
 
 May import protocols, the runtime floor and ``agentrt.tools.base``; never
 aggregators or the roof.
@@ -134,7 +110,8 @@ class _Batch:
 
 @final
 class Toolbox:
-    """An agent's tools (see the module docstring)."""
+    """An agent's tools in a ``ToolRegistry`` (names checked, schemas
+    compiled once, specs sorted), plus the optional finish tool."""
 
     def __init__(
         self,
@@ -162,7 +139,10 @@ class Toolbox:
     # -- checking one call ----------------------------------------------------
 
     def prepare(self, call: ToolCall) -> PreparedCall | ToolResult:
-        """Parse and validate a call; an error result says what is wrong."""
+        """Parse and validate a call; an error result says what is wrong
+        (an unknown tool with the closest name, malformed argument JSON, or
+        the schema's per-argument problems), never a call with made-up
+        arguments."""
         name = call.function.name
         if name not in self.registry:
             return self._error(call, self._unknown(name))
@@ -211,9 +191,17 @@ class Toolbox:
         notify: NotificationSink | None = None,
         progress: CallProgress | None = None,
     ) -> CallsOutcome:
-        """Run ``calls`` concurrently; results in call order.  A tool's
-        progress and log notifications go to ``progress`` with the call they
-        belong to (and to ``notify``, when given)."""
+        """Run ``calls`` concurrently in a task group, each under
+        ``timeout_s``; results in call order.  A tool's progress and log
+        notifications go to ``progress`` with the call they belong to (and to
+        ``notify``, when given).
+
+        Every failure is an error result the model can act on: a bad call
+        (``prepare``), a ``ToolError`` or error output, a timeout, an
+        unexpected exception (logged with its traceback), and
+        ``BudgetExceeded`` from a tool (flagged in the outcome so the loop
+        ends the rollout as exhausted).  Cancellation is not caught:
+        cancelling the caller cancels every running call."""
         batch = _Batch([None] * len(calls))
         answer: str | None = None
         async with anyio.create_task_group() as tg:

@@ -1,26 +1,6 @@
-"""Per-step uncertainty from token logprobs (ParallelMuse partial rollouts).
-
-Owns ``StepUncertainty`` and ``step_uncertainty``/``trajectory_uncertainty``:
-the perplexity ``exp(-mean(logprob))`` of a step's generated tokens,
-computed separately over its *reasoning* tokens (thinking and visible text)
-and its *tool-call* tokens, plus over all of them (``combined``).
-
-Splitting the token stream.  Backends report one logprob per generated
-token, in order, over the raw text the model produced.  Two layouts occur:
-
-1. the raw text holds the tool calls as ``<tool_call>...</tool_call>``
-   blocks (Hermes/ChatML models behind vLLM or SGLang, and the sim-server):
-   every token whose first character lies inside such a block, markers
-   included, is a tool-call token; the rest is reasoning;
-2. no markers in the stream (a server that reports logprobs over the
-   parsed parts, or a scripted reply): the first
-   ``len(reasoning_content) + len(content)`` characters are reasoning and
-   the tokens after them are tool-call tokens -- when the message has tool
-   calls; otherwise every token is reasoning.
-
-A token is assigned by the position of its first character.  A step whose
-reply carries no logprobs (or none for a part) has ``None`` for that part:
-unknown, which a brancher never picks.
+"""Per-step uncertainty from token logprobs (ParallelMuse partial rollouts):
+the perplexity of a step's reasoning tokens and of its tool-call tokens
+(``StepUncertainty``, ``step_uncertainty``, ``trajectory_uncertainty``).
 
 Pure computation; imports protocols and the chat template's markers only.
 """
@@ -82,7 +62,12 @@ def _tool_spans(text: str) -> list[tuple[int, int]]:
 def split_logprobs(
     message: AssistantMessage, tokens: Sequence[TokenLogprob]
 ) -> tuple[list[float], list[float]]:
-    """The logprobs of ``tokens`` as (reasoning, tool-call) (module docstring)."""
+    """The logprobs of ``tokens`` as (reasoning, tool-call), each token by
+    the position of its first character.  When the raw text holds
+    ``<tool_call>`` blocks, tokens inside them (markers included) are
+    tool-call tokens; otherwise the first ``len(reasoning_content) +
+    len(content)`` characters are reasoning and later tokens tool-call
+    tokens (if the message has tool calls)."""
     text = "".join(t.token for t in tokens)
     spans = _tool_spans(text)
     reasoning: list[float] = []
@@ -107,8 +92,9 @@ def split_logprobs(
 
 
 def step_uncertainty(step: Step) -> StepUncertainty:
-    """The perplexities of ``step``'s reply (first choice); all ``None``
-    when it has no reply or no logprobs."""
+    """The perplexities ``exp(-mean(logprob))`` of ``step``'s reply (first
+    choice) over reasoning, tool-call and all tokens; ``None`` for a part
+    with no scored tokens (a brancher never picks it)."""
     reply = step.reply
     if reply is None or not reply.choices or not reply.choices[0].logprobs:
         return StepUncertainty(step=step.index)

@@ -1,25 +1,5 @@
-"""Recursive Tournament Voting (RTV).
-
-Owns ``RecursiveTournament``: the summaries are split, in input order, into
-groups of ``g``; a judge picks the best of each group with ``v`` votes (the
-votes of one comparison, and all comparisons of one level, run concurrently
-in an anyio task group); the winners advance and the process repeats until
-one remains.  A group of one (an odd count) advances on a bye.  Ties: the
-most votes win; among tied candidates the ``tie`` rule decides -- ``first``
-(earlier in the bracket, i.e. input order) or ``cheapest`` (fewest rollout
-tokens, then earlier).  Abstentions count for nobody; a comparison where
-every vote abstained is a full tie.
-
-When the ledger refuses a judge call, no further call starts: the level in
-progress finishes with the votes already admitted (a comparison that got
-none leaves all its candidates in), and the answer is a plurality vote over
-the candidates still in (ordered by the tie rule); the rationale says so.
-
-The whole bracket is recorded as ``VoteCast`` events (one per comparison or
-bye, ``round`` = level), emitted level by level.  ``ranking`` orders every
-candidate by the level it reached (PDR keeps the top K of it).
-
-For G = 2: N - 1 comparisons, (N - 1)·V judge calls, ceil(log2 N) levels.
+"""Recursive Tournament Voting (RTV): ``RecursiveTournament`` and its
+``Bracket``.
 
 May import protocols, the runtime floor and ``agentrt.aggregators.base``/
 ``judge``/``vote``; nothing else.
@@ -77,10 +57,19 @@ undecided), its record (``None``: not played) and what it cost."""
 
 @final
 class RecursiveTournament:
-    """RTV (see the module docstring).  ``judge``: default a ``ModelJudge``;
-    ``g``: group size, 2..16; ``v``: votes per comparison, 1..64; ``tie``:
-    ``first`` or ``cheapest``.  Raises ``ConfigError`` naming the option
-    out of its bounds."""
+    """RTV: the summaries are split, in input order, into groups of ``g``; a
+    judge picks each group's best with ``v`` votes (concurrently within a
+    level); winners advance until one remains (a lone candidate advances on
+    a bye).  For ``g=2``: N - 1 comparisons, (N - 1)·V judge calls.
+
+    ``judge``: default a ``ModelJudge``; ``g``: group size, 2..16; ``v``:
+    votes per comparison, 1..64; ``tie``: among candidates with the most
+    votes, ``first`` (input order) or ``cheapest`` (fewest rollout tokens).
+    Abstentions count for nobody.  Raises ``ConfigError`` naming the option
+    out of its bounds.  When the ledger refuses a judge call, no further
+    call starts: the level finishes with the votes admitted and the answer
+    is a plurality over the candidates still in (the rationale says so).
+    The bracket is emitted as ``VoteCast`` events, level by level."""
 
     name = "rtv"
 

@@ -1,29 +1,5 @@
-"""Services: background tasks owned by one incarnation of an actor.
-
-An actor that has work to do besides answering messages (run a server
-process, pump a stream, refresh a cache) starts it as a *service* from its
-hooks, its handlers or another of its services::
-
-    async def on_started(self) -> None:
-        self.url = await self.context.start_service(self.serve, name="http")
-
-``start_service`` waits for readiness like ``TaskGroup.start`` (it returns
-what the service passes to ``task_status.started``, and an error before that
-is raised to the caller); ``start_soon_service`` does not wait.  Once
-started, a service belongs to the incarnation that started it:
-
-- it is cancelled (and waited for) when the incarnation ends for any reason
-  (stop, crash, restart, a sibling's restart, shutdown): before
-  ``on_stopping`` runs, and before a replacement runs ``on_restarted``;
-- if it raises, the incarnation is cancelled and ends as a crash with that
-  exact exception, which its supervisor sees like a handler's error; an ask
-  being handled at that moment gets ``ActorCrashed`` with it as the cause;
-- if it returns, it is simply done.
-
-Service tasks run in the supervisor's task group, next to the incarnation,
-named ``<actor path>#<name>``.  A :class:`ServiceScope` is created on the
-first start, so actors that never start a service pay nothing for this (an
-idle actor's memory and the tell/ask path are unchanged).
+"""Services: background tasks owned by one incarnation of an actor
+(``ServiceScope``, behind ``ActorContext.start_service``).
 
 This module must not import agents, tools or aggregators.
 """
@@ -57,7 +33,15 @@ class _Readiness:
 
 
 class ServiceScope:
-    """The services of one actor incarnation (see the module docstring)."""
+    """The services of one actor incarnation, created on its first start
+    (an actor that never starts one pays nothing).
+
+    Services run in the supervisor's task group, named
+    ``<actor path>#<name>``.  When the incarnation ends for any reason they
+    are cancelled and waited for, before ``on_stopping`` and before a
+    replacement's ``on_restarted``.  One that raises ends the incarnation as
+    a crash with that exception (an ask being handled gets ``ActorCrashed``);
+    one that returns is simply done."""
 
     __slots__ = ("_group", "_interrupt", "_tasks", "address", "closing", "failure", "path")
 

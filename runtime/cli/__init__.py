@@ -1,26 +1,8 @@
-"""The ``agentrt`` command line (runtime roof).
-
-Owns argument parsing, the one output layer (the only code in agentrt that
-prints), logging set-up for the process, and exit codes: 0 success, 1 a
-runtime failure (a backend, the actor system), 2 a user error (bad flags, a
-bad configuration, an unknown model), 130 interrupted.
-
-Commands:
-
-- ``agentrt run TASK [--agent SPEC.yaml | --agent NAME]``: N parallel
-  rollouts of an agent or an agent hierarchy (``agentrt.runtime.cli.run``);
-  with no ``--agent``, a small default agent with a calculator on the
-  default model (the embedded one when nothing is configured); in a
-  terminal (or with ``--progress``) a live display of the rollouts, the
-  aggregation's bracket and the budget (``agentrt.runtime.cli.progress``);
-- ``agentrt sim-server ...``: the simulated model server of
-  ``agentrt.runtime.testing.sim_server`` (imported only when asked for);
-- ``agentrt frontier [--simulate | --tasks FILE]``: the cost-success frontier
-  of the routing policies (``agentrt.runtime.routing.frontier``);
-- ``agentrt serve [--config F] [--host H] [--port P]``: the daemon
-  (``agentrt.runtime.serve``);
-- ``agentrt mcp [--config F]``: the daemon's MCP server on stdio, for IDEs
-  (``agentrt.runtime.serve.mcp_stdio``).
+"""The ``agentrt`` command line (runtime roof): argument parsing, the one
+output layer (the only code in agentrt that prints), the process's logging
+set-up, and exit codes (0 success, 1 a runtime failure, 2 a user error, 130
+interrupted).  Commands: ``run``, ``eval``, ``serve``, ``mcp``,
+``frontier``, ``sim-server``.
 
 The roof may import anything below it; nothing imports this module.
 """

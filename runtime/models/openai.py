@@ -1,27 +1,8 @@
-"""The OpenAI-compatible model backend (vLLM, SGLang ``/v1``, llama.cpp, OpenAI).
-
-Owns ``POST {base_url}/chat/completions``: encoding a ``ModelRequest``
-(tools, parallel tool calls, ``n``, logprobs), sending it, and retrying with
-:mod:`agentrt.runtime.models.retry` behind a circuit breaker for the
-endpoint -- for streams only until the first delta reached the caller.  Its
-helpers: the wire Structs (:mod:`~agentrt.runtime.models.openai_wire`),
-replies to ``ModelReply`` (:mod:`~agentrt.runtime.models.openai_reply`),
-reading SSE streams (:mod:`~agentrt.runtime.models.openai_stream`) and
-failures to the error tree (:mod:`~agentrt.runtime.models.openai_errors`).
-
-Per-call CPU is the budget that matters at 1,000 concurrent rollouts, so
-the hot path is lean: requests are built once per call with prebuilt
-headers and handed straight to the aiohttp transport
-(``handle_async_request``, httpx's public transport API) -- the client
-layer's auth, cookie, redirect and hook handling is not needed for a JSON
-POST and cost about 250 us of CPU per call when measured here; messages
-already sent are not re-encoded (``openai_wire.EncodedParts``); replies are
-decoded by msgspec straight into wire Structs.  The ``httpx.AsyncClient``
-still owns the transport's lifetime and serves the cold calls
-(``served_models``).
-
-Tool-call arguments are passed through as the raw text the model produced,
-malformed or not: validating them is the agent loop's job.
+"""The OpenAI-compatible model backend (vLLM, SGLang ``/v1``, llama.cpp,
+OpenAI): ``POST {base_url}/chat/completions``, retried behind a circuit
+breaker.  Per-call CPU matters at 1,000 concurrent rollouts, so requests go
+straight to the transport (``handle_async_request``), messages already sent
+are not re-encoded, and replies decode straight into wire Structs.
 
 Must not import agents, tools or aggregators.
 """
@@ -106,7 +87,12 @@ class _State(enum.Enum):
 
 @final
 class OpenAIBackend:
-    """A ``ModelBackend`` for one OpenAI-compatible endpoint."""
+    """A ``ModelBackend`` for one OpenAI-compatible endpoint.
+
+    Requests carry tools, parallel tool calls, ``n`` and logprobs; failures
+    are retried per ``config.retry`` behind one circuit breaker for the
+    endpoint.  Tool-call arguments come back as the raw text the model
+    produced, malformed or not: validating them is the agent loop's job."""
 
     def __init__(
         self,

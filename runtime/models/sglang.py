@@ -1,30 +1,7 @@
-"""The SGLang-native model backend: ``/generate`` on one or more replicas.
-
-Owns talking to SGLang's native API: ``POST /generate`` (chat requests are
-rendered with the ChatML/Hermes template of ``sglang_template``; tool calls
-are parsed back out of the generated ``<tool_call>`` blocks), ``GET
-/health``, ``GET /get_model_info`` and ``POST /flush_cache``.  Chat goes
-through ``/generate`` only (not ``/v1/chat/completions``): that is what
-gives ``rid`` passthrough, raw ``input_ids`` (``generate``) and exact
-control of the prompt that the radix cache sees.  For SGLang's OpenAI API
-use the OpenAI-compatible backend.
-
-Several replicas serve one model under one backend name, routed by
-``ReplicaSet`` with prefix affinity: a request's key is
-``ModelRequest.affinity_key`` when set (e.g. the run id), else a hash of
-the conversation up to its first user message (system prompt + task), so
-the rollouts of one run share a replica and its radix cache, while new
-prefixes spread by load.  Background health checks (``/health`` every
-``health_interval_s``) mark replicas down and up; a refused connection
-marks one down at once.
-
-Failures: a refused or dropped connection, a read timeout (a hung
-server), 429, 408, 409 and 5xx are retried per ``RetryPolicy``
-(``retry.py``) by the call loop of ``replica_client``: first by failing
-over at once to a replica not tried yet, then with backoff (honouring
-``Retry-After``); every replica has its own circuit breaker.  A stream is retried only
-until its first delta was yielded.  Errors are ``runtime.errors`` classes
-naming the backend and the replica URL.
+"""The SGLang-native model backend: ``POST /generate`` on one or more replicas
+(chat rendered with ``sglang_template``), plus ``/health``,
+``/get_model_info`` and ``/flush_cache``.  For SGLang's OpenAI API use the
+OpenAI-compatible backend.
 
 Must not import agents, tools or aggregators.
 """
@@ -134,7 +111,8 @@ class _State(enum.Enum):
 
 def affinity_key(request: ModelRequest) -> str:
     """The replica-affinity key of a request: its ``affinity_key``, else a
-    hash of the conversation up to its first user message."""
+    hash of the conversation up to its first user message (system prompt
+    and task), so the rollouts of one run land on the same replica."""
     if request.affinity_key:
         return request.affinity_key
     messages = request.messages
@@ -145,7 +123,18 @@ def affinity_key(request: ModelRequest) -> str:
 
 @final
 class SGLangBackend:
-    """A ``ModelBackend`` over SGLang's native API (see the module docstring)."""
+    """A ``ModelBackend`` over SGLang's native API.
+
+    Chat goes through ``/generate`` only (``rid`` passthrough, raw
+    ``input_ids``, exact control of the prompt the radix cache sees).
+    Replicas are chosen by prefix affinity (``affinity_key``): a run's
+    rollouts share a replica and its cache, new prefixes spread by load.
+    Background ``/health`` checks and refused connections mark replicas
+    down.  Refused or dropped connections, read timeouts, 429, 408, 409 and
+    5xx are retried per ``config.retry``: first on a replica not tried yet,
+    then with backoff (honouring ``Retry-After``); each replica has its own
+    circuit breaker.  Errors are ``runtime.errors`` classes naming the
+    backend and the replica URL."""
 
     def __init__(
         self,

@@ -1,28 +1,5 @@
 """Prometheus metrics of the daemon: ``DaemonMetrics`` and ``GET /metrics``.
 
-Two kinds of numbers, one registry (owned by the instance, never the
-process-wide default, so two daemons in one process do not collide):
-
-- counters and histograms folded from run events as they happen
-  (``observe``): runs started and finished by status, rollouts, steps by
-  model, step and model-call latency, tokens by kind, model calls, cost,
-  tool calls and their errors, behaviour signals, aggregation rounds;
-- gauges and backend counters read when Prometheus scrapes (``render``),
-  from sources the daemon registers: runs by status in the store, active
-  runs, the store writer's queue depth, actor mailbox depths, and the model
-  backends' retry counters and replica load.
-
-Prefix-cache statistics come from what the servers report per reply
-(``Usage.cached_prompt_tokens``): ``agentrt_step_tokens_total{kind="cached"}``
-over ``{kind="prompt"}`` is the prefix-cache hit ratio per model.  No backend
-exposes a cache of its own to read.
-
-Token, call and cost totals per agent (``agentrt_tokens_total``,
-``agentrt_model_calls_total``, ``agentrt_cost_usd_total``) count everything a
-run spent, aggregation and warm-up included: they follow the run ledger's
-cumulative ``BudgetUpdated`` snapshots and the final ``RunFinished`` cost,
-adding only what grew since the last one seen.
-
 Part of the daemon (``agentrt.runtime.serve``): may import any layer; only
 the daemon imports it.
 """
@@ -117,7 +94,13 @@ class DaemonMetrics:
     ``observe`` is called with every event the daemon's runs emit (it is
     cheap and never raises on a well-formed event); the ``watch_*`` methods
     register the callables read at scrape time; ``render`` produces the
-    exposition.
+    exposition.  The registry is the instance's own, never the process-wide
+    default.  Per-agent totals (``agentrt_tokens_total``,
+    ``agentrt_model_calls_total``, ``agentrt_cost_usd_total``) count all a
+    run spent, aggregation and warm-up included (from the ledger's
+    ``BudgetUpdated`` snapshots and the final cost).  The prefix-cache hit
+    ratio per model is ``agentrt_step_tokens_total{kind="cached"}`` over
+    ``{kind="prompt"}``.
     """
 
     def __init__(

@@ -1,27 +1,5 @@
-"""The daemon's OpenAI-compatible endpoint: agentrt agents as OpenAI models.
-
-Owns ``openai_routes``:
-
-- ``GET /v1/models`` and ``GET /v1/models/{model}``: every agent is a model
-  named ``agentrt/<agent>``;
-- ``POST /v1/chat/completions``: the messages become a run's task (see
-  ``openai_wire.build_task``), the request's extra fields (``rollouts``,
-  ``aggregate``, ``aggregate_options``, ``budget``, at the top level or in an
-  ``agentrt`` object; the official client sends them with ``extra_body``)
-  its scaling and budget; the run goes through the ``RunManager`` like any
-  other (stored, visible at ``/v1/runs/{id}``, resumable), and its answer
-  comes back as the assistant message, with ``usage`` from the run's cost and
-  an ``agentrt`` field naming the run.  With ``stream: true`` the reply is
-  Server-Sent ``chat.completion.chunk``s: the role at once, SSE comments
-  while the run progresses (rollouts finishing, aggregation rounds; clients
-  ignore them), then the answer, the finish reason, the usage when
-  ``stream_options.include_usage`` asks for it, and ``data: [DONE]``.
-  Nothing is streamed that the run did not produce.
-
-A client that disconnects before the answer cancels its run.  Every error is
-OpenAI's ``{"error": {message, type, param, code}}`` with the status an
-OpenAI client expects; a run that fails or is cancelled is reported as such
-(with its run id), never as a 500.
+"""The daemon's OpenAI-compatible endpoint: agentrt agents as OpenAI models
+(``openai_routes``).
 
 Part of the daemon (``agentrt.runtime.serve``); talks to runs only through
 the ``RunManager``.
@@ -372,7 +350,20 @@ class _CompletionStream(Response):
 
 def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> list[BaseRoute]:
     """The OpenAI-compatible routes over ``manager`` (SSE keep-alive comments
-    every ``keepalive_s``; default: the daemon's ``server.sse_keepalive_s``)."""
+    every ``keepalive_s``; default: the daemon's ``server.sse_keepalive_s``).
+
+    ``GET /v1/models[/{model}]``: every agent is a model ``agentrt/<agent>``.
+    ``POST /v1/chat/completions``: the messages become a run's task; extra
+    fields (``rollouts``, ``aggregate``, ``aggregate_options``, ``budget``,
+    top level or in an ``agentrt`` object, i.e. the client's
+    ``extra_body``) its scaling and budget.  The run goes through the
+    ``RunManager`` like any other; the answer comes back with ``usage`` from
+    the run's cost and an ``agentrt`` field naming the run.  With
+    ``stream: true``: SSE chunks (the role, comments while the run
+    progresses, the answer, the usage if ``stream_options.include_usage``,
+    ``[DONE]``).  A client that disconnects cancels its run.  Errors are
+    OpenAI's ``{"error": {...}}`` with the status a client expects; a failed
+    or cancelled run is reported as such, never as a 500."""
     endpoints = _Endpoints(
         manager, manager.config.server.sse_keepalive_s if keepalive_s is None else keepalive_s
     )

@@ -1,29 +1,5 @@
 """``ScriptedBackend``: a deterministic, in-process ``ModelBackend`` for tests.
 
-A script is either a sequence of reply specs, consumed one per sample (a
-request with ``n=3`` takes the next three), or a callable
-``(ModelRequest) -> spec`` called once per sample.  A spec is:
-
-- ``str``: a text reply;
-- ``ScriptedToolCall`` or a list of them: a reply calling tools (parallel
-  calls); ``arguments`` is a dict (encoded as JSON) or a raw string, which
-  may be deliberately malformed JSON;
-- ``ScriptedReply``: full control (content, tool calls, reasoning, finish
-  reason, usage, logprobs, latency, or an ``error`` raised after the
-  content: a stream then yields the content and fails, like a cut stream);
-- an exception instance: raised (after the latency), as a failing backend.
-
-Every request is recorded in ``requests``; ``in_flight`` counts calls not
-yet finished (a cancelled call leaves it at 0: nothing keeps running).
-
-Usage is counted with the fakes' tokenizer (``agentrt.runtime.testing.tokens``:
-words and punctuation, each with its leading whitespace): prompt tokens are
-the tokens of the request rendered with the ChatML template of
-``agentrt.runtime.models.sglang_template``, completion tokens those of each
-sample's assistant turn (text plus ``<tool_call>`` blocks), summed over
-samples.  Logprobs, when asked for, are synthetic and deterministic
-(``tokens.synthetic_logprob``) over the completion's content tokens.
-
 Test support only: imports protocols, errors, the template and the tokenizer.
 """
 
@@ -112,7 +88,18 @@ class _Sample:
 
 @final
 class ScriptedBackend:
-    """A ``ModelBackend`` that answers from a script (see the module docstring).
+    """A ``ModelBackend`` that answers from a script.
+
+    ``script``: a sequence of reply specs, one per sample (a request with
+    ``n=3`` takes the next three), or a callable ``(ModelRequest) -> spec``
+    called once per sample.  A spec is a ``str`` (a text reply), a
+    ``ScriptedToolCall`` or a list of them (``arguments``: a dict, or a raw
+    string that may be malformed JSON), a ``ScriptedReply`` (full control),
+    or an exception instance (raised after the latency).  ``requests``
+    records every request; ``in_flight`` counts calls not yet finished.
+    Usage is counted with ``runtime.testing.tokens`` over the ChatML
+    rendering of ``sglang_template``; logprobs, when asked for, are synthetic
+    and deterministic.
 
     ``on_exhausted``: what a list script does when it runs out: ``raise``
     (``ScriptExhausted``), ``repeat_last`` or ``cycle``.  Entering the

@@ -1,27 +1,4 @@
-"""The sim-server's SGLang-native endpoints.
-
-``POST /generate`` mirrors SGLang's ``GenerateReqInput`` and reply: the
-input is ``text`` or ``input_ids`` (a single prompt or a batch),
-``sampling_params`` (``max_new_tokens``, ``temperature``, ``n``,
-``sampling_seed``; others accepted and ignored), ``rid``,
-``return_logprob``, ``logprob_start_len``, ``top_logprobs_num``,
-``return_text_in_logprobs`` and ``stream``.  A reply is
-``{"text", "output_ids", "meta_info": {"id", "finish_reason",
-"prompt_tokens", "completion_tokens", "cached_tokens", "weight_version",
-"e2e_latency", ...}}``; logprobs are ``[logprob, token_id, text-or-null]``
-triples in ``input_token_logprobs`` / ``output_token_logprobs`` and, with
-``top_logprobs_num`` > 0, lists of them in ``input_top_logprobs`` /
-``output_top_logprobs``.  ``finish_reason`` is ``{"type": "stop",
-"matched": ...}`` or ``{"type": "length", "length": N}``.  A batch or
-``n`` > 1 answers a list (prompt-major); with ``n`` > 1 sample ``i``'s id is
-``<rid>_<i>``.  Streaming sends ``data: {...}`` events whose ``text``,
-``output_ids`` and logprobs are cumulative (SGLang's default), each event
-carrying an ``index`` when several samples stream, then ``data: [DONE]``.
-
-``GET /health`` (and ``/health_generate``): 200, empty body.
-``GET /get_model_info``: ``{"model_path", "tokenizer_path",
-"is_generation", ...}``.  ``POST`` (or ``GET``) ``/flush_cache``: empties the
-prefix cache.
+"""The sim-server's SGLang-native endpoints (``NativeEndpoints``).
 
 Imports the engine, model, wire shapes and HTTP helpers of the sim-server.
 """
@@ -81,7 +58,13 @@ class _Prompt(msgspec.Struct, frozen=True):
 
 
 class NativeEndpoints:
-    """Handlers for SGLang's native API."""
+    """Handlers for SGLang's native API, mirroring its shapes:
+    ``POST /generate`` (``text`` or ``input_ids``, single or batch;
+    ``sampling_params``; ``rid``; logprob options; ``n`` > 1 answers a
+    prompt-major list with ids ``<rid>_<i>``; streams send cumulative
+    ``data:`` events, then ``[DONE]``), ``GET /health`` and
+    ``/health_generate``, ``GET /get_model_info``, and ``/flush_cache``
+    (empties the prefix cache)."""
 
     def __init__(self, engine: SimEngine, on_restart: Callable[[], Awaitable[None]]) -> None:
         self.engine = engine

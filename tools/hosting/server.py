@@ -1,25 +1,6 @@
-"""``ToolServer``: agentrt tools, resources and prompts as an MCP server.
-
-Builds an official-SDK low-level ``mcp.server.Server`` whose handlers serve:
-
-* ``tools/list`` / ``tools/call`` from any objects implementing the ``Tool``
-  protocol.  A call runs with a ``ToolContext`` whose ``notify`` turns
-  ``"log"``/``"progress"`` into MCP notifications and whose ``peer`` asks the
-  client for sampling or elicitation (``calls.McpCallPeer``).  A tool that
-  returns an error output, raises ``ToolError``, raises anything else, or
-  overruns ``call_timeout_s`` becomes a result with ``isError: true`` and a
-  message saying which tool and why; the server keeps serving.
-* ``resources/list|templates/list|read|subscribe|unsubscribe`` from
-  ``StaticResource``s and ``ResourceTemplate``s; ``notify_resource_updated``
-  tells subscribed clients.
-* ``prompts/list|get`` from ``Prompt``s; ``completion/complete`` from the
-  ``choices`` of prompt arguments and template variables.
-* ``logging/setLevel`` per client connection.
-
-Per-connection state (log level, subscriptions) lives in the object the
-server's lifespan yields: stdio and in-process transports enter the lifespan
-once per connection, streamable HTTP once per app, keyed there by the
-``mcp-session-id`` header.
+"""``ToolServer``: agentrt tools, resources and prompts as an MCP server (an
+official-SDK low-level ``Server``), with per-connection state (log level,
+subscriptions).
 
 Transport-agnostic: ``transports`` runs it in-process, over stdio or over
 streamable HTTP.  Never imports agents or aggregators.
@@ -117,6 +98,11 @@ class ToolServer:
 
     Build it, then run it with ``agentrt.tools.hosting.transports``.  Items
     may be added while it serves; clients see them on their next listing.
+    A tool call runs with a ``ToolContext`` whose ``notify`` sends log and
+    progress notifications and whose ``peer`` asks the client for sampling
+    or elicitation.  An error output, ``ToolError``, any other exception or
+    overrunning ``call_timeout_s`` becomes an ``isError`` result naming the
+    tool and why; the server keeps serving.
     """
 
     def __init__(

@@ -1,28 +1,6 @@
-"""Running a ``ToolServer``: in-process, over stdio, over streamable HTTP.
-
-Each ``serve_*`` coroutine is started in the caller's task group and reports
-readiness the structured way::
-
-    async with anyio.create_task_group() as tg:
-        endpoint = await tg.start(serve_streamable_http, server, HttpServeConfig())
-        ...  # endpoint.url is accepting connections
-        tg.cancel_scope.cancel()  # graceful shutdown
-
-* ``serve_in_process``: one client over memory streams; reports the client's
-  ``(read, write)`` streams (hand them to an SDK ``ClientSession``), ends
-  when the client closes its side.  ``connect_in_process`` wraps it as an
-  async context manager, which is also an SDK client ``Transport``.
-* ``serve_stdio``: one client over the process's stdin/stdout (or given
-  async files); ends at EOF.
-* ``serve_streamable_http``: any number of clients at
-  ``http://HOST:PORT/PATH`` (uvicorn + the SDK session manager), with
-  Host/Origin checks on loopback, SSE resumption through a bounded
-  ``MemoryEventStore``, and a graceful, bounded shutdown when cancelled.
-* ``streamable_http_mount``: the same endpoint as an ASGI app plus its
-  lifespan, for mounting inside another app (a daemon's ``/mcp``), with
-  Host/Origin validation always on (``loopback_security`` builds the usual
-  lists): a foreign ``Host`` gets 421 and a foreign ``Origin`` 403 before
-  anything else is looked at.
+"""Running a ``ToolServer``: in-process, over stdio, over streamable HTTP (on
+its own, or mounted in another ASGI app).  Each ``serve_*`` coroutine is
+started with ``await tg.start(...)`` and reports readiness.
 
 Imports the SDK transports, starlette and uvicorn; knows nothing of tools
 beyond ``ToolServer``.
@@ -290,7 +268,8 @@ def streamable_http_mount(
     stateless mode, idle timeout, session limit); its ``host``, ``port``,
     ``path`` and ``allowed_*`` are the host app's business and unused here.
     ``security`` is always enforced, and must have DNS-rebinding protection
-    enabled (``loopback_security`` builds the usual one)."""
+    enabled (``loopback_security`` builds the usual one): a foreign ``Host``
+    gets 421 and a foreign ``Origin`` 403 before anything else."""
     if not security.enable_dns_rebinding_protection:
         raise ToolError(
             f"MCP server {server.name!r}: a mounted endpoint always validates Host and "
@@ -315,8 +294,10 @@ async def serve_streamable_http(
     task_status: TaskStatus[HttpEndpoint] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``server`` over streamable HTTP until cancelled; reports the
-    ``HttpEndpoint`` once it accepts connections.  On cancellation, open
-    streams get ``config.shutdown_grace_s`` to finish, then are closed."""
+    ``HttpEndpoint`` once it accepts connections.  Any number of clients,
+    Host/Origin checks on loopback, SSE resumption from a bounded
+    ``MemoryEventStore``.  On cancellation, open streams get
+    ``config.shutdown_grace_s`` to finish, then are closed."""
     config = config or HttpServeConfig()
     app_up = anyio.Event()
     settled = anyio.Event()  # the app is up, or uvicorn gave up

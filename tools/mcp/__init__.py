@@ -1,27 +1,8 @@
-"""The MCP client: agentrt's tools from Model Context Protocol servers.
-
-::
-
-    from agentrt.runtime.actors import ActorSystem
-    from agentrt.tools.mcp import StdioServerConfig, spawn_mcp_servers
-
-    servers = [StdioServerConfig(
-        name="everything", command="npx",
-        args=["-y", "@modelcontextprotocol/server-everything"])]
-    async with ActorSystem() as system:
-        mcp = await spawn_mcp_servers(system, servers)
-        for tool in mcp.tools("everything"):   # McpTool: the ``Tool`` protocol
-            print(tool.spec.name)              # everything__echo, ...
-
-Built on the official ``mcp`` SDK (2.x): stdio and streamable HTTP
-transports, ``ClientSession``.  Each server is one supervised actor
-(``McpServerActor``) owning one ``McpConnection`` (restart with the actor
-floor's ``RestartBackoff``, clear tool errors meanwhile); its tools call
-through the actor, are namespaced ``<server>__<tool>``, and each tool
-definition is pinned by hash so a server that changes a tool after approval
-has it blocked (``pinning``).  ``spawn_mcp_servers`` starts them under a
-caller's actor system (the ``Runtime``'s: one connection per server, shared
-by its runs).
+"""The MCP client: agentrt's tools from Model Context Protocol servers, on the
+official ``mcp`` SDK.  Each server is one supervised actor
+(``McpServerActor``) owning one ``McpConnection``; its tools are namespaced
+``<server>__<tool>`` and pinned by hash (``pinning``).  ``spawn_mcp_servers``
+starts them under a caller's actor system.
 
 Sits in ``tools``: must not import agents or aggregators.
 """

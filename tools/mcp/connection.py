@@ -1,29 +1,5 @@
-"""``McpConnection``: one supervised connection to one MCP server.
-
-::
-
-    async with McpConnection(config, pins=store, on_notification=sink) as conn:
-        tools = conn.tools()          # McpTool objects, namespaced, pin-checked
-        out = await tools[0].call({"message": "hi"}, ToolContext())
-
-Owns the connection's life: a supervisor task (in a task group the
-connection owns) opens the SDK transport and ``ClientSession``, does the
-handshake, lists the tools (following ``nextCursor``), checks each
-definition against its pin, and then waits for the session to end.  When
-the server dies it is restarted with backoff (the actor floor's
-``RestartBackoff``, configured by ``restart``); meanwhile every
-call answers with an error output saying the server is restarting, and in
-flight calls fail with "connection lost".  ``notifications/tools/list_changed``
-re-lists (and re-checks pins).  Progress notifications go to the calling
-``ToolContext.notify`` and to the connection's sink; server log messages,
-malformed-message reports and state changes go to the connection's sink
-(``(kind, payload)`` with kind ``progress``, ``log`` or ``state``).
-
-A server that writes something other than JSON-RPC to stdout during the
-handshake fails fast with a clear error; later, such lines are reported as
-``log`` events and the session carries on.  The first connection failing
-is an error of ``__aenter__`` (a ``ConfigError`` for a command that cannot
-be found); failures after that are restarts.
+"""``McpConnection``: one supervised connection to one MCP server (transport,
+session, handshake, tool listing and pin checks, restarts).
 
 Must not import agents or aggregators.
 """
@@ -88,7 +64,18 @@ class _Live:
 
 @final
 class McpConnection:
-    """A supervised connection to one MCP server (an async context manager)."""
+    """A supervised connection to one MCP server (an async context manager).
+
+    Entering it connects, lists the tools and checks each against its pin in
+    ``pins``; a first failure is raised there (``ConfigError`` for a command
+    that cannot be found), as is non-JSON-RPC output on stdout during the
+    handshake.  A server that dies later is restarted with backoff
+    (``config.restart``): meanwhile calls answer with an error output saying
+    so, and calls in flight fail with "connection lost".
+    ``notifications/tools/list_changed`` re-lists and re-checks pins.
+    ``on_notification`` gets ``(kind, payload)`` with kind ``progress``,
+    ``log`` or ``state``; progress also goes to the caller's
+    ``ToolContext.notify``."""
 
     def __init__(
         self,
