@@ -1,23 +1,6 @@
-"""Partial-rollout branching (ParallelMuse): re-sample the most uncertain steps.
-
-Owns ``BranchingConfig``, ``BranchPoint``, ``BranchingResult`` and
-``PartialRolloutBrancher``.  Given finished trajectories of one agent on one
-task, the brancher scores every step by perplexity (``agents.uncertainty``:
-reasoning, tool-call or combined tokens), picks the ``branch_steps`` most
-uncertain steps over all trajectories (steps without logprobs are unknown
-and never picked; ties go to the earlier rollout, then the earlier step) and
-starts ``continuations`` new rollouts from each.  A continuation resumes
-from the messages *before* its branch step -- system, task, seed and the
-parent's history up to that step, replayed through ``Agent.run(resume=...)``
-rather than re-run -- so its first request repeats the parent's prefix byte
-for byte and a server's prefix cache serves it; it then re-samples that step
-and goes on.  Each is a ``Trajectory`` with ``parent_rollout_id`` and
-``branch_step`` set whose first steps are the parent's.
-
-Budget: ``budget`` counts rollouts, the given (or initial) ones included;
-when fewer continuations fit than ``branch_steps * continuations``, they are
-dealt one per branch point in turn, most uncertain first.  All continuations
-run concurrently in one task group, at most ``concurrency`` at a time.
+"""Partial-rollout branching (ParallelMuse): re-sample the most uncertain
+steps.  Owns ``BranchingConfig``, ``BranchPoint``, ``BranchingResult`` and
+``PartialRolloutBrancher``.
 
 May import protocols, the runtime floor and ``agents``; never aggregators
 or the roof.
@@ -86,9 +69,15 @@ class BranchingResult:
 @final
 class PartialRolloutBrancher:
     """Branches continuations of ``agent``'s rollouts from their most
-    uncertain steps (module docstring).  The agent should have
-    ``config.logprobs`` on; without logprobs no step qualifies and nothing
-    is branched."""
+    uncertain steps (by perplexity; steps without logprobs never qualify,
+    ties go to the earlier rollout, then step).  A continuation replays the
+    parent's history before its branch step through
+    ``Agent.run(resume=...)``, so its first request repeats the parent's
+    prefix byte for byte, then re-samples that step; its trajectory has
+    ``parent_rollout_id`` and ``branch_step`` set.  Continuations run
+    concurrently, at most ``config.concurrency`` at a time.  The agent
+    should have ``config.logprobs`` on; without logprobs nothing is
+    branched."""
 
     def __init__(
         self,

@@ -1,23 +1,6 @@
-"""Delegation: units of a hierarchy, and sub-agents called as tools.
-
-Owns
-
-- ``Node``: what a hierarchy runs -- an agent or a pipeline -- one task in,
-  one ``RolloutResult`` out, charged to a given budget ledger;
-- ``AgentNode``: an ``Agent`` as a node.  While one of its rollouts runs, it
-  records the rollout's ledger in the hierarchy's ``RolloutScopes``, which
-  is how a ``SubAgentTool`` called from that rollout finds the budget to
-  slice (a tool call's ``ToolContext`` names the calling rollout);
-- ``SubAgentTool``: a node offered to a caller's model as a tool taking
-  ``{"task": "..."}``.  Each call runs the node once on the task, charged to
-  a child of the caller's ledger whose caps are the callee's slice
-  (``budget_slice``: its ``budget_share`` of what the caller has left,
-  tightened by its absolute ``budget``), as a child rollout of the caller
-  (``parent_rollout_id``) in the same run, its events on the same emitter.
-  The tool returns the callee's answer plus a one-line account of its
-  trajectory (status, steps, tool calls, tokens).  A callee that runs out
-  of its slice stops as ``exhausted``; the caller gets an error result
-  saying so (with the partial answer) and carries on.
+"""Delegation: units of a hierarchy (``Node``, ``AgentNode``) and sub-agents
+called as tools (``SubAgentTool``), each call on its slice of the caller's
+budget.
 
 May import the runtime floor, the tools base and the rest of
 ``agentrt.agents``; never aggregators or the roof.
@@ -125,7 +108,9 @@ class RolloutScopes:
 
 @final
 class AgentNode:
-    """An ``Agent`` as a node of a hierarchy."""
+    """An ``Agent`` as a node of a hierarchy.  While one of its rollouts
+    runs, its ledger is recorded in the hierarchy's ``RolloutScopes``: that
+    is how a ``SubAgentTool`` called from it finds the budget to slice."""
 
     def __init__(
         self, agent: Agent, *, description: str, limits: BudgetLimits, scopes: RolloutScopes
@@ -223,7 +208,13 @@ _TASK_SCHEMA: Final[Mapping[str, Any]] = {
 
 @final
 class SubAgentTool:
-    """A node called as a tool (see the module docstring)."""
+    """A node offered to a caller's model as a tool taking
+    ``{"task": "..."}``.  Each call runs the node once, as a child rollout of
+    the caller in the same run, charged to a child of the caller's ledger
+    capped at ``budget_slice`` (``budget_share``, default the node's, of
+    what the caller has left, tightened by its ``budget``).  It returns
+    ``delegation_output``; a callee that runs out of its slice is an error
+    result with the partial answer, and the caller carries on."""
 
     def __init__(
         self,

@@ -1,23 +1,6 @@
-"""Agent hierarchies from specs: build the tree of nodes and run it.
-
-Owns ``build_hierarchy`` (a loaded ``SpecSet`` plus model backends, and
-the open MCP servers its agents use -> ``Hierarchy``), ``used_servers``
-(which MCP servers those are) and ``Hierarchy`` (the nodes by unit, the
-entry node, ``run``).  Running rollouts as actors, and holding MCP servers
-open, is the engine's (``agentrt.runtime.engine``).
-
-Building goes callees first (``SpecSet.build_order``): each agent gets its
-bound tools (``agents.bindings``) plus one ``SubAgentTool`` per sub-agent,
-and becomes an ``Agent`` sharing the hierarchy's event emitter; a pipeline
-binds its stages to their nodes (``agents.pipeline``).  Every configuration
-error -- a binding that does not import, a model no backend serves, two
-tools of one name -- is a ``ConfigError`` naming the spec file, line and
-key.
-
-``Hierarchy.run`` runs the entry node once, charged to its slice of the
-given ledger (its ``limits.budget``/``budget_share``).  Sub-agent rollouts
-run in the same run with ``parent_rollout_id`` set, their events on the
-same emitter, so one event stream shows the whole tree.
+"""Agent hierarchies from specs: ``build_hierarchy`` builds the tree of nodes
+into a ``Hierarchy``; ``used_servers`` says which MCP servers it needs.
+Running rollouts as actors and holding MCP servers open is the engine's.
 
 May import the runtime floor, tools and the rest of ``agentrt.agents``;
 never aggregators or the roof.
@@ -133,9 +116,14 @@ def build_hierarchy(
     prices: PriceTable | None = None,
     mcp: McpToolSource | None = None,
 ) -> Hierarchy:
-    """Build every unit reachable from the entry (see the module
-    docstring); ``default_model`` serves agents that name none; ``mcp``
-    must be open when any agent uses MCP tools."""
+    """Build every unit reachable from the entry, callees first: each agent
+    gets its bound tools plus one ``SubAgentTool`` per sub-agent and shares
+    the hierarchy's event emitter (one stream shows the whole tree); a
+    pipeline binds its stages.  ``default_model`` serves agents that name
+    none; ``mcp`` must be open when any agent uses MCP tools.  Every
+    configuration error (a binding that does not import, a model no backend
+    serves, two tools of one name) is a ``ConfigError`` naming the spec
+    file, line and key."""
     emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
     prices = prices or PriceTable.free()
     scopes = RolloutScopes()

@@ -1,22 +1,6 @@
-"""Building aggregators from configuration, and composing them.
-
-Owns one pydantic model per aggregator (``MajorityConfig``, ``RTVConfig``,
-``PDRConfig``...; a docstring per field), ``AggregatorConfig`` (their union,
-picked by ``name``) and ``build_aggregator``: a dict such as
-``{"name": "rtv", "g": 2, "v": 8}`` -- or a list, read as "the first, then
-the next": ``[{"name": "pdr", "rounds": 2, "m": 8, "k": 3}, {"name": "rtv",
-"g": 2, "v": 8}]`` is PDR whose final step is that RTV -- becomes an
-``Aggregator``.  Every numeric option has documented bounds (RTV's ``v``
-<= 64, ``g`` <= 16, PDR's ``rounds`` <= 8, ...), so a ``v=100000``
-tournament is refused here, before any model call; at run time the budget
-ledger is the other bound.  An unknown name or a bad field is a
-``ConfigError`` naming the key and where.  Nothing here needs a backend or
-a rollout callable: aggregators get those from their ``AggregationContext``
-when they run; a judge object may be passed (default: a ``ModelJudge``).
-
-From Python the same composition is
-``ParallelDistillRefine(judge, rounds=2, m=8, k=3,
-final=RecursiveTournament(judge, g=2, v=8))``.
+"""Building aggregators from configuration, and composing them: one pydantic
+model per aggregator (``MajorityConfig``, ``RTVConfig``, ``PDRConfig``...),
+their union ``AggregatorConfig``, and ``build_aggregator``.
 
 May import the other aggregators and the runtime floor; never the roof.
 """
@@ -169,9 +153,14 @@ def build_aggregator(
     judge: Judge | None = None,
     where: str = "aggregate",
 ) -> Aggregator:
-    """An aggregator from configuration (see the module docstring).
-    ``judge``: what best-of-N, RTV and PDR judge with (default: a
-    ``ModelJudge`` on the context's backend).  Raises ``ConfigError``."""
+    """An aggregator from configuration: a dict picked by ``name``
+    (``{"name": "rtv", "g": 2, "v": 8}``) or a list read as "the first, then
+    the next" (``[{"name": "pdr", ...}, {"name": "rtv", ...}]`` is PDR whose
+    final step is that RTV).  ``judge``: what best-of-N, RTV and PDR judge
+    with (default: a ``ModelJudge`` on the context's backend).  Raises
+    ``ConfigError`` naming the key and ``where`` for an unknown name, a bad
+    field or an option past its bounds (a ``v=100000`` tournament), before
+    any model call."""
     if isinstance(config, Sequence):
         if not config:
             raise ConfigError("an empty list of aggregators", where=where)

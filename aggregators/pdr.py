@@ -1,24 +1,5 @@
-"""Parallel-Distill-Refine (PDR), agentic.
-
-Owns ``ParallelDistillRefine``: R rounds of M rollouts run in parallel
-through the context's ``rollout(task, workspace) -> TrajectorySummary``
-(``aggregators.workspace``); after each round the K best summaries (by an
-RTV bracket's ranking, or by a judge's pointwise scores) become the next
-workspace; a final aggregator (RTV by default) picks the answer from the
-last round.  Context stays bounded by the workspace, never by history.  A
-rollout that raises is recorded as a failed summary and the round continues
-with the rest; a round with no answer at all leaves the previous round as
-the best there is.
-
-The budget: every judge call and every rollout is on the run's ledger.
-When a judge call is refused (``BudgetExceeded``), or the ledger has nothing
-left before a round, no further round starts and the final aggregator runs
-over the best round so far (it stops at the cap itself, if it must); the
-rationale says so.
-
-Used as an ``Aggregator`` it treats the given summaries as round 1 and runs
-the remaining rounds; ``run(task, context)`` runs every round from an empty
-workspace.
+"""Parallel-Distill-Refine (PDR), agentic: ``ParallelDistillRefine`` and its
+``PDRRound``.
 
 May import protocols, the runtime floor and the other aggregators; nothing
 else.
@@ -66,7 +47,16 @@ class PDRRound(msgspec.Struct, frozen=True, kw_only=True):
 
 @final
 class ParallelDistillRefine:
-    """PDR (see the module docstring).  ``judge``: default a ``ModelJudge``;
+    """PDR: ``rounds`` rounds of ``m`` rollouts in parallel through the
+    context's ``rollout(task, workspace)``; after each round the ``k`` best
+    summaries become the next workspace, so context stays bounded; a final
+    aggregator picks the answer from the last round.  A rollout that raises
+    is a failed summary; a round with no answer leaves the previous one as
+    the best.  Every judge call and rollout is on the run's ledger: when a
+    judge call is refused, or nothing is left before a round, no further
+    round starts and the final aggregator runs over the best round so far.
+
+    ``judge``: default a ``ModelJudge``;
     ``rounds`` (1..8), ``m`` rollouts per round (1..64), ``k`` summaries in
     the workspace (1..16); ``select``: ``rtv`` ranks a round by the level
     each summary reached in an RTV bracket (``g``, ``v``); ``judge`` by

@@ -1,22 +1,5 @@
-"""Python functions as tools, described by their type hints.
-
-Owns ``FunctionTool`` and the ``@tool`` decorator.  The argument schema is
-the JSON schema of a pydantic model built from the signature (defaults,
-``Optional``, ``Literal``, lists, nested pydantic models and
-``Annotated[..., Field(description=...)]`` all work); unknown arguments are
-rejected.  The description is the docstring's first paragraph, and argument
-descriptions come from its ``Args:``/``Parameters`` section unless a
-``Field`` gives one.  A parameter annotated ``ToolContext`` receives the
-call's context and is not offered to the model.
-
-Calls validate the arguments with that model and report failures per
-argument as an error ``ToolOutput``.  Async functions are awaited; sync ones
-run in a worker thread (abandoned, not waited for, if the call is cancelled:
-a thread cannot be interrupted).  Return values become text: ``str`` as is,
-a ``ToolOutput`` as is, anything else as JSON (pydantic models, msgspec
-structs, dataclasses, dicts, lists, numbers), with the same value in
-``structured``.  ``ToolError`` raised by the function becomes an error output
-with its message; any other exception one naming its type.
+"""Python functions as tools, described by their type hints: ``FunctionTool``
+and the ``@tool`` decorator.
 
 Imports protocols, the runtime floor and the tools base; never agents or
 aggregators.
@@ -108,7 +91,10 @@ def _encode_hook(value: Any) -> Any:
 
 
 def to_tool_output(value: object) -> ToolOutput:
-    """A function's return value as the model sees it (see module doc)."""
+    """A function's return value as the model sees it: ``str`` and
+    ``ToolOutput`` as they are, anything else (pydantic models, msgspec
+    structs, dataclasses, dicts, lists, numbers) as JSON, with the same
+    value in ``structured``."""
     if isinstance(value, ToolOutput):
         return value
     if isinstance(value, str):
@@ -156,7 +142,13 @@ class FunctionTool(Generic[P, R]):
         defaults to the function's name; ``description`` to the docstring's
         first paragraph.  Raises ``ConfigError`` for a signature that cannot
         be a tool (``*args``/``**kwargs``, a parameter without a type hint,
-        a type pydantic cannot describe)."""
+        a type pydantic cannot describe).
+
+        The schema is that of a pydantic model built from the signature
+        (unknown arguments rejected); argument descriptions come from the
+        docstring's ``Args:``/``Parameters`` section unless a ``Field`` gives
+        one.  A parameter annotated ``ToolContext`` gets the call's context
+        and is not offered to the model."""
         tool_name = name or getattr(fn, "__name__", "")
         where = f"tool function {_callable_name(fn)}"
         if not tool_name or tool_name == "<lambda>":
@@ -240,7 +232,11 @@ class FunctionTool(Generic[P, R]):
         return f"FunctionTool({self._spec.name!r}, fn={_callable_name(self._fn)})"
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
-        """Validate ``arguments`` and run the function (see module doc)."""
+        """Validate ``arguments`` and run the function: async functions are
+        awaited, sync ones run in a worker thread (abandoned, not waited for,
+        on cancellation).  Invalid arguments (per argument), ``ToolError``
+        (its message) and any other exception (naming its type) become error
+        outputs; the return value goes through ``to_tool_output``."""
         name = self._spec.name
         raw: object = arguments  # the type says Mapping; a model's JSON may disagree
         if not isinstance(raw, Mapping):

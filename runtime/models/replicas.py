@@ -1,23 +1,6 @@
-"""Replicas of one model behind one backend name, with prefix affinity.
-
-Owns which replica serves a request.  Each replica has a health flag (set
-by health checks and by connection failures), a circuit breaker, and a
-count of outstanding requests.  ``pick`` routes:
-
-- a request with an affinity key that is already mapped goes to its
-  replica while that replica is admissible (healthy, breaker not open,
-  not excluded) and not overloaded: its outstanding count exceeds the
-  least loaded admissible replica's by at most ``balance_abs_threshold``
-  (an overloaded replica's request spills to the least loaded one, the
-  mapping stays);
-- a new key (or one whose replica is gone) is mapped to the least loaded
-  admissible replica (fewest outstanding requests, then fewest served:
-  new prefixes spread evenly);
-- no key: the least loaded replica.
-
-Keys are remembered in an LRU of ``capacity`` entries.  Rollouts of one
-run share a key (the run id, or a hash of the shared prompt prefix), so
-they land on one replica and reuse its radix cache.
+"""Replicas of one model behind one backend name, with prefix affinity: which
+replica serves a request (``ReplicaSet``), from each replica's health,
+circuit breaker and outstanding requests.
 
 Pure state and logic: no I/O, no HTTP.
 """
@@ -75,7 +58,9 @@ class Replica:
 
 
 class ReplicaSet:
-    """The replicas of one backend and the affinity map (see module docstring)."""
+    """The replicas of one backend and the affinity map (an LRU of
+    ``capacity`` keys).  Rollouts of one run share a key, so they land on
+    one replica and reuse its radix cache."""
 
     def __init__(
         self,
@@ -105,9 +90,14 @@ class ReplicaSet:
         return self._affinity.get(key)
 
     def pick(self, key: str | None, exclude: Collection[int] = ()) -> Replica:
-        """The replica for a request (see the module docstring).  Raises
-        ``BackendUnavailable`` when no replica outside ``exclude`` is
-        admissible."""
+        """The replica for a request.  A mapped ``key`` goes to its replica
+        while that one is admissible (healthy, breaker not open, not in
+        ``exclude``) and has at most ``balance_abs_threshold`` more
+        outstanding requests than the least loaded admissible one (else the
+        request spills over; the mapping stays).  A new key is mapped to the
+        least loaded admissible replica (fewest outstanding, then fewest
+        served); no key: the least loaded.  Raises ``BackendUnavailable``
+        when no replica outside ``exclude`` is admissible."""
         candidates = [r for r in self.replicas if r.index not in exclude and r.admissible()]
         if not candidates:
             # Health is a hint: with no healthy replica left, try the others

@@ -1,22 +1,6 @@
-"""Retries and circuit breaking for calls to model servers.
-
-Owns three reusable pieces every network backend composes:
-
-- :class:`RetryPolicy` (user config): which failures are worth retrying,
-  jittered exponential backoff that honours ``Retry-After`` (seconds or an
-  HTTP date), a cap on attempts and a total deadline;
-- :class:`CircuitBreaker`: per endpoint, *closed* → *open* after K
-  consecutive failures → *half-open* after a cool-down, where one probe call
-  is let through → *closed* again on its success (or *open* on its failure);
-- :class:`Retrier` and :func:`call_with_retry`: the loop that ties both
-  together around one logical call, counting attempts in
-  :class:`RetryCounters`.
-
-An attempt signals "retry may help" by raising :class:`TransientError`
-around the ``BackendError`` to raise if retries run out; any other exception
-ends the call at once.  Rate limiting (429) neither opens nor closes a
-breaker: a throttling server is alive.  An open breaker fails calls fast
-with ``BackendUnavailable``; it does not make them wait.
+"""Retries and circuit breaking for calls to model servers: ``RetryPolicy``,
+``CircuitBreaker``, and ``Retrier``/``call_with_retry`` tying them together
+around one logical call.
 
 Knows the error tree, nothing about HTTP libraries or specific backends.
 Must not import agents, tools or aggregators.
@@ -63,7 +47,9 @@ _log = get_logger(__name__)
 
 
 class RetryPolicy(BaseModel):
-    """How a backend retries a call that failed in a way retrying may fix."""
+    """How a backend retries a call that failed in a way retrying may fix:
+    jittered exponential backoff honouring ``Retry-After`` (seconds or an
+    HTTP date), a cap on attempts and a total deadline."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
@@ -169,7 +155,12 @@ class BreakerState(enum.Enum):
 class CircuitBreaker:
     """The health of one endpoint, judged from consecutive failures.
 
-    Not thread-safe; used from one event loop (its methods never await).
+    *closed*, then *open* after ``BreakerConfig``'s threshold of
+    consecutive failures, then *half-open* after a cool-down (one probe
+    call let through), then *closed* on its success or *open* again.  An
+    open breaker fails calls fast with ``BackendUnavailable``.  Rate
+    limiting (429) neither opens nor closes it.  Not thread-safe; used from
+    one event loop (its methods never await).
     """
 
     __slots__ = (
@@ -417,6 +408,9 @@ async def call_with_retry(
 ) -> T:
     """Run ``attempt`` until it returns, raises a non-transient error, or
     the policy gives up (then the last ``TransientError.error`` is raised).
+    An attempt asks for a retry by raising ``TransientError`` around the
+    ``BackendError`` to raise if retries run out; any other exception ends
+    the call at once.
     Each attempt runs under the call's remaining deadline; running out of
     it raises ``BackendTimeout`` naming ``backend`` and ``endpoint``."""
     retrier = Retrier(policy, breaker=breaker, counters=counters, rng=rng)

@@ -1,24 +1,10 @@
-"""The daemon's two event loops and the bridge between them.
+"""The daemon's two event loops and the bridge between them: ``RunService``
+(what every interface needs from the manager) and ``ManagerBridge``.  The
+HTTP server runs on its own thread and loop so that its requests do not
+wait behind the run loop's bursts (measured: a 300+ ms p99 for
+``GET /v1/runs/{id}`` with 200 runs executing).
 
-The runs execute on the main loop (the ``RunManager``'s).  Under load it is
-busy in bursts (hundreds of rollouts become ready at once), and a request
-served on that loop waits behind the whole burst: measured, a
-``GET /v1/runs/{id}`` p99 of 300+ ms with 200 runs executing.  So the HTTP
-server (REST, SSE, OpenAI-compatible, MCP, metrics, the page) runs on its
-own thread and loop, and talks to the manager through ``ManagerBridge``:
-
-* reads (``get``, ``detail``, ``list``, ``trajectory``, ``summaries``,
-  ``agents``, ``active``) run on the API loop directly: they read the
-  manager's live state under its lock (held for a few dict lookups) or the
-  store (its own reader connections per thread);
-* state only the run loop may touch (the runtime's queues, for
-  ``/metrics``) is read there (``read_on_run_loop``);
-* everything that starts, stops or waits for runs (``submit``, ``cancel``,
-  ``wait``, ``follow``) runs on the run loop, awaited from the API loop;
-  cancelling the awaiting request cancels the work on the run loop.
-
-Owns ``RunService`` (what every interface needs from the manager) and
-``ManagerBridge``.  The roof: may import every layer.
+The roof: may import every layer.
 """
 
 from __future__ import annotations
@@ -76,8 +62,12 @@ class RunService(Protocol):
 
 @final
 class ManagerBridge:
-    """``RunService`` for code on another loop than the manager's (see the
-    module docstring).  ``loop`` is the manager's running loop."""
+    """``RunService`` for code on another loop than the manager's; ``loop``
+    is the manager's running loop.  Reads (``get``, ``detail``, ``list``,
+    ``trajectory``, ``summaries``, ``agents``, ``active``) run on the
+    caller's loop, under the manager's lock or on the store's per-thread
+    readers; ``submit``, ``cancel``, ``wait`` and ``follow`` run on the run
+    loop, awaited from the caller's (cancelling the caller cancels them)."""
 
     def __init__(self, manager: RunManager, loop: asyncio.AbstractEventLoop) -> None:
         self.manager = manager

@@ -1,23 +1,5 @@
-"""The run manager: the one object every daemon interface talks to.
-
-Owns ``RunManager``: it validates and admits runs (``submit``), executes
-them through the embedding facade (``Runtime.run``) inside its task group,
-commits every event to the ``RunStore`` before the run goes on (a step is
-durable before the agent takes the next one), keeps the live state of
-active runs in memory (``get``/``detail`` of a running run touch no
-database), lets callers ``follow`` a run's events from any point, cancels
-runs, and on start resumes every run an earlier daemon left unfinished
-(from its committed steps, through ``RunCheckpoint``).
-
-Shutdown (``drain``): new runs are refused; running runs get a grace period
-to finish; the rest are stopped without recording anything more, so the
-store holds exactly their committed steps and the next start resumes them.
-
-Threads: runs execute on the loop that opened the manager (the run loop);
-the daemon's API thread reads live state through ``get``/``detail``/
-``list``/``active``.  ``_lock`` guards every change to the shared dicts
-(``_live``, ``_finished``, a live run's ``info`` and ``rollouts``) and those
-reads; it is held for a few dict operations, never across an ``await``.
+"""The run manager (``RunManager``): the one object every daemon interface
+talks to.
 
 The roof: may import every layer; only the daemon's interfaces import it.
 """
@@ -165,7 +147,17 @@ class _Live:
 
 @final
 class RunManager:
-    """See the module docstring.  ``backends``/``tools``/``prices``/``judge``
+    """Admits runs (``submit``) and executes them through ``Runtime.run`` in
+    its task group; commits every event to the ``RunStore`` before the run
+    goes on (a step is durable before the next one); keeps active runs'
+    state in memory (``get``/``detail`` touch no database); lets callers
+    ``follow`` a run's events; cancels runs; and on opening resumes every run
+    an earlier daemon left unfinished, from its committed steps.  Runs
+    execute on the loop that opened it; other threads may call ``get``,
+    ``detail``, ``list`` and ``active`` (a lock, never held across an
+    ``await``, guards the shared state).
+
+    ``backends``/``tools``/``prices``/``judge``
     are handed to the ``Runtime`` (tests and embedders pass fakes here);
     ``observer`` sees every committed event (the daemon's metrics).
 

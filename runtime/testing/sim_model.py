@@ -1,25 +1,4 @@
-"""The sim-server's "model": what it answers, deterministically.
-
-A reply depends only on the prompt text, the request seed, the server seed
-and the sample index (the index is ignored at temperature 0, so greedy
-samples agree).  Policy:
-
-- tools offered and ``tool_choice`` not ``none``: while the conversation
-  holds fewer than ``tool_rounds`` tool results (or always, with
-  ``tool_choice: required``), reply with ``parallel_tool_calls`` calls to the
-  offered tools in order (a named ``tool_choice`` calls that tool once).
-  Arguments fill the schema's *required* properties: strings ``"x"``
-  (or the first ``enum`` value), integers and numbers ``1``, booleans
-  ``true``, arrays ``[]``, objects recursively;
-- otherwise a text reply: filler words (``answer="text"``) or
-  ``ANSWER: <value>`` (``answer="answer"``; see ``SimServerConfig.answer``).
-
-Prompts arrive either as chat messages (OpenAI endpoint) or as text
-(``/generate``, ``/v1/completions``); text in the ChatML/Hermes layout of
-``agentrt.runtime.models.sglang_template`` is parsed back into turns, tools
-and tool results, so both routes behave alike.  Generated text uses the
-same layout (tool calls as ``<tool_call>`` blocks), which is also what
-completion tokens are counted on.
+"""The sim-server's "model" (``SimModel``): what it answers, deterministically.
 
 Pure logic; imports protocols, the template and the fakes' tokenizer.
 """
@@ -220,7 +199,16 @@ def _filler(words: list[str]) -> list[str]:
 
 
 class SimModel:
-    """Deterministic replies for the sim-server (see the module docstring)."""
+    """Deterministic replies for the sim-server: a reply depends only on
+    the prompt text, the request and server seeds and the sample index
+    (ignored at temperature 0).  With tools offered and ``tool_choice`` not
+    ``none``, while the conversation holds fewer than ``tool_rounds`` tool
+    results (always, with ``required``), it calls the offered tools
+    (``parallel_tool_calls`` of them; a named ``tool_choice`` once) with
+    ``fill_arguments``; otherwise it answers text per
+    ``SimServerConfig.answer``.  Text prompts in the ChatML layout of
+    ``sglang_template`` are parsed back into turns, so chat and text routes
+    behave alike; generated text uses the same layout."""
 
     def __init__(self, config: SimServerConfig) -> None:
         self._config = config

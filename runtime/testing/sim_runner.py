@@ -1,26 +1,6 @@
-"""Run the sim-server: in-process (``SimServer``) or as a subprocess.
-
-- ``SimServer(config)``: an async context manager serving on the current
-  event loop (asyncio backend); its background work (simulated restarts)
-  runs in a task group owned by the ``async with`` block.
-  ``async with SimServer(SimServerConfig(ttft_ms=0)) as srv: srv.url``.
-  ``await tg.start(srv.serve)`` works too (it reports the URL).
-- ``spawn_sim_server(config)``: starts ``python -m
-  agentrt.runtime.testing.sim_server`` with the config's flags, waits for the
-  ready line, yields the base URL and terminates the process on exit (the
-  child also exits by itself if its parent dies);
-- ``start_sim_server_process(config)``: the same process for synchronous
-  callers (benchmarks, fixtures): ``(Popen, url)`` once it is ready; the
-  caller terminates it.
-
-The command line lives in ``sim_server`` (``python -m
-agentrt.runtime.testing.sim_server``), which this module does not import.
-
-A simulated restart (the ``restart`` fault, or ``SimServer.restart()``)
-closes the listening socket, force-closes every connection, waits
-``restart_down_s`` (connections are refused meanwhile), flushes the prefix
-cache and listens again on the same port.  The process keeps running, so
-the URL stays valid.
+"""Run the sim-server: in-process (``SimServer``) or as a subprocess
+(``spawn_sim_server``, ``start_sim_server_process``).  The command line lives
+in ``sim_server``, which this module does not import.
 """
 
 from __future__ import annotations
@@ -87,7 +67,9 @@ async def _start_site(runner: web.AppRunner, sock: socket.socket) -> web.SockSit
 
 
 class SimServer:
-    """The sim-server on the current event loop (see the module docstring)."""
+    """The sim-server on the current event loop (asyncio backend), as an
+    async context manager (``async with SimServer(config) as srv: srv.url``)
+    or a service (``await tg.start(srv.serve)`` reports the URL)."""
 
     def __init__(self, config: SimServerConfig | None = None, **overrides: Any) -> None:
         base = config or SimServerConfig()
@@ -190,7 +172,9 @@ class SimServer:
         self._tg.start_soon(self._come_back)
 
     async def restart(self) -> None:
-        """Simulate a server restart (see the module docstring)."""
+        """Simulate a server restart: close the listening socket and every
+        connection, refuse connections for ``restart_down_s``, flush the
+        prefix cache, listen again on the same port (the URL stays valid)."""
         if self._restarting or self._state is not _State.OPENED:
             raise RuntimeError("SimServer.restart() needs a running server not already restarting")
         self._restarting = True

@@ -1,22 +1,6 @@
-"""The fakes' deterministic tokenizer and synthetic log-probabilities.
-
-Tokenization rule (documented because tests count on it): a token is a run
-of word characters (``\\w+``) or a single other non-space character, each
-together with the whitespace that precedes it; whitespace at the very end
-of a text is one more token.  So ``"Hello, world!\\n"`` is
-``["Hello", ",", " world", "!", "\\n"]``.  Joining the tokens gives the text
-back exactly.
-
-Token ids: ``100 + crc32(token) % (VOCAB_SIZE - 100)``, stable across
-processes and runs (ids below 100 are reserved; ``EOS_ID`` is 2).  Ids are
-a hash, so two tokens can share an id; ``decode_ids`` maps ids back through
-the tokens this process has encoded (first token wins) and renders unknown
-ids as ``<id:N>``.
-
-``encode_prompt`` / ``encode_segmented`` split a text at chat-turn
-boundaries, encode each segment once (an LRU cache) and join the ids: the
-result equals ``encode(text)`` because every split point is a whitespace
-run preceded by a non-space character, where the tokenizer cuts anyway.
+"""The fakes' deterministic tokenizer and synthetic log-probabilities.  Token
+ids are ``100 + crc32(token) % (VOCAB_SIZE - 100)``, stable across processes
+(ids below 100 reserved; ``EOS_ID`` is 2); two tokens may share an id.
 
 Owns nothing else; imports nothing from agentrt.
 """
@@ -53,7 +37,10 @@ WORDS = (
 
 
 def tokenize(text: str) -> list[str]:
-    """Split ``text`` into tokens (see the module docstring for the rule)."""
+    """Split ``text`` into tokens: a run of word characters (``\\w+``) or a
+    single other non-space character, each with the whitespace before it;
+    trailing whitespace is one more token.  ``"Hello, world!\\n"`` is
+    ``["Hello", ",", " world", "!", "\\n"]``; joining gives the text back."""
     return _TOKEN_RE.findall(text)
 
 
@@ -146,7 +133,8 @@ def count_tokens(text: str) -> int:
 
 
 def decode_ids(ids: list[int]) -> str:
-    """Text for token ids this process has seen; unknown ids as ``<id:N>``."""
+    """Text for token ids this process has seen (the first token encoded
+    to an id wins); unknown ids as ``<id:N>``."""
     return "".join(_reverse.get(i, f"<id:{i}>") for i in ids)
 
 

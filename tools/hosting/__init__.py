@@ -1,24 +1,7 @@
-"""Hosting agentrt tools as MCP servers, for any MCP client to use.
-
-``ToolServer`` turns objects implementing the ``Tool`` protocol (Python
-function tools, the built-ins, anything else), ``StaticResource``s,
-``ResourceTemplate``s and ``Prompt``s into an MCP server built on the
-official SDK's low-level server.  The ``serve_*`` functions in
-``transports`` run it in-process, over stdio, or over streamable HTTP, each
-started in the caller's task group::
-
-    server = ToolServer("calc", tools=[calculator])
-    async with anyio.create_task_group() as tg:
-        endpoint = await tg.start(serve_streamable_http, server)
-        print(endpoint.url)  # http://127.0.0.1:PORT/mcp
-
-or, inside another ASGI app, ``streamable_http_mount`` (an app to route to
-plus the lifespan to enter), with Host/Origin validation always on.
-
-Tools talk back through their ``ToolContext``: ``notify("log", ...)`` and
-``notify("progress", ...)`` become MCP log and progress notifications, and
-``context.peer`` (an ``McpCallPeer``) asks the client for sampling or
-elicitation.
+"""Hosting agentrt tools as MCP servers, for any MCP client to use:
+``ToolServer`` (tools, resources and prompts on the official SDK's
+low-level server) and the ``serve_*`` transports that run it in-process,
+over stdio or over streamable HTTP (or mounted in another ASGI app).
 
 This package sits in ``tools/``: it may use the runtime floor and the MCP
 SDK, never agents or aggregators.

@@ -1,26 +1,8 @@
-"""``McpServerActor``: one MCP server connection as a supervised actor.
-
-The actor owns one :class:`McpConnection`, held open by a service of its
-incarnation, and answers tagged msgspec requests:
-
-- ``ListTools()`` → :class:`McpToolList` (the offered tools, the blocked ones);
-- ``CallTool(tool, arguments, ...)`` → ``ToolOutput``, answered from a
-  service (``context.defer``), so calls from many runs overlap;
-- ``GetStatus()`` → :class:`McpServerStatus`;
-- ``Reconnect()`` → replace the connection now (a failed server tries
-  again; a restart delay is cut short) → :class:`McpServerStatus`.
-
-A server that dies is restarted by the connection with the one restart
-policy (``RestartBackoff``, from the server's ``restart`` settings); calls
-meanwhile answer with an error output saying so.  When the policy gives up
-the server is ``failed`` until ``Reconnect()``; the actor stays up to say
-so.  The actor's supervisor restarts the actor only for a bug in it; the
-fresh incarnation connects again in the background.
+"""``McpServerActor``: one MCP server connection as a supervised actor, and the
+tagged request and reply types it answers.
 
 Requests are plain data, so the actor's placement is a configuration
-choice; a call's progress reaches its caller through the actor's
-notification sink, tagged with the call's ``route`` (``servers.py`` relays it
-in-process).  Must not import agents or aggregators.
+choice.  Must not import agents or aggregators.
 """
 
 from __future__ import annotations
@@ -128,7 +110,13 @@ McpServerReply = McpToolList | ToolOutput | McpServerStatus
 
 @final
 class McpServerActor(Actor[McpServerRequest, McpServerReply]):
-    """Owns one connection to ``config``'s server (see the module docstring).
+    """Owns one connection to ``config``'s server, held open by a service,
+    and answers ``ListTools``, ``CallTool`` (from a service, so calls from
+    many runs overlap), ``GetStatus`` and ``Reconnect`` (replace the
+    connection now, cutting a restart delay short).  A dead server is
+    restarted by the connection; once its restart policy gives up it is
+    ``failed`` until ``Reconnect``, and the actor stays up to say so.  The
+    supervisor restarts the actor only for a bug in it.
 
     ``pins`` is the pin store its tool definitions are checked against;
     ``on_notification`` gets the connection's ``progress``, ``log`` and
