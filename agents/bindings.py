@@ -1,21 +1,5 @@
-"""Tool bindings of a spec -> ``Tool`` objects.
-
-Owns turning each entry of an agent's ``tools`` into tools:
-
-- a built-in name: ``calculator`` (``Calculator``), ``python``
-  (``PythonSandbox``), ``read_file`` / ``list_directory`` confined to
-  ``root`` (relative to the spec file's directory; default: that
-  directory);
-- a Python binding ``"pkg.mod:fn"``: the module is imported (a module not
-  on ``sys.path`` is looked for next to the spec file), the attribute
-  looked up (dots walk into it); a ``Tool`` object is used as it is, a
-  callable becomes a ``FunctionTool`` described by its type hints and
-  docstring.  A binding that does not import is a ``ConfigError`` naming
-  the file, line and key and saying why: the module is missing, importing
-  it raised (the exception's type and message), the attribute is absent
-  (with the closest names), or the object is no tool and not callable;
-- an MCP server: the tools its open connection offers (namespaced
-  ``server__tool``), or the named subset of them.
+"""Tool bindings of a spec -> ``Tool`` objects: built-in names, Python bindings
+``"pkg.mod:fn"`` and MCP servers.
 
 May import tools and the spec models; never aggregators or the roof.
 """
@@ -52,7 +36,9 @@ def resolve_binding(
 
 
 def builtin_tool(binding: BuiltinTool, *, base_dir: Path, where: str) -> Tool:
-    """One built-in tool."""
+    """One built-in tool: ``calculator``, ``python`` (``PythonSandbox``), or
+    ``read_file``/``list_directory`` confined to ``root`` (relative to
+    ``base_dir``, the spec file's directory; default: that directory)."""
     name = binding.name or binding.builtin
     match binding.builtin:
         case "calculator":
@@ -70,7 +56,9 @@ def builtin_tool(binding: BuiltinTool, *, base_dir: Path, where: str) -> Tool:
 
 
 def python_tool(binding: PythonTool, *, base_dir: Path | None, where: str) -> Tool:
-    """The tool a ``"pkg.mod:fn"`` binding names."""
+    """The tool a ``"pkg.mod:fn"`` binding names: a ``Tool`` object as it
+    is, a callable as a ``FunctionTool`` (described by its type hints and
+    docstring)."""
     target = import_target(binding.python, base_dir=base_dir, where=where)
     if isinstance(target, Tool) and not isinstance(target, type):
         if binding.name is not None or binding.description is not None:
@@ -99,7 +87,11 @@ def python_tool(binding: PythonTool, *, base_dir: Path | None, where: str) -> To
 
 
 def import_target(target: str, *, base_dir: Path | None, where: str) -> Any:
-    """Import ``module:attribute`` (see the module docstring)."""
+    """Import ``module:attribute`` (a module not on ``sys.path`` is looked
+    for in ``base_dir``; dots in the attribute walk into it).  Raises a
+    ``ConfigError`` at ``where`` saying why: the module is missing,
+    importing it raised (type and message), the attribute is absent (with
+    the closest names)."""
     module_name, _, attribute = target.partition(":")
     module = _import_module(module_name, target, base_dir=base_dir, where=where)
     found: Any = module

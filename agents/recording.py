@@ -1,20 +1,7 @@
-"""Where an agent's events go: the event sink and the emitter that stamps them.
-
-An **event sink** is an async callable taking one ``Event``
-(``EventSink = Callable[[Event], Awaitable[None]]``).  The loop awaits it,
-so a slow consumer slows the rollout down instead of piling events up:
-backpressure, by design.  Two ready-made sinks:
-
-- ``EventLog``: keeps the events in memory (tests, small runs), optionally
-  only the last ``maxlen``;
-- ``stream_sink(send_stream)``: sends into an anyio memory object stream;
-  create it bounded (``anyio.create_memory_object_stream[Event](64)``), and
-  a full stream makes the agent wait for its reader.
-
-``EventEmitter`` wraps a sink and stamps each event with a sequence number
-and a wall-clock time.  One emitter is shared by every rollout (and every
-agent of a hierarchy) of a run, so ``seq`` strictly increases across the
-run's events, in the order they were emitted.
+"""Where an agent's events go: event sinks (``EventLog``, ``stream_sink``) and
+the ``EventEmitter`` that stamps events.  A sink is an async callable the
+loop awaits, so a slow consumer slows the rollout down (backpressure, by
+design).
 
 May import protocols and anyio; nothing else of agentrt.
 """
@@ -41,7 +28,9 @@ E = TypeVar("E", bound=Event)
 @final
 class EventEmitter:
     """Stamps events (``seq``, ``ts``) and hands them to a sink, or drops
-    them when there is none."""
+    them when there is none.  One emitter is shared by every rollout (and
+    agent of a hierarchy) of a run, so ``seq`` strictly increases across
+    the run's events."""
 
     __slots__ = ("_clock", "_seq", "sink")
 
@@ -92,7 +81,8 @@ class EventLog:
 
 
 def stream_sink(stream: MemoryObjectSendStream[Event]) -> EventSink:
-    """A sink sending into ``stream`` (waits while it is full)."""
+    """A sink sending into ``stream`` (waits while it is full; create it
+    bounded, e.g. ``anyio.create_memory_object_stream[Event](64)``)."""
 
     async def send(event: Event) -> None:
         await stream.send(event)

@@ -1,19 +1,6 @@
-"""Trajectory summaries: a finished rollout as its Re-TRAC sections.
-
-Owns the ``Summarizer`` protocol and its two implementations:
-
-- ``RuleBasedSummarizer``: no model.  The answer is the trajectory's final
-  answer; facts are tool results (evidence = the step and call, verified
-  because a tool result backs them); failure modes come from tool errors,
-  step errors and the stop reason; hypotheses from the assistant's text;
-  uncertainties from unanswered questions and missing answers; cost as
-  recorded.  It is the fallback and what tests use.
-- ``ModelSummarizer``: one bounded model call that writes the sections as
-  JSON, validated; malformed output, a failed call, or a call the run's
-  budget refuses (a metered backend's ``BudgetExceeded``) falls back to the
-  rule-based summary (and says so in ``failure_modes``).
-
-Summaries are what judges compare and what later rollouts are seeded with.
+"""Trajectory summaries: a finished rollout as its Re-TRAC sections, which
+judges compare and later rollouts are seeded with.  Owns the ``Summarizer``
+protocol, ``RuleBasedSummarizer`` and ``ModelSummarizer``.
 
 May import protocols and the runtime floor; never aggregators or the roof.
 """
@@ -63,7 +50,11 @@ _HEDGE = re.compile(r"\b(?:not sure|unclear|unknown|might|maybe|perhaps|uncertai
 
 @final
 class RuleBasedSummarizer:
-    """A summary read straight off the trajectory (see the module docstring).
+    """A summary read straight off the trajectory, no model: the answer is
+    the final answer; facts are tool results (verified, with the step and
+    call as evidence); failure modes come from tool and step errors and the
+    stop reason; hypotheses from the assistant's text; uncertainties from
+    unanswered questions.  The fallback, and what tests use.
 
     ``max_items``: entries kept per section; ``item_chars``: characters kept
     per entry."""
@@ -171,7 +162,9 @@ _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 
 @final
 class ModelSummarizer:
-    """Summaries written by one model call (see the module docstring).
+    """Summaries written by one bounded model call as JSON, validated;
+    malformed output, a failed call or one the budget refuses falls back to
+    ``fallback`` (and says so in ``failure_modes``).
 
     ``backend``: give it a ``MeteredBackend`` on the run's ledger
     (``agentrt.runtime.models.metered``) so that the call is reserved and

@@ -1,16 +1,6 @@
 """The aggregation agent (AggAgent): an agent that treats the parallel
-trajectories as an environment and reads them through tools.
-
-Owns ``TrajectoryStore`` (the trajectories and summaries by rollout id, and
-what the tools read from them), the tools ``get_solution(id?)``,
-``search_trajectory(id, query, role?, k <= 10)`` (steps ranked by ROUGE-L
-recall of the query, clipped to ~150 words), ``get_segment(id, start, end)``
-(<= 5 steps, clipped) and the built-in ``finish(answer)``, and
-``AggregationAgent``, which runs an ``agentrt.agents.Agent`` over them with a
-turn cap and a token cap (about one rollout's worth), on the context's
-metered backend.  When the agent ends without finishing (a cap hit, the
-run's budget included), the answer falls back to a majority vote over the
-summaries: no further model call, so the cost stays bounded.
+trajectories as an environment and reads them through tools
+(``TrajectoryStore``, ``store_tools``, ``AggregationAgent``).
 
 May import agents, tools' base protocol, protocols, the runtime floor and
 the other aggregators; never the roof.
@@ -185,7 +175,10 @@ class _StoreTool:
 
 
 def store_tools(store: TrajectoryStore) -> list[_StoreTool]:
-    """The three reading tools over ``store``."""
+    """The three reading tools over ``store``: ``get_solution(id?)``,
+    ``search_trajectory(id, query, role?, k <= 10)`` (steps ranked by
+    ROUGE-L recall of the query, clipped to ~150 words) and
+    ``get_segment(id, start, end)`` (<= 5 steps, clipped)."""
     return [
         _StoreTool(
             "get_solution",
@@ -218,7 +211,11 @@ def store_tools(store: TrajectoryStore) -> list[_StoreTool]:
 
 @final
 class AggregationAgent:
-    """AggAgent (see the module docstring).  ``model``: the model asked
+    """AggAgent: an ``agentrt.agents.Agent`` over ``store_tools`` plus
+    ``finish(answer)``, on the context's metered backend, under a turn and
+    a token cap.  If it ends without finishing (a cap hit, the run's budget
+    included), the answer is a majority vote over the summaries, with no
+    further model call.  ``model``: the model asked
     (``None``: the context's, else the backend's first); ``max_turns``:
     model calls, 1..64; ``max_tokens``: tokens (prompt + completion) the
     agent may use, about one rollout's, 256..1,000,000;

@@ -1,21 +1,5 @@
-"""Deferred replies: a request answered by a service of the incarnation.
-
-An actor whose requests take long and may run side by side (a tool call on
-a server that many runs share) answers them from a service instead of from
-``receive``, so it takes its next message while the call runs::
-
-    async def receive(self, message: Request) -> Reply | Deferred[Reply]:
-        match message:
-            case CallTool():
-                return self.context.defer(self._call, message)
-
-What ``func`` returns is the reply to the ``ask``; if it raises, the asker
-gets ``ActorCrashed`` with that cause and the actor crashes, as if
-``receive`` had raised.  If the asker gives up first (its deadline, a
-cancellation), the service is cancelled.  If the incarnation ends first,
-the asker gets ``ActorStopped`` (``ActorCrashed`` when a failing service
-ended it).  For a ``tell`` the reply is dropped.  The asker cannot tell a
-deferred reply from an immediate one.
+"""Deferred replies (``Deferred``): a request answered by a service of the
+incarnation instead of by ``receive``, so long requests overlap.
 
 This module must not import agents, tools or aggregators.
 """
@@ -38,9 +22,14 @@ __all__ = ["Deferred"]
 
 @final
 class Deferred(Generic[ReplyT]):
-    """A reply that a service produces later (see the module docstring).
+    """A reply that a service produces later.
 
-    Made by ``ActorContext.defer``; ``receive`` returns it as it is."""
+    Made by ``ActorContext.defer``; ``receive`` returns it as it is.  What the
+    service returns is the reply to the ``ask``; if it raises, the asker gets
+    ``ActorCrashed`` and the actor crashes; if the asker gives up first, the
+    service is cancelled; if the incarnation ends first, the asker gets
+    ``ActorStopped``.  For a ``tell`` the reply is dropped.  The asker cannot
+    tell a deferred reply from an immediate one."""
 
     __slots__ = ("_asker", "_given_up", "_outcome", "_scope", "_services")
 

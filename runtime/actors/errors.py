@@ -1,21 +1,9 @@
-"""The actor kernel's exceptions: catch the branch you can act on.
+"""The actor kernel's exceptions: ``ActorError`` (a ``RuntimeFailure``) and its
+subclasses, drawn in ``agentrt.runtime.errors``'s tree.  Every message names
+the actor address.
 
-::
-
-    ActorError                 base of everything the actor kernel raises
-                               (a RuntimeFailure in agentrt.runtime.errors)
-    ├── MailboxFull            tell_nowait found the bounded mailbox full
-    ├── AskTimeout             no reply within the ask deadline
-    ├── ActorCrashed           the handler, a start hook or a service raised; has the cause
-    ├── ActorStopped           the actor is stopped, or was stopped mid-request
-    ├── ActorNotFound          an address that resolves to no live actor here
-    ├── ActorNameTaken         a sibling with that name already exists
-    ├── SupervisionEscalated   a supervisor exceeded its restart intensity
-    └── SystemStateError       the ActorSystem is not open (or cannot reopen)
-
-Every message names the actor address, so a log line alone says where it
-happened.  This module knows addresses only as strings (``str(address)``) and
-must not import agents, tools or aggregators.
+This module knows addresses only as strings and must not import agents,
+tools or aggregators.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""The bounded mailbox of one actor address, and the ``ask`` envelope.
-
-A :class:`Mailbox` is a bounded FIFO with the semantics of an anyio memory
-object stream (one receiver, many senders, ``put`` parks while full, closing
-wakes everyone) and a smaller footprint: an idle actor parks on one loop
-future instead of an anyio ``Event`` + receiver record + ordered-dict entry,
-which is what keeps an idle actor under 5 KB (an idle consumer of a raw anyio
-stream costs about 8 KB; see ``bench/actors.py``).  The price is that the
-mailbox needs the asyncio backend (plain or uvloop), which is the only one
-agentrt runs on.  Cancellation still comes from anyio cancel scopes: they
-cancel the parked task, and the code below gives back anything it had been
-handed at that moment, so a cancelled receiver never loses a message.
-
-The mailbox belongs to the address, not to an actor instance: a supervisor
-restart puts a fresh instance behind the same mailbox, so messages sent while
-the actor restarts are served by the new instance.
+"""The bounded mailbox of one actor address (``Mailbox``), and the ``ask``
+envelope.  It parks an idle receiver on one loop future rather than an anyio
+stream's receiver (an idle actor stays under 5 KB; see ``bench/actors.py``),
+so it needs the asyncio backend (plain or uvloop).
 
 This module must not import agents, tools or aggregators.
 """
@@ -65,7 +53,12 @@ class Ask:
 
 
 class Mailbox:
-    """A bounded FIFO of messages (and :class:`Ask` envelopes) for one address."""
+    """A bounded FIFO of messages (and :class:`Ask` envelopes) for one address.
+
+    Semantics of an anyio memory object stream: one receiver, many senders,
+    ``put`` parks while full, closing wakes everyone; a cancelled receiver
+    never loses a message.  It belongs to the address, not to an instance:
+    a restarted actor serves the messages sent while it restarted."""
 
     __slots__ = ("_buffer", "_closed", "_receiver", "_senders", "address", "capacity")
 

@@ -1,21 +1,5 @@
-"""``MemoryBank``: (key -> value) items shared by rollouts, over SQLite.
-
-Owns the storage of shared memory (LTS): each item is a short summary
-*key* (what rollouts see), the full *value* (fetched on demand), and
-metadata (scope and owner, source rollout and step, a verified flag, an
-admission score, creation and expiry times, hit count).  Retrieval is
-SQLite FTS5 with BM25 ranking (the key weighs more than the value).
-
-Scopes: ``run`` items belong to one run (owner = run id), ``task`` items to
-one task across runs (owner = task id), ``global`` items to everybody (the
-experience library; owner ``""``).  A bank opened on a file keeps all of
-them across processes; a bank with no path lives in memory for one run.
-
-Size caps (items and value bytes per scope and owner) evict the lowest
-score first, the oldest among equals; expired items are never returned and
-are deleted on every write.  All SQLite work runs in a worker thread, one
-operation at a time (one connection, ``CapacityLimiter(1)``), so the event
-loop never blocks on disk.
+"""``MemoryBank``: (key -> value) items shared by rollouts (LTS), over SQLite
+with FTS5/BM25 retrieval.
 
 Must not import agents, tools or aggregators (runtime floor).
 """
@@ -151,7 +135,14 @@ Owners = Sequence[tuple[Scope, str]]
 
 @final
 class MemoryBank:
-    """An SQLite-backed bank of memory items (see the module docstring).
+    """An SQLite-backed bank of memory items: a short *key* (what rollouts
+    see), the full *value* (fetched on demand) and metadata.  Items are
+    scoped: ``run`` (owner = run id), ``task`` (owner = task id, across
+    runs) or ``global`` (owner ``""``).  Search is FTS5 with BM25 ranking,
+    the key weighing more than the value.  ``limits`` caps each scope and
+    owner, evicting the lowest score first (the oldest among equals);
+    expired items are never returned and are deleted on every write.  All
+    SQLite work runs in one worker thread, one operation at a time.
 
     ``path``: a file (kept across runs, WAL journal) or ``None`` (in
     memory).  Use as ``async with MemoryBank(...) as bank``; it cannot be

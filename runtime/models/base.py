@@ -1,20 +1,4 @@
-"""The ``ModelBackend`` protocol every backend implements.
-
-A backend turns a ``ModelRequest`` into a ``ModelReply`` (``complete``) or a
-stream of deltas ending in the assembled reply (``stream``).  Contract:
-
-- every reply carries the usage the server reported, the latency of the
-  call, and the name of the model that served it;
-- cancellation-safe: cancelling the awaiting task leaves no request running
-  (HTTP backends close the connection; in-process backends stop generating
-  at the next token);
-- failures raise ``agentrt.runtime.errors.BackendError`` subclasses that name
-  the backend and endpoint;
-- backends are async context managers: ``async with backend:`` opens
-  connections / loads weights, leaving closes them;
-- optionally, a ``max_concurrency`` property: how many requests it can take
-  at once (read it with ``backend_concurrency``).
-"""
+"""The ``ModelBackend`` protocol every backend implements, and ``StreamDelta``."""
 
 from __future__ import annotations
 
@@ -45,7 +29,15 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
 
 @runtime_checkable
 class ModelBackend(Protocol):
-    """Something that answers chat requests."""
+    """Something that answers chat requests.
+
+    Every reply carries the usage the server reported, the call's latency
+    and the model that served it.  Cancelling the awaiting task leaves no
+    request running.  Failures raise ``runtime.errors.BackendError``
+    subclasses naming the backend and endpoint.  A backend is an async
+    context manager (``async with backend:`` opens connections or loads
+    weights).  Optionally, ``max_concurrency``: how many requests it can
+    take at once (read it with ``backend_concurrency``)."""
 
     @property
     def name(self) -> str:

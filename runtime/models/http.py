@@ -1,17 +1,8 @@
-"""The shared HTTP client for model backends: httpx on an aiohttp transport.
-
-Owns how agentrt opens HTTP connections to model servers: one factory,
-:func:`make_http_client`, returning an ``httpx.AsyncClient`` whose transport
-(:func:`make_transport`) is ``httpx_aiohttp.AiohttpTransport`` with explicit
-connection limits, keep-alive and timeouts.  Plain httpx/httpcore pools collapse past a few
-hundred concurrent requests (RECIPES.md: 66 req/s against 2,092 with the
-aiohttp transport), so no backend builds its own client.
-
-Also owns :func:`classify_transport_error`, which turns the exceptions that
-escape the transport into the reasons a retry policy reasons about.  The
-transport maps every ``aiohttp.ClientConnectionError`` (refused connection,
-server disconnect) to ``httpx.ConnectTimeout``; the aiohttp exception kept in
-``__cause__`` says what really happened.
+"""The shared HTTP client for model backends: httpx on an aiohttp transport
+(``make_http_client``, ``make_transport``), and ``classify_transport_error``.
+Plain httpx/httpcore pools collapse past a few hundred concurrent requests
+(66 req/s against 2,092 with the aiohttp transport), so no backend builds
+its own client.
 
 Must not import agents, tools or aggregators, nor any specific backend.
 """
@@ -154,7 +145,9 @@ _HTTPX_ERRORS: tuple[tuple[tuple[type[BaseException], ...], TransportFailure], .
 
 def classify_transport_error(exc: BaseException) -> TransportFailure | None:
     """The reason behind a transport-level exception, or ``None`` when
-    ``exc`` is not one (a bug or a cancellation must propagate as is)."""
+    ``exc`` is not one (a bug or a cancellation must propagate as is).  The
+    transport maps every ``aiohttp.ClientConnectionError`` to
+    ``httpx.ConnectTimeout``; the ``__cause__`` says what really happened."""
     cause = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
     for types, verdict in _AIOHTTP_CAUSES:
         if isinstance(cause, types):

@@ -1,21 +1,7 @@
-"""Which backend serves which model, from configuration (runtime floor).
-
-Owns ``ModelsConfig`` (the user-facing ``models`` section: named backends,
-each ``{kind: embedded | openai | sglang | scripted, ...options}``) and
-``ModelRegistry``, which validates it once and builds unopened backends on
-demand.  A backend class is imported only when its kind is configured, so
-the embedded model needs no HTTP stack and an HTTP-only deployment needs no
-llama.cpp.  With nothing configured the embedded SmolLM2 model is the
-default.
-
-A model name resolves to the backend named so, else to the first backend
-(in configuration order) that serves a model of that name.
-
-An ``openai`` or ``sglang`` backend may say ``managed = {...}`` (a
-``ManagedServerConfig``): agentrt runs that server itself, and the
-backend's URL (and, unless given, its model name) come from it.
-``managed_servers()`` lists them, so their owner can start one supervised
-actor per server (``spawn_managed_server``) before opening the backends.
+"""Which backend serves which model, from configuration (runtime floor):
+``ModelsConfig`` (the ``models`` section) and ``ModelRegistry``.  A backend
+class is imported only when its kind is configured, so the embedded model
+needs no HTTP stack and an HTTP-only deployment no llama.cpp.
 
 Must not import agents, tools or aggregators.
 """
@@ -69,7 +55,12 @@ class BackendEntry(BaseModel):
 
 
 class ModelsConfig(BaseModel):
-    """The ``models`` section of agentrt's configuration."""
+    """The ``models`` section of agentrt's configuration: named backends,
+    each ``{kind: embedded | openai | sglang | scripted, ...options}``; an
+    ``openai`` or ``sglang`` one may say ``managed = {...}`` (agentrt runs
+    that server; the backend's URL, and unless given its model, come from
+    it).  With nothing configured the embedded SmolLM2 model is the
+    default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -237,8 +228,10 @@ class ModelRegistry:
         return list(self._lookup(backend).models)
 
     def resolve(self, model: str | None = None) -> tuple[str, str | None]:
-        """(backend name, model name) for a requested ``model``; the model
-        name is ``None`` when the backend should pick its own default."""
+        """(backend name, model name) for a requested ``model``: the backend
+        named so, else the first (in configuration order) serving a model of
+        that name.  The model name is ``None`` when the backend should pick
+        its own default."""
         wanted = model or self._default
         resolved = self._lookup(wanted)
         if wanted in resolved.models:

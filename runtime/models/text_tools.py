@@ -1,19 +1,9 @@
 """Tool calls carried as plain text, for models whose server has no tool API
-(runtime floor).
+(runtime floor): rendering tools, calls and results into chat text and
+parsing calls back out (Hermes-style ``<tool_call>`` JSON, or a bare JSON
+object naming an offered tool).  Used by the embedded llama.cpp backend.
 
-Owns two halves of one convention: rendering ``ToolSpec``s (and earlier tool
-calls and results) into chat text a small instruction-tuned model can read,
-and parsing a tool call back out of the text it generates.  The convention
-is Hermes-style: a call is a JSON object ``{"name": ..., "arguments": {...}}``
-inside ``<tool_call>...</tool_call>``; a bare JSON object naming an offered
-tool is accepted too.
-
-Parsing never raises: text that holds no well-formed call to an offered tool
-is an ordinary text reply.  ``template_messages`` flattens a whole
-conversation (tool calls and results included) into the plain role/content
-turns any chat template can render.  Used by the embedded llama.cpp
-backend; pure functions, no I/O.  Must not import agents, tools or
-aggregators.
+Pure functions, no I/O.  Must not import agents, tools or aggregators.
 """
 
 from __future__ import annotations
@@ -85,9 +75,10 @@ def render_tool_result(name: str | None, content: str) -> str:
 def parse_tool_calls(text: str, tool_names: Sequence[str]) -> tuple[str | None, list[ToolCall]]:
     """Split generated ``text`` into (remaining content, tool calls).
 
-    Only calls naming an offered tool count; anything unparseable stays in
-    the content.  With no calls found the text is returned unchanged; with
-    calls, a content of only whitespace becomes ``None``.
+    Never raises: only calls naming an offered tool count; anything
+    unparseable stays in the content.  With no calls found the text is
+    returned unchanged; with calls, a content of only whitespace becomes
+    ``None``.
     """
     rest, calls = _split_calls(text, set(tool_names))
     if not calls:

@@ -1,21 +1,6 @@
-"""An offline task simulator for routing policies (no model, no network).
-
-Owns ``SimTask`` (a task with a difficulty and, optionally, reference results
-per tier from real runs), ``SimulatedTaskRunner`` (runs one task under a
-policy as a step loop against a per-task ``BudgetLedger``) and
-``simulated_tasks`` (a reproducible task set).  The frontier report uses it
-for ``agentrt frontier --simulate``.
-
-The model of a task: a latent draw ``u`` per task decides which tiers *can*
-solve it (tier t can iff ``u < p_t(d)`` with ``p_t(d)`` the logistic of
-``(skill_t - d) / spread``, so a stronger tier solves every task a weaker one
-does), unless the task carries a reference result for the tier.  A tier that
-can solve finishes on each step with ``solve_rate``; one that cannot either
-stops with a confident wrong answer (``silent_failure`` per step, no signal)
-or shows the cascade's signals (a failed tool call, a repeated action, a
-low mean logprob).  Every call is reserved and charged on the ledger with
-usage like a real agent's: the prompt grows each step and is served from the
-prefix cache when the previous step used the same model.
+"""An offline task simulator for routing policies (no model, no network):
+``SimTask``, ``SimProfile``, ``SimulatedTaskRunner`` and ``simulated_tasks``,
+used by ``agentrt frontier --simulate``.
 
 Must not import agents, tools or aggregators.
 """
@@ -114,7 +99,16 @@ class SimulatedTaskRunner:
     Each task gets a fresh ledger with ``budget`` (default: $0.25); running out of it ends the
     task as a failure.  Results are reproducible from ``seed`` and the same
     task draws the same latent ``u`` under every policy (common random
-    numbers), so policies are compared on equal footing."""
+    numbers), so policies are compared on equal footing.
+
+    A task's latent ``u`` decides which tiers can solve it (``u < p_t(d)``,
+    the logistic of ``(skill - d) / spread``, so a stronger tier solves
+    whatever a weaker one does), unless it has a reference result for the
+    tier.  A capable tier finishes each step with ``solve_rate``; an
+    incapable one either stops with a wrong answer (``silent_failure``) or
+    shows the cascade's signals.  Every call is reserved and charged on the
+    ledger, the prompt growing per step and cached when the previous step
+    used the same model."""
 
     def __init__(
         self,

@@ -1,20 +1,8 @@
-"""Model tiers and the budget rules every routing policy obeys.
+"""Model tiers and the budget rules every routing policy obeys: ``Tier`` and
+``TierLadder``.
 
-Owns ``Tier`` and ``TierLadder``: the tiers ordered cheapest first with their
-prices, and ``TierLadder.decide``, which turns the tier a policy *wants* into
-the tier it *gets*:
-
-1. degrade: when the smallest share left of any budget cap falls under
-   ``degrade_below``, the highest allowed tier drops in proportion
-   (``floor((tiers - 1) * fraction_left / degrade_below)``), so with two tiers
-   only the small one is used below the level;
-2. fit: never a tier whose worst case (prompt estimate + ``n * max_tokens``,
-   priced without cache hits) exceeds the headroom; step down to the most
-   capable tier that fits;
-3. if even the cheapest tier does not fit, raise ``BudgetExceeded``.
-
-Every adjustment is appended to the decision's reason.  Pure computation over
-a ``StepContext``: no I/O.  Must not import agents, tools or aggregators.
+Pure computation over a ``StepContext``: no I/O.  Must not import agents,
+tools or aggregators.
 """
 
 from __future__ import annotations
@@ -118,7 +106,13 @@ class TierLadder:
         return math.floor(self.top * fraction / level)
 
     def decide(self, policy: str, wanted: int, reason: str, ctx: StepContext) -> RoutingDecision:
-        """Apply the budget rules to ``wanted`` and record why."""
+        """Turn the tier a policy wants into the tier it gets, appending
+        each adjustment to the reason.  Degrade: under ``degrade_below`` of
+        any cap left, the highest allowed tier drops in proportion
+        (``floor((tiers - 1) * fraction_left / degrade_below)``).  Fit: never
+        a tier whose worst case (prompt estimate + ``n * max_tokens``, no
+        cache hits) exceeds the headroom; step down to the most capable that
+        fits.  Raises ``BudgetExceeded`` if even the cheapest does not fit."""
         notes = [reason]
         ceiling = self.ceiling(ctx)
         if wanted > ceiling:

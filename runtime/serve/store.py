@@ -1,17 +1,5 @@
-"""The durable run store: SQLite in WAL mode.
-
-Owns ``RunStore``: runs (request, status, result, cost), every event of every
-run (by ``(run_id, seq)``), steps (by ``(run_id, rollout_id, index)``),
-rollouts, summaries, and the checkpoint a resumed run starts from.
-
-Writes go through one writer task that commits in groups: a caller's write
-is committed before its ``await`` returns (a step is durable before the
-agent loop goes on), and writes that arrive together share one commit.
-Each write runs in its own savepoint, so one bad write (a duplicate step, a
-constraint) fails alone.  ``synchronous=NORMAL`` in WAL mode: a committed
-write survives the process being killed (``kill -9``); surviving power loss
-too needs ``synchronous="full"``.  Reads run on worker threads with their
-own connections (WAL readers never block the writer).
+"""The durable run store (``RunStore``): SQLite in WAL mode holding runs,
+their events, steps, rollouts, summaries and checkpoints.
 
 May import protocols and the facade's checkpoint types; nothing of HTTP.
 """
@@ -111,8 +99,18 @@ def _connect(path: str, synchronous: Synchronous) -> sqlite3.Connection:
 
 @final
 class RunStore:
-    """See the module docstring.  ``async with RunStore(path) as store:``;
-    ``path=":memory:"`` is refused (readers need the file)."""
+    """Runs (request, status, result, cost), every event by
+    ``(run_id, seq)``, steps by ``(run_id, rollout_id, index)``, rollouts,
+    summaries, and the checkpoint a resumed run starts from.
+    ``async with RunStore(path) as store:``; ``path=":memory:"`` is refused
+    (readers need the file).
+
+    One writer task commits in groups: a write is committed before its
+    ``await`` returns, writes arriving together share a commit, and each
+    runs in its own savepoint (a bad write fails alone).  A committed write
+    survives ``kill -9`` (``synchronous=NORMAL``); power loss needs
+    ``synchronous="full"``.  Reads run on worker threads with their own
+    connections."""
 
     def __init__(self, path: str | Path, *, synchronous: Synchronous = "normal") -> None:
         self.path = str(path)

@@ -1,22 +1,6 @@
-"""The sim-server's aiohttp application: routes and read-out endpoints.
-
-Routes::
-
-    POST /v1/chat/completions   OpenAI chat (sim_openai)
-    POST /v1/completions        OpenAI text completions (sim_openai)
-    GET  /v1/models             the served model (sim_openai)
-    POST /generate              SGLang native generation (sim_native)
-    GET  /health, /health_generate, /get_model_info;
-    POST|GET /flush_cache       SGLang native admin (sim_native)
-    GET  /metrics               Prometheus text (sim:* metrics)
-    GET  /sim/stats             JSON: requests by path, statuses, faults by
-                                kind, cache and token counts, generations
-                                completed and abandoned, max concurrency,
-                                attempts per X-Request-Id/rid
-    POST /sim/reset             zero the statistics (cache kept)
-
-Only the three generation routes draw faults.  No middleware: handlers
-count what they serve themselves, to keep per-request overhead minimal.
+"""The sim-server's aiohttp application (``build_app``): routes and read-out
+endpoints.  No middleware: handlers count what they serve themselves, to
+keep per-request overhead minimal.
 """
 
 from __future__ import annotations
@@ -37,7 +21,12 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 def build_app(engine: SimEngine, on_restart: Callable[[], Awaitable[None]]) -> web.Application:
     """The application serving ``engine``; ``on_restart`` is called when a
-    request draws the restart fault."""
+    request draws the restart fault.  Routes: OpenAI ``/v1/chat/completions``,
+    ``/v1/completions``, ``/v1/models``; SGLang ``/generate``, ``/health``,
+    ``/health_generate``, ``/get_model_info``, ``/flush_cache``;
+    ``/metrics``; ``GET /sim/stats`` (requests, statuses, faults, cache and
+    token counts, generations, attempts per request id) and
+    ``POST /sim/reset``.  Only the three generation routes draw faults."""
     openai = OpenAIEndpoints(engine, on_restart)
     native = NativeEndpoints(engine, on_restart)
 

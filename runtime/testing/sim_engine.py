@@ -1,18 +1,5 @@
-"""The sim-server's shared state: model, prefix cache, faults, statistics.
-
-Everything the HTTP handlers share lives here: the ``SimModel``, the
-``RadixCache``, the ``FaultInjector``, request/token/concurrency counters
-(``completed``: generations whose reply was served and whose tokens are
-counted; ``abandoned``: generations the client left before that),
-per-request-id attempt counts, the timing model, and the two read-outs
-(``/metrics`` in Prometheus text, ``/sim/stats`` as JSON).
-
-Timing model: a request's first token comes after ``ttft_ms`` plus
-``prefill_ms_per_1k`` per 1,000 prompt tokens not found in the prefix
-cache; each further token takes ``token_ms``; ``n`` samples decode in
-parallel.  A request's prompt + output is inserted into the cache when it
-completes (requests that fail or are abandoned leave nothing), so
-concurrent requests with a new common prefix do not hit each other.
+"""The sim-server's shared state (``SimEngine``): model, prefix cache, faults,
+counters, the timing model and the read-outs.
 
 No I/O here; the handlers in ``sim_app`` do the HTTP.
 """
@@ -35,7 +22,15 @@ _ATTEMPTS_LIMIT = 1 << 20  # request ids remembered for attempt counting
 
 
 class SimEngine:
-    """Shared, single-event-loop state of one sim-server."""
+    """Shared, single-event-loop state of one sim-server: the ``SimModel``,
+    ``RadixCache`` and ``FaultInjector``, request/token/concurrency counters
+    (``completed``: replies served and counted; ``abandoned``: left by the
+    client first), attempts per request id, ``/metrics`` and ``/sim/stats``.
+
+    Timing: the first token after ``ttft_ms`` plus ``prefill_ms_per_1k`` per
+    1,000 uncached prompt tokens; then ``token_ms`` per token; ``n`` samples
+    decode in parallel.  A completed request's sequences enter the cache
+    (failed or abandoned ones leave nothing)."""
 
     def __init__(self, config: SimServerConfig) -> None:
         self.config = config

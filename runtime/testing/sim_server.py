@@ -1,21 +1,5 @@
-"""The sim-server command line: ``python -m agentrt.runtime.testing.sim_server``.
-
-``main(argv)`` is what ``agentrt sim-server`` calls.  Flags: one per
-``SimServerConfig`` field (``--port``, ``--host``, ``--ttft-ms``,
-``--token-ms``, ``--fault-429`` ... see ``--help``) plus
-``--exit-with-parent``.  It prints exactly one line to stdout when ready::
-
-    agentrt sim-server listening on http://127.0.0.1:PORT
-
-and serves until SIGTERM or SIGINT (exit code 0).  Logs go to stderr.
-
-Being a process of its own, it tunes the garbage collector for its load:
-many short-lived objects per request next to large long-lived caches (the
-radix tree).  With the default thresholds, collections took about a third
-of its CPU at 1,000 concurrent requests; ``main`` freezes the start-up
-heap and raises the thresholds (``SimServer`` in-process never does).  A
-bad flag value exits with code 2 and a message naming the flag; a port
-that cannot be bound exits with code 1.
+"""The sim-server command line: ``python -m agentrt.runtime.testing.sim_server``
+(``main``, which ``agentrt sim-server`` calls).
 """
 
 from __future__ import annotations
@@ -69,7 +53,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``agentrt sim-server`` command; returns the exit code."""
+    """The ``agentrt sim-server`` command; returns the exit code.
+
+    Flags: one per ``SimServerConfig`` field plus ``--exit-with-parent``.
+    Prints exactly one line when ready
+    (``agentrt sim-server listening on http://HOST:PORT``) and serves until
+    SIGTERM or SIGINT (0).  A bad flag exits 2 naming it; a port that
+    cannot be bound exits 1.  Tunes the garbage collector for its load
+    (freezes the start-up heap, raises thresholds: collections took about
+    a third of its CPU at 1,000 concurrent requests)."""
     args = list(sys.argv[1:] if argv is None else argv)
     exit_with_parent = _parser().parse_args(args).exit_with_parent
     args = [a for a in args if a != "--exit-with-parent"]

@@ -1,17 +1,6 @@
-"""Reading files confined to a root directory.
-
-Owns ``FileRoot`` (path confinement), the ``read_file`` tool
-(``ReadFileTool``) and the ``list_directory`` tool (``ListDirectoryTool``).
-
-Every path the model gives is taken relative to the root (an absolute path
-must already lie inside it), then resolved: ``..`` and symlinks are followed
-to the real file, and a real path outside the root is refused, whether it got
-there by ``..`` or by a symlink.  The final component is opened with
-``O_NOFOLLOW`` and, where ``/proc`` exists, the open descriptor's real path
-is checked again, so a symlink swapped in after the check does not leak a
-file either.  Reads are bounded by ``max_bytes``: a longer file is cut at a
-line boundary with a note saying how to read on (``start_line`` /
-``end_line``).  Binary files are refused.  File I/O runs in a worker thread.
+"""Reading files confined to a root directory: ``FileRoot`` (path confinement)
+and the ``read_file`` and ``list_directory`` tools.  File I/O runs in a
+worker thread.
 
 Imports the runtime floor and the tools layer; never agents or aggregators.
 """
@@ -62,8 +51,9 @@ class FileRoot:
         return self._root
 
     def resolve(self, path: str) -> Path:
-        """The real path of ``path`` (relative to the root), refusing any
-        path that leaves the root.  Raises ``ToolError``."""
+        """The real path of ``path`` (relative to the root; an absolute path
+        must lie inside it), ``..`` and symlinks followed, refusing any real
+        path outside the root.  Raises ``ToolError``."""
         if "\x00" in path:
             raise ToolError(f"path {path!r} contains a NUL byte")
         requested = Path(path)
@@ -88,7 +78,10 @@ class FileRoot:
 
     def open_confined(self, path: str) -> tuple[int, Path]:
         """Open ``path`` read-only after confinement; returns the descriptor
-        (the caller closes it) and the real path."""
+        (the caller closes it) and the real path.  The last component is
+        opened with ``O_NOFOLLOW`` and, where ``/proc`` exists, the
+        descriptor's real path is checked again, so a symlink swapped in
+        after the check leaks nothing."""
         real = self.resolve(path)
         # O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
         # refused as not a regular file); it changes nothing for files.
@@ -201,7 +194,9 @@ def _list(root: FileRoot, path: str, max_entries: int) -> str:
 @final
 class ReadFileTool:
     """The ``read_file`` tool: a text file under the root, whole or a line
-    range, at most ``max_bytes`` per read."""
+    range, at most ``max_bytes`` per read (a longer file is cut at a line
+    boundary with a note on reading on with ``start_line``/``end_line``).
+    Binary files are refused."""
 
     __slots__ = ("_max_bytes", "_root", "_tool")
 

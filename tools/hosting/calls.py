@@ -1,17 +1,6 @@
-"""One hosted tool call's line back to the MCP client.
-
-``McpCallPeer`` is what a tool sees of the client while it runs: it is the
-tool's ``ToolContext.notify`` sink (``"log"`` -> ``notifications/message``
-at the level the client asked for, ``"progress"`` -> ``notifications/progress``
-when the client sent a progress token) and its ``ToolContext.peer``
-(``sample`` -> ``sampling/createMessage``, ``elicit`` -> ``elicitation/create``).
-Everything rides the call's own response stream, so on streamable HTTP it
-reaches the client that made the call and no other.
-
-Server-to-client requests are a feature of the handshake-era protocol
-(2025-11-25 and earlier); on a 2026-07-28 connection, or a transport without
-a back channel (stateless or JSON-response HTTP), ``sample``/``elicit`` raise
-``ToolError`` saying so.
+"""One hosted tool call's line back to the MCP client (``McpCallPeer``): its
+notifications and its server-to-client requests, on the call's own
+response stream.
 
 Imports the MCP SDK's session types; never the server or transports modules.
 """
@@ -50,7 +39,12 @@ def levels_from(floor: LogLevel) -> frozenset[LogLevel]:
 
 @final
 class McpCallPeer:
-    """The MCP client behind one ``tools/call``, as the tool sees it."""
+    """The MCP client behind one ``tools/call``, as the tool sees it: its
+    ``ToolContext.notify`` sink (``"log"`` -> ``notifications/message`` at
+    the client's level, ``"progress"`` -> ``notifications/progress`` when the
+    client sent a progress token) and its ``ToolContext.peer``.  Everything
+    rides the call's own response stream, so on streamable HTTP it reaches
+    the calling client only."""
 
     def __init__(
         self,
@@ -120,7 +114,10 @@ class McpCallPeer:
     async def sample(
         self, prompt: str, *, max_tokens: int, system_prompt: str | None = None
     ) -> str:
-        """Ask the client's model to complete ``prompt``."""
+        """Ask the client's model to complete ``prompt``
+        (``sampling/createMessage``).  Raises ``ToolError`` on a 2026-07-28
+        connection or a transport without a back channel (stateless or
+        JSON-response HTTP)."""
         self._require(_SAMPLING, "sampling")
         request = mcp.CreateMessageRequest(
             params=mcp.CreateMessageRequestParams(
@@ -138,7 +135,8 @@ class McpCallPeer:
         return result.content.text
 
     async def elicit(self, message: str, requested_schema: Mapping[str, Any]) -> ElicitationReply:
-        """Ask the client's user to fill the form ``requested_schema``."""
+        """Ask the client's user to fill the form ``requested_schema``
+        (``elicitation/create``); ``ToolError`` where ``sample`` raises it."""
         self._require(_ELICITATION, "elicitation")
         request = mcp.ElicitRequest(
             params=mcp.ElicitRequestFormParams(

@@ -1,19 +1,10 @@
-"""MCP servers as actors of an actor system, and their tools for agents.
+"""MCP servers as actors of an actor system, and their tools for agents:
+``spawn_mcp_servers``, ``McpServers``, the caller's side of each actor
+(``McpServerHandle``: tools, calls with deadlines, progress relayed to the
+caller's ``ToolContext.notify``) and ``McpToolSource``, what an agent's MCP
+bindings read.
 
-::
-
-    async with ActorSystem() as system:
-        servers = await spawn_mcp_servers(system, config.servers)
-        tools = servers.tools("files")     # McpTool objects calling through the actor
-        servers.failures                   # {server: error} for servers that did not start
-
-Owns spawning one :class:`McpServerActor` per server (concurrently), the
-policy for a server that cannot start (reported in ``failures`` and left
-out, unless ``require_all``), and the caller's side of each actor
-(:class:`McpServerHandle`): its tools, calls with deadlines, and the relay
-that brings a call's progress back to the caller's ``ToolContext.notify``.
-``McpToolSource`` is what an agent's MCP bindings read.  Must not import
-agents or aggregators.
+Must not import agents or aggregators.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""Opening one MCP transport from configuration, with the SDK's clients.
-
-Owns ``open_transport``: for a stdio server the SDK's ``stdio_client`` (the
-SDK spawns the process in its own process group and kills the whole tree on
-exit), with the server's stderr captured into a bounded ``StderrTail`` so an
-error can quote what the server said before it died; for an HTTP server the
-SDK's ``streamable_http_client`` over an SDK HTTP client carrying the
-configured headers and bearer token.  Reconnecting a dropped SSE stream
-(honouring the server's ``retry`` field and resuming with ``Last-Event-ID``)
-is the SDK transport's own behaviour; nothing here re-implements it.
-
-Also owns ``EndWatchingStream``, which tells the connection when the
-transport's read side ended (the server died or hung up): the SDK has no
-public signal for that.
+"""Opening one MCP transport from configuration with the SDK's clients
+(``open_transport``), and ``EndWatchingStream``, which tells the connection
+when the transport's read side ended (the SDK has no public signal for it).
+SSE reconnection and resumption are the SDK transport's own.
 
 Must not import agents or aggregators.
 """
@@ -225,7 +215,9 @@ async def _http(config: HttpServerConfig) -> AsyncIterator[TransportStreams]:
 def open_transport(
     config: StdioServerConfig | HttpServerConfig, tail: StderrTail | None
 ) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
-    """The SDK transport for ``config``: a context manager yielding the
+    """The SDK transport for ``config`` (stdio: the SDK spawns the server in
+    its own process group and kills the tree on exit; HTTP: with the
+    configured headers and bearer token): a context manager yielding the
     read and write streams a ``ClientSession`` runs on.  ``tail`` receives
     a stdio server's stderr (required for stdio); its ``pump`` must run in
     the caller's task group while the transport is open."""
