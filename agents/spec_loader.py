@@ -1,16 +1,6 @@
-"""Loading a hierarchy of spec files: ``load_spec`` -> ``SpecSet``.
-
-Owns reading a spec file into a ``SpecFile`` (validated units, its MCP
-servers, the node tree for error lines), following every sub-agent and
-stage reference -- a name in the same file, or a file path relative to the
-referring file (``workers/x.yaml``, ``team.yaml#name``) -- loading each
-file once, and checking the whole set: references that name nothing, MCP
-server names a file does not define, one server name given two different
-settings, and cycles of references (``planner -> worker -> planner``).
-Every problem is a ``SpecError`` naming the file, the line and the key.
-
-``SpecSet.build_order`` lists the units reachable from the entry, callees
-before callers: the order ``agents.hierarchy`` builds them in.
+"""Loading a hierarchy of spec files: ``load_spec`` -> ``SpecSet`` (its files,
+units, references and MCP servers; ``build_order`` is the order
+``agents.hierarchy`` builds the units in).
 
 Reads files; builds nothing.  May import the rest of ``agentrt.agents``'
 spec modules and configuration; never aggregators or the roof.
@@ -168,8 +158,9 @@ def load_spec(
     and every file it references, each once, paths relative to the
     referring file.  Every problem -- YAML syntax, duplicate or unknown keys,
     invalid values, references to agents, files or MCP servers that do not
-    exist, cycles of references -- is a ``SpecError`` naming the file, the
-    line and the key path.
+    exist, one MCP server name given two different settings, cycles of
+    references -- is a ``SpecError`` naming the file, the line and the key
+    path.
     ``servers``: MCP servers defined outside the files (``[mcp]`` in
     ``agentrt.toml``) that agents may name in ``tools: [{mcp: name}]``; a
     file's own ``mcp_servers`` come first."""
