@@ -95,6 +95,9 @@ class VoteCast(_EventBase, frozen=True, tag="vote"):
 class BudgetUpdated(_EventBase, frozen=True, tag="budget"):
     spent: Cost
     reserved_tokens: int = 0
+    cancelled_calls: int = 0
+    """Calls cancelled in flight (early stop, a deadline), charged as
+    reserved: their usage is unknown, so ``spent`` is an upper bound."""
     left_tokens: int | None = None
     left_usd: float | None = None
 

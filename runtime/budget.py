@@ -13,7 +13,14 @@ however many rollouts run in parallel, spent + reserved never crosses a cap.
 When the reply arrives, ``charge`` replaces the reservation with the usage the
 server reported, exactly (integer tokens; money in integer pico-USD computed
 from that usage, see ``runtime.pricing``).  A reservation left without a charge
-(an exception, a cancellation) is released and costs nothing.
+(an exception) is released and costs nothing; one left because the call was
+cancelled in flight (early stop, a deadline, the caller) is charged as
+reserved, since the server may have done the work and will not say: spend
+is never under-reported, and the cap still holds.
+
+Prompt estimates are calibrated: the ledger tree remembers, per model, the
+largest ratio of a reported prompt to its estimate, and scales later
+estimates by it, so one underestimate is not repeated.
 
 A server that reports more than was reserved (more completion tokens than
 ``max_tokens``, or a prompt longer than its estimate) is charged what it
@@ -32,6 +39,8 @@ Must not import agents, tools or aggregators.
 
 from __future__ import annotations
 
+import asyncio
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +65,8 @@ UpdateCallback = Callable[["BudgetSnapshot"], None]
 ReservationState = Literal["active", "charged", "released"]
 
 _SEP: Final = "/"
+_CANCELLED: Final = asyncio.CancelledError
+_MAX_PROMPT_SCALE: Final = 2.0
 
 
 class Headroom(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +113,8 @@ class BudgetSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Exact worst-case money of the calls in flight, in pico-USD."""
     in_flight: int
     overruns: int
+    cancelled_calls: int
+    """Calls cancelled in flight, charged as reserved (their usage unknown)."""
     left_tokens: int | None
     left_usd: float | None
     left_calls: int | None
@@ -116,6 +129,7 @@ class BudgetSnapshot(msgspec.Struct, frozen=True, kw_only=True):
             ts=ts,
             spent=self.spent,
             reserved_tokens=self.reserved_tokens,
+            cancelled_calls=self.cancelled_calls,
             left_tokens=self.left_tokens,
             left_usd=self.left_usd,
         )
@@ -134,9 +148,22 @@ def _fmt(cap: str, amount: float) -> str:
 class Reservation:
     """The booked worst case of one model call.  Charge it with the reply's
     usage, or release it; as a (sync or async) context manager it is released
-    on exit unless charged, so exceptions and cancellation free it."""
+    on exit unless charged when an exception ends the block, and charged as
+    reserved when a cancellation does (the call may have been served)."""
 
-    __slots__ = ("_at", "_ledger", "_rates", "max_tokens", "model", "n", "pico", "state", "tokens")
+    __slots__ = (
+        "_at",
+        "_ledger",
+        "_rates",
+        "estimate",
+        "max_tokens",
+        "model",
+        "n",
+        "pico",
+        "prompt_tokens",
+        "state",
+        "tokens",
+    )
 
     def __init__(
         self,
@@ -149,8 +176,14 @@ class Reservation:
         max_tokens: int,
         n: int,
         at: float,
+        prompt_tokens: int = 0,
+        estimate: int = 0,
     ) -> None:
         self._ledger = ledger
+        self.prompt_tokens = prompt_tokens
+        """The prompt tokens reserved (the calibrated estimate)."""
+        self.estimate = estimate
+        """The caller's own estimate, before calibration."""
         self._rates = rates
         self._at = at
         self.model = model
@@ -175,6 +208,20 @@ class Reservation:
         """Give the reservation back unused.  Idempotent; a no-op once charged."""
         self._ledger._release(self)
 
+    def charge_reserved(self) -> Cost:
+        """Charge the whole reservation (a call cancelled in flight, whose
+        usage nobody will report).  A no-op returning ``Cost()`` unless active."""
+        if self.state != "active":
+            return Cost()
+        usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.n * self.max_tokens)
+        return self._ledger._settle(self, usage, self._rates, calibrate=False, cancelled=True)
+
+    def _end(self, exc: BaseException | None) -> None:
+        if isinstance(exc, _CANCELLED):
+            self.charge_reserved()
+        else:
+            self.release()
+
     def __enter__(self) -> Reservation:
         return self
 
@@ -184,7 +231,7 @@ class Reservation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.release()
+        self._end(exc)
 
     async def __aenter__(self) -> Reservation:
         return self
@@ -195,8 +242,8 @@ class Reservation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # No await: releasing cannot be interrupted by a cancellation.
-        self.release()
+        # No await: settling cannot be interrupted by a cancellation.
+        self._end(exc)
 
     def __repr__(self) -> str:
         return (
@@ -244,6 +291,8 @@ class BudgetLedger:
         self._children: dict[str, BudgetLedger] = {}
         # Per-model rates, resolved once per tree (the price table is frozen).
         self._rates: dict[str, TokenRates] = _parent._rates if _parent is not None else {}
+        # Per model: the largest reported/estimated prompt ratio seen (tree-wide).
+        self._prompt_scale: dict[str, float] = _parent._prompt_scale if _parent is not None else {}
         self._cap_tokens = budget.max_tokens
         self._cap_pico = None if budget.max_usd is None else usd_to_pico(budget.max_usd)
         self._cap_calls = budget.max_model_calls
@@ -254,6 +303,7 @@ class BudgetLedger:
         self._prompt = self._completion = self._cached = self._pico = self._calls = 0
         self._res_tokens = self._res_pico = self._res_calls = 0
         self._overruns = 0
+        self._cancelled = 0
 
     # -- tree ---------------------------------------------------------------
 
@@ -301,6 +351,8 @@ class BudgetLedger:
                 f"n={n} on ledger {self.name!r}: sizes must be >= 0 and n >= 1"
             )
         rates = self._rates_for(model)
+        estimate = prompt_tokens
+        prompt_tokens = math.ceil(prompt_tokens * self._prompt_scale.get(model, 1.0))
         completion = n * max_tokens
         tokens = prompt_tokens + completion
         pico = rates.worst_case_pico(prompt_tokens, completion)
@@ -321,6 +373,8 @@ class BudgetLedger:
             max_tokens=max_tokens,
             n=n,
             at=now,
+            prompt_tokens=prompt_tokens,
+            estimate=estimate,
         )
         try:
             self._notify()
@@ -360,7 +414,15 @@ class BudgetLedger:
             limit=cap,
         )
 
-    def _settle(self, reservation: Reservation, usage: Usage, rates: TokenRates) -> Cost:
+    def _settle(
+        self,
+        reservation: Reservation,
+        usage: Usage,
+        rates: TokenRates,
+        *,
+        calibrate: bool = True,
+        cancelled: bool = False,
+    ) -> Cost:
         if min(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens) < 0:
             raise InvalidRequestError(
                 f"cannot charge negative usage {usage!r} for model {reservation.model!r} "
@@ -377,6 +439,14 @@ class BudgetLedger:
                     f"is already {reservation.state}; charge each reservation once"
                 )
             reservation.state = "charged"
+            if calibrate and reservation.estimate > 0:
+                # A little over what was seen (the next prompt is longer),
+                # and at most _MAX_PROMPT_SCALE: a tokenizer or a template
+                # explains a factor like 1.5, not a server's odd count.
+                ratio = usage.prompt_tokens / reservation.estimate
+                scale = min(ratio * 1.05, _MAX_PROMPT_SCALE)
+                if ratio > 1 and scale > self._prompt_scale.get(reservation.model, 1.0):
+                    self._prompt_scale[reservation.model] = scale
             for node in self._chain:
                 node._res_tokens -= reservation.tokens
                 node._res_pico -= reservation.pico
@@ -387,6 +457,7 @@ class BudgetLedger:
                 node._pico += pico
                 node._calls += 1
                 node._overruns += overrun
+                node._cancelled += cancelled
         self._notify()
         return Cost(
             usd=pico_to_usd(pico), usage=usage, model_calls=1, wall_seconds=now - reservation._at
@@ -528,6 +599,7 @@ class BudgetLedger:
                 reserved_pico=self._res_pico,
                 in_flight=self._res_calls,
                 overruns=self._overruns,
+                cancelled_calls=self._cancelled,
                 left_tokens=room.tokens,
                 left_usd=room.usd,
                 left_calls=room.calls,

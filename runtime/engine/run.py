@@ -29,7 +29,7 @@ from agentrt.agents.delegation import AgentNode, skip_call_numbers
 from agentrt.agents.hierarchy import Hierarchy
 from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
 from agentrt.aggregators import Aggregator, Workspace, build_aggregator
-from agentrt.aggregators.base import AggregationContext
+from agentrt.aggregators.base import AggregationContext, AggregationResult
 from agentrt.aggregators.vote import MajorityVote, answer_key
 from agentrt.protocols import (
     Budget,
@@ -180,6 +180,9 @@ class RunExecution:
                 )
             )
         wall = budget.max_wall_seconds if budget is not None else None
+        # One deadline for the whole run: warm-up, rollouts, aggregation.
+        self.deadline = math.inf if wall is None else anyio.current_time() + wall
+        self.wall = wall
         name = f"run{next(_names)}"
         supervisor = await rt.system.spawn_supervisor(
             SupervisorSpec(
@@ -190,7 +193,7 @@ class RunExecution:
         )
         self._supervisor = supervisor
         try:
-            outcomes = await self._fan_out(scaling.rollouts, wall)
+            outcomes = await self._fan_out(scaling.rollouts)
             summaries = self._summaries(outcomes)
             trajectories = {
                 o.value.trajectory.rollout_id: o.value.trajectory for o in outcomes if o.value
@@ -203,7 +206,7 @@ class RunExecution:
                 trajectories=trajectories,
                 rollout=self._refine_rollout,
             )
-            agg = await chosen.aggregate(self.task, summaries, context)
+            agg = await self._aggregate(chosen, summaries, context)
         except Exception as exc:
             await self.emitter.emit(
                 ErrorRaised(run_id=self.run_id, where="run", message=repr(exc), fatal=True)
@@ -241,17 +244,30 @@ class RunExecution:
 
     # -- the fan-out ------------------------------------------------------------
 
-    async def _fan_out(self, n: int, wall: float | None) -> list[_Outcome]:
+    async def _aggregate(
+        self,
+        chosen: Aggregator,
+        summaries: list[TrajectorySummary],
+        context: AggregationContext,
+    ) -> AggregationResult:
+        """The aggregation, within the run's deadline; when the deadline cuts
+        it, a majority vote over the summaries (no model call) decides."""
+        with anyio.CancelScope(deadline=self.deadline):
+            return await chosen.aggregate(self.task, summaries, context)
+        vote = await MajorityVote().aggregate(self.task, summaries, context)
+        why = f"the wall-clock cap ({self.wall:g} s) cut {chosen.name}; a majority vote decided"
+        return msgspec.structs.replace(vote, rationale=f"{why}: {vote.rationale}")
+
+    async def _fan_out(self, n: int) -> list[_Outcome]:
         """Every rollout in parallel, each waiting for its backend's slot;
         stopped early when the vote is decided or the budget is spent."""
-        if self.rt.config.warm_prefix and n > 1 and self.agent is not None:
-            await self._warm()
         outcomes = [_Outcome(i) for i in range(n)]
         self._scopes = [anyio.CancelScope() for _ in range(n)]
         self._finished: list[_Outcome] = []
         self._pending = n
-        deadline = math.inf if wall is None else anyio.current_time() + wall
-        with anyio.CancelScope(deadline=deadline) as overall:
+        with anyio.CancelScope(deadline=self.deadline) as overall:
+            if self.rt.config.warm_prefix and n > 1 and self.agent is not None:
+                await self._warm()
             async with anyio.create_task_group() as tg:
                 for outcome in outcomes:
                     tg.start_soon(self._one, outcome)
@@ -259,7 +275,7 @@ class RunExecution:
             for outcome in outcomes:
                 if outcome.status == "cancelled":
                     outcome.status = "failed"
-                    outcome.error = _PastDeadline(f"no answer within {wall:g} s")
+                    outcome.error = _PastDeadline(f"no answer within {self.wall:g} s")
         return outcomes
 
     def _stop_all(self) -> None:

@@ -28,6 +28,14 @@ from agentrt.protocols import (
 
 #: Tokens a chat template adds around each message (role markers, separators).
 MESSAGE_OVERHEAD: Final = 4
+#: Tokens a chat template adds once when a request offers tools: the
+#: instructions around the definitions (Hermes/Qwen-style templates write
+#: about 100).  Generous on purpose: reservations are worst cases.
+TOOLS_PREAMBLE: Final = 128
+#: Tokens a template adds around each tool definition.
+TOOL_OVERHEAD: Final = 8
+#: Tokens a template adds once per request (the generation prompt).
+REQUEST_OVERHEAD: Final = 8
 
 _encoder = msgspec.json.Encoder()
 
@@ -74,19 +82,26 @@ def message_tokens(message: ChatMessage, estimate: TokenEstimator) -> int:
 
 
 def tools_tokens(tools: Sequence[ToolSpec], estimate: TokenEstimator) -> int:
-    """Estimated tokens of the tool definitions."""
-    return estimate(_encoder.encode(list(tools)).decode()) if tools else 0
+    """Estimated tokens of the tool definitions, template included."""
+    if not tools:
+        return 0
+    text = _encoder.encode(list(tools)).decode()
+    return TOOLS_PREAMBLE + TOOL_OVERHEAD * len(tools) + estimate(text)
 
 
 def estimate_request_tokens(
     messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], estimate: TokenEstimator
 ) -> int:
     """Estimated prompt tokens of a request (messages plus tools)."""
-    return sum(message_tokens(m, estimate) for m in messages) + tools_tokens(tools, estimate)
+    messages_total = sum(message_tokens(m, estimate) for m in messages)
+    return REQUEST_OVERHEAD + messages_total + tools_tokens(tools, estimate)
 
 
 __all__ = [
     "MESSAGE_OVERHEAD",
+    "REQUEST_OVERHEAD",
+    "TOOLS_PREAMBLE",
+    "TOOL_OVERHEAD",
     "CharEstimator",
     "TokenEstimator",
     "estimate_request_tokens",

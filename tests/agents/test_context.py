@@ -139,7 +139,7 @@ def call(call_id: str, name: str, arguments: str) -> ToolCall:
 
 def test_corrected_failures_are_pruned_and_old_turns_folded_into_notes() -> None:
     window = ContextWindow(
-        ContextConfig(budget_tokens=300, keep_recent_turns=1, note_chars=40),
+        ContextConfig(budget_tokens=600, keep_recent_turns=1, note_chars=40),
         instructions="sys",
         task="task",
         tools=[ToolSpec(name="read")],
@@ -155,20 +155,20 @@ def test_corrected_failures_are_pruned_and_old_turns_folded_into_notes() -> None
         1,
         mixed,
         [
-            ToolResult(call_id="c1", name="read", content="A" * 900),
+            ToolResult(call_id="c1", name="read", content="A" * 1500),
             ToolResult(call_id="c2", name="ls", content="error: no ls", is_error=True),
         ],
     )
     good = AssistantMessage(tool_calls=[call("c3", "read", '{"path": "b"}')])
     window.add_turn(2, good, [ToolResult(call_id="c3", name="read", content="B")])
     before = window.estimate()
-    assert before > 300
+    assert before > 600
 
     messages = window.messages()  # over budget: compacts first
     assert window.pruned_calls == 1  # only the corrected read; the ls error was never fixed
     assert window.folded_turns == 1
     assert window.compactions == 1
-    assert window.estimate() <= 300 * 0.6
+    assert window.estimate() <= 600 * 0.6
     assert messages[:2] == window.prefix
     notes = messages[2]
     assert isinstance(notes, UserMessage)

@@ -296,7 +296,10 @@ def sim_url() -> Iterator[str]:
 def test_run_against_a_model_server_in_another_process(
     sim_url: str, kind: str, location: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    body = f"[models.backends.remote]\nkind = '{kind}'\n" + location.format(url=sim_url)
+    # No early stop: a rollout cancelled mid-call is charged as reserved, and
+    # this test checks that the run's cost is exactly its rollouts'.
+    body = f"early_stop = false\n\n[models.backends.remote]\nkind = '{kind}'\n"
+    body += location.format(url=sim_url)
     config = _config(tmp_path, body)
     argv = ["run", "What is 2+3?", "--rollouts", "4", "--model", "sim", "--json"]
     assert main([*argv, "--config", config]) == 0

@@ -91,18 +91,21 @@ async def test_a_call_past_a_cap_never_reaches_the_backend() -> None:
     assert len(backend.requests) == 2 == calls.spent.model_calls
 
 
-async def test_failed_and_cancelled_calls_release_their_booking() -> None:
+async def test_a_failed_call_is_released_and_a_cancelled_one_charged_as_reserved() -> None:
     down = BackendUnavailable("503", backend="scripted")
     backend = ScriptedBackend([down, ScriptedReply(content="late", delay_s=10.0)])
     ledger = BudgetLedger("run", Budget(max_model_calls=5))
     metered = MeteredBackend(backend, ledger)
     with pytest.raises(BackendUnavailable):
         await metered.complete(request())
+    snap = ledger.snapshot()
+    assert (snap.in_flight, snap.reserved_tokens, snap.spent.model_calls) == (0, 0, 0)
     with anyio.move_on_after(0.05):
         await metered.complete(request())
     snap = ledger.snapshot()
-    assert (snap.in_flight, snap.reserved_tokens, snap.spent.model_calls) == (0, 0, 0)
-    assert snap.left_calls == 5
+    assert (snap.in_flight, snap.reserved_tokens, snap.spent.model_calls) == (0, 0, 1)
+    assert snap.spent.usage.completion_tokens == request().sampling.max_tokens
+    assert snap.left_calls == 4
     assert backend.in_flight == 0
 
 
