@@ -1,15 +1,6 @@
-"""``Agent``: an agent's configuration bound to its runtime dependencies.
-
-Owns building an agent: the model backends by name (and which serves each
-model), the ``Tool`` objects ``AgentConfig.tools`` picks (in a ``Toolbox``),
-the routing policy (``config.routing``; else ``config.model``; else the
-single backend's first model), the budget ledger, the event emitter; and
-``Agent.run``, which runs one rollout (``agents.loop``).  Every mismatch --
-an unknown tool, a tier routed to a model no backend serves, two backends
-and no model -- is a ``ConfigError`` here, before any rollout starts.
-
-A hierarchy spec builds an ``Agent`` from an ``AgentConfig`` plus resolved
-dependencies; a sub-agent runs with ``ledger=parent_ledger.child(...)``.
+"""``Agent``: an agent's configuration bound to its runtime dependencies
+(backends, tools, routing policy, ledger, emitter); ``Agent.run`` runs one
+rollout (``agents.loop``).
 
 May import protocols, the runtime floor and ``agentrt.tools.base``; never
 aggregators or the roof.
@@ -46,7 +37,10 @@ from agentrt.tools.registry import ToolRegistry
 @final
 class Agent:
     """An agent ready to run rollouts; one instance serves any number of
-    concurrent rollouts (each has its own router, context and signals)."""
+    concurrent rollouts (each has its own router, context and signals).
+    Every mismatch -- an unknown tool, a tier routed to a model no backend
+    serves, two backends and no model -- is a ``ConfigError`` at
+    construction, before any rollout starts."""
 
     def __init__(
         self,
@@ -66,7 +60,8 @@ class Agent:
         ``ledger``: charged by every rollout unless ``run`` gets another
         (default: a fresh uncapped ledger per rollout); ``events``: an
         emitter shared with the rest of the run, or a sink; ``policy``:
-        overrides ``config.routing``/``config.model``; ``prices``: for the
+        overrides ``config.routing`` (else ``config.model``, else the single
+        backend's first model); ``prices``: for the
         routing ladder when there is no ledger (default: every model free);
         ``memory``: a run's shared memory bank: each step shows its top keys
         after the history and offers successful tool results to it.

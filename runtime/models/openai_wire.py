@@ -1,16 +1,8 @@
-"""The OpenAI chat-completions wire format, as msgspec Structs.
-
-Owns the JSON shapes sent to and read from ``POST /v1/chat/completions``
-(non-streaming replies and SSE chunks), with decoders and an encoder built
-once, and the conversion of agentrt messages to the request shape (with
-:class:`EncodedParts`, which encodes each message once).  Turning replies
-into ``ModelReply`` is :mod:`agentrt.runtime.models.openai_reply`'s job.  Replies
-are decoded leniently (unknown fields ignored, most fields optional) because
-vLLM, SGLang, llama.cpp and OpenAI each omit or add different ones.
-
-Every Struct here is ``gc=False``: they hold only strings, numbers and
-lists of each other, never cycles, and untracked objects spare the cyclic
-collector work on every call.
+"""The OpenAI chat-completions wire format, as msgspec Structs, with decoders
+and an encoder built once, and agentrt messages in the request shape
+(``EncodedParts`` encodes each message once).  Replies decode leniently:
+vLLM, SGLang, llama.cpp and OpenAI each omit or add different fields.
+Every Struct is ``gc=False`` (no cycles; spares the collector per call).
 
 Pure data: no I/O.  Imports only ``agentrt.protocols``.
 """

@@ -1,16 +1,7 @@
-"""SGLang's native ``/generate`` wire format: requests out, replies in.
-
-Owns the msgspec shapes of a ``/generate`` reply (``text``,
-``output_ids``, ``meta_info`` with ``id``, ``finish_reason``,
-``prompt_tokens``, ``completion_tokens``, ``cached_tokens``,
-``output_token_logprobs`` as ``[logprob, token_id, text]`` triples and
-``output_top_logprobs`` as lists of them), how a ``ModelRequest`` becomes
-a request body (the chat template of ``sglang_template``), and how replies
-(whole, or streamed events whose ``text`` is cumulative) become
+"""SGLang's native ``/generate`` wire format: the msgspec shapes of a reply,
+the request body of a ``ModelRequest`` (rendered with ``sglang_template``),
+and replies (whole, or streamed cumulative events) to
 ``ModelReply``/``StreamDelta``.
-
-Usage of an ``n`` > 1 reply: prompt and cached tokens of the first sample
-(the prompt is processed once), completion tokens summed over samples.
 
 Pure data: no I/O.  Must not import agents, tools or aggregators.
 """
@@ -176,7 +167,9 @@ def outputs_to_reply(
     backend: str,
     call_prefix: str = "call_",
 ) -> ModelReply:
-    """A ``ModelReply`` from the samples of one ``/generate`` reply."""
+    """A ``ModelReply`` from the samples of one ``/generate`` reply.  Usage:
+    prompt and cached tokens of the first sample (the prompt is processed
+    once), completion tokens summed over samples."""
     logprobs = request.logprobs or request.top_logprobs > 0
     return ModelReply(
         model=model,

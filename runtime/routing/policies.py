@@ -1,16 +1,7 @@
-"""Routing policies: which model tier serves the next step, and why.
-
-Owns the ``RoutingPolicy`` protocol, its implementations (a fixed tier, of
-which always-small and always-large are the two boundary policies; a cascade
-that escalates on signals; a threshold on a pluggable difficulty score), the
-``DifficultyScorer`` protocol with two scorers, and ``RolloutRouter``, which
-routes the successive steps of one rollout and can reserve the chosen call on
-a budget ledger in the same breath.
-
-Policies are pure functions of a ``StepContext``: the per-rollout history they
-need (previous tier, steps on it) travels in the context, so one policy object
-serves any number of parallel rollouts.  Budget awareness is not optional:
-every policy hands its wish to ``TierLadder.decide``.
+"""Routing policies: which model tier serves the next step, and why.  Owns the
+``RoutingPolicy`` protocol and its implementations (fixed tier, cascade,
+difficulty threshold), the ``DifficultyScorer`` protocol with two scorers,
+and ``RolloutRouter``.
 
 Must not import agents, tools or aggregators.
 """
@@ -41,7 +32,10 @@ ALL_SIGNALS: tuple[EscalationSignal, ...] = (
 
 @runtime_checkable
 class RoutingPolicy(Protocol):
-    """Chooses the model for one step."""
+    """Chooses the model for one step.  A pure function of the
+    ``StepContext`` (the rollout's history travels in it), so one policy
+    serves any number of parallel rollouts; every policy hands its wish to
+    ``TierLadder.decide``, which applies the budget rules."""
 
     @property
     def name(self) -> str:

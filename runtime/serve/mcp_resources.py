@@ -1,16 +1,5 @@
-"""The daemon's runs, trajectories and summaries as MCP resources (JSON).
-
-Owns ``run_resources``: for a ``RunManager``,
-
-* ``agentrt://agents``: the agents (``AgentList``), a fixed resource;
-* ``agentrt://runs{?status,limit}``: the newest runs (``RunPage``);
-* ``agentrt://runs/{run_id}``: one run in full (``RunDetail``); the newest
-  runs are also listed by ``resources/list``;
-* ``agentrt://runs/{run_id}/summaries``: its rollouts' summaries;
-* ``agentrt://runs/{run_id}/rollouts/{rollout_id}``: one trajectory.
-
-An unknown run or rollout is MCP's "resource not found" (-32002), a bad
-query an invalid-params error.  Definitions only: ``mcp_server`` hosts them.
+"""The daemon's runs, trajectories and summaries as MCP resources (JSON):
+``run_resources``.  Definitions only: ``mcp_server`` hosts them.
 
 The roof: may import every layer; only the daemon's modules import it.
 """
@@ -50,7 +39,12 @@ def run_uri(run_id: str) -> str:
 
 
 def run_resources(manager: RunService) -> tuple[list[StaticResource], list[ResourceTemplate]]:
-    """The fixed resources and the templates over ``manager``."""
+    """The fixed resources and the templates over ``manager``:
+    ``agentrt://agents``, ``agentrt://runs{?status,limit}`` (newest first),
+    ``agentrt://runs/{run_id}`` (the newest are also listed),
+    ``agentrt://runs/{run_id}/summaries`` and
+    ``agentrt://runs/{run_id}/rollouts/{rollout_id}``.  An unknown run or
+    rollout is "resource not found" (-32002); a bad query invalid params."""
 
     def encode(value: Any) -> str:
         return msgspec.json.encode(value).decode()

@@ -1,16 +1,6 @@
-"""``agentrt mcp``: the daemon's MCP server over stdio, for IDEs that launch
-a command instead of connecting to a URL.
-
-Owns ``serve_mcp_stdio`` (opens a ``RunManager`` in this process, with the
-same configuration file and run store as ``agentrt serve``, and serves
-``build_mcp_server`` over stdin/stdout until the client closes its end) and
-the command line: ``mcp_main`` parses ``agentrt mcp`` itself (the CLI
-delegates to it, as it does ``agentrt serve``).
-
-stdout carries the protocol and nothing else: logs go to stderr, and any
-stray write to stdout is redirected there while serving.  Exit codes: 0 when
-the client closed the connection, 2 for a bad configuration, 1 for other
-failures.
+"""``agentrt mcp``: the daemon's MCP server over stdio, for IDEs that launch a
+command instead of connecting to a URL (``serve_mcp_stdio``, ``mcp_main``).
+stdout carries the protocol and nothing else.
 
 The roof: may import every layer.
 """
@@ -54,8 +44,10 @@ async def serve_mcp_stdio(
     stdout: anyio.AsyncFile[str] | None = None,
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve one MCP client over stdio (the process's own unless given)
-    until it closes its end, then drain: runs still going get
+    """Serve one MCP client over stdio (the process's own unless given) with
+    a ``RunManager`` in this process (the same configuration and run store
+    as ``agentrt serve``); stray writes to stdout go to stderr meanwhile.
+    When the client closes its end, drain: runs still going get
     ``server.shutdown_grace_s`` to finish; the rest stay unfinished in the
     store and resume when a daemon (or this command) next opens it."""
     async with RunManager(config, backends=backends, tools=tools) as manager:
@@ -89,7 +81,9 @@ def build_parser(prog: str = _PROG) -> argparse.ArgumentParser:
 
 
 def mcp_main(argv: list[str]) -> int:
-    """``agentrt mcp ARGS`` (the CLI delegates here); returns the exit code."""
+    """``agentrt mcp ARGS`` (the CLI delegates here); returns the exit code:
+    0 when the client closed the connection, 2 for a bad configuration, 1
+    for other failures.  Logs go to stderr."""
     args = build_parser().parse_args(argv)
     try:
         config = load_config(args.config).with_store(args.store)

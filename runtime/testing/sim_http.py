@@ -1,16 +1,6 @@
-"""HTTP delivery for the sim-server: JSON replies, timed SSE streams, faults.
-
-Shared by the OpenAI and SGLang endpoint modules:
-
-- ``Generation`` wraps one generation request: it admits it (drawing its
-  fault), keeps the in-flight count, answers the request-level faults
-  (429 with ``Retry-After``, 503, hang, restart) and delivers the reply,
-  cutting it when the request drew ``cut``;
-- ``stream_frames`` writes pre-built SSE frames at their due times,
-  coalescing frames due within one ``stream_tick_ms`` into one write;
-- a dropped connection is a closed transport: the client sees the peer go
-  away mid-reply (no status, or half a body, or a stream without
-  ``[DONE]``).
+"""HTTP delivery for the sim-server, shared by its OpenAI and SGLang endpoints:
+JSON replies, timed SSE streams (``stream_frames``) and request-level faults
+(``Generation``).
 
 Uses aiohttp.web and anyio; knows nothing about reply contents.
 """
@@ -52,7 +42,11 @@ def drop(request: web.BaseRequest) -> web.StreamResponse:
 
 
 class Generation:
-    """One generation request's lifecycle (an async context manager)."""
+    """One generation request's lifecycle (an async context manager): it
+    admits the request (drawing its fault), keeps the in-flight count,
+    answers the request-level faults (429 with ``Retry-After``, 503, hang,
+    restart) and delivers the reply, cut short when the request drew
+    ``cut`` (the client sees the peer go away mid-reply)."""
 
     def __init__(
         self,
