@@ -1,40 +1,10 @@
 """The budget ledger: hard caps on what a run (and each task in it) may spend.
+Owns ``BudgetLedger`` (a tree: a child's spend counts against every
+ancestor), ``Reservation`` (the worst case of one in-flight model call) and
+the read-only views ``BudgetSnapshot`` and ``Headroom``.
 
-Owns ``BudgetLedger`` (a tree: a run's ledger holds child ledgers per task or
-sub-agent slice, and a child's spend also counts against every ancestor),
-``Reservation`` (the worst case of one in-flight model call), and the
-read-only views ``BudgetSnapshot`` and ``Headroom``.
-
-How a cap is enforced: before a model call, ``reserve`` books the call's worst
-case (prompt-token estimate plus ``n * max_tokens`` completion tokens, priced
-with no cache hit) on the ledger and all its ancestors, or raises
-``BudgetExceeded`` naming the cap, what the call needs and what is left.  So
-however many rollouts run in parallel, spent + reserved never crosses a cap.
-When the reply arrives, ``charge`` replaces the reservation with the usage the
-server reported, exactly (integer tokens; money in integer pico-USD computed
-from that usage, see ``runtime.pricing``).  A reservation left without a charge
-(an exception) is released and costs nothing; one left because the call was
-cancelled in flight (early stop, a deadline, the caller) is charged as
-reserved, since the server may have done the work and will not say: spend
-is never under-reported, and the cap still holds.
-
-Prompt estimates are calibrated: the ledger tree remembers, per model, the
-largest ratio of a reported prompt to its estimate, and scales later
-estimates by it, so one underestimate is not repeated.
-
-A server that reports more than was reserved (more completion tokens than
-``max_tokens``, or a prompt longer than its estimate) is charged what it
-reported: the ledger records the truth, counts the event in ``overruns``, and
-may then sit above its cap, after which every reservation fails.  That is the
-only way spent can exceed a cap, so estimate prompts generously.
-
-Accounting is synchronous and never awaits, so it is atomic under anyio; a
-lock shared by the whole tree also makes it safe from worker threads.  The
-ledger does no I/O: it reports changes through an ``on_update`` callback
-(e.g. one that turns ``BudgetSnapshot.to_event`` into a ``BudgetUpdated``
-event and sends it on a stream).
-
-Must not import agents, tools or aggregators.
+Does no I/O (changes go to an ``on_update`` callback).  Must not import
+agents, tools or aggregators.
 """
 
 from __future__ import annotations
@@ -201,7 +171,8 @@ class Reservation:
     def charge(self, usage: Usage) -> Cost:
         """Replace the reservation with ``usage`` as the server reported it,
         and return what this call cost.  Usage above the reservation is
-        charged in full and counted in ``overruns`` (see the module doc)."""
+        charged in full and counted in ``overruns``; the ledger may then sit
+        above its cap, and every later reservation fails."""
         return self._ledger._settle(self, usage, self._rates)
 
     def release(self) -> None:
@@ -259,7 +230,18 @@ class BudgetLedger:
     ``BudgetLedger("run-1", Budget(max_usd=2.0), prices)`` makes a root
     (no budget = uncapped, no prices = every model free);
     ``ledger.child("task-3", Budget(max_usd=0.5))`` a child whose spend also
-    counts against the parent.  See the module docstring for the contract.
+    counts against the parent.
+
+    ``reserve`` books each call's worst case on the ledger and its ancestors
+    before the call, so however many calls run in parallel, spent +
+    reserved never crosses a cap; ``Reservation.charge`` then records the
+    usage the server reported, exactly (integer tokens, integer pico-USD).
+    The only way spent can exceed a cap is a server reporting more than was
+    reserved: it is charged in full, counted in ``overruns``, and every
+    later reservation fails.  Accounting never awaits and one lock covers
+    the tree, so it is atomic under anyio and safe from worker threads.
+    ``on_update`` gets a ``BudgetSnapshot`` on every change (e.g. to emit
+    ``snapshot.to_event()``).
     """
 
     def __init__(
@@ -340,7 +322,11 @@ class BudgetLedger:
         self, model: str, prompt_tokens: int, max_tokens: int, *, n: int = 1
     ) -> Reservation:
         """Book the worst case of one call to ``model`` (``n`` samples of up
-        to ``max_tokens`` each on a prompt of about ``prompt_tokens``).
+        to ``max_tokens`` each on a prompt of about ``prompt_tokens``):
+        the prompt estimate plus ``n * max_tokens``, priced with no cache
+        hit.  The estimate is scaled by the largest reported/estimated
+        prompt ratio the tree has seen for ``model``, so one underestimate
+        is not repeated.
 
         Raises ``BudgetExceeded`` if it would cross a cap of this ledger or
         an ancestor, ``UnknownModelError`` if ``model`` has no price, and
