@@ -187,6 +187,8 @@ class Rollout:
                 run_id=self.run_id,
                 rollout_id=self.rollout_id,
                 parent_rollout_id=self.parent_rollout_id,
+                agent=self.agent.name,
+                task=self.task if self.parent_rollout_id is not None else None,
             )
         )
         status: TrajectoryStatus = "cancelled"

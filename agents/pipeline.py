@@ -173,7 +173,11 @@ class PipelineNode:
         started = time.perf_counter()
         await self._emitter.emit(
             RolloutStarted(
-                run_id=run_id, rollout_id=rollout_id, parent_rollout_id=parent_rollout_id
+                run_id=run_id,
+                rollout_id=rollout_id,
+                parent_rollout_id=parent_rollout_id,
+                agent=self.name,
+                task=task if parent_rollout_id is not None else None,
             )
         )
         values = {"task": task, "previous": task}

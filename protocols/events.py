@@ -35,6 +35,10 @@ class RunFinished(_EventBase, frozen=True, tag="run_finished"):
 class RolloutStarted(_EventBase, frozen=True, tag="rollout_started"):
     rollout_id: str
     parent_rollout_id: str | None = None
+    agent: str | None = None
+    """The agent (or pipeline) the rollout runs."""
+    task: str | None = None
+    """Its task, when it is not the run's (a sub-agent call)."""
 
 
 class RolloutQueued(_EventBase, frozen=True, tag="rollout_queued"):

@@ -27,6 +27,7 @@ from agentrt.protocols import (
     Event,
     RolloutFinished,
     RolloutId,
+    RolloutStarted,
     RunRequest,
     RunResult,
     RunStatus,
@@ -38,6 +39,7 @@ from agentrt.protocols.api import RolloutInfo, RunDetail, RunInfo, RunPage
 from agentrt.runtime.engine import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.errors import AgentrtError, ConfigError
 from agentrt.runtime.serve.store_sql import (
+    ADDED_COLUMNS,
     ROLLOUTS_SQL,
     RUN_COLUMNS,
     SCHEMA,
@@ -151,6 +153,10 @@ class RunStore:
     def _open_writer(self) -> sqlite3.Connection:
         conn = _connect(self.path, self.synchronous)
         conn.executescript(SCHEMA)
+        for table, column, kind in ADDED_COLUMNS:  # a file an older agentrt made
+            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         return conn
 
     async def __aexit__(
@@ -452,21 +458,23 @@ class RunStore:
         if info is None:
             return None
         rows = await self._read(
-            "SELECT status, answer, cost, finished FROM rollouts "
+            "SELECT status, answer, cost, finished, started FROM rollouts "
             "WHERE run_id = ? AND rollout_id = ?",
             (run_id, rollout_id),
         )
         if not rows:
             return None
-        status, answer, cost, finished = rows[0]
+        status, answer, cost, finished, started = rows[0]
         end = msgspec.json.decode(finished, type=RolloutFinished) if finished else None
+        start = msgspec.json.decode(started, type=RolloutStarted) if started else None
         steps = (await self.steps(run_id, rollout_id)).get(rollout_id, [])
         known = ("running", "finished", "failed", "cancelled", "exhausted")
         return Trajectory(
             run_id=run_id,
             rollout_id=rollout_id,
-            agent=info.agent,
-            task=info.task,
+            agent=start.agent if start is not None and start.agent else info.agent,
+            task=start.task if start is not None and start.task is not None else info.task,
+            parent_rollout_id=start.parent_rollout_id if start is not None else None,
             steps=steps,
             answer=answer,
             status=status if status in known else "failed",

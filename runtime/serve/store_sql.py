@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS rollouts (
     answer TEXT,
     cost BLOB,
     finished BLOB,
+    started BLOB,
     PRIMARY KEY (run_id, rollout_id)
 );
 CREATE TABLE IF NOT EXISTS summaries (
@@ -86,6 +87,9 @@ CREATE TABLE IF NOT EXISTS usage (
     model_calls INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
+
+#: Columns added after a store file may have been created: (table, column, type).
+ADDED_COLUMNS: Final = (("rollouts", "started", "BLOB"),)
 
 Statement = tuple[str, tuple[Any, ...]]
 
@@ -131,9 +135,10 @@ def event_statements(event: Event) -> list[Statement]:
         case RolloutStarted(rollout_id=rollout):
             out.append(
                 (
-                    "INSERT INTO rollouts (run_id, rollout_id, status) VALUES (?, ?, 'running') "
-                    "ON CONFLICT (run_id, rollout_id) DO UPDATE SET status = 'running'",
-                    (run, rollout),
+                    "INSERT INTO rollouts (run_id, rollout_id, status, started) "
+                    "VALUES (?, ?, 'running', ?) ON CONFLICT (run_id, rollout_id) "
+                    "DO UPDATE SET status = 'running', started = excluded.started",
+                    (run, rollout, msgspec.json.encode(event)),
                 )
             )
         case RolloutFinished(rollout_id=rollout, status=status, answer=answer, cost=cost):
@@ -246,6 +251,7 @@ def rollout_info_of(row: tuple[Any, ...]) -> RolloutInfo:
 
 
 __all__ = [
+    "ADDED_COLUMNS",
     "ROLLOUTS_SQL",
     "RUN_COLUMNS",
     "SCHEMA",

@@ -366,7 +366,9 @@ def test_an_agent_may_name_an_mcp_server_of_the_configuration(tmp_path: Path) ->
         "b.yaml",
         "name: b\nmcp_servers:\n  files: {command: uvx}\ntools: [{mcp: files}]\n",
     )
-    assert load_spec(own, servers={"files": files}).servers["files"].command == "uvx"
+    mine = load_spec(own, servers={"files": files}).servers["files"]
+    assert isinstance(mine, StdioServerConfig)
+    assert mine.command == "uvx"
 
 
 # -- budget slices -------------------------------------------------------------------------

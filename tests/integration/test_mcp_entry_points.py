@@ -585,11 +585,6 @@ async def test_daemon_restarts_a_killed_server_through_its_actor(
     assert_tool_results_reached_the_model(backend.requests, ["b.txt"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: RunStore.trajectory (runtime/serve/store.py) gives every rollout of a run "
-    "the run's agent and task and no parent_rollout_id, sub-agent rollouts included",
-)
 @pytest.mark.anyio
 async def test_daemon_stores_the_adders_trajectory_as_the_adders(
     config_file: Callable[[str], Path],

@@ -430,3 +430,27 @@ async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_en
         f"{again}.check.1": "finished",
     }
     assert detail["run"]["cost"]["model_calls"] == len(before) + len(second.requests)
+
+
+async def test_a_store_file_from_before_rollouts_recorded_their_start_is_upgraded(
+    tmp_path: Path,
+) -> None:
+    """A store an older agentrt created has no ``rollouts.started`` column:
+    opening it adds the column and keeps what it held."""
+    from agentrt.protocols import RolloutStarted, RunRequest
+
+    db = tmp_path / "old.db"
+    async with RunStore(db) as store:
+        await store.create_run("run-1", RunRequest(task="t"))
+    with sqlite3.connect(db) as conn:
+        conn.execute("ALTER TABLE rollouts DROP COLUMN started")
+    async with RunStore(db) as store:
+        assert await store.run_info("run-1") is not None
+        await store.record(
+            RolloutStarted(
+                run_id="run-1", rollout_id="run-1-r0.helper-1", seq=1, agent="helper", task="sub"
+            )
+        )
+        trajectory = await store.trajectory("run-1", "run-1-r0.helper-1")
+    assert trajectory is not None
+    assert (trajectory.agent, trajectory.task) == ("helper", "sub")
