@@ -39,6 +39,7 @@ from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.runtime.pricing import PriceTable
 from agentrt.tools.base import Tool
 from agentrt.tools.mcp import McpServers, spawn_mcp_servers
+from agentrt.tools.mcp.server_actor import McpServerStatus
 
 AgentRef = str | AgentConfig | Agent | Hierarchy | None
 """An agent by name (``RuntimeConfig.agents``), a configuration, or built."""
@@ -280,6 +281,14 @@ class Runtime:
             prices=self.prices,
             memory=memory,
         )
+
+    async def mcp_status(self) -> dict[str, McpServerStatus]:
+        """Each MCP server's connection as its actor reports it: state
+        (``ready``, ``restarting``...), why it is not ready, restarts, tools."""
+        self._check_open()
+        if self._mcp is None:
+            return {}
+        return {name: await h.status() for name, h in self._mcp.connections.items()}
 
     # -- runs ---------------------------------------------------------------------
 

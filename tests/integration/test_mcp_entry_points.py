@@ -47,7 +47,6 @@ from agentrt.protocols import (
     UserMessage,
     decode,
 )
-from agentrt.runtime.actors import ActorSystem
 from agentrt.runtime.cli import main
 from agentrt.runtime.engine.configfile import load_config
 from agentrt.runtime.log import configure_logging, reset_logging
@@ -62,7 +61,7 @@ from agentrt.testing import (
     start_sim_server_process,
 )
 from agentrt.tools.mcp import ConnectionState
-from agentrt.tools.mcp.server_actor import GetStatus, McpServerStatus
+from agentrt.tools.mcp.server_actor import McpServerStatus
 
 pytestmark = pytest.mark.slow
 
@@ -276,16 +275,13 @@ def no_server_left_behind() -> Iterator[None]:
     assert server_processes() == {server: [] for server in SERVER_BINS}
 
 
-async def kill_everything_and_wait_for_its_restart(system: ActorSystem) -> McpServerStatus:
+async def kill_everything_and_wait_for_its_restart(rt: Runtime) -> McpServerStatus:
     """SIGKILL the server-everything process, then wait until its actor
     reports a new connection (the connection's own restart, not the actor's)."""
     os.kill(one_process_each()["everything"], signal.SIGKILL)
-    services = system.root.address.child("services")
-    actor = system.ref(services.child("mcp:everything"))
     with anyio.fail_after(30):
         while True:
-            status = await actor.ask(GetStatus(), timeout=5)
-            assert isinstance(status, McpServerStatus)
+            status = (await rt.mcp_status())["everything"]
             if status.restarts >= 1 and status.state is ConnectionState.READY:
                 return status
             await anyio.sleep(0.05)
@@ -365,7 +361,7 @@ async def test_runtime_restarts_a_killed_server_through_its_actor(
         async with Runtime(config, backends=[backend]) as rt:
             first = await rt.run(task_for("a.txt"), agent="lead")
             before = one_process_each()
-            status = await kill_everything_and_wait_for_its_restart(rt.system)
+            status = await kill_everything_and_wait_for_its_restart(rt)
             after = one_process_each()
             backend.requests.clear()
             second = await rt.run(task_for("b.txt"), agent="lead")
@@ -566,7 +562,7 @@ async def test_daemon_restarts_a_killed_server_through_its_actor(
     ):
         first = await rest_run(http, "a.txt")
         before = one_process_each()
-        status = await kill_everything_and_wait_for_its_restart(manager.runtime.system)
+        status = await kill_everything_and_wait_for_its_restart(manager.runtime)
         after = one_process_each()
         backend.requests.clear()
         # After the restart, every entry point's runs call the new process.
