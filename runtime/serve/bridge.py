@@ -89,6 +89,10 @@ class ManagerBridge:
 
         return await self._on_run_loop(call)
 
+    async def ask_on_run_loop(self, ask: Callable[[], Awaitable[T]]) -> T:
+        """``await ask()`` on the run loop (a question for an actor there)."""
+        return await self._on_run_loop(ask)
+
     # -- state ---------------------------------------------------------------
 
     @property

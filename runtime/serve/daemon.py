@@ -184,6 +184,7 @@ def _watch(metrics: DaemonMetrics, manager: RunManager, service: ManagerBridge) 
     metrics.watch_runs_by_status(manager.store.count_by_status)
     metrics.watch_backends(lambda: service.read_on_run_loop(lambda: dict(manager.runtime.backends)))
     metrics.watch_mailboxes(lambda: service.read_on_run_loop(manager.queue_depths))
+    metrics.watch_mcp_servers(lambda: service.ask_on_run_loop(manager.runtime.mcp_status))
 
 
 @final

@@ -45,6 +45,7 @@ from agentrt.protocols import (
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.replicas import ReplicaStatus
 from agentrt.runtime.models.retry import RetryStats
+from agentrt.tools.mcp.server_actor import McpServerStatus
 
 log = get_logger(__name__)
 
@@ -85,6 +86,7 @@ class _Scrape:
     store_queue_depth: int | None = None
     mailbox_depths: Mapping[str, int] | None = None
     backends: Mapping[str, object] | None = None
+    mcp_servers: Mapping[str, McpServerStatus] | None = None
 
 
 @final
@@ -347,6 +349,12 @@ class DaemonMetrics:
         and SGLang backends) and replica health and load (SGLang)."""
         self._sources["backends"] = source
 
+    def watch_mcp_servers(self, source: Source[Mapping[str, McpServerStatus]]) -> None:
+        """The MCP server connections the runtime holds, as their actors
+        report them (``agentrt_mcp_server_ready{server}``,
+        ``agentrt_mcp_server_restarts{server}``)."""
+        self._sources["mcp_servers"] = source
+
     async def _read_sources(self) -> _Scrape:
         scrape = _Scrape()
         for name, source in self._sources.items():
@@ -414,6 +422,22 @@ class _ScrapeCollector(Collector):
             yield depth
         if s.backends is not None:
             yield from _backend_families(s.backends)
+        if s.mcp_servers is not None:
+            ready = GaugeMetricFamily(
+                "agentrt_mcp_server_ready",
+                "1 when an MCP server's connection is ready, 0 while it starts or restarts.",
+                labels=["server", "state"],
+            )
+            restarts = CounterMetricFamily(
+                "agentrt_mcp_server_restarts",
+                "Times an MCP server was restarted after it died.",
+                labels=["server"],
+            )
+            for server, status in sorted(s.mcp_servers.items()):
+                ready.add_metric([server, status.state.value], float(status.state.value == "ready"))
+                restarts.add_metric([server], status.restarts)
+            yield ready
+            yield restarts
 
 
 _RETRY_FIELDS: Final = (

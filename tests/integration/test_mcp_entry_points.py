@@ -573,8 +573,13 @@ async def test_daemon_restarts_a_killed_server_through_its_actor(
                 await mcp_run(url, "b.txt"),
             ]
         assert one_process_each() == after
+        metrics = (await http.get("/metrics")).text
     assert first == ANSWERS["a.txt"]
     assert again == [ANSWERS["b.txt"]] * 3
+    # Operators see it too: both servers ready, one restart of server-everything.
+    assert 'agentrt_mcp_server_ready{server="everything",state="ready"} 1.0' in metrics
+    assert 'agentrt_mcp_server_ready{server="files",state="ready"} 1.0' in metrics
+    assert 'agentrt_mcp_server_restarts_total{server="everything"} 1.0' in metrics
     assert (status.restarts, status.actor_restarts) == (1, 0)
     assert after["everything"] != before["everything"]
     assert after["files"] == before["files"]
