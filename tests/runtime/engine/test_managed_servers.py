@@ -1,0 +1,48 @@
+"""A model server agentrt runs itself, from configuration: the ``Runtime``
+starts it as a supervised actor before opening its backend, runs use it, and
+the server stops with the ``Runtime``."""
+
+from __future__ import annotations
+
+import sys
+
+import psutil
+import pytest
+
+import agentrt
+from agentrt.protocols import ScalingSpec
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_managed_backend_is_started_used_and_stopped_by_the_runtime() -> None:
+    sim = [sys.executable, "-m", "agentrt.runtime.testing.sim_server"]
+    config = {
+        "early_stop": False,
+        "models": {
+            "backends": {
+                "sim": {
+                    "kind": "openai",
+                    "managed": {
+                        "kind": "command",
+                        "command": [*sim, "--port", "{port}", "--model", "{served_model_name}"],
+                        "served_model_name": "sim-a",
+                        "extra_args": ["--ttft-ms", "0", "--token-ms", "0", "--exit-with-parent"],
+                        "startup_timeout_s": 30,
+                        "health_interval_s": 0.05,
+                        "stop_grace_s": 5,
+                        "log_output": "off",
+                    },
+                }
+            }
+        },
+    }
+    async with agentrt.Runtime(config) as rt:
+        (server,) = rt.managed.values()
+        pid = server.server.pid
+        assert pid is not None
+        assert psutil.pid_exists(pid)
+        result = await rt.run("What is 2 + 3?", scaling=ScalingSpec(rollouts=2))
+        assert result.status == "succeeded", result.error
+        assert result.cost.model_calls >= 2
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
