@@ -375,13 +375,18 @@ class Runtime:
                 except Exception as exc:
                     failure.append(exc)
 
+        raised: list[Exception] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(produce)
             try:
                 async with receive:
                     yield receive
+            except Exception as exc:  # the caller's block: raised below as itself
+                raised.append(exc)
             finally:
                 tg.cancel_scope.cancel()
+        if raised:
+            raise raised[0]
         if failure:
             raise failure[0]
 
