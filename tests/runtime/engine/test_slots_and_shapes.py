@@ -152,8 +152,11 @@ async def test_an_agent_naming_an_unknown_tool_is_refused_on_entry() -> None:
 
 async def test_an_error_in_the_stream_block_arrives_as_itself() -> None:
     backend = Counting("a", limit=None)
+    async def consume(rt: agentrt.Runtime) -> None:
+        async with rt.stream("q") as events:
+            async for _event in events:
+                raise KeyError("mine")
+
     async with agentrt.Runtime(backends=[backend]) as rt:
         with pytest.raises(KeyError, match="mine"):
-            async with rt.stream("q") as events:
-                async for _event in events:
-                    raise KeyError("mine")
+            await consume(rt)
