@@ -206,7 +206,9 @@ class SimModel:
     results (always, with ``required``), it calls the offered tools
     (``parallel_tool_calls`` of them; a named ``tool_choice`` once) with
     ``fill_arguments``; otherwise it answers text per
-    ``SimServerConfig.answer``.  Text prompts in the ChatML layout of
+    ``SimServerConfig.answer``.  No reply is longer than ``max_tokens``
+    (cut there, ``finish_reason`` ``length``; a tool call cut short comes
+    back as the text generated so far).  Text prompts in the ChatML layout of
     ``sglang_template`` are parsed back into turns, so chat and text routes
     behave alike; generated text uses the same layout."""
 
@@ -250,9 +252,18 @@ class SimModel:
     ) -> SimChoice:
         """One sample for ``view``; ``bad_json`` corrupts tool arguments."""
         rng = self._rng(view, seed, index if temperature > 0 else 0)
-        if self.wants_tools(view):
-            return self._tool_reply(view, rng, parallel=parallel, bad_json=bad_json)
-        return self._text_reply(view, rng, temperature=temperature, max_tokens=max_tokens)
+        if not self.wants_tools(view):
+            return self._text_reply(view, rng, temperature=temperature, max_tokens=max_tokens)
+        choice = self._tool_reply(view, rng, parallel=parallel, bad_json=bad_json)
+        if len(choice.pieces) <= max_tokens:
+            return choice
+        # Cut at max_tokens like a real server: a call cut short is no call,
+        # only the text generated so far.
+        pieces = choice.pieces[: max(max_tokens, 0)]
+        text = "".join(pieces)
+        return SimChoice(
+            output_text=text, content=text, tool_calls=[], finish_reason="length", pieces=pieces
+        )
 
     def _tool_reply(
         self, view: PromptView, rng: _Rng, *, parallel: bool, bad_json: bool

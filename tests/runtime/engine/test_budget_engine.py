@@ -8,18 +8,23 @@ served it:
 - no run crosses a cap: tokens, calls and USD as reported, calls as its
   server saw them, USD recomputed from what its server counted, and wall
   time within a small slack;
-- a run's reported cost is what its server counted: calls, prompt,
-  completion and cached tokens, exactly;
+- a run's reported cost is what its server counted (calls, prompt,
+  completion and cached tokens, exactly) when no call was cancelled in
+  flight; a call that was (early stop, the wall-clock cap) is charged as
+  reserved (``runtime.budget``), so the report is then never less than
+  what the server served, and counts every request the server saw;
 - the issue's two cases: an 8-rollout RTV run under 15,000 tokens, an RTV
   tournament with ``v=64`` under 50 calls;
-- a reply the server served is charged even when the run cancels the
-  rollout that asked for it (early stop, the wall-clock cap);
 - the wall-clock cap holds for the warm-up and the aggregation's calls too;
-- a prompt longer than the ledger's estimate of it does not cross the cap.
+- a prompt longer than the ledger's estimate of it crosses no cap after the
+  run's first call (later estimates are calibrated);
+- a cancelled call whose prompt was longer than its estimate is charged
+  less than the server served (strict xfail: the engine's gap).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -30,13 +35,24 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from agentrt import Runtime
-from agentrt.agents import AgentConfig, AgentLimits
-from agentrt.protocols import Budget, Cost, RunResult, ScalingSpec, SystemMessage, UserMessage
+from agentrt.agents import AgentConfig, AgentLimits, EventLog
+from agentrt.protocols import (
+    Budget,
+    BudgetUpdated,
+    Cost,
+    RunFinished,
+    RunResult,
+    ScalingSpec,
+    SystemMessage,
+    Usage,
+    UserMessage,
+)
 from agentrt.runtime.models.http import make_transport
 from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
 from agentrt.runtime.models.prompt_estimate import CharEstimator, estimate_request_tokens
@@ -72,8 +88,17 @@ class Counted:
     cached: int
 
     @classmethod
-    def of(cls, server: SimServer) -> Counted:
-        stats = server.stats()
+    async def of(cls, server: SimServer) -> Counted:
+        """The counts once no request is in flight: a request whose client
+        went away is counted ``abandoned`` when aiohttp has cancelled its
+        handler, a moment after the connection closed."""
+        for _ in range(1000):  # 5 s at most
+            stats = server.stats()
+            if not stats["in_flight"]:
+                break
+            await anyio.sleep(0.005)
+        else:
+            raise AssertionError(f"{stats['in_flight']} requests still in flight: {stats}")
         tokens = stats["tokens"]
         return cls(
             seen=stats["requests"].get(CHAT, 0),
@@ -103,10 +128,25 @@ def reported(cost: Cost) -> tuple[int, int, int, int]:
     )
 
 
-def check_run(what: str, budget: Budget, result: RunResult, counted: Counted) -> None:
-    """The run kept to ``budget``, and its cost is what its server counted."""
+def cancelled_calls(log: EventLog, result: RunResult) -> int:
+    """How many of the run's calls were cancelled in flight (and charged as
+    reserved): the ``cancelled_calls`` of the run's last ``BudgetUpdated``,
+    the ledger's final state, sent just before ``RunFinished``."""
+    *_, last, finished = log.events
+    assert isinstance(finished, RunFinished), finished
+    assert isinstance(last, BudgetUpdated), last
+    assert (reported(last.spent), last.spent.usd) == (reported(result.cost), result.cost.usd), (
+        f"the last BudgetUpdated {last.spent} is not the run's cost {result.cost}"
+    )
+    return last.cancelled_calls
+
+
+def check_run(what: str, budget: Budget, result: RunResult, counted: Counted, log: EventLog) -> int:
+    """The run kept to ``budget``, and its cost accounts for what its server
+    counted; returns how many calls were cancelled in flight."""
     cost = result.cost
-    where = f"{what}: reported {cost}, the server counted {counted}"
+    cancelled = cancelled_calls(log, result)
+    where = f"{what}: reported {cost}, {cancelled} cancelled; the server counted {counted}"
     assert counted.seen == counted.completed + counted.abandoned, where
     if budget.max_tokens is not None:
         assert cost.usage.total_tokens <= budget.max_tokens, where
@@ -119,10 +159,38 @@ def check_run(what: str, budget: Budget, result: RunResult, counted: Counted) ->
         assert counted.usd <= Fraction(budget.max_usd), where
     if budget.max_wall_seconds is not None:
         assert cost.wall_seconds <= budget.max_wall_seconds + WALL_SLACK_S, where
-    # Every reply the server served is on the run's cost, and nothing else.
+    calls, prompt, completion, cached = reported(cost)
     served = (counted.completed, counted.prompt, counted.completion, counted.cached)
-    assert reported(cost) == served, where
-    assert abs(Fraction(cost.usd) - counted.usd) < Fraction(1, 10**9), where
+    if cancelled == 0:
+        # Every request the server saw was served and is on the run's cost
+        # with the usage the server reported, and nothing else.
+        assert reported(cost) == served, where
+        assert counted.seen == calls, where
+        assert abs(Fraction(cost.usd) - counted.usd) < Fraction(1, 10**9), where
+        return 0
+    # A call cancelled in flight is charged as reserved, every other one
+    # with the usage its server reported (the sim draws no faults: no call
+    # fails, none is retried).  A cancelled call was served in full (the
+    # client was cancelled reading the reply: ``completed``), left by its
+    # client mid-generation (``abandoned``), or never reached the server
+    # (cancelled before its request was read).  With s, a and u of each,
+    # cancelled = s + a + u and abandoned = a, so
+    #   calls = (completed - s) + cancelled = seen + u = completed + cancelled - s:
+    # seen <= calls <= completed + cancelled, each bound met when u = 0
+    # (every cancelled call reached the server) or s = 0 (none was served
+    # in full); both happen here.
+    assert counted.abandoned <= cancelled, where
+    assert counted.seen <= calls <= counted.completed + cancelled, where
+    # Each cancelled call is charged its reservation: n * max_tokens
+    # completion tokens (no server writes more), its prompt estimate (a
+    # generous one: at least the prompt) and no cached tokens; so the report
+    # is never less than what the server served, and a cache discount is
+    # never taken for a reply nobody read.
+    assert completion >= counted.completion, where
+    assert prompt >= counted.prompt, where
+    assert cached <= counted.cached, where
+    assert Fraction(cost.usd) > counted.usd - Fraction(1, 10**9), where
+    return cancelled
 
 
 def agent(i: int, **limits: Any) -> AgentConfig:
@@ -231,7 +299,7 @@ def run_plans(draw: st.DrawFn) -> list[RunPlan]:
 
 
 @settings(
-    max_examples=15,
+    max_examples=30,
     deadline=None,
     database=None,
     # Each example is a few hundred HTTP requests: no shrinking replays.
@@ -243,6 +311,7 @@ async def test_concurrent_runs_keep_to_their_caps_and_report_what_the_server_ser
     plans: list[RunPlan], warm_prefix: bool, early_stop: bool
 ) -> None:
     results: dict[int, RunResult] = {}
+    logs = [EventLog() for _ in plans]
     async with AsyncExitStack() as stack:
         sims = [await stack.enter_async_context(SimServer(p.server)) for p in plans]
         config = runtime_config(sims, warm_prefix=warm_prefix, early_stop=early_stop)
@@ -255,7 +324,11 @@ async def test_concurrent_runs_keep_to_their_caps_and_report_what_the_server_ser
                     options={k: v for k, v in plan.aggregate.items() if k != "name"},
                 )
                 results[i] = await rt.run(
-                    f"What is {i} + {3 * i}?", agent=f"a{i}", scaling=scaling, budget=plan.budget
+                    f"What is {i} + {3 * i}?",
+                    agent=f"a{i}",
+                    scaling=scaling,
+                    budget=plan.budget,
+                    events=logs[i],
                 )
 
             with anyio.fail_after(60):
@@ -263,7 +336,8 @@ async def test_concurrent_runs_keep_to_their_caps_and_report_what_the_server_ser
                     for i, plan in enumerate(plans):
                         tg.start_soon(run, i, plan)
         for i, (plan, sim) in enumerate(zip(plans, sims, strict=True)):
-            check_run(f"run {i} {plan}", plan.budget, results[i], Counted.of(sim))
+            counted = await Counted.of(sim)
+            check_run(f"run {i} {plan}", plan.budget, results[i], counted, logs[i])
 
 
 # -- the issue's cases -------------------------------------------------------------
@@ -273,14 +347,17 @@ async def test_an_8_rollout_rtv_run_under_15000_tokens_spends_no_more() -> None:
     sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, reply_tokens=20)
     sim = sim.model_copy(update={"reply_tokens_max": 200})
     budget = Budget(max_tokens=15_000)
+    log = EventLog()
     async with SimServer(sim) as server:
         config = runtime_config([server], warm_prefix=True)
         config["agents"] = {"a0": agent(0, max_tokens_per_step=1024)}
         async with Runtime(config, tools=[Calculator()], prices=PRICES) as rt:
             scaling = ScalingSpec(rollouts=8, aggregate="rtv", options={"g": 2, "v": 8})
-            result = await rt.run("What is 2 + 3?", agent="a0", scaling=scaling, budget=budget)
-        counted = Counted.of(server)
-    check_run("rtv under 15,000 tokens", budget, result, counted)
+            result = await rt.run(
+                "What is 2 + 3?", agent="a0", scaling=scaling, budget=budget, events=log
+            )
+        counted = await Counted.of(server)
+    check_run("rtv under 15,000 tokens", budget, result, counted, log)
     assert counted.prompt + counted.completion > 10_000  # the cap, not the task, ended it
     assert "stopped at the budget cap (max_tokens)" in result.rationale
 
@@ -288,30 +365,61 @@ async def test_an_8_rollout_rtv_run_under_15000_tokens_spends_no_more() -> None:
 async def test_an_rtv_tournament_with_v_64_makes_at_most_50_calls() -> None:
     sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, answer="answer")
     budget = Budget(max_model_calls=50)
+    log = EventLog()
     async with SimServer(sim) as server:
         async with Runtime(runtime_config([server]), tools=[Calculator()], prices=PRICES) as rt:
             scaling = ScalingSpec(rollouts=8, aggregate="rtv", options={"g": 2, "v": 64})
-            result = await rt.run("What is 2 + 3?", agent="a0", scaling=scaling, budget=budget)
-        counted = Counted.of(server)
-    check_run("rtv v=64 under 50 calls", budget, result, counted)
+            result = await rt.run(
+                "What is 2 + 3?", agent="a0", scaling=scaling, budget=budget, events=log
+            )
+        counted = await Counted.of(server)
+    check_run("rtv v=64 under 50 calls", budget, result, counted, log)
     assert counted.seen == 50  # level 1 alone asks for 4 * 64 judgements
     assert "stopped at the budget cap (max_model_calls)" in result.rationale
     assert result.answer == "ANSWER: 5"
 
 
-# -- cancelled rollouts and the wall clock ------------------------------------------
+# -- calls cancelled in flight and the wall clock ------------------------------------
+
+
+@dataclass(frozen=True)
+class CutCall:
+    """A reply the server served whose caller was cancelled while it was
+    held: what the server counted for it, and the completion tokens its
+    request allowed (``n * max_tokens``)."""
+
+    served: Usage
+    allowed: int
+
+
+def reply_usage(body: bytes) -> Usage:
+    """The usage a chat completion reports: a JSON body's, or the last one
+    in an event stream."""
+    if body.lstrip().startswith(b"{"):
+        documents = [json.loads(body)]
+    else:
+        data = (line.removeprefix(b"data:").strip() for line in body.splitlines())
+        documents = [json.loads(d) for d in data if d.startswith(b"{")]
+    usage = [d["usage"] for d in documents if d.get("usage")][-1]
+    return Usage(
+        prompt_tokens=usage["prompt_tokens"],
+        completion_tokens=usage["completion_tokens"],
+        cached_prompt_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+    )
 
 
 class HoldReplies(httpx.AsyncBaseTransport):
     """Reads each reply in full (so the server has served and counted it),
     then holds it for ``hold(request)`` seconds (``math.inf``: until the
     caller is cancelled) before handing it over: a reply waiting in the
-    socket while its client is busy, or a slow network."""
+    socket while its client is busy, or a slow network.  ``cut``: the held
+    replies whose caller was cancelled."""
 
     def __init__(self, hold: Callable[[httpx.Request], float]) -> None:
         self._inner = make_transport()
         self._hold = hold
         self.held: list[str] = []
+        self.cut: list[CutCall] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self._inner.handle_async_request(request)
@@ -322,7 +430,15 @@ class HoldReplies(httpx.AsyncBaseTransport):
         seconds = self._hold(request)
         if seconds > 0:
             self.held.append(request.headers.get("x-request-id", ""))
-            await anyio.sleep(seconds)
+            try:
+                await anyio.sleep(seconds)
+            except anyio.get_cancelled_exc_class():
+                sent = json.loads(request.content)
+                allowed = sent.get("n", 1) * (
+                    sent.get("max_completion_tokens") or sent["max_tokens"]
+                )
+                self.cut.append(CutCall(reply_usage(body), allowed))
+                raise
         return httpx.Response(
             response.status_code, headers=response.headers, content=body, request=request
         )
@@ -331,12 +447,36 @@ class HoldReplies(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-def held_backend(server: SimServer, hold: Callable[[httpx.Request], float]) -> OpenAIBackend:
-    """Backend ``b0`` (model ``m0``) on ``server``, through ``HoldReplies(hold)``."""
+def held_backend(server: SimServer, transport: HoldReplies) -> OpenAIBackend:
+    """Backend ``b0`` (model ``m0``) on ``server``, through ``transport``."""
     return OpenAIBackend(
         OpenAIBackendConfig(name="b0", base_url=f"{server.url}/v1", models=["m0"]),
-        transport=HoldReplies(hold),
+        transport=transport,
     )
+
+
+def check_cut_calls(
+    what: str, result: RunResult, counted: Counted, cancelled: int, cut: Sequence[CutCall]
+) -> None:
+    """The only calls cancelled in flight are the ``cut`` ones, each served
+    in full and charged as reserved: its ``n * max_tokens`` completion
+    tokens, its prompt estimate (no less than the prompt served) and no
+    cached tokens; every other call as the server reported it."""
+    calls, prompt, completion, cached = reported(result.cost)
+    served = Usage(
+        prompt_tokens=sum(c.served.prompt_tokens for c in cut),
+        completion_tokens=sum(c.served.completion_tokens for c in cut),
+        cached_prompt_tokens=sum(c.served.cached_prompt_tokens for c in cut),
+    )
+    where = f"{what}: reported {result.cost}, the server counted {counted}, cut {cut}"
+    assert cancelled == len(cut) >= 1, where
+    assert calls == counted.seen == counted.completed, where  # every call was served
+    assert completion == counted.completion - served.completion_tokens + sum(
+        c.allowed for c in cut
+    ), where
+    assert cached == counted.cached - served.cached_prompt_tokens, where
+    # The cut calls' prompts are charged their estimates, which must cover them.
+    assert prompt - (counted.prompt - served.prompt_tokens) >= served.prompt_tokens, where
 
 
 @pytest.mark.parametrize(
@@ -344,21 +484,27 @@ def held_backend(server: SimServer, hold: Callable[[httpx.Request], float]) -> O
     [
         # r0..r2 agree: the vote is decided and r3 is cancelled.
         (4, {"early_stop": True}, Budget()),
+        # r1 is held past the run's deadline.
         (2, {}, Budget(max_wall_seconds=1.0)),
     ],
     ids=["early-stop", "wall-clock"],
 )
-async def test_a_reply_the_server_served_is_charged_when_its_rollout_is_cancelled(
+async def test_a_call_cancelled_in_flight_is_charged_as_reserved(
     rollouts: int, options: dict[str, Any], budget: Budget
 ) -> None:
-    last = f"-r{rollouts - 1}-0"  # the last rollout's first step
+    # The last rollout's first step is served, then held until the run
+    # cancels it: its usage never reaches the ledger, so the ledger charges
+    # its reservation, which is no less than what the server served.
+    last = f"-r{rollouts - 1}-0"
 
     def hold(request: httpx.Request) -> float:
         return math.inf if request.headers.get("x-request-id", "").endswith(last) else 0
 
     sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0)
+    transport = HoldReplies(hold)
+    log = EventLog()
     async with SimServer(sim) as server:
-        backend = held_backend(server, hold)
+        backend = held_backend(server, transport)
         config = {"agents": {"a0": agent(0)}, "summarizer": "model", **options}
         async with (
             backend,
@@ -370,12 +516,45 @@ async def test_a_reply_the_server_served_is_charged_when_its_rollout_is_cancelle
                     agent="a0",
                     scaling=ScalingSpec(rollouts=rollouts),
                     budget=budget,
+                    events=log,
                 )
-        counted = Counted.of(server)
+        counted = await Counted.of(server)
     assert result.answer == "ANSWER: 5"
-    # The held step was served (the server counted its tokens), so it is on
-    # the run's cost like every other call the server answered.
-    check_run("a cancelled rollout's served reply", budget, result, counted)
+    assert len(transport.held) == 1, transport.held
+    assert transport.held[0].endswith(last), transport.held
+    cancelled = check_run("a call cancelled in flight", budget, result, counted, log)
+    check_cut_calls("a call cancelled in flight", result, counted, cancelled, transport.cut)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="runtime/budget.py Reservation.charge_reserved charges a cancelled call its prompt "
+    "estimate; a first prompt longer than its estimate is then under-reported "
+    "(498 tokens, $0.000690 reported; 565 tokens, $0.000757 served)",
+)
+async def test_a_cancelled_call_longer_than_its_estimate_is_not_under_reported() -> None:
+    # One step, its prompt longer than its estimate (the sim-server counts
+    # each "(" as a token), served in full, then held past the deadline.
+    task, step = "What is 2 + 3? " + "(" * 200, 64
+    sim = SimServerConfig(
+        model="m0", ttft_ms=0, token_ms=0, answer="text", reply_tokens=step, tool_rounds=0
+    )
+    budget = Budget(max_wall_seconds=0.2)
+    transport = HoldReplies(lambda request: math.inf)
+    log = EventLog()
+    async with SimServer(sim) as server:
+        backend = held_backend(server, transport)
+        config = {"agents": {"a0": agent(0, max_tokens_per_step=step)}}
+        async with (
+            backend,
+            Runtime(config, backends=[backend], tools=[Calculator()], prices=PRICES) as rt,
+        ):
+            with anyio.fail_after(30):
+                result = await rt.run(task, agent="a0", budget=budget, events=log)
+        counted = await Counted.of(server)
+    cancelled = check_run("an underestimated call cancelled", budget, result, counted, log)
+    check_cut_calls("an underestimated call cancelled", result, counted, cancelled, transport.cut)
 
 
 async def test_the_warm_up_counts_against_the_wall_clock_cap() -> None:
@@ -384,42 +563,74 @@ async def test_the_warm_up_counts_against_the_wall_clock_cap() -> None:
     sim = SimServerConfig(model="m0", ttft_ms=1_000, token_ms=8, reply_tokens=256, tool_rounds=0)
     cap = 1.5
     budget = Budget(max_wall_seconds=cap)
+    log = EventLog()
     async with SimServer(sim) as server:
         config = runtime_config([server], warm_prefix=True)
         async with Runtime(config, tools=[Calculator()], prices=PRICES) as rt:
             started = time.perf_counter()
             with anyio.fail_after(30):
                 result = await rt.run(
-                    "What is 2 + 3?", agent="a0", scaling=ScalingSpec(rollouts=2), budget=budget
+                    "What is 2 + 3?",
+                    agent="a0",
+                    scaling=ScalingSpec(rollouts=2),
+                    budget=budget,
+                    events=log,
                 )
             elapsed = time.perf_counter() - started
-        counted = Counted.of(server)
-    assert counted.completed >= 1  # the warm-up was served
+        counted = await Counted.of(server)
     assert elapsed <= cap + WALL_SLACK_S, (elapsed, result.cost)
-    check_run("warm-up and the wall clock", budget, result, counted)
+    cancelled = check_run("warm-up and the wall clock", budget, result, counted, log)
+    # The warm-up was served; both first steps were sent after it and cut
+    # by the deadline mid-generation, each charged its 256 completion tokens.
+    where = f"reported {result.cost}, {cancelled} cancelled; the server counted {counted}"
+    assert (counted.completed, counted.abandoned, cancelled) == (1, 2, 2), where
+    assert result.cost.model_calls == counted.seen == 3, where
+    assert result.cost.usage.completion_tokens == counted.completion + 2 * 256, where
+    assert result.answer is None  # no rollout answered in time
 
 
-async def test_a_prompt_longer_than_its_estimate_does_not_cross_the_token_cap() -> None:
-    # The step's prompt as the ledger estimates it, plus its 8 reply tokens
-    # and a little: the call is admitted, and the server must not then count
-    # more than the cap.
-    task, limits = "What is 2 + 3?", {"max_tokens_per_step": 8}
-    instructions = agent(0).instructions
+async def test_a_prompt_longer_than_its_estimate_crosses_no_cap_after_the_first_call() -> None:
+    # The sim-server counts each "(" as a token, the ledger's estimator a
+    # third of one: every prompt of this task is longer than its estimate.
+    task, step = "What is 2 + 3? " + "(" * 200, 64
     estimate = estimate_request_tokens(
-        [SystemMessage(content=instructions), UserMessage(content=task)],
+        [SystemMessage(content=agent(0).instructions), UserMessage(content=task)],
         [Calculator().spec],
         CharEstimator(),
     )
-    budget = Budget(max_tokens=estimate + 8 + 10)
-    sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0)
+    sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=2)
     async with SimServer(sim) as server:
         config = runtime_config([server])
-        config["agents"] = {"a0": agent(0, **limits)}
+        config["agents"] = {"a0": agent(0, max_tokens_per_step=step)}
         async with Runtime(config, tools=[Calculator()], prices=PRICES) as rt:
-            result = await rt.run(task, agent="a0", budget=budget)
-        counted = Counted.of(server)
-    assert counted.completed >= 1  # the step was admitted
-    check_run(f"one step under {budget.max_tokens} tokens", budget, result, counted)
+
+            async def run(budget: Budget) -> tuple[RunResult, Counted, EventLog]:
+                server.engine.reset_stats()  # one run's requests at a time
+                log = EventLog()
+                result = await rt.run(task, agent="a0", budget=budget, events=log)
+                return result, await Counted.of(server), log
+
+            _, first, _ = await run(Budget(max_model_calls=1))
+            assert first.prompt > estimate + 50, (first, estimate)
+            _, whole, _ = await run(Budget())
+            assert whole.seen == 4  # two tool rounds, then the answer
+            # Every cap up to the whole run's tokens (and past them).
+            for cap in range(0, whole.prompt + whole.completion + step, 11):
+                budget = Budget(max_tokens=cap)
+                result, counted, log = await run(budget)
+                what = f"a cap of {cap} tokens"
+                if cap >= first.prompt + step:
+                    # The first call fits whatever it is; every later one
+                    # is reserved on an estimate scaled by the first
+                    # prompt's ratio to its estimate, so none crosses.
+                    check_run(what, budget, result, counted, log)
+                else:
+                    # The first prompt is measured only once served: it
+                    # may cross a cap it was admitted under, and then no
+                    # call is admitted after it (the ledger is past its cap).
+                    check_run(what, Budget(), result, counted, log)
+                    crossed = counted.prompt + counted.completion > cap
+                    assert not crossed or counted.seen == 1, (what, counted)
 
 
 async def test_aggregation_calls_stop_at_the_wall_clock_cap() -> None:
@@ -431,8 +642,10 @@ async def test_aggregation_calls_stop_at_the_wall_clock_cap() -> None:
     sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0)
     cap = 1.0
     budget = Budget(max_wall_seconds=cap)
+    transport = HoldReplies(hold)
+    log = EventLog()
     async with SimServer(sim) as server:
-        backend = held_backend(server, hold)
+        backend = held_backend(server, transport)
         config = {"agents": {"a0": agent(0)}}
         async with (
             backend,
@@ -445,9 +658,48 @@ async def test_aggregation_calls_stop_at_the_wall_clock_cap() -> None:
                     agent="a0",
                     scaling=ScalingSpec(rollouts=3, aggregate="best_of_n"),
                     budget=budget,
+                    events=log,
                 )
             elapsed = time.perf_counter() - started
-        counted = Counted.of(server)
+        counted = await Counted.of(server)
     assert counted.completed > 3  # the judges were asked
     assert elapsed <= cap + WALL_SLACK_S, (elapsed, result.cost)
-    check_run("judges past the wall-clock cap", budget, result, counted)
+    cancelled = check_run("judges past the wall-clock cap", budget, result, counted, log)
+    # Every judge was cut (none comes back within the cap), and a majority
+    # vote over the rollouts' answers decided instead.
+    assert len(transport.cut) == len(transport.held), transport
+    check_cut_calls("judges past the wall-clock cap", result, counted, cancelled, transport.cut)
+    assert result.answer == "ANSWER: 5"
+    assert result.rationale.startswith(
+        f"the wall-clock cap ({cap:g} s) cut best_of_n; a majority vote decided"
+    ), result.rationale
+
+
+# -- the sim-server these checks rely on ---------------------------------------------
+
+
+async def test_the_sim_server_writes_no_more_than_max_tokens_even_in_a_tool_call() -> None:
+    # A cancelled call is charged n * max_tokens completion tokens: that is
+    # the most a real server writes, a tool call cut short included.
+    sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, tool_rounds=1)
+    tool = {"type": "function", "function": msgspec.to_builtins(Calculator().spec)}
+    async with SimServer(sim) as server, httpx.AsyncClient(base_url=server.url) as client:
+        replies = []
+        for max_tokens in (1, 5, 1000):
+            body = {
+                "model": "m0",
+                "messages": [{"role": "user", "content": "What is 2 + 3?"}],
+                "tools": [tool],
+                "max_tokens": max_tokens,
+            }
+            response = await client.post("/v1/chat/completions", json=body)
+            response.raise_for_status()
+            replies.append(response.json())
+    (cut1, cut5, whole) = replies
+    assert whole["choices"][0]["finish_reason"] == "tool_calls"
+    assert whole["usage"]["completion_tokens"] > 5
+    for reply, max_tokens in ((cut1, 1), (cut5, 5)):
+        choice = reply["choices"][0]
+        assert reply["usage"]["completion_tokens"] == max_tokens, reply
+        assert choice["finish_reason"] == "length", reply
+        assert not choice["message"].get("tool_calls"), reply
