@@ -238,8 +238,12 @@ class BudgetLedger:
     usage the server reported, exactly (integer tokens, integer pico-USD).
     The only way spent can exceed a cap is a server reporting more than was
     reserved: it is charged in full, counted in ``overruns``, and every
-    later reservation fails.  Accounting never awaits and one lock covers
-    the tree, so it is atomic under anyio and safe from worker threads.
+    later reservation fails.  A call cancelled in flight reports nothing: it
+    is charged as reserved (``cancelled_calls`` counts them), an upper bound
+    on what it cost unless its prompt was longer than the estimate (a
+    model's first call, before calibration has seen a reply).  Accounting
+    never awaits and one lock covers the tree, so it is atomic under anyio
+    and safe from worker threads.
     ``on_update`` gets a ``BudgetSnapshot`` on every change (e.g. to emit
     ``snapshot.to_event()``).
     """

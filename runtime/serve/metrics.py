@@ -433,9 +433,10 @@ class _ScrapeCollector(Collector):
                 "Times an MCP server was restarted after it died.",
                 labels=["server"],
             )
-            for server, status in sorted(s.mcp_servers.items()):
-                ready.add_metric([server, status.state.value], float(status.state.value == "ready"))
-                restarts.add_metric([server], status.restarts)
+            for server, connection in sorted(s.mcp_servers.items()):
+                state = connection.state.value
+                ready.add_metric([server, state], float(state == "ready"))
+                restarts.add_metric([server], connection.restarts)
             yield ready
             yield restarts
 
