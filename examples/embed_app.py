@@ -48,5 +48,6 @@ async def main() -> None:
                     tokens = cost.usage.total_tokens
                     print(f"answer: {answer} ({cost.model_calls} model calls, {tokens} tokens)")
 
+
 if __name__ == "__main__":
     anyio.run(main)

@@ -152,6 +152,7 @@ async def test_an_agent_naming_an_unknown_tool_is_refused_on_entry() -> None:
 
 async def test_an_error_in_the_stream_block_arrives_as_itself() -> None:
     backend = Counting("a", limit=None)
+
     async def consume(rt: agentrt.Runtime) -> None:
         async with rt.stream("q") as events:
             async for _event in events:
