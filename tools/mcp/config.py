@@ -239,12 +239,17 @@ def _derive_name(words: list[str]) -> str:
 def parse_server_spec(
     spec: str, *, name: str | None = None
 ) -> StdioServerConfig | HttpServerConfig:
-    """A server entry from a command-line spec: a URL becomes a streamable
-    HTTP server, anything else a stdio command line (split like a shell).
-    The name, unless given, is derived from the URL's host or the package
-    the command runs (``npx -y @modelcontextprotocol/server-everything`` ->
-    ``everything``)."""
+    """A server entry from a command-line spec, ``[NAME=]URL`` or
+    ``[NAME=]COMMAND ARGS``: a URL becomes a streamable HTTP server,
+    anything else a stdio command line (split like a shell).  The name,
+    unless given (as ``name`` or ``NAME=``), is derived from the URL's host
+    or the package the command runs (``npx -y
+    @modelcontextprotocol/server-everything`` -> ``everything``)."""
     spec = spec.strip()
+    named = re.match(r"^([A-Za-z0-9][A-Za-z0-9_-]{0,31})=(?=\S)", spec)
+    if named is not None:
+        name = name or named.group(1)
+        spec = spec[named.end() :]
     if not spec:
         raise ConfigError("an empty MCP server spec", where="--mcp")
     if re.match(r"^https?://", spec):

@@ -45,6 +45,14 @@ def test_command_specs_become_stdio_servers_named_after_the_package() -> None:
     assert quoted.args == ["my server.py", "--root", "/a b"]
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", quoted.name)
     assert parse_server_spec("uvx mcp-server-fetch", name="web").name == "web"
+    named = parse_server_spec("fs=npx -y @modelcontextprotocol/server-filesystem /data")
+    assert isinstance(named, StdioServerConfig)
+    assert (named.name, named.command) == ("fs", "npx")
+    assert named.args == ["-y", "@modelcontextprotocol/server-filesystem", "/data"]
+    # An '=' later in the command is the command's own.
+    assert parse_server_spec("env A=1 server").name != "env A"
+    remote = parse_server_spec("docs=https://example.com/mcp")
+    assert (remote.name, getattr(remote, "url", None)) == ("docs", "https://example.com/mcp")
 
 
 def test_url_specs_become_http_servers() -> None:
