@@ -131,7 +131,8 @@ class RunExecution:
         async def sink(event: Event) -> None:
             if outer is not None:
                 await outer(event)
-            if isinstance(event, StepRecorded):
+            # A top-level rollout's steps (a sub-agent's are not resumed).
+            if isinstance(event, StepRecorded) and "." not in event.rollout_id:
                 self._committed[event.rollout_id].append(event.step)
 
         emitter.sink = sink
