@@ -73,6 +73,16 @@ class RolloutId(msgspec.Struct, frozen=True, gc=False):
         return numbers
 
 
+def is_top_level(rollout_id: str) -> bool:
+    """Whether ``rollout_id`` names a run's own rollout, not a sub-agent call."""
+    return "." not in rollout_id
+
+
+def top_level_id(rollout_id: str) -> str:
+    """The id of the run's rollout that ``rollout_id`` runs under (itself, at the top)."""
+    return rollout_id.split(".", 1)[0]
+
+
 def sub_rollout_id(parent: str, call: str) -> str:
     """The id of the call ``call`` (e.g. ``coder-7``) made from rollout ``parent``."""
     if not call or any(c in call for c in ".~"):
@@ -80,4 +90,4 @@ def sub_rollout_id(parent: str, call: str) -> str:
     return f"{parent}.{call}"
 
 
-__all__ = ["RolloutId", "sub_rollout_id"]
+__all__ = ["RolloutId", "is_top_level", "sub_rollout_id", "top_level_id"]

@@ -16,6 +16,7 @@ from agentrt.protocols import (
     StepRecorded,
     ToolCalled,
 )
+from agentrt.protocols.ids import is_top_level, top_level_id
 
 
 @dataclass(slots=True)
@@ -41,7 +42,7 @@ class RolloutTally:
         self.rollouts: dict[str, RolloutLine] = {}
 
     def _line(self, rollout_id: str) -> RolloutLine:
-        return self.rollouts.setdefault(rollout_id.split(".", 1)[0], RolloutLine())
+        return self.rollouts.setdefault(top_level_id(rollout_id), RolloutLine())
 
     async def __call__(self, event: Event) -> None:
         match event:
@@ -50,12 +51,12 @@ class RolloutTally:
             case StepRecorded(rollout_id=rid, step=step):
                 line = self._line(rid)
                 line.model_calls += step.reply is not None
-                if "." not in rid:
+                if is_top_level(rid):
                     line.steps += 1
-            case ToolCalled(rollout_id=rid) if "." not in rid:
+            case ToolCalled(rollout_id=rid) if is_top_level(rid):
                 self._line(rid).tool_calls += 1
-            case RolloutFinished(rollout_id=rid, status=status, stop_reason=reason) if (
-                "." not in rid
+            case RolloutFinished(rollout_id=rid, status=status, stop_reason=reason) if is_top_level(
+                rid
             ):
                 line = self._line(rid)
                 line.status, line.stop_reason = status, reason or ""

@@ -55,6 +55,7 @@ from agentrt.protocols import (
     TrajectorySummary,
     UserMessage,
 )
+from agentrt.protocols.ids import is_top_level
 from agentrt.runtime.actors import (
     ActorCrashed,
     ActorError,
@@ -132,7 +133,7 @@ class RunExecution:
             if outer is not None:
                 await outer(event)
             # A top-level rollout's steps (a sub-agent's are not resumed).
-            if isinstance(event, StepRecorded) and "." not in event.rollout_id:
+            if isinstance(event, StepRecorded) and is_top_level(event.rollout_id):
                 self._committed[event.rollout_id].append(event.step)
 
         emitter.sink = sink
