@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 from types import TracebackType
-from typing import Final, Literal, NoReturn, final
+from typing import Final, Literal, NoReturn, Protocol, final
 
 import msgspec
 
@@ -67,6 +67,21 @@ class Headroom(msgspec.Struct, frozen=True, kw_only=True):
         if self.pico is not None and pico > self.pico:
             return "max_usd"
         return None
+
+
+class LedgerUpstream(Protocol):
+    """Another ledger a root ledger also books every call on, and which may
+    refuse it: the run's own ledger, when a rollout's ledger lives in
+    another process (a Ray worker).  ``reserve`` returns a handle for
+    ``charge``/``release`` (``charge(handle, None)``: charge as reserved, a
+    call cancelled in flight) and raises ``BudgetExceeded`` when the call
+    does not fit; ``headroom`` is the upstream's, as last known."""
+
+    def reserve(self, model: str, prompt_tokens: int, max_tokens: int, n: int) -> int: ...
+    def charge(self, handle: int, usage: Usage | None) -> None: ...
+    def release(self, handle: int) -> None: ...
+    def restore(self, model: str, usage: Usage) -> None: ...
+    def headroom(self) -> Headroom | None: ...
 
 
 class BudgetSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +138,7 @@ class Reservation:
 
     __slots__ = (
         "_at",
+        "_handle",
         "_ledger",
         "_rates",
         "estimate",
@@ -162,6 +178,7 @@ class Reservation:
         self.max_tokens = max_tokens
         self.n = n
         self.state: ReservationState = "active"
+        self._handle = 0
 
     @property
     def usd(self) -> float:
@@ -245,7 +262,10 @@ class BudgetLedger:
     never awaits and one lock covers the tree, so it is atomic under anyio
     and safe from worker threads.
     ``on_update`` gets a ``BudgetSnapshot`` on every change (e.g. to emit
-    ``snapshot.to_event()``).
+    ``snapshot.to_event()``).  A root given an ``upstream`` books every
+    call of its tree there too, after its own caps admitted it (the
+    upstream's refusal is this ledger's); charges, releases and restores
+    follow, and ``headroom`` is the tighter of the two.
     """
 
     def __init__(
@@ -256,6 +276,7 @@ class BudgetLedger:
         *,
         clock: Clock = time.monotonic,
         on_update: UpdateCallback | None = None,
+        upstream: LedgerUpstream | None = None,
         _parent: BudgetLedger | None = None,
     ) -> None:
         budget = budget if budget is not None else Budget()
@@ -273,6 +294,7 @@ class BudgetLedger:
         self._on_update = on_update
         self._parent = _parent
         self._lock: threading.Lock = _parent._lock if _parent is not None else threading.Lock()
+        self._upstream = _parent._upstream if _parent is not None else upstream
         self._chain: tuple[BudgetLedger, ...] = (self, *(_parent._chain if _parent else ()))
         self._children: dict[str, BudgetLedger] = {}
         # Per-model rates, resolved once per tree (the price table is frozen).
@@ -366,6 +388,13 @@ class BudgetLedger:
             prompt_tokens=prompt_tokens,
             estimate=estimate,
         )
+        if self._upstream is not None:
+            # Outside the lock: the upstream may wait for its answer.
+            try:
+                reservation._handle = self._upstream.reserve(model, estimate, max_tokens, n)
+            except BaseException:
+                self._release(reservation, notify=False, upstream=False)
+                raise
         try:
             self._notify()
         except BaseException:
@@ -448,6 +477,8 @@ class BudgetLedger:
                 node._calls += 1
                 node._overruns += overrun
                 node._cancelled += cancelled
+        if self._upstream is not None:
+            self._upstream.charge(reservation._handle, None if cancelled else usage)
         self._notify()
         return Cost(
             usd=pico_to_usd(pico), usage=usage, model_calls=1, wall_seconds=now - reservation._at
@@ -477,10 +508,14 @@ class BudgetLedger:
                 node._cached += usage.cached_prompt_tokens
                 node._pico += pico
                 node._calls += 1
+        if self._upstream is not None:
+            self._upstream.restore(model, usage)
         self._notify()
         return Cost(usd=pico_to_usd(pico), usage=usage, model_calls=1)
 
-    def _release(self, reservation: Reservation, *, notify: bool = True) -> None:
+    def _release(
+        self, reservation: Reservation, *, notify: bool = True, upstream: bool = True
+    ) -> None:
         with self._lock:
             if reservation.state != "active":
                 return
@@ -489,6 +524,8 @@ class BudgetLedger:
                 node._res_tokens -= reservation.tokens
                 node._res_pico -= reservation.pico
                 node._res_calls -= 1
+        if upstream and self._upstream is not None:
+            self._upstream.release(reservation._handle)
         if notify:
             self._notify()
 
@@ -538,6 +575,12 @@ class BudgetLedger:
         for node in self._chain:
             left = node._own_left(now)
             for i, value in enumerate((*left, node._own_fraction(left))):
+                current = best[i]
+                if value is not None and (current is None or value < current):
+                    best[i] = value
+        far = self._upstream.headroom() if self._upstream is not None else None
+        if far is not None:
+            for i, value in enumerate((far.tokens, far.pico, far.calls, far.seconds, far.fraction)):
                 current = best[i]
                 if value is not None and (current is None or value < current):
                     best[i] = value
@@ -608,4 +651,4 @@ class BudgetLedger:
         return f"BudgetLedger({self.name!r}, {self.budget!r})"
 
 
-__all__ = ["BudgetLedger", "BudgetSnapshot", "Headroom", "Reservation"]
+__all__ = ["BudgetLedger", "BudgetSnapshot", "Headroom", "LedgerUpstream", "Reservation"]

@@ -29,7 +29,7 @@ from pydantic_core import ErrorDetails
 from agentrt.agents import AgentConfig
 from agentrt.agents.spec_loader import load_spec
 from agentrt.aggregators import parse_config
-from agentrt.runtime.engine.settings import RuntimeConfig
+from agentrt.runtime.engine.settings import PlacementConfig, RuntimeConfig
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.tools.base import Tool
@@ -161,32 +161,13 @@ class ToolsConfig(BaseModel):
         return tools
 
 
-class PlacementConfig(BaseModel):
-    """``[placement]``: where rollouts run.  Reserved: only ``local`` (this
-    process) exists today."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    kind: str = "local"
-    """``local``: every rollout in this process's actor system."""
-
-    @field_validator("kind")
-    @classmethod
-    def _only_local(cls, value: str) -> str:
-        if value != "local":
-            raise ValueError(
-                f"placement kind {value!r} is not yet supported; the only placement is 'local'"
-            )
-        return value
-
-
 _LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class AgentrtConfig(BaseModel):
-    """The whole file: ``[server]``, ``[store]``, ``[tools]``, ``[placement]``,
-    ``log_level``, and the runtime's keys (``[models]``, ``[agents]``,
-    ``[mcp]``, ``rollouts``...) at the top level."""
+    """The whole file: ``[server]``, ``[store]``, ``[tools]``, ``log_level``,
+    and the runtime's keys (``[models]``, ``[agents]``, ``[mcp]``,
+    ``[placement]``, ``rollouts``...) at the top level."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -196,8 +177,6 @@ class AgentrtConfig(BaseModel):
     """The run store."""
     tools: ToolsConfig = ToolsConfig()
     """Built-in tools."""
-    placement: PlacementConfig = PlacementConfig()
-    """Where rollouts run (reserved)."""
     log_level: str = "INFO"
     """Level of the logs on stderr: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``
     or ``CRITICAL``."""
@@ -212,6 +191,33 @@ class AgentrtConfig(BaseModel):
         if value.upper() not in _LOG_LEVELS:
             raise ValueError(f"log level {value!r}: expected one of {', '.join(_LOG_LEVELS)}")
         return value.upper()
+
+    @property
+    def placement(self) -> PlacementConfig:
+        """Where rollouts run (``[placement]``; part of the runtime's configuration)."""
+        return self.runtime.placement
+
+    def with_placement(self, kind: str | None, address: str | None) -> AgentrtConfig:
+        """A copy with ``--placement``/``--ray-address`` applied (``None``:
+        unchanged; an address alone means ``ray``), validated."""
+        if kind is None and address is None:
+            return self
+        if kind == "local" and address is not None:
+            raise ConfigError("--ray-address needs the ray placement", where="--placement local")
+        given: dict[str, Any] = self.placement.model_dump(exclude_unset=True)
+        if kind == "local":
+            given = {"kind": "local"}  # the file's Ray keys do not apply
+        given["kind"] = kind or ("ray" if address is not None else given.get("kind", "local"))
+        if address is not None:
+            given["address"] = address
+        try:
+            placement = PlacementConfig.model_validate(given)
+        except ValidationError as error:
+            first = _ordered(error)[0]
+            key = ".".join(("placement", *(str(p) for p in first["loc"])))
+            raise ConfigError(first["msg"], where=f"{self.source}: {key}") from None
+        runtime = self.runtime.model_copy(update={"placement": placement})
+        return self.model_copy(update={"runtime": runtime})
 
     def with_server(self, **changes: Any) -> AgentrtConfig:
         """A copy with ``[server]`` keys changed (command-line overrides; ``None``
@@ -233,7 +239,7 @@ class AgentrtConfig(BaseModel):
 
 
 #: Top-level keys that are not the runtime's.
-_SECTIONS: Final = frozenset({"server", "store", "tools", "placement", "log_level"})
+_SECTIONS: Final = frozenset({"server", "store", "tools", "log_level"})
 
 
 def load_config(path: Path | None) -> AgentrtConfig:

@@ -2,9 +2,10 @@
 rollout, then summaries and the aggregation, all on the run's one ledger.
 
 Owns ``RunExecution``: the run's ledger and event stream, the fan-out of its
-rollouts as ``RolloutActor``s under a supervisor that restarts a crashed one
-(within its own restart intensity) from its committed steps and records it
-failed past that, the per-backend slots (a rollout waiting for one is
+rollouts through the Runtime's placement (as ``RolloutActor``s under a
+supervisor, here or on Ray workers, that restarts a crashed one within its
+own restart intensity from its committed steps and records it failed past
+that), the per-backend slots (a rollout waiting for one is
 ``queued``), early stop, the deadline, the summaries, the aggregation and
 the ``RunResult``; and taking up a run an earlier process committed
 (``RunCheckpoint``).  Must not know which entry point started the run.
@@ -17,14 +18,15 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal, final
 
 import anyio
 import msgspec
 
-from agentrt.agents import Agent, EventEmitter, RolloutControl, RolloutResult
+from agentrt.agents import Agent, AgentConfig, EventEmitter, RolloutResult
 from agentrt.agents.delegation import AgentNode, skip_call_numbers
 from agentrt.agents.hierarchy import Hierarchy
 from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
@@ -57,15 +59,14 @@ from agentrt.protocols import (
 )
 from agentrt.protocols.ids import is_top_level
 from agentrt.runtime.actors import (
-    ActorCrashed,
-    ActorError,
-    ActorStopped,
     RestartIntensity,
     SupervisorSpec,
 )
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
-from agentrt.runtime.engine.rollout import RolloutActor, Runner, RunRollout
+from agentrt.runtime.engine.placement import PlacedRun, RolloutJob
+from agentrt.runtime.engine.placement import RolloutGaveUp as _GaveUp
+from agentrt.runtime.engine.rollout import Runner, RunRollout
 from agentrt.runtime.errors import BudgetExceeded
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.memory import MemoryView
@@ -77,8 +78,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-#: An ask's deadline is the ask's own; a run's deadline is its cancel scope.
-_ASK_TIMEOUT_S = 30 * 24 * 3600.0
 _names = itertools.count()
 
 OutcomeStatus = Literal["succeeded", "failed", "cancelled"]
@@ -96,10 +95,6 @@ class _Outcome:
     status: OutcomeStatus = "cancelled"
     value: _Done | None = None
     error: BaseException | None = None
-
-
-class _GaveUp(Exception):
-    """A rollout's supervisor stopped restarting it."""
 
 
 class _PastDeadline(Exception):
@@ -151,6 +146,7 @@ class RunExecution:
         started = time.perf_counter()
         self.ledger = BudgetLedger(self.run_id, budget, rt.prices)
         memory = MemoryView(rt.bank, run_id=self.run_id) if rt.bank is not None else None
+        self.agent_ref = agent_ref
         self.runner: Runner = rt.runner(agent_ref, self.emitter, self.ledger, memory)
         if isinstance(self.runner, Hierarchy):
             root = self.runner.root
@@ -430,22 +426,9 @@ class RunExecution:
         seed: Sequence[UserMessage],
         resume: list[Step] | None,
     ) -> RolloutResult:
-        """Spawn the rollout's actor and ask it for the rollout; after a
-        crash, ask its next incarnation to go on from the committed steps."""
-        control = RolloutControl()
-        committed = self._committed
-        ref = await self._supervisor.spawn(
-            lambda: RolloutActor(
-                self.runner,
-                ledger,
-                control,
-                run_id=self.run_id,
-                rollout_id=rollout_id,
-                committed=lambda: len(committed[rollout_id]),
-                announce=self.emitter.emit,
-            ),
-            name=name,
-        )
+        """Run the rollout where the Runtime's placement puts it (an actor
+        here, or on a Ray worker); a crashed one goes on from its committed
+        steps (``Placement.run_rollout``)."""
         message = RunRollout(
             task=task,
             run_id=self.run_id,
@@ -454,37 +437,28 @@ class RunExecution:
             resume=resume,
             restored=resume is not None,
         )
-        last: BaseException | None = None
-        try:
-            while True:
-                try:
-                    return await ref.ask(message, timeout=_ASK_TIMEOUT_S)
-                except ActorCrashed as crash:
-                    last = crash.cause
-                    steps = committed[rollout_id]
-                    resumable = isinstance(self.runner, Agent) or self.runner.resumable
-                    # A crashed pipeline cannot be taken up mid-way: it starts over.
-                    go_on = list(steps) if resumable and steps else None
-                    message = msgspec.structs.replace(
-                        message,
-                        resume=go_on,
-                        restored=go_on is not None,
-                        charged=go_on is not None,
-                    )
-                except ActorStopped as stopped:
-                    if last is None:
-                        raise
-                    raise _GaveUp(
-                        f"rollout {rollout_id} crashed {self.rt.config.rollout_restarts + 1} "
-                        f"times and was not restarted again; the last error: {last!r}"
-                    ) from stopped
-        except BaseException:
-            control.cancel(rollout_id)
-            raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                with suppress(ActorError):
-                    await self.rt.system.stop(ref)
+        committed = self._committed
+        job = RolloutJob(message, name, ledger, lambda: committed[rollout_id])
+        return await self.rt.placement.run_rollout(self._placed, job)
+
+    @cached_property
+    def _placed(self) -> PlacedRun:
+        """This run as its placement sees it."""
+        agent = self.agent_ref
+        budget = self.ledger.budget
+        return PlacedRun(
+            run_id=self.run_id,
+            runner=self.runner,
+            agent=agent if isinstance(agent, str | AgentConfig) else None,
+            system=self.rt.system,
+            supervisor=self._supervisor,
+            emit=self.emitter.emit,
+            restarts=self.rt.config.rollout_restarts,
+            capped=any(
+                cap is not None
+                for cap in (budget.max_tokens, budget.max_usd, budget.max_model_calls)
+            ),
+        )
 
     def _saved(self, base: RolloutId) -> tuple[RolloutId, RolloutCheckpoint | None]:
         """The latest committed incarnation of a rollout: the one restarted

@@ -29,6 +29,7 @@ from agentrt.protocols import Budget, Event, RunResult, ScalingSpec
 from agentrt.runtime.actors import ActorSystem, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
+from agentrt.runtime.engine.placement import LocalPlacement, Placement, open_placement
 from agentrt.runtime.engine.run import RunExecution
 from agentrt.runtime.engine.settings import RuntimeConfig
 from agentrt.runtime.errors import ConfigError, UserError
@@ -67,9 +68,14 @@ class Runtime:
     ``Budget.max_usd``; ``registry``: a validated models section to create
     backends from, instead of ``config.models``.
 
+    ``config.placement`` says where rollouts run: here, or on rollout
+    workers of a Ray cluster, each of which opens its own backends, MCP
+    servers and agents from ``config``, ``tools`` and ``agents``.
+
     Raises ``ConfigError`` on entry for an agent spec that does not load, an
-    agent naming a tool or MCP server nobody provides, or a bad model
-    section: before any model call."""
+    agent naming a tool or MCP server nobody provides, a bad model section,
+    or a Ray placement that cannot start (``open_placement``): before any
+    model call."""
 
     def __init__(
         self,
@@ -118,6 +124,8 @@ class Runtime:
         self.managed: dict[str, ManagedServerHandle] = {}
         """Model servers this Runtime runs (``managed`` in ``[models]``), by backend."""
         self._slots: dict[str, anyio.CapacityLimiter | None] = {}
+        self.placement: Placement = LocalPlacement()
+        """Where runs' rollouts run (``config.placement``), open while this is."""
         self._stack = AsyncExitStack()
         self._state: _State = "unopened"
 
@@ -136,6 +144,7 @@ class Runtime:
         return self
 
     async def _open(self) -> None:
+        given_tools = list(self.tools)
         self._load_specs()
         self._closing = anyio.Event()
         host = await self._stack.enter_async_context(anyio.create_task_group())
@@ -173,6 +182,15 @@ class Runtime:
             bank = MemoryBank(self.config.memory_path)
             self.bank = await self._stack.enter_async_context(bank)
         self._check_agents()
+        self.placement = await self._stack.enter_async_context(
+            open_placement(
+                self.config,
+                tools=given_tools,
+                agents=self._agents_given,
+                prices=self.prices,
+                backends=self._given,
+            )
+        )
 
     async def _host_actors(self, *, task_status: TaskStatus[ActorSystem]) -> None:
         """The actor system, in a task of its own behind a shield: cancelling
@@ -323,6 +341,7 @@ class Runtime:
             )
         if budget is not None and not isinstance(budget, Budget):
             raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
+        self.placement.check_agent(agent)
         emitter = EventEmitter(events, first_seq=checkpoint.next_seq if checkpoint else 1)
         execution = RunExecution(
             self, task, emitter, run_id or f"run-{uuid.uuid4().hex[:12]}", checkpoint

@@ -7,12 +7,64 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrt.agents import AgentConfig
 from agentrt.agents.spec import McpServers
 from agentrt.runtime.models.registry import ModelsConfig
 from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
+
+
+class WorkerResources(BaseModel):
+    """What one rollout worker asks of the Ray cluster (``[placement.worker]``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    num_cpus: float = Field(default=1.0, ge=0)
+    """CPUs reserved per worker (Ray's ``num_cpus``)."""
+    memory_mb: int | None = Field(default=None, ge=1)
+    """Memory reserved per worker, in MiB (Ray's ``memory``); ``None``: none."""
+    resources: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    """Custom Ray resources per worker, e.g. ``{sandbox = 1}``: a worker is
+    placed only on a node that advertises them."""
+
+
+_RAY_ONLY = frozenset({"address", "workers", "worker", "affinity_slack", "connect_timeout_s"})
+
+
+class PlacementConfig(BaseModel):
+    """``[placement]``: where rollouts run: this process (``local``) or
+    rollout workers on a Ray cluster (``ray``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind: Literal["local", "ray"] = "local"
+    """``local``: every rollout in this process's actor system; ``ray``:
+    rollouts spread over ``workers`` Ray actors (the ``ray`` extra)."""
+    address: str = "local"
+    """The Ray cluster: ``local`` (start a private one-node cluster in this
+    process), ``auto`` (the cluster this machine belongs to), ``HOST:PORT``
+    (its GCS) or ``ray://HOST:PORT`` (Ray Client)."""
+    workers: int = Field(default=2, ge=1)
+    """Rollout worker processes; each hosts an actor system, the agents,
+    its own MCP stdio servers and backends, and many rollouts."""
+    worker: WorkerResources = WorkerResources()
+    """What each worker reserves on the cluster."""
+    affinity_slack: int = Field(default=4, ge=0)
+    """A run's rollouts stay on the worker its first one went to (so they
+    share a model replica's prefix cache) while that worker has at most
+    this many more rollouts in flight than the least loaded one."""
+    connect_timeout_s: float = Field(default=30.0, gt=0)
+    """Deadline for reaching the cluster and for every worker to be ready."""
+
+    @model_validator(mode="after")
+    def _ray_keys_need_ray(self) -> PlacementConfig:
+        stray = sorted(self.model_fields_set & _RAY_ONLY)
+        if self.kind == "local" and stray:
+            raise ValueError(
+                f"{', '.join(stray)} only apply to kind = 'ray' (this placement is 'local')"
+            )
+        return self
 
 
 class RuntimeConfig(BaseModel):
@@ -62,6 +114,8 @@ class RuntimeConfig(BaseModel):
     """The bank's SQLite file (kept across runs); ``None``: in memory."""
     warm_timeout_s: float = Field(default=60.0, gt=0)
     """Deadline of the prefix-warming request."""
+    placement: PlacementConfig = PlacementConfig()
+    """Where rollouts run (``[placement]``): this process, or a Ray cluster."""
 
     @field_validator("mcp")
     @classmethod
@@ -76,4 +130,4 @@ class RuntimeConfig(BaseModel):
         return servers
 
 
-__all__ = ["RuntimeConfig"]
+__all__ = ["PlacementConfig", "RuntimeConfig", "WorkerResources"]

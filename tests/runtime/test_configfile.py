@@ -19,6 +19,7 @@ from agentrt.runtime.engine.configfile import (
     key_line,
     load_config,
 )
+from agentrt.runtime.engine.settings import WorkerResources
 from agentrt.runtime.errors import ConfigError
 from agentrt.tools.mcp import HttpServerConfig, StdioServerConfig
 
@@ -185,9 +186,9 @@ def test_the_example_runs_the_embedded_model_with_both_kinds_of_agent() -> None:
         ("[agents]\nplanner = 'nope.yaml'\n", ":2: agents.planner", "no spec file 'nope.yaml'"),
         # [placement] is reserved
         (
-            "[placement]\nkind = 'ray'\n",
+            "[placement]\nkind = 'k8s'\n",
             ":2: placement.kind",
-            "placement kind 'ray' is not yet supported",
+            "Input should be 'local' or 'ray'",
         ),
         ("[placement]\nnodes = 4\n", ":2: placement.nodes", "unknown key 'nodes'"),
         # MCP servers
@@ -240,7 +241,15 @@ def test_a_bad_spec_file_is_reported_with_the_agent_naming_it(tmp_path: Path) ->
 
 @pytest.mark.parametrize(
     "section",
-    [AgentrtConfig, RuntimeConfig, ServerConfig, StoreConfig, ToolsConfig, PlacementConfig],
+    [
+        AgentrtConfig,
+        RuntimeConfig,
+        ServerConfig,
+        StoreConfig,
+        ToolsConfig,
+        PlacementConfig,
+        WorkerResources,
+    ],
 )
 def test_docs_describe_every_key(section: type[AgentrtConfig]) -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
@@ -281,8 +290,8 @@ def test_a_mapping_built_in_code_validates_the_same_way() -> None:
     calc = config.runtime.agents["calc"]
     assert isinstance(calc, AgentConfig)
     assert calc.name == "calc"
-    with pytest.raises(ConfigError, match=r"^test: placement.kind: .*not yet supported"):
-        config_from_mapping({"placement": {"kind": "ray"}}, source="test")
+    with pytest.raises(ConfigError, match=r"^test: placement: address only apply to kind"):
+        config_from_mapping({"placement": {"address": "auto"}}, source="test")
 
 
 def test_command_line_overrides(tmp_path: Path) -> None:

@@ -1,0 +1,86 @@
+"""What a placement is given and returns: ``Placement`` (the protocol
+``RunExecution`` dispatches its rollouts through), ``PlacedRun`` (what a
+placement needs of the run), ``RolloutJob`` (one rollout to run) and the
+errors a placement raises.  Must not know where rollouts run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agentrt.agents import Agent, AgentConfig, RolloutResult
+from agentrt.protocols import Event, Step
+from agentrt.runtime.actors import ActorSystem, SupervisorRef
+from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.engine.rollout import Runner, RunRollout
+from agentrt.runtime.errors import RuntimeFailure
+
+Emit = Callable[[Event], Awaitable[object]]
+
+
+class RolloutGaveUp(RuntimeFailure):
+    """A rollout crashed more often than its restart intensity allows."""
+
+
+class PlacementLost(RuntimeFailure):
+    """Every rollout worker of a placement is gone: a rollout cannot run."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedRun:
+    """The run a rollout belongs to, as a placement sees it.
+
+    ``runner``: the run's entry node, built here; ``agent``: how the run
+    named it (a name or a configuration: what a remote worker rebuilds it
+    from; ``None`` when it was given as an object); ``supervisor``: the
+    run's supervisor in ``system``; ``emit``: the run's event stream;
+    ``restarts``: how often a crashed rollout is restarted; ``capped``:
+    whether the run's ledger has a cap (its calls must be admitted there
+    before they are made)."""
+
+    run_id: str
+    runner: Runner
+    agent: str | AgentConfig | None
+    system: ActorSystem
+    supervisor: SupervisorRef
+    emit: Emit
+    restarts: int
+    capped: bool
+
+    @property
+    def resumable(self) -> bool:
+        """Whether a rollout of this run can go on from its committed steps."""
+        return isinstance(self.runner, Agent) or self.runner.resumable
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutJob:
+    """One rollout to run: its message (task, ids, seed, steps to resume
+    from), its actor's name in the run's supervisor, its ledger (a child
+    of the run's) and its committed top-level steps so far (read when it
+    has to be taken up again)."""
+
+    message: RunRollout
+    name: str
+    ledger: BudgetLedger
+    committed: Callable[[], Sequence[Step]]
+
+
+class Placement(Protocol):
+    """Where a run's rollouts run (``Runtime.placement``).
+
+    ``run_rollout`` runs one rollout to its end and returns its result; a
+    rollout that crashes is restarted from its committed steps (at most
+    ``run.restarts`` times, then ``RolloutGaveUp``); a placement that loses
+    the process a rollout ran in takes it up elsewhere the same way.
+    ``check_agent`` raises ``ConfigError`` for an agent this placement
+    cannot run (before any model call)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def check_agent(self, agent: object) -> None: ...
+
+    async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult: ...

@@ -1,0 +1,81 @@
+"""``LocalPlacement``: every rollout an actor in this process's actor
+system, under its run's supervisor (what a Ray worker also does with the
+rollouts it is sent).  Must not know how rollouts are scheduled or aggregated.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from typing import Final, final
+
+import anyio
+import msgspec
+
+from agentrt.agents import RolloutControl, RolloutResult
+from agentrt.runtime.actors import ActorCrashed, ActorError, ActorStopped
+from agentrt.runtime.engine.placement.base import PlacedRun, RolloutGaveUp, RolloutJob
+from agentrt.runtime.engine.rollout import RolloutActor
+
+#: An ask's deadline is the ask's own; a run's deadline is its cancel scope.
+_ASK_TIMEOUT_S: Final = 30 * 24 * 3600.0
+
+
+@final
+class LocalPlacement:
+    """Rollouts as actors of this process (``[placement] kind = "local"``)."""
+
+    @property
+    def kind(self) -> str:
+        return "local"
+
+    def check_agent(self, agent: object) -> None:
+        """Any agent runs here."""
+
+    async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult:
+        """Spawn the rollout's actor and ask it for the rollout; after a
+        crash, ask its next incarnation to go on from the committed steps
+        (a pipeline, which cannot be taken up mid-way, starts over)."""
+        control = RolloutControl()
+        rollout_id = job.message.rollout_id
+        ref = await run.supervisor.spawn(
+            lambda: RolloutActor(
+                run.runner,
+                job.ledger,
+                control,
+                run_id=run.run_id,
+                rollout_id=rollout_id,
+                committed=lambda: len(job.committed()),
+                announce=run.emit,
+            ),
+            name=job.name,
+        )
+        message = job.message
+        last: BaseException | None = None
+        try:
+            while True:
+                try:
+                    return await ref.ask(message, timeout=_ASK_TIMEOUT_S)
+                except ActorCrashed as crash:
+                    last = crash.cause
+                    steps = job.committed()
+                    go_on = list(steps) if run.resumable and steps else None
+                    message = msgspec.structs.replace(
+                        message,
+                        resume=go_on,
+                        restored=go_on is not None,
+                        charged=go_on is not None,
+                    )
+                except ActorStopped as stopped:
+                    if last is None:
+                        raise
+                    raise RolloutGaveUp(
+                        f"rollout {rollout_id} crashed {run.restarts + 1} "
+                        f"times and was not restarted again; the last error: {last!r}"
+                    ) from stopped
+        except BaseException:
+            control.cancel(rollout_id)
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                with suppress(ActorError):
+                    await run.system.stop(ref)

@@ -1,0 +1,520 @@
+"""``RayPlacement``: a run's rollouts on rollout workers of a Ray cluster.
+
+Owns the driver's side: reaching the cluster (and the clear errors when it
+cannot: an unreachable address, too few resources, a worker that cannot
+import agentrt or open its configuration), the workers' lifetime, choosing
+a worker per rollout (least loaded, a run's rollouts kept on one worker
+within ``affinity_slack``), one pump per worker that drains its outbox in
+order (events to the run's stream, acknowledged once the run's sink took
+them; every reservation, charge and release on the run's ledger), and
+taking a rollout up again on a surviving worker, from its committed
+steps, when its worker is lost.  Must not know how rollouts are
+aggregated; imports Ray, so it is imported only when configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Final, final
+from urllib.parse import urlsplit
+
+import anyio
+import msgspec
+import ray
+from ray.exceptions import RayActorError
+
+from agentrt.agents import Agent, AgentConfig, RolloutResult
+from agentrt.agents.hierarchy import Hierarchy
+from agentrt.protocols import RolloutRestarted
+from agentrt.runtime.budget import BudgetLedger, Reservation
+from agentrt.runtime.engine.placement.base import (
+    Emit,
+    PlacedRun,
+    PlacementLost,
+    RolloutGaveUp,
+    RolloutJob,
+)
+from agentrt.runtime.engine.placement.ray_worker import RolloutWorker
+from agentrt.runtime.engine.placement.wire import (
+    ENCODER,
+    OUTBOUND,
+    OUTCOME,
+    READY,
+    Acked,
+    ChargeOut,
+    EventOut,
+    FlushOut,
+    Outbound,
+    PlacedRollout,
+    ReleaseOut,
+    Reply,
+    Reserved,
+    ReserveOut,
+    RestoreOut,
+    RolloutDone,
+    RolloutRaised,
+    WorkerSpec,
+)
+from agentrt.runtime.engine.settings import PlacementConfig
+from agentrt.runtime.errors import BudgetExceeded, ConfigError, RuntimeFailure, UserError
+from agentrt.runtime.log import get_logger
+
+log = get_logger(__name__)
+
+#: How long a cancelled rollout's worker may take to send its last events.
+FINAL_EVENTS_S: Final = 5.0
+#: Concurrent calls one worker actor accepts (its rollouts are bounded by the driver).
+MAX_CONCURRENCY: Final = 100_000
+
+
+class _WorkerLost(Exception):
+    def __init__(self, worker: _Worker, why: str) -> None:
+        super().__init__(why)
+        self.worker = worker
+
+
+@dataclass(slots=True, eq=False)
+class _Worker:
+    index: int
+    handle: Any  # a Ray ActorHandle (its methods are dynamic)
+    node_id: str = ""
+    load: int = 0
+    alive: bool = True
+    lost: str = ""
+    reservations: dict[int, Reservation] = field(default_factory=dict)
+    unbooked: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """Calls the driver could not book without waiting (ledger, model): charged as restored."""
+    pumped: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass(slots=True)
+class _RunEntry:
+    emit: Emit
+    active: int = 0
+    home: _Worker | None = None
+
+
+@final
+class RayPlacement:
+    """Rollouts on ``config.workers`` Ray actors (``[placement] kind = "ray"``).
+
+    An async context manager: entering reaches the cluster, checks its
+    resources and starts the workers (each builds its ``Runtime`` from
+    ``spec``); leaving stops them, and the Ray session when this opened it.
+    Raises ``ConfigError`` on entry (see ``open_placement``)."""
+
+    def __init__(self, config: PlacementConfig, spec: WorkerSpec) -> None:
+        self.config = config
+        self._spec = spec
+        self._workers: list[_Worker] = []
+        self._runs: dict[str, _RunEntry] = {}
+        self._ledgers: dict[str, BudgetLedger] = {}
+        self._stack = AsyncExitStack()
+
+    @property
+    def kind(self) -> str:
+        return "ray"
+
+    @property
+    def workers(self) -> Sequence[tuple[str, int, bool]]:
+        """Each worker's node id, rollouts in flight and whether it is alive."""
+        return [(w.node_id, w.load, w.alive) for w in self._workers]
+
+    def check_agent(self, agent: object) -> None:
+        """Agents are rebuilt on the workers: by name or from a configuration."""
+        if isinstance(agent, Agent | Hierarchy):
+            raise ConfigError(
+                "the ray placement rebuilds a run's agent on its workers: name a configured "
+                "agent or pass an AgentConfig, not a built Agent or Hierarchy",
+                where="agent",
+            )
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def __aenter__(self) -> RayPlacement:
+        try:
+            await self._connect()
+            self._check_resources()
+            await self._start_workers()
+            pumps = await self._stack.enter_async_context(anyio.create_task_group())
+            self._stack.callback(pumps.cancel_scope.cancel)  # before the group exits
+            for worker in self._workers:
+                pumps.start_soon(self._pump, worker)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def _connect(self) -> None:
+        address = self.config.address
+        if ray.is_initialized():
+            return  # the application's own Ray session
+        if address not in ("local", "auto"):
+            await self._probe(address)
+        options: dict[str, Any] = {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "configure_logging": False,
+        }
+        if address != "local":
+            options["address"] = address
+        try:
+            with anyio.fail_after(self.config.connect_timeout_s):
+                await anyio.to_thread.run_sync(lambda: ray.init(**options))
+        except TimeoutError:
+            raise ConfigError(
+                f"the Ray cluster at {address!r} did not answer within "
+                f"{self.config.connect_timeout_s:g} s",
+                where="placement.address",
+            ) from None
+        except Exception as error:
+            raise ConfigError(
+                f"cannot reach the Ray cluster at {address!r}: {error}", where="placement.address"
+            ) from None
+        self._stack.callback(ray.shutdown)
+
+    async def _probe(self, address: str) -> None:
+        """A TCP connection to ``address`` first: an unreachable one is an
+        error within ``connect_timeout_s``, not after Ray's own retries."""
+        parts = urlsplit(address if "://" in address else f"gcs://{address}")
+        try:
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            host, port = None, None
+        if not host or port is None:
+            raise ConfigError(
+                f"{address!r} is not a Ray address: expected local, auto, HOST:PORT "
+                "or ray://HOST:PORT",
+                where="placement.address",
+            )
+        try:
+            with anyio.fail_after(self.config.connect_timeout_s):
+                stream = await anyio.connect_tcp(host, port)
+        except (OSError, TimeoutError) as error:
+            raise ConfigError(
+                f"cannot reach the Ray cluster at {address!r}: {error or 'timed out'}",
+                where="placement.address",
+            ) from None
+        await stream.aclose()
+
+    def _needs(self) -> dict[str, float]:
+        worker = self.config.worker
+        needs = {"CPU": worker.num_cpus, **worker.resources}
+        if worker.memory_mb is not None:
+            needs["memory"] = worker.memory_mb * 2**20
+        return {k: v for k, v in needs.items() if v > 0}
+
+    def _check_resources(self) -> None:
+        """Whether the cluster's nodes can hold every worker at once."""
+        needs = self._needs()
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        room = 0
+        for node in nodes:
+            have: dict[str, float] = node.get("Resources", {})
+            fits = [int(have.get(k, 0.0) // v) for k, v in needs.items()]
+            room += min(fits) if fits else self.config.workers
+        if room < self.config.workers:
+            shown = ", ".join(f"{k}={v:g}" for k, v in needs.items()) or "nothing"
+            nodes_shown = "; ".join(
+                ", ".join(
+                    f"{k}={v:g}"
+                    for k, v in sorted(n.get("Resources", {}).items())
+                    if not k.startswith("node:") and k != "object_store_memory"
+                )
+                for n in nodes
+            )
+            raise ConfigError(
+                f"the Ray cluster cannot hold {self.config.workers} rollout workers of "
+                f"{shown} each (room for {room}); its {len(nodes)} nodes have: {nodes_shown}",
+                where="placement.worker",
+            )
+
+    async def _start_workers(self) -> None:
+        worker = self.config.worker
+        actor = ray.remote(RolloutWorker)
+        options: dict[str, Any] = {
+            "num_cpus": worker.num_cpus,
+            "resources": dict(worker.resources),
+            "max_concurrency": MAX_CONCURRENCY,
+            "max_restarts": 0,
+            "scheduling_strategy": "SPREAD",
+        }
+        if worker.memory_mb is not None:
+            options["memory"] = worker.memory_mb * 2**20
+        self._stack.push_async_callback(self._stop_workers)
+        for index in range(self.config.workers):
+            handle = actor.options(**options).remote(self._spec)
+            self._workers.append(_Worker(index, handle))
+        timeout = self.config.connect_timeout_s
+        try:
+            with anyio.fail_after(timeout):
+                for w in self._workers:
+                    ready = READY.decode(await w.handle.ready.remote())
+                    w.node_id = ready.node_id
+                    if ready.error is not None:
+                        raise ConfigError(
+                            f"rollout worker {w.index} (node {ready.node_id[:12]}) could not "
+                            f"open its runtime: {ready.error}",
+                            where="placement",
+                        )
+        except TimeoutError:
+            raise ConfigError(
+                f"the {self.config.workers} rollout workers were not all ready within "
+                f"{timeout:g} s (is the cluster short of {self._needs()} per worker?)",
+                where="placement.connect_timeout_s",
+            ) from None
+        except RayActorError as error:
+            text = str(error)
+            if "agentrt" in text and ("ModuleNotFoundError" in text or "No module" in text):
+                raise ConfigError(
+                    "a Ray worker cannot import agentrt: install the same agentrt on every "
+                    f"node of the cluster ({_first_line(text)})",
+                    where="placement",
+                ) from None
+            raise ConfigError(
+                f"a rollout worker died while starting: {_first_line(text)}", where="placement"
+            ) from None
+        log.info(
+            "ray_placement_ready",
+            workers=len(self._workers),
+            nodes=len({w.node_id for w in self._workers}),
+        )
+
+    async def _stop_workers(self) -> None:
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(10.0):
+                async with anyio.create_task_group() as tg:
+                    for w in self._workers:
+                        if w.alive:
+                            tg.start_soon(_close, w)
+            for w in self._workers:
+                with contextlib.suppress(Exception):
+                    ray.kill(w.handle)
+
+    # -- rollouts -----------------------------------------------------------------
+
+    def _pick(self, entry: _RunEntry) -> _Worker:
+        alive = [w for w in self._workers if w.alive]
+        if not alive:
+            why = "; ".join(f"worker {w.index}: {w.lost}" for w in self._workers)
+            raise PlacementLost(f"every rollout worker of the ray placement is lost ({why})")
+        least = min(alive, key=lambda w: w.load)
+        home = entry.home
+        if home is not None and home.alive and home.load <= least.load + self.config.affinity_slack:
+            return home
+        if home is None or not home.alive:
+            entry.home = least
+        return least
+
+    async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult:
+        """Run ``job`` on a worker; when that worker is lost, on another,
+        from the rollout's committed steps (``RolloutRestarted`` says so)."""
+        agent = run.agent
+        config = agent.model_dump_json() if isinstance(agent, AgentConfig) else None
+        message = job.message
+        key = message.rollout_id
+        entry = self._runs.setdefault(run.run_id, _RunEntry(run.emit))
+        entry.active += 1
+        self._ledgers[key] = job.ledger
+        losses = 0
+        try:
+            while True:
+                worker = self._pick(entry)
+                placed = PlacedRollout(
+                    rollout=message,
+                    name=job.name,
+                    ledger=key,
+                    agent=agent if isinstance(agent, str) else None,
+                    agent_config=config,
+                    restarts=run.restarts,
+                    capped=run.capped,
+                )
+                try:
+                    return await self._ask(worker, placed)
+                except _WorkerLost as lost:
+                    await lost.worker.pumped.wait()  # what it committed is in
+                    steps = list(job.committed())
+                    go_on = steps if run.resumable and steps else None
+                    losses += 1
+                    log.warning(
+                        "rollout_worker_lost", rollout=key, worker=worker.index, steps=len(steps)
+                    )
+                    await run.emit(
+                        RolloutRestarted(
+                            run_id=run.run_id,
+                            rollout_id=key,
+                            incarnation=losses,
+                            error=f"rollout worker {worker.index} lost: {lost}",
+                            resumed_steps=len(steps) if go_on is not None else 0,
+                        )
+                    )
+                    message = msgspec.structs.replace(
+                        message,
+                        resume=go_on,
+                        restored=go_on is not None,
+                        charged=go_on is not None,
+                    )
+        finally:
+            self._ledgers.pop(key, None)
+            entry.active -= 1
+            if entry.active == 0:
+                self._runs.pop(run.run_id, None)
+
+    async def _ask(self, worker: _Worker, placed: PlacedRollout) -> RolloutResult:
+        worker.load += 1
+        ref = worker.handle.run.remote(ENCODER.encode(placed))
+        try:
+            data = await ref
+        except RayActorError as error:
+            self._lose(worker, _first_line(str(error)))
+            raise _WorkerLost(worker, worker.lost) from error
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+                with anyio.move_on_after(FINAL_EVENTS_S), contextlib.suppress(Exception):
+                    await ref  # its last events reach the run
+            raise
+        finally:
+            worker.load -= 1
+        match OUTCOME.decode(data):
+            case RolloutDone(result=result):
+                return result
+            case RolloutRaised(kind="budget", message=text, limit=limit):
+                raise BudgetExceeded(text, limit=limit)
+            case RolloutRaised(kind="gave_up", message=text):
+                raise RolloutGaveUp(text)
+            case RolloutRaised(message=text):
+                raise RuntimeFailure(f"rollout {placed.rollout.rollout_id} failed: {text}")
+        raise AssertionError("unreachable")
+
+    def _lose(self, worker: _Worker, why: str) -> None:
+        if worker.alive:
+            worker.alive = False
+            worker.lost = why or "the actor died"
+            for entry in self._runs.values():
+                if entry.home is worker:
+                    entry.home = None
+
+    # -- the pump: one worker's outbox, in order ------------------------------------
+
+    async def _pump(self, worker: _Worker) -> None:
+        replies: list[Reply] = []
+        try:
+            while True:
+                try:
+                    data = await worker.handle.exchange.remote(ENCODER.encode(replies))
+                except RayActorError as error:
+                    self._lose(worker, _first_line(str(error)))
+                    return
+                replies = await self._handle(worker, OUTBOUND.decode(data))
+        finally:
+            # Calls in flight on a lost worker may have been served: charged as reserved.
+            for reservation in worker.reservations.values():
+                reservation.charge_reserved()
+            worker.reservations.clear()
+            worker.pumped.set()
+
+    async def _handle(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
+        # The ledger first: a waiting call's answer goes back sooner.
+        replies: list[Reply] = self._book(worker, items)
+        acked = await self._deliver(items)
+        if acked:
+            replies.append(Acked(ids=acked))
+        return replies
+
+    def _book(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
+        replies: list[Reply] = []
+        for item in items:
+            match item:
+                case ReserveOut():
+                    answer = self._reserve(worker, item)
+                    if item.wait:
+                        replies.append(answer)
+                case ChargeOut(id=rid, usage=usage):
+                    self._charge(worker, rid, usage)
+                case ReleaseOut(id=rid):
+                    held = worker.reservations.pop(rid, None)
+                    worker.unbooked.pop(rid, None)
+                    if held is not None:
+                        held.release()
+                case RestoreOut(ledger=key, model=model, usage=usage):
+                    ledger = self._ledgers.get(key)
+                    if ledger is not None:
+                        ledger.restore(model, usage)
+        return replies
+
+    async def _deliver(self, items: list[Outbound]) -> list[int]:
+        acked: list[int] = []
+        for item in items:
+            match item:
+                case EventOut(event=event, ack=ack):
+                    entry = self._runs.get(event.run_id)
+                    if entry is None:
+                        log.warning("placed_event_dropped", run=event.run_id, event=type(event))
+                    else:
+                        try:
+                            await entry.emit(event)
+                        except Exception as error:  # not committed: the worker is not told so
+                            log.error("placed_event_failed", run=event.run_id, error=repr(error))
+                            continue
+                    if ack:
+                        acked.append(ack)
+                case FlushOut(ack=ack):
+                    acked.append(ack)
+        return acked
+
+    def _reserve(self, worker: _Worker, item: ReserveOut) -> Reserved:
+        ledger = self._ledgers.get(item.ledger)
+        if ledger is None:
+            return Reserved(id=item.id, refused=f"rollout {item.ledger} has ended", kind="invalid")
+        try:
+            held = ledger.reserve(item.model, item.prompt_tokens, item.max_tokens, n=item.n)
+        except BudgetExceeded as refused:
+            if not item.wait:
+                worker.unbooked[item.id] = (item.ledger, item.model)
+            return Reserved(
+                id=item.id, refused=str(refused), limit=refused.limit, headroom=ledger.headroom()
+            )
+        except UserError as refused:
+            if not item.wait:
+                worker.unbooked[item.id] = (item.ledger, item.model)
+            return Reserved(id=item.id, refused=str(refused), kind="invalid")
+        worker.reservations[item.id] = held
+        return Reserved(id=item.id, headroom=ledger.headroom() if item.wait else None)
+
+    def _charge(self, worker: _Worker, rid: int, usage: Any) -> None:
+        held = worker.reservations.pop(rid, None)
+        if held is not None:
+            if usage is None:
+                held.charge_reserved()
+            else:
+                held.charge(usage)
+            return
+        unbooked = worker.unbooked.pop(rid, None)
+        if unbooked is not None and usage is not None:
+            # Made without the driver's admission (an uncapped run's ledger
+            # that refused late): the money is spent either way.
+            ledger = self._ledgers.get(unbooked[0])
+            if ledger is not None:
+                ledger.restore(unbooked[1], usage)
+
+
+async def _close(worker: _Worker) -> None:
+    with contextlib.suppress(Exception):
+        await worker.handle.close.remote()
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    useful = [line for line in lines if "Error" in line] or lines
+    return useful[-1][:400] if useful else text[:400]
+
+
+__all__ = ["RayPlacement"]

@@ -1,0 +1,386 @@
+"""A rollout worker: the Ray actor a ``RayPlacement`` starts on the cluster.
+
+Owns ``RolloutWorker`` (the actor: its methods run on Ray's event loop)
+and what it hosts on an event loop of its own, in a second thread: an
+agentrt ``Runtime`` opened from the run's configuration (backends, MCP
+stdio servers on this node, agents) whose rollout actors run the rollouts
+the driver places here, through ``LocalPlacement``.  Events go back to the
+driver in order through one outbox, which the driver drains (``exchange``);
+a ``StepRecorded`` waits for the driver's acknowledgement (the step is
+committed) before the rollout goes on; every call is also booked on the
+run's ledger on the driver (``DriverLedger``; a capped run's calls wait
+for its admission).  Two loops so that a call waiting for admission does
+not stop the driver's reply from arriving.  Must not know how rollouts
+are chosen or aggregated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+from collections import defaultdict, deque
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, field
+from typing import Final, final
+
+import anyio
+import anyio.from_thread
+import ray
+
+from agentrt._version import __version__
+from agentrt.agents import AgentConfig, EventEmitter, RolloutResult
+from agentrt.protocols import Event, Step, StepRecorded, Usage
+from agentrt.protocols.ids import is_top_level
+from agentrt.runtime.actors import RestartIntensity, SupervisorSpec
+from agentrt.runtime.budget import BudgetLedger, Headroom
+from agentrt.runtime.engine.placement.base import PlacedRun, RolloutGaveUp, RolloutJob
+from agentrt.runtime.engine.placement.local import LocalPlacement
+from agentrt.runtime.engine.placement.wire import (
+    ENCODER,
+    PLACED,
+    REPLIES,
+    Acked,
+    ChargeOut,
+    EventOut,
+    FlushOut,
+    Outbound,
+    PlacedRollout,
+    ReleaseOut,
+    Reserved,
+    ReserveOut,
+    RestoreOut,
+    RolloutDone,
+    RolloutOutcome,
+    RolloutRaised,
+    WorkerReady,
+    WorkerSpec,
+)
+from agentrt.runtime.engine.runtime import Runtime
+from agentrt.runtime.errors import BudgetExceeded, InvalidRequestError, RuntimeFailure
+
+#: How long a call waits for the driver's admission, and an event for its ack.
+DRIVER_TIMEOUT_S: Final = 120.0
+#: Items handed to the driver per exchange (a bound on one reply's size).
+BATCH: Final = 4096
+#: How long an idle ``exchange`` waits before answering empty (the driver
+#: then asks again: a lost driver is noticed within this).
+IDLE_S: Final = 5.0
+
+
+@final
+class Outbox:
+    """The worker's ordered channel to the driver: items posted from the
+    rollouts' loop, drained by ``exchange`` on Ray's loop; the futures
+    the driver's replies complete."""
+
+    def __init__(self) -> None:
+        self._items: deque[Outbound] = deque()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._acks: dict[int, Future[None]] = {}
+        self._reserves: dict[int, Future[Reserved]] = {}
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def post(self, item: Outbound) -> None:
+        with self._lock:
+            self._items.append(item)
+            first = len(self._items) == 1
+            loop, wake = self._loop, self._wake
+        if first and loop is not None and wake is not None:
+            loop.call_soon_threadsafe(wake.set)
+
+    def expect_ack(self) -> tuple[int, Future[None]]:
+        ack = self.next_id()
+        future: Future[None] = Future()
+        with self._lock:
+            self._acks[ack] = future
+        return ack, future
+
+    def expect_reserved(self, rid: int) -> Future[Reserved]:
+        future: Future[Reserved] = Future()
+        with self._lock:
+            self._reserves[rid] = future
+        return future
+
+    def deliver(self, replies: list[Acked | Reserved]) -> None:
+        """Complete what the driver answered (on Ray's loop)."""
+        for reply in replies:
+            match reply:
+                case Acked(ids=ids):
+                    with self._lock:
+                        done = [self._acks.pop(i, None) for i in ids]
+                    for future in done:
+                        if future is not None and not future.done():
+                            future.set_result(None)
+                case Reserved(id=rid):
+                    with self._lock:
+                        waiting = self._reserves.pop(rid, None)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(reply)
+
+    async def take(self) -> list[Outbound]:
+        """The items posted since the last take (waits up to ``IDLE_S`` for one)."""
+        if self._wake is None:
+            self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        wake = self._wake
+        with anyio.move_on_after(IDLE_S):
+            while True:
+                with self._lock:
+                    if self._items:
+                        count = min(len(self._items), BATCH)
+                        return [self._items.popleft() for _ in range(count)]
+                    wake.clear()
+                await wake.wait()
+        return []
+
+
+@final
+class DriverLedger:
+    """A rollout ledger's upstream: the run's ledger on the driver
+    (``LedgerUpstream``).  In a capped run a reservation waits for the
+    driver's admission (blocking this worker's rollout loop for one round
+    trip; Ray's loop carries the answer); otherwise it is booked there in
+    order, without waiting."""
+
+    def __init__(self, outbox: Outbox, ledger: str, *, capped: bool) -> None:
+        self._outbox = outbox
+        self._ledger = ledger
+        self._capped = capped
+        self._far: Headroom | None = None
+
+    def reserve(self, model: str, prompt_tokens: int, max_tokens: int, n: int) -> int:
+        rid = self._outbox.next_id()
+        item = ReserveOut(
+            id=rid,
+            ledger=self._ledger,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            n=n,
+            wait=self._capped,
+        )
+        if not self._capped:
+            self._outbox.post(item)
+            return rid
+        waiting = self._outbox.expect_reserved(rid)
+        self._outbox.post(item)
+        try:
+            reply = waiting.result(timeout=DRIVER_TIMEOUT_S)
+        except FutureTimeout:
+            raise RuntimeFailure(
+                f"the run's ledger on the driver did not answer within {DRIVER_TIMEOUT_S:g} s"
+            ) from None
+        self._far = reply.headroom
+        if reply.refused is not None:
+            if reply.kind == "invalid":
+                raise InvalidRequestError(reply.refused)
+            raise BudgetExceeded(reply.refused, limit=reply.limit)
+        return rid
+
+    def charge(self, handle: int, usage: Usage | None) -> None:
+        self._outbox.post(ChargeOut(id=handle, usage=usage))
+
+    def release(self, handle: int) -> None:
+        self._outbox.post(ReleaseOut(id=handle))
+
+    def restore(self, model: str, usage: Usage) -> None:
+        self._outbox.post(RestoreOut(ledger=self._ledger, model=model, usage=usage))
+
+    def headroom(self) -> Headroom | None:
+        return self._far
+
+
+@dataclass(slots=True)
+class _Shard:
+    """One run's part on this worker: while it has rollouts here."""
+
+    placed: PlacedRun
+    committed: defaultdict[str, list[Step]] = field(default_factory=lambda: defaultdict(list))
+    active: int = 0
+
+
+@final
+class WorkerHost:
+    """What runs on the worker's own loop: its ``Runtime`` and the runs'
+    shards placed on it."""
+
+    def __init__(self, spec: WorkerSpec, outbox: Outbox) -> None:
+        self._spec = spec
+        self._outbox = outbox
+        self._shards: dict[str, _Shard] = {}
+        self._local = LocalPlacement()
+        self.rt: Runtime | None = None
+
+    async def __aenter__(self) -> WorkerHost:
+        spec = self._spec
+        self.rt = Runtime(spec.config, tools=spec.tools, agents=spec.agents, prices=spec.prices)
+        await self.rt.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.rt is not None:
+            await self.rt.__aexit__(None, None, None)
+
+    async def run(self, placed: PlacedRollout) -> RolloutOutcome:
+        shard = await self._shard(placed)
+        shard.active += 1
+        rollout = placed.rollout
+        if rollout.resume:
+            shard.committed[rollout.rollout_id] = list(rollout.resume)
+        upstream = DriverLedger(self._outbox, placed.ledger, capped=placed.capped)
+        ledger = BudgetLedger(placed.ledger, prices=self._runtime().prices, upstream=upstream)
+        job = RolloutJob(
+            message=rollout,
+            name=placed.name,
+            ledger=ledger,
+            committed=lambda: shard.committed[rollout.rollout_id],
+        )
+        try:
+            result: RolloutResult = await self._local.run_rollout(shard.placed, job)
+            outcome: RolloutOutcome = RolloutDone(result=result)
+        except BudgetExceeded as exc:
+            outcome = RolloutRaised(kind="budget", message=str(exc), limit=exc.limit)
+        except RolloutGaveUp as exc:
+            outcome = RolloutRaised(kind="gave_up", message=str(exc))
+        except Exception as exc:
+            outcome = RolloutRaised(kind="error", message=repr(exc))
+        finally:
+            shard.committed.pop(rollout.rollout_id, None)
+            shard.active -= 1
+            with anyio.CancelScope(shield=True), anyio.move_on_after(DRIVER_TIMEOUT_S):
+                await self._flush()
+            if shard.active == 0:
+                del self._shards[rollout.run_id]
+                await self._runtime().system.stop(shard.placed.supervisor)
+        return outcome
+
+    def _runtime(self) -> Runtime:
+        assert self.rt is not None
+        return self.rt
+
+    async def _flush(self) -> None:
+        ack, done = self._outbox.expect_ack()
+        self._outbox.post(FlushOut(ack=ack))
+        await asyncio.wrap_future(done)
+
+    async def _shard(self, placed: PlacedRollout) -> _Shard:
+        run_id = placed.rollout.run_id
+        shard = self._shards.get(run_id)
+        if shard is not None:
+            return shard
+        rt = self._runtime()
+        agent: str | AgentConfig | None = placed.agent
+        if placed.agent_config is not None:
+            agent = AgentConfig.model_validate_json(placed.agent_config)
+        holder: list[_Shard] = []
+
+        async def forward(event: Event) -> None:
+            if not isinstance(event, StepRecorded):
+                self._outbox.post(EventOut(event=event))
+                return
+            ack, committed = self._outbox.expect_ack()
+            self._outbox.post(EventOut(event=event, ack=ack))
+            with anyio.fail_after(DRIVER_TIMEOUT_S):
+                await asyncio.wrap_future(committed)
+            if is_top_level(event.rollout_id):
+                holder[0].committed[event.rollout_id].append(event.step)
+
+        emitter = EventEmitter(forward)
+        check = BudgetLedger(f"{run_id}-worker", prices=rt.prices)
+        runner = rt.runner(agent, emitter, check, None)
+        supervisor = await rt.system.spawn_supervisor(
+            SupervisorSpec(
+                f"{run_id}-shard",
+                intensity=RestartIntensity(placed.restarts, within=float("inf")),
+                on_exhausted="stop_child",
+            )
+        )
+        shard = _Shard(
+            PlacedRun(
+                run_id=run_id,
+                runner=runner,
+                agent=agent,
+                system=rt.system,
+                supervisor=supervisor,
+                emit=emitter.emit,
+                restarts=placed.restarts,
+                capped=placed.capped,
+            )
+        )
+        holder.append(shard)
+        self._shards[run_id] = shard
+        return shard
+
+
+class RolloutWorker:
+    """The Ray actor (``ray.remote``-wrapped by the driver): builds its
+    ``WorkerHost`` on a loop of its own and runs what the driver sends."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self._outbox = Outbox()
+        self._stack = ExitStack()
+        self._error: str | None = None
+        self._host = WorkerHost(spec, self._outbox)
+        try:
+            portal = self._stack.enter_context(
+                anyio.from_thread.start_blocking_portal(
+                    "asyncio", backend_options={"use_uvloop": _uvloop()}
+                )
+            )
+            hosted: AbstractContextManager[WorkerHost] = portal.wrap_async_context_manager(
+                self._host
+            )
+            self._stack.enter_context(hosted)
+            self._portal = portal
+        except Exception as exc:
+            self._error = f"{type(exc).__name__}: {exc}"
+            self._stack.close()
+
+    async def ready(self) -> bytes:
+        """Where this worker runs, or why it could not start."""
+        rt = self._host.rt
+        failures = rt.mcp_failures if rt is not None and self._error is None else {}
+        return ENCODER.encode(
+            WorkerReady(
+                node_id=ray.get_runtime_context().get_node_id(),
+                pid=os.getpid(),
+                version=__version__,
+                error=self._error,
+                mcp_failures=failures,
+            )
+        )
+
+    async def run(self, data: bytes) -> bytes:
+        """Run a ``PlacedRollout``; its ``RolloutOutcome``."""
+        placed = PLACED.decode(data)
+        done = self._portal.start_task_soon(self._host.run, placed)
+        return ENCODER.encode(await asyncio.wrap_future(done))
+
+    async def exchange(self, data: bytes) -> bytes:
+        """Take the driver's replies; give it what was posted since."""
+        self._outbox.deliver(REPLIES.decode(data))
+        return ENCODER.encode(await self._outbox.take())
+
+    async def close(self) -> None:
+        """Stop the rollouts and close the ``Runtime`` (MCP servers too);
+        in a thread, so that the rollouts' last events still reach the driver."""
+        await anyio.to_thread.run_sync(self._stack.close)
+
+
+def _uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+__all__ = ["DriverLedger", "Outbox", "RolloutWorker", "WorkerHost"]

@@ -1,0 +1,153 @@
+"""What a Ray placement's driver and its rollout workers exchange: the
+``WorkerSpec`` a worker is started with, the ``PlacedRollout`` it is asked
+to run and the ``RolloutOutcome`` it answers, the ``Outbound`` items it
+sends back (events in order, ledger operations) and the driver's
+``Reply`` items.  Tagged msgspec structs, encoded as MessagePack; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+import msgspec
+
+from agentrt.agents import AgentConfig, RolloutResult, SpecSet
+from agentrt.protocols import Event, Usage
+from agentrt.runtime.budget import Headroom
+from agentrt.runtime.engine.rollout import RunRollout
+from agentrt.runtime.engine.settings import RuntimeConfig
+from agentrt.runtime.pricing import PriceTable
+from agentrt.tools.base import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """What a rollout worker builds its own ``Runtime`` from (shipped once,
+    pickled by Ray): the configuration (its placement ``local``), the tools
+    and agents given as objects, and the prices."""
+
+    config: RuntimeConfig
+    tools: list[Tool] = field(default_factory=list)
+    agents: dict[str, SpecSet | AgentConfig] = field(default_factory=dict)
+    prices: PriceTable | None = None
+
+
+class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
+    """A worker's answer to ``ready``: where it runs, or why it cannot."""
+
+    node_id: str
+    pid: int
+    version: str
+    error: str | None = None
+    mcp_failures: dict[str, str] = {}
+
+
+class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):
+    """Run ``rollout`` on a worker: its actor's ``name``, the driver
+    ledger it is charged to (``ledger``), the run's agent by name or as
+    a configuration (JSON), the run's restart intensity, and whether the
+    run is capped (every call then waits for the driver's admission)."""
+
+    rollout: RunRollout
+    name: str
+    ledger: str
+    agent: str | None = None
+    agent_config: str | None = None
+    restarts: int = 3
+    capped: bool = False
+
+
+class RolloutDone(msgspec.Struct, frozen=True, kw_only=True, tag="done"):
+    result: RolloutResult
+
+
+class RolloutRaised(msgspec.Struct, frozen=True, kw_only=True, tag="raised"):
+    """The rollout ended in an exception: ``budget`` (``BudgetExceeded``,
+    with its ``limit``), ``gave_up`` (crashed past its restarts) or ``error``."""
+
+    kind: Literal["budget", "gave_up", "error"]
+    message: str
+    limit: str = ""
+
+
+RolloutOutcome = RolloutDone | RolloutRaised
+
+
+# -- worker -> driver, in order ----------------------------------------------------
+
+
+class EventOut(msgspec.Struct, frozen=True, kw_only=True, tag="event"):
+    """An event of a placed rollout; ``ack`` > 0: the worker waits until the
+    driver's sink took it (a step is committed before the next one)."""
+
+    event: Event
+    ack: int = 0
+
+
+class FlushOut(msgspec.Struct, frozen=True, kw_only=True, tag="flush"):
+    """Acked once every item before it was handled (a rollout's events
+    are in before its result)."""
+
+    ack: int
+
+
+class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
+    """Reserve a call on the driver ledger ``ledger``; ``wait``: the worker
+    waits for the ``Reserved`` reply (a capped run)."""
+
+    id: int
+    ledger: str
+    model: str
+    prompt_tokens: int
+    max_tokens: int
+    n: int = 1
+    wait: bool = False
+
+
+class ChargeOut(msgspec.Struct, frozen=True, kw_only=True, tag="charge"):
+    """Charge reservation ``id`` with ``usage`` (``None``: as reserved)."""
+
+    id: int
+    usage: Usage | None = None
+
+
+class ReleaseOut(msgspec.Struct, frozen=True, kw_only=True, tag="release"):
+    id: int
+
+
+class RestoreOut(msgspec.Struct, frozen=True, kw_only=True, tag="restore"):
+    ledger: str
+    model: str
+    usage: Usage
+
+
+Outbound = EventOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut
+
+
+# -- driver -> worker -----------------------------------------------------------
+
+
+class Acked(msgspec.Struct, frozen=True, kw_only=True, tag="acked"):
+    ids: list[int]
+
+
+class Reserved(msgspec.Struct, frozen=True, kw_only=True, tag="reserved"):
+    """The driver's answer to a waiting ``ReserveOut``: ``refused`` says why
+    not (``kind``: ``budget`` or ``invalid``), ``headroom`` is the run's after it."""
+
+    id: int
+    refused: str | None = None
+    kind: Literal["budget", "invalid"] = "budget"
+    limit: str = ""
+    headroom: Headroom | None = None
+
+
+Reply = Acked | Reserved
+
+ENCODER: Final = msgspec.msgpack.Encoder()
+PLACED: Final = msgspec.msgpack.Decoder(PlacedRollout)
+OUTCOME: Final = msgspec.msgpack.Decoder(RolloutOutcome)
+OUTBOUND: Final = msgspec.msgpack.Decoder(list[Outbound])
+REPLIES: Final = msgspec.msgpack.Decoder(list[Reply])
+READY: Final = msgspec.msgpack.Decoder(WorkerReady)
