@@ -241,6 +241,16 @@ def _build_parser() -> _Parser:
         help="agentrt.toml: [models], [agents], [mcp]... (default: the embedded model)",
     )
     run.add_argument(
+        "--placement",
+        choices=["local", "ray"],
+        help="where rollouts run: this process or a Ray cluster (overrides [placement])",
+    )
+    run.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="the Ray cluster (local, auto, HOST:PORT, ray://HOST:PORT); implies --placement ray",
+    )
+    run.add_argument(
         "--aggregate",
         metavar="NAME",
         help="how the rollouts' answers are aggregated: majority, weighted, "
@@ -298,7 +308,7 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
     from agentrt.runtime.cli.tally import RolloutTally
     from agentrt.runtime.engine.configfile import load_config
 
-    config = load_config(args.config)
+    config = load_config(args.config).with_placement(args.placement, args.ray_address)
     if args.model is not None:
         config = with_default_model(config, args.model)
     agent = agent_specs(

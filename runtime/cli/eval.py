@@ -423,6 +423,16 @@ def build_parser(prog: str = "agentrt eval") -> argparse.ArgumentParser:
         type=Path,
         help="agentrt.toml: models, agents, MCP servers (default: the embedded model)",
     )
+    parser.add_argument(
+        "--placement",
+        choices=["local", "ray"],
+        help="where rollouts run: this process or a Ray cluster (overrides [placement])",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="the Ray cluster (local, auto, HOST:PORT, ray://HOST:PORT); implies --placement ray",
+    )
     return parser
 
 

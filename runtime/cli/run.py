@@ -137,7 +137,9 @@ async def eval_runner(args: Any) -> AsyncIterator[_EvalRunner]:
     and ``--model`` arguments."""
     from agentrt.runtime.engine.configfile import load_config
 
-    config = load_config(args.config)
+    config = load_config(args.config).with_placement(
+        getattr(args, "placement", None), getattr(args, "ray_address", None)
+    )
     model = getattr(args, "model", None)
     if model is not None:
         config = with_default_model(config, model)

@@ -40,6 +40,16 @@ def _parser() -> argparse.ArgumentParser:
         "--store", type=Path, help="the run store's SQLite file (overrides [store])"
     )
     parser.add_argument(
+        "--placement",
+        choices=["local", "ray"],
+        help="where rollouts run: this process or a Ray cluster (overrides [placement])",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="the Ray cluster (local, auto, HOST:PORT, ray://HOST:PORT); implies --placement ray",
+    )
+    parser.add_argument(
         "--log-level",
         default=None,
         type=str.upper,
@@ -57,6 +67,7 @@ def serve_main(argv: list[str]) -> int:
     try:
         config = load_config(args.config)
         config = config.with_server(host=args.host, port=args.port).with_store(args.store)
+        config = config.with_placement(args.placement, args.ray_address)
     except UserError as error:
         print(f"agentrt serve: {error}", file=sys.stderr)
         return 2

@@ -15,7 +15,6 @@ aggregated; imports Ray, so it is imported only when configured.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Final, final
@@ -81,13 +80,30 @@ class _Worker:
     index: int
     handle: Any  # a Ray ActorHandle (its methods are dynamic)
     node_id: str = ""
+    pid: int = 0
     load: int = 0
+    placed: int = 0
     alive: bool = True
     lost: str = ""
     reservations: dict[int, Reservation] = field(default_factory=dict)
     unbooked: dict[int, tuple[str, str]] = field(default_factory=dict)
     """Calls the driver could not book without waiting (ledger, model): charged as restored."""
     pumped: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A rollout worker as ``RayPlacement.workers`` shows it: its Ray node
+    and process, its rollouts in flight and placed so far, and whether it
+    is alive (``lost``: why not)."""
+
+    index: int
+    node_id: str
+    pid: int
+    in_flight: int
+    placed: int
+    alive: bool
+    lost: str = ""
 
 
 @dataclass(slots=True)
@@ -119,9 +135,20 @@ class RayPlacement:
         return "ray"
 
     @property
-    def workers(self) -> Sequence[tuple[str, int, bool]]:
-        """Each worker's node id, rollouts in flight and whether it is alive."""
-        return [(w.node_id, w.load, w.alive) for w in self._workers]
+    def workers(self) -> list[WorkerInfo]:
+        """Each worker: where it runs, its rollouts, whether it is alive."""
+        return [
+            WorkerInfo(
+                index=w.index,
+                node_id=w.node_id,
+                pid=w.pid,
+                in_flight=w.load,
+                placed=w.placed,
+                alive=w.alive,
+                lost=w.lost,
+            )
+            for w in self._workers
+        ]
 
     def check_agent(self, agent: object) -> None:
         """Agents are rebuilt on the workers: by name or from a configuration."""
@@ -256,7 +283,7 @@ class RayPlacement:
             with anyio.fail_after(timeout):
                 for w in self._workers:
                     ready = READY.decode(await w.handle.ready.remote())
-                    w.node_id = ready.node_id
+                    w.node_id, w.pid = ready.node_id, ready.pid
                     if ready.error is not None:
                         raise ConfigError(
                             f"rollout worker {w.index} (node {ready.node_id[:12]}) could not "
@@ -368,6 +395,7 @@ class RayPlacement:
 
     async def _ask(self, worker: _Worker, placed: PlacedRollout) -> RolloutResult:
         worker.load += 1
+        worker.placed += 1
         ref = worker.handle.run.remote(ENCODER.encode(placed))
         try:
             data = await ref
@@ -517,4 +545,4 @@ def _first_line(text: str) -> str:
     return useful[-1][:400] if useful else text[:400]
 
 
-__all__ = ["RayPlacement"]
+__all__ = ["RayPlacement", "WorkerInfo"]

@@ -18,18 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import threading
 from collections import defaultdict, deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager, AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
 from typing import Final, final
 
 import anyio
 import anyio.from_thread
 import ray
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from agentrt._version import __version__
 from agentrt.agents import AgentConfig, EventEmitter, RolloutResult
@@ -198,6 +201,9 @@ class DriverLedger:
         return self._far
 
 
+_Request = tuple[int, PlacedRollout, "Future[RolloutOutcome]"]
+
+
 @dataclass(slots=True)
 class _Shard:
     """One run's part on this worker: while it has rollouts here."""
@@ -216,22 +222,70 @@ class WorkerHost:
         self._spec = spec
         self._outbox = outbox
         self._shards: dict[str, _Shard] = {}
+        self._scopes: dict[int, anyio.CancelScope] = {}
+        self._stack = AsyncExitStack()
+        self._opening = anyio.Lock()
+        self._names = itertools.count()
         self._local = LocalPlacement()
         self.rt: Runtime | None = None
 
     async def __aenter__(self) -> WorkerHost:
         spec = self._spec
-        self.rt = Runtime(spec.config, tools=spec.tools, agents=spec.agents, prices=spec.prices)
-        await self.rt.__aenter__()
+        rt = Runtime(spec.config, tools=spec.tools, agents=spec.agents, prices=spec.prices)
+        self.rt = await self._stack.enter_async_context(rt)
+        self._loop = asyncio.get_running_loop()
+        # Unbounded on purpose: the driver bounds the rollouts it places here.
+        send, receive = anyio.create_memory_object_stream[_Request](math.inf)
+        self._send = send
+        tg = await self._stack.enter_async_context(anyio.create_task_group())
+        self._stack.callback(tg.cancel_scope.cancel)
+        tg.start_soon(self._dispatch, receive, tg)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.rt is not None:
-            await self.rt.__aexit__(None, None, None)
+        await self._stack.aclose()
+
+    def submit(self, placed: PlacedRollout) -> tuple[int, Future[RolloutOutcome]]:
+        """Run ``placed`` on this host's loop (called from another thread,
+        without waiting for that loop: it may be waiting for the driver)."""
+        rid = next(self._names)
+        done: Future[RolloutOutcome] = Future()
+        self._loop.call_soon_threadsafe(self._send.send_nowait, (rid, placed, done))
+        return rid, done
+
+    def cancel(self, rid: int) -> None:
+        """Cancel what ``submit`` started (from another thread)."""
+        self._loop.call_soon_threadsafe(self._cancel, rid)
+
+    def _cancel(self, rid: int) -> None:
+        scope = self._scopes.get(rid)
+        if scope is not None:
+            scope.cancel()
+
+    async def _dispatch(self, requests: MemoryObjectReceiveStream[_Request], tg: TaskGroup) -> None:
+        async with requests:
+            async for request in requests:
+                tg.start_soon(self._serve, *request)
+
+    async def _serve(self, rid: int, placed: PlacedRollout, done: Future[RolloutOutcome]) -> None:
+        if not done.set_running_or_notify_cancel():
+            return
+        with anyio.CancelScope() as scope:
+            self._scopes[rid] = scope
+            try:
+                done.set_result(await self.run(placed))
+            except BaseException as exc:
+                done.set_exception(exc)
+                raise
+            finally:
+                del self._scopes[rid]
+        if scope.cancelled_caught and not done.done():
+            done.set_exception(anyio.get_cancelled_exc_class()())
 
     async def run(self, placed: PlacedRollout) -> RolloutOutcome:
-        shard = await self._shard(placed)
-        shard.active += 1
+        async with self._opening:  # one shard per run, however many arrive at once
+            shard = await self._shard(placed)
+            shard.active += 1
         rollout = placed.rollout
         if rollout.resume:
             shard.committed[rollout.rollout_id] = list(rollout.resume)
@@ -257,9 +311,10 @@ class WorkerHost:
             shard.active -= 1
             with anyio.CancelScope(shield=True), anyio.move_on_after(DRIVER_TIMEOUT_S):
                 await self._flush()
-            if shard.active == 0:
+            if shard.active == 0 and self._shards.get(rollout.run_id) is shard:
                 del self._shards[rollout.run_id]
-                await self._runtime().system.stop(shard.placed.supervisor)
+                with anyio.CancelScope(shield=True):
+                    await self._runtime().system.stop(shard.placed.supervisor)
         return outcome
 
     def _runtime(self) -> Runtime:
@@ -298,7 +353,7 @@ class WorkerHost:
         runner = rt.runner(agent, emitter, check, None)
         supervisor = await rt.system.spawn_supervisor(
             SupervisorSpec(
-                f"{run_id}-shard",
+                f"{run_id}-shard{next(self._names)}",
                 intensity=RestartIntensity(placed.restarts, within=float("inf")),
                 on_exhausted="stop_child",
             )
@@ -339,7 +394,7 @@ class RolloutWorker:
                 self._host
             )
             self._stack.enter_context(hosted)
-            self._portal = portal
+
         except Exception as exc:
             self._error = f"{type(exc).__name__}: {exc}"
             self._stack.close()
@@ -360,9 +415,13 @@ class RolloutWorker:
 
     async def run(self, data: bytes) -> bytes:
         """Run a ``PlacedRollout``; its ``RolloutOutcome``."""
-        placed = PLACED.decode(data)
-        done = self._portal.start_task_soon(self._host.run, placed)
-        return ENCODER.encode(await asyncio.wrap_future(done))
+        rid, done = self._host.submit(PLACED.decode(data))
+        try:
+            outcome = await asyncio.shield(asyncio.wrap_future(done))
+        except asyncio.CancelledError:
+            self._host.cancel(rid)
+            raise
+        return ENCODER.encode(outcome)
 
     async def exchange(self, data: bytes) -> bytes:
         """Take the driver's replies; give it what was posted since."""

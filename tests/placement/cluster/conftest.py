@@ -1,0 +1,72 @@
+"""A 3-node Ray cluster on loopback (run inside a network namespace by
+``tests/placement/test_ray_cluster.py``): a head without CPUs and two
+worker nodes of one CPU each, so each rollout worker has a node of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+PORT = 26379
+ADDRESS = f"127.0.0.1:{PORT}"
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    return ("asyncio", {"use_uvloop": True})
+
+
+def _ray(*args: str) -> None:
+    done = subprocess.run([RAY, *args], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"ray {' '.join(args)}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    address: str
+
+    def kill_node(self, node_id: str) -> int:
+        """SIGKILL the raylet of node ``node_id`` and every process it
+        started (its workers: the rollout worker and its MCP servers die
+        with it, as when a machine goes away); returns the raylet's pid."""
+        import ray
+
+        ports = {n["NodeID"]: n["NodeManagerPort"] for n in ray.nodes()}
+        flag = f"--node_manager_port={ports[node_id]}"
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if "raylet" in (proc.info["name"] or "") and flag in cmdline:
+                victims = [proc, *proc.children(recursive=True)]
+                for victim in victims:
+                    victim.kill()
+                return int(proc.pid)
+        raise AssertionError(f"no raylet with {flag}")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    assert os.environ.get("AGENTRT_RAY_NETNS") == "1", "run through test_ray_cluster.py"
+    _ray("stop", "--force")
+    _ray(
+        "start",
+        "--head",
+        f"--port={PORT}",
+        "--num-cpus=0",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    )
+    try:
+        for _ in range(2):
+            _ray("start", f"--address={ADDRESS}", "--num-cpus=1")
+        yield Cluster(ADDRESS)
+    finally:
+        _ray("stop", "--force")

@@ -1,0 +1,322 @@
+"""Rollouts placed on a real 3-node Ray cluster (``conftest.py``), against
+sim-server: the same workload gives the same answers, trajectories and
+cost as the local placement; a capped run of 200 rollouts across both
+worker nodes stops exactly at its cap, charged what the server counted;
+MCP stdio servers start on the worker nodes and serve their rollouts;
+the errors a user can make are named before any model call; and killing
+a worker node mid-run loses no committed step and requests none again:
+its rollouts go on elsewhere.  (Last, as it leaves one worker node.)
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any
+
+import anyio
+import msgspec
+import psutil
+import pytest
+
+from agentrt import Runtime
+from agentrt.agents import Agent, AgentConfig, EventEmitter, EventLog
+from agentrt.protocols import (
+    Budget,
+    Event,
+    RolloutFinished,
+    RolloutRestarted,
+    RunResult,
+    ScalingSpec,
+    StepRecorded,
+)
+from agentrt.protocols.ids import is_top_level
+from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.engine.placement.ray_driver import RayPlacement
+from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.pricing import ModelPrice, PriceTable
+from agentrt.testing import SimServer, SimServerConfig
+from agentrt.tools import Calculator
+
+from .conftest import Cluster
+
+pytestmark = pytest.mark.anyio
+
+CHAT = "/v1/chat/completions"
+EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
+#: The cached prompt priced as a fresh one: the cache's hits depend on timing.
+PRICES = PriceTable(
+    models={
+        "sim": ModelPrice.model_validate(
+            {
+                "prompt_usd_per_mtok": "1",
+                "completion_usd_per_mtok": "4",
+                "cached_prompt_usd_per_mtok": "1",
+            }
+        )
+    }
+)
+TIMING = {
+    "started_at",
+    "duration_s",
+    "latency_s",
+    "ts",
+    "seq",
+    "cached_prompt_tokens",
+    "wall_seconds",
+}
+
+
+def config(url: str, placement: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "models": {
+            "default": "sim",
+            "backends": {"sim": {"kind": "openai", "base_url": f"{url}/v1", "models": ["sim"]}},
+        },
+        "agents": {
+            "solver": {
+                "name": "solver",
+                "instructions": "Solve the task; use the calculator.",
+                "tools": ["calculator"],
+                "model": "sim",
+                "temperature": 0.0,
+            }
+        },
+        "default_agent": "solver",
+        "early_stop": False,
+        "placement": placement,
+        **extra,
+    }
+
+
+def ray_placement(cluster: Cluster, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "ray",
+        "address": cluster.address,
+        "workers": 2,
+        "connect_timeout_s": 90,
+        **extra,
+    }
+
+
+def workers(rt: Runtime) -> RayPlacement:
+    assert isinstance(rt.placement, RayPlacement)
+    return rt.placement
+
+
+def _plain(value: Any) -> Any:
+    """A step or cost without what timing decides (times, cache hits)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if k not in TIMING}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where ``a`` and ``b`` differ (paths), for a readable failure."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}.{k}: only on one side" for k in a.keys() ^ b.keys()]
+        for key in a.keys() & b.keys():
+            out += differences(a[key], b[key], f"{path}.{key}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in differences(x, y, f"{path}[{i}]")
+        ]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def per_rollout(events: list[Event]) -> dict[str, list[Event]]:
+    out: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        rollout = getattr(event, "rollout_id", None)
+        if rollout:
+            out[rollout].append(event)
+    return out
+
+
+async def run_workload(placement: dict[str, Any]) -> tuple[RunResult, EventLog, dict[str, Any]]:
+    sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=5, token_ms=0.2)
+    async with SimServer(sim) as server:
+        async with Runtime(
+            config(server.url, placement), tools=[Calculator()], prices=PRICES
+        ) as rt:
+            log = EventLog()
+            result = await rt.run(
+                "What is 17+25?", scaling=ScalingSpec(rollouts=12), events=log, run_id="run-eq"
+            )
+        return result, log, server.stats()
+
+
+async def test_the_same_workload_gives_the_same_run_under_local_and_ray(cluster: Cluster) -> None:
+    local, local_log, local_stats = await run_workload({"kind": "local"})
+    placed, placed_log, placed_stats = await run_workload(ray_placement(cluster))
+
+    assert local.status == placed.status == "succeeded"
+    assert local.answer == placed.answer
+    assert placed.answer is not None and "42" in placed.answer
+    assert [s.answer for s in local.summaries] == [s.answer for s in placed.summaries]
+    # Trajectories: every step of every rollout, as committed.
+    a, b = per_rollout(local_log.events), per_rollout(placed_log.events)
+    assert sorted(a) == sorted(b) and len(a) == 12
+    for rollout in a:
+        assert [type(e).__name__ for e in a[rollout]] == [type(e).__name__ for e in b[rollout]]
+        steps_a = [
+            _plain(msgspec.to_builtins(e.step)) for e in a[rollout] if isinstance(e, StepRecorded)
+        ]
+        steps_b = [
+            _plain(msgspec.to_builtins(e.step)) for e in b[rollout] if isinstance(e, StepRecorded)
+        ]
+        assert steps_a == steps_b, differences(steps_a, steps_b)[:5]
+        assert len(steps_a) == 3
+    # The run's events are numbered in order, once each.
+    seqs = [e.seq for e in placed_log.events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    # Cost: the same calls and tokens, what the servers counted.
+    assert _plain(msgspec.to_builtins(local.cost)) == _plain(msgspec.to_builtins(placed.cost))
+    assert placed.cost.model_calls == placed_stats["requests"][CHAT] == 36
+    assert local_stats["requests"][CHAT] == 36
+
+
+async def test_mcp_stdio_servers_run_on_the_worker_nodes(cluster: Cluster, npx: str) -> None:
+    sim = SimServerConfig(answer="answer", tool_rounds=1, ttft_ms=5)
+    everything = {
+        "command": npx,
+        "args": ["-y", EVERYTHING, "stdio"],
+        # No network in the namespace: npm answers from its cache.
+        "env": {"npm_config_offline": "true", "PATH": os.environ["PATH"]},
+    }
+    async with SimServer(sim) as server:
+        cfg = config(server.url, ray_placement(cluster), mcp={"everything": everything})
+        cfg["agents"]["echo"] = {
+            "name": "echo",
+            "instructions": "Echo the task.",
+            "tools": ["everything__echo"],
+            "model": "sim",
+        }
+        async with Runtime(cfg) as rt:
+            placement = workers(rt)
+            log = EventLog()
+            result = await rt.run(
+                "Say hello", agent="echo", scaling=ScalingSpec(rollouts=6), events=log
+            )
+            # Each worker runs its own server-everything, under its own process.
+            servers: dict[int, int] = {}
+            for info in placement.workers:
+                worker = psutil.Process(info.pid)
+                servers[info.index] = sum(
+                    1
+                    for child in worker.children(recursive=True)
+                    if "server-everything" in " ".join(child.cmdline())
+                )
+    assert result.status == "succeeded", result.error
+    assert all(n >= 1 for n in servers.values()), servers
+    assert {i.placed > 0 for i in placement.workers} == {True}
+    results = [r.content for e in log.of_type(StepRecorded) for r in e.step.tool_results]
+    assert len(results) == 6 and all("Echo:" in str(r) for r in results), results
+
+
+async def test_a_capped_run_of_200_rollouts_stops_exactly_at_its_cap(cluster: Cluster) -> None:
+    sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=20, token_ms=0.2)
+    async with SimServer(sim) as server:
+        async with Runtime(
+            config(server.url, ray_placement(cluster)), tools=[Calculator()], prices=PRICES
+        ) as rt:
+            result = await rt.run(
+                "What is 6*7?",
+                scaling=ScalingSpec(rollouts=200),
+                budget=Budget(max_model_calls=300),
+            )
+            spread = [i.placed for i in workers(rt).workers]
+        stats = server.stats()
+    # 200 rollouts of 3 calls would make 600: the cap of 300 holds exactly.
+    assert result.cost.model_calls == 300
+    assert stats["requests"][CHAT] == 300
+    assert stats["generations"]["completed"] == 300
+    tokens = stats["tokens"]
+    assert result.cost.usage.prompt_tokens == tokens["prompt"]
+    assert result.cost.usage.completion_tokens == tokens["completion"]
+    assert all(n >= 50 for n in spread), spread  # both worker nodes ran rollouts
+    assert result.answer is not None and "42" in result.answer
+
+
+async def test_what_cannot_be_placed_is_named_before_any_model_call(cluster: Cluster) -> None:
+    async with SimServer(SimServerConfig()) as server:
+        # More workers than the cluster has room for.
+        too_many = config(server.url, ray_placement(cluster, workers=3, connect_timeout_s=20))
+        with pytest.raises(ConfigError, match=r"cannot hold 3 rollout workers .*CPU=1"):
+            async with Runtime(too_many):
+                pass
+        sandbox = config(server.url, ray_placement(cluster, worker={"resources": {"gpu_box": 1}}))
+        with pytest.raises(ConfigError, match=r"gpu_box=1"):
+            async with Runtime(sandbox):
+                pass
+        async with Runtime(config(server.url, ray_placement(cluster))) as rt:
+            built = rt.runner("solver", EventEmitter(), BudgetLedger("built"), None)
+            assert isinstance(built, Agent)
+            with pytest.raises(ConfigError, match="rebuilds a run's agent on its workers"):
+                await rt.run("hi", agent=built)
+            # An AgentConfig is shipped as such.
+            inline = AgentConfig(name="inline", model="sim", instructions="Answer.")
+            done = await rt.run("hi", agent=inline)
+            assert done.status == "succeeded"
+        assert server.stats()["requests"].get(CHAT, 0) == 1
+
+
+async def test_killing_a_worker_node_loses_and_repeats_no_committed_step(
+    cluster: Cluster,
+) -> None:
+    sim = SimServerConfig(answer="answer", tool_rounds=5, ttft_ms=150, token_ms=1)
+    committed_before: list[StepRecorded] = []
+    killed = anyio.Event()
+    async with SimServer(sim) as server:
+        async with Runtime(
+            config(server.url, ray_placement(cluster)), tools=[Calculator()], prices=PRICES
+        ) as rt:
+            placement = workers(rt)
+            log = EventLog()
+
+            async def sink(event: Event) -> None:
+                await log(event)
+                if isinstance(event, StepRecorded) and not killed.is_set():
+                    committed_before.append(event)
+
+            async def kill_when_under_way() -> None:
+                while len(committed_before) < 30:
+                    await anyio.sleep(0.02)
+                victim = placement.workers[0]
+                cluster.kill_node(victim.node_id)
+                killed.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(kill_when_under_way)
+                result = await rt.run(
+                    "What is 20+22?", scaling=ScalingSpec(rollouts=24), events=sink
+                )
+            infos = placement.workers
+        attempts: dict[str, int] = dict(server.engine.attempts)
+    assert result.status == "succeeded", result.error
+    assert result.answer is not None and "42" in result.answer
+    assert [i.alive for i in infos] == [False, True], infos
+    # Every rollout finished, each with its 6 steps.
+    finished = log.of_type(RolloutFinished)
+    assert len(finished) == 24 and {f.status for f in finished} == {"finished"}
+    steps = per_rollout(log.events)
+    for events in steps.values():
+        indexes = [e.step.index for e in events if isinstance(e, StepRecorded)]
+        assert indexes == list(range(6)), indexes
+    # The dead node's rollouts went on elsewhere, from their committed steps.
+    restarted = log.of_type(RolloutRestarted)
+    assert restarted and all("lost" in r.error for r in restarted)
+    assert any(r.resumed_steps > 0 for r in restarted)
+    # No step committed before the kill was requested again...
+    for event in committed_before:
+        if is_top_level(event.rollout_id):
+            assert attempts[f"{event.rollout_id}-{event.step.index}"] == 1, event.rollout_id
+    # ... nor lost: the final trajectory holds it as it was.
+    final = {(e.rollout_id, e.step.index): e.step for e in log.of_type(StepRecorded)}
+    for event in committed_before:
+        assert final[(event.rollout_id, event.step.index)] == event.step
