@@ -1,31 +1,41 @@
-"""Runtime overhead per model call, against a floor: a hand-written raw-aiohttp loop.
+"""The full agent loop's cost per model call, beside a hand-written loop (the floor).
 
-R concurrent rollouts x S steps; each step is one chat-completions call to
-the sim-server (its own process, every reply after ``--latency-ms``, a tool
-call each step) and one local tool call (a tiny Python function).  Two
-loops make exactly the same calls:
+R tasks x S steps against the sim-server (its own process, pinned to one
+core; every reply after ``--latency-ms``).  A rollout makes S model calls:
+the first S - 1 replies call the local ``add`` tool, the last answers in
+text.  Each measurement runs in a fresh child process (uvloop; pinned to the
+other core), so its CPU time, garbage collections and peak RSS are its own:
 
-- ``floor``:   aiohttp + stdlib ``json``, dict messages, no timeouts, no
-               retries, no validation: what one writes by hand;
-- ``runtime``: agentrt's ``OpenAIBackend.complete()`` (httpx on the aiohttp
-               transport, msgspec wire structs, retry policy, breaker,
-               deadline) with agentrt's protocol messages.
+- ``floor``:    aiohttp + stdlib ``json``, dict messages, no timeouts, no
+                validation, the same requests (agentrt's default connection
+                pool of 1,024 on its connector): what one writes by hand;
+- ``runs``:     R concurrent ``Runtime.run(task)`` calls, one rollout each,
+                through the public API with a stock ``RuntimeConfig``;
+- ``rollouts``: one ``Runtime.run(task, scaling=ScalingSpec(rollouts=R))``
+                (``early_stop = false``, so every rollout makes its S calls);
+- ``backend``:  a bare loop around ``OpenAIBackend.complete()`` (the second
+                table: the model client alone).
 
-Each loop runs in a fresh child process (uvloop), so that CPU time and peak
-RSS are its own.  Printed per R: wall time and wall / ideal (ideal = S x
-latency), CPU microseconds per model call (process CPU time over the
-measured phase / calls; the part spent in the cyclic garbage collector in
-parentheses), peak RSS, and the sim-server's CPU use during the phase (near
-100% of a core would mean the server is the bottleneck).  With
-``--repeat N`` the loops alternate N times; reported are the median wall
-time, the minimum CPU time (the least disturbed run: on a shared machine
-other processes inflate CPU time too) and the maximum RSS.
-Targets at R = 1,000: wall <= 1.15x the floor's, CPU per call <= 1.5x the
-floor's, runtime peak RSS <= 500 MB.
+The agent is ``AgentConfig(name="bench", tools=["add"], stop_on=[])``: the
+sim-server calls ``add(a=1, b=1)`` at every step, and the default ``loop``
+stop signal would end every rollout at its third step (the signals are still
+computed and emitted).  ``add`` is an ``async def``; a plain ``def`` runs in
+a worker thread.  Children run the collector with Python's default
+thresholds: a library must not tune them, so the figures are what an
+embedding application gets.
 
-    python bench/overhead.py            # R = 100 and 1,000, S = 10
-    python bench/overhead.py --quick    # R = 100 only
-    python bench/overhead.py --repeat 3 # alternate 3 times per loop
+Per variant: wall time over ideal (S x latency) and over the floor's, client
+CPU microseconds per model call and its ratio to the floor's, the cyclic
+collector's share of that CPU and its longest pause, peak RSS, and the model
+calls the sim-server counted (asserted to be R x S).  Repetitions alternate
+the variants (floor, runs, rollouts, backend, floor, ...); reported are
+medians.  Then the time of ``import agentrt``, ``agentrt --help`` and
+``from agentrt import Runtime`` (median of 5 fresh interpreters).
+
+    python bench/overhead.py              # R = 100, 1,000 (3 reps), 3,000 (1 rep): ~4 min
+    python bench/overhead.py --quick      # R = 100 only
+    python bench/overhead.py --rollouts 1000 --repeat 5
+    python bench/overhead.py --child runs --rollouts 1000 --url URL   # one sample (profiling)
 """
 
 from __future__ import annotations
@@ -35,34 +45,53 @@ import gc
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import psutil
-
-SYSTEM = "You are a careful assistant. Use the lookup tool for every fact you need."
-TOOL_SCHEMA: dict[str, Any] = {
+SYSTEM = "You are a helpful assistant. Use the tools when they help."
+"""The floor's system prompt: ``AgentConfig``'s default instructions."""
+ADD_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
     "type": "object",
-    "properties": {"key": {"type": "string"}},
-    "required": ["key"],
 }
-TARGET_WALL = 1.15
-TARGET_CPU = 1.5
-TARGET_RSS_MB = 500.0
+"""What ``FunctionTool`` makes of ``add``'s signature (the floor sends it as is)."""
+MAX_TOKENS = 1024  # AgentLimits.max_tokens_per_step's default
+TEMPERATURE = 0.7  # AgentConfig.temperature's default
+POOL = 1024  # HttpClientConfig.max_connections's default
+VARIANTS = ("floor", "runs", "rollouts", "backend", "agent")
+DEFAULT_VARIANTS = ("floor", "runs", "rollouts", "backend")
+AGENT_LOOP = ("runs", "rollouts")
+
+#: (R from which a target applies, wall / floor, CPU per call / floor, peak RSS / floor)
+TARGETS = ((1000, 1.2, 1.5, 2.0), (3000, 1.3, 1.6, 2.0))
+IMPORT_TARGETS = {"import agentrt": 0.3, "agentrt --help": 0.5}
 
 
-def lookup(key: str) -> str:
-    """The local tool both loops call."""
-    return f"the value of {key} is {len(key) * 7}"
+def task_text(index: int) -> str:
+    return f"Task {index}: add the numbers you are given and report the sum."
 
 
-# --- the two loops (run inside a child process) --------------------------------------
+async def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first addend.
+        b: The second addend.
+    """
+    return a + b
 
 
-async def floor_loop(url: str, rollouts: int, steps: int, warmup: int) -> int:
+# --- the measured loops (each in a child process) -----------------------------------
+
+
+async def floor_loop(url: str, rollouts: int, steps: int) -> dict[str, Any]:
     import aiohttp
 
     endpoint = f"{url}/v1/chat/completions"
@@ -70,50 +99,47 @@ async def floor_loop(url: str, rollouts: int, steps: int, warmup: int) -> int:
     tools = [
         {
             "type": "function",
-            "function": {
-                "name": "lookup",
-                "description": "look up a fact",
-                "parameters": TOOL_SCHEMA,
-            },
+            "function": {"name": "add", "description": add.__doc__, "parameters": ADD_SCHEMA},
         }
     ]
-    errors = 0
 
-    async def rollout(session: aiohttp.ClientSession, index: int, n_steps: int) -> None:
-        nonlocal errors
+    async def rollout(session: aiohttp.ClientSession, index: int, n_steps: int) -> bool:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Task {index}: find the value of key-{index}."},
+            {"role": "user", "content": task_text(index)},
         ]
         for _ in range(n_steps):
             payload = {
                 "model": "sim",
                 "messages": messages,
                 "tools": tools,
-                "max_tokens": 64,
-                "temperature": 0.7,
+                "max_tokens": MAX_TOKENS,
+                "temperature": TEMPERATURE,
             }
             async with session.post(endpoint, data=json.dumps(payload), headers=headers) as resp:
                 body = await resp.read()
                 if resp.status != 200:
-                    errors += 1
-                    return
+                    return False
             message = json.loads(body)["choices"][0]["message"]
             calls = message.get("tool_calls") or []
-            messages.append(
-                {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
-            )
+            if not calls:
+                return bool(message.get("content"))
+            messages.append({"role": "assistant", "content": message.get("content"),
+                             "tool_calls": calls})  # fmt: skip
             for call in calls:
-                result = lookup(**json.loads(call["function"]["arguments"]))
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+                result = await add(**json.loads(call["function"]["arguments"]))
+                messages.append({"role": "tool", "tool_call_id": call["id"], "name": "add",
+                                 "content": str(result)})  # fmt: skip
+        return False
 
-    connector = aiohttp.TCPConnector(limit=max(rollouts, 100), limit_per_host=0)
+    connector = aiohttp.TCPConnector(limit=POOL, limit_per_host=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        await _run_phases(lambda i, n: rollout(session, i, n), rollouts, steps, warmup)
-    return errors
+        return await _measure(
+            url, lambda i, n: rollout(session, i, n if n > 0 else steps), rollouts, steps
+        )
 
 
-async def runtime_loop(url: str, rollouts: int, steps: int, warmup: int) -> int:
+async def backend_loop(url: str, rollouts: int, steps: int) -> dict[str, Any]:
     from agentrt.protocols import (
         ModelRequest,
         SamplingParams,
@@ -123,232 +149,380 @@ async def runtime_loop(url: str, rollouts: int, steps: int, warmup: int) -> int:
         UserMessage,
     )
     from agentrt.runtime.errors import BackendError
-    from agentrt.runtime.models.http import HttpClientConfig
     from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
 
-    config = OpenAIBackendConfig(
-        name="sim",
-        base_url=f"{url}/v1",
-        models=["sim"],
-        http=HttpClientConfig(max_connections=max(rollouts, 100)),
-    )
-    tools = [ToolSpec(name="lookup", description="look up a fact", parameters=TOOL_SCHEMA)]
-    sampling = SamplingParams(max_tokens=64, temperature=0.7)
-    errors = 0
+    config = OpenAIBackendConfig(name="sim", base_url=f"{url}/v1", models=["sim"])
+    tools = [ToolSpec(name="add", description=add.__doc__ or "", parameters=ADD_SCHEMA)]
+    sampling = SamplingParams(max_tokens=MAX_TOKENS, temperature=TEMPERATURE)
 
-    async def rollout(backend: OpenAIBackend, index: int, n_steps: int) -> None:
-        nonlocal errors
-        messages: list[Any] = [
-            SystemMessage(SYSTEM),
-            UserMessage(f"Task {index}: find the value of key-{index}."),
-        ]
+    async def rollout(backend: OpenAIBackend, index: int, n_steps: int) -> bool:
+        messages: list[Any] = [SystemMessage(SYSTEM), UserMessage(task_text(index))]
         for _ in range(n_steps):
             try:
                 reply = await backend.complete(
                     ModelRequest(messages=messages, tools=tools, sampling=sampling)
                 )
             except BackendError:
-                errors += 1
-                return
+                return False
             message = reply.message
+            if not message.tool_calls:
+                return bool(message.content)
             messages.append(message)
             for call in message.tool_calls:
-                result = lookup(**json.loads(call.function.arguments))
-                messages.append(ToolMessage(result, tool_call_id=call.id))
+                result = await add(**json.loads(call.function.arguments))
+                messages.append(ToolMessage(str(result), tool_call_id=call.id, name="add"))
+        return False
 
     async with OpenAIBackend(config) as backend:
-        await _run_phases(lambda i, n: rollout(backend, i, n), rollouts, steps, warmup)
-    return errors
+        return await _measure(
+            url, lambda i, n: rollout(backend, i, n if n > 0 else steps), rollouts, steps
+        )
 
 
-_MEASURED: dict[str, float] = {}
+async def agent_loop(variant: str, url: str, rollouts: int, steps: int) -> dict[str, Any]:
+    import agentrt
+    from agentrt.agents import AgentConfig, AgentLimits
+    from agentrt.protocols import ScalingSpec
+    from agentrt.tools import tool
 
+    bench_agent = AgentConfig(name="bench", tools=["add"], stop_on=[])
+    config = agentrt.RuntimeConfig.model_validate(
+        {
+            "models": {
+                "backends": {"sim": {"kind": "openai", "base_url": f"{url}/v1", "models": ["sim"]}}
+            },
+            "agents": {"bench": bench_agent},
+            "default_agent": "bench",
+            "early_stop": variant != "rollouts",
+        }
+    )
+    # The warm-up's rollouts stop after two calls (their runs fail: no answer).
+    warm = AgentConfig(name="warm", tools=["add"], stop_on=[], limits=AgentLimits(max_steps=2))
 
-async def _run_phases(
-    rollout: Callable[[int, int], Coroutine[Any, Any, None]], rollouts: int, steps: int, warmup: int
-) -> None:
-    """A short unmeasured warm-up (first-call costs, lazy imports), then the
-    measured phase: ``rollouts`` concurrent rollouts of ``steps`` steps."""
-    import anyio
+    async with agentrt.Runtime(config, tools=[tool(add)]) as rt:
 
-    async with anyio.create_task_group() as tg:
-        for i in range(warmup):
-            tg.start_soon(rollout, -1 - i, 1)
-    gc_clock = _GcClock()
-    gc.callbacks.append(gc_clock)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for i in range(rollouts):
-            tg.start_soon(rollout, i, steps)
-    _MEASURED["wall"] = time.perf_counter() - wall0
-    _MEASURED["cpu"] = time.process_time() - cpu0
-    gc.callbacks.remove(gc_clock)
-    _MEASURED["gc"] = gc_clock.cpu
+        async def one_run(index: int, n_steps: int) -> bool:
+            if n_steps > 0:
+                await rt.run(task_text(index), agent=warm)
+                return False
+            result = await rt.run(task_text(index))
+            return result.status == "succeeded"
+
+        if variant == "runs":
+            return await _measure(url, one_run, rollouts, steps)
+
+        if variant == "agent":  # the agent loop without the engine (a diagnostic)
+            from agentrt.agents import Agent
+
+            loop_agent = Agent(bench_agent, backends=rt.backends, tools=rt.tools)
+
+            async def one_rollout(index: int, n_steps: int) -> bool:
+                if n_steps > 0:
+                    await rt.run(task_text(index), agent=warm)
+                    return False
+                result = await loop_agent.run(task_text(index))
+                return result.status == "finished"
+
+            return await _measure(url, one_rollout, rollouts, steps)
+
+        async def one_big_run(index: int, n_steps: int) -> int:
+            if n_steps > 0:
+                await rt.run(task_text(index), agent=warm)
+                return 0
+            scaling = ScalingSpec(rollouts=rollouts, aggregate="majority")
+            result = await rt.run(task_text(0), scaling=scaling)
+            if result.status != "succeeded":
+                raise SystemExit(f"the run of {rollouts} rollouts failed: {result.error}")
+            return sum(1 for s in result.summaries if s.answer)
+
+        return await _measure(url, one_big_run, 1, steps)
 
 
 class _GcClock:
-    """CPU time spent in the cyclic garbage collector (via ``gc.callbacks``)."""
+    """The cyclic collector's CPU time, pause per collection and count per
+    generation (``gc.callbacks``)."""
 
     def __init__(self) -> None:
         self.cpu = 0.0
-        self._started = 0.0
+        self.longest = 0.0
+        self.longest_generation = -1
+        self.collections = [0, 0, 0]
+        self.by_generation = [0.0, 0.0, 0.0]
+        self._cpu0 = self._wall0 = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._started = time.process_time()
-        else:
-            self.cpu += time.process_time() - self._started
+            self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+            return
+        pause = time.perf_counter() - self._wall0
+        spent = time.process_time() - self._cpu0
+        self.cpu += spent
+        generation = int(info["generation"])
+        self.collections[generation] += 1
+        self.by_generation[generation] += spent
+        if pause > self.longest:
+            self.longest, self.longest_generation = pause, generation
 
 
-def child(mode: str, url: str, rollouts: int, steps: int) -> None:
+def _chat_calls(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/sim/stats", timeout=10) as response:
+        stats = json.load(response)
+    return int(stats["requests"].get("/v1/chat/completions", 0))
+
+
+async def _measure(
+    url: str,
+    rollout: Callable[[int, int], Coroutine[Any, Any, bool | int]],
+    tasks: int,
+    steps: int,
+) -> dict[str, Any]:
+    """An unmeasured warm-up (20 two-step rollouts: first-call costs, lazy
+    imports), then the measured phase: ``tasks`` concurrent calls of
+    ``rollout``.  Returns what was measured."""
     import anyio
 
-    loop = {"floor": floor_loop, "runtime": runtime_loop}[mode]
-    errors = anyio.run(
-        loop,
-        url,
-        rollouts,
-        steps,
-        min(rollouts, 20),
-        backend="asyncio",
-        backend_options={"use_uvloop": True},
-    )
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(rollout, -1 - i, 2)
+    answered = 0
+
+    async def one(index: int) -> None:
+        nonlocal answered
+        ok = int(await rollout(index, 0))  # awaited before ``answered`` is read
+        answered += ok
+
+    calls0 = _chat_calls(url)  # blocking, but outside the measured phase
+    clock = _GcClock()
+    gc.callbacks.append(clock)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for i in range(tasks):
+            tg.start_soon(one, i)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    gc.callbacks.remove(clock)
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "gc_cpu": clock.cpu,
+        "gc_longest": clock.longest,
+        "gc_longest_generation": clock.longest_generation,
+        "gc_collections": clock.collections,
+        "gc_cpu_by_generation": clock.by_generation,
+        "answered": answered,
+        "server_calls": _chat_calls(url) - calls0,
+    }
+
+
+def child(variant: str, url: str, rollouts: int, steps: int, cpu: int | None) -> None:
+    import anyio
+
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    if os.environ.get("BENCH_NO_GC"):  # profiling the work itself, not the collector
+        gc.disable()
+
+    async def main() -> dict[str, Any]:
+        if variant == "floor":
+            return await floor_loop(url, rollouts, steps)
+        if variant == "backend":
+            return await backend_loop(url, rollouts, steps)
+        return await agent_loop(variant, url, rollouts, steps)
+
+    measured = anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({**_MEASURED, "errors": errors, "peak_rss_mb": peak_kb / 1024}))
+    print(json.dumps({**measured, "peak_rss_mb": peak_kb / 1024}))
 
 
-# --- the parent: sim-server, children, table ---------------------------------------------
+# --- the parent: sim-server, children, tables ----------------------------------------
 
 
-def start_sim(latency_ms: float, steps: int) -> tuple[subprocess.Popen[str], str]:
-    # Imported here: the measured children run this file too, and the floor's
-    # must not carry agentrt in its memory.
+def start_sim(latency_ms: float, steps: int, cpu: int | None) -> tuple[subprocess.Popen[str], str]:
+    # Imported here: the floor's children run this file too and must not
+    # carry agentrt in their memory.
     from agentrt.runtime.errors import BackendUnavailable
     from agentrt.testing import SimServerConfig, start_sim_server_process
 
     config = SimServerConfig(
-        ttft_ms=latency_ms, token_ms=0, reply_tokens=8, tool_rounds=steps + 1, log_level="ERROR"
+        ttft_ms=latency_ms, token_ms=0, reply_tokens=8, tool_rounds=steps - 1, log_level="ERROR"
     )
     try:
-        return start_sim_server_process(config)
+        proc, url = start_sim_server_process(config)
     except BackendUnavailable as exc:
         raise SystemExit(str(exc)) from None
+    if cpu is not None:
+        os.sched_setaffinity(proc.pid, {cpu})
+    return proc, url
 
 
-def run_child(
-    mode: str, url: str, rollouts: int, steps: int, sim: psutil.Process
-) -> dict[str, Any]:
-    argv = [sys.executable, os.path.abspath(__file__), "--child", mode, "--url", url,
+def run_child(variant: str, url: str, rollouts: int, steps: int, cpu: int | None) -> dict[str, Any]:
+    argv = [sys.executable, os.path.abspath(__file__), "--child", variant, "--url", url,
             "--rollouts", str(rollouts), "--steps", str(steps)]  # fmt: skip
-    server_cpu0 = sum(sim.cpu_times()[:2])
+    if cpu is not None:
+        argv += ["--cpu", str(cpu)]
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise SystemExit(f"{mode} child failed:\n{out.stderr}")
+        raise SystemExit(f"{variant} child (R={rollouts}) failed:\n{out.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    # Server CPU over the whole child (its warm-up included): a slight
-    # over-estimate of the server's load during the measured phase.
-    server_cpu = sum(sim.cpu_times()[:2]) - server_cpu0
-    result["server_cpu_pct"] = 100 * server_cpu / result["wall"]
-    result["server_us_per_call"] = 1e6 * server_cpu / (rollouts * steps)
+    expected = rollouts * steps
+    if result["server_calls"] != expected:
+        raise SystemExit(
+            f"{variant} (R={rollouts}): the sim-server counted {result['server_calls']} model "
+            f"calls, not R x S = {expected}"
+        )
+    if result["answered"] != rollouts:
+        raise SystemExit(f"{variant} (R={rollouts}): {result['answered']} of {rollouts} answered")
     return result
 
 
-def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several runs of one loop: the median wall time, the least disturbed
-    (minimum) CPU time, the largest peak RSS, the errors of all."""
-    by_wall = sorted(runs, key=lambda m: m["wall"])
-    least_cpu = min(runs, key=lambda m: m["cpu"])
-    return {
-        **by_wall[len(runs) // 2],
-        "cpu": least_cpu["cpu"],
-        "gc": least_cpu["gc"],
-        "peak_rss_mb": max(m["peak_rss_mb"] for m in runs),
-        "errors": sum(m["errors"] for m in runs),
-    }
+def median_of(samples: list[dict[str, Any]]) -> dict[str, float]:
+    keys = ("wall", "cpu", "gc_cpu", "gc_longest", "peak_rss_mb", "server_calls")
+    out = {k: statistics.median(float(s[k]) for s in samples) for k in keys}
+    out["gc_share"] = statistics.median(s["gc_cpu"] / s["cpu"] for s in samples)
+    out["n"] = len(samples)
+    return out
 
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-Row = tuple[int, dict[str, Any], dict[str, Any]]
+Table = dict[int, dict[str, dict[str, float]]]
 
 
-def report(rows: list[Row], steps: int, latency: float) -> None:
+def report(table: Table, steps: int, latency: float) -> None:
     ideal = steps * latency
     print(f"\nS = {steps} steps, latency {latency * 1000:.0f} ms, ideal wall {ideal:.2f} s, "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}\n")  # fmt: skip
-    print(f"{'R':>6} {'loop':>8} {'wall s':>8} {'wall/ideal':>10} {'CPU us/call':>12} "
-          f"{'(GC us)':>8} {'peak RSS MB':>12} {'server CPU%':>12} {'server us/call':>15} "
-          f"{'errors':>7}")  # fmt: skip
-    for r, floor, rt in rows:
-        for name, m in (("floor", floor), ("runtime", rt)):
-            calls = r * steps
-            print(f"{r:>6} {name:>8} {m['wall']:>8.2f} {m['wall'] / ideal:>10.2f} "
-                  f"{1e6 * m['cpu'] / calls:>12.0f} {1e6 * m['gc'] / calls:>8.0f} "
-                  f"{m['peak_rss_mb']:>12.1f} {m['server_cpu_pct']:>12.0f} "
-                  f"{m['server_us_per_call']:>15.0f} {m['errors']:>7}")  # fmt: skip
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
+          "medians of n interleaved repetitions\n")  # fmt: skip
+    head = (f"{'R':>6} {'loop':>9} {'n':>2} {'wall s':>7} {'/ideal':>7} {'/floor':>7} "
+            f"{'CPU us/call':>11} {'/floor':>7} {'GC %CPU':>8} {'GC pause ms':>11} "
+            f"{'RSS MB':>7} {'/floor':>7} {'server calls':>12}")  # fmt: skip
+
+    def rows(variants: tuple[str, ...]) -> None:
+        print(head)
+        for r, by in table.items():
+            floor = by["floor"]
+            for name in ("floor", *variants):
+                if name not in by:
+                    continue
+                m = by[name]
+                print(f"{r:>6} {name:>9} {m['n']:>2.0f} {m['wall']:>7.2f} "
+                      f"{m['wall'] / ideal:>7.2f} {m['wall'] / floor['wall']:>7.2f} "
+                      f"{1e6 * m['cpu'] / (r * steps):>11.0f} {m['cpu'] / floor['cpu']:>7.2f} "
+                      f"{100 * m['gc_share']:>8.1f} {1000 * m['gc_longest']:>11.1f} "
+                      f"{m['peak_rss_mb']:>7.1f} {m['peak_rss_mb'] / floor['peak_rss_mb']:>7.2f} "
+                      f"{m['server_calls']:>12,.0f}")  # fmt: skip
+
+    print("The full agent loop (Runtime.run) beside the floor:")
+    rows(AGENT_LOOP)
     print()
-    print(f"{'R':>6} {'runtime / floor':>28} {'value':>8} {'target':>8} {'result':>7}")
-    for r, floor, rt in rows:
-        wall_ratio = rt["wall"] / floor["wall"]
-        cpu_ratio = rt["cpu"] / floor["cpu"]
-        checks = [
-            ("wall time", wall_ratio, f"<={TARGET_WALL}", wall_ratio <= TARGET_WALL),
-            ("CPU per call", cpu_ratio, f"<={TARGET_CPU}", cpu_ratio <= TARGET_CPU),
-            ("peak RSS (MB, runtime)", rt["peak_rss_mb"], f"<={TARGET_RSS_MB:.0f}",
-             rt["peak_rss_mb"] <= TARGET_RSS_MB),
-        ]  # fmt: skip
-        note = "" if r >= 1000 else "  (targets apply at R=1000)"
-        for label, value, target, ok in checks:
-            print(f"{r:>6} {label:>28} {value:>8.2f} {target:>8} {verdict(ok):>7}{note}")
-    for r, floor, rt in rows:
-        # A client loop that is not CPU-bound waits on the server: then wall
-        # time measures the server (or the machine), not the client.
-        for name, m in (("floor", floor), ("runtime", rt)):
-            client_busy = m["cpu"] / m["wall"]
-            if m["server_cpu_pct"] >= 80 or (m["wall"] > 1.5 * ideal and client_busy < 0.8):
-                print(f"note: R={r} {name}: the client was busy {100 * client_busy:.0f}% of the "
-                      f"wall time and the sim-server used {m['server_cpu_pct']:.0f}% of a core "
-                      f"({m['server_us_per_call']:.0f} us CPU per call): the wall time is set by "
-                      "the server/machine, not by the client loop")  # fmt: skip
+    checks: list[tuple[int, str, str, float, float]] = []
+    for r, by in table.items():
+        for start, wall, cpu, rss in TARGETS:
+            if r != start:
+                continue
+            floor = by["floor"]
+            for name in AGENT_LOOP:
+                if name in by:
+                    m = by[name]
+                    checks += [
+                        (r, name, "wall / floor", m["wall"] / floor["wall"], wall),
+                        (r, name, "CPU per call / floor", m["cpu"] / floor["cpu"], cpu),
+                        (r, name, "peak RSS / floor", m["peak_rss_mb"] / floor["peak_rss_mb"], rss),
+                    ]  # fmt: skip
+    if checks:
+        print(f"{'R':>6} {'loop':>9} {'ratio':>22} {'value':>7} {'target':>7} {'result':>7}")
+        for r, name, label, value, target in checks:
+            print(f"{r:>6} {name:>9} {label:>22} {value:>7.2f} {'<=' + str(target):>7} "
+                  f"{verdict(value <= target):>7}")  # fmt: skip
+        print()
+    if any("backend" in by for by in table.values()):
+        print("The model client alone (OpenAIBackend.complete in a bare loop) beside the floor:")
+        rows(("backend",))
+        print()
+    for r, by in table.items():
+        # A client that is not CPU-bound waits on the server or the machine.
+        for name, m in by.items():
+            busy = m["cpu"] / m["wall"]
+            if m["wall"] > 1.5 * ideal and busy < 0.8:
+                print(f"note: R={r} {name}: the client was busy {100 * busy:.0f}% of the wall "
+                      "time: its wall time is set by the server or the machine")  # fmt: skip
+
+
+def import_times(repeat: int = 5) -> None:
+    """Fresh interpreters: ``import agentrt``, ``agentrt --help``, the facade."""
+    bin_dir = os.path.dirname(sys.executable)
+    commands = {
+        "import agentrt": [sys.executable, "-c", "import agentrt"],
+        "agentrt --help": [os.path.join(bin_dir, "agentrt"), "--help"],
+        "from agentrt import Runtime": [sys.executable, "-c", "from agentrt import Runtime"],
+    }
+    print(f"{'start-up':>28} {'median s':>9} {'target':>7} {'result':>7}")
+    for label, argv in commands.items():
+        if not os.path.exists(argv[0]):
+            continue
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            subprocess.run(argv, check=True, capture_output=True)
+            times.append(time.perf_counter() - started)
+        value = statistics.median(times)
+        target = IMPORT_TARGETS.get(label)
+        shown = f"<={target}" if target is not None else ""
+        result = verdict(value <= target) if target is not None else ""
+        print(f"{label:>28} {value:>9.3f} {shown:>7} {result:>7}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="R = 100 only")
-    parser.add_argument("--rollouts", type=int, nargs="+", help="values of R (default 100 1000)")
-    parser.add_argument("--steps", type=int, default=10, help="S, steps per rollout")
-    parser.add_argument("--latency-ms", type=float, default=200.0, help="sim-server latency")
     parser.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="runs per loop and R, alternating: median wall, minimum CPU, maximum RSS reported",
+        "--rollouts", type=int, nargs="+", help="values of R (default 100 1000 3000)"
     )
-    parser.add_argument("--child", choices=["floor", "runtime"], help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, default=10, help="S, model calls per rollout")
+    parser.add_argument("--latency-ms", type=float, default=200.0, help="sim-server latency")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions for R < 3,000")
+    parser.add_argument(
+        "--repeat-large", type=int, default=1, help="repetitions for R >= 3,000 (each ~1 min)"
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=list(DEFAULT_VARIANTS),
+        help="what to measure beside the floor (agent: Agent.run without the engine)",
+    )
+    parser.add_argument("--no-pin", action="store_true", help="do not pin server and client")
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (S - 1 tool calls, then the answer)")
     if args.child:
-        child(args.child, args.url, args.rollouts[0], args.steps)
+        child(args.child, args.url, (args.rollouts or [100])[0], args.steps, args.cpu)
         return
-    rollouts = args.rollouts or ([100] if args.quick else [100, 1000])
-    proc, url = start_sim(args.latency_ms, args.steps)
+    cores = sorted(os.sched_getaffinity(0))
+    pin = not args.no_pin and len(cores) >= 2
+    server_cpu, client_cpu = (cores[0], cores[1]) if pin else (None, None)
+    rollouts = args.rollouts or ([100] if args.quick else [100, 1000, 3000])
+    variants = ["floor", *[v for v in args.variants if v != "floor"]]
+    proc, url = start_sim(args.latency_ms, args.steps, server_cpu)
+    table: Table = {}
     try:
-        sim = psutil.Process(proc.pid)
-        rows: list[Row] = []
         for r in rollouts:
-            floors, runtimes = [], []
-            for _ in range(args.repeat):
-                floors.append(run_child("floor", url, r, args.steps, sim))
-                runtimes.append(run_child("runtime", url, r, args.steps, sim))
-                print(f"R={r}: floor {floors[-1]['wall']:.2f}s, "
-                      f"runtime {runtimes[-1]['wall']:.2f}s", flush=True)  # fmt: skip
-            rows.append((r, combine(floors), combine(runtimes)))
-        report(rows, args.steps, args.latency_ms / 1000)
+            samples: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+            for _ in range(args.repeat if r < 3000 else args.repeat_large):
+                for variant in variants:
+                    samples[variant].append(run_child(variant, url, r, args.steps, client_cpu))
+                print(f"R={r}: " + ", ".join(f"{v} {samples[v][-1]['wall']:.2f}s"
+                                             for v in variants), flush=True)  # fmt: skip
+            table[r] = {v: median_of(s) for v, s in samples.items()}
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    report(table, args.steps, args.latency_ms / 1000)
+    import_times()
 
 
 if __name__ == "__main__":
