@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, final
 
 import anyio
+import msgspec
 
 from agentrt.protocols import ToolCall, ToolResult, ToolSpec
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, ToolError
@@ -61,23 +62,46 @@ class FinishTool:
 CallProgress = Callable[[ToolCall, str, Mapping[str, Any]], Awaitable[None]]
 
 
+@final
+class _CallNotifications:
+    """A running call's notifications: to ``progress`` with the call, then
+    to ``notify``.  (An object, not a closure: one allocation per call.)"""
+
+    __slots__ = ("_call", "_notify", "_progress")
+
+    def __init__(
+        self, call: ToolCall, notify: NotificationSink | None, progress: CallProgress
+    ) -> None:
+        self._call = call
+        self._notify = notify
+        self._progress = progress
+
+    async def __call__(self, kind: str, payload: Mapping[str, Any]) -> None:
+        await self._progress(self._call, kind, payload)
+        if self._notify is not None:
+            await self._notify(kind, payload)
+
+
 def _call_sink(
     call: ToolCall, notify: NotificationSink | None, progress: CallProgress | None
 ) -> NotificationSink | None:
-    if progress is None:
-        return notify
+    return notify if progress is None else _CallNotifications(call, notify, progress)
 
-    async def sink(kind: str, payload: Mapping[str, Any]) -> None:
-        await progress(call, kind, payload)
-        if notify is not None:
-            await notify(kind, payload)
 
-    return sink
+def _parse_arguments(raw: str) -> Any:
+    """A call's argument JSON; ``json.JSONDecodeError`` when it is not JSON.
+    msgspec first (several times faster); the standard library for what
+    msgspec refuses (``NaN``, integers past 64 bits) and for its messages."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(raw)
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedCall:
-    """A call whose arguments parsed and passed the schema."""
+    """A call whose arguments parsed and passed the schema (or, for a tool
+    that validates its own arguments, are to be validated by its call)."""
 
     call: ToolCall
     tool: Tool
@@ -142,25 +166,27 @@ class Toolbox:
         """Parse and validate a call; an error result says what is wrong
         (an unknown tool with the closest name, malformed argument JSON, or
         the schema's per-argument problems), never a call with made-up
-        arguments."""
+        arguments.  A tool that validates its own arguments (a function
+        tool) is left to do so when called: each call is validated once."""
         name = call.function.name
-        if name not in self.registry:
+        tool = self.registry.find(name)
+        if tool is None:
             return self._error(call, self._unknown(name))
         raw = call.function.arguments
         try:
             # An empty argument string means "no arguments"; the schema then
             # decides whether that is enough.
-            arguments = json.loads(raw) if raw.strip() else {}
+            arguments = _parse_arguments(raw) if raw.strip() else {}
         except json.JSONDecodeError as exc:
             return self._error(
                 call,
                 f"arguments for tool '{name}' are not valid JSON: {exc.msg} at char {exc.pos}. "
                 "Call the tool again with a valid JSON object.",
             )
-        problems = self.registry.validate(name, arguments)
+        problems = self.registry.problems_before_call(name, arguments)
         if problems:
             return self._error(call, invalid_arguments(name, problems).text)
-        return PreparedCall(call=call, tool=self.registry.get(name), arguments=arguments)
+        return PreparedCall(call=call, tool=tool, arguments=arguments)
 
     def _unknown(self, name: str) -> str:
         text = f"unknown tool '{name}'; available tools: {', '.join(self.names) or '(none)'}"
@@ -191,10 +217,10 @@ class Toolbox:
         notify: NotificationSink | None = None,
         progress: CallProgress | None = None,
     ) -> CallsOutcome:
-        """Run ``calls`` concurrently in a task group, each under
-        ``timeout_s``; results in call order.  A tool's progress and log
-        notifications go to ``progress`` with the call they belong to (and to
-        ``notify``, when given).
+        """Run ``calls`` concurrently (several: in a task group; one: awaited
+        here), each under ``timeout_s``; results in call order.  A tool's
+        progress and log notifications go to ``progress`` with the call they
+        belong to (and to ``notify``, when given).
 
         Every failure is an error result the model can act on: a bad call
         (``prepare``), a ``ToolError`` or error output, a timeout, an
@@ -204,17 +230,34 @@ class Toolbox:
         cancelling the caller cancels every running call."""
         batch = _Batch([None] * len(calls))
         answer: str | None = None
-        async with anyio.create_task_group() as tg:
-            for index, call in enumerate(calls):
-                prepared = self.prepare(call)
-                if isinstance(prepared, ToolResult):
-                    batch.results[index] = prepared
-                elif isinstance(prepared.tool, FinishTool):
-                    answer = str(prepared.arguments.get("answer", ""))
-                    batch.results[index] = ToolResult(
-                        call_id=call.id, name=call.function.name, content=answer
-                    )
-                else:
+        runnable: list[tuple[int, PreparedCall]] = []
+        for index, call in enumerate(calls):
+            prepared = self.prepare(call)
+            if isinstance(prepared, ToolResult):
+                batch.results[index] = prepared
+            elif isinstance(prepared.tool, FinishTool):
+                answer = str(prepared.arguments.get("answer", ""))
+                batch.results[index] = ToolResult(
+                    call_id=call.id, name=call.function.name, content=answer
+                )
+            else:
+                runnable.append((index, prepared))
+        if len(runnable) == 1:
+            # The common case: no task (and task group) for a single call.
+            index, prepared = runnable[0]
+            call = prepared.call
+            context = ToolContext(
+                run_id=run_id,
+                rollout_id=rollout_id,
+                call_id=call.id,
+                timeout_s=timeout_s,
+                notify=_call_sink(call, notify, progress),
+            )
+            batch.results[index] = await self._invoke(prepared, context, batch)
+        elif runnable:
+            async with anyio.create_task_group() as tg:
+                for index, prepared in runnable:
+                    call = prepared.call
                     context = ToolContext(
                         run_id=run_id,
                         rollout_id=rollout_id,

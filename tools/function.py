@@ -113,7 +113,16 @@ class FunctionTool(Generic[P, R]):
     ``FunctionTool.from_callable(fn)`` or ``@tool``.  The object stays
     callable as the original function."""
 
-    __slots__ = ("_args_model", "_context_param", "_fn", "_is_async", "_positional", "_spec")
+    __slots__ = (
+        "_accepted",
+        "_args_model",
+        "_context_param",
+        "_fields",
+        "_fn",
+        "_is_async",
+        "_positional",
+        "_spec",
+    )
 
     def __init__(
         self,
@@ -130,6 +139,12 @@ class FunctionTool(Generic[P, R]):
         self._positional = positional
         self._context_param = context_param
         self._is_async = _is_async(fn)
+        # (field, parameter name) pairs, read once: a call maps its parsed
+        # arguments back to parameters without asking pydantic each time.
+        self._fields = tuple(
+            (key, info.alias or key) for key, info in args_model.model_fields.items()
+        )
+        self._accepted = sorted(spec.parameters.get("properties", {}))
 
     @classmethod
     def from_callable(
@@ -231,6 +246,26 @@ class FunctionTool(Generic[P, R]):
     def __repr__(self) -> str:
         return f"FunctionTool({self._spec.name!r}, fn={_callable_name(self._fn)})"
 
+    def _parse(self, arguments: object) -> dict[str, Any] | list[ArgumentProblem]:
+        """The validated arguments by parameter name, or what is wrong."""
+        if not isinstance(arguments, Mapping):
+            return [ArgumentProblem(argument="", message="arguments must be a JSON object")]
+        try:
+            parsed = self._args_model.model_validate(
+                arguments if type(arguments) is dict else dict(arguments)
+            )
+        except ValidationError as exc:
+            return _problems_from(exc, self._accepted)
+        fields = parsed.__dict__
+        return {name: fields[key] for key, name in self._fields}
+
+    def argument_problems(self, arguments: object) -> list[ArgumentProblem]:
+        """What is wrong with calling the function with ``arguments`` (empty
+        when nothing is): this tool validates its own arguments, in ``call``
+        (``agentrt.tools.validation.ArgumentChecker``)."""
+        parsed = self._parse(arguments)
+        return parsed if isinstance(parsed, list) else []
+
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
         """Validate ``arguments`` and run the function: async functions are
         awaited, sync ones run in a worker thread (abandoned, not waited for,
@@ -238,20 +273,10 @@ class FunctionTool(Generic[P, R]):
         (its message) and any other exception (naming its type) become error
         outputs; the return value goes through ``to_tool_output``."""
         name = self._spec.name
-        raw: object = arguments  # the type says Mapping; a model's JSON may disagree
-        if not isinstance(raw, Mapping):
-            problem = ArgumentProblem(argument="", message="arguments must be a JSON object")
-            return invalid_arguments(name, [problem])
-        try:
-            parsed = self._args_model.model_validate(dict(raw))
-        except ValidationError as exc:
-            accepted = sorted(self._spec.parameters.get("properties", {}))
-            return invalid_arguments(name, _problems_from(exc, accepted))
-        values = {
-            info.alias or key: getattr(parsed, key)
-            for key, info in type(parsed).model_fields.items()
-        }
-        args = [values.pop(p) for p in self._positional]
+        values = self._parse(arguments)
+        if isinstance(values, list):
+            return invalid_arguments(name, values)
+        args = [values.pop(p) for p in self._positional] if self._positional else ()
         if self._context_param is not None:
             values[self._context_param] = context
         fn: Callable[..., Any] = self._fn

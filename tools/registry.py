@@ -4,9 +4,10 @@ Owns ``ToolRegistry``: registration (a name taken twice is a clear error),
 lookup, the specs offered to the model in a stable order (sorted by name, so
 the tool block of every prompt is byte-identical across steps and rollouts
 and servers can reuse their prefix cache), and ``call``, which validates the
-arguments against the tool's JSON schema first and turns every failure the
-model can act on (an unknown tool, bad arguments, a ``ToolError``, a timeout,
-a bug in a tool) into an error ``ToolOutput`` instead of an exception.
+arguments once (against the tool's JSON schema, unless the tool validates
+them itself) and turns every failure the model can act on (an unknown tool,
+bad arguments, a ``ToolError``, a timeout, a bug in a tool) into an error
+``ToolOutput`` instead of an exception.
 
 Imports protocols, the runtime floor and the tools base; never agents or
 aggregators.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, cast, final
 
 import anyio
 
@@ -25,7 +26,12 @@ from agentrt.protocols import ToolSpec
 from agentrt.runtime.errors import ConfigError, InvalidRequestError, ToolError
 from agentrt.runtime.log import get_logger
 from agentrt.tools.base import Tool, ToolContent, ToolContext, ToolOutput
-from agentrt.tools.validation import ArgumentProblem, SchemaValidator, invalid_arguments
+from agentrt.tools.validation import (
+    ArgumentChecker,
+    ArgumentProblem,
+    SchemaValidator,
+    invalid_arguments,
+)
 
 __all__ = ["TOOL_NAME_PATTERN", "ToolNameCollision", "ToolRegistry", "UnknownToolError"]
 
@@ -47,7 +53,8 @@ class UnknownToolError(InvalidRequestError, LookupError):
 class _Entry:
     tool: Tool
     spec: ToolSpec  # snapshot taken at registration: what the model was offered
-    validator: SchemaValidator
+    validator: SchemaValidator | None
+    """``None``: the tool validates its own arguments (an ``ArgumentChecker``)."""
 
 
 @final
@@ -62,7 +69,10 @@ class ToolRegistry:
 
     ``specs()`` is sorted by name whatever the registration order.  Each
     tool's spec is read once, at registration; its schema is checked and
-    compiled then, so a malformed schema fails early, naming the tool.
+    compiled then, so a malformed schema fails early, naming the tool.  A
+    tool that validates its own arguments (``ArgumentChecker``: function
+    tools) is not validated again: its schema was generated from the types
+    it validates against.
     """
 
     __slots__ = ("_entries", "_specs")
@@ -92,7 +102,11 @@ class ToolRegistry:
             )
         if spec.parameters.get("type", "object") != "object":
             raise ConfigError("the argument schema must describe a JSON object", where=where)
-        validator = SchemaValidator(spec.parameters, where=where)
+        validator = (
+            None
+            if isinstance(tool, ArgumentChecker)
+            else SchemaValidator(spec.parameters, where=where)
+        )
         self._entries[spec.name] = _Entry(tool=tool, spec=spec, validator=validator)
         self._specs = None
 
@@ -110,6 +124,11 @@ class ToolRegistry:
         if entry is None:
             raise self._unknown(name)
         return entry.tool
+
+    def find(self, name: str) -> Tool | None:
+        """The tool called ``name``, or ``None``."""
+        entry = self._entries.get(name)
+        return entry.tool if entry is not None else None
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
@@ -136,7 +155,19 @@ class ToolRegistry:
         entry = self._entries.get(name)
         if entry is None:
             raise self._unknown(name)
+        if entry.validator is None:
+            return cast(ArgumentChecker, entry.tool).argument_problems(arguments)
         return entry.validator.problems(arguments)
+
+    def problems_before_call(self, name: str, arguments: object) -> list[ArgumentProblem]:
+        """What to report instead of calling ``name``: the schema's problems
+        with ``arguments``; none for a tool that validates its own arguments
+        (its ``call`` reports them: each call is validated once).
+        ``UnknownToolError`` if there is no such tool."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise self._unknown(name)
+        return [] if entry.validator is None else entry.validator.problems(arguments)
 
     async def call(
         self, name: str, arguments: Mapping[str, Any], context: ToolContext | None = None
@@ -148,7 +179,7 @@ class ToolRegistry:
         entry = self._entries.get(name)
         if entry is None:
             return _error(str(self._unknown(name)), "unknown_tool", name)
-        problems = entry.validator.problems(arguments)
+        problems = [] if entry.validator is None else entry.validator.problems(arguments)
         if problems:
             _log.info("tool.invalid_arguments", tool=name, problems=len(problems))
             return invalid_arguments(name, problems)

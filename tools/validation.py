@@ -1,11 +1,13 @@
 """Tool-argument validation: the problems a model can correct, in one shape.
 
 Owns ``ArgumentProblem`` (which argument, what was wrong), the error
-``ToolOutput`` built from a list of them (``invalid_arguments``), and
+``ToolOutput`` built from a list of them (``invalid_arguments``),
 ``SchemaValidator``, a JSON-schema validator compiled once per tool that
-turns ``jsonschema`` errors into short, per-argument messages.  The registry
-validates every call with it; function tools report pydantic errors in the
-same shape, so the model always sees the same kind of message.
+turns ``jsonschema`` errors into short, per-argument messages, and
+``ArgumentChecker``, the tools that validate their own arguments.  Each call
+is validated once: by the tool itself when it is an ``ArgumentChecker``
+(function tools: pydantic), else by the registry against the schema; both
+report in the same shape, so the model always sees the same kind of message.
 
 Imports the tools base and the runtime floor only; never agents or
 aggregators.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final, runtime_checkable
 
 import msgspec
 from jsonschema import exceptions as jsonschema_exceptions
@@ -26,7 +28,13 @@ from jsonschema.validators import Draft202012Validator, validator_for
 from agentrt.runtime.errors import ConfigError
 from agentrt.tools.base import ToolContent, ToolOutput
 
-__all__ = ["ArgumentProblem", "SchemaValidator", "invalid_arguments", "short_repr"]
+__all__ = [
+    "ArgumentChecker",
+    "ArgumentProblem",
+    "SchemaValidator",
+    "invalid_arguments",
+    "short_repr",
+]
 
 #: How much of an offending value a message quotes.
 _REPR_LIMIT: Final = 60
@@ -48,6 +56,19 @@ class ArgumentProblem(msgspec.Struct, frozen=True, kw_only=True):
 
     argument: str
     message: str
+
+
+@runtime_checkable
+class ArgumentChecker(Protocol):
+    """A tool that validates its arguments itself, in ``call`` (an invalid
+    call comes back as ``invalid_arguments``), against the types its schema
+    was generated from (a function tool: pydantic).  Its schema is then not
+    checked again before the call: one validation per call, the tool's."""
+
+    def argument_problems(self, arguments: object) -> list[ArgumentProblem]:
+        """What is wrong with calling the tool with ``arguments`` (empty
+        when nothing is), as ``call`` would report it."""
+        ...
 
 
 def short_repr(value: object) -> str:

@@ -26,6 +26,7 @@ from agentrt.protocols import ToolSpec
 from agentrt.runtime.errors import ToolError
 from agentrt.tools.base import ToolContext, ToolOutput
 from agentrt.tools.function import FunctionTool
+from agentrt.tools.validation import ArgumentProblem
 
 __all__ = ["Calculator", "evaluate"]
 
@@ -277,6 +278,11 @@ class Calculator:
     def spec(self) -> ToolSpec:
         """Name, description and JSON schema offered to the model."""
         return self._tool.spec
+
+    def argument_problems(self, arguments: object) -> list[ArgumentProblem]:
+        """What is wrong with ``arguments``; ``call`` validates them itself
+        (``agentrt.tools.validation.ArgumentChecker``)."""
+        return self._tool.argument_problems(arguments)
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
         """Evaluate ``arguments["expression"]``; errors come back as text."""
