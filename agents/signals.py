@@ -20,7 +20,7 @@ import msgspec
 from agentrt.agents.config import SignalConfig, SignalName
 from agentrt.protocols import AssistantMessage, ModelReply, ToolCall, ToolResult
 from agentrt.runtime.budget import Headroom
-from agentrt.runtime.routing import Signals, mean_logprob, same_action
+from agentrt.runtime.routing.signals import NO_SIGNALS, Signals, mean_logprob
 
 
 class Fired(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,7 +32,21 @@ class Fired(msgspec.Struct, frozen=True, kw_only=True):
     value: float | None = None
 
 
-def _canonical(call: ToolCall) -> str:
+def _canonical_arguments(raw: str) -> str:
+    """A call's arguments as canonical JSON (sorted keys, no spacing), so key
+    order and spacing do not hide a repeat; malformed JSON as its raw text."""
+    try:
+        return msgspec.json.encode(msgspec.json.decode(raw), order="sorted").decode()
+    except msgspec.DecodeError:
+        pass
+    try:  # what msgspec refuses (NaN, integers past 64 bits)
+        return json.dumps(json.loads(raw), sort_keys=True)
+    except ValueError:
+        return raw.strip()
+
+
+def _shown(call: ToolCall) -> str:
+    """A call as a signal's detail shows it: ``name({"key": "value"})``."""
     try:
         arguments = json.dumps(json.loads(call.function.arguments), sort_keys=True)
     except ValueError:
@@ -46,22 +60,12 @@ def _digest(text: str) -> bytes:
 
 
 _NO_RESULT = b""
+_STAYS_ACTIVE: frozenset[SignalName] = frozenset({"exhaustion"})
 
-
-def _exchange_key(
-    calls: Sequence[ToolCall], results: Sequence[ToolResult]
-) -> tuple[tuple[str, bytes], ...]:
-    """The step's calls, each with the digest of its result, in a canonical
-    order.  ``results`` are in call order (the loop's contract); a call
-    without a result (none was recorded) pairs with an empty digest."""
-    pairs = []
-    for i, call in enumerate(calls):
-        outcome = results[i] if i < len(results) else None
-        digest = _NO_RESULT
-        if outcome is not None:
-            digest = (b"E" if outcome.is_error else b"R") + _digest(outcome.content)
-        pairs.append((_canonical(call), digest))
-    return tuple(sorted(pairs))
+_Action = tuple[str, str]
+"""A call as (tool, canonical arguments): what repeats compare."""
+_Exchange = tuple[tuple[_Action, bytes], ...]
+"""A step's calls, each with its result's digest, in a canonical order."""
 
 
 @final
@@ -76,13 +80,14 @@ class SignalTracker:
         self._config = config
         self._max_steps = max_steps
         self._give_up = [re.compile(p, re.IGNORECASE) for p in config.give_up_patterns]
-        self._exchanges: deque[tuple[tuple[str, bytes], ...]] = deque(maxlen=config.loop_window)
+        self._exchanges: deque[_Exchange] = deque(maxlen=config.loop_window)
         self._seen_results: set[bytes] = set()
         self._stale_steps = 0
         self._calls = 0
         self._failures = 0
-        self._previous_calls: list[ToolCall] = []
-        self._next = Signals()
+        self._previous_actions: list[_Action] = []
+        self._exhaustion_mark = math.ceil(config.exhaustion_fraction * max_steps)
+        self._next = NO_SIGNALS
         self.active: set[SignalName] = set()
         self.fired: list[Fired] = []
 
@@ -112,9 +117,12 @@ class SignalTracker:
         """Take in a finished step; return the signals it fired."""
         now: dict[SignalName, tuple[str, float | None]] = {}
         calls = message.tool_calls
+        # Each call's action and each result's digest, computed once a step.
+        actions = [(c.function.name, _canonical_arguments(c.function.arguments)) for c in calls]
         if calls:
-            self._observe_loop(calls, results, now)
-            self._observe_stagnation(results, now)
+            digests = [(b"E" if r.is_error else b"R") + _digest(r.content) for r in results]
+            self._observe_loop(calls, actions, digests, now)
+            self._observe_stagnation(digests, now)
         self._observe_failures(results, now)
         self._observe_steps(step, now)
         if message.content:
@@ -122,18 +130,22 @@ class SignalTracker:
             if match is not None:
                 now["give_up"] = (f"the model wrote {match.group(0)!r}", None)
         # Exhaustion stays active once reached; the others reflect this step.
-        kept: set[SignalName] = {s for s in self.active if s == "exhaustion"}
-        fired = self._update(step, now, kept)
+        active = self.active
+        fired = self._update(step, now, active & _STAYS_ACTIVE) if now or active else []
         logprob = None
         if reply is not None and reply.choices:
             logprob = mean_logprob(reply.choices[0].logprobs)
-        self._next = Signals(
-            last_tool_failed=any(r.is_error for r in results) or "tool_failure_rate" in self.active,
-            repeated_action=same_action(self._previous_calls, calls)
-            or bool({"loop", "stagnation"} & self.active),
-            mean_logprob=logprob,
+        failed = any(r.is_error for r in results) or "tool_failure_rate" in self.active
+        # The same non-empty multiset of (tool, arguments) as the last step.
+        actions.sort()
+        repeated = bool(actions) and actions == self._previous_actions
+        repeated = repeated or "loop" in self.active or "stagnation" in self.active
+        self._next = (
+            Signals(last_tool_failed=failed, repeated_action=repeated, mean_logprob=logprob)
+            if failed or repeated or logprob is not None
+            else NO_SIGNALS
         )
-        self._previous_calls = list(calls)
+        self._previous_actions = actions
         return fired
 
     def observe_budget(self, step: int, headroom: Headroom) -> list[Fired]:
@@ -155,14 +167,26 @@ class SignalTracker:
     def _observe_loop(
         self,
         calls: Sequence[ToolCall],
-        results: Sequence[ToolResult],
+        actions: Sequence[_Action],
+        digests: Sequence[bytes],
         now: dict[SignalName, tuple[str, float | None]],
     ) -> None:
-        key = _exchange_key(calls, results)
+        # ``actions`` and ``digests`` are in call order (results are: the
+        # loop's contract); a call without a result (none was recorded)
+        # pairs with an empty digest.
+        key = tuple(
+            sorted(
+                (action, digests[i] if i < len(digests) else _NO_RESULT)
+                for i, action in enumerate(actions)
+            )
+        )
         self._exchanges.append(key)
         repeats = sum(1 for k in self._exchanges if k == key)
         if repeats >= self._config.loop_repeats:
-            shown = ", ".join(call for call, _ in key)
+            if "loop" in self.active:  # fired already: the detail goes nowhere
+                now["loop"] = ("", float(repeats))
+                return
+            shown = ", ".join(sorted(_shown(call) for call in calls))
             if len(shown) > 120:
                 shown = shown[:117] + "..."
             now["loop"] = (
@@ -172,9 +196,8 @@ class SignalTracker:
             )
 
     def _observe_stagnation(
-        self, results: Sequence[ToolResult], now: dict[SignalName, tuple[str, float | None]]
+        self, digests: Sequence[bytes], now: dict[SignalName, tuple[str, float | None]]
     ) -> None:
-        digests = [_digest(r.content) for r in results]
         novel = any(d not in self._seen_results for d in digests)
         self._seen_results.update(digests)
         self._stale_steps = 0 if novel else self._stale_steps + 1
@@ -198,8 +221,7 @@ class SignalTracker:
 
     def _observe_steps(self, step: int, now: dict[SignalName, tuple[str, float | None]]) -> None:
         used = step + 1
-        mark = math.ceil(self._config.exhaustion_fraction * self._max_steps)
-        if used >= mark:
+        if used >= self._exhaustion_mark:
             now["exhaustion"] = (f"{used} of {self._max_steps} steps used", used / self._max_steps)
 
     def _update(
