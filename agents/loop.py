@@ -16,7 +16,6 @@ import anyio
 from agentrt.agents.context import ContextWindow, message_tokens
 from agentrt.agents.control import RolloutControl, RolloutResult
 from agentrt.agents.signals import Fired, SignalTracker
-from agentrt.agents.toolbox import CallsOutcome
 from agentrt.protocols import (
     AssistantMessage,
     ChatMessage,
@@ -124,6 +123,9 @@ class Rollout:
             seed=seed,
         )
         self.signals = SignalTracker(config.signals, max_steps=config.limits.max_steps)
+        self.sampling = SamplingParams(
+            temperature=config.temperature, max_tokens=config.limits.max_tokens_per_step
+        )
         self.steps: list[Step] = []
         self.raised: list[SignalRaised] = []
         self.spent = Cost()
@@ -314,16 +316,19 @@ class Rollout:
         limits, budget = self.config.limits, self.config.context.budget_tokens
         messages = self.window.messages()
         prompt_tokens = self.window.estimate()
-        note = await self._memory_note()
-        if note is not None:
-            messages.append(note)
-            prompt_tokens += message_tokens(note, self.window.estimate_text)
+        if self.agent.memory is not None:
+            note = await self._memory_note()
+            if note is not None:
+                messages.append(note)
+                prompt_tokens += message_tokens(note, self.window.estimate_text)
         if prompt_tokens > budget:
             return "exhausted", (
                 f"context: the prompt needs about {prompt_tokens:,} tokens after compaction, "
                 f"over the budget of {budget:,}"
             )
-        await self._fire(self.signals.observe_budget(index, self.ledger.headroom()))
+        fired = self.signals.observe_budget(index, self.ledger.headroom())
+        if fired:
+            await self._fire(fired)
         try:
             decision, reservation = self.router.reserve(
                 self.ledger,
@@ -353,17 +358,25 @@ class Rollout:
             messages=pending.messages,
             model=decision.model,
             tools=self.window.tools,
-            sampling=SamplingParams(
-                temperature=self.config.temperature, max_tokens=limits.max_tokens_per_step
-            ),
+            sampling=self.sampling,
             logprobs=self.config.logprobs,
             request_id=f"{self.rollout_id}-{pending.index}",
             affinity_key=self.run_id,
         )
+        timeout = limits.model_timeout_s
         try:
-            async with pending.reservation:
-                with anyio.fail_after(limits.model_timeout_s):
+            with pending.reservation:
+                # One timer per call: a backend that bounds its calls within
+                # our timeout (``call_deadline_s``) raises ``BackendTimeout``
+                # itself; a second scope would only add a timer.
+                own: float | None = getattr(backend, "call_deadline_s", None)
+                if own is not None and own <= timeout:
                     reply = await backend.complete(request)
+                else:
+                    with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+                        reply = await backend.complete(request)
+                    if scope.cancelled_caught:
+                        raise TimeoutError
                 self.spent += pending.reservation.charge(reply.usage)
             if not reply.choices:
                 raise MalformedReply("the reply has no choices", backend=backend.name)
@@ -421,7 +434,10 @@ class Rollout:
         """Run the reply's tool calls, record the step, read the signals."""
         index, message = pending.index, reply.message
         calls = message.tool_calls
-        outcome = CallsOutcome(results=[])
+        emitter = self.agent.emitter
+        results: list[ToolResult] = []
+        answer: str | None = None
+        budget_exceeded: str | None = None
         if calls:
             outcome = await self.agent.toolbox.run_calls(
                 calls,
@@ -445,44 +461,52 @@ class Rollout:
                 # supervisor restarts it from its committed steps.
                 crash = outcome.crashed[0]
                 raise ToolCrashed(f"agent {self.agent.name!r} step {index}: {crash.content}")
-            for call, result in zip(calls, outcome.results, strict=True):
-                await self._emit(
-                    ToolCalled(
-                        run_id=self.run_id,
-                        rollout_id=self.rollout_id,
-                        call_id=call.id,
-                        tool=call.function.name,
-                        arguments=call.function.arguments,
-                        is_error=result.is_error,
-                        duration_s=result.duration_s,
+            results, answer, budget_exceeded = (
+                outcome.results,
+                outcome.answer,
+                outcome.budget_exceeded,
+            )
+            if emitter.wants(ToolCalled):
+                for call, result in zip(calls, results, strict=True):
+                    await emitter.emit(
+                        ToolCalled(
+                            run_id=self.run_id,
+                            rollout_id=self.rollout_id,
+                            call_id=call.id,
+                            tool=call.function.name,
+                            arguments=call.function.arguments,
+                            is_error=result.is_error,
+                            duration_s=result.duration_s,
+                        )
                     )
-                )
-        self.window.add_turn(index, message, outcome.results)
+        self.window.add_turn(index, message, results)
         self.pending = None
-        await self._offer_to_memory(index, message, outcome.results)
+        if self.agent.memory is not None:
+            await self._offer_to_memory(index, message, results)
         await self._record(
             Step(
                 index=index,
                 messages=pending.messages,
                 reply=reply,
-                tool_results=outcome.results,
+                tool_results=results,
                 routing=pending.routing,
                 started_at=pending.started_at,
                 duration_s=time.perf_counter() - pending.started,
             )
         )
-        fired = self.signals.observe(index, message, outcome.results, reply)
-        await self._fire(fired)
-        stop = next((f for f in fired if f.signal in self.config.stop_on), None)
-        if stop is not None:
-            return "failed", f"signal: {stop.signal} ({stop.detail})"
-        if outcome.budget_exceeded is not None:
-            reason = f"budget: {outcome.budget_exceeded}"
+        fired = self.signals.observe(index, message, results, reply)
+        if fired:
+            await self._fire(fired)
+            stop = next((f for f in fired if f.signal in self.config.stop_on), None)
+            if stop is not None:
+                return "failed", f"signal: {stop.signal} ({stop.detail})"
+        if budget_exceeded is not None:
+            reason = f"budget: {budget_exceeded}"
             await self._fire(self.signals.exhausted(index, reason))
             return "exhausted", reason
-        if outcome.answer is not None or not calls:
-            self.answer = outcome.answer if outcome.answer is not None else message.content or ""
-            via = f" ({self.config.finish_tool})" if outcome.answer is not None else ""
+        if answer is not None or not calls:
+            self.answer = answer if answer is not None else message.content or ""
+            via = f" ({self.config.finish_tool})" if answer is not None else ""
             return "finished", f"final answer{via}"
         return None
 
@@ -502,7 +526,7 @@ class Rollout:
         """Offer successful tool results to the bank; note the observation."""
         self.observation = "\n".join(r.content for r in results) or message.content or ""
         memory = self.agent.memory
-        if memory is None:
+        if memory is None:  # the loop calls this only with a bank
             return
         arguments = {c.id: c.function.arguments for c in message.tool_calls}
         for result in results:
@@ -525,7 +549,11 @@ class Rollout:
 
     async def _record(self, step: Step) -> None:
         self.steps.append(step)
-        await self._emit(StepRecorded(run_id=self.run_id, rollout_id=self.rollout_id, step=step))
+        emitter = self.agent.emitter
+        if emitter.wants(StepRecorded):
+            await emitter.emit(
+                StepRecorded(run_id=self.run_id, rollout_id=self.rollout_id, step=step)
+            )
 
     async def _fire(self, fired: Sequence[Fired]) -> None:
         for f in fired:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TypeVar, final
 
 import msgspec
@@ -30,9 +30,11 @@ class EventEmitter:
     """Stamps events (``seq``, ``ts``) and hands them to a sink, or drops
     them when there is none.  One emitter is shared by every rollout (and
     agent of a hierarchy) of a run, so ``seq`` strictly increases across
-    the run's events."""
+    the run's events.  Producers ask ``wants`` before building an event
+    that is theirs alone to build (one per tool call, one per step): with
+    no sink, or one that takes other kinds only, nothing is built."""
 
-    __slots__ = ("_clock", "_seq", "sink")
+    __slots__ = ("_clock", "_seq", "kinds", "sink")
 
     def __init__(
         self,
@@ -40,17 +42,25 @@ class EventEmitter:
         *,
         clock: Callable[[], float] = time.time,
         first_seq: int = 1,
+        kinds: Iterable[type[Event]] | None = None,
     ):
         """``first_seq``: the first number stamped (a resumed run goes on
-        after the events its earlier incarnation stored)."""
+        after the events its earlier incarnation stored); ``kinds``: the
+        event types the sink takes (``None``: all of them); the others are
+        stamped (their ``seq`` is used up) but not delivered."""
         self.sink = sink
+        self.kinds: frozenset[type[Event]] | None = frozenset(kinds) if kinds is not None else None
         self._seq = itertools.count(first_seq)
         self._clock = clock
+
+    def wants(self, kind: type[Event]) -> bool:
+        """Whether an event of type ``kind`` would reach a sink."""
+        return self.sink is not None and (self.kinds is None or kind in self.kinds)
 
     async def emit(self, event: E) -> E:
         """Stamp ``event`` and deliver it; returns the stamped event."""
         stamped = msgspec.structs.replace(event, seq=next(self._seq), ts=self._clock())
-        if self.sink is not None:
+        if self.sink is not None and (self.kinds is None or type(event) in self.kinds):
             await self.sink(stamped)
         return stamped
 

@@ -169,6 +169,14 @@ class OpenAIBackend:
         return self._config.http.max_connections
 
     @property
+    def call_deadline_s(self) -> float:
+        """Seconds a call may take, every attempt and wait included
+        (``retry.deadline_s``); past it, ``complete`` raises
+        ``BackendTimeout``.  A caller with a longer timeout of its own need
+        not time the call too."""
+        return self._policy.deadline_s
+
+    @property
     def endpoint(self) -> str:
         """The chat-completions URL this backend posts to."""
         return self._endpoint
