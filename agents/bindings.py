@@ -12,14 +12,16 @@ import importlib.machinery
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrt.agents.spec import BuiltinTool, McpTools, PythonTool
 from agentrt.runtime.errors import ConfigError
 from agentrt.tools.base import Tool
 from agentrt.tools.builtins import Calculator, ListDirectoryTool, PythonSandbox, ReadFileTool
 from agentrt.tools.function import FunctionTool
-from agentrt.tools.mcp import McpToolSource
+
+if TYPE_CHECKING:  # the MCP SDK loads when a connection opens, not with the agents
+    from agentrt.tools.mcp import McpToolSource
 
 Binding = BuiltinTool | PythonTool | McpTools
 

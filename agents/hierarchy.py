@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from agentrt.agents.agent import Agent
 from agentrt.agents.bindings import resolve_binding
@@ -26,7 +26,9 @@ from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.pricing import PriceTable
 from agentrt.tools.base import Tool
-from agentrt.tools.mcp.servers import McpToolSource
+
+if TYPE_CHECKING:  # the MCP SDK loads when a connection opens, not with the agents
+    from agentrt.tools.mcp.servers import McpToolSource
 
 Backends = Mapping[str, ModelBackend] | Sequence[ModelBackend]
 

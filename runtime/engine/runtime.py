@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
-from typing import Any, Literal, Self, final
+from typing import TYPE_CHECKING, Any, Literal, Self, final
 
 import anyio
 from anyio.abc import TaskStatus
@@ -39,8 +39,10 @@ from agentrt.runtime.models.managed_actor import ManagedServerHandle, spawn_mana
 from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.runtime.pricing import PriceTable
 from agentrt.tools.base import Tool
-from agentrt.tools.mcp import McpServers, spawn_mcp_servers
-from agentrt.tools.mcp.server_actor import McpServerStatus
+
+if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
+    from agentrt.tools.mcp import McpServers
+    from agentrt.tools.mcp.server_actor import McpServerStatus
 
 AgentRef = str | AgentConfig | Agent | Hierarchy | None
 """An agent by name (``RuntimeConfig.agents``), a configuration, or built."""
@@ -172,6 +174,8 @@ class Runtime:
         servers = self._servers()
         if servers:
             # One supervised actor per MCP server connection, shared by every run.
+            from agentrt.tools.mcp import spawn_mcp_servers
+
             mcp = await spawn_mcp_servers(self.system, list(servers.values()), parent=services)
             self._stack.push_async_callback(mcp.stop)
             self._mcp = mcp

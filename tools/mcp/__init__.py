@@ -7,43 +7,95 @@ starts them under a caller's actor system.
 Sits in ``tools``: must not import agents or aggregators.
 """
 
-from agentrt.tools.mcp.config import (
-    HttpServerConfig,
-    McpServerConfig,
-    RestartPolicy,
-    StdioServerConfig,
-    parse_server_spec,
-)
-from agentrt.tools.mcp.connection import McpConnection
-from agentrt.tools.mcp.errors import McpServerError
-from agentrt.tools.mcp.health import ConnectionState
-from agentrt.tools.mcp.pinning import (
-    MemoryPinStore,
-    PinDecision,
-    PinStore,
-    SqlitePinStore,
-    tool_definition_hash,
-)
-from agentrt.tools.mcp.server_actor import (
-    CallTool,
-    GetStatus,
-    ListTools,
-    McpServerActor,
-    McpServerReply,
-    McpServerRequest,
-    McpServerStatus,
-    McpToolInfo,
-    McpToolList,
-    Reconnect,
-)
-from agentrt.tools.mcp.servers import (
-    McpServerHandle,
-    McpServers,
-    McpServerTools,
-    McpToolSource,
-    spawn_mcp_servers,
-)
-from agentrt.tools.mcp.tool import SEPARATOR, McpTool, McpToolCaller, namespaced_names
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentrt.tools.mcp.config import (
+        HttpServerConfig,
+        McpServerConfig,
+        RestartPolicy,
+        StdioServerConfig,
+        parse_server_spec,
+    )
+    from agentrt.tools.mcp.connection import McpConnection
+    from agentrt.tools.mcp.errors import McpServerError
+    from agentrt.tools.mcp.health import ConnectionState
+    from agentrt.tools.mcp.pinning import (
+        MemoryPinStore,
+        PinDecision,
+        PinStore,
+        SqlitePinStore,
+        tool_definition_hash,
+    )
+    from agentrt.tools.mcp.server_actor import (
+        CallTool,
+        GetStatus,
+        ListTools,
+        McpServerActor,
+        McpServerReply,
+        McpServerRequest,
+        McpServerStatus,
+        McpToolInfo,
+        McpToolList,
+        Reconnect,
+    )
+    from agentrt.tools.mcp.servers import (
+        McpServerHandle,
+        McpServers,
+        McpServerTools,
+        McpToolSource,
+        spawn_mcp_servers,
+    )
+    from agentrt.tools.mcp.tool import SEPARATOR, McpTool, McpToolCaller, namespaced_names
+
+# The SDK costs ~0.4 s and ~30 MB to import, and most processes never start
+# an MCP connection: each name is imported from its module on first use.
+_MODULES = {
+    "HttpServerConfig": "config",
+    "McpServerConfig": "config",
+    "RestartPolicy": "config",
+    "StdioServerConfig": "config",
+    "parse_server_spec": "config",
+    "McpConnection": "connection",
+    "McpServerError": "errors",
+    "ConnectionState": "health",
+    "MemoryPinStore": "pinning",
+    "PinDecision": "pinning",
+    "PinStore": "pinning",
+    "SqlitePinStore": "pinning",
+    "tool_definition_hash": "pinning",
+    "CallTool": "server_actor",
+    "GetStatus": "server_actor",
+    "ListTools": "server_actor",
+    "McpServerActor": "server_actor",
+    "McpServerReply": "server_actor",
+    "McpServerRequest": "server_actor",
+    "McpServerStatus": "server_actor",
+    "McpToolInfo": "server_actor",
+    "McpToolList": "server_actor",
+    "Reconnect": "server_actor",
+    "McpServerHandle": "servers",
+    "McpServers": "servers",
+    "McpServerTools": "servers",
+    "McpToolSource": "servers",
+    "spawn_mcp_servers": "servers",
+    "SEPARATOR": "tool",
+    "McpTool": "tool",
+    "McpToolCaller": "tool",
+    "namespaced_names": "tool",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup does not come here
+    return value
+
 
 __all__ = [
     "SEPARATOR",
