@@ -18,7 +18,10 @@ from agentrt.protocols.usage import Usage
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error"]
 
 
-class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+# gc=False: frozen values holding no reference cycles (only other wire values,
+# strings, numbers and lists of them), kept by the thousand while rollouts run;
+# the cyclic collector need not track them.
+class SamplingParams(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Sampling controls shared by every backend."""
 
     temperature: float = 0.7
@@ -28,7 +31,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
 
 
-class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """One chat request.  ``n`` asks for several samples of the same prompt;
     ``logprobs``/``top_logprobs`` ask for token log-probabilities;
     ``request_id`` is passed to servers that accept one (SGLang's ``rid``)."""
@@ -48,12 +51,12 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     endpoint ignore it."""
 
 
-class TopLogprob(msgspec.Struct, frozen=True):
+class TopLogprob(msgspec.Struct, frozen=True, gc=False):
     token: str
     logprob: float
 
 
-class TokenLogprob(msgspec.Struct, frozen=True):
+class TokenLogprob(msgspec.Struct, frozen=True, gc=False):
     """One generated token with its log-probability and alternatives."""
 
     token: str
@@ -61,7 +64,7 @@ class TokenLogprob(msgspec.Struct, frozen=True):
     top: list[TopLogprob] = []
 
 
-class Choice(msgspec.Struct, frozen=True, kw_only=True):
+class Choice(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """One sample of a reply."""
 
     index: int = 0
@@ -70,7 +73,7 @@ class Choice(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: list[TokenLogprob] | None = None
 
 
-class ModelReply(msgspec.Struct, frozen=True, kw_only=True):
+class ModelReply(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A backend's answer: the choices, the model that served it, the usage
     the server reported and the wall-clock latency of the call."""
 

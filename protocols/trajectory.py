@@ -23,7 +23,10 @@ SCHEMA_VERSION = 1
 TrajectoryStatus = Literal["running", "finished", "failed", "cancelled", "exhausted"]
 
 
-class RoutingDecision(msgspec.Struct, frozen=True, kw_only=True):
+# gc=False: frozen values holding no reference cycles (only other wire values,
+# strings, numbers and lists of them), kept by the thousand while rollouts run;
+# the cyclic collector need not track them.
+class RoutingDecision(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Which model the router picked for a step, and why."""
 
     model: str
@@ -34,7 +37,7 @@ class RoutingDecision(msgspec.Struct, frozen=True, kw_only=True):
     budget_left_tokens: int | None = None
 
 
-class Step(msgspec.Struct, frozen=True, kw_only=True):
+class Step(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """One step of a rollout: the request context, the reply, the tool
     results and the routing decision, with timings."""
 
@@ -49,7 +52,7 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     schema_version: int = SCHEMA_VERSION
 
 
-class Trajectory(msgspec.Struct, frozen=True, kw_only=True):
+class Trajectory(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A whole rollout."""
 
     run_id: str

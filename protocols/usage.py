@@ -5,7 +5,10 @@ from __future__ import annotations
 import msgspec
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
+# gc=False: frozen values holding no reference cycles (only other wire values,
+# strings, numbers and lists of them), kept by the thousand while rollouts run;
+# the cyclic collector need not track them.
+class Usage(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Tokens as the serving model reported them (never estimated here).
 
     ``cached_prompt_tokens`` is the part of ``prompt_tokens`` the server
@@ -28,7 +31,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class Cost(msgspec.Struct, frozen=True, kw_only=True):
+class Cost(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """What a piece of work cost: money, tokens, calls and wall time."""
 
     usd: float = 0.0
