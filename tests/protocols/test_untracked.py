@@ -7,6 +7,7 @@ import gc
 
 from agentrt.protocols import (
     AssistantMessage,
+    ChatMessage,
     Choice,
     Cost,
     FunctionCall,
@@ -32,7 +33,11 @@ def test_a_trajectory_and_what_it_holds_are_untracked() -> None:
         usage=Usage(prompt_tokens=3, completion_tokens=2),
         latency_s=0.1,
     )
-    prompt = [UserMessage(content="hi"), message, ToolMessage(content="2", tool_call_id="c1")]
+    prompt: list[ChatMessage] = [
+        UserMessage(content="hi"),
+        message,
+        ToolMessage(content="2", tool_call_id="c1"),
+    ]
     step = Step(
         index=0,
         messages=prompt,
