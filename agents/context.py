@@ -9,8 +9,9 @@ or the roof.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Final, final
+
+import msgspec
 
 from agentrt.agents.config import ContextConfig
 from agentrt.protocols import (
@@ -77,12 +78,13 @@ def brief_notes(
     return lines
 
 
-@dataclass(slots=True)
-class _Turn:
+class _Turn(msgspec.Struct, gc=False):
+    # gc=False: a rollout keeps one per step, and a turn refers to nothing
+    # that refers back to it.
     step: int
     assistant: AssistantMessage
     results: list[ToolResult]
-    messages: list[ChatMessage] = field(default_factory=list)
+    messages: list[ChatMessage] = []
     tokens: int = 0
 
 
@@ -155,8 +157,11 @@ class ContextWindow:
     def add_turn(
         self, step: int, assistant: AssistantMessage, results: Sequence[ToolResult]
     ) -> None:
-        """Append a step's assistant message and its tool results (in call order)."""
-        turn = _Turn(step=step, assistant=assistant, results=list(results))
+        """Append a step's assistant message and its tool results (in call
+        order).  A list of results is kept as it is (the loop's step record
+        holds the same list; neither is changed afterwards)."""
+        kept = results if isinstance(results, list) else list(results)
+        turn = _Turn(step=step, assistant=assistant, results=kept)
         self._render(turn)
         self._turns.append(turn)
         self._messages.extend(turn.messages)
