@@ -132,6 +132,10 @@ class RunExecution:
                 self._committed[event.rollout_id].append(event.step)
 
         emitter.sink = sink
+        if outer is None:
+            # Nobody reads the run's events but the steps: the agent loop
+            # then builds no per-call event (``EventEmitter.wants``).
+            emitter.kinds = frozenset({StepRecorded})
 
     # -- the run --------------------------------------------------------------
 
