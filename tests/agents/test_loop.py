@@ -498,3 +498,109 @@ async def test_a_tool_that_finds_the_budget_spent_ends_the_rollout() -> None:
     assert error.is_error
     assert "the budget is spent" in error.content
     assert len(backend.requests) == 1
+
+
+async def test_a_single_tool_call_runs_in_the_rollouts_own_task() -> None:
+    # No task group (and no task) for one call; several still run concurrently.
+    tasks: list[int] = []
+
+    @tool
+    async def where() -> str:
+        """Which task runs the call."""
+        tasks.append(anyio.get_current_task().id)
+        return "here"
+
+    backend = ScriptedBackend([ScriptedToolCall("where", {}), "done"])
+    agent = make_agent(backend, where)
+    rollout_task: list[int] = []
+
+    async def run() -> None:
+        rollout_task.append(anyio.get_current_task().id)
+        await agent.run("where")
+
+    await run()
+    assert tasks == rollout_task
+
+    tasks.clear()
+    backend = ScriptedBackend(
+        [[ScriptedToolCall("where", {}), ScriptedToolCall("where", {})], "ok"]
+    )
+    await make_agent(backend, where).run("where twice")
+    assert len(tasks) == 2
+    assert rollout_task[0] not in tasks
+
+
+async def test_a_function_tools_arguments_are_checked_by_the_function_tool_only() -> None:
+    @tool
+    async def double(n: int) -> int:
+        """Twice n."""
+        return 2 * n
+
+    backend = ScriptedBackend(
+        [ScriptedToolCall("double", {"n": "many"}), ScriptedToolCall("double", {"n": 4}), "8"]
+    )
+    result = await make_agent(backend, double).run("double 4")
+
+    wrong = result.trajectory.steps[0].tool_results[0]
+    assert wrong.is_error
+    assert wrong.content.startswith("error: Invalid arguments for tool 'double':\n- n: ")
+    assert "'many'" in wrong.content  # pydantic's message, per argument
+    assert result.trajectory.steps[1].tool_results[0].content == "8"
+
+
+class DeadlineBackend:
+    """A scripted backend that says it bounds its own calls, as
+    ``OpenAIBackend`` does (``call_deadline_s``)."""
+
+    call_deadline_s = 0.05
+
+    def __init__(self, inner: ScriptedBackend) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.models = inner.models
+        self.complete = inner.complete
+        self.stream = inner.stream
+
+    async def __aenter__(self) -> DeadlineBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+async def test_a_backend_that_bounds_its_calls_is_not_timed_twice() -> None:
+    limits = AgentLimits(model_timeout_s=0.05)
+    slow = ScriptedBackend(["late"], latency_s=5.0)
+    result = await make_agent(slow, limits=limits).run("t")
+    assert result.trajectory.steps[0].error == "no reply within 0.05 s"  # the loop's timer
+
+    # A backend whose own deadline is within the loop's: only the backend's
+    # timer runs (here it never fires: the reply comes after 0.2 s).
+    bounded = DeadlineBackend(ScriptedBackend(["in time"], latency_s=0.2))
+    agent = Agent(AgentConfig(name="tester", limits=limits), backends=[bounded])
+    result = await agent.run("t")
+    assert (result.status, result.answer) == ("finished", "in time")
+
+
+async def test_events_no_sink_takes_are_not_built() -> None:
+    built: list[str] = []
+    log = EventLog()
+
+    async def counting(event: Event) -> None:
+        built.append(type(event).__name__)
+        await log(event)
+
+    backend = ScriptedBackend([ScriptedToolCall("add", {"a": 1, "b": 2}), "3"])
+    agent = make_agent(backend, add_tool())
+    agent.emitter.sink = counting
+    agent.emitter.kinds = frozenset({StepRecorded})
+    assert agent.emitter.wants(StepRecorded)
+    assert not agent.emitter.wants(ToolCalled)
+    result = await agent.run("1 + 2")
+
+    assert result.answer == "3"
+    assert set(built) == {"StepRecorded"}
+    assert len(log.of_type(StepRecorded)) == 2
+    # An event emitted but not delivered still takes its number (RolloutStarted:
+    # 1); the ToolCalled events were never built, so they take none.
+    assert [e.seq for e in log.of_type(StepRecorded)] == [2, 3]

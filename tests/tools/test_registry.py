@@ -134,3 +134,29 @@ async def test_context_timeout_bounds_a_call() -> None:
     assert out.structured["error"] == "timeout"
     out = await registry.call("slow", {"seconds": 0}, ToolContext(timeout_s=5))
     assert (out.is_error, out.text) == (False, "done")
+
+
+@pytest.mark.anyio
+async def test_a_function_tool_is_validated_once_by_its_own_model() -> None:
+    @tool
+    async def count(n: int, label: str = "x") -> str:
+        """Count."""
+        return f"{label}{n}"
+
+    registry = ToolRegistry([count])
+    # Nothing is checked before the call: the function tool checks itself
+    # (pydantic, against the types its schema came from).
+    assert registry.problems_before_call("count", {"n": "many"}) == []
+    problems = registry.validate("count", {"n": "many", "extra": 1})
+    assert {p.argument for p in problems} == {"n", "extra"}
+    out = await registry.call("count", {"n": "many"})
+    assert out.is_error
+    assert out.structured["error"] == "invalid_arguments"
+    assert (await registry.call("count", {"n": 3})).text == "x3"
+
+    # A tool without its own validation is checked against its schema first.
+    target = SchemaOnlyTool("store", SCHEMA)
+    registry.register(target)
+    assert registry.problems_before_call("store", {"count": "3"})
+    assert registry.find("store") is target
+    assert registry.find("nope") is None
