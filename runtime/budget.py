@@ -294,7 +294,9 @@ class BudgetLedger:
         self._on_update = on_update
         self._parent = _parent
         self._lock: threading.Lock = _parent._lock if _parent is not None else threading.Lock()
-        self._upstream = _parent._upstream if _parent is not None else upstream
+        self._upstream: LedgerUpstream | None = (
+            _parent._upstream if _parent is not None else upstream
+        )
         self._chain: tuple[BudgetLedger, ...] = (self, *(_parent._chain if _parent else ()))
         self._children: dict[str, BudgetLedger] = {}
         # Per-model rates, resolved once per tree (the price table is frozen).

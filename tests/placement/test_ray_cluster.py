@@ -30,6 +30,7 @@ def _require(ok: bool, why: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 @pytest.mark.timeout(1500)
 def test_the_cluster_tests_pass_inside_their_network_namespace() -> None:
     _require(importlib.util.find_spec("ray") is not None, "Ray is not installed (the ray extra)")

@@ -240,7 +240,7 @@ class RayPlacement:
     def _check_resources(self) -> None:
         """Whether the cluster's nodes can hold every worker at once."""
         needs = self._needs()
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         room = 0
         for node in nodes:
             have: dict[str, float] = node.get("Resources", {})
@@ -485,7 +485,9 @@ class RayPlacement:
                 case EventOut(event=event, ack=ack):
                     entry = self._runs.get(event.run_id)
                     if entry is None:
-                        log.warning("placed_event_dropped", run=event.run_id, event=type(event))
+                        log.warning(
+                            "placed_event_dropped", run=event.run_id, kind=type(event).__name__
+                        )
                     else:
                         try:
                             await entry.emit(event)

@@ -38,10 +38,7 @@ class Cluster:
         """SIGKILL the raylet of node ``node_id`` and every process it
         started (its workers: the rollout worker and its MCP servers die
         with it, as when a machine goes away); returns the raylet's pid."""
-        import ray
-
-        ports = {n["NodeID"]: n["NodeManagerPort"] for n in ray.nodes()}
-        flag = f"--node_manager_port={ports[node_id]}"
+        flag = f"--node_id={node_id}"
         for proc in psutil.process_iter(["name", "cmdline"]):
             cmdline = proc.info["cmdline"] or []
             if "raylet" in (proc.info["name"] or "") and flag in cmdline:
