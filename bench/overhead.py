@@ -14,7 +14,9 @@ other core), so its CPU time, garbage collections and peak RSS are its own:
 - ``rollouts``: one ``Runtime.run(task, scaling=ScalingSpec(rollouts=R))``
                 (``early_stop = false``, so every rollout makes its S calls);
 - ``backend``:  a bare loop around ``OpenAIBackend.complete()`` (the second
-                table: the model client alone).
+                table: the model client alone);
+- ``agent``:    (``--variants``, a diagnostic) ``Agent.run`` without the
+                engine: the loop's share apart from the engine's.
 
 The agent is ``AgentConfig(name="bench", tools=["add"], stop_on=[])``: the
 sim-server calls ``add(a=1, b=1)`` at every step, and the default ``loop``
@@ -26,15 +28,19 @@ embedding application gets.
 
 Per variant: wall time over ideal (S x latency) and over the floor's, client
 CPU microseconds per model call and its ratio to the floor's, the cyclic
-collector's share of that CPU and its longest pause, peak RSS, and the model
-calls the sim-server counted (asserted to be R x S).  Repetitions alternate
-the variants (floor, runs, rollouts, backend, floor, ...); reported are
-medians.  Then the time of ``import agentrt``, ``agentrt --help`` and
-``from agentrt import Runtime`` (median of 5 fresh interpreters).
+collector's share of that CPU and its longest pause, peak RSS, the model
+calls the sim-server counted (asserted to be R x S), and how busy client and
+server were (CPU over wall time: a server near 100% sets the wall time).
+Repetitions alternate the variants (floor, runs, rollouts, backend, floor,
+...); reported are medians (3 repetitions below R = 3,000, 1 at 3,000 by
+default: ~4 minutes on 2 cores).  Then the time of ``import agentrt``,
+``agentrt --help`` and ``from agentrt import Runtime`` (median of 5 fresh
+interpreters).
 
-    python bench/overhead.py              # R = 100, 1,000 (3 reps), 3,000 (1 rep): ~4 min
-    python bench/overhead.py --quick      # R = 100 only
-    python bench/overhead.py --rollouts 1000 --repeat 5
+    python bench/overhead.py                      # R = 100, 1,000, 3,000
+    python bench/overhead.py --repeat-large 3     # 3 repetitions at R = 3,000 too
+    python bench/overhead.py --quick              # R = 100 only
+    python bench/overhead.py --rollouts 1000 --variants runs agent
     python bench/overhead.py --child runs --rollouts 1000 --url URL   # one sample (profiling)
 """
 
@@ -264,6 +270,18 @@ class _GcClock:
             self.longest, self.longest_generation = pause, generation
 
 
+def _server_cpu(pid: int | None) -> float:
+    """The sim-server's CPU seconds so far (``/proc``; 0 where there is none)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _chat_calls(url: str) -> int:
     with urllib.request.urlopen(f"{url}/sim/stats", timeout=10) as response:
         stats = json.load(response)
@@ -294,11 +312,13 @@ async def _measure(
     calls0 = _chat_calls(url)  # blocking, but outside the measured phase
     clock = _GcClock()
     gc.callbacks.append(clock)
+    server0 = _server_cpu(_SERVER.get("pid"))
     cpu0, wall0 = time.process_time(), time.perf_counter()
     async with anyio.create_task_group() as tg:
         for i in range(tasks):
             tg.start_soon(one, i)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    server = _server_cpu(_SERVER.get("pid")) - server0
     gc.callbacks.remove(clock)
     return {
         "wall": wall,
@@ -310,12 +330,21 @@ async def _measure(
         "gc_cpu_by_generation": clock.by_generation,
         "answered": answered,
         "server_calls": _chat_calls(url) - calls0,
+        "server_busy": server / wall,
     }
 
 
-def child(variant: str, url: str, rollouts: int, steps: int, cpu: int | None) -> None:
+_SERVER: dict[str, int] = {}
+"""The sim-server's process id, when the parent gave it (``pid``)."""
+
+
+def child(
+    variant: str, url: str, rollouts: int, steps: int, *, cpu: int | None, server: int | None
+) -> None:
     import anyio
 
+    if server is not None:
+        _SERVER["pid"] = server
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     if os.environ.get("BENCH_NO_GC"):  # profiling the work itself, not the collector
@@ -354,9 +383,12 @@ def start_sim(latency_ms: float, steps: int, cpu: int | None) -> tuple[subproces
     return proc, url
 
 
-def run_child(variant: str, url: str, rollouts: int, steps: int, cpu: int | None) -> dict[str, Any]:
+def run_child(
+    variant: str, url: str, rollouts: int, steps: int, *, cpu: int | None, server: int
+) -> dict[str, Any]:
     argv = [sys.executable, os.path.abspath(__file__), "--child", variant, "--url", url,
-            "--rollouts", str(rollouts), "--steps", str(steps)]  # fmt: skip
+            "--rollouts", str(rollouts), "--steps", str(steps),
+            "--server-pid", str(server)]  # fmt: skip
     if cpu is not None:
         argv += ["--cpu", str(cpu)]
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -375,7 +407,7 @@ def run_child(variant: str, url: str, rollouts: int, steps: int, cpu: int | None
 
 
 def median_of(samples: list[dict[str, Any]]) -> dict[str, float]:
-    keys = ("wall", "cpu", "gc_cpu", "gc_longest", "peak_rss_mb", "server_calls")
+    keys = ("wall", "cpu", "gc_cpu", "gc_longest", "peak_rss_mb", "server_calls", "server_busy")
     out = {k: statistics.median(float(s[k]) for s in samples) for k in keys}
     out["gc_share"] = statistics.median(s["gc_cpu"] / s["cpu"] for s in samples)
     out["n"] = len(samples)
@@ -396,7 +428,8 @@ def report(table: Table, steps: int, latency: float) -> None:
           "medians of n interleaved repetitions\n")  # fmt: skip
     head = (f"{'R':>6} {'loop':>9} {'n':>2} {'wall s':>7} {'/ideal':>7} {'/floor':>7} "
             f"{'CPU us/call':>11} {'/floor':>7} {'GC %CPU':>8} {'GC pause ms':>11} "
-            f"{'RSS MB':>7} {'/floor':>7} {'server calls':>12}")  # fmt: skip
+            f"{'RSS MB':>7} {'/floor':>7} {'server calls':>12} {'client %':>8} "
+            f"{'server %':>8}")  # fmt: skip
 
     def rows(variants: tuple[str, ...]) -> None:
         print(head)
@@ -411,7 +444,8 @@ def report(table: Table, steps: int, latency: float) -> None:
                       f"{1e6 * m['cpu'] / (r * steps):>11.0f} {m['cpu'] / floor['cpu']:>7.2f} "
                       f"{100 * m['gc_share']:>8.1f} {1000 * m['gc_longest']:>11.1f} "
                       f"{m['peak_rss_mb']:>7.1f} {m['peak_rss_mb'] / floor['peak_rss_mb']:>7.2f} "
-                      f"{m['server_calls']:>12,.0f}")  # fmt: skip
+                      f"{m['server_calls']:>12,.0f} {100 * m['cpu'] / m['wall']:>8.0f} "
+                      f"{100 * m['server_busy']:>8.0f}")  # fmt: skip
 
     print("The full agent loop (Runtime.run) beside the floor:")
     rows(AGENT_LOOP)
@@ -440,13 +474,9 @@ def report(table: Table, steps: int, latency: float) -> None:
         print("The model client alone (OpenAIBackend.complete in a bare loop) beside the floor:")
         rows(("backend",))
         print()
-    for r, by in table.items():
-        # A client that is not CPU-bound waits on the server or the machine.
-        for name, m in by.items():
-            busy = m["cpu"] / m["wall"]
-            if m["wall"] > 1.5 * ideal and busy < 0.8:
-                print(f"note: R={r} {name}: the client was busy {100 * busy:.0f}% of the wall "
-                      "time: its wall time is set by the server or the machine")  # fmt: skip
+    print("client %, server %: CPU time over wall time of the measured phase (a loop")
+    print("whose client is well under 100% waits on the server or the machine: a server")
+    print("near 100% sets that loop's wall time, not the client)\n")
 
 
 def import_times(repeat: int = 5) -> None:
@@ -496,11 +526,13 @@ def main() -> None:
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be at least 2 (S - 1 tool calls, then the answer)")
     if args.child:
-        child(args.child, args.url, (args.rollouts or [100])[0], args.steps, args.cpu)
+        rollouts = (args.rollouts or [100])[0]
+        child(args.child, args.url, rollouts, args.steps, cpu=args.cpu, server=args.server_pid)
         return
     cores = sorted(os.sched_getaffinity(0))
     pin = not args.no_pin and len(cores) >= 2
@@ -514,7 +546,8 @@ def main() -> None:
             samples: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
             for _ in range(args.repeat if r < 3000 else args.repeat_large):
                 for variant in variants:
-                    samples[variant].append(run_child(variant, url, r, args.steps, client_cpu))
+                    sample = run_child(variant, url, r, args.steps, cpu=client_cpu, server=proc.pid)
+                    samples[variant].append(sample)
                 print(f"R={r}: " + ", ".join(f"{v} {samples[v][-1]['wall']:.2f}s"
                                              for v in variants), flush=True)  # fmt: skip
             table[r] = {v: median_of(s) for v, s in samples.items()}
