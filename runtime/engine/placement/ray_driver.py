@@ -460,23 +460,31 @@ class RayPlacement:
     def _book(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
         replies: list[Reply] = []
         for item in items:
-            match item:
-                case ReserveOut():
-                    answer = self._reserve(worker, item)
-                    if item.wait:
-                        replies.append(answer)
-                case ChargeOut(id=rid, usage=usage):
-                    self._charge(worker, rid, usage)
-                case ReleaseOut(id=rid):
-                    held = worker.reservations.pop(rid, None)
-                    worker.unbooked.pop(rid, None)
-                    if held is not None:
-                        held.release()
-                case RestoreOut(ledger=key, model=model, usage=usage):
-                    ledger = self._ledgers.get(key)
-                    if ledger is not None:
-                        ledger.restore(model, usage)
+            try:
+                self._book_one(worker, item, replies)
+            except Exception as error:  # one bad item must not stop the worker's pump
+                log.error("placed_ledger_item_failed", item=type(item).__name__, error=repr(error))
+                if isinstance(item, ReserveOut) and item.wait:
+                    replies.append(Reserved(id=item.id, refused=repr(error), kind="invalid"))
         return replies
+
+    def _book_one(self, worker: _Worker, item: Outbound, replies: list[Reply]) -> None:
+        match item:
+            case ReserveOut():
+                answer = self._reserve(worker, item)
+                if item.wait:
+                    replies.append(answer)
+            case ChargeOut(id=rid, usage=usage):
+                self._charge(worker, rid, usage)
+            case ReleaseOut(id=rid):
+                held = worker.reservations.pop(rid, None)
+                worker.unbooked.pop(rid, None)
+                if held is not None:
+                    held.release()
+            case RestoreOut(ledger=key, model=model, usage=usage):
+                ledger = self._ledgers.get(key)
+                if ledger is not None:
+                    ledger.restore(model, usage)
 
     async def _deliver(self, items: list[Outbound]) -> list[int]:
         acked: list[int] = []

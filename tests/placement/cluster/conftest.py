@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +26,18 @@ def anyio_backend() -> tuple[str, dict[str, Any]]:
     return ("asyncio", {"use_uvloop": True})
 
 
-def _ray(*args: str) -> None:
-    done = subprocess.run([RAY, *args], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, f"ray {' '.join(args)}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+def _ray(*args: str, attempts: int = 1) -> None:
+    """``ray ARGS``; a node's start is tried again on a loaded machine
+    (its GCS connection times out after 30 s)."""
+    for attempt in range(attempts):
+        done = subprocess.run(
+            [RAY, *args], capture_output=True, text=True, timeout=180, check=False
+        )
+        if done.returncode == 0:
+            return
+        if attempt + 1 < attempts:
+            time.sleep(2)
+    raise AssertionError(f"ray {' '.join(args)}: {done.stdout[-2000:]}{done.stderr[-2000:]}")
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ def cluster() -> Iterator[Cluster]:
     )
     try:
         for _ in range(2):
-            _ray("start", f"--address={ADDRESS}", "--num-cpus=1")
+            _ray("start", f"--address={ADDRESS}", "--num-cpus=1", attempts=3)
         yield Cluster(ADDRESS)
     finally:
         _ray("stop", "--force")
