@@ -48,18 +48,20 @@ async def add(a: int, b: int) -> int:
     return a + b
 
 
-def _cpu(exclude: int) -> dict[int, float]:
-    """CPU seconds of this process and its descendants, by pid."""
+def _cpu(exclude: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds of this process and its descendants, by pid (with a name:
+    ``driver``, or the process's own)."""
     me = psutil.Process()
-    out: dict[int, float] = {}
+    out: dict[int, tuple[str, float]] = {}
     for proc in [me, *me.children(recursive=True)]:
         if proc.pid == exclude:
             continue
         try:
             times = proc.cpu_times()
+            name = "driver" if proc.pid == me.pid else proc.name()
         except psutil.Error:
             continue
-        out[proc.pid] = times.user + times.system
+        out[proc.pid] = (name, times.user + times.system)
     return out
 
 
@@ -93,8 +95,12 @@ async def measure(
         result = await rt.run("Add 1 and 1.", scaling=ScalingSpec(rollouts=rollouts))
         wall = time.perf_counter() - started
         after = _cpu(sim_pid)
-    cpu = sum(after[pid] - before.get(pid, 0.0) for pid in after)
     calls = result.cost.model_calls
+    by_name: dict[str, float] = {}
+    for pid, (name, seconds) in after.items():
+        spent = seconds - before.get(pid, (name, 0.0))[1]
+        by_name[name] = by_name.get(name, 0.0) + spent
+    cpu = sum(by_name.values())
     return {
         "variant": variant,
         "calls": calls,
@@ -102,6 +108,12 @@ async def measure(
         "calls_per_s": round(calls / wall, 1),
         "cpu_us_per_call": round(cpu / max(calls, 1) * 1e6, 1),
         "status": result.status,
+        "error": result.error,
+        "cpu_us_per_call_by_process": {
+            name: round(seconds / max(calls, 1) * 1e6, 1)
+            for name, seconds in sorted(by_name.items(), key=lambda kv: -kv[1])
+            if seconds > 0
+        },
     }
 
 

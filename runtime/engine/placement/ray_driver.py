@@ -452,9 +452,9 @@ class RayPlacement:
     async def _handle(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
         # The ledger first: a waiting call's answer goes back sooner.
         replies: list[Reply] = self._book(worker, items)
-        acked = await self._deliver(items)
+        acked, failed = await self._deliver(items)
         if acked:
-            replies.append(Acked(ids=acked))
+            replies.append(Acked(ids=acked, failed=failed))
         return replies
 
     def _book(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
@@ -486,8 +486,11 @@ class RayPlacement:
                 if ledger is not None:
                     ledger.restore(model, usage)
 
-    async def _deliver(self, items: list[Outbound]) -> list[int]:
+    async def _deliver(self, items: list[Outbound]) -> tuple[list[int], dict[int, str]]:
+        """The events to their runs' streams, in order: the ids to ack,
+        and those whose sink raised (not committed) with why."""
         acked: list[int] = []
+        failed: dict[int, str] = {}
         for item in items:
             match item:
                 case EventOut(event=event, ack=ack):
@@ -499,14 +502,15 @@ class RayPlacement:
                     else:
                         try:
                             await entry.emit(event)
-                        except Exception as error:  # not committed: the worker is not told so
+                        except Exception as error:
                             log.error("placed_event_failed", run=event.run_id, error=repr(error))
-                            continue
+                            if ack:
+                                failed[ack] = repr(error)
                     if ack:
                         acked.append(ack)
                 case FlushOut(ack=ack):
                     acked.append(ack)
-        return acked
+        return acked, failed
 
     def _reserve(self, worker: _Worker, item: ReserveOut) -> Reserved:
         ledger = self._ledgers.get(item.ledger)

@@ -17,6 +17,7 @@ are chosen or aggregated.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import math
 import os
@@ -84,7 +85,10 @@ class Outbox:
         self._items: deque[Outbound] = deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._acks: dict[int, Future[None]] = {}
+        # Acks are awaited on the rollouts' loop and completed there, a
+        # batch per call; a waiting reservation blocks its thread instead.
+        self._acks: dict[int, asyncio.Future[None]] = {}
+        self._rollouts_loop: asyncio.AbstractEventLoop | None = None
         self._reserves: dict[int, Future[Reserved]] = {}
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -100,11 +104,13 @@ class Outbox:
         if first and loop is not None and wake is not None:
             loop.call_soon_threadsafe(wake.set)
 
-    def expect_ack(self) -> tuple[int, Future[None]]:
+    def expect_ack(self) -> tuple[int, asyncio.Future[None]]:
+        """An ack id and the future its ack completes (on the rollouts' loop)."""
+        loop = asyncio.get_running_loop()
+        self._rollouts_loop = loop
         ack = self.next_id()
-        future: Future[None] = Future()
-        with self._lock:
-            self._acks[ack] = future
+        future: asyncio.Future[None] = loop.create_future()
+        self._acks[ack] = future
         return ack, future
 
     def expect_reserved(self, rid: int) -> Future[Reserved]:
@@ -117,17 +123,26 @@ class Outbox:
         """Complete what the driver answered (on Ray's loop)."""
         for reply in replies:
             match reply:
-                case Acked(ids=ids):
-                    with self._lock:
-                        done = [self._acks.pop(i, None) for i in ids]
-                    for future in done:
-                        if future is not None and not future.done():
-                            future.set_result(None)
+                case Acked(ids=ids, failed=failed):
+                    loop = self._rollouts_loop
+                    if loop is not None:
+                        loop.call_soon_threadsafe(self._acked, ids, failed)
                 case Reserved(id=rid):
                     with self._lock:
                         waiting = self._reserves.pop(rid, None)
                     if waiting is not None and not waiting.done():
                         waiting.set_result(reply)
+
+    def _acked(self, ids: list[int], failed: dict[int, str]) -> None:
+        for ack in ids:
+            future = self._acks.pop(ack, None)
+            if future is None or future.done():
+                continue
+            why = failed.get(ack)
+            if why is None:
+                future.set_result(None)
+            else:
+                future.set_exception(RuntimeFailure(f"the run's sink did not take it: {why}"))
 
     async def take(self) -> list[Outbound]:
         """The items posted since the last take (waits up to ``IDLE_S`` for one)."""
@@ -324,7 +339,7 @@ class WorkerHost:
     async def _flush(self) -> None:
         ack, done = self._outbox.expect_ack()
         self._outbox.post(FlushOut(ack=ack))
-        await asyncio.wrap_future(done)
+        await done
 
     async def _shard(self, placed: PlacedRollout) -> _Shard:
         run_id = placed.rollout.run_id
@@ -344,7 +359,7 @@ class WorkerHost:
             ack, committed = self._outbox.expect_ack()
             self._outbox.post(EventOut(event=event, ack=ack))
             with anyio.fail_after(DRIVER_TIMEOUT_S):
-                await asyncio.wrap_future(committed)
+                await committed
             if is_top_level(event.rollout_id):
                 holder[0].committed[event.rollout_id].append(event.step)
 
@@ -394,6 +409,14 @@ class RolloutWorker:
                 self._host
             )
             self._stack.enter_context(hosted)
+            # This process is the worker's own, so it tunes its collector
+            # (as sim-server does): its start-up heap (Ray's modules, the
+            # Runtime) leaves the generations, and collections are rarer:
+            # with thousands of rollouts' live state, the default thresholds
+            # spent about a quarter of the worker's CPU collecting.
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(100_000, 50, 1000)
 
         except Exception as exc:
             self._error = f"{type(exc).__name__}: {exc}"

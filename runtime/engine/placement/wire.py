@@ -129,7 +129,11 @@ Outbound = EventOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOu
 
 
 class Acked(msgspec.Struct, frozen=True, kw_only=True, tag="acked"):
+    """The driver handled these items; ``failed``: the ones its sink refused
+    (the event is not committed: the rollout fails at that step)."""
+
     ids: list[int]
+    failed: dict[int, str] = {}
 
 
 class Reserved(msgspec.Struct, frozen=True, kw_only=True, tag="reserved"):
