@@ -193,6 +193,7 @@ class Runtime:
                 agents=self._agents_given,
                 prices=self.prices,
                 backends=self._given,
+                bank=self.bank,
             )
         )
 

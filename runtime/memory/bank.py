@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, Self, TypeVar, final
+from typing import Final, Literal, Protocol, Self, TypeVar, final
 
 import anyio
 import msgspec
@@ -131,6 +131,28 @@ class NewItem(msgspec.Struct, frozen=True, kw_only=True):
 
 Owners = Sequence[tuple[Scope, str]]
 """Which (scope, owner) pairs a read may see."""
+
+
+class MemoryStore(Protocol):
+    """What a ``MemoryView`` reads and writes: a ``MemoryBank``, or a bank
+    in another process reached through it (a rollout on a Ray worker)."""
+
+    async def search(self, match: str, owners: Owners, *, k: int = 5) -> list[MemoryHit]: ...
+
+    async def get(
+        self, item_id: int, owners: Owners, *, count_hit: bool = True
+    ) -> MemoryItem | None: ...
+
+    async def put(self, item: NewItem) -> int: ...
+
+    async def promote(
+        self,
+        source: tuple[Scope, str],
+        target: tuple[Scope, str],
+        *,
+        min_hits: int = 1,
+        verified_only: bool = True,
+    ) -> int: ...
 
 
 @final
@@ -499,6 +521,7 @@ __all__ = [
     "MemoryHit",
     "MemoryItem",
     "MemoryLimits",
+    "MemoryStore",
     "NewItem",
     "Owners",
     "Scope",

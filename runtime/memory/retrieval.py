@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Protocol, final
 
 from agentrt.runtime.memory.admission import STOPWORDS
-from agentrt.runtime.memory.bank import MemoryBank, MemoryHit, Owners
+from agentrt.runtime.memory.bank import MemoryHit, MemoryStore, Owners
 
 _WORD = re.compile(r"[0-9A-Za-z_]+")
 
@@ -68,7 +68,7 @@ class Retriever:
 
     def __init__(
         self,
-        bank: MemoryBank,
+        bank: MemoryStore,
         *,
         k: int = 5,
         embedder: Embedder | None = None,

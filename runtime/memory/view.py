@@ -24,7 +24,14 @@ from agentrt.runtime.memory.admission import (
     Candidate,
     ScoredAdmission,
 )
-from agentrt.runtime.memory.bank import MemoryBank, MemoryHit, MemoryItem, NewItem, Owners, Scope
+from agentrt.runtime.memory.bank import (
+    MemoryHit,
+    MemoryItem,
+    MemoryStore,
+    NewItem,
+    Owners,
+    Scope,
+)
 from agentrt.runtime.memory.retrieval import Retriever, build_query
 
 log = get_logger(__name__)
@@ -51,7 +58,7 @@ class MemoryView:
 
     def __init__(
         self,
-        bank: MemoryBank,
+        bank: MemoryStore,
         *,
         run_id: str,
         task_id: str = "",

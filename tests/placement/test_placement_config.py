@@ -103,10 +103,6 @@ async def test_what_cannot_reach_a_worker_is_refused() -> None:
     with pytest.raises(ConfigError, match="backends given as objects"):
         async with Runtime(ray, backends=[ScriptedBackend(["x"])]):
             pass
-    memory = RuntimeConfig.model_validate({"memory": True, "placement": {"kind": "ray"}})
-    with pytest.raises(ConfigError, match="memory bank is not reachable from Ray workers"):
-        async with Runtime(memory):
-            pass
 
 
 def test_agentrt_and_a_local_run_do_not_import_ray() -> None:

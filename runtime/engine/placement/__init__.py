@@ -21,6 +21,7 @@ from agentrt.runtime.engine.placement.local import LocalPlacement
 from agentrt.runtime.engine.placement.wire import WorkerSpec
 from agentrt.runtime.engine.settings import RuntimeConfig
 from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.memory import MemoryStore
 from agentrt.runtime.pricing import PriceTable
 from agentrt.tools.base import Tool
 
@@ -33,16 +34,18 @@ async def open_placement(
     agents: Mapping[str, SpecSet | AgentConfig] | None = None,
     prices: PriceTable | None = None,
     backends: Mapping[str, object] | None = None,
+    bank: MemoryStore | None = None,
 ) -> AsyncIterator[Placement]:
     """The placement ``config.placement`` names, open until the block ends.
 
     ``ray``: workers are started (and stopped on exit) with ``config``
     (placement aside), ``tools``, ``agents`` and ``prices``, from which each
-    builds its own backends, MCP connections and agents.  Raises
+    builds its own backends, MCP connections and agents; their rollouts
+    use ``bank`` (the Runtime's memory bank) through the driver.  Raises
     ``ConfigError`` when Ray is not installed, the cluster cannot be
     reached or lacks the workers' resources, a worker cannot import
-    agentrt or open what ``config`` asks for, or the Runtime was given what
-    cannot reach a worker: ``backends`` as objects, a memory bank."""
+    agentrt or open what ``config`` asks for, or the Runtime was given
+    ``backends`` as objects (they cannot reach a worker)."""
     placement = config.placement
     if placement.kind == "local":
         yield LocalPlacement()
@@ -51,12 +54,6 @@ async def open_placement(
         raise ConfigError(
             f"the ray placement opens every backend on its workers from [models]; backends "
             f"given as objects ({', '.join(sorted(backends))}) cannot be placed there",
-            where="placement.kind",
-        )
-    if config.memory:
-        raise ConfigError(
-            "a shared memory bank is not reachable from Ray workers yet; "
-            "use kind = 'local' for runs with memory = true",
             where="placement.kind",
         )
     try:
@@ -72,7 +69,7 @@ async def open_placement(
         agents=dict(agents or {}),
         prices=prices,
     )
-    async with RayPlacement(placement, spec) as ray_placement:
+    async with RayPlacement(placement, spec, bank=bank) as ray_placement:
         yield ray_placement
 
 

@@ -43,6 +43,12 @@ from agentrt.runtime.engine.placement.wire import (
     OUTCOME,
     READY,
     Acked,
+    BankAnswer,
+    BankGet,
+    BankOut,
+    BankPromote,
+    BankPut,
+    BankSearch,
     ChargeOut,
     EventOut,
     FlushOut,
@@ -60,6 +66,7 @@ from agentrt.runtime.engine.placement.wire import (
 from agentrt.runtime.engine.settings import PlacementConfig
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, RuntimeFailure, UserError
 from agentrt.runtime.log import get_logger
+from agentrt.runtime.memory import MemoryStore
 
 log = get_logger(__name__)
 
@@ -122,9 +129,12 @@ class RayPlacement:
     ``spec``); leaving stops them, and the Ray session when this opened it.
     Raises ``ConfigError`` on entry (see ``open_placement``)."""
 
-    def __init__(self, config: PlacementConfig, spec: WorkerSpec) -> None:
+    def __init__(
+        self, config: PlacementConfig, spec: WorkerSpec, *, bank: MemoryStore | None = None
+    ) -> None:
         self.config = config
         self._spec = spec
+        self._bank = bank
         self._workers: list[_Worker] = []
         self._runs: dict[str, _RunEntry] = {}
         self._ledgers: dict[str, BudgetLedger] = {}
@@ -168,6 +178,7 @@ class RayPlacement:
             await self._start_workers()
             pumps = await self._stack.enter_async_context(anyio.create_task_group())
             self._stack.callback(pumps.cancel_scope.cancel)  # before the group exits
+            self._tasks = pumps
             for worker in self._workers:
                 pumps.start_soon(self._pump, worker)
         except BaseException:
@@ -361,6 +372,7 @@ class RayPlacement:
                     agent_config=config,
                     restarts=run.restarts,
                     capped=run.capped,
+                    memory=self._bank is not None,
                 )
                 try:
                     return await self._ask(worker, placed)
@@ -485,6 +497,33 @@ class RayPlacement:
                 ledger = self._ledgers.get(key)
                 if ledger is not None:
                     ledger.restore(model, usage)
+            case BankOut():
+                # Off the pump: a bank call does I/O; its answer goes back on its own.
+                self._tasks.start_soon(self._bank_call, worker, item)
+
+    async def _bank_call(self, worker: _Worker, item: BankOut) -> None:
+        try:
+            answer = await self._bank_answer(item)
+        except Exception as error:
+            answer = BankAnswer(id=item.id, error=f"{type(error).__name__}: {error}")
+        with contextlib.suppress(RayActorError):  # a lost worker's rollouts go on elsewhere
+            await worker.handle.deliver.remote(ENCODER.encode([answer]))
+
+    async def _bank_answer(self, item: BankOut) -> BankAnswer:
+        bank = self._bank
+        if bank is None:
+            return BankAnswer(id=item.id, error="this Runtime has no memory bank")
+        match item.call:
+            case BankSearch(match=match, owners=owners, k=k):
+                return BankAnswer(id=item.id, hits=await bank.search(match, owners, k=k))
+            case BankGet(item_id=item_id, owners=owners, count_hit=count_hit):
+                found = await bank.get(item_id, owners, count_hit=count_hit)
+                return BankAnswer(id=item.id, item=found)
+            case BankPut(item=new):
+                return BankAnswer(id=item.id, number=await bank.put(new))
+            case BankPromote(source=source, target=target, min_hits=hits, verified_only=only):
+                promoted = await bank.promote(source, target, min_hits=hits, verified_only=only)
+                return BankAnswer(id=item.id, number=promoted)
 
     async def _deliver(self, items: list[Outbound]) -> tuple[list[int], dict[int, str]]:
         """The events to their runs' streams, in order: the ids to ack,

@@ -48,12 +48,20 @@ from agentrt.runtime.engine.placement.wire import (
     PLACED,
     REPLIES,
     Acked,
+    BankAnswer,
+    BankCall,
+    BankGet,
+    BankOut,
+    BankPromote,
+    BankPut,
+    BankSearch,
     ChargeOut,
     EventOut,
     FlushOut,
     Outbound,
     PlacedRollout,
     ReleaseOut,
+    Reply,
     Reserved,
     ReserveOut,
     RestoreOut,
@@ -65,6 +73,7 @@ from agentrt.runtime.engine.placement.wire import (
 )
 from agentrt.runtime.engine.runtime import Runtime
 from agentrt.runtime.errors import BudgetExceeded, InvalidRequestError, RuntimeFailure
+from agentrt.runtime.memory import MemoryHit, MemoryItem, MemoryView, NewItem, Owners, Scope
 
 #: How long a call waits for the driver's admission, and an event for its ack.
 DRIVER_TIMEOUT_S: Final = 120.0
@@ -90,6 +99,7 @@ class Outbox:
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._rollouts_loop: asyncio.AbstractEventLoop | None = None
         self._reserves: dict[int, Future[Reserved]] = {}
+        self._answers: dict[int, asyncio.Future[BankAnswer]] = {}
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -113,13 +123,22 @@ class Outbox:
         self._acks[ack] = future
         return ack, future
 
+    def expect_answer(self) -> tuple[int, asyncio.Future[BankAnswer]]:
+        """A bank call's id and the future its answer completes."""
+        loop = asyncio.get_running_loop()
+        self._rollouts_loop = loop
+        rid = self.next_id()
+        future: asyncio.Future[BankAnswer] = loop.create_future()
+        self._answers[rid] = future
+        return rid, future
+
     def expect_reserved(self, rid: int) -> Future[Reserved]:
         future: Future[Reserved] = Future()
         with self._lock:
             self._reserves[rid] = future
         return future
 
-    def deliver(self, replies: list[Acked | Reserved]) -> None:
+    def deliver(self, replies: list[Reply]) -> None:
         """Complete what the driver answered (on Ray's loop)."""
         for reply in replies:
             match reply:
@@ -132,6 +151,15 @@ class Outbox:
                         waiting = self._reserves.pop(rid, None)
                     if waiting is not None and not waiting.done():
                         waiting.set_result(reply)
+                case BankAnswer():
+                    loop = self._rollouts_loop
+                    if loop is not None:
+                        loop.call_soon_threadsafe(self._answered, reply)
+
+    def _answered(self, answer: BankAnswer) -> None:
+        future = self._answers.pop(answer.id, None)
+        if future is not None and not future.done():
+            future.set_result(answer)
 
     def _acked(self, ids: list[int], failed: dict[int, str]) -> None:
         for ack in ids:
@@ -214,6 +242,49 @@ class DriverLedger:
 
     def headroom(self) -> Headroom | None:
         return self._far
+
+
+@final
+class DriverBank:
+    """The run's memory bank on the driver (a ``MemoryStore``): each call
+    goes there through the outbox and waits for its answer."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self._outbox = outbox
+
+    async def _call(self, call: BankCall) -> BankAnswer:
+        rid, answered = self._outbox.expect_answer()
+        self._outbox.post(BankOut(id=rid, call=call))
+        with anyio.fail_after(DRIVER_TIMEOUT_S):
+            answer = await answered
+        if answer.error is not None:
+            raise RuntimeFailure(f"the run's memory bank on the driver: {answer.error}")
+        return answer
+
+    async def search(self, match: str, owners: Owners, *, k: int = 5) -> list[MemoryHit]:
+        return (await self._call(BankSearch(match=match, owners=list(owners), k=k))).hits
+
+    async def get(
+        self, item_id: int, owners: Owners, *, count_hit: bool = True
+    ) -> MemoryItem | None:
+        call = BankGet(item_id=item_id, owners=list(owners), count_hit=count_hit)
+        return (await self._call(call)).item
+
+    async def put(self, item: NewItem) -> int:
+        return (await self._call(BankPut(item=item))).number
+
+    async def promote(
+        self,
+        source: tuple[Scope, str],
+        target: tuple[Scope, str],
+        *,
+        min_hits: int = 1,
+        verified_only: bool = True,
+    ) -> int:
+        call = BankPromote(
+            source=source, target=target, min_hits=min_hits, verified_only=verified_only
+        )
+        return (await self._call(call)).number
 
 
 _Request = tuple[int, PlacedRollout, "Future[RolloutOutcome]"]
@@ -365,7 +436,8 @@ class WorkerHost:
 
         emitter = EventEmitter(forward)
         check = BudgetLedger(f"{run_id}-worker", prices=rt.prices)
-        runner = rt.runner(agent, emitter, check, None)
+        memory = MemoryView(DriverBank(self._outbox), run_id=run_id) if placed.memory else None
+        runner = rt.runner(agent, emitter, check, memory)
         supervisor = await rt.system.spawn_supervisor(
             SupervisorSpec(
                 f"{run_id}-shard{next(self._names)}",
@@ -446,6 +518,10 @@ class RolloutWorker:
             raise
         return ENCODER.encode(outcome)
 
+    async def deliver(self, data: bytes) -> None:
+        """Take replies the driver sends between exchanges (bank answers)."""
+        self._outbox.deliver(REPLIES.decode(data))
+
     async def exchange(self, data: bytes) -> bytes:
         """Take the driver's replies; give it what was posted since."""
         self._outbox.deliver(REPLIES.decode(data))
@@ -465,4 +541,4 @@ def _uvloop() -> bool:
     return True
 
 
-__all__ = ["DriverLedger", "Outbox", "RolloutWorker", "WorkerHost"]
+__all__ = ["DriverBank", "DriverLedger", "Outbox", "RolloutWorker", "WorkerHost"]

@@ -17,6 +17,7 @@ from agentrt.protocols import Event, Usage
 from agentrt.runtime.budget import Headroom
 from agentrt.runtime.engine.rollout import RunRollout
 from agentrt.runtime.engine.settings import RuntimeConfig
+from agentrt.runtime.memory import MemoryHit, MemoryItem, NewItem, Scope
 from agentrt.runtime.pricing import PriceTable
 from agentrt.tools.base import Tool
 
@@ -46,8 +47,9 @@ class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
 class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):
     """Run ``rollout`` on a worker: its actor's ``name``, the driver
     ledger it is charged to (``ledger``), the run's agent by name or as
-    a configuration (JSON), the run's restart intensity, and whether the
-    run is capped (every call then waits for the driver's admission)."""
+    a configuration (JSON), the run's restart intensity, whether the run
+    is capped (every call then waits for the driver's admission) and
+    whether it has a memory bank (on the driver, reached with ``BankOut``)."""
 
     rollout: RunRollout
     name: str
@@ -56,6 +58,7 @@ class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):
     agent_config: str | None = None
     restarts: int = 3
     capped: bool = False
+    memory: bool = False
 
 
 class RolloutDone(msgspec.Struct, frozen=True, kw_only=True, tag="done"):
@@ -122,7 +125,40 @@ class RestoreOut(msgspec.Struct, frozen=True, kw_only=True, tag="restore"):
     usage: Usage
 
 
-Outbound = EventOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut
+class BankSearch(msgspec.Struct, frozen=True, kw_only=True, tag="search"):
+    match: str
+    owners: list[tuple[Scope, str]]
+    k: int
+
+
+class BankGet(msgspec.Struct, frozen=True, kw_only=True, tag="get"):
+    item_id: int
+    owners: list[tuple[Scope, str]]
+    count_hit: bool = True
+
+
+class BankPut(msgspec.Struct, frozen=True, kw_only=True, tag="put"):
+    item: NewItem
+
+
+class BankPromote(msgspec.Struct, frozen=True, kw_only=True, tag="promote"):
+    source: tuple[Scope, str]
+    target: tuple[Scope, str]
+    min_hits: int = 1
+    verified_only: bool = True
+
+
+BankCall = BankSearch | BankGet | BankPut | BankPromote
+
+
+class BankOut(msgspec.Struct, frozen=True, kw_only=True, tag="bank"):
+    """A call on the run's memory bank on the driver; answered by ``BankAnswer``."""
+
+    id: int
+    call: BankCall
+
+
+Outbound = EventOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
 
 
 # -- driver -> worker -----------------------------------------------------------
@@ -147,7 +183,18 @@ class Reserved(msgspec.Struct, frozen=True, kw_only=True, tag="reserved"):
     headroom: Headroom | None = None
 
 
-Reply = Acked | Reserved
+class BankAnswer(msgspec.Struct, frozen=True, kw_only=True, tag="bank_answer"):
+    """What a ``BankOut`` call returned (the field its call returns), or
+    ``error``: why it raised."""
+
+    id: int
+    hits: list[MemoryHit] = []
+    item: MemoryItem | None = None
+    number: int = 0
+    error: str | None = None
+
+
+Reply = Acked | Reserved | BankAnswer
 
 ENCODER: Final = msgspec.msgpack.Encoder()
 PLACED: Final = msgspec.msgpack.Decoder(PlacedRollout)

@@ -35,9 +35,10 @@ from agentrt.protocols.ids import is_top_level
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.placement.ray_driver import RayPlacement
 from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.memory import NOTE_HEADER
 from agentrt.runtime.pricing import ModelPrice, PriceTable
 from agentrt.testing import SimServer, SimServerConfig
-from agentrt.tools import Calculator
+from agentrt.tools import Calculator, tool
 
 from .conftest import Cluster
 
@@ -270,6 +271,52 @@ async def test_what_cannot_be_placed_is_named_before_any_model_call(cluster: Clu
             inline = AgentConfig(name="inline", model="sim", instructions="Answer.")
             done = await rt.run("hi", agent=inline)
             assert done.status == "succeeded"
+
+
+@tool
+async def lookup(topic: str) -> str:
+    """Look a topic up in the reference library."""
+    return (
+        f"Reference entry for {topic}: the alpha isotope weighs 17 kg, the beta "
+        "isotope weighs 42 kg and the gamma isotope weighs 99 kg (library volume 3)."
+    )
+
+
+async def test_the_memory_bank_is_shared_by_rollouts_on_every_worker(cluster: Cluster) -> None:
+    sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=50)
+    async with SimServer(sim) as server:
+        cfg = config(server.url, ray_placement(cluster, affinity_slack=0), memory=True)
+        cfg["agents"]["reader"] = {
+            "name": "reader",
+            "instructions": "Look the topic up.",
+            "tools": ["lookup"],
+            "model": "sim",
+            "stop_on": [],
+        }
+        async with Runtime(cfg, tools=[Calculator(), lookup]) as rt:
+            log = EventLog()
+            result = await rt.run(
+                "What does alpha weigh?",
+                agent="reader",
+                scaling=ScalingSpec(rollouts=6),
+                events=log,
+            )
+            assert rt.bank is not None
+            stored = await rt.bank.count()
+            hits = await rt.bank.search("alpha isotope", [("run", result.run_id)], k=5)
+            item = await rt.bank.get(hits[0].id, [("run", result.run_id)], count_hit=False)
+            placed = [i.placed for i in workers(rt).workers]
+    assert result.status == "succeeded", result.error
+    assert placed == [3, 3], placed
+    assert stored >= 1
+    assert item is not None
+    # Later steps of the other rollouts were shown the item in their prompt.
+    shown = {
+        e.rollout_id
+        for e in log.of_type(StepRecorded)
+        if any(NOTE_HEADER in str(m.content) for m in e.step.messages)
+    }
+    assert shown - {item.source_rollout}, (shown, item.source_rollout)
 
 
 async def test_killing_a_worker_node_loses_and_repeats_no_committed_step(
