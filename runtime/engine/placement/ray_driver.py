@@ -28,6 +28,7 @@ from ray.exceptions import RayActorError
 from agentrt.agents import Agent, AgentConfig, RolloutResult
 from agentrt.agents.hierarchy import Hierarchy
 from agentrt.protocols import RolloutRestarted
+from agentrt.runtime.actors import Backoff, RestartBackoff
 from agentrt.runtime.budget import BudgetLedger, Reservation
 from agentrt.runtime.engine.placement.base import (
     Emit,
@@ -96,6 +97,7 @@ class _Worker:
     unbooked: dict[int, tuple[str, str]] = field(default_factory=dict)
     """Calls the driver could not book without waiting (ledger, model): charged as restored."""
     pumped: anyio.Event = field(default_factory=anyio.Event)
+    started: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,9 @@ class RayPlacement:
         self._runs: dict[str, _RunEntry] = {}
         self._ledgers: dict[str, BudgetLedger] = {}
         self._stack = AsyncExitStack()
+        self._starting: list[Any] = []
+        """Replacement workers not ready yet (killed on exit)."""
+        self._backoff = RestartBackoff(Backoff(initial_s=1.0, max_s=60.0, reset_after_s=60.0))
 
     @property
     def kind(self) -> str:
@@ -286,9 +291,10 @@ class RayPlacement:
         if worker.memory_mb is not None:
             options["memory"] = worker.memory_mb * 2**20
         self._stack.push_async_callback(self._stop_workers)
+        self._actor, self._options = actor, options
         for index in range(self.config.workers):
             handle = actor.options(**options).remote(self._spec)
-            self._workers.append(_Worker(index, handle))
+            self._workers.append(_Worker(index, handle, started=anyio.current_time()))
         timeout = self.config.connect_timeout_s
         try:
             with anyio.fail_after(timeout):
@@ -331,9 +337,9 @@ class RayPlacement:
                     for w in self._workers:
                         if w.alive:
                             tg.start_soon(_close, w)
-            for w in self._workers:
+            for handle in [*(w.handle for w in self._workers), *self._starting]:
                 with contextlib.suppress(Exception):
-                    ray.kill(w.handle)
+                    ray.kill(handle)
 
     # -- rollouts -----------------------------------------------------------------
 
@@ -441,6 +447,42 @@ class RayPlacement:
             for entry in self._runs.values():
                 if entry.home is worker:
                     entry.home = None
+            self._tasks.start_soon(self._replace, worker)
+
+    async def _replace(self, lost: _Worker) -> None:
+        """Start a worker in place of ``lost`` (after a backoff that grows
+        while workers keep dying); it takes rollouts once it is ready,
+        which waits until the cluster has room for it."""
+        delay = self._backoff.crashed(anyio.current_time() - lost.started)
+        if delay is None:
+            return
+        await anyio.sleep(delay)
+        handle: Any = self._actor.options(**self._options).remote(self._spec)
+        self._starting.append(handle)
+        try:
+            ready = READY.decode(await handle.ready.remote())
+        except RayActorError as error:
+            log.warning(
+                "rollout_worker_not_replaced", lost=lost.index, error=_first_line(str(error))
+            )
+            return
+        finally:
+            self._starting.remove(handle)
+        if ready.error is not None:
+            log.warning("rollout_worker_not_replaced", lost=lost.index, error=ready.error)
+            with contextlib.suppress(Exception):
+                ray.kill(handle)
+            return
+        worker = _Worker(
+            len(self._workers),
+            handle,
+            node_id=ready.node_id,
+            pid=ready.pid,
+            started=anyio.current_time(),
+        )
+        self._workers.append(worker)
+        log.info("rollout_worker_replaced", lost=lost.index, worker=worker.index)
+        await self._pump(worker)
 
     # -- the pump: one worker's outbox, in order ------------------------------------
 

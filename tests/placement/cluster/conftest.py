@@ -44,6 +44,10 @@ def _ray(*args: str, attempts: int = 1) -> None:
 class Cluster:
     address: str
 
+    def add_worker_node(self) -> None:
+        """Start one more worker node (one CPU)."""
+        _ray("start", f"--address={self.address}", "--num-cpus=1", attempts=3)
+
     def kill_node(self, node_id: str) -> int:
         """SIGKILL the raylet of node ``node_id`` and every process it
         started (its workers: the rollout worker and its MCP servers die

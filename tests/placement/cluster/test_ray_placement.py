@@ -326,33 +326,40 @@ async def test_killing_a_worker_node_loses_and_repeats_no_committed_step(
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=300, token_ms=1)
     committed_before: list[StepRecorded] = []
     under_way, killed = anyio.Event(), anyio.Event()
-    async with SimServer(sim) as server:
-        async with Runtime(
+    async with (
+        SimServer(sim) as server,
+        Runtime(
             config(server.url, ray_placement(cluster)), tools=[Calculator()], prices=PRICES
-        ) as rt:
-            placement = workers(rt)
-            log = EventLog()
+        ) as rt,
+    ):
+        placement = workers(rt)
+        log = EventLog()
 
-            async def sink(event: Event) -> None:
-                await log(event)
-                if isinstance(event, StepRecorded) and not killed.is_set():
-                    committed_before.append(event)
-                    if len(committed_before) >= 20:
-                        under_way.set()
+        async def sink(event: Event) -> None:
+            await log(event)
+            if isinstance(event, StepRecorded) and not killed.is_set():
+                committed_before.append(event)
+                if len(committed_before) >= 20:
+                    under_way.set()
 
-            async def kill_when_under_way() -> None:
-                await under_way.wait()
-                victim = placement.workers[0]
-                cluster.kill_node(victim.node_id)
-                killed.set()
+        async def kill_when_under_way() -> None:
+            await under_way.wait()
+            victim = placement.workers[0]
+            cluster.kill_node(victim.node_id)
+            killed.set()
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(kill_when_under_way)
-                result = await rt.run(
-                    "What is 20+22?", scaling=ScalingSpec(rollouts=24), events=sink
-                )
-            infos = placement.workers
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_when_under_way)
+            result = await rt.run("What is 20+22?", scaling=ScalingSpec(rollouts=24), events=sink)
+        infos = placement.workers
         attempts: dict[str, int] = dict(server.engine.attempts)
+        # A replacement for the lost worker waits for room: a new node.
+        cluster.add_worker_node()
+        with anyio.fail_after(120):
+            while len(placement.workers) < 3:  # noqa: ASYNC110 (the placement's own state)
+                await anyio.sleep(0.2)
+        again = await rt.run("What is 1+1?", scaling=ScalingSpec(rollouts=8))
+        replaced = placement.workers[2]
     errors = [e.message for e in log.of_type(ErrorRaised)][:3] + [
         (f.status, f.stop_reason) for f in log.of_type(RolloutFinished)
     ][:4]
@@ -377,6 +384,10 @@ async def test_killing_a_worker_node_loses_and_repeats_no_committed_step(
     for event in committed_before:
         if is_top_level(event.rollout_id):
             assert attempts[f"{event.rollout_id}-{event.step.index}"] == 1, event.rollout_id
+    # The lost worker was replaced once the cluster had room, and it runs rollouts.
+    assert again.status == "succeeded", again.error
+    assert replaced.alive, replaced
+    assert replaced.placed > 0, replaced
     # ... nor lost: the final trajectory holds it as it was.
     final = {(e.rollout_id, e.step.index): e.step for e in log.of_type(StepRecorded)}
     for event in committed_before:
