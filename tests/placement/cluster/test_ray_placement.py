@@ -392,3 +392,44 @@ async def test_killing_a_worker_node_loses_and_repeats_no_committed_step(
     final = {(e.rollout_id, e.step.index): e.step for e in log.of_type(StepRecorded)}
     for event in committed_before:
         assert final[(event.rollout_id, event.step.index)] == event.step
+
+
+async def test_losing_every_worker_fails_the_run_and_keeps_what_was_committed(
+    cluster: Cluster,
+) -> None:
+    sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=300, token_ms=1)
+    committed: list[StepRecorded] = []
+    under_way = anyio.Event()
+    async with (
+        SimServer(sim) as server,
+        Runtime(
+            config(server.url, ray_placement(cluster)), tools=[Calculator()], prices=PRICES
+        ) as rt,
+    ):
+        placement = workers(rt)
+        log = EventLog()
+
+        async def sink(event: Event) -> None:
+            await log(event)
+            if isinstance(event, StepRecorded):
+                committed.append(event)
+                if len(committed) >= 10:
+                    under_way.set()
+
+        async def kill_every_node() -> None:
+            await under_way.wait()
+            for info in placement.workers:
+                if info.alive:
+                    cluster.kill_node(info.node_id)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_every_node)
+            result = await rt.run("What is 2+2?", scaling=ScalingSpec(rollouts=12), events=sink)
+    assert result.status == "failed"
+    errors = [e.message for e in log.of_type(ErrorRaised)]
+    assert errors, result
+    assert all("every rollout worker of the ray placement is lost" in m for m in errors), errors
+    assert all("every rollout worker" in s.failure_modes[0] for s in result.summaries)
+    # What was committed before is in the run's stream, each step once.
+    seen = [(e.rollout_id, e.step.index) for e in log.of_type(StepRecorded)]
+    assert len(seen) == len(set(seen)) >= 10
