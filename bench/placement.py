@@ -15,7 +15,8 @@ workers share the cores: read the figures with that in mind.
 
 Ray binds the machine's external address, so the benchmark re-executes
 itself inside a network namespace of its own (``unshare --net
---map-root-user``), where loopback is the only interface.
+--map-root-user``), where loopback is the only interface, and a PID
+namespace, so that no other Ray on the machine is touched.
 
     python bench/placement.py              # R = 4,000, S = 10, 200 ms
     python bench/placement.py --rollouts 400 --quick
@@ -137,7 +138,8 @@ def main() -> None:
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_AUTH_MODE": "disabled",
         }
-        argv = [unshare, "--net", "--map-root-user", "bash", "-c", script, sys.executable]
+        namespaces = ["--net", "--map-root-user", "--fork", "--pid", "--mount-proc"]
+        argv = [unshare, *namespaces, "bash", "-c", script, sys.executable]
         raise SystemExit(subprocess.call([*argv, *sys.argv], env=env))
     rollouts = 400 if args.quick else args.rollouts
     sim = SimServerConfig(

@@ -1,9 +1,10 @@
 """A real 3-node Ray cluster (a head and two worker nodes, each its own
 raylet and worker processes) on loopback, in a network namespace of its
-own (RECIPES.md: Ray would otherwise bind the machine's external address):
-this test starts ``pytest tests/placement/cluster`` inside
-``unshare --net --map-root-user``, where the cluster's fixture starts the
-nodes, and passes when every test there passes.  Skipped without Ray
+own (RECIPES.md: Ray would otherwise bind the machine's external address)
+and a PID namespace (its ``ray stop`` ends only its own processes): this
+test starts ``pytest tests/placement/cluster`` inside ``unshare --net
+--map-root-user --pid``, where the cluster's fixture starts the nodes, and
+passes when every test there passes.  Skipped without Ray
 (failed under ``AGENTRT_REQUIRE_RAY=1``, as CI sets).
 """
 
@@ -38,7 +39,9 @@ def test_the_cluster_tests_pass_inside_their_network_namespace() -> None:
     _require(unshare is not None, "unshare (util-linux) is not installed")
     assert unshare is not None
     probe = subprocess.run(
-        [unshare, "--net", "--map-root-user", "true"], capture_output=True, check=False
+        [unshare, "--net", "--map-root-user", "--fork", "--pid", "--mount-proc", "true"],
+        capture_output=True,
+        check=False,
     )
     _require(probe.returncode == 0, f"no user+network namespaces here: {probe.stderr!r}")
     # Loopback in a namespace of its own: no token between the nodes.
@@ -53,8 +56,19 @@ def test_the_cluster_tests_pass_inside_their_network_namespace() -> None:
         f"{sys.executable} -m pytest tests/placement/cluster -p no:cacheprovider -q -x "
         "--timeout 600 -rs"
     )
+    # A PID namespace too: the cluster's `ray stop` sees only its own processes.
     done = subprocess.run(
-        [unshare, "--net", "--map-root-user", "bash", "-c", script],
+        [
+            unshare,
+            "--net",
+            "--map-root-user",
+            "--fork",
+            "--pid",
+            "--mount-proc",
+            "bash",
+            "-c",
+            script,
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

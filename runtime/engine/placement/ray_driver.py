@@ -6,9 +6,9 @@ import agentrt or open its configuration), the workers' lifetime, choosing
 a worker per rollout (least loaded, a run's rollouts kept on one worker
 within ``affinity_slack``), one pump per worker that drains its outbox in
 order (events to the run's stream, acknowledged once the run's sink took
-them; every reservation, charge and release on the run's ledger), and
+them; ledger items to its ``WorkerBooks``; memory bank calls answered),
 taking a rollout up again on a surviving worker, from its committed
-steps, when its worker is lost.  Must not know how rollouts are
+steps, when its worker is lost, and replacing the lost worker.  Must not know how rollouts are
 aggregated; imports Ray, so it is imported only when configured.
 """
 
@@ -29,7 +29,7 @@ from agentrt.agents import Agent, AgentConfig, RolloutResult
 from agentrt.agents.hierarchy import Hierarchy
 from agentrt.protocols import RolloutRestarted
 from agentrt.runtime.actors import Backoff, RestartBackoff
-from agentrt.runtime.budget import BudgetLedger, Reservation
+from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.placement.base import (
     Emit,
     PlacedRun,
@@ -37,6 +37,7 @@ from agentrt.runtime.engine.placement.base import (
     RolloutGaveUp,
     RolloutJob,
 )
+from agentrt.runtime.engine.placement.ray_books import WorkerBooks, answer_bank_call
 from agentrt.runtime.engine.placement.ray_worker import RolloutWorker
 from agentrt.runtime.engine.placement.wire import (
     ENCODER,
@@ -44,28 +45,18 @@ from agentrt.runtime.engine.placement.wire import (
     OUTCOME,
     READY,
     Acked,
-    BankAnswer,
-    BankGet,
     BankOut,
-    BankPromote,
-    BankPut,
-    BankSearch,
-    ChargeOut,
     EventOut,
     FlushOut,
     Outbound,
     PlacedRollout,
-    ReleaseOut,
     Reply,
-    Reserved,
-    ReserveOut,
-    RestoreOut,
     RolloutDone,
     RolloutRaised,
     WorkerSpec,
 )
 from agentrt.runtime.engine.settings import PlacementConfig
-from agentrt.runtime.errors import BudgetExceeded, ConfigError, RuntimeFailure, UserError
+from agentrt.runtime.errors import BudgetExceeded, ConfigError, RuntimeFailure
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.memory import MemoryStore
 
@@ -87,15 +78,13 @@ class _WorkerLost(Exception):
 class _Worker:
     index: int
     handle: Any  # a Ray ActorHandle (its methods are dynamic)
+    books: WorkerBooks
     node_id: str = ""
     pid: int = 0
     load: int = 0
     placed: int = 0
     alive: bool = True
     lost: str = ""
-    reservations: dict[int, Reservation] = field(default_factory=dict)
-    unbooked: dict[int, tuple[str, str]] = field(default_factory=dict)
-    """Calls the driver could not book without waiting (ledger, model): charged as restored."""
     pumped: anyio.Event = field(default_factory=anyio.Event)
     started: float = 0.0
 
@@ -294,7 +283,8 @@ class RayPlacement:
         self._actor, self._options = actor, options
         for index in range(self.config.workers):
             handle = actor.options(**options).remote(self._spec)
-            self._workers.append(_Worker(index, handle, started=anyio.current_time()))
+            books = WorkerBooks(self._ledgers)
+            self._workers.append(_Worker(index, handle, books, started=anyio.current_time()))
         timeout = self.config.connect_timeout_s
         try:
             with anyio.fail_after(timeout):
@@ -476,6 +466,7 @@ class RayPlacement:
         worker = _Worker(
             len(self._workers),
             handle,
+            WorkerBooks(self._ledgers),
             node_id=ready.node_id,
             pid=ready.pid,
             started=anyio.current_time(),
@@ -497,10 +488,7 @@ class RayPlacement:
                     return
                 replies = await self._handle(worker, OUTBOUND.decode(data))
         finally:
-            # Calls in flight on a lost worker may have been served: charged as reserved.
-            for reservation in worker.reservations.values():
-                reservation.charge_reserved()
-            worker.reservations.clear()
+            worker.books.lost()
             worker.pumped.set()
 
     async def _handle(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
@@ -512,60 +500,17 @@ class RayPlacement:
         return replies
 
     def _book(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
-        replies: list[Reply] = []
+        replies: list[Reply] = list(worker.books.book(items))
         for item in items:
-            try:
-                self._book_one(worker, item, replies)
-            except Exception as error:  # one bad item must not stop the worker's pump
-                log.error("placed_ledger_item_failed", item=type(item).__name__, error=repr(error))
-                if isinstance(item, ReserveOut) and item.wait:
-                    replies.append(Reserved(id=item.id, refused=repr(error), kind="invalid"))
-        return replies
-
-    def _book_one(self, worker: _Worker, item: Outbound, replies: list[Reply]) -> None:
-        match item:
-            case ReserveOut():
-                answer = self._reserve(worker, item)
-                if item.wait:
-                    replies.append(answer)
-            case ChargeOut(id=rid, usage=usage):
-                self._charge(worker, rid, usage)
-            case ReleaseOut(id=rid):
-                held = worker.reservations.pop(rid, None)
-                worker.unbooked.pop(rid, None)
-                if held is not None:
-                    held.release()
-            case RestoreOut(ledger=key, model=model, usage=usage):
-                ledger = self._ledgers.get(key)
-                if ledger is not None:
-                    ledger.restore(model, usage)
-            case BankOut():
+            if isinstance(item, BankOut):
                 # Off the pump: a bank call does I/O; its answer goes back on its own.
                 self._tasks.start_soon(self._bank_call, worker, item)
+        return replies
 
     async def _bank_call(self, worker: _Worker, item: BankOut) -> None:
-        try:
-            answer = await self._bank_answer(item)
-        except Exception as error:
-            answer = BankAnswer(id=item.id, error=f"{type(error).__name__}: {error}")
+        answer = await answer_bank_call(self._bank, item)
         with contextlib.suppress(RayActorError):  # a lost worker's rollouts go on elsewhere
             await worker.handle.deliver.remote(ENCODER.encode([answer]))
-
-    async def _bank_answer(self, item: BankOut) -> BankAnswer:
-        bank = self._bank
-        if bank is None:
-            return BankAnswer(id=item.id, error="this Runtime has no memory bank")
-        match item.call:
-            case BankSearch(match=match, owners=owners, k=k):
-                return BankAnswer(id=item.id, hits=await bank.search(match, owners, k=k))
-            case BankGet(item_id=item_id, owners=owners, count_hit=count_hit):
-                found = await bank.get(item_id, owners, count_hit=count_hit)
-                return BankAnswer(id=item.id, item=found)
-            case BankPut(item=new):
-                return BankAnswer(id=item.id, number=await bank.put(new))
-            case BankPromote(source=source, target=target, min_hits=hits, verified_only=only):
-                promoted = await bank.promote(source, target, min_hits=hits, verified_only=only)
-                return BankAnswer(id=item.id, number=promoted)
 
     async def _deliver(self, items: list[Outbound]) -> tuple[list[int], dict[int, str]]:
         """The events to their runs' streams, in order: the ids to ack,
@@ -592,41 +537,6 @@ class RayPlacement:
                 case FlushOut(ack=ack):
                     acked.append(ack)
         return acked, failed
-
-    def _reserve(self, worker: _Worker, item: ReserveOut) -> Reserved:
-        ledger = self._ledgers.get(item.ledger)
-        if ledger is None:
-            return Reserved(id=item.id, refused=f"rollout {item.ledger} has ended", kind="invalid")
-        try:
-            held = ledger.reserve(item.model, item.prompt_tokens, item.max_tokens, n=item.n)
-        except BudgetExceeded as refused:
-            if not item.wait:
-                worker.unbooked[item.id] = (item.ledger, item.model)
-            return Reserved(
-                id=item.id, refused=str(refused), limit=refused.limit, headroom=ledger.headroom()
-            )
-        except UserError as refused:
-            if not item.wait:
-                worker.unbooked[item.id] = (item.ledger, item.model)
-            return Reserved(id=item.id, refused=str(refused), kind="invalid")
-        worker.reservations[item.id] = held
-        return Reserved(id=item.id, headroom=ledger.headroom() if item.wait else None)
-
-    def _charge(self, worker: _Worker, rid: int, usage: Any) -> None:
-        held = worker.reservations.pop(rid, None)
-        if held is not None:
-            if usage is None:
-                held.charge_reserved()
-            else:
-                held.charge(usage)
-            return
-        unbooked = worker.unbooked.pop(rid, None)
-        if unbooked is not None and usage is not None:
-            # Made without the driver's admission (an uncapped run's ledger
-            # that refused late): the money is spent either way.
-            ledger = self._ledgers.get(unbooked[0])
-            if ledger is not None:
-                ledger.restore(unbooked[1], usage)
 
 
 async def _close(worker: _Worker) -> None:

@@ -19,6 +19,13 @@ import pytest
 PORT = 26379
 ADDRESS = f"127.0.0.1:{PORT}"
 RAY = str(Path(sys.executable).with_name("ray"))
+#: A killed node is declared dead within about 3 s (Ray's default: 30 s).
+ENV = {
+    **os.environ,
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
 
 
 @pytest.fixture
@@ -31,7 +38,7 @@ def _ray(*args: str, attempts: int = 1) -> None:
     (its GCS connection times out after 30 s)."""
     for attempt in range(attempts):
         done = subprocess.run(
-            [RAY, *args], capture_output=True, text=True, timeout=180, check=False
+            [RAY, *args], capture_output=True, text=True, timeout=180, check=False, env=ENV
         )
         if done.returncode == 0:
             return
@@ -66,7 +73,6 @@ class Cluster:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     assert os.environ.get("AGENTRT_RAY_NETNS") == "1", "run through test_ray_cluster.py"
-    _ray("stop", "--force")
     _ray(
         "start",
         "--head",

@@ -355,7 +355,7 @@ async def test_killing_a_worker_node_loses_and_repeats_no_committed_step(
         attempts: dict[str, int] = dict(server.engine.attempts)
         # A replacement for the lost worker waits for room: a new node.
         cluster.add_worker_node()
-        with anyio.fail_after(120):
+        with anyio.fail_after(240):
             while len(placement.workers) < 3:  # noqa: ASYNC110 (the placement's own state)
                 await anyio.sleep(0.2)
         again = await rt.run("What is 1+1?", scaling=ScalingSpec(rollouts=8))
