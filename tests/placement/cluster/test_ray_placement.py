@@ -186,6 +186,37 @@ async def test_the_same_workload_gives_the_same_run_under_local_and_ray(cluster:
     assert local_stats["requests"][CHAT] == 36
 
 
+async def test_a_remote_step_is_committed_before_the_next_one_is_requested(
+    cluster: Cluster,
+) -> None:
+    """The run's sink (the daemon's store) takes a ``StepRecorded`` before
+    the rollout on its worker sends its next request: while the sink holds
+    the step, the server has not seen the next one."""
+    sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=5)
+    early: list[str] = []
+    checked = 0
+    placement = ray_placement(cluster)
+    async with (
+        SimServer(sim) as server,
+        Runtime(config(server.url, placement), tools=[Calculator()]) as rt,
+    ):
+
+        async def slow_store(event: Event) -> None:
+            nonlocal checked
+            if isinstance(event, StepRecorded) and is_top_level(event.rollout_id):
+                following = f"{event.rollout_id}-{event.step.index + 1}"
+                await anyio.sleep(0.05)  # a slow commit
+                if following in server.engine.attempts:
+                    early.append(following)
+                checked += 1
+
+        result = await rt.run("What is 3+4?", scaling=ScalingSpec(rollouts=8), events=slow_store)
+
+    assert result.status == "succeeded", result.error
+    assert checked == 24
+    assert early == []
+
+
 async def test_mcp_stdio_servers_run_on_the_worker_nodes(cluster: Cluster, npx: str) -> None:
     sim = SimServerConfig(answer="answer", tool_rounds=1, ttft_ms=5)
     everything = {
