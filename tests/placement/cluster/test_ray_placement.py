@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -45,6 +46,7 @@ from .conftest import Cluster
 pytestmark = pytest.mark.anyio
 
 CHAT = "/v1/chat/completions"
+PLANNER = str(Path(__file__).resolve().parents[3] / "examples" / "planner_workers.yaml")
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 #: The cached prompt priced as a fresh one: the cache's hits depend on timing.
 PRICES = PriceTable(
@@ -215,6 +217,44 @@ async def test_a_remote_step_is_committed_before_the_next_one_is_requested(
     assert result.status == "succeeded", result.error
     assert checked == 24
     assert early == []
+
+
+def sub_agent_calls(log: EventLog) -> list[str]:
+    """Each sub-agent call's steps, by parent and agent (a call's number
+    is a per-process counter)."""
+    return sorted(
+        e.rollout_id.rsplit("-", 1)[0]
+        for e in log.of_type(StepRecorded)
+        if not is_top_level(e.rollout_id)
+    )
+
+
+async def test_a_hierarchy_from_a_spec_file_runs_the_same_on_the_workers(cluster: Cluster) -> None:
+    """A planner delegating to sub-agents (``examples/planner_workers.yaml``):
+    its sub-agent rollouts run on the worker with their parent, and the run
+    matches the local one."""
+    runs: list[tuple[RunResult, EventLog]] = []
+    for placement in ({"kind": "local"}, ray_placement(cluster)):
+        sim = SimServerConfig(answer="answer", tool_rounds=1, ttft_ms=5)
+        async with SimServer(sim) as server:
+            cfg = config(server.url, placement)
+            cfg["agents"]["planner"] = PLANNER
+            async with Runtime(cfg, tools=[Calculator()], prices=PRICES) as rt:
+                log = EventLog()
+                result = await rt.run(
+                    "What is 17*23?",
+                    agent="planner",
+                    scaling=ScalingSpec(rollouts=4),
+                    events=log,
+                    run_id="run-h",
+                )
+        runs.append((result, log))
+    (local, local_log), (placed, placed_log) = runs
+    assert placed.status == local.status == "succeeded", placed.error
+    assert placed.answer == local.answer
+    assert sub_agent_calls(placed_log), "no sub-agent ran"
+    assert sub_agent_calls(placed_log) == sub_agent_calls(local_log)
+    assert _plain(msgspec.to_builtins(placed.cost)) == _plain(msgspec.to_builtins(local.cost))
 
 
 async def test_mcp_stdio_servers_run_on_the_worker_nodes(cluster: Cluster, npx: str) -> None:
