@@ -282,7 +282,14 @@ class RayPlacement:
         self._stack.push_async_callback(self._stop_workers)
         self._actor, self._options = actor, options
         for index in range(self.config.workers):
-            handle = actor.options(**options).remote(self._spec)
+            try:
+                handle = actor.options(**options).remote(self._spec)
+            except Exception as error:  # the spec is pickled here: tools, agents, prices
+                raise ConfigError(
+                    "what the Runtime was given cannot be shipped to a rollout worker (tools "
+                    f"and agents given as objects must pickle): {type(error).__name__}: {error}",
+                    where="placement",
+                ) from None
             books = WorkerBooks(self._ledgers)
             self._workers.append(_Worker(index, handle, books, started=anyio.current_time()))
         timeout = self.config.connect_timeout_s

@@ -11,6 +11,7 @@ its rollouts go on elsewhere.  (Last, as it leaves one worker node.)
 from __future__ import annotations
 
 import os
+import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -327,6 +328,20 @@ async def test_what_cannot_be_placed_is_named_before_any_model_call(cluster: Clu
         too_many = config(server.url, ray_placement(cluster, workers=3, connect_timeout_s=20))
         with pytest.raises(ConfigError, match=r"cannot hold 3 rollout workers .*CPU=1"):
             async with Runtime(too_many, tools=[Calculator()]):
+                pass
+        # A tool that cannot be shipped to a worker (it holds a lock).
+        held = threading.Lock()
+
+        @tool
+        async def locked(x: int) -> int:
+            """Count under a lock."""
+            with held:
+                return x
+
+        with pytest.raises(ConfigError, match=r"cannot be shipped to a rollout worker"):
+            async with Runtime(
+                config(server.url, ray_placement(cluster)), tools=[Calculator(), locked]
+            ):
                 pass
         sandbox = config(server.url, ray_placement(cluster, worker={"resources": {"gpu_box": 1}}))
         with pytest.raises(ConfigError, match=r"gpu_box=1"):
