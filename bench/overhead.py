@@ -447,8 +447,8 @@ def report(table: Table, steps: int, latency: float) -> None:
                       f"{m['server_calls']:>12,.0f} {100 * m['cpu'] / m['wall']:>8.0f} "
                       f"{100 * m['server_busy']:>8.0f}")  # fmt: skip
 
-    print("The full agent loop (Runtime.run) beside the floor:")
-    rows(AGENT_LOOP)
+    print("The full agent loop (Runtime.run; agent: Agent.run alone) beside the floor:")
+    rows((*AGENT_LOOP, "agent"))
     print()
     checks: list[tuple[int, str, str, float, float]] = []
     for r, by in table.items():
