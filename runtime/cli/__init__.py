@@ -23,6 +23,7 @@ import anyio
 from agentrt._version import __version__
 from agentrt.protocols import Budget, RunResult, ScalingSpec, to_builtins
 from agentrt.runtime.actors import ActorError
+from agentrt.runtime.cli.flags import add_placement_arguments
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
 
@@ -240,16 +241,7 @@ def _build_parser() -> _Parser:
         type=Path,
         help="agentrt.toml: [models], [agents], [mcp]... (default: the embedded model)",
     )
-    run.add_argument(
-        "--placement",
-        choices=["local", "ray"],
-        help="where rollouts run: this process or a Ray cluster (overrides [placement])",
-    )
-    run.add_argument(
-        "--ray-address",
-        metavar="ADDRESS",
-        help="the Ray cluster (local, auto, HOST:PORT, ray://HOST:PORT); implies --placement ray",
-    )
+    add_placement_arguments(run)
     run.add_argument(
         "--aggregate",
         metavar="NAME",

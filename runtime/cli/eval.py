@@ -31,6 +31,7 @@ import anyio
 import msgspec
 
 from agentrt.protocols import RunResult, ScalingSpec
+from agentrt.runtime.cli.flags import add_placement_arguments
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.log import get_logger
 
@@ -423,16 +424,7 @@ def build_parser(prog: str = "agentrt eval") -> argparse.ArgumentParser:
         type=Path,
         help="agentrt.toml: models, agents, MCP servers (default: the embedded model)",
     )
-    parser.add_argument(
-        "--placement",
-        choices=["local", "ray"],
-        help="where rollouts run: this process or a Ray cluster (overrides [placement])",
-    )
-    parser.add_argument(
-        "--ray-address",
-        metavar="ADDRESS",
-        help="the Ray cluster (local, auto, HOST:PORT, ray://HOST:PORT); implies --placement ray",
-    )
+    add_placement_arguments(parser)
     return parser
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from agentrt.runtime.actors.loop import run as run_loop
+from agentrt.runtime.cli.flags import add_placement_arguments
 from agentrt.runtime.engine.configfile import DEFAULT_PORT, load_config
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
@@ -39,16 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--store", type=Path, help="the run store's SQLite file (overrides [store])"
     )
-    parser.add_argument(
-        "--placement",
-        choices=["local", "ray"],
-        help="where rollouts run: this process or a Ray cluster (overrides [placement])",
-    )
-    parser.add_argument(
-        "--ray-address",
-        metavar="ADDRESS",
-        help="the Ray cluster (local, auto, HOST:PORT, ray://HOST:PORT); implies --placement ray",
-    )
+    add_placement_arguments(parser)
     parser.add_argument(
         "--log-level",
         default=None,
