@@ -231,7 +231,7 @@ class OpenAIBackend:
             self._policy, breaker=self._breaker, counters=self._counters, rng=self._rng
         )
         while True:
-            retrier.begin_attempt()
+            await retrier.begin_attempt()
             try:
                 with anyio.move_on_after(max(0.0, retrier.remaining())) as scope:
                     completion = await self._complete_once(transport, body, headers, model)
@@ -273,7 +273,7 @@ class OpenAIBackend:
         )
         yielded = False
         while True:
-            retrier.begin_attempt()
+            await retrier.begin_attempt()
             try:
                 response = await self._open_stream(transport, body, headers, model, retrier)
             except TransientError as transient:

@@ -34,6 +34,7 @@ from agentrt.runtime.errors import (
 from agentrt.runtime.models.http import TransportFailure, classify_transport_error
 from agentrt.runtime.models.replicas import Replica, ReplicaSet
 from agentrt.runtime.models.retry import (
+    TIMER_SLACK_S,
     Retrier,
     RetryCounters,
     RetryPolicy,
@@ -106,8 +107,8 @@ class ReplicaClient:
         tried: set[int] = set()
         last: TransientError | None = None
         while True:
-            replica = self.admit(key, tried, last)
-            retrier.begin_attempt()
+            replica = await self.admit(key, tried, last, retrier)
+            await retrier.begin_attempt()
             replica.outstanding += 1
             try:
                 with anyio.move_on_after(max(0.0, retrier.remaining())) as scope:
@@ -132,9 +133,42 @@ class ReplicaClient:
             self.succeeded(replica)
             return result
 
-    def admit(self, key: str | None, tried: set[int], last: TransientError | None) -> Replica:
-        """A replica whose breaker lets the call through; when none is left,
-        the last failure (or ``BackendUnavailable``) is raised."""
+    async def admit(
+        self, key: str | None, tried: set[int], last: TransientError | None, retrier: Retrier
+    ) -> Replica:
+        """A replica whose breaker lets the call through.  When every
+        replica not yet tried is held back only by its breaker (and the
+        breakers wait, ``BreakerConfig.wait``), the call waits for the
+        first probe that may succeed, within its deadline; otherwise, when
+        none is left, the last failure (or ``BackendUnavailable``) is
+        raised."""
+        while True:
+            try:
+                return self._admit_now(key, tried, last)
+            except BackendError:
+                pause = self._breaker_pause(tried)
+                if pause is None or pause >= retrier.remaining():
+                    raise
+                self.counters.breaker_waits += 1
+                await anyio.sleep(max(pause, TIMER_SLACK_S))
+
+    def _breaker_pause(self, tried: set[int]) -> float | None:
+        """Seconds until a breaker of an untried replica may admit a call,
+        when breakers are all that hold the untried replicas back; else
+        None (nothing to wait for)."""
+        pauses: list[float] = []
+        for replica in self.replicas.replicas:
+            if replica.index in tried:
+                continue
+            breaker = replica.breaker
+            if not breaker.waits:
+                return None
+            pause = breaker.retry_in()
+            if pause > 0:
+                pauses.append(pause)
+        return min(pauses) if pauses else None
+
+    def _admit_now(self, key: str | None, tried: set[int], last: TransientError | None) -> Replica:
         excluded = set(tried)
         while True:
             try:

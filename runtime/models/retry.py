@@ -144,6 +144,15 @@ class BreakerConfig(BaseModel):
     """Consecutive failures (refused, timed out, 5xx, garbage) that open it."""
     cooldown_s: float = Field(default=5.0, gt=0)
     """Seconds it stays open before one probe call is let through."""
+    wait: bool = True
+    """A call refused by an open breaker waits for the probe (within the
+    call's deadline, and the run's) instead of failing at once: a backend
+    that comes back after a cool-down costs the calls waiting time, not
+    their rollouts.  ``False``: fail fast with ``BackendUnavailable``."""
+
+
+_PROBE_POLL_S = 0.05
+"""How often a call waiting behind a half-open breaker's probe looks again."""
 
 
 class BreakerState(enum.Enum):
@@ -223,6 +232,22 @@ class CircuitBreaker:
             endpoint=self.endpoint,
         )
 
+    @property
+    def waits(self) -> bool:
+        """Whether calls it refuses should wait for it (``BreakerConfig.wait``)."""
+        return self._config.wait
+
+    def retry_in(self) -> float:
+        """Seconds until ``admit`` may let a call through: 0 when it would
+        now; the rest of the cool-down when open; a short poll interval
+        while a half-open probe is in flight (its outcome decides)."""
+        state = self.state
+        if state is BreakerState.CLOSED or (state is BreakerState.HALF_OPEN and not self._probing):
+            return 0.0
+        if state is BreakerState.HALF_OPEN:
+            return _PROBE_POLL_S
+        return max(0.0, self._config.cooldown_s - (self._clock() - self._opened_at))
+
     def record_success(self) -> None:
         """The endpoint answered properly: close (a probe succeeded) and
         reset the failure count."""
@@ -265,6 +290,8 @@ class RetryStats(msgspec.Struct, frozen=True, kw_only=True):
     slept_s: float = 0.0
     gave_up: int = 0
     breaker_rejections: int = 0
+    breaker_waits: int = 0
+    """Times a call waited for an open breaker's probe."""
 
     @property
     def attempts_per_call(self) -> float:
@@ -277,6 +304,7 @@ class RetryCounters:
     __slots__ = (
         "attempts",
         "breaker_rejections",
+        "breaker_waits",
         "calls",
         "gave_up",
         "retries",
@@ -292,6 +320,7 @@ class RetryCounters:
         self.slept_s = 0.0
         self.gave_up = 0
         self.breaker_rejections = 0
+        self.breaker_waits = 0
 
     def snapshot(self) -> RetryStats:
         return RetryStats(
@@ -302,6 +331,7 @@ class RetryCounters:
             slept_s=self.slept_s,
             gave_up=self.gave_up,
             breaker_rejections=self.breaker_rejections,
+            breaker_waits=self.breaker_waits,
         )
 
 
@@ -333,14 +363,24 @@ class Retrier:
         """Seconds left until the call's deadline."""
         return self.deadline - time.monotonic()
 
-    def begin_attempt(self) -> None:
-        """Ask the breaker for permission and count the attempt."""
-        if self._breaker is not None:
-            try:
-                self._breaker.admit()
-            except BackendUnavailable:
-                self._counters.breaker_rejections += 1
-                raise
+    async def begin_attempt(self) -> None:
+        """Ask the breaker for permission and count the attempt.  An open
+        breaker that waits (``BreakerConfig.wait``) is waited for while the
+        call's deadline allows; then, or when it does not wait, the call is
+        refused with ``BackendUnavailable``."""
+        breaker = self._breaker
+        if breaker is not None:
+            while True:
+                try:
+                    breaker.admit()
+                    break
+                except BackendUnavailable:
+                    pause = breaker.retry_in()
+                    if not breaker.waits or pause >= self.remaining():
+                        self._counters.breaker_rejections += 1
+                        raise
+                    self._counters.breaker_waits += 1
+                    await anyio.sleep(max(pause, TIMER_SLACK_S))
         self.attempt += 1
         self._counters.attempts += 1
 
@@ -415,7 +455,7 @@ async def call_with_retry(
     it raises ``BackendTimeout`` naming ``backend`` and ``endpoint``."""
     retrier = Retrier(policy, breaker=breaker, counters=counters, rng=rng)
     while True:
-        retrier.begin_attempt()
+        await retrier.begin_attempt()
         try:
             with anyio.move_on_after(max(0.0, retrier.remaining())) as scope:
                 result = await attempt()

@@ -397,8 +397,8 @@ class SGLangBackend:
         last: TransientError | None = None
         yielded = False
         while True:
-            replica = rc.admit(key, tried, last)
-            retrier.begin_attempt()
+            replica = await rc.admit(key, tried, last, retrier)
+            await retrier.begin_attempt()
             replica.outstanding += 1
             assembly = StreamAssembly(request.n, logprobs)
             try:

@@ -449,6 +449,7 @@ _RETRY_FIELDS: Final = (
     ("slept_s", "agentrt_backend_retry_sleep_seconds", "Seconds slept between attempts."),
     ("gave_up", "agentrt_backend_gave_up", "Calls that failed after their retries."),
     ("breaker_rejections", "agentrt_backend_breaker_rejections", "Calls an open breaker refused."),
+    ("breaker_waits", "agentrt_backend_breaker_waits", "Waits for an open breaker's probe."),
 )
 
 

@@ -353,7 +353,7 @@ async def test_the_breaker_opens_fails_fast_probes_and_closes() -> None:
             return web.json_response(OK)
         return web.Response(status=500, text="boom")
 
-    breaker = BreakerConfig(failure_threshold=2, cooldown_s=0.3)
+    breaker = BreakerConfig(failure_threshold=2, cooldown_s=0.3, wait=False)
     policy = RetryPolicy(max_attempts=1)
     async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
         for _ in range(2):
@@ -377,6 +377,63 @@ async def test_the_breaker_opens_fails_fast_probes_and_closes() -> None:
         assert state_of(b.breaker) is BreakerState.CLOSED
         await b.complete(ASK)
         assert arrivals == 5
+
+
+@pytest.mark.anyio
+async def test_calls_wait_for_an_open_breaker_and_one_probe_goes_first() -> None:
+    """By default a call an open breaker refuses waits for the probe: the
+    backend's recovery costs the waiting calls time, not an error; while the
+    probe is in flight the others hold back, so the server sees one probe."""
+    healthy = False
+    arrivals = 0
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal arrivals
+        arrivals += 1
+        if healthy:
+            await anyio.sleep(0.05)
+            return web.json_response(OK)
+        return web.Response(status=500, text="boom")
+
+    breaker = BreakerConfig(failure_threshold=2, cooldown_s=0.3)
+    policy = RetryPolicy(max_attempts=1)
+    async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
+        for _ in range(2):
+            with pytest.raises(BackendUnavailable, match="HTTP 500"):
+                await b.complete(ASK)
+        assert state_of(b.breaker) is BreakerState.OPEN
+        healthy = True
+        replies: list[str | None] = []
+
+        async def ask() -> None:
+            replies.append((await b.complete(ASK)).message.content)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(ask)
+            await anyio.sleep(0.1)
+            assert arrivals == 2  # all five wait out the cool-down
+        assert replies == ["ok"] * 5
+        assert arrivals == 7
+        assert b.stats.breaker_rejections == 0
+        assert b.stats.breaker_waits >= 5
+
+
+@pytest.mark.anyio
+async def test_a_call_whose_deadline_ends_before_the_probe_is_refused() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=500, text="boom")
+
+    breaker = BreakerConfig(failure_threshold=1, cooldown_s=30)
+    policy = RetryPolicy(max_attempts=1, deadline_s=1.0)
+    async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
+        with pytest.raises(BackendUnavailable, match="HTTP 500"):
+            await b.complete(ASK)
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="circuit open"):
+            await b.complete(ASK)
+        assert time.monotonic() - started < 0.5  # refused at once, not after 1 s
+        assert b.stats.breaker_rejections == 1
 
 
 @pytest.mark.anyio
