@@ -11,12 +11,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from contextlib import suppress
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Final, Literal, Self, final
+from typing import Any, Final, Literal, Self, final
 
 import anyio
 import msgspec
@@ -68,27 +68,56 @@ class _Write:
     error: BaseException | None = None
 
 
-def _lock(path: str) -> IO[str]:
-    """Hold ``<path>.lock`` exclusively: one process per store, or two
-    daemons would both resume (and run) the same unfinished runs."""
-    lock_path = f"{path}.lock"
-    handle = open(lock_path, "a+")  # noqa: SIM115 - held open for the store's lifetime
+def _own(path: str) -> int:
+    """Open the database file itself (created empty if missing) and hold an
+    exclusive ``flock`` on it for the store's lifetime: one process per
+    store, or two daemons would both resume (and run) the same unfinished
+    runs.  The lock is on the file (its inode), so a symlink, a hard link or
+    a deleted side file cannot let a second process in; ``flock`` is apart
+    from SQLite's own POSIX locks, which closing another descriptor of the
+    file would drop.  A file with several hard links is refused even when
+    free: SQLite names its ``-wal`` and ``-shm`` after the name it was
+    opened by, so two names would split the journal (committed writes in a
+    WAL the other name never reads)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
+        holder = _holder(os.fstat(fd))
+        os.close(fd)
         raise ConfigError(
             f"the run store is in use by another agentrt process (pid {holder}); "
             "stop it, or give this one its own store (--store or [store] path)",
             where=path,
         ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return handle
+    except BaseException:
+        os.close(fd)
+        raise
+    links = os.fstat(fd).st_nlink
+    if links > 1:
+        os.close(fd)
+        raise ConfigError(
+            f"the run store file has {links} hard links; SQLite keeps its write-ahead "
+            "log by file name, so open it through one name only (remove the other links)",
+            where=path,
+        )
+    return fd
+
+
+def _holder(stat: os.stat_result) -> str:
+    """The pid holding a ``flock`` on the file, from ``/proc/locks`` (Linux);
+    ``unknown`` elsewhere."""
+    device = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    try:
+        with open("/proc/locks") as locks:
+            for line in locks:
+                fields = line.split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; "->" marks a waiter.
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device:
+                    return fields[4]
+    except OSError:
+        pass
+    return "unknown"
 
 
 def _connect(path: str, synchronous: Synchronous) -> sqlite3.Connection:
@@ -97,6 +126,93 @@ def _connect(path: str, synchronous: Synchronous) -> sqlite3.Connection:
     conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn
+
+
+@final
+class _ReaderPool:
+    """The store's read-only connections: at most ``size``, shared by every
+    thread that reads (a read borrows one and gives it back), each closed
+    once idle for ``idle_s`` (``reap``) and all of them at ``close``.  A
+    thread finding every connection busy waits for one."""
+
+    def __init__(self, path: str, synchronous: Synchronous, size: int, idle_s: float) -> None:
+        self.path = path
+        self.synchronous: Synchronous = synchronous
+        self.size = size
+        self.idle_s = idle_s
+        self._idle: list[tuple[float, sqlite3.Connection]] = []
+        """Free connections with when they were given back, most recent last."""
+        self._count = 0
+        """Connections open, free or lent."""
+        self._closed = False
+        self._cond = threading.Condition()
+
+    @property
+    def open_connections(self) -> int:
+        with self._cond:
+            return self._count
+
+    def _acquire(self) -> sqlite3.Connection:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise StoreError("the run store is closed (reading)")
+                if self._idle:
+                    return self._idle.pop()[1]
+                if self._count < self.size:
+                    self._count += 1
+                    break
+                self._cond.wait()
+        try:
+            conn = _connect(self.path, self.synchronous)
+            conn.execute("PRAGMA query_only=ON")
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+        return conn
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        with self._cond:
+            if not self._closed:
+                self._idle.append((time.monotonic(), conn))
+                self._cond.notify()
+                return
+            self._count -= 1
+        conn.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        conn = self._acquire()
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:  # a read that failed inside its snapshot
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            self._release(conn)
+
+    def reap(self) -> int:
+        """Close the connections idle for ``idle_s`` or more; how many."""
+        cutoff = time.monotonic() - self.idle_s
+        with self._cond:
+            stale = [conn for at, conn in self._idle if at <= cutoff]
+            self._idle = [(at, conn) for at, conn in self._idle if at > cutoff]
+            self._count -= len(stale)
+        for conn in stale:
+            conn.close()
+        return len(stale)
+
+    def close(self) -> None:
+        """Close the free connections now and the lent ones when given back."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            self._cond.notify_all()
+        for _, conn in idle:
+            conn.close()
 
 
 @final
@@ -111,30 +227,49 @@ class RunStore:
     ``await`` returns, writes arriving together share a commit, and each
     runs in its own savepoint (a bad write fails alone).  A committed write
     survives ``kill -9`` (``synchronous=NORMAL``); power loss needs
-    ``synchronous="full"``.  Reads run on worker threads with their own
-    connections."""
+    ``synchronous="full"``.  Reads run on worker threads, each borrowing one
+    of at most ``readers`` connections; a connection idle for
+    ``reader_idle_s`` is closed, and every one at exit (no descriptor
+    outlives its use).
 
-    def __init__(self, path: str | Path, *, synchronous: Synchronous = "normal") -> None:
-        self.path = str(path)
-        if self.path == ":memory:" or not self.path:
+    The database file itself is locked (``flock`` on its inode) before
+    anything is read: a second process opening the same file, through any
+    name, gets a ``ConfigError`` naming the holder's pid.  ``path`` is
+    resolved (symlinks followed) so SQLite's ``-wal``/``-shm`` files sit
+    next to the real file."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "normal",
+        readers: int = 4,
+        reader_idle_s: float = 10.0,
+    ) -> None:
+        if str(path) == ":memory:" or not str(path):
             raise StoreError("the run store needs a file path (readers open their own connections)")
+        if readers < 1 or reader_idle_s <= 0:
+            raise StoreError(
+                f"readers must be 1 or more and reader_idle_s above 0 "
+                f"(got {readers}, {reader_idle_s})"
+            )
+        self.path = os.path.realpath(path)
         self.synchronous: Synchronous = synchronous
         self._writer: sqlite3.Connection | None = None
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
-        self._readers_lock = threading.Lock()
+        self._pool = _ReaderPool(self.path, synchronous, readers, reader_idle_s)
+        self._reaper: anyio.CancelScope | None = None
         self._send: MemoryObjectSendStream[_Write] | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._limiter = anyio.CapacityLimiter(1)
         self.commits = 0
         self.writes = 0
-        self._lock_file: IO[str] | None = None
+        self._owner_fd: int | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
     async def __aenter__(self) -> Self:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._lock_file = _lock(self.path)
+        self._owner_fd = _own(self.path)
         try:
             self._writer = await anyio.to_thread.run_sync(self._open_writer)
         except sqlite3.Error as exc:
@@ -148,7 +283,15 @@ class RunStore:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._write_loop, receive)
+        self._reaper = anyio.CancelScope()
+        self._tg.start_soon(self._reap_loop, self._reaper)
         return self
+
+    async def _reap_loop(self, scope: anyio.CancelScope) -> None:
+        with scope:
+            while True:
+                await anyio.sleep(self._pool.idle_s / 2)
+                self._pool.reap()
 
     def _open_writer(self) -> sqlite3.Connection:
         conn = _connect(self.path, self.synchronous)
@@ -166,6 +309,8 @@ class RunStore:
         tb: TracebackType | None,
     ) -> None:
         try:
+            if self._reaper is not None:
+                self._reaper.cancel()
             if self._send is not None:
                 await self._send.aclose()
             if self._tg is not None:
@@ -174,16 +319,18 @@ class RunStore:
             self._close()
 
     def _close(self) -> None:
-        with self._readers_lock:
-            readers, self._readers = self._readers, []
-        for conn in readers:
-            conn.close()
+        self._pool.close()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        if self._lock_file is not None:
-            self._lock_file.close()  # releases the lock
-            self._lock_file = None
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)  # releases the lock, after SQLite let go of the file
+            self._owner_fd = None
+
+    @property
+    def reader_connections(self) -> int:
+        """Read connections open now (a gauge for /metrics and the tests)."""
+        return self._pool.open_connections
 
     @property
     def queue_depth(self) -> int:
@@ -335,19 +482,10 @@ class RunStore:
 
     # -- reading -------------------------------------------------------------
 
-    def _reader(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = _connect(self.path, self.synchronous)
-            conn.execute("PRAGMA query_only=ON")
-            self._local.conn = conn
-            with self._readers_lock:
-                self._readers.append(conn)
-        return conn
-
     async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         def query() -> list[tuple[Any, ...]]:
-            return self._reader().execute(sql, params).fetchall()
+            with self._pool.connection() as conn:
+                return conn.execute(sql, params).fetchall()
 
         return await anyio.to_thread.run_sync(query)
 
@@ -365,16 +503,14 @@ class RunStore:
         trip to a reader thread, one snapshot of the database)."""
 
         def query() -> RunDetail | None:
-            conn = self._reader()
-            conn.execute("BEGIN")  # one snapshot: the rows agree with each other
-            try:
+            with self._pool.connection() as conn:
+                conn.execute("BEGIN")  # one snapshot: the rows agree with each other
                 sql = f"SELECT {RUN_COLUMNS}, result FROM runs WHERE run_id = ?"  # noqa: S608
                 row = conn.execute(sql, (run_id,)).fetchone()
-                if row is None:
-                    return None
                 rollouts = conn.execute(ROLLOUTS_SQL, (run_id,)).fetchall()
-            finally:
                 conn.execute("COMMIT")
+            if row is None:
+                return None
             *columns, result = row
             info = run_info_of(tuple(columns))
             request = columns[-1]
