@@ -3,22 +3,21 @@
 Owns the ``Judge`` protocol (a pointwise ``score`` of one summary and a
 ``compare`` picking the best of a group, each given the aggregation's
 context), ``ModelJudge`` (a model reads the *summaries*, never raw traces,
-and answers with a number; it holds no backend: it asks the context's
-metered one), ``SimulatedJudge`` (knows the ground truth and is right with
+in shuffled order, reasons and ends with a verdict; it holds no backend: it
+asks the context's metered one), ``SimulatedJudge`` (knows the ground truth and is right with
 probability ``q``, and books its simulated calls on the context's ledger:
 tests and the scaling benchmark) and ``BestOfN`` (pointwise: highest score;
 pairwise: the champion meets each challenger in turn).
 
 May import protocols, the runtime floor and ``agentrt.aggregators.base``/
-``vote``/``workspace``; nothing else.
+``verdict``/``vote``/``workspace``; nothing else.
 """
 
 from __future__ import annotations
 
 import random
-import re
-from collections.abc import Sequence
-from typing import Literal, Protocol, final
+from collections.abc import Callable, Sequence
+from typing import Final, Literal, Protocol, TypeVar, final
 
 import anyio
 import msgspec
@@ -31,13 +30,17 @@ from agentrt.aggregators.base import (
     empty_result,
     usable,
 )
+from agentrt.aggregators.verdict import VerdictUnparseable, parse_score, parse_verdict
 from agentrt.aggregators.vote import Normalizer, default_normalizer, plurality
 from agentrt.aggregators.workspace import render_summary
 from agentrt.protocols import (
+    AssistantMessage,
+    ChatMessage,
     Cost,
     ModelRequest,
     SamplingParams,
     SystemMessage,
+    ToolSpec,
     TrajectorySummary,
     Usage,
     UserMessage,
@@ -45,6 +48,8 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.errors import BackendError, BudgetExceeded, ConfigError
 from agentrt.runtime.log import get_logger
+
+_T = TypeVar("_T")
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,40 +88,106 @@ class Judge(Protocol):
 
 _JUDGE_SYSTEM = (
     "You judge attempts at a task from their summaries. Tool-verified facts are "
-    "evidence; an attempt's own reasoning is not. Count evidence, not attempts."
+    "evidence; an attempt's own reasoning is not. Count evidence, not attempts. "
+    "Think it through first, then end your reply with the verdict line."
 )
-_INT = re.compile(r"-?\d+")
+_RETRY = (
+    "Your reply had no verdict I could read. Reply with only the line 'VERDICT: <number>' ({what})."
+)
+#: Most retries of an unparseable reply.
+MAX_RETRIES: Final = 5
+
+
+def _verdict_tool(n: int) -> ToolSpec:
+    """Structured output: the verdict as a tool call's arguments."""
+    return ToolSpec(
+        name="verdict",
+        description="Give your verdict after reasoning.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "reasoning": {"type": "string"},
+                "verdict": {"type": "integer", "minimum": 1, "maximum": n},
+            },
+            "required": ["reasoning", "verdict"],
+            "additionalProperties": False,
+        },
+    )
 
 
 @final
 class ModelJudge:
-    """A judge backed by one model call per score / comparison, on the
-    context's metered backend.
+    """A judge backed by model calls on the context's metered backend (so
+    every call, retries included, is reserved on and charged to the run's
+    ledger).  It reads summaries, never raw traces.
 
-    ``model``: the model to ask (``None``: the context's ``model``, else the
+    ``compare`` shows the candidates in an order drawn from a seeded RNG
+    (``shuffle``), so a judge that prefers a position (first, last) picks
+    each candidate equally often; it asks the model to reason and end with
+    ``VERDICT: <n>`` and reads the last explicit verdict
+    (``agentrt.aggregators.verdict.parse_verdict``: JSON, markdown, verdict
+    first or last).  ``score`` asks for ``SCORE: <0-10>`` the same way.
+
+    The failure rule: a reply with no readable verdict (a refusal, a tie, a
+    number out of range, a reply cut at ``max_tokens``) is asked again, up
+    to ``retries`` times, with the reply and a request for the verdict
+    line; if none of them parses, ``VerdictUnparseable`` is raised (it
+    names the model and the last reply).  Aggregators count such a vote as
+    an abstention, and fail with ``VerdictUnparseable`` naming the
+    comparison when *no* vote of a comparison parsed.  A call that fails or
+    times out (``BackendError``) counts as an abstention (``compare``) or a
+    zero (``score``); ``BudgetExceeded`` propagates.
+
+    ``model``: the model to ask (``None``: the context's, else the
     backend's first); ``temperature`` > 0 makes repeated votes (RTV's V)
-    differ; ``max_tokens``: the reply's bound (what the ledger reserves);
-    ``timeout_s``: each call's deadline.  A call that fails or times out
-    counts as an abstention (``compare``) or a zero (``score``);
-    ``BudgetExceeded`` propagates."""
+    differ; ``max_tokens``: each reply's bound, room to reason (what the
+    ledger reserves; default 1024); ``timeout_s``: each call's deadline;
+    ``retries``: 0..5; ``seed``: the presentation order's RNG;
+    ``structured``: offer a ``verdict(reasoning, verdict)`` tool the model
+    must call (for backends with tool calling; the text is still read when
+    it does not).  Raises ``ConfigError`` naming an option out of bounds."""
 
     def __init__(
         self,
         *,
         model: str | None = None,
         temperature: float = 0.7,
-        max_tokens: int = 16,
-        timeout_s: float = 60.0,
+        max_tokens: int = 1024,
+        timeout_s: float = 120.0,
+        retries: int = 1,
+        seed: int = 0,
+        shuffle: bool = True,
+        structured: bool = False,
     ) -> None:
+        if max_tokens < 1:
+            raise ConfigError(
+                f"max_tokens must be >= 1, got {max_tokens}", where="judge.max_tokens"
+            )
+        if not 0 <= retries <= MAX_RETRIES:
+            raise ConfigError(
+                f"retries must be >= 0 and <= {MAX_RETRIES}, got {retries}", where="judge.retries"
+            )
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.timeout_s = timeout_s
+        self.retries = retries
+        self.shuffle = shuffle
+        self.structured = structured
+        self._rng = random.Random(seed)
 
-    async def _ask(self, user: str, context: AggregationContext) -> tuple[str, Cost]:
+    async def _ask(
+        self,
+        messages: list[ChatMessage],
+        context: AggregationContext,
+        tool: ToolSpec | None,
+    ) -> tuple[str, str | None, Cost] | None:
+        """(text, the verdict tool's arguments, cost); ``None``: the call failed."""
         request = ModelRequest(
-            messages=[SystemMessage(content=_JUDGE_SYSTEM), UserMessage(content=user)],
+            messages=messages,
             model=self.model or context.model,
+            tools=[tool] if tool is not None else [],
+            tool_choice="required" if tool is not None else "auto",
             sampling=SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens),
         )
         backend = context.backend
@@ -130,36 +201,92 @@ class ModelJudge:
             get_logger(__name__).warning(
                 "judge_call_failed", backend=backend.name, error=str(error)
             )
-            return "", Cost()
-        text = reply.choices[0].message.content or "" if reply.choices else ""
-        return text, Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
+            return None
+        cost = Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
+        if not reply.choices:
+            return "", None, cost
+        message = reply.choices[0].message
+        arguments = next(
+            (c.function.arguments for c in message.tool_calls if c.function.name == "verdict"),
+            None,
+        )
+        return message.content or "", arguments, cost
+
+    async def _until_parsed(
+        self,
+        user: str,
+        context: AggregationContext,
+        *,
+        what: str,
+        tool: ToolSpec | None,
+        parse: Callable[[str], _T | None],
+    ) -> tuple[_T | None, Cost]:
+        """Ask, and ask again on an unparseable reply; ``(None, cost)`` when a
+        call failed.  Raises ``VerdictUnparseable`` past the retries."""
+        messages: list[ChatMessage] = [
+            SystemMessage(content=_JUDGE_SYSTEM),
+            UserMessage(content=user),
+        ]
+        cost = Cost()
+        last = ""
+        for _ in range(1 + self.retries):
+            got = await self._ask(messages, context, tool)
+            if got is None:
+                return None, cost
+            text, arguments, spent = got
+            cost = cost + spent
+            for candidate in (arguments, text):
+                value = parse(candidate) if candidate is not None else None
+                if value is not None:
+                    return value, cost
+            last = text or (arguments or "")
+            messages = [
+                *messages,
+                AssistantMessage(content=last),
+                UserMessage(content=_RETRY.format(what=what)),
+            ]
+        model = self.model or context.model or context.backend.default_model
+        raise VerdictUnparseable(
+            f"no readable verdict ({what}) in {1 + self.retries} replies; "
+            f"the last: {last[-200:]!r}",
+            where=f"judge (model {model!r})",
+            reply=last,
+            cost=cost,
+        )
 
     async def score(
         self, task: str, summary: TrajectorySummary, context: AggregationContext
     ) -> Score:
-        text, cost = await self._ask(
+        value, cost = await self._until_parsed(
             f"Task: {task}\n\nAttempt:\n{render_summary(summary)}\n\n"
-            "How likely is this answer correct? Reply with one integer from 0 to 10.",
+            "How likely is this answer correct? Reason briefly, then end with the line "
+            "'SCORE: <an integer from 0 to 10>'.",
             context,
+            what="an integer from 0 to 10",
+            tool=None,
+            parse=parse_score,
         )
-        found = _INT.search(text)
-        value = min(10, max(0, int(found.group()))) / 10 if found else 0.0
-        return Score(value=value, cost=cost)
+        return Score(value=value if value is not None else 0.0, cost=cost)
 
     async def compare(
         self, task: str, candidates: Sequence[TrajectorySummary], context: AggregationContext
     ) -> Verdict:
+        n = len(candidates)
+        order = list(range(n))  # order[j]: the candidate shown as attempt j + 1
+        if self.shuffle:
+            self._rng.shuffle(order)
         blocks = "\n\n".join(
-            f"Attempt {i + 1}:\n{render_summary(s)}" for i, s in enumerate(candidates)
+            f"Attempt {j + 1}:\n{render_summary(candidates[i])}" for j, i in enumerate(order)
         )
-        text, cost = await self._ask(
-            f"Task: {task}\n\n{blocks}\n\nWhich attempt's answer is best supported? "
-            f"Reply with one integer from 1 to {len(candidates)}.",
+        shown, cost = await self._until_parsed(
+            f"Task: {task}\n\n{blocks}\n\nWhich attempt's answer is best supported by "
+            f"evidence? Compare them, then end with the line 'VERDICT: <a number from 1 to {n}>'.",
             context,
+            what=f"a number from 1 to {n}",
+            tool=_verdict_tool(n) if self.structured else None,
+            parse=lambda text: parse_verdict(text, n),
         )
-        found = _INT.search(text)
-        pick = int(found.group()) - 1 if found else -1
-        return Verdict(winner=pick if 0 <= pick < len(candidates) else None, cost=cost)
+        return Verdict(winner=order[shown] if shown is not None else None, cost=cost)
 
 
 @final
@@ -242,11 +369,13 @@ class SimulatedJudge:
 @final
 class BestOfN:
     """Best-of-N by a judge (default: a ``ModelJudge``): ``pointwise``
-    scores every summary (in parallel) and keeps the highest (first on a
-    tie); ``pairwise`` lets the champion meet each challenger in input
-    order.  When the ledger refuses a judge call, no further call starts:
-    pointwise keeps the best of the scores it got (a plurality vote if it
-    got none), pairwise the champion so far."""
+    scores every summary (in parallel) and keeps the highest (a tie broken
+    by a coin seeded with ``seed``); ``pairwise`` lets the champion meet
+    each challenger in turn.  When the ledger refuses a judge call, no
+    further call starts: pointwise keeps the best of the scores it got (a
+    plurality vote if it got none), pairwise the champion so far.  A score
+    that never parses leaves its candidate unscored; when none parses, or a
+    pairwise comparison does not, ``VerdictUnparseable`` names it."""
 
     name = "best_of_n"
 
@@ -255,9 +384,11 @@ class BestOfN:
         judge: Judge | None = None,
         *,
         mode: Literal["pointwise", "pairwise"] = "pointwise",
+        seed: int = 0,
     ) -> None:
         self.judge: Judge = judge if judge is not None else ModelJudge()
         self.mode = mode
+        self.seed = seed
 
     async def aggregate(
         self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
@@ -288,6 +419,7 @@ class BestOfN:
         stop: BudgetStop,
     ) -> tuple[TrajectorySummary, Cost, list[VoteCast], str]:
         scores: list[Score | None] = [None] * len(kept)
+        unread: list[VerdictUnparseable] = []
 
         async def one(i: int) -> None:
             if stop.hit:
@@ -296,17 +428,28 @@ class BestOfN:
                 scores[i] = await self.judge.score(task, kept[i], context)
             except BudgetExceeded as exc:
                 stop.note(exc)
+            except VerdictUnparseable as exc:
+                unread.append(exc)
 
         async with anyio.create_task_group() as tg:
             for i in range(len(kept)):
                 tg.start_soon(one, i)
         cost = sum((s.cost for s in scores if s is not None), Cost())
+        cost = sum((e.cost for e in unread), cost)
         scored = [i for i, s in enumerate(scores) if s is not None]
+        if not scored and unread:
+            raise VerdictUnparseable(
+                f"no score of {len(kept)} could be read; {unread[-1]}",
+                where="best_of_n (pointwise)",
+                reply=unread[-1].reply,
+                cost=cost,
+            )
         if not scored:
             chosen, agree = plurality(kept)
             return chosen, cost, [], f"{stop.why()} before any judge score; plurality: {agree}"
         values = {i: s.value for i, s in enumerate(scores) if s is not None}
-        best = max(scored, key=lambda i: (values[i], -i))
+        top = max(values.values())
+        best = random.Random(self.seed).choice([i for i in scored if values[i] == top])
         vote = VoteCast(
             run_id="",
             aggregator=self.name,
@@ -340,6 +483,13 @@ class BestOfN:
             except BudgetExceeded as exc:
                 stop.note(exc)
                 break
+            except VerdictUnparseable as exc:
+                raise VerdictUnparseable(
+                    str(exc),
+                    where=f"best_of_n (pairwise) comparison of {pair}",
+                    reply=exc.reply,
+                    cost=exc.cost,
+                ) from exc
             cost = cost + verdict.cost
             if verdict.winner == 1:
                 champion = challenger
@@ -361,4 +511,14 @@ class BestOfN:
         return champion, cost, trace, why
 
 
-__all__ = ["BestOfN", "Judge", "ModelJudge", "Score", "SimulatedJudge", "Verdict", "render_summary"]
+__all__ = [
+    "MAX_RETRIES",
+    "BestOfN",
+    "Judge",
+    "ModelJudge",
+    "Score",
+    "SimulatedJudge",
+    "Verdict",
+    "VerdictUnparseable",
+    "render_summary",
+]

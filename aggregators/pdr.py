@@ -23,6 +23,8 @@ from agentrt.aggregators.base import (
 )
 from agentrt.aggregators.judge import Judge, ModelJudge
 from agentrt.aggregators.rtv import RecursiveTournament
+from agentrt.aggregators.verdict import VerdictUnparseable
+from agentrt.aggregators.vote import Normalizer, answer_key, default_normalizer
 from agentrt.aggregators.workspace import Rollout, Workspace
 from agentrt.protocols import Cost, TrajectorySummary, VoteCast
 from agentrt.runtime.errors import BudgetExceeded, ConfigError
@@ -78,6 +80,8 @@ class ParallelDistillRefine:
         v: int = 4,
         final: Aggregator | None = None,
         max_concurrency: int | None = None,
+        stop_on_agreement: bool = True,
+        normalize: Normalizer = default_normalizer,
     ) -> None:
         for key, value, high in (("rounds", rounds, MAX_ROUNDS), ("m", m, MAX_M), ("k", k, MAX_K)):
             if not 1 <= value <= high:
@@ -93,8 +97,11 @@ class ParallelDistillRefine:
             raise ConfigError(f"select must be 'rtv' or 'judge', got {select!r}", where="pdr")
         self.judge: Judge = judge if judge is not None else ModelJudge()
         self.rounds, self.m, self.k, self.select = rounds, m, k, select
-        self.selector = RecursiveTournament(self.judge, g=g, v=v)
-        self.final: Aggregator = final or RecursiveTournament(self.judge, g=g, v=v)
+        self.stop_on_agreement, self.normalize = stop_on_agreement, normalize
+        self.selector = RecursiveTournament(self.judge, g=g, v=v, normalize=normalize)
+        self.final: Aggregator = final or RecursiveTournament(
+            self.judge, g=g, v=v, normalize=normalize
+        )
         self.limit = anyio.CapacityLimiter(max_concurrency or m)
         self.history: list[PDRRound] = []
 
@@ -132,6 +139,10 @@ class ParallelDistillRefine:
             start = 2
         for round_no in range(start, self.rounds + 1):
             rollout = self._rollout(context)  # before this round's first model call
+            agreed = self._agreed(current)
+            if agreed:
+                stopped = f"round {round_no - 1} converged: {agreed}; no round {round_no}"
+                break
             empty = nothing_left(context.ledger)
             if empty is not None:
                 stopped = f"stopped at the budget cap ({empty}) before round {round_no}"
@@ -165,6 +176,14 @@ class ParallelDistillRefine:
             excluded=excluded,
         )
 
+    def _agreed(self, summaries: list[TrajectorySummary]) -> str:
+        """``"its N answers agree"`` when the round converged, else ``""``."""
+        kept, _ = usable(summaries)
+        if not self.stop_on_agreement or len(kept) < 2:
+            return ""
+        keys = {answer_key(s.answer, self.normalize) for s in kept}
+        return f"its {len(kept)} answers agree" if len(keys) == 1 else ""
+
     async def _distill(
         self,
         task: str,
@@ -195,6 +214,7 @@ class ParallelDistillRefine:
         scores: list[float] = [0.0] * len(kept)
         costs: list[Cost] = [Cost()] * len(kept)
         stop = BudgetStop()
+        unread: list[VerdictUnparseable] = []
 
         async def one(i: int) -> None:
             if stop.hit:
@@ -204,11 +224,22 @@ class ParallelDistillRefine:
             except BudgetExceeded as exc:
                 stop.note(exc)
                 return
+            except VerdictUnparseable as exc:  # unscored: ranks as 0
+                unread.append(exc)
+                costs[i] = exc.cost
+                return
             scores[i], costs[i] = s.value, s.cost
 
         async with anyio.create_task_group() as tg:
             for i in range(len(kept)):
                 tg.start_soon(one, i)
+        if unread and len(unread) == len(kept):
+            raise VerdictUnparseable(
+                f"no score of {len(kept)} could be read; {unread[-1]}",
+                where="pdr (select = judge)",
+                reply=unread[-1].reply,
+                cost=sum(costs, Cost()),
+            )
         ranked = sorted(range(len(kept)), key=lambda i: (-scores[i], i))
         return [kept[i] for i in ranked[: self.k]], sum(costs, Cost()), stop.why()
 

@@ -7,6 +7,7 @@ May import protocols, the runtime floor and ``agentrt.aggregators.base``/
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Final, Literal, final
 
@@ -22,11 +23,12 @@ from agentrt.aggregators.base import (
     usable,
 )
 from agentrt.aggregators.judge import Judge, ModelJudge, Verdict
-from agentrt.aggregators.vote import plurality
+from agentrt.aggregators.verdict import VerdictUnparseable
+from agentrt.aggregators.vote import Normalizer, answer_key, default_normalizer, plurality
 from agentrt.protocols import Cost, TrajectorySummary, VoteCast
 from agentrt.runtime.errors import BudgetExceeded, ConfigError
 
-TieRule = Literal["first", "cheapest"]
+TieRule = Literal["coin", "first", "cheapest"]
 
 #: Largest group a comparison may hold (a judge reads every member at once).
 MAX_GROUP: Final = 16
@@ -43,6 +45,10 @@ class Bracket(msgspec.Struct, frozen=True, kw_only=True):
     levels: list[list[VoteCast]]
     reached: dict[str, int]
     stopped: str | None = None
+    agreed: int = 0
+    """Comparisons decided without a judge: their candidates' answers agreed."""
+    judge_calls: int = 0
+    """Judge calls made (votes cast, abstentions included)."""
 
     def ranking(self, order: Sequence[str]) -> list[str]:
         """``order`` (rollout ids) sorted by level reached, deepest first;
@@ -57,19 +63,30 @@ undecided), its record (``None``: not played) and what it cost."""
 
 @final
 class RecursiveTournament:
-    """RTV: the summaries are split, in input order, into groups of ``g``; a
-    judge picks each group's best with ``v`` votes (concurrently within a
-    level); winners advance until one remains (a lone candidate advances on
-    a bye).  For ``g=2``: N - 1 comparisons, (N - 1)·V judge calls.
+    """RTV: the summaries, in an order shuffled with ``seed`` (``shuffle``;
+    so byes fall on no rollout in particular), are split into groups of
+    ``g``; a judge picks each group's best with ``v`` votes (concurrently
+    within a level); winners advance until one remains (a lone candidate
+    advances on a bye).  For ``g=2``: N - 1 comparisons, at most (N - 1)·V
+    judge calls.
+
+    Early stop: a group whose candidates' answers agree (``answer_key``
+    with ``normalize``) is decided without a judge call (the tie rule picks
+    who advances), so N identical answers cost no judge call.
 
     ``judge``: default a ``ModelJudge``; ``g``: group size, 2..16; ``v``:
     votes per comparison, 1..64; ``tie``: among candidates with the most
-    votes, ``first`` (input order) or ``cheapest`` (fewest rollout tokens).
-    Abstentions count for nobody.  Raises ``ConfigError`` naming the option
-    out of its bounds.  When the ledger refuses a judge call, no further
-    call starts: the level finishes with the votes admitted and the answer
-    is a plurality over the candidates still in (the rationale says so).
-    The bracket is emitted as ``VoteCast`` events, level by level."""
+    votes, ``coin`` (a coin seeded with ``seed`` and the comparison's place
+    in the bracket), ``first`` (bracket order) or ``cheapest`` (fewest
+    rollout tokens, then the coin).  Abstentions count for nobody; a vote
+    whose reply never parsed is an abstention, and a comparison where no
+    vote parsed raises ``VerdictUnparseable`` naming it.  Raises
+    ``ConfigError`` naming an option out of its bounds.  When the ledger
+    refuses a judge call, no further call starts: the level finishes with
+    the votes admitted and the answer is a plurality over the candidates
+    still in (the rationale says so).  The bracket is emitted as
+    ``VoteCast`` events, level by level (an agreed comparison has no
+    ``votes``)."""
 
     name = "rtv"
 
@@ -79,7 +96,10 @@ class RecursiveTournament:
         *,
         g: int = 2,
         v: int = 8,
-        tie: TieRule = "first",
+        tie: TieRule = "coin",
+        seed: int = 0,
+        shuffle: bool = True,
+        normalize: Normalizer = default_normalizer,
     ) -> None:
         if not 2 <= g <= MAX_GROUP:
             raise ConfigError(
@@ -89,10 +109,13 @@ class RecursiveTournament:
             raise ConfigError(
                 f"votes per comparison v must be >= 1 and <= {MAX_VOTES}, got {v}", where="rtv.v"
             )
-        if tie not in ("first", "cheapest"):
-            raise ConfigError(f"tie rule must be 'first' or 'cheapest', got {tie!r}", where="rtv")
+        if tie not in ("coin", "first", "cheapest"):
+            raise ConfigError(
+                f"tie rule must be 'coin', 'first' or 'cheapest', got {tie!r}", where="rtv.tie"
+            )
         self.judge: Judge = judge if judge is not None else ModelJudge()
         self.g, self.v, self.tie = g, v, tie
+        self.seed, self.shuffle, self.normalize = seed, shuffle, normalize
 
     async def aggregate(
         self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
@@ -102,7 +125,10 @@ class RecursiveTournament:
             return empty_result(excluded, "no rollout produced an answer")
         winner, bracket, cost = await self.run_bracket(task, kept, context)
         comparisons = sum(1 for lvl in bracket.levels for c in lvl if len(c.candidates) > 1)
-        shape = f"g={self.g}, v={self.v}, {comparisons} comparisons"
+        shape = (
+            f"g={self.g}, v={self.v}, {comparisons} comparisons, "
+            f"{bracket.agreed} of them agreed, {bracket.judge_calls} judge calls"
+        )
         if bracket.stopped is not None:
             why = f"{bracket.stopped} ({shape})"
         else:
@@ -121,11 +147,13 @@ class RecursiveTournament:
     ) -> tuple[TrajectorySummary, Bracket, Cost]:
         """Play the tournament over ``candidates`` (all with answers)."""
         pool = list(candidates)
+        if self.shuffle:
+            random.Random(f"{self.seed}:bracket").shuffle(pool)
         levels: list[list[VoteCast]] = []
         reached = {s.rollout_id: 0 for s in pool}
         cost = Cost()
         stop = BudgetStop()
-        level = 0
+        level = agreed = calls = 0
         while len(pool) > 1 and not stop.hit:
             level += 1
             groups = [pool[i : i + self.g] for i in range(0, len(pool), self.g)]
@@ -135,12 +163,14 @@ class RecursiveTournament:
             pool = [w for survivors, _, _ in played for w in survivors]
             cost = sum((c for _, _, c in played), cost)
             votes = [record for _, record, _ in played if record is not None]
+            agreed += sum(1 for r in votes if len(r.candidates) > 1 and not r.votes)
+            calls += sum(c.model_calls for _, _, c in played)
             if votes:
                 levels.append(await emit_all(context.events, votes, run_id=context.run_id))
         stopped = None
         winner = pool[0]
         if len(pool) > 1:
-            winner, agree = plurality(self._by_tie_rule(pool))
+            winner, agree = plurality(self._by_tie_rule(pool), self.normalize)
             stopped = f"{stop.why()} in level {level} with {len(pool)} candidates left; {agree}"
         elif stop.hit:
             stopped = (
@@ -148,7 +178,10 @@ class RecursiveTournament:
                 f"(some fewer than {self.v})"
             )
         reached[winner.rollout_id] = level + 1
-        return winner, Bracket(levels=levels, reached=reached, stopped=stopped), cost
+        bracket = Bracket(
+            levels=levels, reached=reached, stopped=stopped, agreed=agreed, judge_calls=calls
+        )
+        return winner, bracket, cost
 
     def _by_tie_rule(self, pool: list[TrajectorySummary]) -> list[TrajectorySummary]:
         if self.tie == "cheapest":
@@ -166,12 +199,20 @@ class RecursiveTournament:
         """Every comparison of one level, concurrently; results in group order."""
         outcomes: list[_Played | None] = [None] * len(groups)
 
+        failed: list[VerdictUnparseable] = []
+
         async def play(i: int) -> None:
-            outcomes[i] = await self._compare(task, groups[i], level, context, stop)
+            coin = random.Random(f"{self.seed}:{level}:{i}")
+            try:
+                outcomes[i] = await self._compare(task, groups[i], level, context, stop, coin=coin)
+            except VerdictUnparseable as exc:  # raised once, below, not as a group
+                failed.append(exc)
 
         async with anyio.create_task_group() as tg:
             for i in range(len(groups)):
                 tg.start_soon(play, i)
+        if failed:
+            raise failed[0]
         return [o for o in outcomes if o is not None]
 
     async def _compare(
@@ -181,6 +222,8 @@ class RecursiveTournament:
         level: int,
         context: AggregationContext,
         stop: BudgetStop,
+        *,
+        coin: random.Random,
     ) -> _Played:
         ids = [s.rollout_id for s in group]
         if len(group) == 1:
@@ -188,7 +231,15 @@ class RecursiveTournament:
                 run_id="", aggregator=self.name, round=level, candidates=ids, winner=ids[0]
             )
             return group, bye, Cost()
+        if len({answer_key(s.answer, self.normalize) for s in group}) == 1:
+            # Every candidate gives the same answer: no judge can change it.
+            best = self._break_tie(group, list(range(len(group))), coin)
+            record = VoteCast(
+                run_id="", aggregator=self.name, round=level, candidates=ids, winner=ids[best]
+            )
+            return [group[best]], record, Cost()
         verdicts: list[Verdict | None] = [None] * self.v
+        unread: list[VerdictUnparseable] = []
 
         async def vote(k: int) -> None:
             if stop.hit:
@@ -197,23 +248,29 @@ class RecursiveTournament:
                 verdicts[k] = await self.judge.compare(task, group, context)
             except BudgetExceeded as exc:
                 stop.note(exc)
+            except VerdictUnparseable as exc:
+                unread.append(exc)  # an abstention, unless no vote parsed
 
         async with anyio.create_task_group() as tg:
             for k in range(self.v):
                 tg.start_soon(vote, k)
         cast = [verdict for verdict in verdicts if verdict is not None]
+        spent = sum((v.cost for v in cast), Cost()) + sum((e.cost for e in unread), Cost())
+        if unread and not any(v.winner is not None for v in cast):
+            raise VerdictUnparseable(
+                f"none of {len(unread) + len(cast)} votes could be read; {unread[-1]}",
+                where=f"rtv level {level}, comparison of {ids}",
+                reply=unread[-1].reply,
+                cost=spent,
+            )
         if not cast and stop.hit:
-            return group, None, Cost()  # undecided: every candidate stays in
+            return group, None, spent  # undecided: every candidate stays in
         tally = [0] * len(group)
         for verdict in cast:
             if verdict.winner is not None and 0 <= verdict.winner < len(group):
                 tally[verdict.winner] += 1
         top = max(tally)
-        tied = [i for i, t in enumerate(tally) if t == top]
-        if self.tie == "cheapest":
-            best = min(tied, key=lambda i: (group[i].cost.usage.total_tokens, i))
-        else:
-            best = tied[0]
+        best = self._break_tie(group, [i for i, t in enumerate(tally) if t == top], coin)
         record = VoteCast(
             run_id="",
             aggregator=self.name,
@@ -222,7 +279,17 @@ class RecursiveTournament:
             winner=ids[best],
             votes=dict(zip(ids, tally, strict=True)),
         )
-        return [group[best]], record, sum((v.cost for v in cast), Cost())
+        return [group[best]], record, spent
+
+    def _break_tie(
+        self, group: list[TrajectorySummary], tied: list[int], coin: random.Random
+    ) -> int:
+        if self.tie == "first":
+            return tied[0]
+        if self.tie == "cheapest":
+            least = min(group[i].cost.usage.total_tokens for i in tied)
+            tied = [i for i in tied if group[i].cost.usage.total_tokens == least]
+        return coin.choice(tied)
 
 
 __all__ = ["MAX_GROUP", "MAX_VOTES", "Bracket", "RecursiveTournament", "TieRule"]

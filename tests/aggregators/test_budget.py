@@ -240,7 +240,7 @@ async def test_pdr_starts_no_round_once_the_ledger_is_spent() -> None:
         return TrajectorySummary(rollout_id=f"n{len(rounds)}", answer=reply.message.content)
 
     context = AggregationContext.metered(backend, ledger, rollout=rollout)
-    pdr = PDR(rounds=3, m=4, k=1, select="judge")
+    pdr = PDR(rounds=3, m=4, k=1, select="judge", stop_on_agreement=False)
     result = await pdr.aggregate("t", summaries(2), context)
 
     check_within(ledger, backend)

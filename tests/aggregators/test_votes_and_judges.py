@@ -21,6 +21,7 @@ from agentrt.aggregators import (
     lcs_length,
     rouge_l,
 )
+from agentrt.aggregators.verdict import VerdictUnparseable
 from agentrt.aggregators.vote import chain, extract_answer, number, strip
 from agentrt.protocols import Fact, TrajectorySummary, VoteCast
 from agentrt.runtime.budget import BudgetLedger
@@ -156,8 +157,10 @@ def test_build_aggregator_from_config_and_composition() -> None:
 
 
 async def test_model_judge_reads_summaries_and_parses_its_reply() -> None:
-    backend = ScriptedBackend(["Attempt 2 is best", "7", "no idea", "9 of 10"])
-    judge = ModelJudge(temperature=0.5)
+    backend = ScriptedBackend(
+        ["Attempt 1 guessed; attempt 2 checked it. VERDICT: 2", "Score: 9/10", "7 of 10"]
+    )
+    judge = ModelJudge(temperature=0.5, shuffle=False)
     ctx = context(backend)
     pair = [s("a", "x"), s("b", "y", verified=1)]
     verdict = await judge.compare("task?", pair, ctx)
@@ -166,13 +169,36 @@ async def test_model_judge_reads_summaries_and_parses_its_reply() -> None:
     prompt = backend.requests[0].messages[1].content
     assert isinstance(prompt, str)
     assert "Attempt 2:\nanswer: y\nfact (verified; step 0): f0" in prompt
-    assert "from 1 to 2" in prompt
-    assert (await judge.compare("task?", pair, ctx)).winner is None  # 7 is out of range
-    assert (await judge.score("task?", pair[0], ctx)).value == 0.0  # unparsable
+    assert "VERDICT: <a number from 1 to 2>" in prompt
     assert (await judge.score("task?", pair[0], ctx)).value == 0.9
+    assert (await judge.score("task?", pair[0], ctx)).value == 0.7
     assert backend.requests[0].sampling.temperature == 0.5
+    assert backend.requests[0].sampling.max_tokens == 1024  # room to reason
     # Every call was reserved on, and charged to, the context's ledger.
-    assert ctx.ledger.spent.model_calls == 4
+    assert ctx.ledger.spent.model_calls == 3
+
+
+async def test_an_unparseable_reply_is_asked_again_then_fails_naming_the_judge() -> None:
+    backend = ScriptedBackend(["I cannot tell.", "VERDICT: 1", "no idea", "still no idea"])
+    judge = ModelJudge(shuffle=False)
+    ctx = context(backend)
+    pair = [s("a", "x"), s("b", "y")]
+    verdict = await judge.compare("task?", pair, ctx)
+    assert (verdict.winner, verdict.cost.model_calls) == (0, 2)  # the retry parsed
+    retry = backend.requests[1].messages
+    assert retry[-2].content == "I cannot tell."
+    assert "VERDICT: <number>" in str(retry[-1].content)
+    with pytest.raises(VerdictUnparseable, match=r"judge \(model 'scripted'\).*'still no idea'"):
+        await judge.compare("task?", pair, ctx)
+    assert ctx.ledger.spent.model_calls == 4  # retries are on the ledger too
+
+
+async def test_an_rtv_comparison_no_vote_of_which_parses_is_one_clear_error() -> None:
+    backend = ScriptedBackend(["I refuse to judge."], on_exhausted="repeat_last")
+    rtv = RTV(ModelJudge(retries=1), v=3, shuffle=False)
+    with pytest.raises(VerdictUnparseable, match=r"rtv level 1, comparison of \['a', 'b'\]"):
+        await rtv.aggregate("task?", [s("a", "x"), s("b", "y")], context(backend))
+    assert len(backend.requests) == 3 * 2
 
 
 async def test_a_failing_judge_call_abstains_and_the_bracket_completes() -> None:
