@@ -6,7 +6,8 @@ canonicalization, ``ANSWER:`` extraction, and ``chain`` to compose them),
 both use it), ``MajorityVote`` and ``WeightedVote`` (a weight per summary:
 verified facts, cost, or any callable).  No model calls.
 
-May import protocols and ``agentrt.aggregators.base``; nothing else.
+May import protocols, ``agentrt.agents.recording``/``summary`` and
+``agentrt.aggregators.base``; nothing else.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from typing import final
 
 from agentrt.agents.recording import EventEmitter
+from agentrt.agents.summary import answer_text
 from agentrt.aggregators.base import (
     AggregationContext,
     AggregationResult,
@@ -29,7 +31,6 @@ from agentrt.protocols import TrajectorySummary, VoteCast
 Normalizer = Callable[[str], str]
 """Maps an answer to the key answers are grouped by."""
 
-_ANSWER_TAG = re.compile(r"(?:final\s+)?answer\s*[:=]\s*(.+)", re.I)
 _NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 
 
@@ -58,10 +59,10 @@ def number(answer: str) -> str:
 
 
 def extract_answer(answer: str) -> str:
-    """The text after the last ``ANSWER:`` (or ``Final answer:``) marker, if
-    there is one, else the answer itself."""
-    matches = _ANSWER_TAG.findall(answer)
-    return matches[-1].strip() if matches else answer
+    """The text after the last ``ANSWER:`` (or ``Final answer:``) marker, to
+    the end of its line, if there is one, else the answer itself
+    (``agentrt.agents.summary.answer_text``)."""
+    return answer_text(answer)
 
 
 def chain(*steps: Normalizer) -> Normalizer:
@@ -108,10 +109,13 @@ def answer_key(answer: str | None, normalize: Normalizer = default_normalizer) -
 
 
 def verified_facts_weight(summary: TrajectorySummary) -> float:
-    """1 plus the number of tool-verified facts, minus 0.5 per failure mode
-    (floored at 0.1): evidence counts, not trajectories."""
+    """A vote's weight, in [0.5, 2.5]: 1, plus 0.75 per verified fact (a tool
+    result that supports the answer; at most two count, so a rollout cannot
+    outvote others by calling tools), minus 0.5 when the rollout recorded
+    failures.  Facts that are mere tool output are not verified (see
+    ``RuleBasedSummarizer``), so calling tools earns no weight by itself."""
     verified = sum(1 for f in summary.facts if f.verified)
-    return max(0.1, 1.0 + verified - 0.5 * len(summary.failure_modes))
+    return 1.0 + 0.75 * min(verified, 2) - (0.5 if summary.failure_modes else 0.0)
 
 
 def _tally(

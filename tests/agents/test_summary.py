@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import pytest
 
 from agentrt.agents import Agent, AgentConfig, AgentLimits
 from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer
-from agentrt.protocols import ToolSpec, Trajectory
+from agentrt.protocols import ModelRequest, ToolSpec, Trajectory
 from agentrt.runtime.errors import ToolError
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from agentrt.tools.base import ToolContext, ToolOutput
@@ -88,8 +89,8 @@ async def test_model_summary_is_validated_and_falls_back_on_malformed_output() -
     backend = ScriptedBackend([good, '{"answer": "Paris", "facts": "not a list"}', "no json"])
     summarizer = ModelSummarizer(backend, max_tokens=200)
     summary = await summarizer.summarize(traj)
-    assert summary.answer == "Paris"
-    assert summary.facts[0].verified
+    assert summary.answer == "ANSWER: Paris"  # the rollout's own, never the model's
+    assert summary.facts[0].verified  # step 1 has a tool result that shows it
     assert summary.failure_modes == ["lookup broke once"]
     assert summary.cost.model_calls == traj.cost.model_calls + 1
     request = backend.requests[0]
@@ -112,7 +113,7 @@ async def test_a_summary_the_budget_refuses_falls_back_and_costs_nothing() -> No
     ledger = BudgetLedger("run", Budget(max_model_calls=1))
     summarizer = ModelSummarizer(MeteredBackend(backend, ledger), max_tokens=200)
     written = await summarizer.summarize(traj)
-    assert written.answer == "Paris"
+    assert written.answer == "ANSWER: Paris"
     assert ledger.spent.model_calls == 1  # the call is on the run's ledger
     refused = await summarizer.summarize(traj)
     assert refused.answer == "ANSWER: Paris"  # rule-based
@@ -120,3 +121,67 @@ async def test_a_summary_the_budget_refuses_falls_back_and_costs_nothing() -> No
         "summary model call skipped: budget cap reached (max_model_calls)"
     )
     assert len(backend.requests) == 1 == ledger.spent.model_calls
+
+
+async def test_a_tool_result_is_verified_only_when_it_supports_the_answer() -> None:
+    traj = await trajectory()
+    other = msgspec.structs.replace(traj, answer="ANSWER: Lyon")
+    assert (await RuleBasedSummarizer().summarize(traj)).facts[0].verified
+    assert not (await RuleBasedSummarizer().summarize(other)).facts[0].verified
+
+
+async def test_a_summary_never_invents_or_replaces_an_answer() -> None:
+    traj = await trajectory()
+    claims = (
+        '{"answer_seen": "99", "conclusions": ["the answer is 99"], '
+        '"facts": [{"claim": "99 is right", "source_step": 0, "verified": true}]}'
+    )
+    backend = ScriptedBackend([claims], on_exhausted="repeat_last")
+    summarizer = ModelSummarizer(backend)
+    summary = await summarizer.summarize(traj)
+    assert summary.answer == "ANSWER: Paris"
+    assert any("'99'" in u and "'ANSWER: Paris', is kept" in u for u in summary.uncertainties)
+    assert not summary.facts[0].verified  # step 0's only tool call failed
+    unanswered = msgspec.structs.replace(traj, answer=None, status="exhausted")
+    none = await summarizer.summarize(unanswered)
+    assert none.answer is None
+    assert any("the rollout reached none" in u for u in none.uncertainties)
+    agreeing = '{"answer_seen": "paris", "progress": ["found it"]}'
+    same = await ModelSummarizer(ScriptedBackend([agreeing])).summarize(traj)
+    assert same.answer == "ANSWER: Paris"
+    assert not any("summarizer read" in u for u in same.uncertainties)
+
+
+async def test_a_long_trajectory_is_summarized_whole_in_chunks() -> None:
+    steps = [
+        ScriptedReply(
+            content=f"Idea {i}: look up part {i}.",
+            tool_calls=[ScriptedToolCall("lookup", {"q": f"part-{i}-" + "x" * 300})],
+        )
+        for i in range(12)
+    ]
+    backend = ScriptedBackend([*steps, "ANSWER: Paris"])
+    agent = Agent(
+        AgentConfig(name="geo", limits=AgentLimits(max_steps=20), stop_on=[]),
+        backends=[backend],
+        tools=[Lookup()],
+    )
+    traj = (await agent.run("capital of France?", rollout_id="r9")).trajectory
+    parts = iter(range(100))
+
+    def part(request: ModelRequest) -> str:
+        k = next(parts)
+        return f'{{"hypotheses": ["idea from part {k}"], "answer_seen": null}}'
+
+    summarizer = ModelSummarizer(ScriptedBackend(part), chunk_chars=1_500, max_items=50)
+    requests = summarizer.requests(traj)
+    assert len(requests) > 3
+    record = "".join(str(r.messages[1].content) for r in requests)
+    for i in range(12):
+        assert f"[step {i}]" in record
+        assert f"part-{i}-" in record
+    assert "final answer: ANSWER: Paris" in str(requests[-1].messages[1].content)
+    summary = await summarizer.summarize(traj)
+    assert summary.hypotheses == [f"idea from part {k}" for k in range(len(requests))]
+    assert summary.cost.model_calls == traj.cost.model_calls + len(requests)
+    assert summary.answer == "ANSWER: Paris"

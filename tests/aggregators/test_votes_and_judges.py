@@ -3,6 +3,7 @@ reasoning, ROUGE-L and configuration, on crafted summaries."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from agentrt.agents import EventLog
@@ -22,7 +23,13 @@ from agentrt.aggregators import (
     rouge_l,
 )
 from agentrt.aggregators.verdict import VerdictUnparseable
-from agentrt.aggregators.vote import chain, extract_answer, number, strip
+from agentrt.aggregators.vote import (
+    chain,
+    extract_answer,
+    number,
+    strip,
+    verified_facts_weight,
+)
 from agentrt.protocols import Fact, TrajectorySummary, VoteCast
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
@@ -52,6 +59,10 @@ def test_normalizers() -> None:
     assert number("42.0") == "42"
     assert number("forty") == "forty"
     assert extract_answer("I think... ANSWER: Paris") == "Paris"
+    # The last marker, not the first (the first answered 'the answer: 42').
+    assert extract_answer("Answer: the answer: 42") == "42"
+    assert extract_answer("answer: 7? No.\nFinal answer: 42\nbecause 6*7") == "42"
+    assert extract_answer("no marker here") == "no marker here"
     assert chain(extract_answer, strip, str.casefold)("Final answer:  PARIS. ") == "paris"
 
 
@@ -88,6 +99,22 @@ async def test_weighted_vote_counts_evidence_not_trajectories() -> None:
     summaries = [s("a", "x"), s("b", "x"), s("c", "y", verified=3)]
     assert (await MajorityVote().aggregate("t", summaries, context())).answer == "x"
     assert (await WeightedVote().aggregate("t", summaries, context())).answer == "y"
+    # Evidence is capped (two verified facts count) and tool output that does
+    # not support the answer earns nothing: three plain votes beat one rollout
+    # with ten verified facts, and ten unverified ones weigh like none.
+    many = [s("a", "x"), s("b", "x"), s("d", "x"), s("c", "y", verified=10)]
+    assert (await WeightedVote().aggregate("t", many, context())).answer == "x"
+    noisy = TrajectorySummary(
+        rollout_id="n",
+        answer="z",
+        facts=[Fact(claim=f"tool output {i}", evidence="step 0") for i in range(10)],
+    )
+    failed = msgspec.structs.replace(s("f", "x"), failure_modes=["a tool failed"])
+    assert [verified_facts_weight(x) for x in (noisy, failed, s("c", "y", verified=1))] == [
+        1.0,
+        0.5,
+        1.75,
+    ]
     custom = WeightedVote(weight=lambda x: 5.0 if x.rollout_id == "b" else 1.0)
     picked = await custom.aggregate("t", [s("a", "p"), s("b", "q"), s("c", "p")], context())
     assert picked.winner == "b"
