@@ -17,7 +17,7 @@ from agentrt.agents.control import RolloutControl, RolloutResult
 from agentrt.agents.loop import Rollout
 from agentrt.agents.recording import EventEmitter, EventSink
 from agentrt.agents.toolbox import Toolbox
-from agentrt.protocols import ChatMessage, Step
+from agentrt.protocols import ChatMessage, RunOptions, Step
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.memory import MemoryView
@@ -126,6 +126,7 @@ class Agent:
         resume: Sequence[Step] | None = None,
         restored: bool = False,
         charged: bool = False,
+        options: RunOptions | None = None,
     ) -> RolloutResult:
         """Run one rollout of ``task`` to its end.  ``seed`` messages follow
         the task (summaries of earlier rounds, memory hits); ``control``
@@ -152,7 +153,11 @@ class Agent:
         case, cancellation included.  Any other exception (a bug) emits a
         fatal ``ErrorRaised`` and propagates.  Cancelling the caller, or
         ``control.cancel(rollout_id)``, stops it at once, tool and model calls
-        included."""
+        included.
+
+        ``options``: the run's ``RunOptions`` (sampling over the agent's,
+        the client's tools, the answer's JSON schema); a client tool named
+        like one of the agent's or a bad schema is a ``ConfigError``."""
         rollout_id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
         if ledger is None:
             ledger = self.ledger or BudgetLedger(rollout_id, prices=self.prices)
@@ -167,6 +172,7 @@ class Agent:
             resume=resume,
             restored=restored,
             charged=charged,
+            options=options,
         )
         return await rollout.run(control or RolloutControl())
 

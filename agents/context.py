@@ -86,6 +86,8 @@ class _Turn(msgspec.Struct, gc=False):
     results: list[ToolResult]
     messages: list[ChatMessage] = []
     tokens: int = 0
+    feedback: str | None = None
+    """A user message after the tool results (an answer sent back)."""
 
 
 @final
@@ -167,6 +169,18 @@ class ContextWindow:
         self._messages.extend(turn.messages)
         self._tokens += turn.tokens
 
+    def add_feedback(self, text: str) -> None:
+        """Answer the last turn with a user message (a final answer that did
+        not match its schema, sent back with the reason)."""
+        turn = self._turns[-1]
+        turn.feedback = text
+        message = UserMessage(content=text)
+        tokens = message_tokens(message, self.estimate_text)
+        turn.messages.append(message)
+        turn.tokens += tokens
+        self._messages.append(message)
+        self._tokens += tokens
+
     def _render(self, turn: _Turn) -> None:
         limit = int(self.config.max_tool_result_tokens * self.config.chars_per_token)
         by_id = {r.call_id: r for r in turn.results}
@@ -181,6 +195,8 @@ class ContextWindow:
                         name=result.name,
                     )
                 )
+        if turn.feedback is not None:
+            messages.append(UserMessage(content=turn.feedback))
         turn.messages = messages
         turn.tokens = sum(message_tokens(m, self.estimate_text) for m in messages)
 

@@ -17,7 +17,7 @@ from typing import Any, Final, Protocol, final
 from agentrt.agents.agent import Agent
 from agentrt.agents.control import RolloutControl, RolloutResult
 from agentrt.agents.spec import BudgetLimits, budget_slice
-from agentrt.protocols import Budget, ChatMessage, Cost, Step, ToolSpec, Trajectory
+from agentrt.protocols import Budget, ChatMessage, Cost, RunOptions, Step, ToolSpec, Trajectory
 from agentrt.protocols.ids import sub_rollout_id
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ToolError
@@ -145,8 +145,9 @@ class AgentNode:
         resume: Sequence[Step] | None = None,
         restored: bool = False,
         charged: bool = False,
+        options: RunOptions | None = None,
     ) -> RolloutResult:
-        """``resume``/``restored``/``charged``: as ``Agent.run``'s."""
+        """``resume``/``restored``/``charged``/``options``: as ``Agent.run``'s."""
         rollout_id = rollout_id or new_rollout_id()
         ledger = ledger or BudgetLedger(rollout_id, prices=self.agent.prices)
         self._scopes.enter(rollout_id, ledger)
@@ -162,6 +163,7 @@ class AgentNode:
                 resume=resume,
                 restored=restored,
                 charged=charged,
+                options=options,
             )
         finally:
             self._scopes.exit(rollout_id)

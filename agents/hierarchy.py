@@ -20,7 +20,7 @@ from agentrt.agents.pipeline import PipelineNode, Stage
 from agentrt.agents.recording import EventEmitter, EventSink
 from agentrt.agents.spec import AgentSpec, McpTools
 from agentrt.agents.spec_loader import ServerConfig, SpecSet, UnitRef
-from agentrt.protocols import ChatMessage, Step
+from agentrt.protocols import ChatMessage, RunOptions, Step
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.models.base import ModelBackend
@@ -80,19 +80,30 @@ class Hierarchy:
         resume: Sequence[Step] | None = None,
         restored: bool = False,
         charged: bool = False,
+        options: RunOptions | None = None,
     ) -> RolloutResult:
         """Run the entry node once on ``task``, charged to a child of
         ``ledger`` (default: a fresh uncapped one) capped at its slice.
         The trajectory's cost counts its own model calls; the ledger's
         ``spent`` counts the whole tree.  ``resume``/``restored``: as
         ``Agent.run``'s, for the entry agent's own steps (``resumable``
-        says whether the entry node takes them)."""
+        says whether the entry node takes them).  ``options``: the run's
+        ``RunOptions``, for the entry agent (a pipeline takes none: a
+        ``ConfigError``)."""
         root = self.root
         run: Callable[..., Awaitable[RolloutResult]] = root.run
+        if options is not None and options != RunOptions():
+            if not isinstance(root, AgentNode):
+                raise ConfigError(
+                    f"the entry node {root.name!r} is a pipeline: run options (sampling, "
+                    "client tools, a response schema) apply to an agent",
+                    where="options",
+                )
+            run = partial(run, options=options)
         if resume is not None:
             if not isinstance(root, AgentNode):
                 raise ValueError(f"the entry node {root.name!r} is a pipeline: it cannot resume")
-            run = partial(root.run, resume=resume, restored=restored, charged=charged)
+            run = partial(run, resume=resume, restored=restored, charged=charged)
         parent = ledger or BudgetLedger(f"{root.name}-run", prices=self.prices)
         sliced = sliced_ledger(parent, root.name, root.limits)
         try:

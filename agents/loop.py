@@ -15,6 +15,16 @@ import anyio
 
 from agentrt.agents.context import ContextWindow, message_tokens
 from agentrt.agents.control import RolloutControl, RolloutResult
+from agentrt.agents.run_options import (
+    CLIENT_TOOL_STOP,
+    check_schema,
+    client_calls_answer,
+    client_tool_names,
+    sampling_for,
+    schema_feedback,
+    schema_instructions,
+    structured_answer,
+)
 from agentrt.agents.signals import Fired, SignalTracker
 from agentrt.protocols import (
     AssistantMessage,
@@ -27,7 +37,7 @@ from agentrt.protocols import (
     RolloutFinished,
     RolloutStarted,
     RoutingDecision,
-    SamplingParams,
+    RunOptions,
     SignalRaised,
     Step,
     StepRecorded,
@@ -105,6 +115,7 @@ class Rollout:
         resume: Sequence[Step] | None = None,
         restored: bool = False,
         charged: bool = False,
+        options: RunOptions | None = None,
     ) -> None:
         config = agent.config
         self.agent = agent
@@ -115,16 +126,25 @@ class Rollout:
         self.parent_rollout_id = parent_rollout_id
         self.ledger = ledger
         self.router = RolloutRouter(agent.policy)
+        # The run's options (``RunOptions``): sampling, client tools, schema.
+        self.options = options = options or RunOptions()
+        where = f"agent {agent.name!r}"
+        self.client_tools = client_tool_names(options, agent.toolbox.specs, where=where)
+        instructions = config.instructions
+        self.schema_retries = options.response_retries
+        if options.response_schema is not None:
+            check_schema(options.response_schema, where=f"{where}.options.response_schema")
+            instructions = f"{instructions}\n\n{schema_instructions(options.response_schema)}"
         self.window = ContextWindow(
             config.context,
-            instructions=config.instructions,
+            instructions=instructions,
             task=task,
-            tools=agent.toolbox.specs,
+            tools=[*agent.toolbox.specs, *options.client_tools],
             seed=seed,
         )
         self.signals = SignalTracker(config.signals, max_steps=config.limits.max_steps)
-        self.sampling = SamplingParams(
-            temperature=config.temperature, max_tokens=config.limits.max_tokens_per_step
+        self.sampling = sampling_for(
+            config.temperature, config.limits.max_tokens_per_step, options, where=where
         )
         self.steps: list[Step] = []
         self.raised: list[SignalRaised] = []
@@ -313,7 +333,7 @@ class Rollout:
 
     async def _begin(self, index: int) -> _Pending | _Ended:
         """The prompt, the routing decision and the budget reservation."""
-        limits, budget = self.config.limits, self.config.context.budget_tokens
+        budget = self.config.context.budget_tokens
         messages = self.window.messages()
         prompt_tokens = self.window.estimate()
         if self.agent.memory is not None:
@@ -335,7 +355,7 @@ class Rollout:
                 index,
                 self.signals.routing_signals(),
                 prompt_tokens=prompt_tokens,
-                max_tokens=limits.max_tokens_per_step,
+                max_tokens=self.sampling.max_tokens,
             )
         except BudgetExceeded as exc:
             await self._fire(self.signals.exhausted(index, f"budget: {exc}"))
@@ -358,8 +378,10 @@ class Rollout:
             messages=pending.messages,
             model=decision.model,
             tools=self.window.tools,
+            tool_choice=self.options.tool_choice,
             sampling=self.sampling,
-            logprobs=self.config.logprobs,
+            logprobs=self.config.logprobs or self.options.logprobs,
+            top_logprobs=self.options.top_logprobs,
             request_id=f"{self.rollout_id}-{pending.index}",
             affinity_key=self.run_id,
         )
@@ -438,6 +460,10 @@ class Rollout:
         results: list[ToolResult] = []
         answer: str | None = None
         budget_exceeded: str | None = None
+        if calls and self.client_tools:
+            client = [c for c in calls if c.function.name in self.client_tools]
+            if client:
+                return await self._end_on_client_calls(pending, reply, client)
         if calls:
             outcome = await self.agent.toolbox.run_calls(
                 calls,
@@ -505,10 +531,47 @@ class Rollout:
             await self._fire(self.signals.exhausted(index, reason))
             return "exhausted", reason
         if answer is not None or not calls:
-            self.answer = answer if answer is not None else message.content or ""
-            via = f" ({self.config.finish_tool})" if answer is not None else ""
-            return "finished", f"final answer{via}"
+            return self._final(answer, message.content or "")
         return None
+
+    def _final(self, finished: str | None, content: str) -> _Ended | None:
+        """The final answer (the finish tool's, else the reply's text); one
+        that does not match the run's response schema goes back to the
+        model with the reason while retries last (``None``: go on)."""
+        text = finished if finished is not None else content
+        schema = self.options.response_schema
+        if schema is not None:
+            text, problem = structured_answer(schema, text)
+            if problem is not None:
+                if self.schema_retries <= 0:
+                    return "failed", f"response schema: {problem}"
+                self.schema_retries -= 1
+                self.window.add_feedback(schema_feedback(problem))
+                return None
+        self.answer = text
+        via = f" ({self.config.finish_tool})" if finished is not None else ""
+        return "finished", f"final answer{via}"
+
+    async def _end_on_client_calls(
+        self, pending: _Pending, reply: ModelReply, calls: list[ToolCall]
+    ) -> _Ended:
+        """The model called the client's tools: the step is recorded without
+        running anything (the agent's own calls in that reply are not run
+        either); the caller runs the calls and continues the conversation."""
+        self.window.add_turn(pending.index, reply.message, [])
+        self.pending = None
+        await self._record(
+            Step(
+                index=pending.index,
+                messages=pending.messages,
+                reply=reply,
+                routing=pending.routing,
+                started_at=pending.started_at,
+                duration_s=time.perf_counter() - pending.started,
+            )
+        )
+        self.answer = client_calls_answer(calls)
+        return "finished", CLIENT_TOOL_STOP
 
     # -- shared memory ---------------------------------------------------------
 

@@ -46,7 +46,14 @@ from agentrt.protocols.model import (
     TokenLogprob,
     TopLogprob,
 )
-from agentrt.protocols.run import Budget, RunRequest, RunResult, RunStatus, ScalingSpec
+from agentrt.protocols.run import (
+    Budget,
+    RunOptions,
+    RunRequest,
+    RunResult,
+    RunStatus,
+    ScalingSpec,
+)
 from agentrt.protocols.tools import ToolResult, ToolSpec
 from agentrt.protocols.trajectory import (
     SCHEMA_VERSION,
@@ -82,6 +89,7 @@ __all__ = [
     "RolloutStarted",
     "RoutingDecision",
     "RunFinished",
+    "RunOptions",
     "RunRequest",
     "RunResult",
     "RunStarted",

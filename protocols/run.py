@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from agentrt.protocols.tools import ToolSpec
 from agentrt.protocols.trajectory import SCHEMA_VERSION, TrajectorySummary
 from agentrt.protocols.usage import Cost
 
@@ -42,7 +43,7 @@ def _cap(owner: str, name: str, value: object, *, integer: bool) -> None:
         raise ValueError(f"{owner}.{name} must be >= 0, got {value}")
 
 
-class Budget(msgspec.Struct, frozen=True, kw_only=True):
+class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Hard caps for a run; ``None`` means uncapped.
 
     Raises ``ValueError`` for a negative or non-finite cap and ``TypeError``
@@ -60,7 +61,7 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
         _cap("Budget", "max_wall_seconds", self.max_wall_seconds, integer=False)
 
 
-class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True):
+class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How to scale at inference time: how many ``rollouts`` (>= 1), which
     aggregator (``aggregate``, a registered name) and its ``options`` (for
     example ``{"g": 2, "v": 8}`` for RTV; their bounds are the aggregator's).
@@ -91,14 +92,47 @@ class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True):
                 )
 
 
-class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A run as a caller asks for it.  Raises ``TypeError`` when a field has
-    the wrong type (a dict for ``scaling``: pass a ``ScalingSpec``)."""
+class RunOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How this run's agent calls its model, over the agent's configuration
+    (``None``: as configured).  The sampling fields apply to every model call
+    of the agent's rollouts; ``max_tokens`` bounds each call's completion.
 
-    task: str
+    ``logprobs``/``top_logprobs``: ask the backend for token log-probabilities.
+    ``response_schema``: a JSON schema the final answer must match (the answer
+    is JSON text); an answer that does not is sent back to the model with
+    the validation error, up to ``response_retries`` times, after which the
+    rollout fails.  ``client_tools``: tools the caller runs itself, offered to
+    the model beside the agent's own; a reply calling one ends the rollout
+    (``finished``, stop reason ``client tool call``) with the call in its last
+    step, for the caller to run and continue the conversation; ``tool_choice``
+    is passed to every model call."""
+
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] = 0
+    response_schema: dict[str, Any] | None = None
+    response_retries: Annotated[int, Meta(ge=0, le=5)] = 2
+    client_tools: list[ToolSpec] = []
+    tool_choice: Literal["auto", "none", "required"] = "auto"
+    """Of every model call: ``required`` makes each reply call a tool (the
+    rollout then ends on a client tool or the finish tool); ``none`` offers
+    no tools."""
+
+
+class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A run as a caller asks for it.  Raises ``TypeError`` when a field has
+    the wrong type (a dict for ``scaling``: pass a ``ScalingSpec``).  Decoding
+    refuses fields it does not know (``rollouts`` belongs in ``scaling``)."""
+
+    task: Annotated[str, Meta(min_length=1, pattern=r"\S")]
     agent: str = "default"
     scaling: ScalingSpec = ScalingSpec()
     budget: Budget = Budget()
+    options: RunOptions = RunOptions()
     metadata: dict[str, str] = {}
     schema_version: int = SCHEMA_VERSION
 
@@ -108,6 +142,7 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True):
             ("agent", self.agent, str),
             ("scaling", self.scaling, ScalingSpec),
             ("budget", self.budget, Budget),
+            ("options", self.options, RunOptions),
             ("metadata", self.metadata, dict),
         ):
             if not isinstance(value, kind):

@@ -16,7 +16,7 @@ import msgspec
 
 from agentrt.agents import Agent, RolloutControl, RolloutResult
 from agentrt.agents.hierarchy import Hierarchy
-from agentrt.protocols import ChatMessage, RolloutRestarted, Step
+from agentrt.protocols import ChatMessage, RolloutRestarted, RunOptions, Step
 from agentrt.runtime.actors import Actor
 from agentrt.runtime.budget import BudgetLedger
 
@@ -24,7 +24,8 @@ from agentrt.runtime.budget import BudgetLedger
 class RunRollout(msgspec.Struct, frozen=True, kw_only=True, tag="run_rollout"):
     """Run the rollout ``rollout_id`` of ``task`` to its end; the reply is its
     ``RolloutResult``.  ``resume``: the rollout's committed steps, to go on
-    from (``charged``: the ledger holds their calls already)."""
+    from (``charged``: the ledger holds their calls already); ``options``:
+    the run's ``RunOptions``."""
 
     task: str
     run_id: str
@@ -33,6 +34,7 @@ class RunRollout(msgspec.Struct, frozen=True, kw_only=True, tag="run_rollout"):
     resume: list[Step] | None = None
     restored: bool = False
     charged: bool = False
+    options: RunOptions = RunOptions()
 
 
 RolloutMessage = RunRollout
@@ -88,6 +90,7 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
                     resume=message.resume,
                     restored=message.restored,
                     charged=message.charged,
+                    options=message.options,
                 )
 
 

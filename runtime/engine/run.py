@@ -43,6 +43,7 @@ from agentrt.protocols import (
     RolloutId,
     RolloutQueued,
     RunFinished,
+    RunOptions,
     RunResult,
     RunStarted,
     RunStatus,
@@ -118,6 +119,8 @@ class RunExecution:
         self.run_id = run_id
         self.checkpoint = checkpoint
         self.emitter = emitter
+        self.options = RunOptions()
+        """The run's ``RunOptions``, for every rollout of the run's agent."""
         self._refines = itertools.count()
         self._committed: defaultdict[str, list[Step]] = defaultdict(list)
         # Committed steps are seen after the caller's sink took them (the
@@ -440,6 +443,7 @@ class RunExecution:
             seed=list(seed),
             resume=resume,
             restored=resume is not None,
+            options=self.options,
         )
         committed = self._committed
         job = RolloutJob(message, name, ledger, lambda: committed[rollout_id])

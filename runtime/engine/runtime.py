@@ -25,7 +25,7 @@ from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, stream_s
 from agentrt.agents.hierarchy import Hierarchy, build_hierarchy, used_servers
 from agentrt.agents.spec_loader import ServerConfig, SpecSet, load_spec
 from agentrt.aggregators import Aggregator, Judge
-from agentrt.protocols import Budget, Event, RunResult, ScalingSpec
+from agentrt.protocols import Budget, Event, RunOptions, RunResult, ScalingSpec
 from agentrt.runtime.actors import ActorSystem, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
@@ -326,6 +326,7 @@ class Runtime:
         events: EventSink | None = None,
         run_id: str | None = None,
         checkpoint: RunCheckpoint | None = None,
+        options: RunOptions | None = None,
     ) -> RunResult:
         """Run ``task``: ``scaling.rollouts`` rollouts of ``agent`` (default:
         ``config.default_agent``), each summarized, then aggregated.
@@ -335,7 +336,9 @@ class Runtime:
         ``events``: receives every event of the run (awaited: backpressure);
         ``checkpoint``: go on with the run ``run_id`` from what an earlier
         incarnation committed.  Raises ``ConfigError`` for an unknown agent
-        or bad aggregator options before any model call."""
+        or bad aggregator options before any model call.  ``options``: how
+        the agent calls its model in this run (``RunOptions``: sampling,
+        client tools, the answer's schema)."""
         self._check_open()
         if not isinstance(task, str):
             raise TypeError(f"task must be a string, not {type(task).__name__}")
@@ -346,11 +349,14 @@ class Runtime:
             )
         if budget is not None and not isinstance(budget, Budget):
             raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
+        if options is not None and not isinstance(options, RunOptions):
+            raise TypeError(f"options must be RunOptions, not {type(options).__name__}")
         self.placement.check_agent(agent)
         emitter = EventEmitter(events, first_seq=checkpoint.next_seq if checkpoint else 1)
         execution = RunExecution(
             self, task, emitter, run_id or f"run-{uuid.uuid4().hex[:12]}", checkpoint
         )
+        execution.options = options or RunOptions()
         return await execution.execute(
             agent, scaling or self._default_scaling(), budget, aggregator
         )
@@ -371,6 +377,7 @@ class Runtime:
         budget: Budget | None = None,
         aggregator: Aggregator | None = None,
         buffer: int = 64,
+        options: RunOptions | None = None,
     ) -> AsyncIterator[AsyncIterator[Event]]:
         """A run of ``task`` whose events arrive as they happen, ``RunFinished``
         last::
@@ -395,6 +402,7 @@ class Runtime:
                         budget=budget,
                         aggregator=aggregator,
                         events=stream_sink(send),
+                        options=options,
                     )
                 except Exception as exc:
                     failure.append(exc)

@@ -419,6 +419,7 @@ class RunManager:
                         events=lambda event: self._sink(live, event),
                         run_id=run_id,
                         checkpoint=checkpoint,
+                        options=request.options,
                     )
             if scope.cancelled_caught or result is None:
                 status, error = "cancelled", "cancelled by a client"
