@@ -37,6 +37,7 @@ from agentrt.protocols import (
     AssistantMessage,
     ChatMessage,
     Cost,
+    ErrorRaised,
     ModelRequest,
     SamplingParams,
     SystemMessage,
@@ -115,6 +116,23 @@ def _verdict_tool(n: int) -> ToolSpec:
     )
 
 
+async def report_unreadable(
+    context: AggregationContext, error: VerdictUnparseable, where: str
+) -> str:
+    """A judgement none of whose replies could be read: logged and emitted
+    as a non-fatal ``ErrorRaised`` naming ``where`` (the comparison) and the
+    judge's last reply; the rollouts already ran, so the aggregation goes
+    on (the caller decides as documented).  Returns a phrase for the
+    rationale."""
+    message = f"no readable verdict: {error}"
+    get_logger(__name__).warning("judge_unreadable", where=where, error=str(error))
+    if context.events is not None:
+        await context.events.emit(
+            ErrorRaised(run_id=context.run_id, where=where, message=message, fatal=False)
+        )
+    return f"{where}: {message}"
+
+
 @final
 class ModelJudge:
     """A judge backed by model calls on the context's metered backend (so
@@ -133,8 +151,11 @@ class ModelJudge:
     to ``retries`` times, with the reply and a request for the verdict
     line; if none of them parses, ``VerdictUnparseable`` is raised (it
     names the model and the last reply).  Aggregators count such a vote as
-    an abstention, and fail with ``VerdictUnparseable`` naming the
-    comparison when *no* vote of a comparison parsed.  A call that fails or
+    an abstention; when *no* vote of a comparison (no score of a best-of-N)
+    parsed, they report it as a non-fatal ``ErrorRaised`` event naming the
+    comparison and the reply, decide it without the judge (RTV: the
+    seeded coin; best-of-N: a plurality vote) and say so in the rationale
+    (``report_unreadable``).  A call that fails or
     times out (``BackendError``) counts as an abstention (``compare``) or a
     zero (``score``); ``BudgetExceeded`` propagates.
 
@@ -438,12 +459,9 @@ class BestOfN:
         cost = sum((e.cost for e in unread), cost)
         scored = [i for i, s in enumerate(scores) if s is not None]
         if not scored and unread:
-            raise VerdictUnparseable(
-                f"no score of {len(kept)} could be read; {unread[-1]}",
-                where="best_of_n (pointwise)",
-                reply=unread[-1].reply,
-                cost=cost,
-            )
+            why = await report_unreadable(context, unread[-1], "best_of_n (pointwise)")
+            chosen, agree = plurality(kept)
+            return chosen, cost, [], f"{why}; plurality: {agree}"
         if not scored:
             chosen, agree = plurality(kept)
             return chosen, cost, [], f"{stop.why()} before any judge score; plurality: {agree}"
@@ -476,6 +494,7 @@ class BestOfN:
         champion = kept[0]
         cost = Cost()
         trace: list[VoteCast] = []
+        unreadable: list[str] = []
         for round_no, challenger in enumerate(kept[1:], start=1):
             pair = [champion.rollout_id, challenger.rollout_id]
             try:
@@ -484,12 +503,10 @@ class BestOfN:
                 stop.note(exc)
                 break
             except VerdictUnparseable as exc:
-                raise VerdictUnparseable(
-                    str(exc),
-                    where=f"best_of_n (pairwise) comparison of {pair}",
-                    reply=exc.reply,
-                    cost=exc.cost,
-                ) from exc
+                where = f"best_of_n (pairwise) comparison of {pair}"
+                unreadable.append(await report_unreadable(context, exc, where))
+                cost = cost + exc.cost
+                continue
             cost = cost + verdict.cost
             if verdict.winner == 1:
                 champion = challenger
@@ -503,6 +520,8 @@ class BestOfN:
                 )
             )
         why = f"won {len(trace)} pairwise comparisons as champion or challenger"
+        if unreadable:
+            why += f"; {len(unreadable)} unreadable (the champion stayed): {unreadable[-1]}"
         if stop.hit:
             why = (
                 f"{stop.why()} after {len(trace)} of {len(kept) - 1} pairwise comparisons; "
@@ -521,4 +540,5 @@ __all__ = [
     "Verdict",
     "VerdictUnparseable",
     "render_summary",
+    "report_unreadable",
 ]

@@ -21,7 +21,7 @@ from agentrt.aggregators.base import (
     nothing_left,
     usable,
 )
-from agentrt.aggregators.judge import Judge, ModelJudge
+from agentrt.aggregators.judge import Judge, ModelJudge, report_unreadable
 from agentrt.aggregators.rtv import RecursiveTournament
 from agentrt.aggregators.verdict import VerdictUnparseable
 from agentrt.aggregators.vote import Normalizer, answer_key, default_normalizer
@@ -234,12 +234,8 @@ class ParallelDistillRefine:
             for i in range(len(kept)):
                 tg.start_soon(one, i)
         if unread and len(unread) == len(kept):
-            raise VerdictUnparseable(
-                f"no score of {len(kept)} could be read; {unread[-1]}",
-                where="pdr (select = judge)",
-                reply=unread[-1].reply,
-                cost=sum(costs, Cost()),
-            )
+            # No score could be read: reported; the round's order decides.
+            await report_unreadable(context, unread[-1], "pdr (select = judge)")
         ranked = sorted(range(len(kept)), key=lambda i: (-scores[i], i))
         return [kept[i] for i in ranked[: self.k]], sum(costs, Cost()), stop.why()
 

@@ -22,7 +22,7 @@ from agentrt.aggregators.base import (
     empty_result,
     usable,
 )
-from agentrt.aggregators.judge import Judge, ModelJudge, Verdict
+from agentrt.aggregators.judge import Judge, ModelJudge, Verdict, report_unreadable
 from agentrt.aggregators.verdict import VerdictUnparseable
 from agentrt.aggregators.vote import Normalizer, answer_key, default_normalizer, plurality
 from agentrt.protocols import Cost, TrajectorySummary, VoteCast
@@ -49,6 +49,8 @@ class Bracket(msgspec.Struct, frozen=True, kw_only=True):
     """Comparisons decided without a judge: their candidates' answers agreed."""
     judge_calls: int = 0
     """Judge calls made (votes cast, abstentions included)."""
+    unreadable: list[str] = []
+    """Comparisons no vote of which could be read (the coin decided them)."""
 
     def ranking(self, order: Sequence[str]) -> list[str]:
         """``order`` (rollout ids) sorted by level reached, deepest first;
@@ -133,6 +135,11 @@ class RecursiveTournament:
             why = f"{bracket.stopped} ({shape})"
         else:
             why = f"won a {len(bracket.levels)}-level tournament of {len(kept)} ({shape})"
+        if bracket.unreadable:
+            why += (
+                f"; {len(bracket.unreadable)} comparisons had no readable verdict and were "
+                f"decided by the coin ({bracket.unreadable[-1]})"
+            )
         return AggregationResult(
             answer=winner.answer,
             winner=winner.rollout_id,
@@ -154,10 +161,11 @@ class RecursiveTournament:
         cost = Cost()
         stop = BudgetStop()
         level = agreed = calls = 0
+        unreadable: list[str] = []
         while len(pool) > 1 and not stop.hit:
             level += 1
             groups = [pool[i : i + self.g] for i in range(0, len(pool), self.g)]
-            played = await self._level(task, groups, level, context, stop)
+            played = await self._level(task, groups, level, context, stop, unreadable=unreadable)
             for s in pool:
                 reached[s.rollout_id] = level
             pool = [w for survivors, _, _ in played for w in survivors]
@@ -179,7 +187,12 @@ class RecursiveTournament:
             )
         reached[winner.rollout_id] = level + 1
         bracket = Bracket(
-            levels=levels, reached=reached, stopped=stopped, agreed=agreed, judge_calls=calls
+            levels=levels,
+            reached=reached,
+            stopped=stopped,
+            agreed=agreed,
+            judge_calls=calls,
+            unreadable=unreadable,
         )
         return winner, bracket, cost
 
@@ -195,24 +208,21 @@ class RecursiveTournament:
         level: int,
         context: AggregationContext,
         stop: BudgetStop,
+        *,
+        unreadable: list[str],
     ) -> list[_Played]:
         """Every comparison of one level, concurrently; results in group order."""
         outcomes: list[_Played | None] = [None] * len(groups)
 
-        failed: list[VerdictUnparseable] = []
-
         async def play(i: int) -> None:
             coin = random.Random(f"{self.seed}:{level}:{i}")
-            try:
-                outcomes[i] = await self._compare(task, groups[i], level, context, stop, coin=coin)
-            except VerdictUnparseable as exc:  # raised once, below, not as a group
-                failed.append(exc)
+            outcomes[i] = await self._compare(
+                task, groups[i], level, context, stop, coin=coin, unreadable=unreadable
+            )
 
         async with anyio.create_task_group() as tg:
             for i in range(len(groups)):
                 tg.start_soon(play, i)
-        if failed:
-            raise failed[0]
         return [o for o in outcomes if o is not None]
 
     async def _compare(
@@ -224,6 +234,7 @@ class RecursiveTournament:
         stop: BudgetStop,
         *,
         coin: random.Random,
+        unreadable: list[str],
     ) -> _Played:
         ids = [s.rollout_id for s in group]
         if len(group) == 1:
@@ -257,12 +268,9 @@ class RecursiveTournament:
         cast = [verdict for verdict in verdicts if verdict is not None]
         spent = sum((v.cost for v in cast), Cost()) + sum((e.cost for e in unread), Cost())
         if unread and not any(v.winner is not None for v in cast):
-            raise VerdictUnparseable(
-                f"none of {len(unread) + len(cast)} votes could be read; {unread[-1]}",
-                where=f"rtv level {level}, comparison of {ids}",
-                reply=unread[-1].reply,
-                cost=spent,
-            )
+            # No vote could be read: reported, and the coin decides below.
+            where = f"rtv level {level}, comparison of {ids}"
+            unreadable.append(await report_unreadable(context, unread[-1], where))
         if not cast and stop.hit:
             return group, None, spent  # undecided: every candidate stays in
         tally = [0] * len(group)

@@ -30,7 +30,7 @@ from agentrt.aggregators.vote import (
     strip,
     verified_facts_weight,
 )
-from agentrt.protocols import Fact, TrajectorySummary, VoteCast
+from agentrt.protocols import ErrorRaised, Fact, TrajectorySummary, VoteCast
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.models.base import ModelBackend
@@ -221,11 +221,26 @@ async def test_an_unparseable_reply_is_asked_again_then_fails_naming_the_judge()
 
 
 async def test_an_rtv_comparison_no_vote_of_which_parses_is_one_clear_error() -> None:
+    """The rollouts already ran: the run goes on, and the judge that never
+    gave a verdict is reported once per comparison, naming it and the reply."""
     backend = ScriptedBackend(["I refuse to judge."], on_exhausted="repeat_last")
+    log = EventLog()
+    ctx = AggregationContext.metered(
+        backend, BudgetLedger("agg"), events=EventEmitter(log), run_id="run-9"
+    )
     rtv = RTV(ModelJudge(retries=1), v=3, shuffle=False)
-    with pytest.raises(VerdictUnparseable, match=r"rtv level 1, comparison of \['a', 'b'\]"):
-        await rtv.aggregate("task?", [s("a", "x"), s("b", "y")], context(backend))
-    assert len(backend.requests) == 3 * 2
+    result = await rtv.aggregate("task?", [s("a", "x"), s("b", "y")], ctx)
+    assert len(backend.requests) == 3 * 2  # three votes, each asked twice
+    (error,) = log.of_type(ErrorRaised)
+    assert (error.where, error.fatal, error.run_id) == (
+        "rtv level 1, comparison of ['a', 'b']",
+        False,
+        "run-9",
+    )
+    assert "judge (model 'scripted')" in error.message
+    assert "'I refuse to judge.'" in error.message
+    assert result.answer in {"x", "y"}
+    assert "1 comparisons had no readable verdict and were decided by the coin" in result.rationale
 
 
 async def test_a_failing_judge_call_abstains_and_the_bracket_completes() -> None:
