@@ -1,7 +1,7 @@
 """Accuracy-versus-tokens curves as a standalone SVG file (no plotting library).
 
-Owns ``curves`` (per strategy, one point per rollout count: mean tokens of
-a run of a task, pass@1 and its interval) and ``render_svg`` /
+Owns ``curves`` (per aggregator, one point per k: mean tokens per task,
+rollouts and aggregation included, the accuracy and its interval) and ``render_svg`` /
 ``write_svg``: axes with ticks, one coloured polyline per strategy with
 its points and interval whiskers, and a legend.  The SVG is plain XML,
 readable by any browser.
@@ -22,16 +22,17 @@ _W, _H = 640, 420
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 160, 24, 52
 
 Point = tuple[float, float, float, float]
-"""(tokens per task, pass@1, low, high)."""
+"""(tokens per task, accuracy, low, high)."""
 
 
 def curves(report: EvalReport) -> dict[str, list[Point]]:
-    """Per strategy, its points sorted by tokens."""
+    """Per aggregator, its points (one per k) sorted by tokens."""
     out: dict[str, list[Point]] = {}
-    for s in report.strategies:
-        p1 = s.pass_at[1]
-        out.setdefault(s.strategy, []).append((s.tokens_per_task, p1.value, p1.low, p1.high))
-    return {name: sorted(points) for name, points in out.items()}
+    for c in report.aggregators:
+        out[c.aggregate] = sorted(
+            (p.tokens_per_task, p.accuracy.value, p.accuracy.low, p.accuracy.high) for p in c.points
+        )
+    return out
 
 
 def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -83,9 +84,9 @@ def render_svg(report: EvalReport, *, title: str = "accuracy vs tokens") -> str:
         )
     parts.append(
         f'<text x="{_LEFT + plot_w / 2:.1f}" y="{_H - 12}" text-anchor="middle">'
-        "tokens per task (mean of runs)</text>"
+        "tokens per task (k rollouts + aggregation)</text>"
         f'<text x="16" y="{_TOP + plot_h / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {_TOP + plot_h / 2:.1f})">pass@1</text>'
+        f'transform="rotate(-90 16 {_TOP + plot_h / 2:.1f})">accuracy</text>'
     )
     for i, (name, points) in enumerate(sorted(data.items())):
         colour = _COLOURS[i % len(_COLOURS)]

@@ -1,4 +1,6 @@
-"""Evaluation: estimators, verifiers, the run over a task set, the table and the SVG."""
+"""Evaluation from one pool: every k from one draw of N rollouts per task
+(model calls counted), aggregators on k-subsets with oracle@k beside them,
+paired comparisons, the table, the export, the plot and bad input."""
 
 from __future__ import annotations
 
@@ -6,62 +8,272 @@ import argparse
 import contextlib
 import itertools
 import json
-import math
 import xml.etree.ElementTree as ET
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
-from agentrt.protocols import Cost, RunResult, ScalingSpec, Usage
+from agentrt.protocols import (
+    Cost,
+    RunResult,
+    ScalingSpec,
+    Trajectory,
+    TrajectorySummary,
+    Usage,
+)
 from agentrt.runtime.cli.eval import (
-    EvalTask,
-    bootstrap_ci,
+    EvalReport,
     build_parser,
-    build_verifier,
+    choose_subsets,
+    default_ks,
     eval_command,
-    evaluate,
+    evaluate_pools,
     format_table,
-    load_tasks,
-    pass_at_k,
-    pass_hat_k,
-    wilson,
+    parse_aggregate,
 )
 from agentrt.runtime.cli.eval_plot import curves, write_svg
+from agentrt.runtime.cli.eval_tasks import EvalTask, build_verifier, load_tasks
+from agentrt.runtime.cli.trajectory_data import Pool
 from agentrt.runtime.errors import ConfigError
 
+# -- a population with known answers ------------------------------------------------
 
-def brute(n: int, c: int, k: int, *, every: bool) -> float:
-    """Over all k-subsets of n runs (c passing), the share where any / every run passes."""
-    runs = [True] * c + [False] * (n - c)
-    subsets = list(itertools.combinations(runs, k))
-    hits = sum((all(s) if every else any(s)) for s in subsets)
-    return hits / len(subsets)
-
-
-@pytest.mark.parametrize(("n", "c", "k"), [(5, 2, 2), (10, 3, 1), (10, 3, 5), (8, 8, 3), (6, 0, 2)])
-def test_pass_at_k_and_pass_hat_k_match_enumeration(n: int, c: int, k: int) -> None:
-    assert math.isclose(pass_at_k(n, c, k), brute(n, c, k, every=False))
-    assert math.isclose(pass_hat_k(n, c, k), brute(n, c, k, every=True))
+# Task i's pool: the answers its rollouts give, in order (N = 5).
+ANSWERS = {
+    "a": ["A", "A", "x", "A", "y"],
+    "b": ["x", "B", "x", "y", "B"],
+    "c": ["C", "C", "C", "C", "C"],
+    "d": ["x", "x", "y", "z", "x"],
+}
+N = 5
 
 
-def test_known_values_and_bad_input() -> None:
-    assert math.isclose(pass_at_k(5, 2, 2), 0.7)
-    assert math.isclose(pass_hat_k(5, 2, 2), 0.1)
-    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
-    with pytest.raises(ValueError, match="pass@k"):
-        pass_at_k(3, 1, 4)
+class PoolRunner:
+    """Draws each task's scripted pool; aggregates by plurality (first seen
+    wins a tie), charging 10 tokens per summary aggregated.  Counts calls."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, int]] = []
+        self.aggregations: list[tuple[str, int]] = []
+
+    async def run(self, task: str, *, scaling: ScalingSpec, events: object = None) -> RunResult:
+        self.runs.append((task, scaling.rollouts))
+        answers = ANSWERS[task]
+        summaries = [
+            TrajectorySummary(
+                rollout_id=f"{task}-r{i}",
+                answer=answer,
+                cost=Cost(usage=Usage(prompt_tokens=90, completion_tokens=10), model_calls=1),
+            )
+            for i, answer in enumerate(answers[: scaling.rollouts])
+        ]
+        return RunResult(
+            run_id=task,
+            status="succeeded",
+            answer=answers[0],
+            summaries=summaries,
+            cost=Cost(model_calls=len(summaries)),
+        )
+
+    async def aggregate(
+        self,
+        task: str,
+        summaries: Sequence[TrajectorySummary],
+        *,
+        scaling: ScalingSpec,
+        trajectories: Mapping[str, Trajectory] | None = None,
+    ) -> RunResult:
+        self.aggregations.append((scaling.aggregate, len(summaries)))
+        answer = plurality([s.answer for s in summaries])
+        calls = 0 if scaling.aggregate == "majority" else len(summaries) - 1
+        return RunResult(
+            run_id="agg",
+            status="succeeded",
+            answer=answer,
+            cost=Cost(usage=Usage(prompt_tokens=10 * calls), model_calls=calls),
+        )
 
 
-def test_confidence_intervals() -> None:
-    lo, hi = wilson(8, 10)
-    assert lo == pytest.approx(0.490, abs=1e-3)
-    assert hi == pytest.approx(0.943, abs=1e-3)
-    values = [1.0] * 30 + [0.0] * 70
-    blo, bhi = bootstrap_ci(values)
-    assert blo < 0.3 < bhi
-    assert blo > 0.18
-    assert bhi < 0.42
+def plurality(answers: Sequence[str | None]) -> str | None:
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    top = max(counts.values())
+    return next(a for a in answers if a is not None and counts[a] == top)
+
+
+def pools() -> list[Pool]:
+    return [
+        Pool(
+            group=task,
+            task=task,
+            task_id=task,
+            expected=task.upper(),
+            summaries=[
+                TrajectorySummary(
+                    rollout_id=f"{task}-r{i}",
+                    answer=a,
+                    cost=Cost(usage=Usage(prompt_tokens=90, completion_tokens=10), model_calls=1),
+                )
+                for i, a in enumerate(answers)
+            ],
+        )
+        for task, answers in ANSWERS.items()
+    ]
+
+
+def brute_majority_at(k: int) -> float:
+    """Mean over tasks of the share of k-subsets whose plurality is right."""
+    shares = []
+    for task, answers in ANSWERS.items():
+        subsets = list(itertools.combinations(answers, k))
+        shares.append(sum(plurality(list(s)) == task.upper() for s in subsets) / len(subsets))
+    return sum(shares) / len(shares)
+
+
+# -- the pool -----------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_every_k_comes_from_one_pool_and_each_aggregator_from_its_subsets() -> None:
+    runner = PoolRunner()
+    specs = [parse_aggregate("majority"), parse_aggregate("rtv:g=2,v=2")]
+    report = await evaluate_pools(runner, pools(), specs, subsets=100)
+    assert runner.runs == []  # no rollout is drawn again: the pool is given
+    ks = default_ks(N)
+    assert ks == [1, 2, 4, 5]
+    # Every k-subset of every pool is aggregated once per aggregator (C(5,k) <= 100).
+    expected_calls = {k: 4 * len(list(itertools.combinations(range(N), k))) for k in ks}
+    for name in ("majority", "rtv"):
+        sizes = Counter(size for agg, size in runner.aggregations if agg == name)
+        assert sizes == expected_calls
+    majority = report.aggregators[0]
+    for point in majority.points:
+        assert point.exact
+        assert point.accuracy.value == pytest.approx(brute_majority_at(point.k))
+    # oracle@k is pass@k; the aggregator never beats it here (it only picks).
+    for point, curve in zip(majority.points, report.curve, strict=True):
+        assert point.oracle.value == pytest.approx(curve.pass_at.value)
+        assert point.accuracy.value <= point.oracle.value + 1e-12
+    # Task d never has a right rollout: at k = N oracle is 3/4 and majority
+    # picked a right one in every pool that had one except b (x x y B B: x first).
+    at_n = majority.points[-1]
+    assert at_n.oracle.value == pytest.approx(0.75)
+    assert at_n.accuracy.value == pytest.approx(0.5)
+    assert at_n.picked == pytest.approx(2 / 3)
+    # Cost per task: k rollouts of 100 tokens, plus rtv's k-1 calls of 10 tokens.
+    rtv_at_n = report.aggregators[1].points[-1]
+    assert rtv_at_n.tokens_per_task == pytest.approx(N * 100 + (N - 1) * 10)
+    assert rtv_at_n.model_calls_per_task == pytest.approx(N + N - 1)
+    assert report.aggregation_model_calls == sum(
+        (size - 1) for agg, size in runner.aggregations if agg == "rtv"
+    )
+
+
+@pytest.mark.anyio
+async def test_eval_command_draws_one_pool_per_task_prints_curves_and_a_paired_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": t, "task": t, "answer": t.upper()}) + "\n" for t in ANSWERS)
+    )
+    runner = PoolRunner()
+
+    @contextlib.asynccontextmanager
+    async def open_runner(args: argparse.Namespace) -> AsyncIterator[PoolRunner]:
+        yield runner
+
+    argv = [
+        str(tasks),
+        "--rollouts",
+        str(N),
+        "--aggregate",
+        "majority",
+        "--aggregate",
+        "rtv:v=2",
+        "--subsets",
+        "3",
+        "--export",
+        str(tmp_path / "pool.jsonl"),
+        "--plot",
+        str(tmp_path / "out.svg"),
+        "--json",
+        str(tmp_path / "out.json"),
+    ]
+    report = await eval_command(build_parser().parse_args(argv), open_runner)
+    # One run per task, of N rollouts: the curves of every k come from it.
+    assert sorted(runner.runs) == [(t, N) for t in sorted(ANSWERS)]
+    assert report.pool_model_calls == 4 * N
+    # --subsets 3: at most 3 subsets per task and k (all at k = N: C(5,5) = 1).
+    sizes = Counter(size for agg, size in runner.aggregations if agg == "majority")
+    assert sizes == {1: 12, 2: 12, 4: 12, 5: 4}
+    printed = capsys.readouterr().out
+    assert f"pool: 4 tasks x {N} rollouts, drawn once ({4 * N} model calls)" in printed
+    assert "compare majority@5 - pass@1:" in printed
+    assert "compare majority@5 - rtv:v=2@5:" in printed
+    assert "bounded variance (few tasks)" in printed
+    assert "power: to detect a 2-point change in pass@1" in printed
+    assert "* not to be trusted: fewer than 10 tasks" in printed
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert [c["aggregate"] for c in saved["aggregators"]] == ["majority", "rtv:v=2"]
+    root = ET.parse(tmp_path / "out.svg").getroot()
+    groups = root.findall("{http://www.w3.org/2000/svg}g")
+    assert [g.get("data-name") for g in groups] == ["majority", "rtv:v=2"]
+    assert sorted(curves(report)) == ["majority", "rtv:v=2"]
+
+    # The exported pool evaluates again without drawing a rollout.
+    again = PoolRunner()
+
+    @contextlib.asynccontextmanager
+    async def reopen(args: argparse.Namespace) -> AsyncIterator[PoolRunner]:
+        yield again
+
+    args = build_parser().parse_args(["--from", str(tmp_path / "pool.jsonl"), "--subsets", "3"])
+    second = await eval_command(args, reopen)
+    assert again.runs == []
+    assert second.pool_model_calls == 0
+    assert [p.pass_at.value for p in second.curve] == [p.pass_at.value for p in report.curve]
+    assert second.aggregators[0].points[-1].accuracy == report.aggregators[0].points[-1].accuracy
+
+
+def test_the_table_and_svg_of_a_report(tmp_path: Path) -> None:
+    report = _report()
+    table = format_table(report)
+    lines = table.splitlines()
+    assert lines[2].split() == ["k", "pass@k", "pass^k", "tokens/task", "usd/task"]
+    assert "oracle@k" in table
+    assert "picked" in table
+    out = write_svg(report, tmp_path / "c.svg")
+    root = ET.parse(out).getroot()
+    (group,) = root.findall("{http://www.w3.org/2000/svg}g")
+    assert len(group.findall("{http://www.w3.org/2000/svg}circle")) == len(default_ks(N))
+
+
+def _report() -> EvalReport:
+    import anyio
+
+    async def go() -> EvalReport:
+        return await evaluate_pools(PoolRunner(), pools(), [parse_aggregate("majority")])
+
+    return anyio.run(go)
+
+
+def test_choose_subsets_enumerates_few_and_samples_many() -> None:
+    import random
+
+    every, exact = choose_subsets(5, 2, 10, random.Random(0))
+    assert exact
+    assert every == list(itertools.combinations(range(5), 2))
+    some, exact = choose_subsets(16, 8, 20, random.Random(0))
+    assert not exact
+    assert len(set(some)) == 20
+    assert all(len(s) == 8 and list(s) == sorted(s) for s in some)
+
+
+# -- task files and verifiers --------------------------------------------------------
 
 
 def test_verifiers() -> None:
@@ -71,7 +283,7 @@ def test_verifiers() -> None:
     assert build_verifier("numeric:1e-3")("about 3.1416", task)
     assert not build_verifier("numeric")("3.1416", task)
     assert build_verifier("regex")("pi is 3.14159!", EvalTask(id="2", task="q", answer=r"3\.14"))
-    by_path = build_verifier("agentrt.runtime.cli.eval:exact")  # any `pkg.mod:fn`
+    by_path = build_verifier("agentrt.runtime.cli.eval_tasks:exact")  # any `pkg.mod:fn`
     assert by_path("3.14159", task)
     assert not by_path("2.7", task)
     with pytest.raises(ConfigError, match="unknown verifier"):
@@ -90,95 +302,34 @@ def test_load_tasks(tmp_path: Path) -> None:
         load_tasks(path)
 
 
-class FakeRunner:
-    """Answers right on the runs where ``(call number) % period != 0``;
-    majority uses 100 tokens a rollout, rtv 150."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def run(self, task: str, *, scaling: ScalingSpec) -> RunResult:
-        self.calls += 1
-        right = self.calls % (2 + scaling.rollouts) != 0
-        per = 100 if scaling.aggregate == "majority" else 150
-        tokens = per * scaling.rollouts
-        return RunResult(
-            run_id=f"r{self.calls}",
-            status="succeeded",
-            answer=task.upper() if right else "wrong",
-            cost=Cost(usage=Usage(prompt_tokens=tokens - 10, completion_tokens=10), usd=0.001),
-        )
+# -- bad input: one clear error, before any model call --------------------------------
 
 
 @pytest.mark.anyio
-async def test_evaluate_table_and_svg(tmp_path: Path) -> None:
-    tasks = [EvalTask(id=str(i), task=f"t{i}", answer=f"T{i}") for i in range(5)]
-    strategies = [ScalingSpec(rollouts=n, aggregate=a) for a in ("majority", "rtv") for n in (1, 2)]
-    runner = FakeRunner()
-    report = await evaluate(runner, tasks, strategies, runs=4, ks=(1, 2), concurrency=1)
-    assert runner.calls == 5 * 4 * 4
-    first = report.strategies[0]
-    passed = sum(sum(t.passed) for t in first.tasks)
-    assert first.pass_at[1].value == pytest.approx(passed / 20)
-    assert first.pass_at[1].low <= first.pass_at[1].value <= first.pass_at[1].high
-    assert first.pass_at[2].value >= first.pass_at[1].value >= first.pass_hat[2].value
-    assert first.tokens_per_task == 100
-    assert report.strategies[3].tokens_per_task == 300
-
-    table = format_table(report)
-    assert "pass@2" in table
-    assert "pass^2" in table
-    assert len(table.splitlines()) == 2 + 4
-
-    lines = curves(report)
-    assert sorted(lines) == ["majority", "rtv"]
-    assert [p[0] for p in lines["rtv"]] == [150, 300]
-    out = write_svg(report, tmp_path / "curve.svg")
-    root = ET.parse(out).getroot()  # well-formed XML
-    assert root.tag == "{http://www.w3.org/2000/svg}svg"
-    groups = root.findall("{http://www.w3.org/2000/svg}g")
-    assert [g.get("data-name") for g in groups] == ["majority", "rtv"]
-    assert all(len(g.findall("{http://www.w3.org/2000/svg}circle")) == 2 for g in groups)
-
-
-@pytest.mark.anyio
-async def test_eval_command_prints_the_table_and_writes_plot_and_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--aggregate", "majorty"], r"--aggregate 'majorty'.*majorty"),
+        (["--aggregate", "rtv:vv=3"], r"--aggregate 'rtv:vv=3'.*vv"),
+        (["--aggregate", "rtv:v"], r"expected KEY=VALUE"),
+        (["--aggregate", "pdr"], r"runs new rollouts"),
+        (["--compare", "rtv@5", "pass@1"], r"--compare.*'rtv@5'"),
+        (["--k", "9"], r"--k.*1\.\.5"),
+    ],
+)
+async def test_bad_arguments_fail_before_any_run(
+    tmp_path: Path, argv: list[str], match: str
 ) -> None:
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(
-        '{"id": "a", "task": "x", "answer": "X"}\n{"id": "b", "task": "y", "answer": "Y"}\n'
-    )
-    runner = FakeRunner()
+    tasks.write_text('{"id": "a", "task": "a", "answer": "A"}\n')
+    runner = PoolRunner()
 
     @contextlib.asynccontextmanager
-    async def open_runner(args: argparse.Namespace) -> AsyncIterator[FakeRunner]:
+    async def open_runner(args: argparse.Namespace) -> AsyncIterator[PoolRunner]:
         yield runner
 
-    args = build_parser().parse_args(
-        [
-            str(tasks),
-            "--runs",
-            "3",
-            "--strategy",
-            "majority",
-            "--strategy",
-            "rtv",
-            "--rollouts",
-            "1",
-            "--rollouts",
-            "3",
-            "--plot",
-            str(tmp_path / "out.svg"),
-            "--json",
-            str(tmp_path / "out.json"),
-        ]
-    )
-    report = await eval_command(args, open_runner)
-    assert runner.calls == 2 * 3 * 4
-    printed = capsys.readouterr().out
-    assert printed.splitlines()[0].split()[:4] == ["strategy", "N", "pass@1", "pass@2"]
-    assert "plot:" in printed
-    ET.parse(tmp_path / "out.svg")
-    saved = json.loads((tmp_path / "out.json").read_text())
-    assert len(saved["strategies"]) == len(report.strategies) == 4
+    args = build_parser().parse_args([str(tasks), "--rollouts", "5", *argv])
+    with pytest.raises(ConfigError, match=match):
+        await eval_command(args, open_runner)
+    assert runner.runs == []
+    assert runner.aggregations == []
