@@ -1,8 +1,8 @@
 """The ``agentrt`` command line (runtime roof): argument parsing, the one
 output layer (the only code in agentrt that prints), the process's logging
 set-up, and exit codes (0 success, 1 a runtime failure, 2 a user error, 130
-interrupted).  Commands: ``run``, ``eval``, ``serve``, ``mcp``,
-``frontier``, ``sim-server``.
+interrupted).  Commands: ``run``, ``eval``, ``aggregate``,
+``serve``, ``mcp``, ``frontier``, ``sim-server``.
 
 The roof may import anything below it; nothing imports this module.
 """
@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit code
     return code
 
 
-def _delegated_command(head: list[str]) -> Callable[[list[str]], int] | None:
+def _delegated_command(  # noqa: PLR0911 - one return per command
+    head: list[str],
+) -> Callable[[list[str]], int] | None:
     """Commands whose module parses its own arguments (imported on demand)."""
     if head == ["sim-server"]:
         from agentrt.runtime.testing import sim_server
@@ -157,6 +159,10 @@ def _delegated_command(head: list[str]) -> Callable[[list[str]], int] | None:
         return sim_server.main
     if head == ["eval"]:
         return _eval_main
+    if head == ["aggregate"]:
+        from agentrt.runtime.cli.aggregate import aggregate_main
+
+        return aggregate_main
     if head == ["serve"]:
         from agentrt.runtime.serve.cli import serve_main
 
@@ -274,7 +280,14 @@ def _build_parser() -> _Parser:
     )
     commands.add_parser(
         "eval",
-        help="evaluate strategies over a JSONL task set: pass@k, pass^k, cost, curves",
+        help="evaluate aggregators over a JSONL task set from one pool of rollouts per task: "
+        "pass@k, pass^k, oracle@k, cost, paired comparisons",
+        add_help=False,
+    )
+    commands.add_parser(
+        "aggregate",
+        help="re-aggregate stored rollouts (an exported file or the daemon's store) with any "
+        "aggregator, running no rollout",
         add_help=False,
     )
     commands.add_parser(

@@ -19,7 +19,6 @@ from typing import Any, Final
 
 from agentrt.agents.spec import AgentSpec, McpTools, default_agent
 from agentrt.agents.spec_loader import SPEC_SUFFIXES, SpecSet, load_spec
-from agentrt.protocols import RunResult, ScalingSpec
 from agentrt.runtime.engine import Runtime
 from agentrt.runtime.engine.configfile import AgentrtConfig
 from agentrt.runtime.errors import ConfigError
@@ -121,30 +120,23 @@ async def open_runtime(config: AgentrtConfig, agent: SpecSet | str) -> AsyncIter
         yield rt
 
 
-class _EvalRunner:
-    """``agentrt eval``'s runner: every run through one ``Runtime``."""
-
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
-
-    async def run(self, task: str, *, scaling: ScalingSpec) -> RunResult:
-        return await self._rt.run(task, scaling=scaling)
-
-
 @asynccontextmanager
-async def eval_runner(args: Any) -> AsyncIterator[_EvalRunner]:
-    """The runner ``agentrt eval`` uses, from its ``--config``, ``--agent``
-    and ``--model`` arguments."""
+async def eval_runner(args: Any) -> AsyncIterator[Runtime]:
+    """The ``Runtime`` ``agentrt eval`` and ``agentrt aggregate`` use, from
+    their ``--config``, ``--agent`` and ``--model`` arguments; early stop is
+    off, so every run draws its whole pool of rollouts."""
     from agentrt.runtime.engine.configfile import load_config
 
-    config = load_config(args.config).with_placement(
+    config = load_config(getattr(args, "config", None)).with_placement(
         getattr(args, "placement", None), getattr(args, "ray_address", None)
     )
     model = getattr(args, "model", None)
     if model is not None:
         config = with_default_model(config, model)
-    async with open_runtime(config, agent_specs(args.agent, config)) as rt:
-        yield _EvalRunner(rt)
+    runtime = config.runtime.model_copy(update={"early_stop": False})
+    config = config.model_copy(update={"runtime": runtime})
+    async with open_runtime(config, agent_specs(getattr(args, "agent", None), config)) as rt:
+        yield rt
 
 
 def with_default_model(config: AgentrtConfig, model: str) -> AgentrtConfig:

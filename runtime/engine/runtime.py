@@ -19,13 +19,29 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, final
 
 import anyio
+import msgspec
 from anyio.abc import TaskStatus
 
 from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, stream_sink
+from agentrt.agents.delegation import AgentNode
 from agentrt.agents.hierarchy import Hierarchy, build_hierarchy, used_servers
 from agentrt.agents.spec_loader import ServerConfig, SpecSet, load_spec
-from agentrt.aggregators import Aggregator, Judge
-from agentrt.protocols import Budget, Event, RunOptions, RunResult, ScalingSpec
+from agentrt.aggregators import (
+    AggregationContext,
+    Aggregator,
+    Judge,
+    ParallelDistillRefine,
+    build_aggregator,
+)
+from agentrt.protocols import (
+    Budget,
+    Event,
+    RunOptions,
+    RunResult,
+    ScalingSpec,
+    Trajectory,
+    TrajectorySummary,
+)
 from agentrt.runtime.actors import ActorSystem, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
@@ -422,6 +438,76 @@ class Runtime:
         if failure:
             raise failure[0]
 
+    async def aggregate(
+        self,
+        task: str,
+        summaries: Sequence[TrajectorySummary],
+        *,
+        agent: AgentRef = None,
+        scaling: ScalingSpec | None = None,
+        trajectories: Mapping[str, Trajectory] | None = None,
+        budget: Budget | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Aggregate the ``summaries`` of rollouts that already ran (a stored
+        run, an exported file, an evaluation's pool) with ``scaling.aggregate``
+        and its options: no rollout runs.  Judges and agents ask the first
+        model of ``agent`` (default: ``config.default_agent``) on a ledger of
+        this call's own (capped by ``budget``); the result's ``cost`` is what
+        that ledger spent.  ``trajectories``: the rollouts' steps, by rollout
+        id, for aggregators that read them.  Raises ``ConfigError`` for an
+        unknown aggregator, a bad option, or one that runs new rollouts
+        (``stored_aggregator``), before any model call."""
+        self._check_open()
+        chosen = stored_aggregator(scaling or self._default_scaling(), judge=self.judge)
+        run_id = run_id or f"agg-{uuid.uuid4().hex[:12]}"
+        ledger = BudgetLedger(run_id, budget, self.prices)
+        runner = self.runner(agent, EventEmitter(), ledger, None)
+        node = runner.root if isinstance(runner, Hierarchy) else runner
+        root = node.agent if isinstance(node, AgentNode) else node
+        backend = (
+            root.backend_for(root.policy.ladder.tiers[0].model)
+            if isinstance(root, Agent)
+            else next(iter(self.backends.values()))
+        )
+        context = AggregationContext.metered(
+            backend, ledger, run_id=run_id, trajectories=trajectories or {}
+        )
+        try:
+            agg = await chosen.aggregate(task, list(summaries), context)
+        finally:
+            ledger.finish()
+        return RunResult(
+            run_id=run_id,
+            status="succeeded" if agg.answer is not None else "failed",
+            answer=agg.answer,
+            rationale=agg.rationale,
+            summaries=list(summaries),
+            aggregation_trace=[msgspec.to_builtins(v) for v in agg.trace],
+            cost=ledger.spent,
+            error=None if agg.answer is not None else agg.rationale or "no rollout answered",
+        )
+
+
+def stored_aggregator(
+    scaling: ScalingSpec, *, judge: Judge | None = None, where: str = "scaling.aggregate"
+) -> Aggregator:
+    """The aggregator ``scaling`` names, for rollouts that already ran.
+    Raises ``ConfigError`` naming ``where`` for an unknown name or option,
+    and for PDR (its refinement rounds run new rollouts: run it with
+    ``Runtime.run``)."""
+    chosen = build_aggregator(
+        {"name": scaling.aggregate, **scaling.options}, judge=judge, where=where
+    )
+    if isinstance(chosen, ParallelDistillRefine):
+        raise ConfigError(
+            f"{scaling.aggregate!r} runs new rollouts in its refinement rounds, so it cannot "
+            "re-aggregate stored ones; choose majority, weighted, best_of_n, rtv, aggagent or "
+            "compressed (or run pdr with `agentrt run --aggregate pdr`)",
+            where=where,
+        )
+    return chosen
+
 
 def run(
     task: str,
@@ -456,4 +542,12 @@ def run(
     return anyio.run(main)
 
 
-__all__ = ["AgentRef", "RolloutCheckpoint", "RunCheckpoint", "Runtime", "RuntimeConfig", "run"]
+__all__ = [
+    "AgentRef",
+    "RolloutCheckpoint",
+    "RunCheckpoint",
+    "Runtime",
+    "RuntimeConfig",
+    "run",
+    "stored_aggregator",
+]

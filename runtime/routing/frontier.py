@@ -24,6 +24,7 @@ import msgspec
 
 from agentrt.protocols import Budget, Cost
 from agentrt.runtime.errors import AgentrtError
+from agentrt.runtime.estimators import wilson_interval
 from agentrt.runtime.pricing import PriceTable
 from agentrt.runtime.routing.policies import (
     CascadePolicy,
@@ -62,17 +63,6 @@ class PolicyScore(msgspec.Struct, frozen=True, kw_only=True):
     mean_tokens: float
     mean_calls: float
     pareto: bool = False
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (95% by default)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def score(policy: str, outcomes: Sequence[tuple[bool, Cost]]) -> PolicyScore:

@@ -80,10 +80,24 @@ def test_eval_prints_the_table_and_writes_the_plot(
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "fr", "task": "Capital of France?", "answer": "paris"}\n')
     plot = tmp_path / "curve.svg"
-    argv = ["eval", str(tasks), "--runs", "2", "--rollouts", "1", "--rollouts", "3"]
+    argv = ["eval", str(tasks), "--rollouts", "3", "--aggregate", "majority"]
     assert main([*argv, "--plot", str(plot), "--config", config]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:3] == ["strategy", "N", "pass@1"]
-    rows = [line.split()[:2] for line in out[2:4]]
-    assert rows == [["majority", "1"], ["majority", "3"]]
+    assert out[0].startswith("pool: 1 tasks x 3 rollouts, drawn once (3 model calls)")
+    assert out[2].split() == ["k", "pass@k", "pass^k", "tokens/task", "usd/task"]
+    assert [line.split()[0] for line in out[4:6]] == ["1", "2"]
+    assert any(line.startswith("compare majority@3 - pass@1:") for line in out)
     assert ET.parse(plot).getroot().tag.endswith("svg")
+
+
+def test_eval_and_aggregate_name_a_bad_aggregator(
+    tmp_path: Path, config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "fr", "task": "Capital of France?", "answer": "paris"}\n')
+    assert main(["eval", str(tasks), "--aggregate", "rtv:v=0", "--config", config]) == 2
+    assert "--aggregate 'rtv:v=0'" in capsys.readouterr().err
+    assert main(["aggregate", str(tasks), "--aggregate", "nonesuch", "--config", config]) == 2
+    assert "--aggregate 'nonesuch'" in capsys.readouterr().err
+    assert main(["aggregate", str(tasks), "--config", config]) == 2
+    assert "tasks.jsonl:1: not an agentrt trajectory record" in capsys.readouterr().err
