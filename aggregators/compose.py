@@ -15,15 +15,43 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from agentrt.aggregators.aggagent import MAX_AGENT_TOKENS, MAX_TURNS, AggregationAgent
 from agentrt.aggregators.base import Aggregator
 from agentrt.aggregators.compressed import MAX_REPORT_CHARS, CompressedReasoning
-from agentrt.aggregators.judge import BestOfN, Judge, ModelJudge
+from agentrt.aggregators.judge import MAX_RETRIES, BestOfN, Judge, ModelJudge
 from agentrt.aggregators.pdr import MAX_K, MAX_M, MAX_ROUNDS, ParallelDistillRefine
 from agentrt.aggregators.rtv import MAX_GROUP, MAX_VOTES, RecursiveTournament
 from agentrt.aggregators.vote import NORMALIZERS, MajorityVote, Normalizer, WeightedVote, chain
 from agentrt.runtime.errors import ConfigError
 
+#: Most tokens a judge reply may take.
+MAX_JUDGE_TOKENS = 32_768
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class JudgeConfig(_Config):
+    """The model judge best-of-N, RTV and PDR ask (unless the ``Runtime``
+    was given a judge object, which then decides)."""
+
+    max_tokens: int = Field(default=1024, ge=1, le=MAX_JUDGE_TOKENS)
+    """Each reply's bound: room to reason before the verdict, 1..32,768."""
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    """Sampling temperature (> 0: repeated votes differ)."""
+    retries: int = Field(default=1, ge=0, le=MAX_RETRIES)
+    """Asks again after a reply with no readable verdict, 0..5."""
+    structured: bool = False
+    """Offer a ``verdict(reasoning, verdict)`` tool the model must call."""
+    seed: int = 0
+    """Seeds the order candidates are shown in."""
+
+    def build(self) -> ModelJudge:
+        return ModelJudge(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            retries=self.retries,
+            structured=self.structured,
+            seed=self.seed,
+        )
 
 
 class MajorityConfig(_Config):
@@ -48,6 +76,10 @@ class BestOfNConfig(_Config):
     name: Literal["best_of_n"]
     mode: Literal["pointwise", "pairwise"] = "pointwise"
     """Score each summary, or let a champion meet each challenger."""
+    seed: int = 0
+    """Seeds the coin that breaks a tie of scores."""
+    judge: JudgeConfig = JudgeConfig()
+    """The model judge."""
 
 
 class RTVConfig(_Config):
@@ -58,8 +90,17 @@ class RTVConfig(_Config):
     """Group size, 2..16."""
     v: int = Field(default=8, ge=1, le=MAX_VOTES)
     """Judge votes per comparison, 1..64."""
-    tie: Literal["first", "cheapest"] = "first"
-    """Who wins a tied comparison."""
+    tie: Literal["coin", "first", "cheapest"] = "coin"
+    """Who wins a tied comparison: a seeded coin, the first in bracket order,
+    or the cheapest rollout (then the coin)."""
+    seed: int = 0
+    """Seeds the bracket order and the coin."""
+    shuffle: bool = True
+    """Shuffle the bracket (byes fall on no rollout in particular)."""
+    skip_agreeing: bool = True
+    """Decide a group whose answers agree without a judge call."""
+    judge: JudgeConfig = JudgeConfig()
+    """The model judge."""
 
 
 class PDRConfig(_Config):
@@ -80,6 +121,10 @@ class PDRConfig(_Config):
     """Votes per comparison of the selecting tournament, 1..64."""
     max_concurrency: int | None = Field(default=None, ge=1, le=MAX_M)
     """Rollouts running at once, 1..64 (default: m)."""
+    stop_on_agreement: bool = True
+    """Start no further round once a round's answers all agree."""
+    judge: JudgeConfig = JudgeConfig()
+    """The model judge."""
 
 
 class AggAgentConfig(_Config):
@@ -87,7 +132,7 @@ class AggAgentConfig(_Config):
 
     name: Literal["aggagent"]
     max_turns: int = Field(default=12, ge=1, le=MAX_TURNS)
-    """Model calls, 1..64."""
+    """Model calls before the forced ``finish``, 1..100."""
     max_tokens: int = Field(default=20_000, ge=256, le=MAX_AGENT_TOKENS)
     """Token cap (about one rollout), 256..1,000,000."""
 
@@ -157,7 +202,8 @@ def build_aggregator(
     (``{"name": "rtv", "g": 2, "v": 8}``) or a list read as "the first, then
     the next" (``[{"name": "pdr", ...}, {"name": "rtv", ...}]`` is PDR whose
     final step is that RTV).  ``judge``: what best-of-N, RTV and PDR judge
-    with (default: a ``ModelJudge`` on the context's backend).  Raises
+    with (default: a ``ModelJudge`` built from the configuration's
+    ``judge`` options, on the context's backend).  Raises
     ``ConfigError`` naming the key and ``where`` for an unknown name, a bad
     field or an option past its bounds (a ``v=100000`` tournament), before
     any model call."""
@@ -184,19 +230,26 @@ def _build(  # noqa: PLR0911 - one return per aggregator kind
         raise ConfigError(
             f"only pdr can be followed by another aggregator, not {cfg.name!r}", where=where
         )
-    judge = judge if judge is not None else ModelJudge()
     match cfg:
         case MajorityConfig():
             return MajorityVote(_normalizer(cfg.normalize, where))
         case WeightedConfig():
             return WeightedVote(normalize=_normalizer(cfg.normalize, where))
         case BestOfNConfig():
-            return BestOfN(judge, mode=cfg.mode)
+            return BestOfN(judge or cfg.judge.build(), mode=cfg.mode, seed=cfg.seed)
         case RTVConfig():
-            return RecursiveTournament(judge, g=cfg.g, v=cfg.v, tie=cfg.tie)
+            return RecursiveTournament(
+                judge or cfg.judge.build(),
+                g=cfg.g,
+                v=cfg.v,
+                tie=cfg.tie,
+                seed=cfg.seed,
+                shuffle=cfg.shuffle,
+                skip_agreeing=cfg.skip_agreeing,
+            )
         case PDRConfig():
             return ParallelDistillRefine(
-                judge,
+                judge or cfg.judge.build(),
                 rounds=cfg.rounds,
                 m=cfg.m,
                 k=cfg.k,
@@ -205,6 +258,7 @@ def _build(  # noqa: PLR0911 - one return per aggregator kind
                 v=cfg.v,
                 final=then,
                 max_concurrency=cfg.max_concurrency,
+                stop_on_agreement=cfg.stop_on_agreement,
             )
         case AggAgentConfig():
             return AggregationAgent(max_turns=cfg.max_turns, max_tokens=cfg.max_tokens)
@@ -218,6 +272,7 @@ __all__ = [
     "AggregatorConfig",
     "BestOfNConfig",
     "CompressedConfig",
+    "JudgeConfig",
     "MajorityConfig",
     "PDRConfig",
     "RTVConfig",

@@ -72,9 +72,11 @@ class RecursiveTournament:
     advances on a bye).  For ``g=2``: N - 1 comparisons, at most (N - 1)·V
     judge calls.
 
-    Early stop: a group whose candidates' answers agree (``answer_key``
-    with ``normalize``) is decided without a judge call (the tie rule picks
-    who advances), so N identical answers cost no judge call.
+    Early stop (``skip_agreeing``, default on): a group whose candidates'
+    answers agree (``answer_key`` with ``normalize``) is decided without a
+    judge call (the tie rule picks who advances), so N identical answers
+    cost no judge call.  Turn it off to have the judge rank agreeing
+    summaries by their evidence too.
 
     ``judge``: default a ``ModelJudge``; ``g``: group size, 2..16; ``v``:
     votes per comparison, 1..64; ``tie``: among candidates with the most
@@ -101,6 +103,7 @@ class RecursiveTournament:
         tie: TieRule = "coin",
         seed: int = 0,
         shuffle: bool = True,
+        skip_agreeing: bool = True,
         normalize: Normalizer = default_normalizer,
     ) -> None:
         if not 2 <= g <= MAX_GROUP:
@@ -118,6 +121,7 @@ class RecursiveTournament:
         self.judge: Judge = judge if judge is not None else ModelJudge()
         self.g, self.v, self.tie = g, v, tie
         self.seed, self.shuffle, self.normalize = seed, shuffle, normalize
+        self.skip_agreeing = skip_agreeing
 
     async def aggregate(
         self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
@@ -242,7 +246,7 @@ class RecursiveTournament:
                 run_id="", aggregator=self.name, round=level, candidates=ids, winner=ids[0]
             )
             return group, bye, Cost()
-        if len({answer_key(s.answer, self.normalize) for s in group}) == 1:
+        if self.skip_agreeing and len({answer_key(s.answer, self.normalize) for s in group}) == 1:
             # Every candidate gives the same answer: no judge can change it.
             best = self._break_tie(group, list(range(len(group))), coin)
             record = VoteCast(

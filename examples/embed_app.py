@@ -2,7 +2,8 @@
 
 Runs on ``agentrt.testing.ScriptedBackend`` (deterministic, no model needed):
 three rollouts answer 42, one answers 41, and the scripted judge prefers the
-attempt that says 42.  Swap ``backends=[...]`` for a ``RuntimeConfig`` with a
+attempt that says 42 (it is asked only where answers differ: 4 rollouts and
+one judge call).  Swap ``backends=[...]`` for a ``RuntimeConfig`` with a
 ``models`` section to run it on a real model.
 """
 

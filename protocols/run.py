@@ -72,9 +72,28 @@ class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     rollouts: Annotated[int, Meta(ge=1)] = 1
     aggregate: str = "majority"
     options: dict[str, Any] = {}
+    confidence: float | None = None
+    """Adaptive N.  ``None``: every rollout starts at once.  A probability in
+    (0.5, 1): ``rollouts`` becomes a cap; ``min_rollouts`` start, and each
+    time one ends another starts, until the leading answer is settled (the
+    probability that it is more common than the runner-up, from their
+    counts with a uniform prior, reaches ``confidence``), the cap is reached
+    or the budget ends; rollouts still running then are cancelled."""
+    min_rollouts: Annotated[int, Meta(ge=1)] = 4
+    """Adaptive N: rollouts started at first and kept in flight."""
 
     def __post_init__(self) -> None:
         _count("ScalingSpec", "rollouts", self.rollouts, least=1)
+        _count("ScalingSpec", "min_rollouts", self.min_rollouts, least=1)
+        if self.confidence is not None and (
+            isinstance(self.confidence, bool)
+            or not isinstance(self.confidence, int | float)
+            or not 0.5 < self.confidence < 1
+        ):
+            raise ValueError(
+                "ScalingSpec.confidence must be a probability > 0.5 and < 1 (or None), "
+                f"got {_shown(self.confidence)}"
+            )
         if not isinstance(self.aggregate, str):
             raise TypeError(
                 f"ScalingSpec.aggregate must be an aggregator name (str), got "

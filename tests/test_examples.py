@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 EXPECTED = {
-    "embed_app.py": ["rollout r3 answered 42", "round 2: winner", "answer: 42 (7 model calls"],
+    "embed_app.py": ["rollout r3 answered 42", "round 2: winner", "answer: 42 (5 model calls"],
     "custom_aggregator.py": ["answer: Paris", "'Paris' scored 2 over 3"],
     "custom_tool.py": ["answer: One apple costs 0.50 EUR.", "model calls: 2"],
 }

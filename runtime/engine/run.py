@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -31,8 +31,15 @@ from agentrt.agents.delegation import AgentNode, skip_call_numbers
 from agentrt.agents.hierarchy import Hierarchy
 from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
 from agentrt.aggregators import Aggregator, Workspace, build_aggregator
-from agentrt.aggregators.base import AggregationContext, AggregationResult
-from agentrt.aggregators.vote import MajorityVote, answer_key
+from agentrt.aggregators.base import AggregationContext, AggregationResult, nothing_left
+from agentrt.aggregators.rtv import RecursiveTournament
+from agentrt.aggregators.vote import (
+    MajorityVote,
+    Normalizer,
+    WeightedVote,
+    answer_key,
+    default_normalizer,
+)
 from agentrt.protocols import (
     Budget,
     Cost,
@@ -175,6 +182,10 @@ class RunExecution:
         self.vote: MajorityVote | None = (
             chosen if isinstance(chosen, MajorityVote) and rt.config.early_stop else None
         )
+        # Adaptive N: answers are grouped by the aggregator's own normalizer.
+        self.confidence = scaling.confidence
+        self.window = scaling.min_rollouts if scaling.confidence is not None else scaling.rollouts
+        self.normalize = _normalizer(chosen)
         if self.checkpoint is None:
             await self.emitter.emit(
                 RunStarted(
@@ -264,17 +275,22 @@ class RunExecution:
         return msgspec.structs.replace(vote, rationale=f"{why}: {vote.rationale}")
 
     async def _fan_out(self, n: int) -> list[_Outcome]:
-        """Every rollout in parallel, each waiting for its backend's slot;
-        stopped early when the vote is decided or the budget is spent."""
+        """Every rollout in parallel (adaptive N: ``self.window`` at a time,
+        another started as each ends), each waiting for its backend's slot;
+        stopped early when the vote is decided (or, adaptive, settled) or the
+        budget is spent.  A rollout never started has no outcome."""
         outcomes = [_Outcome(i) for i in range(n)]
         self._scopes = [anyio.CancelScope() for _ in range(n)]
         self._finished: list[_Outcome] = []
         self._pending = n
+        self._stopped = False
+        self._waiting = iter(outcomes[self.window :])
         with anyio.CancelScope(deadline=self.deadline) as overall:
             if self.rt.config.warm_prefix and n > 1 and self.agent is not None:
                 await self._warm()
             async with anyio.create_task_group() as tg:
-                for outcome in outcomes:
+                self._tg = tg
+                for outcome in outcomes[: self.window]:
                     tg.start_soon(self._one, outcome)
         if overall.cancelled_caught:
             for outcome in outcomes:
@@ -284,6 +300,7 @@ class RunExecution:
         return outcomes
 
     def _stop_all(self) -> None:
+        self._stopped = True
         for scope in self._scopes:
             scope.cancel()
 
@@ -327,19 +344,25 @@ class RunExecution:
         await self._budget_event()
         if self._pending > 0 and self._should_stop():
             self._stop_all()
+        if self._stopped or nothing_left(self.ledger) is not None:
+            return  # adaptive N: no rollout starts that could make no call
+        if (following := next(self._waiting, None)) is not None:
+            self._tg.start_soon(self._one, following)
 
     def _should_stop(self) -> bool:
         left = self.ledger.headroom().tokens
         if left is not None and left <= 0:
             return True
-        if self.vote is None:
+        if self.vote is None and self.confidence is None:
             return False
-        normalize = self.vote.normalize
+        normalize = self.vote.normalize if self.vote is not None else self.normalize
         keys = [
             answer_key(o.value.summary.answer, normalize) if o.value else None
             for o in self._finished
         ]
-        return _majority_certain(keys, self._pending)
+        if self.vote is not None and _majority_certain(keys, self._pending):
+            return True
+        return self.confidence is not None and _settled(keys) >= self.confidence
 
     async def _warm(self) -> None:
         """One request with the prefix every rollout's first request starts
@@ -582,6 +605,27 @@ def _majority_certain(keys: Sequence[str | None], pending: int) -> bool:
     ranked = sorted(counts.values(), reverse=True)
     runner_up = ranked[1] if len(ranked) > 1 else 0
     return ranked[0] > runner_up + pending
+
+
+def _settled(keys: Sequence[str | None]) -> float:
+    """How settled the leading answer among ``keys`` is: the probability
+    that its share exceeds the runner-up's, from their counts a and b with
+    a uniform prior (P(Beta(a + 1, b + 1) > 1/2) = P(Binomial(a + b + 1,
+    1/2) <= a)); 0 with no answer."""
+    counts = sorted(Counter(k for k in keys if k is not None).values(), reverse=True)
+    if not counts:
+        return 0.0
+    a, b = counts[0], counts[1] if len(counts) > 1 else 0
+    trials = a + b + 1
+    return sum(math.comb(trials, k) for k in range(a + 1)) / 2**trials
+
+
+def _normalizer(chosen: Aggregator) -> Normalizer:
+    """The normalizer ``chosen`` groups answers by (the default for an
+    aggregator that has none of its own)."""
+    if isinstance(chosen, MajorityVote | WeightedVote | RecursiveTournament):
+        return chosen.normalize
+    return default_normalizer
 
 
 def _trajectory_status(status: str) -> TrajectoryStatus:

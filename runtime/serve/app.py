@@ -47,6 +47,7 @@ MAX_BODY: Final = 1 << 20
 MAX_EVENT_ID: Final = (1 << 63) - 1
 _STATUSES: Final = ("pending", "running", "succeeded", "failed", "cancelled")
 _WHERE = re.compile(r" - at `\$\.?([^`]*)`$")
+_UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 _OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/"})
 """Paths served without the token: probes, and the web page's own files
 (they hold no data; the page asks for the token before calling the API)."""
@@ -198,6 +199,15 @@ async def read_json(request: Request, type_: type[Any]) -> Any:
         match = _WHERE.search(text)
         where = match.group(1) if match and match.group(1) else "body"
         message = text[: match.start()] if match else text
+        unknown = _UNKNOWN_FIELD.search(message)
+        if unknown is not None:  # a misspelt or misplaced field: the request is malformed
+            field = unknown.group(1)
+            raise ApiProblem(
+                400,
+                "unknown_field",
+                f"unknown field {field!r} (see /openapi.json for the fields it takes)",
+                where=field if where == "body" else f"{where}.{field}",
+            ) from None
         raise invalid(message, where=where) from None
     except msgspec.DecodeError as exc:
         raise ApiProblem(400, "invalid_json", f"not valid JSON: {exc}", where="body") from None

@@ -7,23 +7,33 @@ the ``RunManager``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 import anyio
-import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from agentrt.protocols import Event, RolloutFinished, RunRequest, VoteCast
-from agentrt.protocols.api import TERMINAL_STATUSES, AgentInfo, RunInfo
+from agentrt.protocols import Event, RolloutFinished, TokenLogprob, ToolCall, VoteCast
+from agentrt.protocols.api import AgentInfo, RunInfo
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.serve.bridge import RunService
-from agentrt.runtime.serve.errors import ApiProblem
+from agentrt.runtime.serve.openai_options import Requested, chat_requested, labels
+from agentrt.runtime.serve.openai_runs import (
+    CANCEL_GRACE_S,
+    MAX_BODY,
+    OpenAIRuns,
+    Outcome,
+    error_response,
+    json_response,
+    read_body,
+    run_error,
+    sse_data,
+    until_disconnect,
+)
 from agentrt.runtime.serve.openai_wire import (
     AssistantOut,
     ChatCompletion,
@@ -33,200 +43,150 @@ from agentrt.runtime.serve.openai_wire import (
     ChunkChoice,
     Delta,
     Extension,
+    FinishReasonOut,
+    FunctionCallOut,
+    LogprobsOut,
     ModelCard,
     ModelList,
     OpenAIError,
+    TokenLogprobOut,
+    ToolCallDelta,
+    ToolCallOut,
+    TopLogprobOut,
     UsageOut,
+    build_task,
     decode_request,
     extension_of,
-    param_for,
-    to_run_request,
     usage_of,
 )
+from agentrt.runtime.serve.responses import responses_routes
 
 log = get_logger(__name__)
 
-#: Largest chat request accepted: a long conversation is the task, but a
-#: body this large is a mistake, not a prompt.
-MAX_BODY: Final = 4 << 20
-#: How long a disconnected client's run may take to stop before we let go.
-CANCEL_GRACE_S: Final = 10.0
 #: Why 16: progress events only feed SSE comments; a slow client should
 #: push back on the follower rather than have events pile up.
 _PROGRESS_BUFFER: Final = 16
 
-_encode = msgspec.json.Encoder().encode
-
-
-def _json(value: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_encode(value), status, headers=headers, media_type="application/json")
-
-
-def _error_response(err: OpenAIError) -> Response:
-    headers = {} if err.retry is None else {"x-should-retry": "true" if err.retry else "false"}
-    return _json(err.body(), err.status, headers)
-
-
-def _run_error(info: RunInfo) -> OpenAIError:
-    """Why a run gave no answer, as the error its client gets."""
-    run_id, status = info.run_id, info.status
-    where = f"run {run_id} (GET /v1/runs/{run_id})"
-    if status == "failed":
-        reason = info.error or "no rollout produced an answer"
-        return OpenAIError(
-            502, f"{where} failed: {reason}", code="run_failed", run_id=run_id, retry=False
-        )
-    if status == "cancelled":
-        return OpenAIError(
-            409,
-            f"{where} was cancelled before it answered",
-            code="run_cancelled",
-            run_id=run_id,
-            retry=False,
-        )
-    return OpenAIError(
-        503,
-        f"{where} is still {status}: the daemon is shutting down; the run resumes from its "
-        "last committed step when the daemon restarts",
-        code="shutting_down",
-        run_id=run_id,
-        retry=False,
-    )
-
-
-async def _read_body(request: Request) -> bytes:
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise OpenAIError(413, f"the request body is over {MAX_BODY} bytes", code="too_large")
-    if not body.strip():
-        raise OpenAIError(400, "the request body is empty; send a JSON object", code="invalid_json")
-    return bytes(body)
-
-
-async def _cancel_abandoned(manager: RunService, run_id: str) -> None:
-    """The client left before the answer: stop its run (shielded, bounded)."""
-    with anyio.move_on_after(CANCEL_GRACE_S, shield=True):
-        info = await manager.get(run_id)
-        if info is not None and info.status not in TERMINAL_STATUSES:
-            log.info("openai_client_left", run_id=run_id)
-            await manager.cancel(run_id)
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    """Returns when the client goes away (the request body is already read)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
 
 class _Endpoints:
-    def __init__(self, manager: RunService, keepalive_s: float) -> None:
-        self.manager = manager
-        self.keepalive_s = keepalive_s
-        self.created = int(time.time())
+    def __init__(self, runs: OpenAIRuns) -> None:
+        self.runs = runs
+        self.manager = runs.manager
+        self.keepalive_s = runs.keepalive_s
 
     # -- models ----------------------------------------------------------------
 
     def _card(self, agent: AgentInfo) -> ModelCard:
-        return ModelCard(id=agent.model, created=self.created)
-
-    def _agent(self, model: str) -> AgentInfo:
-        agents = self.manager.agents()
-        for agent in agents:
-            if model in (agent.model, agent.name):
-                return agent
-        if model == "agentrt":
-            for agent in agents:
-                if agent.default:
-                    return agent
-        known = ", ".join(a.model for a in agents)
-        raise OpenAIError(
-            404,
-            f"the model {model!r} does not exist here; models are agentrt agents: {known}",
-            param="model",
-            code="model_not_found",
-        )
+        return ModelCard(id=agent.model, created=self.runs.created)
 
     async def list_models(self, _request: Request) -> Response:
-        return _json(ModelList(data=[self._card(a) for a in self.manager.agents()]))
+        return json_response(ModelList(data=[self._card(a) for a in self.manager.agents()]))
 
     async def get_model(self, request: Request) -> Response:
         try:
-            return _json(self._card(self._agent(request.path_params["model"])))
+            return json_response(self._card(self.runs.agent(request.path_params["model"])))
         except OpenAIError as err:
-            return _error_response(err)
+            return error_response(err)
 
     # -- chat completions ------------------------------------------------------
 
     async def chat_completions(self, request: Request) -> Response:
         try:
-            chat = decode_request(await _read_body(request))
-            agent = self._agent(chat.model)
-            info = await self._submit(chat, agent)
+            chat = decode_request(await read_body(request))
+            agent = self.runs.agent(chat.model)
+            defaults = self.manager.config.runtime
+            wanted = chat_requested(
+                chat,
+                default_rollouts=defaults.rollouts,
+                default_aggregate=defaults.aggregate,
+                default_options=dict(defaults.aggregate_options),
+            )
+            info = await self.runs.submit(
+                task=build_task(chat.messages),
+                agent=agent,
+                requested=wanted,
+                metadata=labels(
+                    chat.metadata,
+                    "openai",
+                    user=chat.user,
+                    safety_identifier=chat.safety_identifier,
+                    prompt_cache_key=chat.prompt_cache_key,
+                ),
+                task_param="messages",
+            )
         except OpenAIError as err:
-            return _error_response(err)
+            return error_response(err)
         log.info("openai_run", run_id=info.run_id, model=agent.model, stream=bool(chat.stream))
         if chat.stream:
-            include_usage = chat.stream_options is not None and bool(
-                chat.stream_options.include_usage
-            )
-            return _CompletionStream(self, info, agent.model, include_usage)
-        return await self._complete(request, info, agent.model)
+            return _CompletionStream(self, info, agent.model, chat, wanted)
+        return await self._complete(request, info, agent.model, wanted)
 
-    async def _submit(self, chat: ChatCompletionRequest, agent: AgentInfo) -> RunInfo:
-        defaults = self.manager.config.runtime
-        run, fields = to_run_request(
-            chat,
-            agent=agent.name,
-            default_rollouts=defaults.rollouts,
-            default_aggregate=defaults.aggregate,
-            default_options=dict(defaults.aggregate_options),
-        )
-        return await self._admit(run, fields)
-
-    async def _admit(self, run: RunRequest, fields: dict[str, str]) -> RunInfo:
-        try:
-            return await self.manager.submit(run)
-        except ApiProblem as problem:
-            status = 400 if problem.status == 422 else problem.status
-            raise OpenAIError(
-                status,
-                problem.message,
-                param=param_for(problem.where, fields),
-                code=problem.error,
-                retry=None if status >= 500 else False,
-            ) from None
-
-    async def _complete(self, request: Request, info: RunInfo, model: str) -> Response:
-        run_id = info.run_id
-        left = False
-        async with anyio.create_task_group() as tg:
-
-            async def watch() -> None:
-                nonlocal left
-                await _until_disconnect(request.receive)
-                left = True
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watch)
-            info = await self.manager.wait(run_id)
-            tg.cancel_scope.cancel()
-        if left:
-            await _cancel_abandoned(self.manager, run_id)
+    async def _complete(
+        self, request: Request, info: RunInfo, model: str, wanted: Requested
+    ) -> Response:
+        done = await self.runs.wait(request, info.run_id)
+        if done is None:
             return Response(status_code=499)  # nobody reads it
-        if info.status != "succeeded":
-            return _error_response(_run_error(info))
-        detail = await self.manager.detail(run_id)
+        if done.status != "succeeded":
+            return error_response(run_error(done))
+        try:
+            outcome = await self.runs.outcome(done, wanted)
+        except OpenAIError as err:
+            return error_response(err)
         completion = ChatCompletion(
-            id=f"chatcmpl-{run_id}",
-            created=int(info.created_at),
+            id=f"chatcmpl-{done.run_id}",
+            created=int(done.created_at),
             model=model,
-            choices=[ChoiceOut(message=AssistantOut(content=info.answer or ""))],
-            usage=usage_of(info),
-            agentrt=extension_of(info, detail.rollouts if detail is not None else []),
+            choices=[
+                ChoiceOut(
+                    message=AssistantOut(
+                        content=outcome.text or (None if outcome.calls else ""),
+                        tool_calls=_tool_calls(outcome.calls) or None,
+                    ),
+                    finish_reason=_finish(outcome),
+                    logprobs=_logprobs(outcome.logprobs),
+                )
+            ],
+            usage=usage_of(done),
+            agentrt=_extension(outcome),
         )
-        return _json(completion)
+        return json_response(completion)
+
+
+def _finish(outcome: Outcome) -> FinishReasonOut:
+    return "tool_calls" if outcome.calls else "stop"
+
+
+def _extension(outcome: Outcome) -> Extension:
+    return extension_of(outcome.info, outcome.rollouts)
+
+
+def _tool_calls(calls: list[ToolCall]) -> list[ToolCallOut]:
+    return [
+        ToolCallOut(
+            id=c.id, function=FunctionCallOut(name=c.function.name, arguments=c.function.arguments)
+        )
+        for c in calls
+    ]
+
+
+def _logprobs(logprobs: list[TokenLogprob] | None) -> LogprobsOut | None:
+    if logprobs is None:
+        return None
+    return LogprobsOut(
+        content=[
+            TokenLogprobOut(
+                token=t.token,
+                logprob=t.logprob,
+                bytes=list(t.token.encode()),
+                top_logprobs=[
+                    TopLogprobOut(token=a.token, logprob=a.logprob, bytes=list(a.token.encode()))
+                    for a in t.top
+                ],
+            )
+            for t in logprobs
+        ]
+    )
 
 
 def _progress(event: Event) -> bytes | None:
@@ -244,7 +204,14 @@ class _CompletionStream(Response):
     """The SSE reply of a streaming chat completion (a raw ASGI response: one
     task follows the run, one watches for the client leaving)."""
 
-    def __init__(self, endpoints: _Endpoints, info: RunInfo, model: str, usage: bool) -> None:
+    def __init__(
+        self,
+        endpoints: _Endpoints,
+        info: RunInfo,
+        model: str,
+        chat: ChatCompletionRequest,
+        wanted: Requested,
+    ) -> None:
         super().__init__(
             status_code=200,
             media_type="text/event-stream",
@@ -255,7 +222,10 @@ class _CompletionStream(Response):
         self.endpoints = endpoints
         self.info = info
         self.model = model
-        self.include_usage = usage
+        self.wanted = wanted
+        self.include_usage = chat.stream_options is not None and bool(
+            chat.stream_options.include_usage
+        )
 
     def _chunk(
         self,
@@ -264,15 +234,16 @@ class _CompletionStream(Response):
         usage: UsageOut | None = None,
         agentrt: Extension | None = None,
     ) -> bytes:
-        chunk = ChatCompletionChunk(
-            id=f"chatcmpl-{self.info.run_id}",
-            created=int(self.info.created_at),
-            model=self.model,
-            choices=choices,
-            usage=usage,
-            agentrt=agentrt,
+        return sse_data(
+            ChatCompletionChunk(
+                id=f"chatcmpl-{self.info.run_id}",
+                created=int(self.info.created_at),
+                model=self.model,
+                choices=choices,
+                usage=usage,
+                agentrt=agentrt,
+            )
         )
-        return b"data: " + _encode(chunk) + b"\n\n"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
@@ -285,7 +256,7 @@ class _CompletionStream(Response):
 
             async def watch() -> None:
                 nonlocal left
-                await _until_disconnect(receive)
+                await until_disconnect(receive)
                 left = True
                 tg.cancel_scope.cancel()
 
@@ -296,7 +267,7 @@ class _CompletionStream(Response):
                 left = True
             tg.cancel_scope.cancel()
         if left:
-            await _cancel_abandoned(self.endpoints.manager, self.info.run_id)
+            await self.endpoints.runs.cancel_abandoned(self.info.run_id)
             return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -319,16 +290,38 @@ class _CompletionStream(Response):
                     await write(line)
         info = await manager.get(run_id)
         if info is None or info.status != "succeeded":
-            err = _run_error(info or self.info)
-            await write(b"data: " + _encode(err.body()) + b"\n\n")
+            await write(sse_data(run_error(info or self.info).body()))
             return
-        detail = await manager.detail(run_id)
-        if info.answer:
-            await write(self._chunk([ChunkChoice(delta=Delta(content=info.answer))]))
+        try:
+            outcome = await self.endpoints.runs.outcome(info, self.wanted)
+        except OpenAIError as err:
+            await write(sse_data(err.body()))
+            return
+        if outcome.text:
+            await write(
+                self._chunk(
+                    [
+                        ChunkChoice(
+                            delta=Delta(content=outcome.text),
+                            logprobs=_logprobs(outcome.logprobs),
+                        )
+                    ]
+                )
+            )
+        if outcome.calls:
+            deltas = [
+                ToolCallDelta(
+                    index=i,
+                    id=c.id,
+                    function=FunctionCallOut(name=c.function.name, arguments=c.function.arguments),
+                )
+                for i, c in enumerate(outcome.calls)
+            ]
+            await write(self._chunk([ChunkChoice(delta=Delta(tool_calls=deltas))]))
         await write(
             self._chunk(
-                [ChunkChoice(delta=Delta(), finish_reason="stop")],
-                agentrt=extension_of(info, detail.rollouts if detail is not None else []),
+                [ChunkChoice(delta=Delta(), finish_reason=_finish(outcome))],
+                agentrt=_extension(outcome),
             )
         )
         if self.include_usage:
@@ -353,24 +346,37 @@ def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> l
     every ``keepalive_s``; default: the daemon's ``server.sse_keepalive_s``).
 
     ``GET /v1/models[/{model}]``: every agent is a model ``agentrt/<agent>``.
-    ``POST /v1/chat/completions``: the messages become a run's task; extra
-    fields (``rollouts``, ``aggregate``, ``aggregate_options``, ``budget``,
-    top level or in an ``agentrt`` object, i.e. the client's
-    ``extra_body``) its scaling and budget.  The run goes through the
-    ``RunManager`` like any other; the answer comes back with ``usage`` from
-    the run's cost and an ``agentrt`` field naming the run.  With
-    ``stream: true``: SSE chunks (the role, comments while the run
-    progresses, the answer, the usage if ``stream_options.include_usage``,
-    ``[DONE]``).  A client that disconnects cancels its run.  Errors are
-    OpenAI's ``{"error": {...}}`` with the status a client expects; a failed
-    or cancelled run is reported as such, never as a 500."""
-    endpoints = _Endpoints(
+    ``POST /v1/chat/completions``: the messages become a run's task; every
+    field OpenAI defines is honoured or refused with a 400 naming it:
+    sampling (``temperature``, ``top_p``, ``max_tokens`` or
+    ``max_completion_tokens``, ``stop``, ``seed``) applies to every model
+    call of the agent; ``response_format`` constrains the final answer (a
+    JSON schema, validated, sent back to the model on a mismatch);
+    ``logprobs``/``top_logprobs`` give the final reply's log-probabilities
+    (a 400 when the backend gives none); ``tools`` are offered to the agent's
+    model beside its own tools, and a call to one ends the response with
+    ``finish_reason: "tool_calls"`` for the client to run and continue the
+    conversation (messages with role ``tool``); client tools and logprobs
+    need one rollout.  agentrt's own fields (``rollouts``, ``aggregate``,
+    ``aggregate_options``, ``budget``, top level or in an ``agentrt``
+    object, i.e. the client's ``extra_body``) scale the run.  The answer
+    comes back with ``usage`` from the run's cost and an ``agentrt`` field
+    naming the run.  With ``stream: true``: SSE chunks (the role, comments
+    while the run progresses, the answer or tool calls, the usage if
+    ``stream_options.include_usage``, ``[DONE]``).  ``POST /v1/responses``:
+    the Responses API over the same runs (``responses_routes``).  A client
+    that disconnects cancels its run.  Errors are OpenAI's ``{"error":
+    {...}}`` with the status a client expects; a failed or cancelled run is
+    reported as such, never as a 500."""
+    runs = OpenAIRuns(
         manager, manager.config.server.sse_keepalive_s if keepalive_s is None else keepalive_s
     )
+    endpoints = _Endpoints(runs)
     return [
         Route("/v1/models", endpoints.list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", endpoints.get_model, methods=["GET"]),
         Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
+        *responses_routes(runs),
     ]
 
 

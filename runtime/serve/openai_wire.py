@@ -1,13 +1,12 @@
 """The OpenAI chat-completions wire of the daemon's OpenAI-compatible endpoint.
 
 Owns the request as clients send it (``ChatCompletionRequest``, decoded once
-with msgspec; fields agentrt does not use are accepted and ignored), turning
-it into a ``RunRequest`` (``to_run_request``: the task from the messages, the
-scaling options from the request's extra fields or its ``agentrt`` object),
-the response and chunk shapes, and OpenAI's error shape (``OpenAIError``).
+with msgspec; a field OpenAI does not define is refused), the task a
+conversation becomes (``build_task``), the response and chunk shapes, and
+OpenAI's error shape (``OpenAIError``).
 
 Pure translation: no HTTP, no run manager.  Part of the daemon
-(``agentrt.runtime.serve``); only ``openai_compat`` imports it.
+(``agentrt.runtime.serve``); only its OpenAI-compatible endpoints import it.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import Annotated, Any, Literal, final
 
 import msgspec
 
-from agentrt.protocols import Budget, RunRequest, ScalingSpec
 from agentrt.protocols.api import RolloutInfo, RunInfo
 from agentrt.runtime.errors import AgentrtError
 
@@ -40,6 +38,7 @@ class OpenAIError(AgentrtError):
         code: str | None = None,
         run_id: str | None = None,
         retry: bool | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message if param is None else f"{param}: {message}")
         self.status = status
@@ -48,6 +47,7 @@ class OpenAIError(AgentrtError):
         self.code = code
         self.run_id = run_id
         self.retry = retry
+        self.retry_after = retry_after
 
     @property
     def type(self) -> str:
@@ -101,62 +101,139 @@ def decode_error(exc: msgspec.DecodeError, *, prefix: str = "") -> OpenAIError:
 # -- the request ----------------------------------------------------------------
 
 
-class ContentPart(msgspec.Struct, kw_only=True):
+class ContentPart(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     type: str
     text: str | None = None
+    image_url: Any = None
+    input_audio: Any = None
+    file: Any = None
+    refusal: str | None = None
 
 
-class FunctionCallIn(msgspec.Struct, kw_only=True):
+class FunctionCallIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str = ""
     arguments: str = ""
 
 
-class ToolCallIn(msgspec.Struct, kw_only=True):
+class ToolCallIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     id: str = ""
+    type: Literal["function"] = "function"
     function: FunctionCallIn | None = None
 
 
-class MessageIn(msgspec.Struct, kw_only=True):
+class MessageIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A message of the conversation; ``audio`` and ``function_call`` are
+    refused, ``refusal`` is read as the assistant's text, ``annotations``
+    (output metadata a client echoes back) carry nothing for the task."""
+
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: Any = None
+    function_call: Any = None
 
 
-class StreamOptions(msgspec.Struct, kw_only=True):
+class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     include_usage: bool | None = None
+    include_obfuscation: bool | None = None
 
 
-Rollouts = Annotated[int, msgspec.Meta(ge=1)]
+class FunctionDefIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    """Accepted: the schema is offered to the model; agentrt does not
+    constrain decoding, the arguments are the model's."""
 
 
-class ScalingIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The ``agentrt`` object of a request (``extra_body={"agentrt": {...}}``)."""
-
-    rollouts: Rollouts | None = None
-    aggregate: str | None = None
-    aggregate_options: dict[str, Any] | None = None
-    budget: dict[str, Any] | None = None
+class ToolIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    type: str
+    function: FunctionDefIn | None = None
+    custom: Any = None
 
 
-class ChatCompletionRequest(msgspec.Struct, kw_only=True):
-    """What an OpenAI client posts.  Sampling fields (``temperature``...) and
-    client-side ``tools`` are accepted and ignored: the agent's configuration
-    decides how it samples and which tools it has."""
+class NamedFunction(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    type: str
+    function: NamedFunction | None = None
+
+
+class JsonSchemaIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str = "answer"
+    description: str = ""
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ResponseFormatIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaIn | None = None
+
+
+class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What an OpenAI client posts.  Every field OpenAI defines is here and
+    either honoured or refused with a 400 naming it (``chat_requested``); a
+    field OpenAI does not define is a 400 too.  agentrt's own fields
+    (``rollouts``, ``aggregate``, ``aggregate_options``, ``budget`` or an
+    ``agentrt`` object) scale the run."""
 
     model: str
     messages: list[MessageIn]
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     n: int | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+    response_format: ResponseFormatIn | None = None
+    tools: list[ToolIn] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
-    rollouts: Rollouts | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    modalities: list[str] | None = None
+    audio: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
+    prompt_cache_retention: str | None = None
+    rollouts: Annotated[int, msgspec.Meta(ge=1)] | None = None
     aggregate: str | None = None
     aggregate_options: dict[str, Any] | None = None
     budget: dict[str, Any] | None = None
     agentrt: ScalingIn | None = None
+
+
+class ScalingIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The ``agentrt`` object of a request (``extra_body={"agentrt": {...}}``)."""
+
+    rollouts: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    aggregate: str | None = None
+    aggregate_options: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = None
 
 
 def decode_request(body: bytes) -> ChatCompletionRequest:
@@ -182,39 +259,54 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 def _text(message: MessageIn, index: int) -> str:
+    for name in ("audio", "function_call"):
+        if getattr(message, name) is not None:
+            raise OpenAIError(
+                400,
+                f"agentrt does not support `{name}` in messages (text and tool calls only)",
+                param=f"messages[{index}].{name}",
+                code="unsupported_parameter",
+            )
     content = message.content
     if content is None:
-        return ""
+        return message.refusal or ""
     if isinstance(content, str):
         return content
     texts: list[str] = []
     for j, part in enumerate(content):
-        if part.type != "text" or part.text is None:
+        text = (
+            part.text if part.type == "text" else part.refusal if part.type == "refusal" else None
+        )
+        if text is None:
             raise OpenAIError(
                 400,
                 f"only text content parts are supported, got {part.type!r}",
                 param=f"messages[{index}].content[{j}]",
+                code="unsupported_parameter",
             )
-        texts.append(part.text)
+        texts.append(text)
     return "\n".join(texts)
 
 
-def _transcript_line(message: MessageIn, index: int) -> str:
+def _transcript_line(message: MessageIn, index: int, names: dict[str, str]) -> str:
     text = _text(message, index)
     match message.role:
         case "user":
             return f"User: {text}"
         case "assistant":
             calls = [
-                f"{c.function.name}({c.function.arguments})"
+                f"{c.function.name}({c.function.arguments}) [call {c.id}]"
+                if c.id
+                else f"{c.function.name}({c.function.arguments})"
                 for c in message.tool_calls or []
                 if c.function is not None
             ]
             said = f"Assistant: {text}" if text else "Assistant:"
             return f"{said}\n(called {', '.join(calls)})" if calls else said
         case _:  # tool / function results
-            who = message.name or message.tool_call_id or "tool"
-            return f"Tool result ({who}): {text}"
+            call = message.tool_call_id
+            name = message.name or (names.get(call) if call else None) or "tool"
+            return f"Tool result of {name}{f' [call {call}]' if call else ''}: {text}"
 
 
 def build_task(messages: list[MessageIn]) -> str:
@@ -233,99 +325,17 @@ def build_task(messages: list[MessageIn]) -> str:
         head = "Task:\n" if instructions else ""
         body = head + body
     else:
-        lines = "\n\n".join(_transcript_line(m, i) for i, m in turns)
+        names = {
+            c.id: c.function.name
+            for _, m in turns
+            for c in m.tool_calls or []
+            if c.function is not None and c.id
+        }
+        lines = "\n\n".join(_transcript_line(m, i, names) for i, m in turns)
         body = f"Conversation so far:\n\n{lines}\n\nReply to the user's last message."
     if instructions:
         return "Instructions:\n" + "\n\n".join(instructions) + "\n\n" + body
     return body
-
-
-# -- to a RunRequest ---------------------------------------------------------------
-
-
-def _option(request: ChatCompletionRequest, key: str) -> tuple[Any, str]:
-    """A scaling option and where it came from (top level or ``agentrt``)."""
-    top = getattr(request, key)
-    nested = getattr(request.agentrt, key) if request.agentrt is not None else None
-    if top is not None and nested is not None and top != nested:
-        raise OpenAIError(
-            400,
-            f"{key} is given twice with different values ({top!r} at the top level, "
-            f"{nested!r} in `agentrt`); give it once",
-            param=f"agentrt.{key}",
-        )
-    if nested is not None:
-        return nested, f"agentrt.{key}"
-    return top, key
-
-
-def _budget(raw: dict[str, Any] | None, where: str) -> Budget:
-    if raw is None:
-        return Budget()
-    unknown = sorted(set(raw) - set(Budget.__struct_fields__))
-    if unknown:
-        known = ", ".join(Budget.__struct_fields__)
-        raise OpenAIError(
-            400,
-            f"unknown budget field {unknown[0]!r}; known: {known}",
-            param=f"{where}.{unknown[0]}",
-        )
-    try:
-        return msgspec.convert(raw, Budget)
-    except msgspec.ValidationError as exc:
-        raise decode_error(exc, prefix=where) from None
-
-
-def to_run_request(
-    request: ChatCompletionRequest,
-    *,
-    agent: str,
-    default_rollouts: int,
-    default_aggregate: str,
-    default_options: dict[str, Any],
-) -> tuple[RunRequest, dict[str, str]]:
-    """The run a chat request asks for, and where each scaling option came
-    from (to name the right field when the manager refuses one)."""
-    rollouts, rollouts_at = _option(request, "rollouts")
-    aggregate, aggregate_at = _option(request, "aggregate")
-    options, options_at = _option(request, "aggregate_options")
-    budget_raw, budget_at = _option(request, "budget")
-    if aggregate is None:
-        aggregate = default_aggregate
-        options = default_options if options is None else options
-    scaling = ScalingSpec(
-        rollouts=default_rollouts if rollouts is None else rollouts,
-        aggregate=aggregate,
-        options=options or {},
-    )
-    metadata = {"interface": "openai", **(request.metadata or {})}
-    if request.user:
-        metadata["user"] = request.user
-    run = RunRequest(
-        task=build_task(request.messages),
-        agent=agent,
-        scaling=scaling,
-        budget=_budget(budget_raw, budget_at),
-        metadata=metadata,
-    )
-    return run, {
-        "scaling.rollouts": rollouts_at,
-        "scaling.aggregate": aggregate_at,
-        "scaling.options": options_at,
-        "budget": budget_at,
-        "task": "messages",
-        "agent": "model",
-    }
-
-
-def param_for(where: str | None, fields: dict[str, str]) -> str | None:
-    """The request field a manager's ``where`` (``scaling.rollouts``) names."""
-    if where is None:
-        return None
-    for prefix, field in sorted(fields.items(), key=lambda kv: -len(kv[0])):
-        if where == prefix or where.startswith(prefix + "."):
-            return field + where[len(prefix) :]
-    return where
 
 
 # -- responses ---------------------------------------------------------------------
@@ -362,17 +372,50 @@ class Extension(msgspec.Struct, frozen=True, kw_only=True):
     rollout_details: list[RolloutOut] = []
 
 
+class FunctionCallOut(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
+class TopLogprobOut(msgspec.Struct, frozen=True, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobOut(msgspec.Struct, frozen=True, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprobOut]
+
+
+class LogprobsOut(msgspec.Struct, frozen=True, kw_only=True):
+    content: list[TokenLogprobOut] | None
+    refusal: None = None
+
+
+FinishReasonOut = Literal["stop", "length", "tool_calls"]
+
+
 class AssistantOut(msgspec.Struct, frozen=True, kw_only=True):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
     refusal: None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChoiceOut(msgspec.Struct, frozen=True, kw_only=True):
     index: int = 0
     message: AssistantOut
-    finish_reason: Literal["stop"] = "stop"
-    logprobs: None = None
+    finish_reason: FinishReasonOut = "stop"
+    logprobs: LogprobsOut | None = None
 
 
 class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
@@ -385,16 +428,27 @@ class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
     agentrt: Extension
 
 
+class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
 class Delta(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    """Progress of the run (and a thinking model's reasoning), where clients
+    that show reasoning show it."""
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
     index: int = 0
     delta: Delta
-    finish_reason: Literal["stop"] | None = None
-    logprobs: None = None
+    finish_reason: FinishReasonOut | None = None
+    logprobs: LogprobsOut | None = None
 
 
 class ChatCompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
@@ -446,6 +500,7 @@ def extension_of(info: RunInfo, rollouts: list[RolloutInfo]) -> Extension:
 
 
 __all__ = [
+    "AssistantOut",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatCompletionRequest",
@@ -454,15 +509,23 @@ __all__ = [
     "Delta",
     "ErrorBody",
     "Extension",
+    "FinishReasonOut",
+    "FunctionCallOut",
+    "LogprobsOut",
     "MessageIn",
     "ModelCard",
     "ModelList",
     "OpenAIError",
+    "ScalingIn",
+    "TokenLogprobOut",
+    "ToolCallDelta",
+    "ToolCallIn",
+    "ToolCallOut",
+    "TopLogprobOut",
+    "UsageOut",
     "build_task",
     "decode_error",
     "decode_request",
     "extension_of",
-    "param_for",
-    "to_run_request",
     "usage_of",
 ]

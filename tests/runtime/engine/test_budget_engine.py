@@ -352,7 +352,9 @@ async def test_an_8_rollout_rtv_run_under_15000_tokens_spends_no_more() -> None:
         config = runtime_config([server], warm_prefix=True)
         config["agents"] = {"a0": agent(0, max_tokens_per_step=1024)}
         async with Runtime(config, tools=[Calculator()], prices=PRICES) as rt:
-            scaling = ScalingSpec(rollouts=8, aggregate="rtv", options={"g": 2, "v": 8})
+            # Every rollout answers alike: judge them anyway (no agreement skip).
+            options = {"g": 2, "v": 8, "skip_agreeing": False}
+            scaling = ScalingSpec(rollouts=8, aggregate="rtv", options=options)
             result = await rt.run(
                 "What is 2 + 3?", agent="a0", scaling=scaling, budget=budget, events=log
             )
@@ -368,7 +370,9 @@ async def test_an_rtv_tournament_with_v_64_makes_at_most_50_calls() -> None:
     log = EventLog()
     async with SimServer(sim) as server:
         async with Runtime(runtime_config([server]), tools=[Calculator()], prices=PRICES) as rt:
-            scaling = ScalingSpec(rollouts=8, aggregate="rtv", options={"g": 2, "v": 64})
+            # Every rollout answers alike: judge them anyway (no agreement skip).
+            options = {"g": 2, "v": 64, "skip_agreeing": False}
+            scaling = ScalingSpec(rollouts=8, aggregate="rtv", options=options)
             result = await rt.run(
                 "What is 2 + 3?", agent="a0", scaling=scaling, budget=budget, events=log
             )

@@ -1,0 +1,502 @@
+"""The OpenAI-compatible endpoints driven by the real clients as their model:
+the official ``openai`` client (chat completions and responses), the OpenAI
+Agents SDK (its default model: the Responses API) and pydantic-ai (chat
+completions).  The daemon (``serve_manager``: uvicorn on a real socket) runs
+the agent on a scripted model that records every request it gets, so each
+test sees what the client's fields became in the agent's model calls."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import openai
+import pytest
+from agents import Agent as SdkAgent
+from agents import RunConfig, Runner, function_tool
+from agents.models.openai_provider import OpenAIProvider as SdkProvider
+from pydantic import BaseModel
+from pydantic_ai import Agent as PaiAgent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider as PaiProvider
+
+from agentrt.agents import AgentConfig
+from agentrt.protocols import ModelRequest, UserMessage
+from agentrt.runtime.engine import RuntimeConfig
+from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig
+from agentrt.runtime.serve.daemon import DaemonEndpoint, serve_manager
+from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.serve.metrics import DaemonMetrics
+from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
+
+pytestmark = pytest.mark.anyio
+
+Reply = str | ScriptedReply | ScriptedToolCall
+
+
+@dataclass
+class Model:
+    """A scripted model that keeps every request."""
+
+    script: Callable[[ModelRequest], Reply]
+    requests: list[ModelRequest] = field(default_factory=list)
+
+    def __call__(self, request: ModelRequest) -> Reply:
+        self.requests.append(request)
+        return self.script(request)
+
+
+@dataclass
+class Daemon:
+    url: str
+    manager: RunManager
+
+    @asynccontextmanager
+    async def openai(self) -> AsyncIterator[openai.AsyncOpenAI]:
+        async with openai.AsyncOpenAI(
+            base_url=self.url + "/v1", api_key="x", max_retries=0, timeout=20.0
+        ) as client:
+            yield client
+
+    @asynccontextmanager
+    async def http(self) -> AsyncIterator[httpx.AsyncClient]:
+        async with httpx.AsyncClient(base_url=self.url, timeout=20.0) as client:
+            yield client
+
+
+@asynccontextmanager
+async def daemon(tmp_path: Path, model: Model) -> AsyncIterator[Daemon]:
+    config = AgentrtConfig(
+        server=ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5),
+        store=StoreConfig(path=tmp_path / "runs.db"),
+        runtime=RuntimeConfig(
+            agents={"solver": AgentConfig(name="solver", instructions="Answer briefly.")},
+            warm_prefix=False,
+            early_stop=False,
+        ),
+    )
+    metrics = DaemonMetrics(process_metrics=False)
+    async with (
+        RunManager(config, backends=[ScriptedBackend(model)], observer=metrics.observe) as manager,
+        anyio.create_task_group() as tg,
+    ):
+        endpoint: DaemonEndpoint = await tg.start(
+            lambda task_status: serve_manager(manager, metrics=metrics, task_status=task_status)
+        )
+        try:
+            yield Daemon(endpoint.url, manager)
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def task_of(request: ModelRequest) -> str:
+    """The run's task as the model sees it (the first user message)."""
+    return next(str(m.content) for m in request.messages if isinstance(m, UserMessage))
+
+
+def tool_names(request: ModelRequest) -> list[str]:
+    return [t.name for t in request.tools]
+
+
+def weather_script(request: ModelRequest) -> Reply:
+    """Calls the client's ``get_weather`` until a result for it is in the task."""
+    if "Tool result of get_weather" in task_of(request):
+        return "It is sunny in Paris."
+    if "get_weather" in tool_names(request):
+        return ScriptedToolCall("get_weather", {"city": "Paris"}, id="call_w1")
+    return "no tool"
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+# -- chat completions, the openai client ------------------------------------------
+
+
+async def test_sampling_fields_reach_every_model_call(tmp_path: Path) -> None:
+    model = Model(lambda _request: "42")
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "6 x 7?"}],
+            temperature=0.25,
+            top_p=0.5,
+            max_tokens=5,
+            stop="END",
+            seed=7,
+        )
+        assert reply.choices[0].message.content == "42"
+        sampling = model.requests[-1].sampling
+        assert (sampling.temperature, sampling.top_p, sampling.max_tokens) == (0.25, 0.5, 5)
+        assert (sampling.stop, sampling.seed) == (["END"], 7)
+        # max_completion_tokens is the same bound; without fields, the agent's own
+        await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "again"}],
+            max_completion_tokens=9,
+        )
+        assert model.requests[-1].sampling.max_tokens == 9
+        await client.chat.completions.create(
+            model="agentrt/solver", messages=[{"role": "user", "content": "plain"}]
+        )
+        plain = model.requests[-1].sampling
+        assert (plain.temperature, plain.max_tokens, plain.stop) == (0.7, 1024, [])
+
+
+async def test_a_client_tool_call_round_trip(tmp_path: Path) -> None:
+    model = Model(weather_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+        first = await client.chat.completions.create(
+            model="agentrt/solver", messages=messages, tools=[WEATHER_TOOL]
+        )
+        choice = first.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        calls = choice.message.tool_calls or []
+        assert len(calls) == 1
+        call = calls[0]
+        assert call.type == "function"
+        assert call.id == "call_w1"
+        assert call.function.name == "get_weather"
+        assert json.loads(call.function.arguments) == {"city": "Paris"}
+        # the client's tool was offered beside the agent's own, with its schema
+        offered = {t.name: t for t in model.requests[-1].tools}
+        assert offered["get_weather"].parameters["required"] == ["city"]
+        # the client runs it and continues the conversation
+        messages += [
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "sunny, 24 C"},
+        ]
+        second = await client.chat.completions.create(
+            model="agentrt/solver", messages=messages, tools=[WEATHER_TOOL]
+        )
+        assert second.choices[0].finish_reason == "stop"
+        assert second.choices[0].message.content == "It is sunny in Paris."
+        task = task_of(model.requests[-1])
+        assert "get_weather" in task and "call_w1" in task and "sunny, 24 C" in task
+
+
+async def test_client_tools_stream_their_calls(tmp_path: Path) -> None:
+    async with daemon(tmp_path, Model(weather_script)) as d, d.openai() as client:
+        stream = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[WEATHER_TOOL],
+            stream=True,
+        )
+        chunks = [chunk async for chunk in stream]
+        deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+        assert [(d.index, d.id, d.function and d.function.name) for d in deltas] == [
+            (0, "call_w1", "get_weather")
+        ]
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+        assert finishes[-1] == "tool_calls"
+
+
+async def test_required_tool_choice_reaches_the_model(tmp_path: Path) -> None:
+    model = Model(weather_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "Weather?"}],
+            tools=[WEATHER_TOOL],
+            tool_choice="required",
+        )
+        assert reply.choices[0].finish_reason == "tool_calls"
+        assert model.requests[-1].tool_choice == "required"
+
+
+async def test_response_format_is_validated_and_retried(tmp_path: Path) -> None:
+    answers = iter(['{"city": 3}', '```json\n{"city": "Paris", "temp": 24}\n```'])
+    model = Model(lambda _request: next(answers))
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "temp": {"type": "number"}},
+        "required": ["city", "temp"],
+    }
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "Weather in Paris as JSON"}],
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "weather", "schema": schema, "strict": True},
+            },
+        )
+        assert json.loads(reply.choices[0].message.content or "") == {"city": "Paris", "temp": 24}
+        assert len(model.requests) == 2
+        system = str(model.requests[0].messages[0].content)
+        assert '"required": ["city", "temp"]' in system
+        feedback = model.requests[1].messages[-1]
+        assert isinstance(feedback, UserMessage)
+        assert "does not match the schema" in str(feedback.content)
+
+
+async def test_an_answer_that_never_matches_fails_the_run(tmp_path: Path) -> None:
+    model = Model(lambda _request: "not json")
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        with pytest.raises(openai.APIStatusError) as caught:
+            await client.chat.completions.create(
+                model="agentrt/solver",
+                messages=[{"role": "user", "content": "JSON please"}],
+                response_format={"type": "json_object"},
+            )
+        assert caught.value.status_code == 502
+        assert "not JSON" in caught.value.message
+        assert len(model.requests) == 3  # the answer and two retries
+
+
+async def test_logprobs_of_the_final_reply(tmp_path: Path) -> None:
+    model = Model(lambda _request: "42")
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "6 x 7?"}],
+            logprobs=True,
+            top_logprobs=2,
+        )
+        logprobs = reply.choices[0].logprobs
+        assert logprobs is not None and logprobs.content
+        assert "".join(t.token for t in logprobs.content) == "42"
+        assert model.requests[-1].logprobs and model.requests[-1].top_logprobs == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [WEATHER_TOOL], "extra_body": {"rollouts": 3}}, "rollouts"),
+        ({"logprobs": True, "extra_body": {"agentrt": {"rollouts": 2}}}, "agentrt.rollouts"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"logit_bias": {"50256": -100}}, "logit_bias"),
+        ({"n": 2}, "n"),
+        ({"extra_body": {"rolouts": 2}}, "rolouts"),
+        ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
+        ({"tool_choice": {"type": "function", "function": {"name": "x"}}}, "tool_choice"),
+        ({"modalities": ["text", "audio"]}, "modalities"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+        ({"reasoning_effort": "high"}, "reasoning_effort"),
+    ],
+)
+async def test_fields_agentrt_cannot_honour_are_refused_by_name(
+    tmp_path: Path, extra: dict[str, Any], param: str
+) -> None:
+    model = Model(lambda _request: "42")
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(
+                model="agentrt/solver", messages=[{"role": "user", "content": "hi"}], **extra
+            )
+        body = caught.value.body
+        assert isinstance(body, dict)
+        assert body["param"] == param, body
+        assert body["type"] == "invalid_request_error"
+        assert model.requests == []  # nothing ran
+
+
+# -- the Responses API, the openai client ------------------------------------------
+
+
+async def test_responses_create_and_stream(tmp_path: Path) -> None:
+    model = Model(lambda _request: "42")
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        response = await client.responses.create(
+            model="agentrt/solver",
+            input="6 x 7?",
+            instructions="Be exact.",
+            max_output_tokens=16,
+            temperature=0.1,
+        )
+        assert response.status == "completed"
+        assert response.output_text == "42"
+        assert response.usage is not None and response.usage.total_tokens > 0
+        assert model.requests[-1].sampling.max_tokens == 16
+        assert "Be exact." in task_of(model.requests[-1])
+
+        events = [
+            event
+            async for event in await client.responses.create(
+                model="agentrt/solver", input="6 x 7?", stream=True
+            )
+        ]
+        kinds = [e.type for e in events]
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert kinds[-1] == "response.completed"
+        assert "response.output_text.delta" in kinds
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert text == "42"
+
+
+async def test_responses_function_call_round_trip(tmp_path: Path) -> None:
+    model = Model(weather_script)
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": WEATHER_TOOL["function"]["parameters"],  # type: ignore[index]
+        "strict": True,
+    }
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        first = await client.responses.create(
+            model="agentrt/solver",
+            input="Weather in Paris?",
+            tools=[tool],  # type: ignore[list-item]
+        )
+        calls = [item for item in first.output if item.type == "function_call"]
+        assert len(calls) == 1
+        call = calls[0]
+        assert (call.name, call.call_id) == ("get_weather", "call_w1")
+        second = await client.responses.create(
+            model="agentrt/solver",
+            input=[
+                {"role": "user", "content": "Weather in Paris?"},
+                *[item.model_dump(exclude_none=True) for item in first.output],  # type: ignore[misc]
+                {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+            ],
+            tools=[tool],  # type: ignore[list-item]
+        )
+        assert second.output_text == "It is sunny in Paris."
+
+
+async def test_responses_refusals_have_openai_shape(tmp_path: Path) -> None:
+    async with daemon(tmp_path, Model(lambda _request: "42")) as d, d.openai() as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.responses.create(
+                model="agentrt/solver", input="hi", previous_response_id="resp_1"
+            )
+        assert isinstance(caught.value.body, dict)
+        assert caught.value.body["param"] == "previous_response_id"
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.responses.create(model="agentrt/nobody", input="hi")
+        assert isinstance(missing.value.body, dict)
+        assert missing.value.body["code"] == "model_not_found"
+
+
+# -- the OpenAI Agents SDK (its default model: the Responses API) ----------------------
+
+
+class Weather(BaseModel):
+    city: str
+    temp: float
+
+
+async def test_openai_agents_sdk_runs_its_tools_through_agentrt(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(city)
+        return "sunny, 24 C"
+
+    model = Model(weather_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        config = RunConfig(model_provider=SdkProvider(openai_client=client), tracing_disabled=True)
+        agent = SdkAgent(name="weather", model="solver", tools=[get_weather])
+        result = await Runner.run(agent, "Weather in Paris?", run_config=config)
+        assert result.final_output == "It is sunny in Paris."
+        assert ran == ["Paris"]
+
+        streamed = Runner.run_streamed(agent, "Weather in Paris?", run_config=config)
+        kinds = [event.type async for event in streamed.stream_events()]
+        assert streamed.final_output == "It is sunny in Paris."
+        assert "raw_response_event" in kinds
+        assert ran == ["Paris", "Paris"]
+
+
+async def test_openai_agents_sdk_structured_output(tmp_path: Path) -> None:
+    model = Model(lambda _request: '{"city": "Paris", "temp": 24}')
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        config = RunConfig(model_provider=SdkProvider(openai_client=client), tracing_disabled=True)
+        agent = SdkAgent(name="weather", model="solver", output_type=Weather)
+        result = await Runner.run(agent, "Weather in Paris?", run_config=config)
+        assert result.final_output == Weather(city="Paris", temp=24)
+        assert '"temp"' in str(model.requests[-1].messages[0].content)  # the schema, told
+
+
+# -- pydantic-ai (chat completions) --------------------------------------------------
+
+
+def final_result_script(request: ModelRequest) -> Reply:
+    """pydantic-ai's output tool: call it with the answer."""
+    if "final_result" in tool_names(request):
+        return ScriptedToolCall("final_result", {"city": "Paris", "temp": 24})
+    return "no output tool"
+
+
+async def test_pydantic_ai_output_type(tmp_path: Path) -> None:
+    model = Model(final_result_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        agent = PaiAgent(
+            OpenAIChatModel("agentrt/solver", provider=PaiProvider(openai_client=client)),
+            output_type=Weather,
+        )
+        result = await agent.run("Weather in Paris?")
+        assert result.output == Weather(city="Paris", temp=24)
+        assert model.requests[-1].tool_choice == "required"
+
+
+async def test_pydantic_ai_tools_and_streaming(tmp_path: Path) -> None:
+    model = Model(weather_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        agent = PaiAgent(
+            OpenAIChatModel("agentrt/solver", provider=PaiProvider(openai_client=client))
+        )
+        ran: list[str] = []
+
+        @agent.tool_plain
+        def get_weather(city: str) -> str:
+            """The weather in a city."""
+            ran.append(city)
+            return "sunny, 24 C"
+
+        result = await agent.run("Weather in Paris?")
+        assert result.output == "It is sunny in Paris."
+        assert ran == ["Paris"]
+        async with agent.run_stream("Weather in Paris?") as stream:
+            text = await stream.get_output()
+        assert text == "It is sunny in Paris."
+        assert ran == ["Paris", "Paris"]
+
+
+# -- strict REST ------------------------------------------------------------------
+
+
+async def test_unknown_run_fields_are_a_400_naming_them(tmp_path: Path) -> None:
+    model = Model(lambda _request: "42")
+    async with daemon(tmp_path, model) as d, d.http() as http:
+        refused = await http.post("/v1/runs", json={"task": "x", "rollouts": 4})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["where"] == "rollouts"
+        nested = await http.post("/v1/runs", json={"task": "x", "scaling": {"rollout": 2}})
+        assert nested.status_code == 400
+        assert nested.json()["where"] == "scaling.rollout"
+        empty = await http.post("/v1/runs", json={"task": "  "})
+        assert empty.status_code == 422
+        assert empty.json()["where"] == "task"
+        assert model.requests == []
+        ok = await http.post(
+            "/v1/runs", json={"task": "x", "options": {"temperature": 0.1, "max_tokens": 3}}
+        )
+        assert ok.status_code == 201, ok.text
+        await d.manager.wait(ok.json()["run_id"])
+        assert model.requests[-1].sampling.temperature == 0.1
+        assert model.requests[-1].sampling.max_tokens == 3
