@@ -7,20 +7,19 @@ test sees what the client's fields became in the agent's model calls."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
 import openai
 import pytest
-from agents import Agent as SdkAgent
-from agents import RunConfig, Runner, function_tool
-from agents.models.openai_provider import OpenAIProvider as SdkProvider
+from openai.types.chat import ChatCompletionFunctionToolParam
 from pydantic import BaseModel
 from pydantic_ai import Agent as PaiAgent
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -36,6 +35,11 @@ from agentrt.runtime.serve.metrics import DaemonMetrics
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 
 pytestmark = pytest.mark.anyio
+
+# The OpenAI Agents SDK's import name is ``agents``, which type checkers here
+# resolve to agentrt's own ``agents`` folder: it is loaded by name, untyped.
+sdk: Any = importlib.import_module("agents")
+sdk_provider: Any = importlib.import_module("agents.models.openai_provider")
 
 Reply = str | ScriptedReply | ScriptedToolCall
 
@@ -113,16 +117,17 @@ def weather_script(request: ModelRequest) -> Reply:
     return "no tool"
 
 
-WEATHER_TOOL = {
+WEATHER_PARAMETERS: dict[str, object] = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
         "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
+        "parameters": WEATHER_PARAMETERS,
     },
 }
 
@@ -190,7 +195,9 @@ async def test_a_client_tool_call_round_trip(tmp_path: Path) -> None:
         assert second.choices[0].finish_reason == "stop"
         assert second.choices[0].message.content == "It is sunny in Paris."
         task = task_of(model.requests[-1])
-        assert "get_weather" in task and "call_w1" in task and "sunny, 24 C" in task
+        assert "get_weather" in task
+        assert "call_w1" in task
+        assert "sunny, 24 C" in task
 
 
 async def test_client_tools_stream_their_calls(tmp_path: Path) -> None:
@@ -232,7 +239,8 @@ async def test_response_format_is_validated_and_retried(tmp_path: Path) -> None:
         "required": ["city", "temp"],
     }
     async with daemon(tmp_path, model) as d, d.openai() as client:
-        reply = await client.chat.completions.create(
+        create: Any = client.chat.completions.create
+        reply = await create(
             model="agentrt/solver",
             messages=[{"role": "user", "content": "Weather in Paris as JSON"}],
             response_format={
@@ -273,9 +281,11 @@ async def test_logprobs_of_the_final_reply(tmp_path: Path) -> None:
             top_logprobs=2,
         )
         logprobs = reply.choices[0].logprobs
-        assert logprobs is not None and logprobs.content
+        assert logprobs is not None
+        assert logprobs.content
         assert "".join(t.token for t in logprobs.content) == "42"
-        assert model.requests[-1].logprobs and model.requests[-1].top_logprobs == 2
+        assert model.requests[-1].logprobs
+        assert model.requests[-1].top_logprobs == 2
 
 
 @pytest.mark.parametrize(
@@ -300,8 +310,9 @@ async def test_fields_agentrt_cannot_honour_are_refused_by_name(
 ) -> None:
     model = Model(lambda _request: "42")
     async with daemon(tmp_path, model) as d, d.openai() as client:
+        create: Any = client.chat.completions.create
         with pytest.raises(openai.BadRequestError) as caught:
-            await client.chat.completions.create(
+            await create(
                 model="agentrt/solver", messages=[{"role": "user", "content": "hi"}], **extra
             )
         body = caught.value.body
@@ -326,7 +337,8 @@ async def test_responses_create_and_stream(tmp_path: Path) -> None:
         )
         assert response.status == "completed"
         assert response.output_text == "42"
-        assert response.usage is not None and response.usage.total_tokens > 0
+        assert response.usage is not None
+        assert response.usage.total_tokens > 0
         assert model.requests[-1].sampling.max_tokens == 16
         assert "Be exact." in task_of(model.requests[-1])
 
@@ -347,18 +359,18 @@ async def test_responses_create_and_stream(tmp_path: Path) -> None:
 
 async def test_responses_function_call_round_trip(tmp_path: Path) -> None:
     model = Model(weather_script)
-    tool = {
+    tool: Any = {
         "type": "function",
         "name": "get_weather",
         "description": "The weather in a city",
-        "parameters": WEATHER_TOOL["function"]["parameters"],  # type: ignore[index]
+        "parameters": WEATHER_PARAMETERS,
         "strict": True,
     }
     async with daemon(tmp_path, model) as d, d.openai() as client:
         first = await client.responses.create(
             model="agentrt/solver",
             input="Weather in Paris?",
-            tools=[tool],  # type: ignore[list-item]
+            tools=[tool],
         )
         calls = [item for item in first.output if item.type == "function_call"]
         assert len(calls) == 1
@@ -368,10 +380,10 @@ async def test_responses_function_call_round_trip(tmp_path: Path) -> None:
             model="agentrt/solver",
             input=[
                 {"role": "user", "content": "Weather in Paris?"},
-                *[item.model_dump(exclude_none=True) for item in first.output],  # type: ignore[misc]
+                *[cast(Any, item.model_dump(exclude_none=True)) for item in first.output],
                 {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
             ],
-            tools=[tool],  # type: ignore[list-item]
+            tools=[tool],
         )
         assert second.output_text == "It is sunny in Paris."
 
@@ -401,21 +413,25 @@ class Weather(BaseModel):
 async def test_openai_agents_sdk_runs_its_tools_through_agentrt(tmp_path: Path) -> None:
     ran: list[str] = []
 
-    @function_tool
-    def get_weather(city: str) -> str:
+    def weather(city: str) -> str:
         """The weather in a city."""
         ran.append(city)
         return "sunny, 24 C"
 
+    get_weather = sdk.function_tool(weather, name_override="get_weather")
+
     model = Model(weather_script)
     async with daemon(tmp_path, model) as d, d.openai() as client:
-        config = RunConfig(model_provider=SdkProvider(openai_client=client), tracing_disabled=True)
-        agent = SdkAgent(name="weather", model="solver", tools=[get_weather])
-        result = await Runner.run(agent, "Weather in Paris?", run_config=config)
+        config = sdk.RunConfig(
+            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
+            tracing_disabled=True,
+        )
+        agent = sdk.Agent(name="weather", model="solver", tools=[get_weather])
+        result = await sdk.Runner.run(agent, "Weather in Paris?", run_config=config)
         assert result.final_output == "It is sunny in Paris."
         assert ran == ["Paris"]
 
-        streamed = Runner.run_streamed(agent, "Weather in Paris?", run_config=config)
+        streamed = sdk.Runner.run_streamed(agent, "Weather in Paris?", run_config=config)
         kinds = [event.type async for event in streamed.stream_events()]
         assert streamed.final_output == "It is sunny in Paris."
         assert "raw_response_event" in kinds
@@ -425,9 +441,12 @@ async def test_openai_agents_sdk_runs_its_tools_through_agentrt(tmp_path: Path) 
 async def test_openai_agents_sdk_structured_output(tmp_path: Path) -> None:
     model = Model(lambda _request: '{"city": "Paris", "temp": 24}')
     async with daemon(tmp_path, model) as d, d.openai() as client:
-        config = RunConfig(model_provider=SdkProvider(openai_client=client), tracing_disabled=True)
-        agent = SdkAgent(name="weather", model="solver", output_type=Weather)
-        result = await Runner.run(agent, "Weather in Paris?", run_config=config)
+        config = sdk.RunConfig(
+            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
+            tracing_disabled=True,
+        )
+        agent = sdk.Agent(name="weather", model="solver", output_type=Weather)
+        result = await sdk.Runner.run(agent, "Weather in Paris?", run_config=config)
         assert result.final_output == Weather(city="Paris", temp=24)
         assert '"temp"' in str(model.requests[-1].messages[0].content)  # the schema, told
 
