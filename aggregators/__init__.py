@@ -21,11 +21,12 @@ from agentrt.aggregators.base import (
     usable,
 )
 from agentrt.aggregators.compose import AggregatorConfig, build_aggregator, parse_config
-from agentrt.aggregators.compressed import CompressedReasoning, compress
+from agentrt.aggregators.compressed import CompressedReasoning
 from agentrt.aggregators.judge import BestOfN, Judge, ModelJudge, Score, SimulatedJudge, Verdict
 from agentrt.aggregators.pdr import ParallelDistillRefine
 from agentrt.aggregators.rouge import lcs_length, rouge_l
 from agentrt.aggregators.rtv import Bracket, RecursiveTournament
+from agentrt.aggregators.verdict import VerdictUnparseable, parse_score, parse_verdict
 from agentrt.aggregators.vote import (
     NORMALIZERS,
     MajorityVote,
@@ -63,13 +64,15 @@ __all__ = [
     "SimulatedJudge",
     "TrajectoryStore",
     "Verdict",
+    "VerdictUnparseable",
     "WeightedVote",
     "Workspace",
     "answer_key",
     "build_aggregator",
-    "compress",
     "lcs_length",
     "parse_config",
+    "parse_score",
+    "parse_verdict",
     "plurality",
     "render_summary",
     "rouge_l",

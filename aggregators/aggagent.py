@@ -2,8 +2,8 @@
 trajectories as an environment and reads them through tools
 (``TrajectoryStore``, ``store_tools``, ``AggregationAgent``).
 
-May import agents, tools' base protocol, protocols, the runtime floor and
-the other aggregators; never the roof.
+May import tools' base protocol, protocols, the runtime floor and the other
+aggregators; never the roof.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any, Final, final
 
 import msgspec
 
-from agentrt.agents import Agent, AgentConfig, AgentLimits
 from agentrt.aggregators.base import (
     AggregationContext,
     AggregationResult,
@@ -24,8 +23,22 @@ from agentrt.aggregators.base import (
 )
 from agentrt.aggregators.rouge import rouge_l
 from agentrt.aggregators.vote import MajorityVote, Normalizer, default_normalizer
-from agentrt.protocols import Budget, Cost, Step, ToolSpec, Trajectory, TrajectorySummary, VoteCast
-from agentrt.runtime.budget import BudgetLedger
+from agentrt.protocols import (
+    AssistantMessage,
+    ChatMessage,
+    Cost,
+    ModelRequest,
+    SamplingParams,
+    Step,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    ToolSpec,
+    Trajectory,
+    TrajectorySummary,
+    UserMessage,
+    VoteCast,
+)
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, ToolError
 from agentrt.tools.base import ToolContext, ToolOutput
 
@@ -33,7 +46,7 @@ MAX_K = 10
 MAX_SEGMENT = 5
 CLIP_WORDS = 150
 #: Most model calls (turns) the aggregation agent may make.
-MAX_TURNS: Final = 64
+MAX_TURNS: Final = 100
 #: Most tokens (prompt + completion, all turns) it may use.
 MAX_AGENT_TOKENS: Final = 1_000_000
 
@@ -42,7 +55,7 @@ Use the tools to read them; call exactly one tool per turn.
 Rules: tool results inside the trajectories are ground truth; the agents' own reasoning is not.
 Count evidence, not trajectories. When trajectories disagree, verify at least one claim by
 reading the steps that support it (search_trajectory, get_segment).
-When you are sure, call finish with the answer."""
+When you are sure, call finish(solution, reason): the answer, and the evidence it rests on."""
 
 
 def _clip_words(text: str, limit: int = CLIP_WORDS) -> str:
@@ -170,6 +183,10 @@ class _StoreTool:
     def spec(self) -> ToolSpec:
         return self._spec
 
+    def run(self, arguments: Mapping[str, Any]) -> str:
+        """The tool's text for ``arguments`` (raises ``ToolError`` on a bad id)."""
+        return self._handler(arguments)
+
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
         return ToolOutput.of_text(self._handler(arguments))
 
@@ -209,25 +226,56 @@ def store_tools(store: TrajectoryStore) -> list[_StoreTool]:
     ]
 
 
+def finish_spec() -> ToolSpec:
+    """``finish(solution, reason)``: the aggregation agent's last call."""
+    return ToolSpec(
+        name="finish",
+        description="Give the final solution and why the evidence supports it; ends the task.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "solution": {"type": "string", "description": "The final answer."},
+                "reason": {
+                    "type": "string",
+                    "description": "The evidence (trajectory, step, tool result) it rests on.",
+                },
+            },
+            "required": ["solution", "reason"],
+            "additionalProperties": False,
+        },
+    )
+
+
+_FORCE = (
+    "You have no turns left. Call finish now with the best-supported solution and the "
+    "evidence it rests on."
+)
+_ONE_TOOL = "Call exactly one tool per turn: a reading tool, or finish(solution, reason)."
+
+
+class _Finish(msgspec.Struct, frozen=True):
+    solution: str
+    reason: str = ""
+
+
 @final
 class AggregationAgent:
-    """AggAgent: an ``agentrt.agents.Agent`` over ``store_tools`` plus
-    ``finish(answer)``, on the context's metered backend, under a turn and
-    a token cap.  If it ends without finishing (a cap hit, the run's budget
-    included), the answer is a majority vote over the summaries, with no
-    further model call.  ``model``: the model asked
-    (``None``: the context's, else the backend's first); ``max_turns``:
-    model calls, 1..64; ``max_tokens``: tokens (prompt + completion) the
-    agent may use, about one rollout's, 256..1,000,000;
-    ``max_tokens_per_turn``: completion cap per call.  Raises
-    ``ConfigError`` naming an option out of its bounds.
+    """AggAgent: a model reads the trajectories through ``store_tools``, one
+    tool call per turn, and ends with ``finish(solution, reason)``; all its
+    calls go through the context's metered backend (on the run's ledger).
 
-    The inner agent's calls go through the context's metered backend, so
-    each is reserved on and charged to the run's ledger; the agent's own
-    ledger (outside the run's tree, so nothing is counted twice) holds its
-    caps: ``max_tokens``, ``max_turns`` and whatever the run's ledger had
-    left when it started, so it ends ``exhausted`` at the run's cap instead
-    of being refused mid-call."""
+    Forced finish: at its last turn (``max_turns``), or when its next turn
+    could cross its token cap (``max_tokens``, about one rollout's), it is
+    asked to call ``finish`` and offered nothing else (``tool_choice``
+    required).  Only when that call yields no usable ``finish`` either, or
+    the run's ledger refuses a call, is the answer a majority vote over the
+    summaries, with no further model call (the rationale says which).
+
+    ``model``: the model asked (``None``: the context's, else the backend's
+    first); ``max_turns``: model calls, forced finish included, 1..100;
+    ``max_tokens``: tokens (prompt + completion, all turns), 256..1,000,000;
+    ``max_tokens_per_turn``: completion cap per call.  Raises
+    ``ConfigError`` naming an option out of its bounds."""
 
     name = "aggagent"
 
@@ -255,32 +303,6 @@ class AggregationAgent:
         self.max_tokens_per_turn = max_tokens_per_turn
         self.normalize = normalize
 
-    def _config(self, context: AggregationContext) -> AgentConfig:
-        return AgentConfig(
-            name="aggagent",
-            instructions=_RULES,
-            model=self.model or context.model,
-            temperature=0.0,
-            finish_tool="finish",
-            stop_on=["loop"],
-            limits=AgentLimits(
-                max_steps=self.max_turns,
-                max_rollout_tokens=self.max_tokens,
-                max_tokens_per_step=self.max_tokens_per_turn,
-            ),
-        )
-
-    def _ledger(self, context: AggregationContext) -> BudgetLedger:
-        """The agent's own caps, within what the run's ledger has left."""
-        left = context.ledger.headroom()
-        budget = Budget(
-            max_tokens=_least(self.max_tokens, left.tokens),
-            max_model_calls=_least(self.max_turns, left.calls),
-            max_usd=left.usd,
-            max_wall_seconds=left.seconds,
-        )
-        return BudgetLedger(f"{context.run_id or 'run'}-aggagent", budget, context.ledger.prices)
-
     async def aggregate(
         self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
@@ -288,39 +310,30 @@ class AggregationAgent:
         if not kept:
             return empty_result(excluded, "no rollout produced an answer")
         store = TrajectoryStore(kept, context.trajectories)
-        ledger = self._ledger(context)
-        agent = Agent(
-            self._config(context),
-            backends=[context.backend],
-            tools=store_tools(store),
-            ledger=ledger,
-        )
-        prompt = (
-            f"Task: {task}\n\nTrajectories (id: steps, tokens, tool calls):\n{store.metadata()}"
-        )
+        session = _Session(self, store, context, task)
         try:
-            run = (await agent.run(prompt, run_id=context.run_id or None)).trajectory
+            done = await session.run()
         except BudgetExceeded as exc:
-            # The run's ledger refused a call the agent's own ledger admitted
-            # (another consumer took the room meanwhile): a budget stop too.
             stop = BudgetStop()
             stop.note(exc)
-            spent = ledger.spent
             return await self._fallback(
-                task, kept, context, why=f"agent {stop.why()}", cost=spent, excluded=excluded
+                task,
+                kept,
+                context,
+                why=f"agent {stop.why()} after {session.turns} turns",
+                cost=session.cost,
+                excluded=excluded,
             )
-        answer = run.answer if run.status == "finished" else None
-        if answer is None or not answer.strip():
-            reason = run.stop_reason or ""
-            how = (
-                "stopped at the budget cap"
-                if reason.startswith("budget")
-                else f"ended {run.status}"
-            )
+        if done is None:
             return await self._fallback(
-                task, kept, context, why=f"agent {how} ({reason})", cost=run.cost, excluded=excluded
+                task,
+                kept,
+                context,
+                why=f"agent gave no usable finish, forced at turn {session.turns}",
+                cost=session.cost,
+                excluded=excluded,
             )
-        key = self.normalize(answer)
+        key = self.normalize(done.solution)
         match = next((s for s in kept if self.normalize(s.answer or "") == key), None)
         winner = match.rollout_id if match else None
         vote = VoteCast(
@@ -330,16 +343,17 @@ class AggregationAgent:
             candidates=[s.rollout_id for s in kept],
             winner=winner,
         )
+        how = "finished" if not session.forced else "was forced to finish"
         return AggregationResult(
-            answer=answer,
+            answer=done.solution,
             winner=winner,
             rationale=(
-                f"aggregation agent finished after {len(run.steps)} turns, "
-                f"{run.cost.usage.total_tokens} tokens"
+                f"aggregation agent {how} after {session.turns} turns, "
+                f"{session.cost.usage.total_tokens} tokens: {done.reason or '(no reason given)'}"
                 + ("" if match else "; its answer matches no single rollout")
             ),
             trace=await emit_all(context.events, [vote], run_id=context.run_id),
-            cost=run.cost,
+            cost=session.cost,
             excluded=excluded,
         )
 
@@ -363,8 +377,116 @@ class AggregationAgent:
         )
 
 
-def _least(cap: int, left: int | None) -> int:
-    return cap if left is None else min(cap, left)
+@final
+class _Session:
+    """One aggregation agent's conversation: its turns, their cost, and
+    whether the finish was forced."""
+
+    def __init__(
+        self,
+        agent: AggregationAgent,
+        store: TrajectoryStore,
+        context: AggregationContext,
+        task: str,
+    ) -> None:
+        self.agent = agent
+        self.context = context
+        self.tools = {t.spec.name: t for t in store_tools(store)}
+        self.messages: list[ChatMessage] = [
+            SystemMessage(content=_RULES),
+            UserMessage(
+                content=(
+                    f"Task: {task}\n\nTrajectories (id: steps, tokens, tool calls):\n"
+                    f"{store.metadata()}"
+                )
+            ),
+        ]
+        self.cost = Cost()
+        self.turns = 0
+        self.forced = False
+        self._finish = msgspec.json.Decoder(_Finish)
+
+    def _must_finish(self) -> bool:
+        """The last turn, or one more reading turn could cross the token cap."""
+        if self.turns >= self.agent.max_turns - 1:
+            return True
+        used = self.cost.usage.total_tokens
+        last = used // max(1, self.turns)  # a turn costs about what the last ones did
+        return used + last + self.agent.max_tokens_per_turn > self.agent.max_tokens
+
+    async def _turn(self, *, forced: bool) -> AssistantMessage | None:
+        specs = (
+            [finish_spec()] if forced else [*(t.spec for t in self.tools.values()), finish_spec()]
+        )
+        request = ModelRequest(
+            messages=self.messages,
+            model=self.agent.model or self.context.model,
+            tools=specs,
+            tool_choice="required" if forced else "auto",
+            sampling=SamplingParams(temperature=0.0, max_tokens=self.agent.max_tokens_per_turn),
+        )
+        reply = await self.context.backend.complete(request)
+        self.turns += 1
+        self.cost = self.cost + Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
+        return reply.choices[0].message if reply.choices else None
+
+    def _read_finish(self, call: ToolCall) -> _Finish | None:
+        try:
+            done = self._finish.decode(call.function.arguments)
+        except msgspec.DecodeError:
+            return None
+        return done if done.solution.strip() else None
+
+    async def run(self) -> _Finish | None:
+        """Turns until ``finish``; the forced finish last.  ``None``: even
+        the forced turn gave no usable ``finish``."""
+        while not self._must_finish():
+            message = await self._turn(forced=False)
+            calls = message.tool_calls if message is not None else []
+            if not calls:
+                self.messages += [
+                    AssistantMessage(content=message.content if message else ""),
+                    UserMessage(content=_ONE_TOOL),
+                ]
+                continue
+            call = calls[0]  # one tool call per turn: the rest are not run
+            self.messages.append(
+                AssistantMessage(content=message.content if message else None, tool_calls=[call])
+            )
+            if call.function.name == "finish":
+                done = self._read_finish(call)
+                if done is not None:
+                    return done
+                result = "finish needs a non-empty 'solution' (string) and a 'reason' (string)"
+            else:
+                result = self._run_tool(call)
+            self.messages.append(
+                ToolMessage(content=result, tool_call_id=call.id, name=call.function.name)
+            )
+        self.forced = True
+        self.messages.append(UserMessage(content=_FORCE))
+        message = await self._turn(forced=True)
+        finishing = [
+            c for c in (message.tool_calls if message else []) if c.function.name == "finish"
+        ]
+        return self._read_finish(finishing[0]) if finishing else None
+
+    def _run_tool(self, call: ToolCall) -> str:
+        tool = self.tools.get(call.function.name)
+        if tool is None:
+            return f"unknown tool {call.function.name!r}; use {', '.join(self.tools)} or finish"
+        try:
+            arguments = msgspec.json.decode(call.function.arguments or "{}")
+        except msgspec.DecodeError as exc:
+            return f"arguments are not JSON: {exc}"
+        if not isinstance(arguments, dict):
+            return "arguments must be a JSON object"
+        try:
+            return tool.run(arguments)
+        except ToolError as exc:
+            return f"error: {exc}"
+        except (KeyError, TypeError, ValueError) as exc:
+            return f"bad arguments for {call.function.name}: {exc!r}"
 
 
 __all__ = [
@@ -372,6 +494,7 @@ __all__ = [
     "MAX_TURNS",
     "AggregationAgent",
     "TrajectoryStore",
+    "finish_spec",
     "step_text",
     "store_tools",
 ]

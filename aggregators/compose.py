@@ -138,7 +138,8 @@ class AggAgentConfig(_Config):
 
 
 class CompressedConfig(_Config):
-    """ParallelMuse compressed reasoning aggregation: one model call."""
+    """ParallelMuse compressed reasoning aggregation: a model-written report
+    per trajectory, then one call picks: N + 1 model calls."""
 
     name: Literal["compressed"]
     report_chars: int = Field(default=1_200, ge=100, le=MAX_REPORT_CHARS)

@@ -1,25 +1,25 @@
-"""Compressed reasoning aggregation (ParallelMuse).
+"""Compressed reasoning aggregation (ParallelMuse): ``CompressedReasoning``.
 
-Owns ``compress`` (one trajectory summary as a report: planning -- the
-hypotheses tried; methods -- the key tool results, verified ones first;
-final reasoning -- conclusions, open uncertainties and the answer) and
-``CompressedReasoning``: every report goes into one model call, on the
-context's metered backend, that names the best-supported report.  One call
-in total, bounded by ``report_chars`` per report; when the ledger refuses
-it, a plurality vote over the reports' answers decides instead.
+Each trajectory is compressed by a model call into a report (planning,
+methods with the key tool results, final reasoning) from its whole record
+(``agentrt.agents.summary.transcript``; the summary's text when the
+trajectory is not at hand); one more call reads every report, each shown
+with its rollout's own answer in a shuffled order, and names the
+best-supported one.  N + 1 calls, all on the context's metered backend.
 
-May import protocols, the runtime floor and the other aggregators; nothing
-else.
+May import protocols, the runtime floor, ``agentrt.agents.summary`` and the
+other aggregators; nothing else.
 """
 
 from __future__ import annotations
 
-import re
+import random
 from collections.abc import Sequence
 from typing import Final, final
 
 import anyio
 
+from agentrt.agents.summary import transcript
 from agentrt.aggregators.base import (
     AggregationContext,
     AggregationResult,
@@ -28,7 +28,10 @@ from agentrt.aggregators.base import (
     empty_result,
     usable,
 )
+from agentrt.aggregators.judge import report_unreadable
+from agentrt.aggregators.verdict import VerdictUnparseable, parse_verdict
 from agentrt.aggregators.vote import plurality
+from agentrt.aggregators.workspace import render_summary
 from agentrt.protocols import (
     Cost,
     ModelRequest,
@@ -38,39 +41,47 @@ from agentrt.protocols import (
     UserMessage,
     VoteCast,
 )
-from agentrt.runtime.errors import BudgetExceeded, ConfigError
+from agentrt.runtime.errors import BackendError, BudgetExceeded, ConfigError
+from agentrt.runtime.log import get_logger
 
-#: Most characters per report (every report is in the one prompt).
+log = get_logger(__name__)
+
+#: Most characters per report (every report is in the picking prompt).
 MAX_REPORT_CHARS: Final = 20_000
+#: Most characters of one trajectory's record a compression call reads.
+MAX_SOURCE_CHARS: Final = 400_000
 
+_COMPRESS = """Compress one attempt at a task into a report for a reviewer who will not \
+read the attempt. Use three sections:
+Planning: what the attempt set out to do and the hypotheses it tried.
+Methods: the key tool calls and what their results showed (keep exact values; \
+say which results were errors).
+Final reasoning: how it reached its answer from that evidence, and what stayed uncertain.
+Do not solve the task yourself and do not change its answer. At most {words} words."""
 
-def compress(summary: TrajectorySummary, *, report_chars: int = 1_200) -> str:
-    """The report of one trajectory, at most ``report_chars`` characters."""
-    facts = sorted(summary.facts, key=lambda f: not f.verified)
-    lines = ["Planning:"]
-    lines += [f"- {h}" for h in summary.hypotheses[:3]] or ["- (none recorded)"]
-    lines.append("Methods and key tool results:")
-    lines += [
-        f"- {'[verified] ' if f.verified else ''}{f.claim} ({f.evidence})" for f in facts[:5]
-    ] or ["- (no tool results)"]
-    lines.append("Final reasoning:")
-    lines += [f"- {c}" for c in summary.conclusions[:3]]
-    lines += [f"- open: {u}" for u in summary.uncertainties[:2]]
-    lines += [f"- failure: {m}" for m in summary.failure_modes[:2]]
-    lines.append(f"Answer: {summary.answer}")
-    report = "\n".join(lines)
-    return report if len(report) <= report_chars else report[: report_chars - 1] + "…"
-
-
-_PICK = re.compile(r"report\s*#?\s*(\d+)|^\s*(\d+)\s*$", re.I | re.M)
+_PICK = """Each report below compresses one attempt at the task, with the attempt's \
+answer. Judge which answer is best supported by tool results (not by the attempt's own \
+claims). Reason briefly, then end with the line 'VERDICT: <report number>'."""
 
 
 @final
 class CompressedReasoning:
-    """One call over every trajectory's report picks the answer.  ``model``:
-    the model asked (``None``: the context's, else the backend's first);
-    ``report_chars``: characters per report, 100..20,000; ``max_tokens``:
-    the reply's bound; ``timeout_s``: the call's deadline."""
+    """ParallelMuse's compressed reasoning aggregation (see the module).
+
+    ``model``: the model asked (``None``: the context's, else the
+    backend's first); ``report_chars``: each report's bound in characters,
+    100..20,000 (the compression call's ``max_tokens`` follows from it);
+    ``source_chars``: characters of a trajectory's record one compression
+    reads (its start and end when longer), 1,000..400,000; ``max_tokens``:
+    the picking reply's bound (room to reason); ``timeout_s``: each call's
+    deadline; ``seed``: the order reports are shown in.
+
+    A compression that fails or is refused by the ledger leaves that
+    rollout's summary text as its report (the rationale counts them);
+    when the picking call is refused, fails or names no report, a
+    plurality vote over the answers decides (an unreadable pick is also
+    reported as a non-fatal ``ErrorRaised``).  Raises ``ConfigError``
+    naming an option out of its bounds."""
 
     name = "compressed"
 
@@ -79,18 +90,80 @@ class CompressedReasoning:
         *,
         model: str | None = None,
         report_chars: int = 1_200,
-        max_tokens: int = 64,
+        source_chars: int = 24_000,
+        max_tokens: int = 1024,
         timeout_s: float = 120.0,
+        seed: int = 0,
     ) -> None:
         if not 100 <= report_chars <= MAX_REPORT_CHARS:
             raise ConfigError(
                 f"report_chars must be >= 100 and <= {MAX_REPORT_CHARS}, got {report_chars}",
                 where="compressed.report_chars",
             )
+        if not 1_000 <= source_chars <= MAX_SOURCE_CHARS:
+            raise ConfigError(
+                f"source_chars must be >= 1000 and <= {MAX_SOURCE_CHARS}, got {source_chars}",
+                where="compressed.source_chars",
+            )
         self.model = model
         self.report_chars = report_chars
+        self.source_chars = source_chars
         self.max_tokens = max_tokens
         self.timeout_s = timeout_s
+        self.seed = seed
+
+    def _source(self, summary: TrajectorySummary, context: AggregationContext) -> str:
+        trajectory = context.trajectories.get(summary.rollout_id)
+        text = (
+            "\n\n".join(transcript(trajectory))
+            if trajectory is not None
+            else render_summary(summary)
+        )
+        if len(text) <= self.source_chars:
+            return text
+        half = self.source_chars // 2
+        return (
+            f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
+        )
+
+    async def _compress(
+        self,
+        task: str,
+        summary: TrajectorySummary,
+        context: AggregationContext,
+        stop: BudgetStop,
+    ) -> tuple[str | None, Cost]:
+        """The model's report of one trajectory (``None``: the call failed
+        or was refused) and what it cost."""
+        if stop.hit:
+            return None, Cost()
+        words = max(30, self.report_chars // 7)
+        request = ModelRequest(
+            messages=[
+                SystemMessage(content=_COMPRESS.replace("{words}", str(words))),
+                UserMessage(
+                    content=f"Task: {task}\n\nRecord of the attempt:\n"
+                    f"{self._source(summary, context)}\n\nIts final answer: {summary.answer}"
+                ),
+            ],
+            model=self.model or context.model,
+            sampling=SamplingParams(temperature=0.0, max_tokens=max(64, self.report_chars // 3)),
+        )
+        try:
+            with anyio.fail_after(self.timeout_s):
+                reply = await context.backend.complete(request)
+        except BudgetExceeded as exc:
+            stop.note(exc)
+            return None, Cost()
+        except (TimeoutError, BackendError) as exc:
+            log.warning("compression_failed", rollout=summary.rollout_id, error=str(exc))
+            return None, Cost()
+        cost = Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
+        text = (reply.choices[0].message.content or "").strip() if reply.choices else ""
+        if not text:
+            return None, cost
+        clipped = text if len(text) <= self.report_chars else text[: self.report_chars - 1] + "…"
+        return clipped, cost
 
     async def aggregate(
         self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
@@ -98,17 +171,35 @@ class CompressedReasoning:
         kept, excluded = usable(summaries)
         if not kept:
             return empty_result(excluded, "no rollout produced an answer")
-        reports = "\n\n".join(
-            f"Report {i + 1}:\n{compress(s, report_chars=self.report_chars)}"
-            for i, s in enumerate(kept)
+        stop = BudgetStop()
+        made: list[tuple[str | None, Cost]] = [(None, Cost())] * len(kept)
+
+        async def one(i: int) -> None:
+            made[i] = await self._compress(task, kept[i], context, stop)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(kept)):
+                tg.start_soon(one, i)
+        cost = sum((c for _, c in made), Cost())
+        missing = sum(1 for report, _ in made if report is None)
+        reports = [
+            report if report is not None else render_summary(kept[i])[: self.report_chars]
+            for i, (report, _) in enumerate(made)
+        ]
+        note = f" ({missing} reports are summaries: compression failed)" if missing else ""
+        if stop.hit:
+            chosen, agree = plurality(kept)
+            why = f"{stop.why()} while compressing{note}; plurality: {agree}"
+            return await self._result(kept, chosen, why, cost, excluded=excluded, context=context)
+        order = list(range(len(kept)))
+        random.Random(self.seed).shuffle(order)  # position bias: no rollout always first
+        blocks = "\n\n".join(
+            f"Report {j + 1}:\n{reports[i]}\nAnswer: {kept[i].answer}" for j, i in enumerate(order)
         )
         request = ModelRequest(
             messages=[
-                SystemMessage(
-                    content="Pick the report whose answer is best supported by its tool "
-                    "results. Reply with 'Report <number>'."
-                ),
-                UserMessage(content=f"Task: {task}\n\n{reports}"),
+                SystemMessage(content=_PICK),
+                UserMessage(content=f"Task: {task}\n\n{blocks}"),
             ],
             model=self.model or context.model,
             sampling=SamplingParams(temperature=0.0, max_tokens=self.max_tokens),
@@ -116,34 +207,46 @@ class CompressedReasoning:
         try:
             with anyio.fail_after(self.timeout_s):
                 reply = await context.backend.complete(request)
-        except BudgetExceeded as exc:
-            stop = BudgetStop()
-            stop.note(exc)
+        except (BudgetExceeded, TimeoutError, BackendError) as exc:
             chosen, agree = plurality(kept)
-            why = f"{stop.why()} before the one call; plurality: {agree}"
-            return await self._result(
-                kept, chosen, why=why, cost=Cost(), excluded=excluded, context=context
-            )
+            if isinstance(exc, BudgetExceeded):
+                stop.note(exc)
+                why = f"{stop.why()} before the picking call{note}; plurality: {agree}"
+            else:
+                why = f"the picking call failed ({exc}){note}; plurality: {agree}"
+            return await self._result(kept, chosen, why, cost, excluded=excluded, context=context)
+        cost = cost + Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
         text = reply.choices[0].message.content or "" if reply.choices else ""
-        found = _PICK.search(text)
-        index = int(found.group(1) or found.group(2)) - 1 if found else -1
-        if not 0 <= index < len(kept):
-            # An unreadable pick: keep the first report's answer, and say so.
-            index, why = 0, f"unreadable pick {text[:60]!r}; kept report 1"
-        else:
-            why = f"one call over {len(kept)} compressed reports picked report {index + 1}"
-        cost = Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
-        return await self._result(
-            kept, kept[index], why=why, cost=cost, excluded=excluded, context=context
+        shown = parse_verdict(text, len(kept))
+        if shown is None:
+            model = self.model or context.model or context.backend.default_model
+            error = VerdictUnparseable(
+                f"no report named in {text[-200:]!r}", where=f"judge (model {model!r})", reply=text
+            )
+            unread = await report_unreadable(context, error, "compressed (picking call)")
+            chosen, agree = plurality(kept)
+            return await self._result(
+                kept,
+                chosen,
+                f"{unread}{note}; plurality: {agree}",
+                cost,
+                excluded=excluded,
+                context=context,
+            )
+        index = order[shown]
+        why = (
+            f"{len(kept)} model-written reports ({len(kept) + 1} calls){note}; "
+            f"the picking call chose report {shown + 1} ({kept[index].rollout_id})"
         )
+        return await self._result(kept, kept[index], why, cost, excluded=excluded, context=context)
 
     async def _result(
         self,
         kept: list[TrajectorySummary],
         chosen: TrajectorySummary,
-        *,
         why: str,
         cost: Cost,
+        *,
         excluded: list[str],
         context: AggregationContext,
     ) -> AggregationResult:
@@ -164,4 +267,4 @@ class CompressedReasoning:
         )
 
 
-__all__ = ["MAX_REPORT_CHARS", "CompressedReasoning", "compress"]
+__all__ = ["MAX_REPORT_CHARS", "MAX_SOURCE_CHARS", "CompressedReasoning"]

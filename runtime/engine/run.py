@@ -617,7 +617,7 @@ def _settled(keys: Sequence[str | None]) -> float:
         return 0.0
     a, b = counts[0], counts[1] if len(counts) > 1 else 0
     trials = a + b + 1
-    return sum(math.comb(trials, k) for k in range(a + 1)) / 2**trials
+    return sum(math.comb(trials, k) for k in range(a + 1)) / (1 << trials)
 
 
 def _normalizer(chosen: Aggregator) -> Normalizer:

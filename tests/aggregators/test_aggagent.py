@@ -68,7 +68,9 @@ async def test_aggagent_uses_its_tools_and_finishes_within_caps() -> None:
             ScriptedToolCall("get_solution", {}),
             ScriptedToolCall("search_trajectory", {"id": "r0", "query": "population is", "k": 2}),
             ScriptedToolCall("get_segment", {"id": "r1", "start": 0, "end": 9}),
-            ScriptedToolCall("finish", {"answer": "2.1 million"}),
+            ScriptedToolCall(
+                "finish", {"solution": "2.1 million", "reason": "r0 step 0: the census tool"}
+            ),
         ]
     )
     agent = AggregationAgent(max_turns=6, max_tokens=20_000)
@@ -77,7 +79,11 @@ async def test_aggagent_uses_its_tools_and_finishes_within_caps() -> None:
     result = await agent.aggregate("population?", summaries, context)
 
     assert (result.answer, result.winner) == ("2.1 million", "r0")
+    assert "finished after 4 turns" in result.rationale
+    assert result.rationale.endswith("tokens: r0 step 0: the census tool")
     assert result.cost.model_calls == 4  # under the cap of 6
+    assert backend.requests[0].tool_choice == "auto"
+    assert "finish" in [t.name for t in backend.requests[0].tools]
     assert 0 < result.cost.usage.total_tokens <= 20_000
     # Charged once, to the run's ledger, through the metered backend.
     assert ledger.spent.model_calls == 4
@@ -93,20 +99,40 @@ async def test_aggagent_uses_its_tools_and_finishes_within_caps() -> None:
     assert "[r1 step 3]" not in tools[2]
 
 
-async def test_aggagent_past_its_turn_cap_falls_back_without_more_calls() -> None:
+async def test_aggagent_at_its_turn_cap_is_forced_to_finish() -> None:
     summaries, trajectories = population()
     backend = ScriptedBackend(
-        [ScriptedToolCall("get_solution", {"id": "r1"})] * 2
-        + [ScriptedToolCall("get_solution", {"id": "r2"})]
+        [
+            ScriptedToolCall("get_solution", {"id": "r1"}),
+            ScriptedToolCall("get_solution", {"id": "r0"}),
+            ScriptedToolCall("finish", {"solution": "2.1 million", "reason": "r0 read it"}),
+        ]
     )
     agent = AggregationAgent(max_turns=3)
     failed = TrajectorySummary(rollout_id="crashed", answer=None)
     context = AggregationContext.metered(backend, BudgetLedger("run"), trajectories=trajectories)
     result = await agent.aggregate("p?", [*summaries, failed], context)
     assert result.cost.model_calls == 3 == len(backend.requests)
-    assert result.answer == "3 million"
-    assert "majority fallback" in result.rationale
+    assert (result.answer, result.winner) == ("2.1 million", "r0")  # not the majority's
+    assert "was forced to finish after 3 turns" in result.rationale
+    assert "r0 read it" in result.rationale
     assert result.excluded == ["crashed"]
+    forced = backend.requests[-1]
+    assert [t.name for t in forced.tools] == ["finish"]
+    assert forced.tool_choice == "required"
+    assert "no turns left" in str(forced.messages[-1].content)
+
+
+async def test_aggagent_falls_back_to_majority_only_when_the_forced_finish_fails() -> None:
+    summaries, trajectories = population()
+    backend = ScriptedBackend(
+        [ScriptedToolCall("get_solution", {"id": "r1"}), "I would rather not."]
+    )
+    context = AggregationContext.metered(backend, BudgetLedger("run"), trajectories=trajectories)
+    result = await AggregationAgent(max_turns=2).aggregate("p?", summaries, context)
+    assert result.cost.model_calls == 2 == len(backend.requests)
+    assert result.answer == "3 million"
+    assert "agent gave no usable finish, forced at turn 2; majority fallback" in result.rationale
 
 
 def test_store_search_and_unknown_ids() -> None:

@@ -92,7 +92,7 @@ def test_options_past_their_bounds_are_refused_naming_the_key() -> None:
         ({"name": "pdr", "m": 65}, "m"),
         ({"name": "pdr", "k": 17}, "k"),
         ({"name": "pdr", "v": 65}, "v"),
-        ({"name": "aggagent", "max_turns": 65}, "max_turns"),
+        ({"name": "aggagent", "max_turns": 101}, "max_turns"),
         ({"name": "compressed", "report_chars": 20_001}, "report_chars"),
     ):
         with pytest.raises(ConfigError, match=rf"scaling.aggregate \(\w+\): {key}: "):

@@ -3,6 +3,8 @@ reasoning, ROUGE-L and configuration, on crafted summaries."""
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 
@@ -30,7 +32,7 @@ from agentrt.aggregators.vote import (
     strip,
     verified_facts_weight,
 )
-from agentrt.protocols import ErrorRaised, Fact, TrajectorySummary, VoteCast
+from agentrt.protocols import ErrorRaised, Fact, ModelRequest, TrajectorySummary, VoteCast
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.models.base import ModelBackend
@@ -129,20 +131,35 @@ async def test_best_of_n_pointwise_and_pairwise_with_a_perfect_judge() -> None:
         assert result.cost.model_calls == judge.calls == (3 if mode == "pointwise" else 2)
 
 
-async def test_compressed_reasoning_picks_with_one_call() -> None:
-    backend = ScriptedBackend(["Report 2"])
-    result = await CompressedReasoning().aggregate(
-        "t", [s("a", "x"), s("b", "y", verified=1)], context(backend)
+async def test_compressed_reasoning_writes_a_report_per_rollout_then_picks() -> None:
+    def model(request: ModelRequest) -> str:
+        system, user = (str(m.content) for m in request.messages)
+        if system.startswith("Compress"):  # one report per rollout, from its record
+            answer = user.rsplit("Its final answer: ", 1)[1]
+            return f"Planning: check.\nMethods: the lookup returned {answer}.\nFinal reasoning: ok."
+        reports = dict(re.findall(r"Report (\d+):\n.*?\nAnswer: (\w+)", user, re.S))
+        shown = next(k for k, answer in reports.items() if answer == "y")
+        return f"Report {shown} rests on a tool result.\nVERDICT: {shown}"
+
+    backend = ScriptedBackend(model)
+    group = [s("a", "x"), s("b", "y", verified=1), s("c", "z")]
+    result = await CompressedReasoning(seed=3).aggregate("t", group, context(backend))
+    assert (result.answer, result.winner) == ("y", "b")
+    assert result.cost.model_calls == 4 == len(backend.requests)  # N reports + 1 pick
+    pick = str(backend.requests[-1].messages[1].content)
+    assert "Methods: the lookup returned y." in pick  # the model's report, not a template
+    assert "answer: y\nfact (verified" in str(backend.requests[1].messages[1].content)
+    assert "3 model-written reports (4 calls)" in result.rationale
+    log = EventLog()
+    ctx = AggregationContext.metered(
+        ScriptedBackend(["Planning: x"] * 2 + ["hmm"]),
+        BudgetLedger("agg"),
+        events=EventEmitter(log),
     )
-    assert (result.answer, result.winner, result.cost.model_calls) == ("y", "b", 1)
-    prompt = str(backend.requests[0].messages[1])
-    assert "Report 1" in prompt
-    assert "[verified] f0" in prompt
-    unreadable = await CompressedReasoning().aggregate(
-        "t", [s("a", "x"), s("b", "y")], context(ScriptedBackend(["hmm"]))
-    )
-    assert unreadable.winner == "a"
-    assert "unreadable" in unreadable.rationale
+    unreadable = await CompressedReasoning().aggregate("t", [s("a", "x"), s("b", "y")], ctx)
+    assert unreadable.winner == "a"  # plurality (a tie: the first seen)
+    assert "compressed (picking call): no readable verdict" in unreadable.rationale
+    assert [e.where for e in log.of_type(ErrorRaised)] == ["compressed (picking call)"]
 
 
 def test_rouge_l_on_known_pairs() -> None:
