@@ -28,6 +28,7 @@ from agentrt.agents.signals import Fired, SignalTracker
 from agentrt.agents.spec import AgentSpec, PipelineSpec, SpecError
 from agentrt.agents.spec_loader import SpecSet, load_spec
 from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
+from agentrt.agents.token_stream import TokenBuffer, TokenPacer
 from agentrt.agents.toolbox import CallsOutcome, Toolbox
 from agentrt.agents.uncertainty import StepUncertainty, step_uncertainty
 
@@ -65,7 +66,9 @@ __all__ = [
     "StepUncertainty",
     "SubAgentTool",
     "Summarizer",
+    "TokenBuffer",
     "TokenEstimator",
+    "TokenPacer",
     "Toolbox",
     "build_hierarchy",
     "load_spec",

@@ -6,6 +6,7 @@ May import protocols and the runtime floor; never aggregators or the roof.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from agentrt.agents.run_options import (
     structured_answer,
 )
 from agentrt.agents.signals import Fired, SignalTracker
+from agentrt.agents.token_stream import TokenBuffer, TokenPacer
 from agentrt.protocols import (
     AssistantMessage,
     ChatMessage,
@@ -60,6 +62,7 @@ from agentrt.runtime.errors import (
     UnknownModelError,
 )
 from agentrt.runtime.log import get_logger, log_context
+from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.routing import RolloutRouter
 
 if TYPE_CHECKING:
@@ -392,7 +395,11 @@ class Rollout:
                 # our timeout (``call_deadline_s``) raises ``BackendTimeout``
                 # itself; a second scope would only add a timer.
                 own: float | None = getattr(backend, "call_deadline_s", None)
-                if own is not None and own <= timeout:
+                pacer = self.agent.emitter.tokens
+                if pacer is not None and pacer.wanted():
+                    deadline = None if own is not None and own <= timeout else timeout
+                    reply = await self._streamed(backend, request, pending.index, pacer, deadline)
+                elif own is not None and own <= timeout:
                     reply = await backend.complete(request)
                 else:
                     with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
@@ -430,6 +437,45 @@ class Rollout:
             )
             return "failed", f"model call failed: {text}"
         pending.reply = reply
+        return reply
+
+    async def _streamed(
+        self,
+        backend: ModelBackend,
+        request: ModelRequest,
+        index: int,
+        pacer: TokenPacer,
+        limit_s: float | None,
+    ) -> ModelReply:
+        """The model call as a stream, its first sample's text sent on as
+        ``TokenDelta`` events (``TokenBuffer``) while it is generated;
+        ``limit_s``: the call's time limit, when the backend keeps none."""
+        deadline = math.inf if limit_s is None else anyio.current_time() + limit_s
+        reply: ModelReply | None = None
+        with anyio.CancelScope(deadline=deadline) as scope:
+            buffer = TokenBuffer(
+                pacer,
+                self.agent.emitter,
+                run_id=self.run_id,
+                rollout_id=self.rollout_id,
+                step=index,
+            )
+            async with buffer:
+                deltas = backend.stream(request)
+                try:
+                    async for delta in deltas:
+                        if delta.reply is not None:
+                            reply = delta.reply
+                        elif delta.index == 0 and (delta.content or delta.reasoning):
+                            await buffer.add(delta.content, delta.reasoning)
+                finally:
+                    close = getattr(deltas, "aclose", None)
+                    if close is not None:
+                        await close()
+        if scope.cancelled_caught:
+            raise TimeoutError
+        if reply is None:
+            raise MalformedReply("the stream ended without a reply", backend=backend.name)
         return reply
 
     async def _on_tool_notification(

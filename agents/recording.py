@@ -12,12 +12,15 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from typing import TypeVar, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 import msgspec
 from anyio.streams.memory import MemoryObjectSendStream
 
-from agentrt.protocols import Event
+from agentrt.protocols import Event, TokenDelta
+
+if TYPE_CHECKING:
+    from agentrt.agents.token_stream import TokenPacer
 
 EventSink = Callable[[Event], Awaitable[None]]
 """Receives each event; awaited by the emitter (backpressure)."""
@@ -32,9 +35,11 @@ class EventEmitter:
     agent of a hierarchy) of a run, so ``seq`` strictly increases across
     the run's events.  Producers ask ``wants`` before building an event
     that is theirs alone to build (one per tool call, one per step): with
-    no sink, or one that takes other kinds only, nothing is built."""
+    no sink, or one that takes other kinds only, nothing is built.
+    ``tokens``: set by whoever reads tokens (``TokenPacer``); ``None``: the
+    model calls do not stream and no ``TokenDelta`` is built."""
 
-    __slots__ = ("_clock", "_seq", "kinds", "sink")
+    __slots__ = ("_clock", "_last", "_seq", "kinds", "sink", "tokens")
 
     def __init__(
         self,
@@ -51,7 +56,9 @@ class EventEmitter:
         self.sink = sink
         self.kinds: frozenset[type[Event]] | None = frozenset(kinds) if kinds is not None else None
         self._seq = itertools.count(first_seq)
+        self._last = first_seq - 1
         self._clock = clock
+        self.tokens: TokenPacer | None = None
 
     def wants(self, kind: type[Event]) -> bool:
         """Whether an event of type ``kind`` would reach a sink."""
@@ -59,10 +66,18 @@ class EventEmitter:
 
     async def emit(self, event: E) -> E:
         """Stamp ``event`` and deliver it; returns the stamped event."""
-        stamped = msgspec.structs.replace(event, seq=next(self._seq), ts=self._clock())
+        self._last = seq = next(self._seq)
+        stamped = msgspec.structs.replace(event, seq=seq, ts=self._clock())
         if self.sink is not None and (self.kinds is None or type(event) in self.kinds):
             await self.sink(stamped)
         return stamped
+
+    async def emit_token(self, event: TokenDelta) -> None:
+        """Deliver a ``TokenDelta`` stamped with the ``seq`` of the event
+        before it: tokens take no number of their own (they are not stored,
+        and would leave gaps in the numbers of what is)."""
+        if self.sink is not None and (self.kinds is None or TokenDelta in self.kinds):
+            await self.sink(msgspec.structs.replace(event, seq=self._last, ts=self._clock()))
 
 
 @final

@@ -46,6 +46,11 @@ class RolloutInfo(msgspec.Struct, frozen=True, kw_only=True):
     steps: int = 0
     answer: str | None = None
     cost: Cost = Cost()
+    error: str | None = None
+    """Why a rollout that did not finish with an answer ended (its stop
+    reason: ``model call failed: BackendUnavailable: ... cannot connect``,
+    a budget, a crash...); ``None`` while running or when it answered."""
+
 
 
 class RunDetail(msgspec.Struct, frozen=True, kw_only=True):

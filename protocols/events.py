@@ -133,6 +133,20 @@ class SignalRaised(_EventBase, frozen=True, tag="signal"):
     value: float | None = None
 
 
+class TokenDelta(_EventBase, frozen=True, tag="token"):
+    """Text a rollout's model is generating, as it arrives: the pieces of one
+    model call, coalesced (one event per rollout per time window), in
+    order.  Made only while someone reads tokens, and never stored: the
+    step's ``StepRecorded`` carries the whole reply."""
+
+    rollout_id: str
+    step: int
+    """The step whose model call is generating."""
+    text: str = ""
+    reasoning: str = ""
+    """Reasoning text (a thinking model's ``reasoning_content``)."""
+
+
 class ErrorRaised(_EventBase, frozen=True, tag="error"):
     where: str
     message: str
@@ -150,6 +164,7 @@ Event = (
     | StepRecorded
     | ToolCalled
     | ToolProgress
+    | TokenDelta
     | SummaryWritten
     | VoteCast
     | BudgetUpdated

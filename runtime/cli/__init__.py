@@ -82,6 +82,13 @@ class Output:
         stream = self._stderr if on_stderr else self._stdout
         return live_progress(Console(file=stream), cap_tokens=cap_tokens)
 
+    def token_printer(self, *, on_stderr: bool = False) -> EventSink:
+        """A sink writing the models' text as it comes (``--stream`` without
+        the live display) on stdout, or on stderr (``--json``)."""
+        from agentrt.runtime.cli.progress import TokenPrinter
+
+        return TokenPrinter(self._stderr if on_stderr else self._stdout)
+
     def run_result(self, result: RunResult, tally: RolloutTally) -> None:
         """Each rollout's answer (or why it has none) and how it got there,
         the chosen answer, then usage and cost."""
@@ -270,6 +277,13 @@ def _build_parser() -> _Parser:
         help="a live display of the rollouts, the aggregation and the budget (default: on "
         "when the output is a terminal; on stderr with --json)",
     )
+    run.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the models' text as it is generated: in the live display, or written out "
+        "as it comes without one (default: with the live display)",
+    )
     run.set_defaults(handler=_run_command)
 
     # Listed for --help; main() hands its arguments to the server's own parser.
@@ -333,21 +347,24 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
     failures: dict[str, str] = {}
     tallies: list[RolloutTally] = []
 
+    # With --json the display goes to stderr: stdout stays one JSON document.
+    show = args.progress
+    if show is None:
+        show = out.is_terminal(on_stderr=args.json)
+    stream = show if args.stream is None else args.stream
+
     async def execute(events: EventSink | None) -> RunResult:
         tally = RolloutTally(events)
         tallies.append(tally)
         async with open_runtime(config, agent) as rt:
             failures.update(rt.mcp_failures)
-            return await rt.run(args.task, scaling=scaling, budget=budget, events=tally)
-
-    # With --json the display goes to stderr: stdout stays one JSON document.
-    show = args.progress
-    if show is None:
-        show = out.is_terminal(on_stderr=args.json)
+            return await rt.run(
+                args.task, scaling=scaling, budget=budget, events=tally, tokens=stream
+            )
 
     async def runner() -> RunResult:
         if not show:
-            return await execute(None)
+            return await execute(out.token_printer(on_stderr=args.json) if stream else None)
         async with out.progress(cap_tokens=args.budget_tokens, on_stderr=args.json) as display:
             return await execute(display)
 

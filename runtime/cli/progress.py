@@ -9,9 +9,9 @@ and rich, nothing else of agentrt.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import final
+from typing import TextIO, final
 
 import anyio
 from rich.console import Console, Group, RenderableType
@@ -29,15 +29,29 @@ from agentrt.protocols import (
     RunStarted,
     StepRecorded,
     SummaryWritten,
+    TokenDelta,
     ToolCalled,
     VoteCast,
 )
+from agentrt.protocols.ids import is_top_level
 
-__all__ = ["ProgressDisplay", "ProgressState", "RolloutRow", "live_progress", "render"]
+__all__ = [
+    "ProgressDisplay",
+    "ProgressState",
+    "RolloutRow",
+    "TokenPrinter",
+    "live_progress",
+    "render",
+]
+
+EventSink = Callable[[Event], Awaitable[None]]
 
 _BAR_WIDTH = 24
 _ANSWER_WIDTH = 32
 _MAX_ERRORS = 3
+_TEXT_TAIL = 400
+_TEXT_WIDTH = 100
+_MAX_TEXTS = 4
 
 
 @dataclasses.dataclass(slots=True)
@@ -52,6 +66,10 @@ class RolloutRow:
     tokens: int = 0
     last_tool: str = ""
     answer: str | None = None
+    text: str = ""
+    """The end of what its model is generating now (``TokenDelta``)."""
+    error: str | None = None
+    """Why it ended without an answer."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -97,6 +115,9 @@ class ProgressState:
                 self.run_id, self.agent, self.planned = run_id, agent, planned
             case RolloutStarted() | StepRecorded() | ToolCalled() | RolloutFinished():
                 self._apply_rollout(event)
+            case TokenDelta(rollout_id=rid, text=text, reasoning=reasoning):
+                row = self._row(rid)
+                row.text = (row.text + (text or reasoning))[-_TEXT_TAIL:]
             case SummaryWritten(summary=summary):
                 row = self._row(summary.rollout_id)
                 if row.answer is None and summary.answer is not None:
@@ -127,6 +148,7 @@ class ProgressState:
                 row.parent = parent
             case StepRecorded(step=step):
                 row.steps += 1
+                row.text = ""
                 if step.reply is not None:
                     tokens = step.reply.usage.total_tokens
                     row.tokens += tokens
@@ -135,8 +157,10 @@ class ProgressState:
             case ToolCalled(tool=tool, is_error=failed):
                 row.tool_calls += 1
                 row.last_tool = f"{tool} (error)" if failed else tool
-            case RolloutFinished(status=status, answer=answer, cost=cost):
-                row.status, row.answer = status, answer
+            case RolloutFinished(status=status, answer=answer, cost=cost, stop_reason=why):
+                row.status, row.answer, row.text = status, answer, ""
+                if answer is None and status != "finished":
+                    row.error = why or status
                 row.tokens = max(row.tokens, cost.usage.total_tokens)
                 self._from_rollouts.usd += cost.usd
 
@@ -170,6 +194,11 @@ class ProgressState:
 def render(state: ProgressState) -> RenderableType:
     """The rollouts table, the aggregation's decisions and the budget."""
     parts: list[RenderableType] = [_rollouts(state)]
+    texts = [r for r in state.rollouts.values() if r.text and r.status == "running"]
+    for row in texts[-_MAX_TEXTS:]:
+        line = Text(f"{state.short(row.rollout_id)} ", style="bold")
+        line.append(_tail(row.text, _TEXT_WIDTH), style="cyan")
+        parts.append(line)
     if state.votes:
         parts.append(_bracket(state))
     parts.append(_budget(state))
@@ -209,7 +238,11 @@ def _rollouts(state: ProgressState) -> Table:
             str(row.tool_calls),
             f"{row.tokens:,}",
             row.last_tool or "-",
-            _clip(row.answer, _ANSWER_WIDTH) if row.answer is not None else "",
+            _clip(row.answer, _ANSWER_WIDTH)
+            if row.answer is not None
+            else Text(_clip(row.error, _ANSWER_WIDTH), style="red")
+            if row.error is not None
+            else "",
         )
     return table
 
@@ -258,6 +291,11 @@ def _budget(state: ProgressState) -> Text:
     return text
 
 
+def _tail(value: str, width: int) -> str:
+    flat = " ".join(value.split())
+    return flat if len(flat) <= width else "..." + flat[3 - width :]
+
+
 def _clip(value: str | None, width: int) -> str:
     flat = " ".join((value or "").split())
     return flat if len(flat) <= width else flat[: width - 3] + "..."
@@ -275,6 +313,38 @@ class ProgressDisplay:
     async def __call__(self, event: Event) -> None:
         self.state.apply(event)
         self.dirty = True
+
+
+@final
+class TokenPrinter:
+    """An event sink that writes the text of the run's rollouts to
+    ``stream`` as it is generated (``agentrt run --stream`` without the
+    live display): each piece as it comes, a ``[r0] `` label whenever the
+    writing rollout or step changes; then hands every event to ``then``."""
+
+    def __init__(self, stream: TextIO, then: EventSink | None = None) -> None:
+        self.stream = stream
+        self.then = then
+        self._at: tuple[str, int] | None = None
+        self.run_id = ""
+
+    async def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.run_id = event.run_id
+        elif isinstance(event, TokenDelta) and event.text and is_top_level(event.rollout_id):
+            if self._at != (event.rollout_id, event.step):
+                label = event.rollout_id.removeprefix(f"{self.run_id}-")
+                lead = "\n" if self._at is not None else ""
+                self.stream.write(f"{lead}[{label}] ")
+                self._at = (event.rollout_id, event.step)
+            self.stream.write(event.text)
+            self.stream.flush()
+        elif isinstance(event, RunFinished) and self._at is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._at = None
+        if self.then is not None:
+            await self.then(event)
 
 
 @asynccontextmanager

@@ -249,7 +249,7 @@ class RunExecution:
             summaries=summaries,
             aggregation_trace=[msgspec.to_builtins(v) for v in agg.trace],
             cost=cost,
-            error=None if agg.answer is not None else agg.rationale or "no rollout answered",
+            error=None if agg.answer is not None else _no_answer(agg.rationale, outcomes),
         )
 
     def _main_backend(self) -> ModelBackend:
@@ -581,6 +581,31 @@ class RunExecution:
                     TrajectorySummary(rollout_id=self._rollout_id(o.index), failure_modes=[why])
                 )
         return out
+
+
+def _no_answer(rationale: str | None, outcomes: Sequence[_Outcome]) -> str:
+    """A run's error when it has no answer: the aggregator's reason, then why
+    the rollouts ended without one (each reason once, with how many), so a
+    backend nobody can reach is named in the run's own error."""
+    reasons: dict[str, int] = {}
+    for o in outcomes:
+        if o.value is not None:
+            trajectory = o.value.trajectory
+            if trajectory.answer is not None or not trajectory.stop_reason:
+                continue
+            reason = trajectory.stop_reason
+        elif o.status == "failed":
+            known = isinstance(o.error, _GaveUp | _PastDeadline)
+            reason = str(o.error) if known else f"crashed: {o.error!r}"
+        else:
+            continue
+        reasons[reason] = reasons.get(reason, 0) + 1
+    head = rationale or "no rollout answered"
+    if not reasons:
+        return head
+    listed = [f"{why} ({n} rollouts)" if n > 1 else why for why, n in list(reasons.items())[:3]]
+    more = f"; and {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""
+    return f"{head}: {'; '.join(listed)}{more}"
 
 
 def _restore_steps(ledger: BudgetLedger, steps: Sequence[Step]) -> Cost:

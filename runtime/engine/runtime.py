@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, final
@@ -22,7 +22,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
-from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, stream_sink
+from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, TokenPacer, stream_sink
 from agentrt.agents.delegation import AgentNode
 from agentrt.agents.hierarchy import Hierarchy, build_hierarchy, used_servers
 from agentrt.agents.spec_loader import ServerConfig, SpecSet, load_spec
@@ -343,6 +343,7 @@ class Runtime:
         run_id: str | None = None,
         checkpoint: RunCheckpoint | None = None,
         options: RunOptions | None = None,
+        tokens: bool | Callable[[], bool] = False,
     ) -> RunResult:
         """Run ``task``: ``scaling.rollouts`` rollouts of ``agent`` (default:
         ``config.default_agent``), each summarized, then aggregated.
@@ -351,10 +352,13 @@ class Runtime:
         ``aggregator``: an object instead of ``scaling.aggregate``;
         ``events``: receives every event of the run (awaited: backpressure);
         ``checkpoint``: go on with the run ``run_id`` from what an earlier
-        incarnation committed.  Raises ``ConfigError`` for an unknown agent
-        or bad aggregator options before any model call.  ``options``: how
-        the agent calls its model in this run (``RunOptions``: sampling,
-        client tools, the answer's schema)."""
+        incarnation committed; ``tokens``: stream the model calls and send
+        their text to ``events`` as ``TokenDelta`` events while it is
+        generated (``True``; or a callable asked before each call, say
+        "does a client follow the run now"; local placement only).  Raises
+        ``ConfigError`` for an unknown agent or bad aggregator options before
+        any model call.  ``options``: how the agent calls its model in this
+        run (``RunOptions``: sampling, client tools, the answer's schema)."""
         self._check_open()
         if not isinstance(task, str):
             raise TypeError(f"task must be a string, not {type(task).__name__}")
@@ -369,6 +373,8 @@ class Runtime:
             raise TypeError(f"options must be RunOptions, not {type(options).__name__}")
         self.placement.check_agent(agent)
         emitter = EventEmitter(events, first_seq=checkpoint.next_seq if checkpoint else 1)
+        if tokens is not False and events is not None:
+            emitter.tokens = TokenPacer(tokens if callable(tokens) else None)
         execution = RunExecution(
             self, task, emitter, run_id or f"run-{uuid.uuid4().hex[:12]}", checkpoint
         )
@@ -394,6 +400,7 @@ class Runtime:
         aggregator: Aggregator | None = None,
         buffer: int = 64,
         options: RunOptions | None = None,
+        tokens: bool = True,
     ) -> AsyncIterator[AsyncIterator[Event]]:
         """A run of ``task`` whose events arrive as they happen, ``RunFinished``
         last::
@@ -402,7 +409,9 @@ class Runtime:
                 async for event in events:
                     ...
 
-        The run waits while ``buffer`` events are unread.  Leaving the block
+        With ``tokens``, the model calls stream: ``TokenDelta`` events carry
+        their text as it is generated (see ``run``).  The run waits while
+        ``buffer`` events are unread.  Leaving the block
         early cancels the run; a run that fails raises its error (an
         ``AgentrtError``) when the block exits."""
         send, receive = anyio.create_memory_object_stream[Event](buffer)
@@ -418,6 +427,7 @@ class Runtime:
                         budget=budget,
                         aggregator=aggregator,
                         events=stream_sink(send),
+                        tokens=tokens,
                         options=options,
                     )
                 except Exception as exc:

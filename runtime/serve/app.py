@@ -29,7 +29,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentrt._version import __version__
-from agentrt.protocols import RunRequest, RunStatus
+from agentrt.protocols import RunRequest, RunStatus, TokenDelta
 from agentrt.protocols.api import AgentList, ApiError
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.serve.bridge import RunService
@@ -213,6 +213,28 @@ async def read_json(request: Request, type_: type[Any]) -> Any:
         raise ApiProblem(400, "invalid_json", f"not valid JSON: {exc}", where="body") from None
 
 
+async def _readiness(manager: RunService) -> Response:
+    """``/readyz``: 200 when runs are accepted and every model backend
+    answers its probe (each one's health in ``backends``); else 503 saying
+    why (a dead model server is named: its runs would fail)."""
+    if not (manager.ready and manager.accepting):
+        state = "shutting down" if manager.ready else "starting"
+        return json_response(
+            ApiError(error="unavailable", message=f"not ready: {state}", status=503), 503
+        )
+    health = await manager.backend_health()
+    down = [f"backend {name!r}: {h.detail}" for name, h in health.items() if not h.ok]
+    if down:
+        problem = ApiError(
+            error="unavailable",
+            message="not ready: " + "; ".join(down),
+            where="backends",
+            status=503,
+        )
+        return json_response({**msgspec.structs.asdict(problem), "backends": health}, 503)
+    return json_response({"status": "ready", "active_runs": manager.active(), "backends": health})
+
+
 def routes(manager: RunService) -> list[BaseRoute]:
     """The REST API over ``manager``."""
 
@@ -278,12 +300,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
         return json_response({"status": "ok", "version": __version__})
 
     async def readyz(_request: Request) -> Response:
-        if manager.ready and manager.accepting:
-            return json_response({"status": "ready", "active_runs": manager.active()})
-        state = "shutting down" if manager.ready else "starting"
-        return json_response(
-            ApiError(error="unavailable", message=f"not ready: {state}", status=503), 503
-        )
+        return await _readiness(manager)
 
     doc = msgspec.json.encode(
         openapi_document(
@@ -317,7 +334,9 @@ def routes(manager: RunService) -> list[BaseRoute]:
 class EventStream:
     """``GET /v1/runs/{run_id}/events``: the run's events as SSE (a raw ASGI
     endpoint: one task follows the run, one sends keep-alives, one watches
-    for the client leaving)."""
+    for the client leaving).  While a client follows, the run's model calls
+    stream and their text comes as ``token`` events, which have no ``id``
+    (they are not stored; the steps carry the whole text)."""
 
     def __init__(self, manager: RunService) -> None:
         self.manager = manager
@@ -354,9 +373,14 @@ class EventStream:
 
             async def pump() -> None:
                 await write(b"retry: 2000\n\n")
-                async for event in self.manager.follow(run_id, after=after):
-                    kind = type(event).__struct_config__.tag
+                async for event in self.manager.follow(run_id, after=after, tokens=True):
                     data = msgspec.json.encode(event)
+                    if type(event) is TokenDelta:
+                        # No ``id``: tokens are not stored, so a reconnecting
+                        # client resumes after the last stored event.
+                        await write(b"event: token\ndata: %s\n\n" % data)
+                        continue
+                    kind = type(event).__struct_config__.tag
                     await write(
                         b"id: %d\nevent: %s\ndata: %s\n\n" % (event.seq, str(kind).encode(), data)
                     )

@@ -14,8 +14,16 @@ import builtins
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar, final
 
-from agentrt.protocols import Event, RunRequest, RunStatus, Trajectory, TrajectorySummary
+from agentrt.protocols import (
+    Event,
+    RunRequest,
+    RunStatus,
+    TokenDelta,
+    Trajectory,
+    TrajectorySummary,
+)
 from agentrt.protocols.api import AgentInfo, RunDetail, RunInfo, RunPage
+from agentrt.runtime.models.health import BackendHealth
 from agentrt.runtime.serve.config import DaemonConfig
 from agentrt.runtime.serve.manager import RunManager
 
@@ -39,6 +47,8 @@ class RunService(Protocol):
 
     def active(self) -> int: ...
 
+    async def backend_health(self) -> dict[str, BackendHealth]: ...
+
     async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo: ...
 
     async def get(self, run_id: str) -> RunInfo | None: ...
@@ -53,7 +63,9 @@ class RunService(Protocol):
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo: ...  # noqa: ASYNC109
 
-    def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]: ...
+    def follow(
+        self, run_id: str, *, after: int = 0, tokens: bool = False
+    ) -> AsyncIterator[Event]: ...
 
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None: ...
 
@@ -113,6 +125,10 @@ class ManagerBridge:
     def active(self) -> int:
         return self.manager.active()
 
+    async def backend_health(self) -> dict[str, BackendHealth]:
+        """Probed on the run loop, where the backends' connections live."""
+        return await self._on_run_loop(self.manager.backend_health)
+
     # -- reads, on this loop ---------------------------------------------------
 
     async def get(self, run_id: str) -> RunInfo | None:
@@ -143,17 +159,25 @@ class ManagerBridge:
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:  # noqa: ASYNC109
         return await self._on_run_loop(lambda: self.manager.wait(run_id, timeout=timeout))
 
-    async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+    async def follow(
+        self, run_id: str, *, after: int = 0, tokens: bool = False
+    ) -> AsyncIterator[Event]:
         """Batches of events fetched on the run loop (each call waits there
-        until there is something new or the run is over)."""
+        until there is something new or the run is over); ``tokens``: as
+        ``RunManager.follow``."""
+        cursor = 0 if tokens else None
         while True:
-            events, done = await self._on_run_loop(
-                lambda after=after: self.manager.next_events(run_id, after=after)  # type: ignore[misc]
+            batch = await self._on_run_loop(
+                lambda after=after, cursor=cursor: self.manager.next_batch(  # type: ignore[misc]
+                    run_id, after=after, tokens_after=cursor
+                )
             )
-            for event in events:
-                after = event.seq
+            cursor = batch.tokens_cursor
+            for event in batch.events:
+                if type(event) is not TokenDelta:
+                    after = event.seq
                 yield event
-            if done:
+            if batch.done:
                 return
 
 

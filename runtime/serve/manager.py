@@ -9,14 +9,16 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import enum
+import itertools
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Self, TypeVar, final
+from typing import Final, Self, TypeVar, final
 
 import anyio
 import msgspec
@@ -24,6 +26,7 @@ from anyio.abc import TaskGroup
 
 from agentrt.aggregators import Judge, parse_config
 from agentrt.protocols import (
+    ErrorRaised,
     Event,
     RolloutFinished,
     RolloutQueued,
@@ -34,6 +37,7 @@ from agentrt.protocols import (
     RunResult,
     RunStatus,
     StepRecorded,
+    TokenDelta,
     Trajectory,
     TrajectorySummary,
     decode_event,
@@ -51,10 +55,12 @@ from agentrt.runtime.engine import RunCheckpoint, Runtime
 from agentrt.runtime.errors import ConfigError, UserError
 from agentrt.runtime.log import get_logger, log_context
 from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.models.health import BackendHealth, probe_backend
 from agentrt.runtime.pricing import PriceTable
 from agentrt.runtime.serve.config import DaemonConfig
 from agentrt.runtime.serve.errors import ApiProblem, invalid
 from agentrt.runtime.serve.store import RunStore
+from agentrt.runtime.serve.store_sql import rollout_error
 from agentrt.tools.base import Tool
 
 log = get_logger(__name__)
@@ -63,6 +69,18 @@ EventObserver = Callable[[Event], None]
 """Sees every committed event (metrics)."""
 
 T = TypeVar("T")
+
+#: A new run streams its model calls this long even before anyone follows
+#: it: the client that posted it (the web page) connects a moment later.
+TOKEN_GRACE_S: Final = 3.0
+#: A follower that asked for tokens keeps them coming this long after its
+#: last request (a follower asks again as soon as a batch is out).
+TOKEN_LINGER_S: Final = 5.0
+#: How long a probe of the backends' health is reused (``/readyz``).
+HEALTH_CACHE_S: Final = 1.0
+#: Token events an active run keeps for followers that fall behind (they
+#: are never stored; the steps carry the whole text).
+TOKEN_BACKLOG: Final = 1024
 
 
 class _State(enum.Enum):
@@ -80,6 +98,16 @@ async def _enter_closing_cleanly(stack: AsyncExitStack, cm: AbstractAsyncContext
     value = await cm.__aenter__()
     stack.push_async_callback(cm.__aexit__, None, None, None)
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """What ``RunManager.next_batch`` found: events in ``seq`` order, whether
+    the run is over and all are out, the token cursor to ask with next."""
+
+    events: list[Event]
+    done: bool
+    tokens_cursor: int | None = None
 
 
 @dataclass(slots=True)
@@ -101,6 +129,27 @@ class _Live:
     last_seq: int = 0
     finished: bool = False
     """A ``RunFinished`` event was committed."""
+    tokens: deque[TokenDelta] = field(default_factory=lambda: deque(maxlen=TOKEN_BACKLOG))
+    """The latest token events (never stored)."""
+    tokens_total: int = 0
+    """Token events ever kept: a follower's cursor into ``tokens``."""
+    tokens_until: float = 0.0
+    """Until when (``time.monotonic``) the run's model calls stream."""
+
+    def listening(self) -> bool:
+        """Whether someone reads this run's tokens now."""
+        return time.monotonic() < self.tokens_until
+
+    def keep_token(self, event: TokenDelta) -> None:
+        self.tokens.append(event)
+        self.tokens_total += 1
+
+    def tokens_after(self, cursor: int) -> tuple[list[TokenDelta], int]:
+        """The token events past ``cursor`` still kept, and the new cursor."""
+        first = self.tokens_total - len(self.tokens)
+        skip = max(cursor, first) - first
+        return list(itertools.islice(self.tokens, skip, None)), self.tokens_total
+
 
     def notify(self) -> None:
         if self.changed is not None:
@@ -135,7 +184,19 @@ class _Live:
             case RolloutFinished(rollout_id=rid, status=status, answer=answer, cost=cost):
                 old = self.rollouts.get(rid) or RolloutInfo(rollout_id=rid, status=status)
                 self.rollouts[rid] = msgspec.structs.replace(
-                    old, status=status, answer=answer, cost=cost
+                    old,
+                    status=status,
+                    answer=answer,
+                    cost=cost,
+                    error=rollout_error(status, event.stop_reason),
+                )
+            case ErrorRaised(rollout_id=str(rid), where=where, message=message) if (
+                where.startswith("rollout ") and rid in self.rollouts
+            ):
+                # The run gave up on the rollout (a crash past its restarts...).
+                old = self.rollouts[rid]
+                self.rollouts[rid] = msgspec.structs.replace(
+                    old, status="failed", error=old.error or message
                 )
             case RunFinished():
                 self.finished = True
@@ -198,6 +259,7 @@ class RunManager:
         self.accepting = False
         self.ready = False
         self.resumed: list[str] = []
+        self._health: tuple[float, dict[str, BackendHealth]] | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -345,7 +407,7 @@ class RunManager:
         request = self._validate(request)
         run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
         info = await self.store.create_run(run_id, request)
-        live = _Live(info=info, request=request)
+        live = _Live(info=info, request=request, tokens_until=time.monotonic() + TOKEN_GRACE_S)
         with self._lock:
             self._live[run_id] = live
         self._tg.start_soon(self._execute, live, None)
@@ -380,6 +442,10 @@ class RunManager:
     async def _sink(self, live: _Live, event: Event) -> None:
         if live.detached:
             return  # being checkpointed: only what was committed counts
+        if type(event) is TokenDelta:  # for followers only, never stored
+            live.keep_token(event)
+            live.notify()
+            return
         # Shielded: a cancel (client or shutdown) landing mid-write would leave
         # the event committed but unapplied, and ``_settle`` would then reuse
         # its seq for ``RunFinished`` (a UNIQUE violation: the run never settles).
@@ -420,6 +486,7 @@ class RunManager:
                         run_id=run_id,
                         checkpoint=checkpoint,
                         options=request.options,
+                        tokens=live.listening,
                     )
             if scope.cancelled_caught or result is None:
                 status, error = "cancelled", "cancelled by a client"
@@ -555,37 +622,71 @@ class RunManager:
             raise ApiProblem(404, "not_found", f"no run {run_id!r}", where="run_id")
         return info
 
-    async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Event]:
+    async def follow(
+        self, run_id: str, *, after: int = 0, tokens: bool = False
+    ) -> AsyncIterator[Event]:
         """The run's events with ``seq > after``: stored ones, then live ones
-        as they are committed; ends when the run is terminal and all are out."""
+        as they are committed; ends when the run is terminal and all are out.
+        With ``tokens``, the run's model calls stream while this is followed
+        and its ``TokenDelta`` events come too (never stored: a follower
+        that comes late gets those still kept, ``TOKEN_BACKLOG``)."""
+        cursor = 0 if tokens else None
         while True:
-            events, done = await self.next_events(run_id, after=after)
-            for event in events:
-                after = event.seq
+            batch = await self.next_batch(run_id, after=after, tokens_after=cursor)
+            cursor = batch.tokens_cursor
+            for event in batch.events:
+                if type(event) is not TokenDelta:
+                    after = event.seq
                 yield event
-            if done:
+            if batch.done:
                 return
 
     async def next_events(
         self, run_id: str, *, after: int = 0, wait_s: float = 15.0
     ) -> tuple[builtins.list[Event], bool]:
+        """The next batch of the run's stored events after ``after`` (waiting
+        up to ``wait_s`` for one), and whether the run is over and all are out."""
+        batch = await self.next_batch(run_id, after=after, wait_s=wait_s)
+        return batch.events, batch.done
+
+    async def next_batch(
+        self,
+        run_id: str,
+        *,
+        after: int = 0,
+        tokens_after: int | None = None,
+        wait_s: float = 15.0,
+    ) -> EventBatch:
         """The next batch of the run's events after ``after`` (waiting up to
-        ``wait_s`` for one), and whether the run is over and all are out."""
+        ``wait_s`` for one); with ``tokens_after`` (a cursor: 0, then the
+        batch's ``tokens_cursor``), its token events too, in ``seq`` order
+        with the rest, and the run streams while this is asked for."""
         with anyio.move_on_after(wait_s):
             while True:
                 live = self._live.get(run_id)
                 changed = live.next_change() if live is not None else None
+                tokens: builtins.list[TokenDelta] = []
+                cursor = tokens_after
+                if live is not None and tokens_after is not None:
+                    until = time.monotonic() + wait_s + TOKEN_LINGER_S
+                    live.tokens_until = max(live.tokens_until, until)
+                    # Taken before the store is read: a rollout's events
+                    # before its tokens are committed by then (in this batch).
+                    tokens, cursor = live.tokens_after(tokens_after)
                 bodies = await self.store.events(run_id, after=after)
-                if bodies:
-                    return [decode_event(body) for body in bodies], False
+                if bodies or tokens:
+                    events: builtins.list[Event] = [decode_event(body) for body in bodies]
+                    if tokens:
+                        events = sorted([*events, *tokens], key=lambda e: e.seq)
+                    return EventBatch(events, False, cursor)
                 if live is None or live.done.is_set():
                     info = await self.store.run_info(run_id)
                     if info is None or info.status in TERMINAL_STATUSES or run_id not in self._live:
-                        return [], True
+                        return EventBatch([], True, cursor)
                     continue
                 assert changed is not None
                 await changed.wait()
-        return [], False
+        return EventBatch([], False, tokens_after)
 
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
         return await self.store.trajectory(run_id, rollout_id)
@@ -597,6 +698,24 @@ class RunManager:
         with self._lock:
             return len(self._live)
 
+    async def backend_health(self) -> dict[str, BackendHealth]:
+        """Each model backend's health (``probe_backend``, all at once; the
+        answer is reused for ``HEALTH_CACHE_S`` so probes do not pile up)."""
+        now = time.monotonic()
+        if self._health is not None and now - self._health[0] < HEALTH_CACHE_S:
+            return self._health[1]
+        found: dict[str, BackendHealth] = {}
+
+        async def probe(name: str, backend: ModelBackend) -> None:
+            found[name] = await probe_backend(backend)
+
+        async with anyio.create_task_group() as tg:
+            for name, backend in self.runtime.backends.items():
+                tg.start_soon(probe, name, backend)
+        health = {name: found[name] for name in sorted(found)}
+        self._health = (time.monotonic(), health)
+        return health
+
     def queue_depths(self) -> dict[str, int]:
         """What waits, by queue: runs for a run slot, rollouts for their
         backend's slot, writes for the store (``/metrics``)."""
@@ -607,4 +726,4 @@ class RunManager:
         return depths
 
 
-__all__ = ["EventObserver", "RunManager"]
+__all__ = ["TOKEN_GRACE_S", "EventBatch", "EventObserver", "RunManager"]

@@ -198,12 +198,16 @@ class _RunFollower:
         match event:
             case RolloutStarted(rollout_id=rid, parent_rollout_id=parent) if parent is not None:
                 self._children.add(rid)
-            case RolloutFinished(rollout_id=rid, status=status, answer=answer) if (
+            case RolloutFinished(rollout_id=rid, status=status, answer=answer, stop_reason=why) if (
                 rid not in self._children
             ):
                 self._finished += 1
                 self._answers[rid] = answer
-                shown = "no answer" if answer is None else f"answer {_clip(answer)!r}"
+                shown = (
+                    f"no answer ({why or status})"
+                    if answer is None
+                    else f"answer {_clip(answer)!r}"
+                )
                 # Refinement rounds (PDR) run rollouts beyond the N asked for.
                 count = (
                     f"{self._finished}/{self._rollouts}"

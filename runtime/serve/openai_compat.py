@@ -17,9 +17,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from agentrt.protocols import Event, RolloutFinished, TokenLogprob, ToolCall, VoteCast
+from agentrt.protocols import TokenLogprob, ToolCall
 from agentrt.protocols.api import AgentInfo, RunInfo
 from agentrt.runtime.log import get_logger
+from agentrt.runtime.serve.answer_stream import AnswerStream, StreamText
 from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.openai_options import Requested, chat_requested, labels
 from agentrt.runtime.serve.openai_runs import (
@@ -63,8 +64,8 @@ from agentrt.runtime.serve.responses import responses_routes
 
 log = get_logger(__name__)
 
-#: Why 16: progress events only feed SSE comments; a slow client should
-#: push back on the follower rather than have events pile up.
+#: Why 16: a slow client should push back on the follower (and the run)
+#: rather than have text pile up.
 _PROGRESS_BUFFER: Final = 16
 
 
@@ -189,17 +190,6 @@ def _logprobs(logprobs: list[TokenLogprob] | None) -> LogprobsOut | None:
     )
 
 
-def _progress(event: Event) -> bytes | None:
-    """An SSE comment for a milestone of the run (clients skip comments)."""
-    match event:
-        case RolloutFinished(rollout_id=rollout_id, status=status):
-            return f": rollout {rollout_id} {status}\n\n".encode()
-        case VoteCast(aggregator=aggregator, round=round_, winner=winner):
-            return f": {aggregator} round {round_}: winner {winner}\n\n".encode()
-        case _:
-            return None
-
-
 class _CompletionStream(Response):
     """The SSE reply of a streaming chat completion (a raw ASGI response: one
     task follows the run, one watches for the client leaving)."""
@@ -223,6 +213,7 @@ class _CompletionStream(Response):
         self.info = info
         self.model = model
         self.wanted = wanted
+        self.text = AnswerStream(info.run_id, info.rollouts)
         self.include_usage = chat.stream_options is not None and bool(
             chat.stream_options.include_usage
         )
@@ -274,7 +265,9 @@ class _CompletionStream(Response):
     async def _stream(self, write: Callable[[bytes], Awaitable[None]]) -> None:
         manager, run_id = self.endpoints.manager, self.info.run_id
         await write(self._chunk([ChunkChoice(delta=Delta(role="assistant", content=""))]))
-        send_progress, receive_progress = anyio.create_memory_object_stream[bytes](_PROGRESS_BUFFER)
+        send_progress, receive_progress = anyio.create_memory_object_stream[StreamText](
+            _PROGRESS_BUFFER
+        )
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._follow, send_progress)
             async with receive_progress:
@@ -282,7 +275,7 @@ class _CompletionStream(Response):
                     line: bytes | None = b": keep-alive\n\n"
                     with anyio.move_on_after(self.endpoints.keepalive_s):
                         try:
-                            line = await receive_progress.receive()
+                            line = self._text_chunk(await receive_progress.receive())
                         except anyio.EndOfStream:
                             line = None
                     if line is None:
@@ -297,12 +290,13 @@ class _CompletionStream(Response):
         except OpenAIError as err:
             await write(sse_data(err.body()))
             return
-        if outcome.text:
+        rest = self.text.rest(outcome.text)  # what the tokens did not say yet
+        if rest or outcome.logprobs:
             await write(
                 self._chunk(
                     [
                         ChunkChoice(
-                            delta=Delta(content=outcome.text),
+                            delta=Delta(content=rest),
                             logprobs=_logprobs(outcome.logprobs),
                         )
                     ]
@@ -328,14 +322,21 @@ class _CompletionStream(Response):
             await write(self._chunk([], usage=usage_of(info)))
         await write(b"data: [DONE]\n\n")
 
-    async def _follow(self, progress: MemoryObjectSendStream[bytes]) -> None:
-        """Feeds milestones of the run to the stream; closing it says the run is over."""
+    def _text_chunk(self, text: StreamText) -> bytes:
+        delta = Delta(content=text.content or None, reasoning_content=text.reasoning or None)
+        return self._chunk([ChunkChoice(delta=delta)])
+
+    async def _follow(self, progress: MemoryObjectSendStream[StreamText]) -> None:
+        """Feeds the run's text (``AnswerStream``: the answer as it is
+        generated, progress as reasoning) to the stream; closing it says the
+        run is over."""
         async with progress:
             try:
-                async for event in self.endpoints.manager.follow(self.info.run_id):
-                    line = _progress(event)
-                    if line is not None:
-                        await progress.send(line)
+                follow = self.endpoints.manager.follow(self.info.run_id, tokens=True)
+                async for event in follow:
+                    text = self.text.feed(event)
+                    if text is not None:
+                        await progress.send(text)
             except Exception as exc:  # progress is optional; the answer is not
                 log.warning("openai_follow_failed", run_id=self.info.run_id, error=repr(exc))
                 await self.endpoints.manager.wait(self.info.run_id)
@@ -361,8 +362,10 @@ def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> l
     ``aggregate_options``, ``budget``, top level or in an ``agentrt``
     object, i.e. the client's ``extra_body``) scale the run.  The answer
     comes back with ``usage`` from the run's cost and an ``agentrt`` field
-    naming the run.  With ``stream: true``: SSE chunks (the role, comments
-    while the run progresses, the answer or tool calls, the usage if
+    naming the run.  With ``stream: true``: SSE chunks (the role; with one
+    rollout its model's text as ``content`` while it is generated; the
+    run's progress as ``reasoning_content``; the rest of the answer or tool
+    calls, the usage if
     ``stream_options.include_usage``, ``[DONE]``).  ``POST /v1/responses``:
     the Responses API over the same runs (``responses_routes``).  A client
     that disconnects cancels its run.  Errors are OpenAI's ``{"error":

@@ -234,19 +234,27 @@ def run_info_of(row: tuple[Any, ...]) -> RunInfo:
 
 
 ROLLOUTS_SQL: Final = (
-    "SELECT rollout_id, status, steps, answer, cost FROM rollouts WHERE run_id = ? ORDER BY rowid"
+    "SELECT rollout_id, status, steps, answer, cost, finished FROM rollouts "
+    "WHERE run_id = ? ORDER BY rowid"
 )
 """A run's rollouts, in the order they started (``rollout_info_of`` decodes a row)."""
 
 
+def rollout_error(status: str, stop_reason: str | None) -> str | None:
+    """A rollout's ``RolloutInfo.error``: its stop reason, unless it answered."""
+    return None if status in ("finished", "running", "queued") else stop_reason or status
+
+
 def rollout_info_of(row: tuple[Any, ...]) -> RolloutInfo:
-    rollout_id, status, steps, answer, cost = row
+    rollout_id, status, steps, answer, cost, finished = row
+    end = msgspec.json.decode(finished, type=RolloutFinished) if finished is not None else None
     return RolloutInfo(
         rollout_id=rollout_id,
         status=status,
         steps=steps,
         answer=answer,
         cost=msgspec.json.decode(cost, type=Cost) if cost is not None else Cost(),
+        error=rollout_error(status, end.stop_reason) if end is not None else None,
     )
 
 
@@ -257,6 +265,7 @@ __all__ = [
     "SCHEMA",
     "Statement",
     "event_statements",
+    "rollout_error",
     "rollout_info_of",
     "run_info_of",
 ]

@@ -193,6 +193,7 @@ function runRow(run) {
       { testid: 'run-row-task', title: run.task },
       h('a', { href: `#/runs/${encodeURIComponent(run.run_id)}` }, clip(run.task, 90)),
       run.answer ? h('div', { class: 'muted', testid: 'run-row-answer' }, `→ ${clip(run.answer, 90)}`) : null,
+      !run.answer && run.error ? h('div', { class: 'error', testid: 'run-row-error', title: run.error }, `✗ ${clip(run.error, 140)}`) : null,
     ),
     h('td', { class: 'nowrap' }, `${run.rollouts} × ${run.aggregate}`),
     h('td', { class: 'nowrap', testid: 'run-row-cost' }, fmtCost(run.cost)),

@@ -140,12 +140,19 @@ function matchBox(vote, label, runId) {
       won ? h('span', { class: 'mark' }, '✓') : null,
     );
   });
-  const bye = vote.candidates.length === 1;
+  // Say why a winner went through when no vote decided it: a bye, the same
+  // answer on every side (nothing to judge), or no verdict the judge gave
+  // could be read (every count 0: the tie rule chose).
+  const counts = vote.votes ? Object.values(vote.votes) : [];
+  let note = null;
+  if (vote.candidates.length === 1) note = 'bye';
+  else if (!counts.length) note = 'same answer: not judged';
+  else if (counts.every((c) => c === 0)) note = 'no verdict parsed: tie broken';
   return h(
     'div',
     { class: 'match', testid: 'vote-match', dataset: { winner: vote.winner || '' } },
     h('ul', {}, candidates),
-    bye ? h('div', { class: 'muted' }, 'bye') : null,
+    note ? h('div', { class: 'muted', testid: 'vote-note' }, note) : null,
   );
 }
 

@@ -1,6 +1,7 @@
-// One run, live: its header (status, cost, answer), rollouts, aggregation,
-// budget burn, signals and errors, and the selected rollout's trajectory and
-// summary.  State is rebuilt from the run's event stream (which replays
+// One run, live: its header (status, cost, answer), rollouts (each failed
+// one with its reason), the text the models are generating (`token` events),
+// aggregation, budget burn, signals and errors, and the selected rollout's
+// trajectory and summary.  State is rebuilt from the run's event stream (which replays
 // every stored event first), seeded by GET /v1/runs/{id}.
 
 import { api, followEvents } from './api.js';
@@ -11,6 +12,8 @@ import { trajectoryView } from './trajectory.js';
 const TRAJECTORY_REFRESH_MS = 400;
 const FINAL_DETAIL_TRIES = 20;
 const FINAL_DETAIL_DELAY_MS = 250;
+const LIVE_TEXT_CHARS = 4000;
+const TERMINAL_ROLLOUT = new Set(['finished', 'failed', 'cancelled', 'exhausted']);
 
 export class RunView {
   constructor(container, runId) {
@@ -51,6 +54,7 @@ export class RunView {
       aggregation: h('div', {}),
       budget: h('div', {}),
       notes: h('ul', { class: 'notes', testid: 'run-notes' }),
+      liveText: h('div', { testid: 'live-output' }),
       trajectory: h('div', { testid: 'trajectory-panel' }),
     };
     const panel = (title, ...body) => h('div', { class: 'panel' }, h('h3', {}, title), ...body);
@@ -67,6 +71,7 @@ export class RunView {
           this.el.error,
           this.el.facts,
         ),
+        h('div', { class: 'panel' }, h('h3', {}, 'Generating'), this.el.liveText),
         h(
           'div',
           { class: 'grid' },
@@ -152,6 +157,7 @@ export class RunView {
       known.steps = Math.max(known.steps, r.steps);
       if (r.status !== 'running' || known.status === 'pending') known.status = r.status;
       if (r.answer !== null && r.answer !== undefined) known.answer = r.answer;
+      if (r.error) known.error = r.error;
       if (tokensOf(r.cost) || r.cost.usd) known.cost = r.cost;
     }
     if (detail.result) {
@@ -164,7 +170,7 @@ export class RunView {
   rolloutState(rid) {
     let r = this.rollouts.get(rid);
     if (!r) {
-      r = { rolloutId: rid, status: 'pending', steps: 0, tools: new Set(), answer: null, cost: null, parent: null, tokens: new Map() };
+      r = { rolloutId: rid, status: 'pending', steps: 0, tools: new Set(), answer: null, cost: null, parent: null, tokens: new Map(), error: null, live: '', liveStep: -1 };
       this.rollouts.set(rid, r);
     }
     return r;
@@ -197,6 +203,7 @@ export class RunView {
         const r = this.rolloutState(ev.rollout_id);
         if (r.status === 'pending') r.status = 'running';
         r.steps = Math.max(r.steps, ev.step.index + 1);
+        if (ev.step.index >= r.liveStep) r.live = '';
         const usage = ev.step.reply ? ev.step.reply.usage : null;
         if (usage) {
           const tokens = usage.prompt_tokens + usage.completion_tokens;
@@ -204,6 +211,17 @@ export class RunView {
           this.stepTokens.set(`${ev.rollout_id}#${ev.step.index}`, { ts: ev.ts, tokens });
         }
         if (ev.rollout_id === this.selected) this.refreshTrajectorySoon();
+        break;
+      }
+      case 'token': {
+        const r = this.rolloutState(ev.rollout_id);
+        if (ev.step < r.steps) break; // a step already recorded (a late follower's backlog)
+        if (ev.step !== r.liveStep) {
+          r.liveStep = ev.step;
+          r.live = '';
+        }
+        r.live = (r.live + (ev.text || ev.reasoning || '')).slice(-LIVE_TEXT_CHARS);
+        if (r.status === 'pending' || r.status === 'queued') r.status = 'running';
         break;
       }
       case 'tool_call':
@@ -214,6 +232,8 @@ export class RunView {
         r.status = ev.status;
         r.answer = ev.answer;
         r.cost = ev.cost;
+        r.live = '';
+        r.error = ev.answer === null && ev.status !== 'finished' ? ev.stop_reason || ev.status : null;
         if (ev.rollout_id === this.selected) this.refreshTrajectorySoon();
         break;
       }
@@ -261,6 +281,7 @@ export class RunView {
   render() {
     this.renderHeader();
     this.renderRollouts();
+    this.renderLiveText();
     const scaling = this.request ? this.request.scaling : { aggregate: '' };
     fill(this.el.aggregation, voteView(this.votes, { label: (r) => this.label(r), aggregate: scaling.aggregate, runId: this.runId }));
     fill(this.el.budget, budgetChart(this.budgetPoints(), this.stepPoints(), this.request ? this.request.budget : {}));
@@ -290,11 +311,40 @@ export class RunView {
       row('Task', info.task, 'run-task'),
       row('Scaling', `${info.rollouts} rollout${info.rollouts === 1 ? '' : 's'} × ${info.aggregate}${options}`, 'run-scaling'),
       row('Budget', budget || 'uncapped', 'run-budget'),
-      row('Cost', fmtCost(info.cost), 'run-cost'),
+      row('Cost', this.costText(info), 'run-cost'),
       row('Answer', info.answer, 'run-answer'),
       row('Why', this.result ? this.result.rationale : null, 'run-rationale'),
       row('Error', info.error, 'run-error'),
       info.resumed ? row('Resumed', `${info.resumed}×`, 'run-resumed') : null,
+    );
+  }
+
+  /** The run's cost: the ledger's once it says something, else (live) the
+   * tokens of the steps seen so far: the ledger reports as rollouts end. */
+  costText(info) {
+    const ledger = tokensOf(info.cost);
+    if (TERMINAL.has(info.status)) return fmtCost(info.cost);
+    let steps = 0;
+    for (const st of this.stepTokens.values()) steps += st.tokens;
+    if (steps <= ledger) return fmtCost(info.cost);
+    const calls = this.stepTokens.size;
+    return `${fmtTokens(steps)} tok · ${calls} call${calls === 1 ? '' : 's'} so far`;
+  }
+
+  renderLiveText() {
+    const live = [...this.rollouts.values()].filter((r) => r.live && !TERMINAL_ROLLOUT.has(r.status));
+    fill(
+      this.el.liveText,
+      live.length
+        ? live.map((r) =>
+            h(
+              'div',
+              { class: 'live-text', testid: 'live-text', dataset: { rolloutId: r.rolloutId, step: r.liveStep } },
+              h('div', { class: 'muted' }, `${this.label(r.rolloutId)} · step ${r.liveStep}`),
+              h('pre', {}, r.live),
+            ),
+          )
+        : h('p', { class: 'muted' }, TERMINAL.has(this.info ? this.info.status : '') ? 'Done.' : 'Nothing being generated now.'),
     );
   }
 
@@ -316,7 +366,11 @@ export class RunView {
         h('td', {}, badge(r.status, 'rollout-status')),
         h('td', { testid: 'rollout-steps' }, String(r.steps)),
         h('td', {}, String(r.tools.size)),
-        h('td', { testid: 'rollout-answer', title: r.answer || '' }, clip(r.answer, 60)),
+        h(
+          'td',
+          { testid: 'rollout-answer', title: r.answer || r.error || '' },
+          r.answer !== null || !r.error ? clip(r.answer, 60) : h('span', { class: 'error', testid: 'rollout-error' }, clip(r.error, 120)),
+        ),
         h('td', {}, cost),
       );
     });

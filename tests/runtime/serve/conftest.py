@@ -70,9 +70,15 @@ async def running_daemon(
 
 
 async def sse_events(
-    client: httpx.AsyncClient, path: str, *, last_event_id: int | None = None, limit: int = 10_000
+    client: httpx.AsyncClient,
+    path: str,
+    *,
+    last_event_id: int | None = None,
+    limit: int = 10_000,
+    tokens: bool = False,
 ) -> list[tuple[int, str, dict[str, Any]]]:
-    """Read an SSE stream to its end (or ``limit`` events): (id, event, data)."""
+    """Read an SSE stream to its end (or ``limit`` events): (id, event, data).
+    ``token`` events (they have no id: 0 here) are left out unless ``tokens``."""
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
     out: list[tuple[int, str, dict[str, Any]]] = []
     fields: dict[str, str] = {}
@@ -81,9 +87,13 @@ async def sse_events(
         assert response.headers["content-type"].startswith("text/event-stream")
         async for line in response.aiter_lines():
             if line == "":
-                if "data" in fields:
+                if "data" in fields and ("id" in fields or tokens):
                     out.append(
-                        (int(fields["id"]), fields["event"], msgspec.json.decode(fields["data"]))
+                        (
+                            int(fields.get("id", 0)),
+                            fields["event"],
+                            msgspec.json.decode(fields["data"]),
+                        )
                     )
                     if len(out) >= limit:
                         break
