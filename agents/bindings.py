@@ -17,8 +17,18 @@ from typing import TYPE_CHECKING, Any
 from agentrt.agents.spec import BuiltinTool, McpTools, PythonTool
 from agentrt.runtime.errors import ConfigError
 from agentrt.tools.base import Tool
-from agentrt.tools.builtins import Calculator, ListDirectoryTool, PythonSandbox, ReadFileTool
+from agentrt.tools.builtins import (
+    Calculator,
+    EditorTool,
+    ListDirectoryTool,
+    PythonSandbox,
+    PythonSandboxConfig,
+    ReadFileTool,
+    ShellTool,
+)
 from agentrt.tools.function import FunctionTool
+from agentrt.tools.sandbox import SandboxConfig
+from agentrt.tools.sandbox_workspace import Workspaces
 
 if TYPE_CHECKING:  # the MCP SDK loads when a connection opens, not with the agents
     from agentrt.tools.mcp import McpToolSource
@@ -38,7 +48,10 @@ def resolve_binding(
 
 
 def builtin_tool(binding: BuiltinTool, *, base_dir: Path, where: str) -> Tool:
-    """One built-in tool: ``calculator``, ``python`` (``PythonSandbox``), or
+    """One built-in tool: ``calculator``, ``python`` (``PythonSandbox``, a
+    fresh directory per call), ``shell``/``editor`` (``ShellTool``,
+    ``EditorTool``: the rollout's directory under ``Workspaces()``'s default
+    root, shared by the two), or
     ``read_file``/``list_directory`` confined to ``root`` (relative to
     ``base_dir``, the spec file's directory; default: that directory)."""
     name = binding.name or binding.builtin
@@ -46,7 +59,11 @@ def builtin_tool(binding: BuiltinTool, *, base_dir: Path, where: str) -> Tool:
         case "calculator":
             return Calculator(name=name)
         case "python":
-            return PythonSandbox(name=name)
+            return PythonSandbox(PythonSandboxConfig(network=binding.network), name=name)
+        case "shell":
+            return ShellTool(Workspaces(), SandboxConfig(network=binding.network), name=name)
+        case "editor":
+            return EditorTool(Workspaces(), name=name)
         case "read_file" | "list_directory":
             root = base_dir / (binding.root or ".")
             try:

@@ -36,7 +36,7 @@ from agentrt.tools.mcp.config import McpServerConfig
 #: Agent, pipeline and stage names become tool names: what model APIs accept.
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
-BuiltinName = Literal["calculator", "python", "read_file", "list_directory"]
+BuiltinName = Literal["calculator", "python", "read_file", "list_directory", "shell", "editor"]
 FILE_TOOLS: tuple[BuiltinName, ...] = ("read_file", "list_directory")
 
 
@@ -80,8 +80,9 @@ class SpecModel(BaseModel):
 
 
 class BuiltinTool(SpecModel):
-    """A built-in tool: ``calculator``, ``python`` (a sandbox), ``read_file``
-    or ``list_directory`` (confined to ``root``).  A plain string is short
+    """A built-in tool: ``calculator``, ``python`` (sandboxed), ``shell``
+    and ``editor`` (sandboxed, in the rollout's workspace), ``read_file`` or
+    ``list_directory`` (confined to ``root``).  A plain string is short
     for ``{builtin: NAME}``."""
 
     builtin: BuiltinName
@@ -91,6 +92,9 @@ class BuiltinTool(SpecModel):
     root: str | None = None
     """For the file tools: the directory they are confined to, relative to
     the spec file's directory (default: that directory)."""
+    network: bool = False
+    """For ``python`` and ``shell``: let sandboxed commands use the network
+    (default: none)."""
 
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
@@ -100,6 +104,8 @@ class BuiltinTool(SpecModel):
     def _root_for_file_tools(self) -> Self:
         if self.root is not None and self.builtin not in FILE_TOOLS:
             raise ValueError(f"`root` applies to {' and '.join(FILE_TOOLS)} only")
+        if self.network and self.builtin not in ("python", "shell"):
+            raise ValueError("`network` applies to python and shell only")
         return self
 
 

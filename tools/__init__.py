@@ -1,5 +1,6 @@
-"""Tools: the tool registry, Python-function tools, MCP client connections and
-the MCP tool servers the runtime hosts.
+"""Tools: the tool registry, Python-function tools, MCP client connections,
+the MCP tool servers the runtime hosts, and the sandbox (with per-rollout
+workspaces) that the shell, editor and Python tools run in.
 
 Sits above the runtime floor (it may use actors and model types) and below
 agents; it never imports agents or aggregators.
@@ -8,12 +9,13 @@ agents; it never imports agents or aggregators.
 from agentrt.tools.base import NotificationSink, Tool, ToolContent, ToolContext, ToolOutput
 from agentrt.tools.builtins import (
     Calculator,
+    EditorTool,
     FileRoot,
     ListDirectoryTool,
     PythonSandbox,
     PythonSandboxConfig,
     ReadFileTool,
-    SandboxResult,
+    ShellTool,
     evaluate,
     file_tools,
 )
@@ -24,12 +26,20 @@ from agentrt.tools.registry import (
     ToolRegistry,
     UnknownToolError,
 )
+from agentrt.tools.sandbox import Sandbox, SandboxConfig, SandboxResult, SandboxUnavailable
+from agentrt.tools.sandbox_workspace import (
+    RolloutWorkspace,
+    Workspaces,
+    WorkspaceSeed,
+    copy_directory_seed,
+)
 from agentrt.tools.validation import ArgumentProblem, SchemaValidator, invalid_arguments
 
 __all__ = [
     "TOOL_NAME_PATTERN",
     "ArgumentProblem",
     "Calculator",
+    "EditorTool",
     "FileRoot",
     "FunctionTool",
     "ListDirectoryTool",
@@ -37,8 +47,13 @@ __all__ = [
     "PythonSandbox",
     "PythonSandboxConfig",
     "ReadFileTool",
+    "RolloutWorkspace",
+    "Sandbox",
+    "SandboxConfig",
     "SandboxResult",
+    "SandboxUnavailable",
     "SchemaValidator",
+    "ShellTool",
     "Tool",
     "ToolContent",
     "ToolContext",
@@ -46,6 +61,9 @@ __all__ = [
     "ToolOutput",
     "ToolRegistry",
     "UnknownToolError",
+    "WorkspaceSeed",
+    "Workspaces",
+    "copy_directory_seed",
     "evaluate",
     "file_tools",
     "invalid_arguments",

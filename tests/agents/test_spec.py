@@ -143,7 +143,7 @@ ERRORS = [
         "name: a\ntools:\n  - calculator\n  - calculater\n",
         4,
         "tools[1]",
-        "'calculator', 'python', 'read_file' or 'list_directory'",
+        "'calculator', 'python', 'read_file', 'list_directory', 'shell' or 'editor'",
         id="unknown-builtin",
     ),
     pytest.param(
