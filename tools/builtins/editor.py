@@ -76,6 +76,14 @@ def _schema() -> dict[str, Any]:
     }
 
 
+class _Missing(ToolError):
+    """A directory on the way does not exist."""
+
+
+class _NotDirectory(ToolError):
+    """A component on the way is a symlink or a file."""
+
+
 @contextlib.contextmanager
 def _directory(space: RolloutWorkspace, parts: tuple[str, ...], *, create: bool) -> Iterator[int]:
     """An fd of the workspace directory ``parts``, walked without following
@@ -89,13 +97,13 @@ def _directory(space: RolloutWorkspace, parts: tuple[str, ...], *, create: bool)
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except FileNotFoundError:
                 if not create:
-                    raise ToolError(f"{space.shown(walked)} does not exist") from None
+                    raise _Missing(f"{space.shown(walked)} does not exist") from None
                 os.mkdir(part, 0o755, dir_fd=fd)
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
                 _own(child)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise ToolError(
+                    raise _NotDirectory(
                         f"{space.shown(walked)} is a symlink or not a directory; the editor "
                         "does not follow symlinks"
                     ) from None
@@ -115,7 +123,11 @@ def _own(fd: int) -> None:
 
 def _read(space: RolloutWorkspace, rel: PurePosixPath) -> bytes | None:
     """The file's bytes, ``None`` if it does not exist."""
-    with _directory(space, rel.parent.parts, create=False) as parent:
+    with contextlib.ExitStack() as stack:
+        try:
+            parent = stack.enter_context(_directory(space, rel.parent.parts, create=False))
+        except _Missing:
+            return None
         try:
             fd = os.open(rel.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=parent)
         except FileNotFoundError:
@@ -173,10 +185,8 @@ def _listing(space: RolloutWorkspace, rel: PurePosixPath) -> str | None:
         with _directory(space, rel.parts, create=False) as fd:
             lines: list[str] = []
             _list_into(fd, PurePosixPath(space.shown(rel)), 2, lines)
-    except ToolError as exc:
-        if "not a directory" in str(exc) or "does not exist" in str(exc):
-            return None
-        raise
+    except (_Missing, _NotDirectory):
+        return None
     if len(lines) > _MAX_LISTED:
         lines = [*lines[:_MAX_LISTED], f"[... {len(lines) - _MAX_LISTED} more entries ...]"]
     return "\n".join([f"Files and directories in {space.shown(rel)} (2 levels):", *lines])
