@@ -10,11 +10,19 @@ from collections.abc import Sequence
 
 import pytest
 
-from agentrt.aggregators import RTV, AggregationContext, ModelJudge, Score, Verdict
+from agentrt.aggregators import (
+    RTV,
+    AggregationContext,
+    ModelJudge,
+    Score,
+    Verdict,
+    build_aggregator,
+)
 from agentrt.aggregators.verdict import parse_score, parse_verdict
 from agentrt.protocols import ModelRequest, TrajectorySummary
 from agentrt.runtime.budget import BudgetLedger
-from agentrt.testing import ScriptedBackend
+from agentrt.runtime.errors import ConfigError
+from agentrt.testing import ScriptedBackend, ScriptedToolCall
 
 pytestmark = pytest.mark.anyio
 
@@ -165,3 +173,28 @@ async def test_ties_and_byes_favour_no_candidate(n: int) -> None:
     dof = n - 1
     critical = CHI2_999[dof] if dof in CHI2_999 else CHI2_999[4]
     assert chi2(wins, ids, trials) < critical, wins
+
+
+async def test_structured_output_reads_the_verdict_tool_call() -> None:
+    call = ScriptedToolCall("verdict", {"reasoning": "attempt 2 ran the test", "verdict": 2})
+    backend = ScriptedBackend([call])
+    judge = ModelJudge(structured=True, shuffle=False)
+    verdict = await judge.compare("t", [s("a", "x"), s("b", "y")], context(backend))
+    assert verdict.winner == 1
+    request = backend.requests[0]
+    assert [t.name for t in request.tools] == ["verdict"]
+    assert request.tool_choice == "required"
+    assert request.tools[0].parameters["properties"]["verdict"]["maximum"] == 2
+
+
+def test_a_judge_option_that_does_not_exist_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"scaling.aggregate \(rtv\): judge.max_token: Extra"):
+        build_aggregator({"name": "rtv", "judge": {"max_token": 9}}, where="scaling.aggregate")
+    with pytest.raises(ConfigError, match=r"aggregate.name: unknown aggregator 'rtvv'; known: "):
+        build_aggregator({"name": "rtvv"})
+    with pytest.raises(ConfigError, match=r"judge.retries: retries must be >= 0 and <= 5"):
+        ModelJudge(retries=9)
+    rtv = build_aggregator({"name": "rtv", "judge": {"max_tokens": 2048, "retries": 0}})
+    assert isinstance(rtv, RTV)
+    assert isinstance(rtv.judge, ModelJudge)
+    assert (rtv.judge.max_tokens, rtv.judge.retries) == (2048, 0)
