@@ -64,6 +64,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/daemon.py
 	$(BIN)/python bench/placement.py
+	$(BIN)/python bench/sandbox.py
 
 clean:
 	rm -rf $(VENV) .typecheck build *.egg-info .pytest_cache .mypy_cache .ruff_cache
