@@ -389,8 +389,25 @@ class Rollout:
             affinity_key=self.run_id,
         )
         timeout = limits.model_timeout_s
+        journal = self.ledger.journal
+        booked = 0  # the call's CallReserved, on a journaled run; 0 once settled
+        replayed = journal.replay(request.request_id) if journal is not None else None
+        if replayed is not None:
+            # An earlier incarnation of the run got this reply and died before
+            # committing the step: take it up (it was charged on resume).
+            pending.reservation.release()
+            usage = replayed.usage
+            self.spent += Cost(
+                usd=self.ledger.prices.cost_usd(decision.model, usage),
+                usage=usage,
+                model_calls=1,
+            )
+            pending.reply = replayed
+            return replayed
         try:
             with pending.reservation:
+                if journal is not None:
+                    booked = await journal.reserved(pending.reservation, request.request_id)
                 # One timer per call: a backend that bounds its calls within
                 # our timeout (``call_deadline_s``) raises ``BackendTimeout``
                 # itself; a second scope would only add a timer.
@@ -407,9 +424,14 @@ class Rollout:
                     if scope.cancelled_caught:
                         raise TimeoutError
                 self.spent += pending.reservation.charge(reply.usage)
+                if journal is not None:
+                    await journal.settled(booked, reply.usage, reply)
+                    booked = 0
             if not reply.choices:
                 raise MalformedReply("the reply has no choices", backend=backend.name)
         except _MODEL_CALL_FAILURES as exc:
+            if journal is not None and booked:
+                await journal.settled(booked, None)  # released: it cost nothing
             text = (
                 f"no reply within {limits.model_timeout_s:g} s"
                 if isinstance(exc, TimeoutError)
@@ -517,6 +539,7 @@ class Rollout:
                 rollout_id=self.rollout_id,
                 timeout_s=self.config.limits.tool_timeout_s,
                 progress=self._on_tool_notification,
+                step=index,
             )
             for crash in outcome.crashed:
                 await self._emit(

@@ -216,6 +216,7 @@ class Toolbox:
         timeout_s: float,
         notify: NotificationSink | None = None,
         progress: CallProgress | None = None,
+        step: int | None = None,
     ) -> CallsOutcome:
         """Run ``calls`` concurrently (several: in a task group; one: awaited
         here), each under ``timeout_s``; results in call order.  A tool's
@@ -227,7 +228,8 @@ class Toolbox:
         unexpected exception (logged with its traceback), and
         ``BudgetExceeded`` from a tool (flagged in the outcome so the loop
         ends the rollout as exhausted).  Cancellation is not caught:
-        cancelling the caller cancels every running call."""
+        cancelling the caller cancels every running call.  ``step``: the
+        caller's step, which names each call's ``idempotency_key``."""
         batch = _Batch([None] * len(calls))
         answer: str | None = None
         runnable: list[tuple[int, PreparedCall]] = []
@@ -250,6 +252,7 @@ class Toolbox:
                 run_id=run_id,
                 rollout_id=rollout_id,
                 call_id=call.id,
+                idempotency_key="" if step is None else f"{rollout_id}/{step}/{call.id}",
                 timeout_s=timeout_s,
                 notify=_call_sink(call, notify, progress),
             )
@@ -262,6 +265,7 @@ class Toolbox:
                         run_id=run_id,
                         rollout_id=rollout_id,
                         call_id=call.id,
+                        idempotency_key=("" if step is None else f"{rollout_id}/{step}/{call.id}"),
                         timeout_s=timeout_s,
                         notify=_call_sink(call, notify, progress),
                     )

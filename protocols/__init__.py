@@ -10,6 +10,9 @@ round-trips through JSON.  Types that are persisted carry ``schema_version``.
 from agentrt.protocols.codec import decode, decode_event, encode, to_builtins
 from agentrt.protocols.events import (
     BudgetUpdated,
+    CallReserved,
+    CallSettled,
+    ElicitationRequested,
     ErrorRaised,
     Event,
     RolloutFinished,
@@ -72,9 +75,12 @@ __all__ = [
     "AssistantMessage",
     "Budget",
     "BudgetUpdated",
+    "CallReserved",
+    "CallSettled",
     "ChatMessage",
     "Choice",
     "Cost",
+    "ElicitationRequested",
     "ErrorRaised",
     "Event",
     "Fact",

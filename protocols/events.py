@@ -7,10 +7,13 @@ by the emitter, and a wall-clock timestamp.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
+from agentrt.protocols.model import ModelReply
 from agentrt.protocols.trajectory import SCHEMA_VERSION, Step, TrajectorySummary
-from agentrt.protocols.usage import Cost
+from agentrt.protocols.usage import Cost, Usage
 
 
 class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -147,6 +150,60 @@ class TokenDelta(_EventBase, frozen=True, tag="token"):
     """Reasoning text (a thinking model's ``reasoning_content``)."""
 
 
+class CallReserved(_EventBase, frozen=True, kw_only=True, tag="call_reserved"):
+    """A model call's worst case was booked on the run's ledger and is about
+    to be sent.  Journaled runs only (the daemon's): committed before the
+    call leaves, so a run resumed after a crash charges a call the crash
+    left in flight (as reserved) and its caps hold across crashes."""
+
+    request_id: str | None = None
+    """The request's id (``<rollout_id>-<step>`` for an agent's step)."""
+    ledger: str = ""
+    """The ledger it was booked on (a rollout's, a sub-agent's, the run's)."""
+    model: str
+    prompt_tokens: int
+    """The prompt tokens reserved (the calibrated estimate)."""
+    completion_tokens: int
+    """``n * max_tokens``: the completion tokens reserved."""
+
+
+class CallSettled(_EventBase, frozen=True, kw_only=True, tag="call_settled"):
+    """How the call booked by the ``CallReserved`` numbered ``reserved_seq``
+    ended: charged with ``usage``, or (``None``) failed before the server
+    could serve it and cost nothing."""
+
+    reserved_seq: int
+    usage: Usage | None = None
+    reply: ModelReply | None = None
+    """The reply, when the call was an agent's step: a run resumed before
+    that step was committed takes the step up with this reply instead of
+    asking the model again, so its tool calls keep their ids (and their
+    idempotency keys)."""
+
+
+class ElicitationRequested(_EventBase, frozen=True, kw_only=True, tag="elicitation"):
+    """An MCP server asks the person behind the run something (its
+    ``elicitation.mode`` or ``url`` is ``ask``, or a destructive tool needs
+    approval).  Answer it with ``POST
+    /v1/runs/{run_id}/elicitations/{question_id}`` (``action``: accept,
+    decline or cancel; ``content``: the form's fields) or
+    ``Runtime.answer_elicitation``; unanswered, it is cancelled after the
+    server's ``elicitation.timeout_s``."""
+
+    question_id: str
+    server: str
+    mode: str
+    """``form`` (fill ``requested_schema``), ``url`` (open ``url``) or
+    ``approval`` (may ``tool`` run with ``arguments``?)."""
+    message: str
+    requested_schema: dict[str, Any] | None = None
+    url: str = ""
+    arguments: dict[str, Any] | None = None
+    tool: str = ""
+    rollout_id: str | None = None
+    call_id: str = ""
+
+
 class ErrorRaised(_EventBase, frozen=True, tag="error"):
     where: str
     message: str
@@ -169,5 +226,28 @@ Event = (
     | VoteCast
     | BudgetUpdated
     | SignalRaised
+    | CallReserved
+    | CallSettled
+    | ElicitationRequested
     | ErrorRaised
 )
+
+
+class McpAuthorizationRequired(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="mcp_authorization_required"
+):
+    """An MCP server needs a person to approve agentrt's access (OAuth
+    authorization code flow).  Not a run's event: it happens when a server
+    connects.  The person opens ``authorization_url``; the authorization
+    server then redirects their browser to ``redirect_uri`` (agentrt's
+    loopback listener), which completes it.  A browser on another machine
+    can complete it by requesting the URL it was redirected to on the
+    agentrt machine (``curl 'REDIRECTED_URL'``)."""
+
+    server: str
+    server_url: str
+    authorization_url: str
+    redirect_uri: str
+    expires_in_s: float
+    """How long agentrt waits for the approval."""
+    ts: float = 0.0

@@ -20,7 +20,7 @@ from typing import Final, Literal, NoReturn, Protocol, final
 
 import msgspec
 
-from agentrt.protocols import Budget, BudgetUpdated, Cost, Usage
+from agentrt.protocols import Budget, BudgetUpdated, Cost, ModelReply, ModelRequest, Usage
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, InvalidRequestError
 from agentrt.runtime.pricing import (
     PriceTable,
@@ -82,6 +82,30 @@ class LedgerUpstream(Protocol):
     def release(self, handle: int) -> None: ...
     def restore(self, model: str, usage: Usage) -> None: ...
     def headroom(self) -> Headroom | None: ...
+
+
+class CallJournal(Protocol):
+    """A durable record of a ledger tree's calls (the daemon's run store):
+    ``reserved`` returns once the booking is durable, before the call is
+    sent, with a handle for ``settled``; ``settled`` records how the call
+    ended (``usage`` charged, or ``None``: it failed and cost nothing).  A
+    call with no settlement on record was in flight when the process died,
+    and is charged as reserved when the run resumes.  ``settled`` may keep
+    the ``reply``; ``replay`` hands back (once) the reply an earlier
+    incarnation of the run got for ``request_id`` and never committed as a
+    step: the call was made and paid for, and is not made again."""
+
+    async def reserved(self, reservation: Reservation, request_id: str | None) -> int: ...
+    async def settled(
+        self, handle: int, usage: Usage | None, reply: ModelReply | None = None
+    ) -> None: ...
+    def replay(self, request_id: str | None) -> ModelReply | None: ...
+    def content_key(self, request: ModelRequest) -> str:
+        """A key for a call that has no request id (a judge's, a
+        summary's): the digest of what it asks and how often the same was
+        asked before in this incarnation, so a resumed run meets the same
+        key for the same call however its calls interleave."""
+        ...
 
 
 class BudgetSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -181,6 +205,11 @@ class Reservation:
         self._handle = 0
 
     @property
+    def ledger_name(self) -> str:
+        """The name of the ledger it is booked on."""
+        return self._ledger.name
+
+    @property
     def usd(self) -> float:
         """The reserved worst case in USD."""
         return pico_to_usd(self.pico)
@@ -265,7 +294,9 @@ class BudgetLedger:
     ``snapshot.to_event()``).  A root given an ``upstream`` books every
     call of its tree there too, after its own caps admitted it (the
     upstream's refusal is this ledger's); charges, releases and restores
-    follow, and ``headroom`` is the tighter of the two.
+    follow, and ``headroom`` is the tighter of the two.  A root given a
+    ``journal`` has its tree's calls journaled by whoever makes them
+    (``MeteredBackend``), so a run resumed after a crash can charge them.
     """
 
     def __init__(
@@ -277,6 +308,7 @@ class BudgetLedger:
         clock: Clock = time.monotonic,
         on_update: UpdateCallback | None = None,
         upstream: LedgerUpstream | None = None,
+        journal: CallJournal | None = None,
         _parent: BudgetLedger | None = None,
     ) -> None:
         budget = budget if budget is not None else Budget()
@@ -297,6 +329,9 @@ class BudgetLedger:
         self._upstream: LedgerUpstream | None = (
             _parent._upstream if _parent is not None else upstream
         )
+        self.journal: CallJournal | None = _parent.journal if _parent is not None else journal
+        """Where the tree's calls are journaled before they are made (a
+        root's ``journal``; a child shares its root's), or ``None``."""
         self._chain: tuple[BudgetLedger, ...] = (self, *(_parent._chain if _parent else ()))
         self._children: dict[str, BudgetLedger] = {}
         # Per-model rates, resolved once per tree (the price table is frozen).
@@ -653,4 +688,11 @@ class BudgetLedger:
         return f"BudgetLedger({self.name!r}, {self.budget!r})"
 
 
-__all__ = ["BudgetLedger", "BudgetSnapshot", "Headroom", "LedgerUpstream", "Reservation"]
+__all__ = [
+    "BudgetLedger",
+    "BudgetSnapshot",
+    "CallJournal",
+    "Headroom",
+    "LedgerUpstream",
+    "Reservation",
+]

@@ -101,6 +101,12 @@ class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str = ""
     rollout_id: str = ""
     call_id: str = ""
+    idempotency_key: str = ""
+    """Names this call across retries and crashes (``<rollout_id>/<step>/
+    <call_id>``): a call made again after the run resumed carries the same
+    key, so a tool with side effects can do them once (MCP servers get it
+    in the request's ``_meta`` as ``io.agentrt/idempotency-key``).  Empty
+    when the caller names no step."""
     timeout_s: float | None = None
     notify: NotificationSink | None = None
     peer: ClientPeer | None = None

@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agentrt.protocols import RolloutFinished, RolloutId, Step, TrajectorySummary
+from agentrt.protocols import (
+    ModelReply,
+    RolloutFinished,
+    RolloutId,
+    Step,
+    TrajectorySummary,
+    Usage,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +26,23 @@ class RolloutCheckpoint:
     steps: Sequence[Step] = ()
     finished: RolloutFinished | None = None
     summary: TrajectorySummary | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JournaledCall:
+    """A model call as the run's journal has it (``CallReserved`` and, if it
+    got there, ``CallSettled``)."""
+
+    request_id: str | None
+    model: str
+    reserved: Usage
+    """The worst case booked before it was sent."""
+    settled: bool = False
+    """Its end is on record: charged ``usage``, or failed (``usage`` None)."""
+    usage: Usage | None = None
+    reply: ModelReply | None = None
+    """An agent step's reply, kept for a resumed run to take the step up
+    with (``CallSettled.reply``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +61,12 @@ class RunCheckpoint:
     """This resumption's number (1 for the first restart): names the
     rollouts it has to restart from scratch (``<rollout_id>~<incarnation>``:
     a pipeline's, which cannot be taken up mid-stage)."""
+    calls: Sequence[JournaledCall] | None = None
+    """The run's journal of model calls, in order, when it was journaled
+    (``Runtime.run(journal=True)``, the daemon's runs).  A call not behind a
+    committed step (in flight at the crash, or a summary's, a judge's, the
+    warm-up's) is charged from it: its usage, or its reservation when its
+    end is not on record; so caps hold across crashes."""
 
 
-__all__ = ["RolloutCheckpoint", "RunCheckpoint"]
+__all__ = ["JournaledCall", "RolloutCheckpoint", "RunCheckpoint"]

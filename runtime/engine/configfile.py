@@ -142,7 +142,7 @@ class ToolsConfig(BaseModel):
     calculator: bool = True
     """``calculator``: safe arithmetic."""
     python_sandbox: bool = False
-    """``python``: a Python sandbox (a user and network namespace, limits)."""
+    """``python``: Python in the bubblewrap sandbox (``docs/sandbox.md``)."""
     files_root: Path | None = None
     """``read_file``/``list_directory`` confined to this folder (relative to
     the config file)."""

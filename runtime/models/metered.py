@@ -17,8 +17,8 @@ from collections.abc import AsyncGenerator
 from types import TracebackType
 from typing import Self, final
 
-from agentrt.protocols import Cost, ModelReply, ModelRequest
-from agentrt.runtime.budget import BudgetLedger, Reservation
+from agentrt.protocols import Cost, ModelReply, ModelRequest, Usage
+from agentrt.runtime.budget import BudgetLedger, CallJournal, Reservation
 from agentrt.runtime.errors import UnknownModelError
 from agentrt.runtime.models.base import ModelBackend, StreamDelta
 from agentrt.runtime.models.prompt_estimate import (
@@ -129,10 +129,37 @@ class MeteredBackend:
         self._spent += reservation.charge(reply.usage)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        """Reserve, call the wrapped backend, charge the reply's usage."""
+        """Reserve, call the wrapped backend, charge the reply's usage.  On a
+        journaled ledger the booking is durable before the call is sent and
+        its outcome is recorded after (``BudgetLedger.journal``)."""
+        journal = self._ledger.journal
+        if journal is not None:
+            return await self._complete_journaled(request, journal)
         async with self._reserve(request) as reservation:
             reply = await self._backend.complete(request)
             self._charge(reservation, reply)
+        return reply
+
+    async def _complete_journaled(self, request: ModelRequest, journal: CallJournal) -> ModelReply:
+        # A call an earlier incarnation of the run made (and was charged for
+        # when the run resumed) is answered from the journal; a new one is
+        # on record before it is sent.  A cancellation anywhere in the block
+        # charges the reservation (the call may have been served) and leaves
+        # it unsettled on record: a resumed run charges it the same way.
+        key = request.request_id or journal.content_key(request)
+        replayed = journal.replay(key)
+        if replayed is not None:
+            return replayed
+        async with self._reserve(request) as reservation:
+            handle = await journal.reserved(reservation, key)
+            try:
+                reply = await self._backend.complete(request)
+            except Exception:
+                reservation.release()
+                await journal.settled(handle, None)
+                raise
+            self._charge(reservation, reply)
+        await journal.settled(handle, reply.usage, reply)
         return reply
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta, None]:
@@ -141,12 +168,29 @@ class MeteredBackend:
         stream early releases the reservation (close the iterator, e.g. with
         ``contextlib.aclosing``)."""
         reservation = self._reserve(request)
+        journal = self._ledger.journal
+        handle = 0
+        if journal is not None:
+            try:
+                handle = await journal.reserved(reservation, request.request_id)
+            except BaseException:
+                reservation.release()
+                raise
         deltas = self._backend.stream(request)
+        usage: Usage | None = None
         try:
             async for delta in deltas:
                 if delta.reply is not None and reservation.state == "active":
                     self._charge(reservation, delta.reply)
+                    usage = delta.reply.usage
+                    if journal is not None:
+                        await journal.settled(handle, usage)
                 yield delta
+        except Exception:
+            if journal is not None and usage is None:
+                reservation.release()
+                await journal.settled(handle, None)
+            raise
         finally:
             reservation.release()  # a no-op once charged
             aclose = getattr(deltas, "aclose", None)

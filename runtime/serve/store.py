@@ -23,6 +23,8 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentrt.protocols import (
+    CallReserved,
+    CallSettled,
     Cost,
     Event,
     RolloutFinished,
@@ -34,9 +36,12 @@ from agentrt.protocols import (
     Step,
     Trajectory,
     TrajectorySummary,
+    Usage,
+    decode_event,
 )
 from agentrt.protocols.api import RolloutInfo, RunDetail, RunInfo, RunPage
 from agentrt.runtime.engine import RolloutCheckpoint, RunCheckpoint
+from agentrt.runtime.engine.checkpoint import JournaledCall
 from agentrt.runtime.errors import AgentrtError, ConfigError
 from agentrt.runtime.serve.store_sql import (
     ADDED_COLUMNS,
@@ -642,7 +647,42 @@ class RunStore:
             rollouts[key] = RolloutCheckpoint(
                 steps=steps.get(rid, []), finished=finished.get(rid), summary=summaries.get(rid)
             )
-        return RunCheckpoint(next_seq=(last[0][0] or 0) + 1, rollouts=rollouts)
+        return RunCheckpoint(
+            next_seq=(last[0][0] or 0) + 1, rollouts=rollouts, calls=await self._journal(run_id)
+        )
+
+    async def _journal(self, run_id: str) -> list[JournaledCall]:
+        """The run's journal of model calls (``CallReserved`` events, each
+        with its ``CallSettled`` if one was committed), in order."""
+        rows = await self._read(
+            "SELECT body FROM events WHERE run_id = ? AND type IN (?, ?) ORDER BY seq",
+            (run_id, CallReserved.__struct_config__.tag, CallSettled.__struct_config__.tag),
+        )
+        reserved: dict[int, CallReserved] = {}
+        settled: dict[int, CallSettled] = {}
+        for (body,) in rows:
+            event = decode_event(body)
+            if isinstance(event, CallReserved):
+                reserved[event.seq] = event
+            elif isinstance(event, CallSettled):
+                settled[event.reserved_seq] = event
+        calls: list[JournaledCall] = []
+        for seq, booked in reserved.items():
+            end = settled.get(seq)
+            calls.append(
+                JournaledCall(
+                    request_id=booked.request_id,
+                    model=booked.model,
+                    reserved=Usage(
+                        prompt_tokens=booked.prompt_tokens,
+                        completion_tokens=booked.completion_tokens,
+                    ),
+                    settled=end is not None,
+                    usage=end.usage if end is not None else None,
+                    reply=end.reply if end is not None else None,
+                )
+            )
+        return calls
 
     async def integrity_check(self) -> str:
         rows = await self._read("PRAGMA integrity_check")

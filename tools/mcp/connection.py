@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, Self, final
+from typing import Any, Final, Self, cast, final
 
 import anyio
 import anyio.abc
@@ -65,6 +65,15 @@ class _Live:
 @final
 class McpConnection:
     """A supervised connection to one MCP server (an async context manager).
+IDEMPOTENCY_META_KEY: Final = "io.agentrt/idempotency-key"
+"""The ``_meta`` key of a tool call's idempotency key (``ToolContext``)."""
+
+
+def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
+    """A tool call's ``_meta``: its idempotency key, when it has one."""
+    if not context.idempotency_key:
+        return None
+    return cast(types.RequestParamsMeta, {IDEMPOTENCY_META_KEY: context.idempotency_key})
 
     Entering it connects, lists the tools and checks each against its pin in
     ``pins``; a first failure is raised there (``ConfigError`` for a command
@@ -279,6 +288,7 @@ class McpConnection:
             delay = backoff.crashed(healthy_for=anyio.current_time() - started)
             if delay is None:
                 failures = backoff.crashes
+                    meta=_call_meta(context),
                 _log.error("mcp.server.failed", server=self.name, reason=reason, failures=failures)
                 self._health.set(
                     ConnectionState.FAILED, f"failed {failures} times in a row; last: {reason}"

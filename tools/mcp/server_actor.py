@@ -63,6 +63,7 @@ class CallTool(msgspec.Struct, tag=True, frozen=True, kw_only=True):
     #: Non-empty: progress notifications carry it under ``ROUTE_KEY``.
     route: str = ""
 
+    idempotency_key: str = ""
 
 class GetStatus(msgspec.Struct, tag=True, frozen=True):
     """Report the connection's state."""
@@ -248,6 +249,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
                 actor_restarts=incarnation,
                 tools=0,
             )
+            idempotency_key=message.idempotency_key,
         return McpServerStatus(
             server=self.name,
             state=connection.state,

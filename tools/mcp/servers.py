@@ -210,6 +210,7 @@ class McpServerHandle:
                 f"{where}: the server's actor failed during the call ({exc.cause!r}) and is "
                 "being restarted; the call may or may not have run; try again shortly"
             )
+            idempotency_key=context.idempotency_key,
         except ActorStopped:
             text = f"{where}: the server is stopped"
         else:
