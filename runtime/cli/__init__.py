@@ -271,6 +271,13 @@ def _build_parser() -> _Parser:
     )
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument(
+        "--export",
+        type=Path,
+        metavar="OUT",
+        help="write the run's trajectories and summaries (.jsonl, or .parquet with pyarrow; "
+        "docs/evaluation.md)",
+    )
+    run.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -325,6 +332,7 @@ def _build_parser() -> _Parser:
 def _run_command(args: argparse.Namespace, out: Output) -> int:
     from agentrt.runtime.cli.run import agent_specs, open_runtime, with_default_model
     from agentrt.runtime.cli.tally import RolloutTally
+    from agentrt.runtime.cli.trajectory_data import TrajectoryRecorder, export_run
     from agentrt.runtime.engine.configfile import load_config
 
     config = load_config(args.config).with_placement(args.placement, args.ray_address)
@@ -353,7 +361,12 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
         show = out.is_terminal(on_stderr=args.json)
     stream = show if args.stream is None else args.stream
 
+    recorders: list[TrajectoryRecorder] = []  # --export: the run's trajectories
+
     async def execute(events: EventSink | None) -> RunResult:
+        if args.export is not None:
+            recorders.append(TrajectoryRecorder(events))
+            events = recorders[-1]
         tally = RolloutTally(events)
         tallies.append(tally)
         async with open_runtime(config, agent) as rt:
@@ -371,6 +384,8 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
     result = anyio.run(runner, backend="asyncio", backend_options=_loop_options())
     for server, reason in failures.items():
         out.problem(f"MCP server {server!r} could not be started; ran without it: {reason}")
+    if args.export is not None:
+        export_run(args.export, args.task, result, recorders[0])
     if args.json:
         out.json(to_builtins(result))
     else:

@@ -12,7 +12,7 @@ Must not print, run rollouts or aggregate.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -25,6 +25,7 @@ from agentrt.protocols import (
     Event,
     RolloutFinished,
     RolloutStarted,
+    RunResult,
     Step,
     StepRecorded,
     Trajectory,
@@ -90,10 +91,12 @@ class _Head(msgspec.Struct, kw_only=True):
 
 
 class TrajectoryRecorder:
-    """An event sink keeping each top-level rollout's steps and end, for
-    ``trajectories()`` (sub-agents' rollouts are inside their steps)."""
+    """An event sink (forwarding every event to ``then``) keeping each
+    top-level rollout's steps and end, for ``trajectories()`` (sub-agents'
+    rollouts are inside their steps)."""
 
-    def __init__(self) -> None:
+    def __init__(self, then: Callable[[Event], Awaitable[None]] | None = None) -> None:
+        self._then = then
         self._started: dict[str, RolloutStarted] = {}
         self._steps: dict[str, list[Step]] = {}
         self._finished: dict[str, RolloutFinished] = {}
@@ -111,6 +114,8 @@ class TrajectoryRecorder:
                 self._finished[rid] = event
             case _:
                 pass
+        if self._then is not None:
+            await self._then(event)
 
     def trajectories(self, task: str) -> dict[str, Trajectory]:
         """Every top-level rollout seen, by id."""
@@ -163,6 +168,18 @@ def records(pools: Iterable[Pool]) -> list[TrajectoryRecord]:
                 )
             )
     return out
+
+
+def export_run(path: str | Path, task: str, result: RunResult, recorder: TrajectoryRecorder) -> int:
+    """Write one run (``agentrt run --export``): its rollouts' summaries and
+    the trajectories ``recorder`` saw, as one pool named by the run's id."""
+    pool = Pool(
+        group=result.run_id,
+        task=task,
+        summaries=list(result.summaries),
+        trajectories=recorder.trajectories(task),
+    )
+    return write_pools(path, [pool])
 
 
 def write_pools(path: str | Path, pools: Sequence[Pool]) -> int:
@@ -393,6 +410,7 @@ __all__ = [
     "Pool",
     "TrajectoryRecord",
     "TrajectoryRecorder",
+    "export_run",
     "pools_of",
     "read_file",
     "read_pools",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +107,19 @@ def test_eval_and_aggregate_name_a_bad_aggregator(
     assert "--aggregate 'nonesuch'" in capsys.readouterr().err
     assert main(["aggregate", str(tasks), "--config", config]) == 2
     assert "tasks.jsonl:1: not an agentrt trajectory record" in capsys.readouterr().err
+
+
+def test_run_exports_its_trajectories_for_aggregate(
+    tmp_path: Path, config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run.jsonl"
+    argv = ["run", "Capital of France?", "--rollouts", "3", "--export", str(out)]
+    assert main([*argv, "--config", config]) == 0
+    capsys.readouterr()
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["answer"] for r in records) == ["Lyon", "Paris", "Paris"]
+    assert all(r["trajectory"]["steps"] and r["version"] == 1 for r in records)
+    assert main(["aggregate", str(out), "--config", config]) == 0
+    printed = capsys.readouterr().out
+    assert ": Paris (3/3 rollouts answered" in printed
+    assert "model calls: 0 (no rollout was run)" in printed
