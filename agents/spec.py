@@ -155,9 +155,10 @@ class AgentSpec(SpecModel):
     logprobs: bool = False
     """Ask for token log-probabilities (routing's ``low_confidence`` reads them)."""
     tools: list[ToolBinding] = Field(default_factory=list)
-    """Its tools: built-in names (``calculator``, ``python``, ``read_file``,
-    ``list_directory``), Python bindings ``"pkg.mod:fn"``, or MCP servers
-    (``{mcp: NAME}`` from ``mcp_servers``, or inline ``{mcp: {...}}``)."""
+    """Its tools: built-in names (``calculator``, ``python``, ``shell``,
+    ``editor``, ``read_file``, ``list_directory``), Python bindings
+    ``"pkg.mod:fn"``, or MCP servers (``{mcp: NAME}`` from ``mcp_servers``,
+    or inline ``{mcp: {...}}``)."""
     sub_agents: list[SubAgentRef] = Field(default_factory=list)
     """Agents (or pipelines) it may call as tools, each with its own budget slice."""
     limits: SpecLimits = SpecLimits()
