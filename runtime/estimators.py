@@ -221,8 +221,9 @@ def runs_needed(
     on *these* tasks (two independent sets of runs), from ``(n, c)`` per
     task: the variance of a task's mean over R runs is p(1-p)/R, estimated
     without bias as c(n-c)/(n(n-1)).  ``None`` when some task has fewer than
-    2 runs (no within-task variance to measure).  Raises ``ValueError`` for a
-    ``delta`` outside (0, 1] or no tasks."""
+    2 runs, or when no task's runs disagree (no within-task variance to
+    measure).  Raises ``ValueError`` for a ``delta`` outside (0, 1] or no
+    tasks."""
     if not 0 < delta <= 1:
         raise ValueError(f"delta must lie in (0, 1], got {delta}")
     if not counts:
@@ -231,6 +232,8 @@ def runs_needed(
         return None
     t = len(counts)
     within = math.fsum(c * (n - c) / (n * (n - 1)) for n, c in counts) / t
+    if within == 0:
+        return None
     return max(1, math.ceil(_z_sum(alpha, power) ** 2 * 2 * within / (t * delta * delta)))
 
 

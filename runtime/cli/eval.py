@@ -168,14 +168,15 @@ class PowerEstimate(msgspec.Struct, frozen=True, kw_only=True):
 
     delta: float
     p: float
+    """The pass@1 sized for (0.5 when the observed one is 0 or 1)."""
     rho: float
     """The correlation assumed between paired strategies (from the first
     comparison, else 0)."""
     tasks_needed: int
     """New tasks (one run each, paired) to detect ``delta``."""
     runs_needed: int | None
-    """Runs per task to detect ``delta`` on these tasks (``None``: needs
-    pools of at least 2)."""
+    """Runs per task to detect ``delta`` on these tasks (``None``: the pools
+    show no within-task variance: fewer than 2 rollouts, or all agree)."""
 
 
 class TaskOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -374,11 +375,13 @@ async def evaluate_pools(
     p1 = _mean(sum(c) / len(c) for c in correct)
     rho = comparisons[0].difference.correlation if comparisons else None
     rho = 0.0 if rho is None else max(-1.0, min(1.0, rho))
+    # A pass@1 of exactly 0 or 1 has no variance to size with: assume the worst, 0.5.
+    sized = p1 if 0 < p1 < 1 else 0.5
     power = PowerEstimate(
         delta=detect,
-        p=p1,
+        p=sized,
         rho=rho,
-        tasks_needed=tasks_needed(p1, detect, rho=rho),
+        tasks_needed=tasks_needed(sized, detect, rho=rho),
         runs_needed=runs_needed([(len(c), sum(c)) for c in correct], detect),
     )
     return EvalReport(
@@ -620,12 +623,12 @@ def format_table(report: EvalReport) -> str:
         )
     pw = report.power
     runs = (
-        "needs pools of 2+ rollouts to say"
+        "no within-task variance to size runs with (pools of 1, or every pool agrees)"
         if pw.runs_needed is None
         else f"{pw.runs_needed} runs per task"
     )
     out.append(
-        f"\npower: to detect a {pw.delta * 100:g}-point change in pass@1 (now {pw.p:.3f}; "
+        f"\npower: to detect a {pw.delta * 100:g}-point change in pass@1 (at {pw.p:.3f}; "
         f"80% power, 5% two-sided): {pw.tasks_needed} paired tasks at one run each "
         f"(rho {pw.rho:.2f}); on these {report.tasks} tasks, {runs}"
     )

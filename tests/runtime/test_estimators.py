@@ -111,5 +111,6 @@ def test_power() -> None:
     # On 100 tasks right 2 of 4 times: within-task variance 2*2/(4*3) per run.
     assert runs_needed([(4, 2)] * 100, 0.02) == math.ceil(z2 * 2 * (4 / 12) / (100 * 0.02**2))
     assert runs_needed([(1, 1)] * 5, 0.02) is None
+    assert runs_needed([(4, 4), (4, 0)] * 5, 0.02) is None  # no task's runs disagree
     with pytest.raises(ValueError, match="delta"):
         tasks_needed(0.5, 0)
