@@ -92,9 +92,7 @@ _JUDGE_SYSTEM = (
     "evidence; an attempt's own reasoning is not. Count evidence, not attempts. "
     "Think it through first, then end your reply with the verdict line."
 )
-_RETRY = (
-    "Your reply had no verdict I could read. Reply with only the line 'VERDICT: <number>' ({what})."
-)
+_RETRY = "Your reply had no verdict I could read. Reply with only the line '{line}' ({what})."
 #: Most retries of an unparseable reply.
 MAX_RETRIES: Final = 5
 
@@ -239,6 +237,7 @@ class ModelJudge:
         context: AggregationContext,
         *,
         what: str,
+        line: str,
         tool: ToolSpec | None,
         parse: Callable[[str], _T | None],
     ) -> tuple[_T | None, Cost]:
@@ -264,7 +263,7 @@ class ModelJudge:
             messages = [
                 *messages,
                 AssistantMessage(content=last),
-                UserMessage(content=_RETRY.format(what=what)),
+                UserMessage(content=_RETRY.format(line=line, what=what)),
             ]
         model = self.model or context.model or context.backend.default_model
         raise VerdictUnparseable(
@@ -284,6 +283,7 @@ class ModelJudge:
             "'SCORE: <an integer from 0 to 10>'.",
             context,
             what="an integer from 0 to 10",
+            line="SCORE: <number>",
             tool=None,
             parse=parse_score,
         )
@@ -304,6 +304,7 @@ class ModelJudge:
             f"evidence? Compare them, then end with the line 'VERDICT: <a number from 1 to {n}>'.",
             context,
             what=f"a number from 1 to {n}",
+            line="VERDICT: <number>",
             tool=_verdict_tool(n) if self.structured else None,
             parse=lambda text: parse_verdict(text, n),
         )

