@@ -170,9 +170,7 @@ async def test_pdr_refinement_rollouts_resume_too(tmp_path: Path, daemon_kit: An
     """Aggregation runs again after a restart; PDR's refinement rollouts
     have stable ids, so their committed steps are taken up, not repeated."""
     config = daemon_kit.config(tmp_path, server={"shutdown_grace_s": 0.0})
-    # The scripted rollouts all agree: refine anyway (no convergence stop).
     options = {"rounds": 2, "m": 2, "k": 1, "select": "rtv", "g": 2, "v": 1}
-    options["stop_on_agreement"] = False
     body = {
         "task": "count",
         "agent": "solver",

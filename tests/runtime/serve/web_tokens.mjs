@@ -1,0 +1,107 @@
+// Watches the daemon's web page show a run's text as it is generated, for
+// tests/runtime/serve/test_web_tokens_browser.py (headless Chromium through
+// playwright-core, found through NODE_PATH; see .ci/browser-setup.sh).
+//
+// Usage: node web_tokens.mjs '<json plan>'
+// plan: {url, run: <RunRequest>, failedRunId, timeoutMs, chromium}
+//
+// It records, without judging: every distinct live text the run view showed
+// with the run's status then, the final answer, and what the view of a
+// failed run says about why.  One JSON report on stdout; non-zero exit only
+// when it cannot drive the page.
+
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { chromium } = require('playwright-core');
+
+const plan = JSON.parse(process.argv[2]);
+const TIMEOUT = plan.timeoutMs || 20000;
+const TERMINAL = ['succeeded', 'failed', 'cancelled'];
+const report = { pageErrors: [], consoleErrors: [], texts: [] };
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function view() {
+  const text = (sel) => {
+    const el = document.querySelector(sel);
+    return el ? el.textContent.trim() : null;
+  };
+  const live = document.querySelector('[data-testid=live-text] pre');
+  return {
+    status: text('[data-testid=run-status]'),
+    answer: text('[data-testid=run-answer]'),
+    cost: text('[data-testid=run-cost]'),
+    live: live ? live.textContent : '',
+  };
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: plan.chromium || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+    timeout: TIMEOUT,
+  });
+  try {
+    const page = await browser.newPage();
+    page.setDefaultTimeout(TIMEOUT);
+    page.on('pageerror', (err) => report.pageErrors.push(String(err)));
+    page.on('console', (msg) => {
+      if (msg.type() === 'error') report.consoleErrors.push(msg.text());
+    });
+
+    // 1. A run posted from the page (the browser is up: the run's time is
+    //    all spent in view), then its view while its model generates.
+    await page.goto(`${plan.url}/`);
+    await page.locator('[data-testid=runs-table]').waitFor();
+    const posted = await page.evaluate(async (body) => {
+      const resp = await fetch('/v1/runs', {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return (await resp.json()).run_id;
+    }, plan.run);
+    report.runId = posted;
+    await page.goto(`${plan.url}/#/runs/${encodeURIComponent(posted)}`);
+    await page.locator('[data-testid=run-view]').waitFor();
+    const deadline = Date.now() + TIMEOUT;
+    for (;;) {
+      const now = await page.evaluate(view);
+      const last = report.texts[report.texts.length - 1];
+      if (!last || last.live !== now.live || last.status !== now.status) report.texts.push(now);
+      if (TERMINAL.includes(now.status) && now.answer) {
+        report.final = now;
+        break;
+      }
+      if (Date.now() > deadline) throw new Error(`the run never finished: ${JSON.stringify(now)}`);
+      await sleep(20);
+    }
+
+    // 2. A failed run says why: its error, and each failed rollout's.
+    await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.failedRunId)}`);
+    await page.locator('[data-testid=rollout-error]').first().waitFor();
+    await page.locator('[data-testid=run-error]').waitFor();
+    report.failed = {
+      rolloutErrors: await page.locator('[data-testid=rollout-error]').allTextContents(),
+      runError: (await page.locator('[data-testid=run-error]').textContent()).trim(),
+    };
+    await page.goto(`${plan.url}/#/`);
+    const row = page.locator(`[data-testid=run-row][data-run-id="${plan.failedRunId}"] [data-testid=run-row-error]`);
+    await row.waitFor();
+    report.failed.listError = (await row.textContent()).trim();
+  } finally {
+    await browser.close();
+  }
+}
+
+try {
+  await main();
+  process.stdout.write(`${JSON.stringify(report)}\n`);
+} catch (err) {
+  process.stderr.write(`web_tokens failed: ${err && err.stack ? err.stack : err}\n`);
+  process.stderr.write(`report so far: ${JSON.stringify(report)}\n`);
+  process.exit(1);
+}
