@@ -170,15 +170,18 @@ def _normalizer(names: list[str], where: str) -> Normalizer:
     return chain(*(NORMALIZERS[n] for n in names))
 
 
-def parse_config(raw: Mapping[str, Any], where: str = "aggregate") -> AggregatorConfig:
-    """Validate one aggregator's configuration."""
+def parse_config(
+    raw: Mapping[str, Any], where: str = "aggregate", *, strict: bool = False
+) -> AggregatorConfig:
+    """Validate one aggregator's configuration (``strict``: no type coercion,
+    so ``"2"`` is not an integer: what a published schema promises)."""
     name = raw.get("name")
     if name not in NAMES:
         raise ConfigError(
             f"unknown aggregator {name!r}; known: {', '.join(NAMES)}", where=f"{where}.name"
         )
     try:
-        return _adapter.validate_python(dict(raw))
+        return _adapter.validate_python(dict(raw), strict=strict)
     except ValidationError as exc:
         problems = "; ".join(_problem(e) for e in exc.errors())
         raise ConfigError(problems, where=f"{where} ({name})") from None

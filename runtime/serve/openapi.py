@@ -2,11 +2,15 @@
 
 The request and response schemas come from the msgspec types themselves
 (``msgspec.json.schema_components``), so the document cannot drift from
-what the daemon decodes and encodes.  Owns ``openapi_document``.  It covers
-the REST API and the OpenAI-compatible endpoint (whose refusals have
-OpenAI's shape, ``ErrorBody``); the MCP endpoint follows its own protocol.
+what the daemon decodes and encodes; what the daemon's configuration adds
+(the rollouts limit, whether USD caps are accepted) and the aggregators'
+own options (their pydantic configurations) are written in, so a request
+the document allows is one the daemon takes.  Owns ``openapi_document``.
+It covers the REST API and the OpenAI-compatible endpoints (whose
+refusals have OpenAI's shape, ``ErrorBody``); the MCP endpoint follows its
+own protocol.
 
-May import protocols and the OpenAI wire types.
+May import protocols, the aggregators' configurations and the OpenAI wire types.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from pydantic import TypeAdapter
 
+from agentrt.aggregators import AggregatorConfig
 from agentrt.protocols import Event, RunRequest, Trajectory, TrajectorySummary
 from agentrt.protocols.api import AgentList, ApiError, RunDetail, RunInfo, RunPage
 from agentrt.runtime.serve.openai_wire import (
@@ -25,6 +31,7 @@ from agentrt.runtime.serve.openai_wire import (
     ModelCard,
     ModelList,
 )
+from agentrt.runtime.serve.responses_wire import ResponseObject, ResponseRequest, StreamEvent
 
 #: Event ids are SQLite integers.
 _MAX_EVENT_ID = (1 << 63) - 1
@@ -45,6 +52,9 @@ _TYPES: tuple[Any, ...] = (
     ModelList,
     ModelCard,
     ErrorBody,
+    ResponseRequest,
+    ResponseObject,
+    StreamEvent,
 )
 
 
@@ -58,7 +68,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _errors(*codes: int) -> dict[str, Any]:
     text = {
-        400: "Malformed request (bad JSON, wrong types)",
+        400: "Malformed request (bad JSON, an unknown field: `where` names it)",
         401: "Missing or wrong bearer token",
         404: "No such run, rollout or agent",
         422: "Well-formed but invalid (the body says which field and why)",
@@ -108,6 +118,18 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
             }
         },
     }
+    response_event = {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"type": "string"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": _ref("ResponseStreamEvent"),
+            },
+        },
+    }
     examples: dict[str, Any] = {}
     if models:
         question = {"role": "user", "content": "What is 17 * 23?"}
@@ -147,6 +169,30 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                 },
             }
         },
+        "/v1/responses": {
+            "post": {
+                "operationId": "createResponse",
+                "summary": "Run an agent (the model `agentrt/<agent>`) on the input "
+                "(the Responses API)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ResponseRequest")}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "The run's answer as a Response (with `stream`: its "
+                        "typed events as Server-Sent Events, `response.completed` or "
+                        "`response.failed` last)",
+                        "content": {
+                            "application/json": {"schema": _ref("ResponseObject")},
+                            "text/event-stream": {"schema": response_event},
+                        },
+                    },
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(400, 404, 409, 413, 502, 503),
+                },
+            }
+        },
         "/v1/models": {
             "get": {
                 "operationId": "listModels",
@@ -170,34 +216,121 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
     }
 
 
+def _scaling(components: dict[str, Any], max_rollouts: int | None) -> None:
+    """``RunRequestBody``: a ``RunRequest`` as the daemon takes it, its
+    ``ScalingSpecBody`` at most ``max_rollouts`` rollouts and one variant
+    per aggregator, its ``options`` that aggregator's configuration
+    (without ``aggregate``: majority's).  ``RunRequest`` stays what a run
+    was asked with, as the daemon reports it."""
+    spec = components["ScalingSpec"]
+    common = dict(spec["properties"])
+    if max_rollouts is not None:
+        common["rollouts"] = {**common["rollouts"], "maximum": max_rollouts}
+    common["confidence"] = {
+        "anyOf": [
+            {"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 1},
+            {"type": "null"},
+        ],
+        "default": None,
+    }
+    configs = TypeAdapter(AggregatorConfig).json_schema(ref_template="#/components/schemas/{model}")
+    defs: dict[str, Any] = configs["$defs"]
+    variants: list[dict[str, Any]] = []
+    for name, ref in sorted(configs["discriminator"]["mapping"].items()):
+        config = defs[ref.rsplit("/", 1)[1]]
+        options = {
+            "type": "object",
+            "properties": {k: v for k, v in config["properties"].items() if k != "name"},
+            "required": [k for k in config.get("required", []) if k != "name"],
+            "additionalProperties": False,
+        }
+        variants.append(
+            {
+                "type": "object",
+                "properties": {
+                    **common,
+                    "aggregate": {"const": name},
+                    "options": options,
+                },
+                "required": [] if name == "majority" else ["aggregate"],
+                "additionalProperties": False,
+            }
+        )
+    for name, schema in defs.items():  # what the options refer to (JudgeConfig...)
+        components.setdefault(name, schema)
+    components["ScalingSpecBody"] = {
+        "title": spec["title"],
+        "description": spec["description"],
+        "anyOf": variants,
+    }
+    body = dict(components["RunRequest"])
+    scaling = {**body["properties"]["scaling"], **_ref("ScalingSpecBody")}
+    body["properties"] = {**body["properties"], "scaling": scaling}
+    components["RunRequestBody"] = body
+
+
 def openapi_document(
-    *, version: str, token: bool, models: list[str] | None = None
+    *,
+    version: str,
+    token: bool,
+    models: list[str] | None = None,
+    max_rollouts: int | None = None,
+    usd_caps: bool = True,
 ) -> dict[str, Any]:
     """The document served at ``/openapi.json`` (``models``: the model names
-    of the agents, given as examples)."""
+    of the agents, given as examples; ``max_rollouts``: the daemon's limit
+    on a run's rollouts; ``usd_caps``: whether it takes ``max_usd``, which
+    needs model prices)."""
     (schemas, components) = msgspec.json.schema_components(
         _TYPES, ref_template="#/components/schemas/{name}"
     )
     if models:
-        request = components["ChatCompletionRequest"]
-        request["properties"]["model"]["examples"] = list(models)
+        for request in ("ChatCompletionRequest", "ResponseRequest"):
+            components[request]["properties"]["model"]["examples"] = list(models)
+    _scaling(components, max_rollouts)
+    if not usd_caps:
+        components["Budget"]["properties"]["max_usd"] = {
+            "type": "null",
+            "description": "Refused: this daemon has no model prices to count USD with",
+            "default": None,
+        }
     event_union = schemas[_TYPES.index(Event)]
     components["Event"] = event_union
+    components["ResponseStreamEvent"] = schemas[_TYPES.index(StreamEvent)]
     trajectory_summaries = {"type": "array", "items": _ref("TrajectorySummary")}
-    # In OpenAPI 3.1 the ``schema`` of ``text/event-stream`` describes one event.
+    # In OpenAPI 3.1 the ``schema`` of ``text/event-stream`` describes one
+    # event: a stored one (with its ``id``), a token event (never stored, no
+    # ``id``) or the opening ``retry`` advice.
+    data = {
+        "type": "string",
+        "contentMediaType": "application/json",
+        "contentSchema": _ref("Event"),
+    }
     sse_event = {
-        "type": "object",
-        "required": ["id", "event", "data"],
-        "properties": {
-            "id": {"type": "string", "pattern": "^[0-9]+$"},
-            "event": {"type": "string", "enum": sorted(event_union["discriminator"]["mapping"])},
-            "data": {
-                "type": "string",
-                "contentMediaType": "application/json",
-                "contentSchema": _ref("Event"),
+        "anyOf": [
+            {
+                "type": "object",
+                "required": ["id", "event", "data"],
+                "properties": {
+                    "id": {"type": "string", "pattern": "^[0-9]+$"},
+                    "event": {
+                        "type": "string",
+                        "enum": sorted(event_union["discriminator"]["mapping"]),
+                    },
+                    "data": data,
+                },
             },
-            "retry": {"type": "integer", "minimum": 0},
-        },
+            {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {"event": {"const": "token"}, "data": data},
+            },
+            {
+                "type": "object",
+                "required": ["retry"],
+                "properties": {"retry": {"type": "integer", "minimum": 0}},
+            },
+        ]
     }
     sse = {
         "description": "Server-Sent Events: `id` is the event's seq, `event` its type, "
@@ -222,7 +355,7 @@ def openapi_document(
                 "summary": "Start a run",
                 "requestBody": {
                     "required": True,
-                    "content": {"application/json": {"schema": _ref("RunRequest")}},
+                    "content": {"application/json": {"schema": _ref("RunRequestBody")}},
                 },
                 "responses": {
                     "201": {**_json(_ref("RunInfo"), "The run, admitted"), "links": run_links},
@@ -250,7 +383,7 @@ def openapi_document(
                         "name": "cursor",
                         "in": "query",
                         "description": "The `next_cursor` of the previous page",
-                        "schema": {"type": "string"},
+                        "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
                     },
                 ],
                 "responses": {"200": _json(_ref("RunPage"), "A page of runs"), **_errors(401, 422)},

@@ -36,7 +36,7 @@ from agentrt.runtime.serve.responses_wire import (
     ArgumentsDone,
     ContentPartAdded,
     ContentPartDone,
-    FunctionCallOut,
+    FunctionCallItem,
     InputDetails,
     OutputDetails,
     OutputItemAdded,
@@ -242,7 +242,7 @@ class _ResponseStream(Response):
         )
         await write(self._sse(ResponseFailed(sequence_number=self._next(), response=failed)))
 
-    def _item_events(self, index: int, item: OutputMessage | FunctionCallOut) -> list[StreamEvent]:
+    def _item_events(self, index: int, item: OutputMessage | FunctionCallItem) -> list[StreamEvent]:
         """The events that open, fill and close one output item."""
         events: list[StreamEvent] = []
         match item:
@@ -290,8 +290,8 @@ class _ResponseStream(Response):
                             part=part,
                         )
                     )
-            case FunctionCallOut():
-                opened_call = FunctionCallOut(
+            case FunctionCallItem():
+                opened_call = FunctionCallItem(
                     id=item.id,
                     call_id=item.call_id,
                     name=item.name,

@@ -111,7 +111,10 @@ class ResponseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     (``rollouts``... or an ``agentrt`` object) scale the run."""
 
     model: str
-    input: str | list[InputItem]
+    input: (
+        Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]
+        | Annotated[list[InputItem], msgspec.Meta(min_length=1)]
+    )
     instructions: str | None = None
     stream: bool | None = None
     stream_options: ResponseStreamOptions | None = None
@@ -308,7 +311,7 @@ def responses_requested(
 # -- the response ---------------------------------------------------------------
 
 
-class TopLogprobOut(msgspec.Struct, frozen=True, kw_only=True):
+class ResponseTopLogprob(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     logprob: float
     bytes: list[int]
@@ -318,7 +321,7 @@ class LogprobOut(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     logprob: float
     bytes: list[int]
-    top_logprobs: list[TopLogprobOut]
+    top_logprobs: list[ResponseTopLogprob]
 
 
 class OutputText(msgspec.Struct, frozen=True, kw_only=True):
@@ -335,7 +338,7 @@ class OutputMessage(msgspec.Struct, frozen=True, kw_only=True, tag="message", ta
     content: list[OutputText] = []
 
 
-class FunctionCallOut(
+class FunctionCallItem(
     msgspec.Struct, frozen=True, kw_only=True, tag="function_call", tag_field="type"
 ):
     id: str
@@ -345,7 +348,7 @@ class FunctionCallOut(
     status: Literal["in_progress", "completed"] = "completed"
 
 
-OutputItem = OutputMessage | FunctionCallOut
+OutputItem = OutputMessage | FunctionCallItem
 
 
 class FunctionToolOut(msgspec.Struct, frozen=True, kw_only=True):
@@ -452,7 +455,7 @@ def logprobs_out(logprobs: list[TokenLogprob] | None) -> list[LogprobOut]:
             logprob=t.logprob,
             bytes=list(t.token.encode()),
             top_logprobs=[
-                TopLogprobOut(token=a.token, logprob=a.logprob, bytes=list(a.token.encode()))
+                ResponseTopLogprob(token=a.token, logprob=a.logprob, bytes=list(a.token.encode()))
                 for a in t.top
             ],
         )
@@ -474,7 +477,7 @@ def output_items(
             )
         )
     items.extend(
-        FunctionCallOut(
+        FunctionCallItem(
             id=f"fc_{c.id}", call_id=c.id, name=c.function.name, arguments=c.function.arguments
         )
         for c in calls
@@ -582,7 +585,7 @@ __all__ = [
     "ArgumentsDone",
     "ContentPartAdded",
     "ContentPartDone",
-    "FunctionCallOut",
+    "FunctionCallItem",
     "InputItem",
     "OutputItem",
     "OutputItemAdded",
