@@ -183,6 +183,18 @@ def _handled(handler: Handler) -> Handler:
     return run
 
 
+def _whole_numbers(value: Any) -> Any:
+    """``value`` with every integral float an int: JSON does not tell 130.0
+    from 130 (nor does the OpenAPI document's ``integer``)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= MAX_EVENT_ID else value
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    return value
+
+
 async def read_json(request: Request, type_: type[Any]) -> Any:
     """The request body decoded as ``type_``, or a 400/422 naming the field."""
     body = bytearray()
@@ -193,7 +205,7 @@ async def read_json(request: Request, type_: type[Any]) -> Any:
     if not body.strip():
         raise ApiProblem(400, "invalid_json", "the body is empty; send a JSON object", where="body")
     try:
-        return msgspec.json.decode(bytes(body), type=type_)
+        return msgspec.convert(_whole_numbers(msgspec.json.decode(bytes(body))), type_)
     except msgspec.ValidationError as exc:
         text = str(exc)
         match = _WHERE.search(text)
@@ -307,6 +319,8 @@ def routes(manager: RunService) -> list[BaseRoute]:
             version=__version__,
             token=manager.config.server.resolved_token() is not None,
             models=[a.model for a in manager.agents()],
+            max_rollouts=manager.config.server.max_rollouts,
+            usd_caps=manager.usd_caps,
         )
     )
 

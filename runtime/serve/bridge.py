@@ -41,6 +41,9 @@ class RunService(Protocol):
     def accepting(self) -> bool: ...
 
     @property
+    def usd_caps(self) -> bool: ...
+
+    @property
     def ready(self) -> bool: ...
 
     def agents(self) -> builtins.list[AgentInfo]: ...
@@ -114,6 +117,10 @@ class ManagerBridge:
     @property
     def accepting(self) -> bool:
         return self.manager.accepting
+
+    @property
+    def usd_caps(self) -> bool:
+        return self.manager.usd_caps
 
     @property
     def ready(self) -> bool:

@@ -363,6 +363,12 @@ class RunManager:
             )
         return out
 
+    @property
+    def usd_caps(self) -> bool:
+        """Whether a run may cap its cost in USD (``Budget.max_usd``): the
+        daemon has model prices."""
+        return self.runtime.prices is not None
+
     def resolve_agent(self, name: str) -> str:
         """The configured agent a request's ``agent`` names (``default``: the
         default agent), or an ``ApiProblem`` listing the known ones."""
@@ -389,7 +395,9 @@ class RunManager:
                 where="scaling.rollouts",
             )
         try:
-            parse_config({**scaling.options, "name": scaling.aggregate}, "scaling.aggregate")
+            parse_config(
+                {**scaling.options, "name": scaling.aggregate}, "scaling.aggregate", strict=True
+            )
         except ConfigError as exc:
             raise invalid(str(exc.args[0]) if exc.args else str(exc), where=exc.where) from None
         budget = request.budget  # its caps are >= 0 and finite (``Budget`` checks)

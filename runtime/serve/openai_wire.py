@@ -186,7 +186,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     ``agentrt`` object) scale the run."""
 
     model: str
-    messages: list[MessageIn]
+    messages: Annotated[list[MessageIn], msgspec.Meta(min_length=1)]
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     n: int | None = None
