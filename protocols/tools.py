@@ -16,6 +16,10 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     parameters: dict[str, Any] = msgspec.field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
+    annotations: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Hints about the tool's behaviour for policy, not sent to the model
+    (MCP tool annotations: ``readOnlyHint``, ``destructiveHint``,
+    ``idempotentHint``, ``openWorldHint``)."""
 
     def to_openai(self) -> dict[str, Any]:
         """The ``tools`` entry of a chat-completions request."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import mcp_types as types
 
@@ -23,7 +23,16 @@ from agentrt.tools.mcp.tool import McpTool, namespaced_names
 if TYPE_CHECKING:
     from agentrt.tools.mcp.connection import McpConnection
 
-__all__ = ["MAX_PAGES", "Catalog", "build_catalog", "list_all_tools"]
+__all__ = [
+    "MAX_PAGES",
+    "Catalog",
+    "annotations_of",
+    "build_catalog",
+    "definition_hash",
+    "is_destructive",
+    "is_idempotent",
+    "list_all_tools",
+]
 
 #: A paginated listing longer than this is a misbehaving server.
 MAX_PAGES: Final = 1000
@@ -31,10 +40,49 @@ MAX_PAGES: Final = 1000
 
 @dataclass(frozen=True)
 class Catalog:
-    """One listing's outcome, keyed by the server's own tool names."""
+    """One listing's outcome, keyed by the server's own tool names:
+    the tools offered, those blocked by their pin, those refused by policy
+    (``destructive: refuse``, with why) and each tool's task support."""
 
     tools: dict[str, McpTool] = field(default_factory=dict)
     blocked: dict[str, PinDecision] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    task_support: dict[str, str] = field(default_factory=dict)
+
+
+def annotations_of(tool: types.Tool) -> dict[str, Any]:
+    """A tool's annotations as the wire spells them (``readOnlyHint``...)."""
+    if tool.annotations is None:
+        return {}
+    dumped: dict[str, Any] = tool.annotations.model_dump(
+        by_alias=True, exclude_none=True, mode="json"
+    )
+    return dumped
+
+
+def is_destructive(annotations: Mapping[str, Any]) -> bool:
+    """The spec's reading: a tool may be destructive unless it says it is
+    read-only or not destructive (``destructiveHint`` defaults to true)."""
+    return not annotations.get("readOnlyHint", False) and bool(
+        annotations.get("destructiveHint", True)
+    )
+
+
+def is_idempotent(annotations: Mapping[str, Any]) -> bool:
+    """Calling it twice does no more than once (read-only or idempotent)."""
+    return bool(annotations.get("readOnlyHint", False) or annotations.get("idempotentHint", False))
+
+
+def definition_hash(name: str, tool: types.Tool) -> str:
+    """The pin hash of everything about ``tool`` a model or a policy reads."""
+    return tool_definition_hash(
+        name,
+        tool.description,
+        tool.input_schema,
+        title=tool.title,
+        output_schema=tool.output_schema,
+        annotations=annotations_of(tool),
+    )
 
 
 async def list_all_tools(
@@ -64,24 +112,38 @@ async def build_catalog(
     approved: Mapping[str, str],
     new_tools: Literal["trust", "block"],
     pins: PinStore,
+    destructive: Literal["allow", "approve", "refuse"] = "allow",
 ) -> Catalog:
-    """Check each definition against its pin and build the offered tools."""
-    digests = {n: tool_definition_hash(n, t.description, t.input_schema) for n, t in listed.items()}
+    """Check each definition against its pin and build the offered tools
+    (a destructive one left out under ``destructive: refuse``)."""
+    digests = {n: definition_hash(n, t) for n, t in listed.items()}
     decisions = await decide_pins(
         connection.name, digests.items(), approved=approved, new_tools=new_tools, store=pins
     )
     names = namespaced_names(connection.name, listed)
-    tools: dict[str, McpTool] = {}
-    blocked: dict[str, PinDecision] = {}
+    catalog = Catalog()
     for remote, tool in listed.items():
         decision = decisions[remote]
+        annotations = annotations_of(tool)
+        if tool.execution is not None and tool.execution.task_support is not None:
+            catalog.task_support[remote] = tool.execution.task_support
         if not decision.allowed:
-            blocked[remote] = decision
+            catalog.blocked[remote] = decision
+            continue
+        if destructive == "refuse" and is_destructive(annotations):
+            catalog.refused[remote] = (
+                f"MCP tool {remote!r} on server {connection.name!r} is refused: it may be "
+                "destructive (its annotations say so, or do not say otherwise) and the "
+                "server's configuration says destructive: refuse"
+            )
             continue
         spec = ToolSpec(
             name=names[remote],
             description=tool.description or tool.title or "",
             parameters=tool.input_schema,
+            annotations=annotations,
         )
-        tools[remote] = McpTool(connection, remote_name=remote, spec=spec, digest=decision.digest)
-    return Catalog(tools=tools, blocked=blocked)
+        catalog.tools[remote] = McpTool(
+            connection, remote_name=remote, spec=spec, digest=decision.digest
+        )
+    return catalog

@@ -37,10 +37,13 @@ from agentrt.runtime.errors import ConfigError
 
 __all__ = [
     "SERVER_NAME_PATTERN",
+    "ElicitationPolicy",
     "HttpServerConfig",
     "McpServerConfig",
     "RestartPolicy",
+    "SamplingPolicy",
     "StdioServerConfig",
+    "TaskPolicy",
     "parse_server_spec",
 ]
 
@@ -86,6 +89,58 @@ class RestartPolicy(BaseModel):
         )
 
 
+class ElicitationPolicy(BaseModel):
+    """How a server's ``elicitation/create`` (a question for the user) is
+    answered."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["decline", "defaults", "ask"] = "decline"
+    """``decline``: answer "declined" without asking anyone; ``defaults``:
+    accept with each field's schema default (and ``values``), declining when
+    a required field has neither; ``ask``: ask the person behind the run
+    (the embedding's callback, or the daemon's run event answered through
+    its REST API), declining when nobody can be asked."""
+    values: dict[str, Any] = Field(default_factory=dict)
+    """Answers by field name, used by ``defaults`` before the schema's own."""
+    url: Literal["decline", "ask"] = "decline"
+    """URL-mode elicitations (open a link in a browser): decline them, or
+    hand the link to the person behind the run (``ask``)."""
+    timeout_s: float = Field(default=600.0, gt=0)
+    """How long a person is waited for before the question is cancelled."""
+
+
+class SamplingPolicy(BaseModel):
+    """Whether and how a server's ``sampling/createMessage`` is served by
+    agentrt's models, charged to the run whose tool call asked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["deny", "allow"] = "deny"
+    """``deny`` refuses every request (an MCP error the server sees);
+    ``allow`` serves it under the limits below."""
+    models: list[str] = Field(default_factory=list)
+    """Models the server may be given (it picks by its hints among them);
+    empty: the runtime's default model only."""
+    max_tokens: int = Field(default=1024, ge=1)
+    """Cap on the completion tokens of one request (a larger ask is cut)."""
+
+
+class TaskPolicy(BaseModel):
+    """Task-augmented tool calls (MCP tasks): for tools that declare
+    ``taskSupport: required`` (and, with ``prefer``, ``optional``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefer: bool = False
+    """Also run tools whose task support is ``optional`` as tasks."""
+    deadline_s: float = Field(default=900.0, gt=0)
+    """A task's own deadline (it outlives the model's step timeout, not
+    this); past it the task is cancelled."""
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    """Polling interval when the server suggests none."""
+
+
 class _ServerBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -112,6 +167,23 @@ class _ServerBase(BaseModel):
     log_level: LogLevel | None = None
     """Ask the server for log messages at this level and above; None keeps
     the server's default."""
+    required: bool = True
+    """A run waits for a required server to be ready (up to
+    ``connect_timeout_s``); an optional one starts in the background and
+    its tools join the runs that begin once it is ready."""
+    elicitation: ElicitationPolicy = Field(default_factory=ElicitationPolicy)
+    """How the server's questions for the user are answered."""
+    sampling: SamplingPolicy = Field(default_factory=SamplingPolicy)
+    """Whether the server may ask agentrt's models to sample."""
+    roots: list[Path] = Field(default_factory=list)
+    """Folders offered to the server as roots (``roots/list``), besides the
+    workspaces runs register while they use the server."""
+    destructive: Literal["allow", "approve", "refuse"] = "allow"
+    """Tools annotated ``destructiveHint`` (and not ``readOnlyHint``):
+    call them, ask the person behind the run to approve each call, or
+    refuse them (they are not offered)."""
+    tasks: TaskPolicy = Field(default_factory=TaskPolicy)
+    """Task-augmented calls of long-running tools."""
 
     @field_validator("name")
     @classmethod

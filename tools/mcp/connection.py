@@ -6,9 +6,11 @@ Must not import agents or aggregators.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self, cast, final
 
@@ -18,6 +20,7 @@ import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from pydantic import ValidationError
 
 from agentrt._version import __version__
@@ -25,7 +28,14 @@ from agentrt.runtime.actors.backoff import RestartBackoff
 from agentrt.runtime.errors import AgentrtError
 from agentrt.runtime.log import get_logger
 from agentrt.tools.base import NotificationSink, ToolContent, ToolContext, ToolOutput
-from agentrt.tools.mcp.catalog import MAX_PAGES, Catalog, build_catalog, list_all_tools
+from agentrt.tools.mcp.catalog import (
+    MAX_PAGES,
+    Catalog,
+    build_catalog,
+    is_destructive,
+    is_idempotent,
+    list_all_tools,
+)
 from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
 from agentrt.tools.mcp.content import resource_contents, tool_output
 from agentrt.tools.mcp.errors import (
@@ -37,6 +47,13 @@ from agentrt.tools.mcp.errors import (
 )
 from agentrt.tools.mcp.health import ConnectionState, Health
 from agentrt.tools.mcp.pinning import MemoryPinStore, PinDecision, PinStore
+from agentrt.tools.mcp.server_requests import (
+    Caller,
+    McpClientHooks,
+    ServerRequestHandler,
+    approve_call,
+)
+from agentrt.tools.mcp.tasks import SessionTasks
 from agentrt.tools.mcp.tool import McpTool
 from agentrt.tools.mcp.transport import EndWatchingStream, StderrTail, open_transport
 
@@ -46,25 +63,6 @@ _log = get_logger(__name__)
 
 #: Extra time past the SDK's own request timeout before our guard gives up.
 _GUARD_S: Final = 5.0
-#: How much of a server's stderr an error message quotes.
-_STDERR_NOTE_CHARS: Final = 600
-
-
-@dataclass(eq=False)
-class _Live:
-    """One open session and what happened on it."""
-
-    session: ClientSession
-    ended: anyio.Event
-    relist: anyio.Event = field(default_factory=anyio.Event)
-    handshake: anyio.CancelScope | None = None
-    malformed: str | None = None
-    lost: str | None = None
-
-
-@final
-class McpConnection:
-    """A supervised connection to one MCP server (an async context manager).
 IDEMPOTENCY_META_KEY: Final = "io.agentrt/idempotency-key"
 """The ``_meta`` key of a tool call's idempotency key (``ToolContext``)."""
 
@@ -75,10 +73,37 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
         return None
     return cast(types.RequestParamsMeta, {IDEMPOTENCY_META_KEY: context.idempotency_key})
 
+
+#: How much of a server's stderr an error message quotes.
+_STDERR_NOTE_CHARS: Final = 600
+
+
+@dataclass(eq=False)
+class _Live:
+    """One open session and what happened on it."""
+
+    session: ClientSession
+    ended: anyio.Event
+    dispatcher: JSONRPCDispatcher[Any]
+    tasks: SessionTasks
+    relist: anyio.Event = field(default_factory=anyio.Event)
+    malformed: str | None = None
+    lost: str | None = None
+    forgotten: bool = False
+    """The server no longer knows the session (a call may be retried)."""
+    rejected: list[int] = field(default_factory=list)
+    """HTTP 400/404 answers to requests that carried the session id."""
+
+
+@final
+class McpConnection:
+    """A supervised connection to one MCP server (an async context manager).
+
     Entering it connects, lists the tools and checks each against its pin in
     ``pins``; a first failure is raised there (``ConfigError`` for a command
-    that cannot be found), as is non-JSON-RPC output on stdout during the
-    handshake.  A server that dies later is restarted with backoff
+    that cannot be found); its message names the server and its URL or
+    command.  A line on stdout that is not JSON-RPC is logged and skipped
+    (as the SDK does).  A server that dies later is restarted with backoff
     (``config.restart``): meanwhile calls answer with an error output saying
     so, and calls in flight fail with "connection lost".
     ``notifications/tools/list_changed`` re-lists and re-checks pins.
@@ -92,8 +117,10 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
         *,
         pins: PinStore | None = None,
         on_notification: NotificationSink | None = None,
+        hooks: McpClientHooks | None = None,
     ) -> None:
         self.config = config
+        self._requests = ServerRequestHandler(config, hooks)
         self._pins = pins if pins is not None else MemoryPinStore()
         self._sink = on_notification
         self._health = Health(config.name)
@@ -148,9 +175,15 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
             if not isinstance(exc, Exception):
                 raise
             cause = leaf(exc)
+            if type(cause) is McpServerError and not cause.target:
+                raise McpServerError(
+                    self.name, cause.detail, target=self.config.describe()
+                ) from None
             if isinstance(cause, AgentrtError):
                 raise cause from None
-            raise McpServerError(self.name, f"could not start: {self._why(cause)}") from cause
+            raise McpServerError(
+                self.name, f"could not start: {self._why(cause)}", target=self.config.describe()
+            ) from cause
         return self
 
     async def __aexit__(
@@ -172,13 +205,75 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
         context: ToolContext | None = None,
         display_name: str | None = None,
     ) -> ToolOutput:
-        """Call a tool by the server's own name; failures are error outputs."""
+        """Call a tool by the server's own name; failures are error outputs.
+
+        A tool whose task support is ``required`` (or ``optional``, with
+        ``tasks.prefer``) runs as a task (see ``tasks``).  A destructive
+        tool under ``destructive: approve`` runs once the person behind the
+        run approves.  A call the server refused because it forgot the
+        session is sent once more on the new session when the tool is
+        read-only or idempotent."""
         context = context or ToolContext()
         shown = display_name or remote_name
-        live = self._live
-        refusal = self._refusal(remote_name)
-        if refusal is not None or live is None:
+        caller = Caller(
+            run_id=context.run_id,
+            rollout_id=context.rollout_id,
+            call_id=context.call_id,
+            tool=shown,
+        )
+        refusal = await self._admit(remote_name, arguments, caller)
+        live, tool = self._live, self._catalog.tools.get(remote_name)
+        if refusal is not None or live is None or tool is None:
             return ToolOutput.of_text(refusal or self._health.unavailable(), is_error=True)
+        support = self._catalog.task_support.get(remote_name)
+        if support == "required" or (support == "optional" and self.config.tasks.prefer):
+            return await live.tasks.call(
+                remote_name, arguments, caller=caller, shown=shown, timeout_s=context.timeout_s
+            )
+        with self._requests.calling(caller):
+            output = await self._call_once(live, remote_name, arguments, shown, context)
+            if output is None and is_idempotent(tool.spec.annotations):
+                # The server forgot the session: the new one gets one more try.
+                with contextlib.suppress(McpServerError, TimeoutError):
+                    await self._health.wait_ready(self.config.connect_timeout_s)
+                if self._live is not None:
+                    output = await self._call_once(
+                        self._live, remote_name, arguments, shown, context
+                    )
+        if output is None:
+            text = self._lost_text(f"during a call to {shown!r}")
+            return ToolOutput.of_text(text, is_error=True)
+        return output
+
+    async def _admit(
+        self, remote_name: str, arguments: Mapping[str, Any], caller: Caller
+    ) -> str | None:
+        """Why a call cannot be sent now (see ``_refusal``), or a person's
+        refusal of a destructive tool under ``destructive: approve``."""
+        refusal = self._refusal(remote_name)
+        tool = self._catalog.tools.get(remote_name)
+        if refusal is not None or tool is None or self.config.destructive != "approve":
+            return refusal
+        if not is_destructive(tool.spec.annotations):
+            return None
+        return await approve_call(
+            self.name,
+            self._requests.hooks,
+            caller.tool,
+            arguments,
+            caller,
+            timeout_s=self.config.elicitation.timeout_s,
+        )
+
+    async def _call_once(
+        self,
+        live: _Live,
+        remote_name: str,
+        arguments: Mapping[str, Any],
+        shown: str,
+        context: ToolContext,
+    ) -> ToolOutput | None:
+        """One ``tools/call``; None when the server forgot the session."""
         timeout = min(self.config.call_timeout_s, context.timeout_s or math.inf)
         try:
             with anyio.fail_after(timeout + _GUARD_S):
@@ -187,6 +282,7 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
                     dict(arguments),
                     read_timeout_seconds=timeout,
                     progress_callback=self._progress_relay(shown, context),
+                    meta=_call_meta(context),
                 )
         except (
             MCPError,
@@ -196,8 +292,27 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
             ValidationError,
             RuntimeError,
         ) as exc:
-            return ToolOutput.of_text(self._call_failure(live, exc, shown, timeout), is_error=True)
+            text = self._call_failure(live, exc, shown, timeout)
+            return None if live.forgotten else ToolOutput.of_text(text, is_error=True)
         return tool_output(result)
+
+    async def cancel_run(self, run_id: str) -> int:
+        """Cancel the tasks ``run_id`` started that are still running (its
+        run ended); returns how many."""
+        live = self._live
+        return live.tasks.cancel_run(run_id) if live is not None else 0
+
+    # -- roots ----------------------------------------------------------
+
+    def roots(self) -> list[Path]:
+        """The folders offered to the server as roots now."""
+        return self._requests.roots()
+
+    async def set_roots(self, owner: str, paths: Sequence[Path]) -> None:
+        """Offer ``paths`` as roots for ``owner`` (a run's workspace),
+        replacing what it offered before (empty: withdraw them); the
+        server hears ``notifications/roots/list_changed``."""
+        await self._requests.set_roots(owner, paths)
 
     def _refusal(self, remote_name: str) -> str | None:
         """Why a call cannot be sent now, or None."""
@@ -205,6 +320,8 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
             return self._health.unavailable()
         if (decision := self._catalog.blocked.get(remote_name)) is not None:
             return decision.message
+        if (why := self._catalog.refused.get(remote_name)) is not None:
+            return why
         if remote_name not in self._catalog.tools:
             return f"MCP server {self.name!r} does not offer a tool {remote_name!r} (any more)"
         return None
@@ -288,7 +405,6 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
             delay = backoff.crashed(healthy_for=anyio.current_time() - started)
             if delay is None:
                 failures = backoff.crashes
-                    meta=_call_meta(context),
                 _log.error("mcp.server.failed", server=self.name, reason=reason, failures=failures)
                 self._health.set(
                     ConnectionState.FAILED, f"failed {failures} times in a row; last: {reason}"
@@ -324,22 +440,50 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
     async def _session(self, ready: Callable[[], None]) -> str:
         ended = anyio.Event()
         reason = ""
-        async with open_transport(self.config, self._tail) as (read, write):
+        rejected: list[int] = []
+        async with open_transport(self.config, self._tail, on_session_rejected=rejected.append) as (
+            read,
+            write,
+        ):
             live: _Live | None = None
 
             async def on_message(message: types.ServerNotification | Exception) -> None:
                 if live is not None:
                     await self._on_message(live, message)
 
+            # Our own dispatcher: task-augmented calls go out on it (see ``tasks``).
+            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(
+                EndWatchingStream(read, ended), write
+            )
             session = ClientSession(
-                EndWatchingStream(read, ended),
-                write,
                 logging_callback=self._on_log,
                 message_handler=on_message,
+                sampling_callback=self._requests.sampling,
+                elicitation_callback=self._requests.elicitation,
+                list_roots_callback=self._requests.list_roots,
                 client_info=types.Implementation(name="agentrt", version=__version__),
+                dispatcher=dispatcher,
             )
             async with session, anyio.create_task_group() as tg:
-                live = _Live(session=session, ended=ended)
+                current: _Live
+                live = current = _Live(
+                    session=session,
+                    ended=ended,
+                    dispatcher=dispatcher,
+                    tasks=SessionTasks(
+                        session,
+                        dispatcher,
+                        self.config.tasks,
+                        server=self.name,
+                        request_timeout_s=self.config.request_timeout_s,
+                        tg=tg,
+                        requests=self._requests,
+                        sink=self._emit,
+                        failure=lambda exc, shown, t: self._call_failure(current, exc, shown, t),
+                    ),
+                    rejected=rejected,
+                )
+                self._requests.on_roots_changed = self._roots_changed
                 await self._handshake(live)
                 await self._refresh(live)
                 self._live = live
@@ -358,16 +502,14 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
     async def _handshake(self, live: _Live) -> None:
         try:
             with anyio.fail_after(self.config.connect_timeout_s):
-                with anyio.CancelScope() as scope:
-                    live.handshake = scope
-                    result = await live.session.initialize()
-                    if self.config.log_level is not None and result.capabilities.logging:
-                        await live.session.send_request(
-                            types.SetLevelRequest(
-                                params=types.SetLevelRequestParams(level=self.config.log_level)
-                            ),
-                            types.EmptyResult,
-                        )
+                result = await live.session.initialize()
+                if self.config.log_level is not None and result.capabilities.logging:
+                    await live.session.send_request(
+                        types.SetLevelRequest(
+                            params=types.SetLevelRequestParams(level=self.config.log_level)
+                        ),
+                        types.EmptyResult,
+                    )
         except TimeoutError:
             raise McpServerError(
                 self.name,
@@ -378,21 +520,6 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
             raise McpServerError(
                 self.name, f"the handshake failed: {describe(exc)}{self._stderr_note()}"
             ) from None
-        finally:
-            live.handshake = None
-        if scope.cancelled_caught:
-            advice = (
-                "; stdout is reserved for JSON-RPC messages, so logs must go to stderr"
-                if isinstance(self.config, StdioServerConfig)
-                else ""
-            )
-            raise McpServerError(
-                self.name,
-                f"wrote a malformed message to stdout during the handshake ({live.malformed})"
-                f"{advice}{self._stderr_note()}"
-                if advice
-                else f"sent a malformed message during the handshake ({live.malformed})",
-            )
         _log.info(
             "mcp.server.connected",
             server=self.name,
@@ -417,6 +544,7 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
             approved=self.config.approved,
             new_tools=self.config.new_tools,
             pins=self._pins,
+            destructive=self.config.destructive,
         )
         for remote, decision in catalog.blocked.items():
             if self._catalog.blocked.get(remote) != decision:
@@ -458,10 +586,9 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
 
     async def _on_message(self, live: _Live, message: types.ServerNotification | Exception) -> None:
         if isinstance(message, Exception):
+            # Like the SDK's own client: a line that is not JSON-RPC (a
+            # banner on stdout) is logged and skipped.
             live.malformed = malformed_detail(message)
-            if live.handshake is not None:
-                live.handshake.cancel()
-                return
             _log.warning("mcp.server.malformed_message", server=self.name, detail=live.malformed)
             await self._emit(
                 "log",
@@ -508,14 +635,30 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
     def _why(self, exc: BaseException) -> str:
         cause = leaf(exc)
         if isinstance(cause, McpServerError):
-            return str(cause).removeprefix(f"MCP server {self.name!r}: ")
+            return cause.detail
         return describe(cause) + self._stderr_note()
 
     def _session_gone(self, live: _Live, exc: MCPError) -> bool:
-        if isinstance(self.config, HttpServerConfig) and session_forgotten(exc):
-            live.lost = f"the server no longer knows our session ({exc.message})"
+        """The server forgot our session: a 404 (the spec) or, from servers
+        that answer 400 instead, the SDK's stand-in error after one."""
+        if not isinstance(self.config, HttpServerConfig):
+            return False
+        if session_forgotten(exc) or (exc.code == types.INTERNAL_ERROR and live.rejected):
+            status = f"HTTP {live.rejected[-1]}: " if live.rejected else ""
+            live.lost = f"the server no longer knows our session ({status}{exc.message})"
+            live.forgotten = True
             return True
         return False
+
+    async def _roots_changed(self) -> None:
+        live = self._live
+        if live is None:
+            return
+        try:
+            with anyio.fail_after(self.config.request_timeout_s):
+                await live.session.send_notification(types.RootsListChangedNotification())
+        except (TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            _log.warning("mcp.roots.notify_failed", server=self.name, error=describe(exc))
 
     def _mark_down(self, live: _Live, reason: str) -> None:
         """Stop routing calls to ``live`` at once, before its teardown."""
@@ -527,6 +670,9 @@ def _call_meta(context: ToolContext) -> types.RequestParamsMeta | None:
 
     def _lost(self, live: _Live, when: str) -> str:
         self._mark_down(live, live.lost or "the connection was lost")
+        return self._lost_text(when)
+
+    def _lost_text(self, when: str) -> str:
         return (
             f"MCP server {self.name!r}: connection lost {when}; the server is being restarted "
             "and the call may or may not have run; try again shortly"

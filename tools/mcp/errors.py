@@ -23,11 +23,16 @@ _TS_SESSION_NOT_FOUND = -32001
 
 class McpServerError(ToolError):
     """An MCP server could not be started, or answered a runtime request
-    (listing, resource read) with a failure.  Names the server."""
+    (listing, resource read) with a failure.  Names the server, and its URL
+    or command line when given as ``target``; ``detail`` is the message
+    without them."""
 
-    def __init__(self, server: str, message: str) -> None:
+    def __init__(self, server: str, message: str, *, target: str = "") -> None:
         self.server = server
-        super().__init__(f"MCP server {server!r}: {message}")
+        self.target = target
+        self.detail = message
+        named = f"MCP server {server!r} ({target})" if target else f"MCP server {server!r}"
+        super().__init__(f"{named}: {message}")
 
 
 def leaf(exc: BaseException) -> BaseException:

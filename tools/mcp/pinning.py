@@ -2,8 +2,9 @@
 
 A server could offer a harmless tool, get it approved, and later change its
 description (new instructions for the model) or its schema.  So each tool
-definition is hashed (sha256 of a canonical JSON of name, description and
-input schema) and pinned when first approved: by the user in configuration
+definition is hashed (sha256 of a canonical JSON of every field the model
+or the policy reads: name, title, description, input and output schema,
+annotations) and pinned when first approved: by the user in configuration
 (``approved: {tool: hash}``) or, with ``new_tools: trust``, on first sight.
 A definition that no longer matches its pin is blocked, with both hashes in
 the message, until the new hash is approved in configuration.
@@ -38,16 +39,31 @@ __all__ = [
 
 
 def tool_definition_hash(
-    name: str, description: str | None, input_schema: Mapping[str, Any]
+    name: str,
+    description: str | None,
+    input_schema: Mapping[str, Any],
+    *,
+    title: str | None = None,
+    output_schema: Mapping[str, Any] | None = None,
+    annotations: Mapping[str, Any] | None = None,
 ) -> str:
-    """sha256 hex of the canonical JSON of a tool's name, description and
-    input schema (sorted keys, no whitespace, UTF-8)."""
+    """sha256 hex of the canonical JSON (sorted keys, no whitespace, UTF-8)
+    of a tool's model-visible definition: name, description and input
+    schema, and its title, output schema and annotations when it has them
+    (so a definition without them hashes as it always did)."""
+    definition: dict[str, Any] = {
+        "name": name,
+        "description": description or "",
+        "inputSchema": input_schema,
+    }
+    if title is not None:
+        definition["title"] = title
+    if output_schema is not None:
+        definition["outputSchema"] = output_schema
+    if annotations:
+        definition["annotations"] = annotations
     canonical = json.dumps(
-        {"name": name, "description": description or "", "inputSchema": input_schema},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
+        definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
@@ -211,9 +227,10 @@ async def decide_pins(
                 status="changed",
                 expected=pinned,
                 message=(
-                    f"MCP tool {tool!r} on server {server!r} is blocked: its description or "
-                    f"schema changed since it was approved (approved sha256 {pinned}, now "
-                    f"sha256 {digest}). If the change is intended, {how_to}"
+                    f"MCP tool {tool!r} on server {server!r} is blocked: its definition (title, "
+                    f"description, schema or annotations) changed since it was approved "
+                    f"(approved sha256 {pinned}, now sha256 {digest}). "
+                    f"If the change is intended, {how_to}"
                 ),
             )
         elif new_tools == "trust":

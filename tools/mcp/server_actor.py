@@ -8,6 +8,7 @@ choice.  Must not import agents or aggregators.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final, final
 
 import anyio
@@ -21,12 +22,15 @@ from agentrt.runtime.log import get_logger
 from agentrt.tools.base import NotificationSink, ToolContext, ToolOutput
 from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
 from agentrt.tools.mcp.connection import McpConnection
+from agentrt.tools.mcp.errors import McpServerError
 from agentrt.tools.mcp.health import ConnectionState
 from agentrt.tools.mcp.pinning import PinDecision, PinStore
+from agentrt.tools.mcp.server_requests import McpClientHooks
 
 __all__ = [
     "ROUTE_KEY",
     "CallTool",
+    "CancelRunTasks",
     "GetStatus",
     "ListTools",
     "McpServerActor",
@@ -36,6 +40,7 @@ __all__ = [
     "McpToolInfo",
     "McpToolList",
     "Reconnect",
+    "SetRoots",
 ]
 
 _log = get_logger(__name__)
@@ -58,12 +63,12 @@ class CallTool(msgspec.Struct, tag=True, frozen=True, kw_only=True):
     run_id: str = ""
     rollout_id: str = ""
     call_id: str = ""
+    idempotency_key: str = ""
     #: The caller's deadline; the server's ``call_timeout_s`` caps it.
     timeout_s: float | None = None
     #: Non-empty: progress notifications carry it under ``ROUTE_KEY``.
     route: str = ""
 
-    idempotency_key: str = ""
 
 class GetStatus(msgspec.Struct, tag=True, frozen=True):
     """Report the connection's state."""
@@ -73,7 +78,20 @@ class Reconnect(msgspec.Struct, tag=True, frozen=True):
     """Replace the connection now."""
 
 
-McpServerRequest = ListTools | CallTool | GetStatus | Reconnect
+class CancelRunTasks(msgspec.Struct, tag=True, frozen=True):
+    """A run ended: cancel the tasks it started that still run."""
+
+    run_id: str
+
+
+class SetRoots(msgspec.Struct, tag=True, frozen=True):
+    """Offer ``paths`` as roots for ``owner`` (empty: withdraw them)."""
+
+    owner: str
+    paths: tuple[str, ...]
+
+
+McpServerRequest = ListTools | CallTool | GetStatus | Reconnect | CancelRunTasks | SetRoots
 
 
 class McpToolInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,9 +140,20 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
     ``pins`` is the pin store its tool definitions are checked against;
     ``on_notification`` gets the connection's ``progress``, ``log`` and
     ``state`` notifications (``progress`` twice for a call with a route:
-    once with ``ROUTE_KEY``, once without)."""
+    once with ``ROUTE_KEY``, once without).  ``hooks`` answer the
+    server's questions and sampling requests; without ``wait`` the actor
+    starts at once and connects in the background (an optional server)."""
 
-    __slots__ = ("_config", "_connection", "_down", "_hold_scope", "_pins", "_sink")
+    __slots__ = (
+        "_config",
+        "_connection",
+        "_down",
+        "_hold_scope",
+        "_hooks",
+        "_pins",
+        "_sink",
+        "_wait",
+    )
 
     def __init__(
         self,
@@ -132,10 +161,14 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
         *,
         pins: PinStore,
         on_notification: NotificationSink | None = None,
+        hooks: McpClientHooks | None = None,
+        wait: bool = True,
     ) -> None:
         self._config = config
         self._pins = pins
         self._sink = on_notification
+        self._hooks = hooks
+        self._wait = wait
         self._connection: McpConnection | None = None
         #: Why there is no connection: the last start failed.
         self._down: str | None = None
@@ -150,7 +183,10 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
     async def on_started(self) -> None:
         # Ready once connected and listed; a failed first start raises here,
         # so spawning the actor fails with the server's own error.
-        await self.context.start_service(self._hold, name="connection")
+        if self._wait:
+            await self.context.start_service(self._hold, name="connection")
+        else:
+            self.context.start_soon_service(self._hold_or_note, name="connection")
 
     async def on_restarted(self, error: Exception) -> None:
         # Must return promptly (the supervisor waits): connect in the background.
@@ -159,7 +195,9 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
     async def _hold(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the connection, report ready, keep it open until cancelled."""
         with anyio.CancelScope() as self._hold_scope:
-            connection = McpConnection(self._config, pins=self._pins, on_notification=self._sink)
+            connection = McpConnection(
+                self._config, pins=self._pins, on_notification=self._sink, hooks=self._hooks
+            )
             async with connection:
                 self._connection, self._down = connection, None
                 task_status.started()
@@ -173,7 +211,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
         try:
             await self._hold()
         except AgentrtError as exc:  # stays down; calls and GetStatus say why
-            self._down = str(exc).removeprefix(f"MCP server {self.name!r}: ")
+            self._down = exc.detail if isinstance(exc, McpServerError) else str(exc)
             _log.error("mcp.server.not_started", server=self.name, error=str(exc))
 
     # -- requests ---------------------------------------------------------------
@@ -185,6 +223,14 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             case ListTools():
                 return self._listing()
             case GetStatus():
+                return self._status()
+            case CancelRunTasks(run_id=run_id):
+                if self._connection is not None:
+                    await self._connection.cancel_run(run_id)
+                return self._status()
+            case SetRoots(owner=owner, paths=paths):
+                if self._connection is not None:
+                    await self._connection.set_roots(owner, [Path(p) for p in paths])
                 return self._status()
             case Reconnect():
                 if self._hold_scope is not None:
@@ -203,6 +249,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             run_id=message.run_id,
             rollout_id=message.rollout_id,
             call_id=message.call_id,
+            idempotency_key=message.idempotency_key,
             timeout_s=message.timeout_s,
             notify=self._relay(message.route) if message.route else None,
         )
@@ -249,7 +296,6 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
                 actor_restarts=incarnation,
                 tools=0,
             )
-            idempotency_key=message.idempotency_key,
         return McpServerStatus(
             server=self.name,
             state=connection.state,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, final
 
 import anyio
@@ -34,6 +35,7 @@ from agentrt.tools.mcp.pinning import MemoryPinStore, PinDecision, PinStore
 from agentrt.tools.mcp.server_actor import (
     ROUTE_KEY,
     CallTool,
+    CancelRunTasks,
     GetStatus,
     ListTools,
     McpServerActor,
@@ -42,7 +44,9 @@ from agentrt.tools.mcp.server_actor import (
     McpServerStatus,
     McpToolList,
     Reconnect,
+    SetRoots,
 )
+from agentrt.tools.mcp.server_requests import McpClientHooks
 from agentrt.tools.mcp.tool import McpTool
 
 __all__ = [
@@ -169,6 +173,15 @@ class McpServerHandle:
         at once, before it is connected."""
         return await self._ask(Reconnect(), McpServerStatus)
 
+    async def cancel_run(self, run_id: str) -> None:
+        """Cancel the tasks ``run_id`` started on this server that still run."""
+        await self._ask(CancelRunTasks(run_id), McpServerStatus)
+
+    async def set_roots(self, owner: str, paths: Sequence[Path]) -> None:
+        """Offer ``paths`` to the server as roots for ``owner`` (a run's
+        workspace; empty: withdraw them)."""
+        await self._ask(SetRoots(owner, tuple(str(p) for p in paths)), McpServerStatus)
+
     async def stop(self) -> None:
         """Stop the actor and its connection for good (nothing to do once
         the actor system is closed: that stopped them)."""
@@ -197,6 +210,7 @@ class McpServerHandle:
             run_id=context.run_id,
             rollout_id=context.rollout_id,
             call_id=context.call_id,
+            idempotency_key=context.idempotency_key,
             timeout_s=context.timeout_s,
             route=route,
         )
@@ -210,7 +224,6 @@ class McpServerHandle:
                 f"{where}: the server's actor failed during the call ({exc.cause!r}) and is "
                 "being restarted; the call may or may not have run; try again shortly"
             )
-            idempotency_key=context.idempotency_key,
         except ActorStopped:
             text = f"{where}: the server is stopped"
         else:
@@ -278,6 +291,36 @@ class McpServers:
         for handle in self._handles.values():
             await handle.refresh()
 
+    async def catch_up(self) -> None:
+        """List again the servers that offered no tools at their last
+        listing (an optional server still connecting): what a run started
+        now sees.  A server whose actor does not answer is skipped."""
+        for handle in self._handles.values():
+            if not handle.tools():
+                try:
+                    await handle.refresh()
+                except McpServerError as exc:
+                    _log.warning("mcp.server.refresh_failed", server=handle.name, error=str(exc))
+
+    async def run_finished(self, run_id: str) -> None:
+        """A run ended: cancel its tasks on every server (a task must not
+        outlive its run).  Failures are logged."""
+        async with anyio.create_task_group() as tg:
+            for handle in self._handles.values():
+                tg.start_soon(self._cancel_run, handle, run_id)
+
+    @staticmethod
+    async def _cancel_run(handle: McpServerHandle, run_id: str) -> None:
+        try:
+            await handle.cancel_run(run_id)
+        except McpServerError as exc:
+            _log.warning("mcp.server.cancel_run_failed", server=handle.name, error=str(exc))
+
+    async def set_roots(self, owner: str, paths: Sequence[Path]) -> None:
+        """Offer ``paths`` as roots for ``owner`` to every server."""
+        for handle in self._handles.values():
+            await handle.set_roots(owner, paths)
+
     async def stop(self) -> None:
         """Stop every server actor (and its server) for good."""
         async with anyio.create_task_group() as tg:
@@ -293,6 +336,7 @@ async def spawn_mcp_servers(
     pins: PinStore | None = None,
     on_notification: NotificationSink | None = None,
     require_all: bool = False,
+    hooks: McpClientHooks | None = None,
 ) -> McpServers:
     """Spawn one :class:`McpServerActor` per server, concurrently, and list
     each one's tools; returns once every server is connected or has failed.
@@ -302,10 +346,14 @@ async def spawn_mcp_servers(
     pin store shared by the servers (default: in memory).
     ``on_notification`` gets every server's ``log``, ``state`` and
     ``progress`` notifications (a call's progress also goes to its own
-    ``ToolContext.notify``).  A server that cannot start (its command is
+    ``ToolContext.notify``); ``hooks`` answer the servers' questions and
+    sampling requests.  Servers start in parallel, each within its own
+    deadline; an optional one (``required: false``) is not waited for: it
+    connects in the background and its tools appear once it is listed
+    again (``McpServers.catch_up``).  A required server that cannot start (its command is
     missing, the handshake fails, ``connect_timeout_s`` passes) is left out
     and reported in ``failures``; with ``require_all`` the first such
-    failure is raised instead, after stopping the servers that did start.
+    failure of a required server is raised instead, after stopping the servers that did start.
     Raises ``ValueError`` for two servers with the same name."""
     names = [s.name for s in servers]
     if len(set(names)) != len(names):
@@ -320,7 +368,13 @@ async def spawn_mcp_servers(
         try:
             with anyio.fail_after(within):
                 ref: ActorRef[McpServerRequest, McpServerReply] = await system.spawn(
-                    lambda: McpServerActor(config, pins=store, on_notification=progress.dispatch),
+                    lambda: McpServerActor(
+                        config,
+                        pins=store,
+                        on_notification=progress.dispatch,
+                        hooks=hooks,
+                        wait=config.required,
+                    ),
                     name=f"mcp:{config.name}",
                     parent=parent,
                 )
@@ -353,7 +407,10 @@ async def spawn_mcp_servers(
             # Concurrently: one slow npx download must not hold up the rest.
             tg.start_soon(spawn, config)
     started = McpServers({n: handles[n] for n in names if n in handles}, failures)
-    if require_all and failures:
+    required = [
+        n for n in names if n in failures and next(s for s in servers if s.name == n).required
+    ]
+    if require_all and required:
         await started.stop()
-        raise failures[next(n for n in names if n in failures)]
+        raise failures[required[0]]
     return started

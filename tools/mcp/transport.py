@@ -12,7 +12,7 @@ import collections
 import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any, Final, Generic, Self, TextIO, TypeVar
 
@@ -203,26 +203,44 @@ async def _stdio(config: StdioServerConfig, tail: StderrTail) -> AsyncIterator[T
 
 
 @contextlib.asynccontextmanager
-async def _http(config: HttpServerConfig) -> AsyncIterator[TransportStreams]:
+async def _http(
+    config: HttpServerConfig,
+    on_session_rejected: Callable[[int], None] | None,
+) -> AsyncIterator[TransportStreams]:
     client = create_mcp_http_client(
         headers=config.http_headers(),
         timeout=httpx2.Timeout(config.request_timeout_s, read=config.sse_read_timeout_s),
     )
+    if on_session_rejected is not None:
+        rejected = on_session_rejected
+
+        async def watch(response: httpx2.Response) -> None:
+            # A server that forgot our session answers 404 (the spec) or 400
+            # (server-everything); the SDK hides which behind a JSON-RPC error.
+            if response.status_code in (400, 404) and "mcp-session-id" in response.request.headers:
+                rejected(response.status_code)
+
+        client.event_hooks = {**client.event_hooks, "response": [watch]}
     async with client, streamable_http_client(config.url, http_client=client) as streams:
         yield streams
 
 
 def open_transport(
-    config: StdioServerConfig | HttpServerConfig, tail: StderrTail | None
+    config: StdioServerConfig | HttpServerConfig,
+    tail: StderrTail | None,
+    *,
+    on_session_rejected: Callable[[int], None] | None = None,
 ) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
     """The SDK transport for ``config`` (stdio: the SDK spawns the server in
     its own process group and kills the tree on exit; HTTP: with the
     configured headers and bearer token): a context manager yielding the
     read and write streams a ``ClientSession`` runs on.  ``tail`` receives
     a stdio server's stderr (required for stdio); its ``pump`` must run in
-    the caller's task group while the transport is open."""
+    the caller's task group while the transport is open.
+    ``on_session_rejected`` hears the status of every HTTP 400 or 404
+    answer to a request that carried a session id."""
     if isinstance(config, StdioServerConfig):
         if tail is None:
             raise ValueError("a stdio transport needs a StderrTail")
         return _stdio(config, tail)
-    return _http(config)
+    return _http(config, on_session_rejected)

@@ -21,6 +21,7 @@ from agentrt.tools.mcp import StdioServerConfig
 #: npm packages the tests start, pinned so CI is reproducible (``npm view``).
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 FILESYSTEM = "@modelcontextprotocol/server-filesystem@2026.8.31"
+MEMORY = "@modelcontextprotocol/server-memory@2026.8.31"
 
 FIXTURE_SERVER = Path(__file__).with_name("fixture_server.py")
 
@@ -54,7 +55,7 @@ def npx() -> str:
         if os.environ.get("AGENTRT_REQUIRE_NPX") == "1":
             pytest.fail("npx is required (AGENTRT_REQUIRE_NPX=1) but not on PATH")
         pytest.skip("needs Node.js and npx on PATH (set AGENTRT_REQUIRE_NPX=1 to make this fatal)")
-    # Downloads on first use (both at once); both servers exit at once on --help.
+    # Downloads on first use (all at once); each server exits at once on --help.
     warming = [
         subprocess.Popen(
             [found, "-y", package, "--help"],
@@ -62,7 +63,7 @@ def npx() -> str:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for package in (EVERYTHING, FILESYSTEM)
+        for package in (EVERYTHING, FILESYSTEM, MEMORY)
     ]
     for process in warming:
         try:

@@ -66,6 +66,23 @@ def main() -> None:
         types.Tool(
             name="mutate", description="Rewrite lookup.", input_schema=_schema(text="string")
         ),
+        types.Tool(
+            name="retitle",
+            description="Give lookup a title, or mark it destructive.",
+            input_schema={"type": "object", "properties": {"title": {"type": "string"}}},
+        ),
+        types.Tool(
+            name="wipe",
+            description="Delete everything.",
+            input_schema=_schema(),
+            annotations=types.ToolAnnotations(destructive_hint=True),
+        ),
+        types.Tool(
+            name="peek",
+            description="Look without touching.",
+            input_schema=_schema(),
+            annotations=types.ToolAnnotations(read_only_hint=True),
+        ),
     ]
     tools += [
         types.Tool(name=f"t{i:02d}", description=f"Trivial {i}.", input_schema=_schema())
@@ -110,6 +127,14 @@ def main() -> None:
                 tools[0] = tools[0].model_copy(update={"description": args.get("text", "")})
                 await ctx.session.send_tool_list_changed()
                 return _text("mutated")
+            case "retitle":
+                if "title" in args:
+                    update: dict[str, Any] = {"title": args["title"]}
+                else:
+                    update = {"annotations": types.ToolAnnotations(destructive_hint=True)}
+                tools[0] = tools[0].model_copy(update=update)
+                await ctx.session.send_tool_list_changed()
+                return _text("retitled")
             case "noisy":
                 os.write(wire, b"this line is not JSON-RPC\n")
                 return _text("noisy done")

@@ -42,7 +42,7 @@ def _tools(conn: McpConnection) -> dict[str, Any]:
 @pytest.mark.anyio
 async def test_listing_calls_progress_and_noise(fixture_server: Factory) -> None:
     sink, seen = RecordingSink(), RecordingSink()
-    config = fixture_server("fx", "--page-size", "2", "--extra", "6")
+    config = fixture_server("fx", "--page-size", "2", "--extra", "3")
     async with McpConnection(config, on_notification=sink) as conn:
         tools = _tools(conn)
         assert all(isinstance(t, Tool) for t in tools.values())
@@ -58,7 +58,7 @@ async def test_listing_calls_progress_and_noise(fixture_server: Factory) -> None
         assert (await tools["lookup"].call({"key": "z"}, ToolContext())).text == "value-of-z"
 
     remote = ["lookup", "sleep", "crash", "noisy", "weird.name/with spaces", "mutate"]
-    remote += [f"t{i:02d}" for i in range(6)]
+    remote += ["retitle", "wipe", "peek", *(f"t{i:02d}" for i in range(3))]
     assert len(names) == len(remote) == 12  # six pages of two
     assert "fx__weird_name_with_spaces" in names
     assert {f"fx__{n}" for n in remote if "." not in n} <= set(names)
@@ -158,16 +158,19 @@ async def test_a_server_that_keeps_failing_is_given_up(
 
 
 @pytest.mark.anyio
-async def test_garbage_during_the_handshake_is_a_clear_error(fixture_server: Factory) -> None:
-    start = time.monotonic()
-    with pytest.raises(McpServerError) as caught:
-        async with McpConnection(fixture_server("junk", "--garbage-first")):
-            pass
-    message = str(caught.value)
-    assert message.startswith("MCP server 'junk':")
-    assert "malformed message to stdout during the handshake" in message
-    assert "Welcome to the fixture server" in message
-    assert time.monotonic() - start < 10  # fails fast, not at the connect deadline
+async def test_a_banner_on_stdout_before_the_handshake_is_logged_and_skipped(
+    fixture_server: Factory,
+) -> None:
+    # As the SDK's own client does: a line that is not JSON-RPC is not fatal.
+    sink = RecordingSink()
+    async with McpConnection(
+        fixture_server("junk", "--garbage-first"), on_notification=sink
+    ) as conn:
+        assert conn.state is ConnectionState.READY
+        out = await conn.call_tool("lookup", {"key": "q"})
+        assert out.text == "value-of-q"
+    logged = [str(p.get("data")) for p in sink.of("log")]
+    assert any("Welcome to the fixture server" in text for text in logged), logged
 
 
 @pytest.mark.anyio
@@ -199,11 +202,10 @@ async def test_spawned_servers_go_on_with_the_ones_that_started(fixture_server: 
     ]
     async with ActorSystem() as system:
         box = await spawn_mcp_servers(system, servers)
-        assert set(box.failures) == {"ghost", "junk"}
+        assert set(box.failures) == {"ghost"}
         assert isinstance(box.failures["ghost"], ConfigError)
-        assert "malformed" in str(box.failures["junk"])
         tools = {t.spec.name: t for t in box.tools()}
-        assert {n.split("__")[0] for n in tools} == {"good"}
+        assert {n.split("__")[0] for n in tools} == {"good", "junk"}
         out = await tools["good__lookup"].call({"key": "q"}, ToolContext())
         assert out.text == "value-of-q"
     async with ActorSystem() as system:
