@@ -390,7 +390,7 @@ class Rollout:
         )
         timeout = limits.model_timeout_s
         journal = self.ledger.journal
-        booked = 0  # the call's CallReserved, on a journaled run; 0 once settled
+        booked = ""  # the call's journal handle, on a journaled run; "" once settled
         replayed = journal.replay(request.request_id) if journal is not None else None
         if replayed is not None:
             # An earlier incarnation of the run got this reply and died before
@@ -426,7 +426,7 @@ class Rollout:
                 self.spent += pending.reservation.charge(reply.usage)
                 if journal is not None:
                     await journal.settled(booked, reply.usage, reply)
-                    booked = 0
+                    booked = ""
             if not reply.choices:
                 raise MalformedReply("the reply has no choices", backend=backend.name)
         except _MODEL_CALL_FAILURES as exc:

@@ -156,8 +156,11 @@ class CallReserved(_EventBase, frozen=True, kw_only=True, tag="call_reserved"):
     call leaves, so a run resumed after a crash charges a call the crash
     left in flight (as reserved) and its caps hold across crashes."""
 
+    call: str
+    """The call's own id (unique), which its ``CallSettled`` names."""
     request_id: str | None = None
-    """The request's id (``<rollout_id>-<step>`` for an agent's step)."""
+    """The request's id (``<rollout_id>-<step>`` for an agent's step; a
+    content digest for a judge's or a summary's)."""
     ledger: str = ""
     """The ledger it was booked on (a rollout's, a sub-agent's, the run's)."""
     model: str
@@ -168,11 +171,11 @@ class CallReserved(_EventBase, frozen=True, kw_only=True, tag="call_reserved"):
 
 
 class CallSettled(_EventBase, frozen=True, kw_only=True, tag="call_settled"):
-    """How the call booked by the ``CallReserved`` numbered ``reserved_seq``
-    ended: charged with ``usage``, or (``None``) failed before the server
-    could serve it and cost nothing."""
+    """How the call its ``CallReserved`` named ``call`` ended: charged with
+    ``usage``, or (``None``) failed before the server could serve it and
+    cost nothing."""
 
-    reserved_seq: int
+    call: str
     usage: Usage | None = None
     reply: ModelReply | None = None
     """The reply, when the call was an agent's step: a run resumed before

@@ -129,9 +129,20 @@ class StoreConfig(BaseModel):
 
     path: Path = Field(default_factory=default_store_path)
     """The SQLite file (created with its folder); relative to the config file."""
-    synchronous: Literal["normal", "full"] = "normal"
-    """``normal``: commits survive the process being killed; ``full``: also
-    power loss (an fsync per commit group)."""
+    durability: Literal["process", "power"] = "process"
+    """What a committed step (and a journaled call) survives: ``process``, the
+    daemon being killed at any instant (SQLite WAL, ``synchronous=NORMAL``);
+    ``power``, also the machine losing power (``synchronous=FULL``: an fsync
+    per commit group, slower commits)."""
+    readers: int = Field(default=4, ge=1, le=64)
+    """Read connections the store may hold open at once (reads beyond wait)."""
+    reader_idle_s: float = Field(default=10.0, gt=0)
+    """A read connection unused this long is closed (idle daemons hold none)."""
+
+    @property
+    def synchronous(self) -> Literal["normal", "full"]:
+        """SQLite's ``synchronous`` setting for ``durability``."""
+        return "full" if self.durability == "power" else "normal"
 
 
 class ToolsConfig(BaseModel):

@@ -13,7 +13,6 @@ the ``RunResult``; and taking up a run an earlier process committed
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import time
@@ -43,12 +42,9 @@ from agentrt.aggregators.vote import (
 )
 from agentrt.protocols import (
     Budget,
-    CallReserved,
-    CallSettled,
     Cost,
     ErrorRaised,
     Event,
-    ModelReply,
     ModelRequest,
     RolloutFinished,
     RolloutId,
@@ -67,7 +63,6 @@ from agentrt.protocols import (
     Trajectory,
     TrajectoryStatus,
     TrajectorySummary,
-    Usage,
     UserMessage,
 )
 from agentrt.protocols.ids import is_top_level
@@ -75,8 +70,9 @@ from agentrt.runtime.actors import (
     RestartIntensity,
     SupervisorSpec,
 )
-from agentrt.runtime.budget import BudgetLedger, Reservation
+from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
+from agentrt.runtime.engine.journal import EventJournal, restore_journal
 from agentrt.runtime.engine.placement import PlacedRun, RolloutJob
 from agentrt.runtime.engine.placement import RolloutGaveUp as _GaveUp
 from agentrt.runtime.engine.rollout import Runner, RunRollout
@@ -170,11 +166,11 @@ class RunExecution:
             self.run_id,
             budget,
             rt.prices,
-            journal=_EventJournal(self.emitter, self.run_id) if self.journal else None,
+            journal=EventJournal(self.emitter.emit, self.run_id) if self.journal else None,
         )
         if self.checkpoint is not None and self.checkpoint.calls is not None:
-            replays = _restore_journal(self.ledger, self.checkpoint)
-            if isinstance(self.ledger.journal, _EventJournal):
+            replays = restore_journal(self.ledger, self.checkpoint)
+            if isinstance(self.ledger.journal, EventJournal):
                 self.ledger.journal.replays = replays
         memory = MemoryView(rt.bank, run_id=self.run_id) if rt.bank is not None else None
         self.agent_ref = agent_ref
@@ -511,6 +507,7 @@ class RunExecution:
                 cap is not None
                 for cap in (budget.max_tokens, budget.max_usd, budget.max_model_calls)
             ),
+            journal=journal if isinstance(journal := self.ledger.journal, EventJournal) else None,
         )
 
     def _resumed_with_steps(self) -> bool:
@@ -635,91 +632,6 @@ def _no_answer(rationale: str | None, outcomes: Sequence[_Outcome]) -> str:
     listed = [f"{why} ({n} rollouts)" if n > 1 else why for why, n in list(reasons.items())[:3]]
     more = f"; and {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""
     return f"{head}: {'; '.join(listed)}{more}"
-
-
-@final
-class _EventJournal:
-    """``CallJournal`` on the run's events: the sink of a journaled run is
-    durable storage (the daemon commits each event before ``emit``
-    returns), so a ``CallReserved`` is on record before its call is sent."""
-
-    __slots__ = ("asked", "emitter", "replays", "run_id")
-
-    def __init__(self, emitter: EventEmitter, run_id: str) -> None:
-        self.emitter = emitter
-        self.run_id = run_id
-        self.asked: dict[str, int] = {}
-        self.replays: dict[str, ModelReply] = {}
-        """Per request id: a reply an earlier incarnation got and did not
-        commit as a step (``_restore_journal`` fills it)."""
-
-    async def reserved(self, reservation: Reservation, request_id: str | None) -> int:
-        event = await self.emitter.emit(
-            CallReserved(
-                run_id=self.run_id,
-                request_id=request_id,
-                ledger=reservation.ledger_name,
-                model=reservation.model,
-                prompt_tokens=reservation.prompt_tokens,
-                completion_tokens=reservation.n * reservation.max_tokens,
-            )
-        )
-        return event.seq
-
-    async def settled(
-        self, handle: int, usage: Usage | None, reply: ModelReply | None = None
-    ) -> None:
-        await self.emitter.emit(
-            CallSettled(run_id=self.run_id, reserved_seq=handle, usage=usage, reply=reply)
-        )
-
-    def replay(self, request_id: str | None) -> ModelReply | None:
-        return self.replays.pop(request_id, None) if request_id is not None else None
-
-    def content_key(self, request: ModelRequest) -> str:
-        asked = msgspec.json.encode(
-            (request.model, request.messages, request.tools, request.sampling, request.n)
-        )
-        digest = hashlib.sha256(asked).hexdigest()[:32]
-        k = self.asked.get(digest, 0)
-        self.asked[digest] = k + 1
-        return f"{self.run_id}-h{digest}#{k}"
-
-
-def _restore_journal(ledger: BudgetLedger, checkpoint: RunCheckpoint) -> dict[str, ModelReply]:
-    """Charge ``ledger`` (the run's) with every journaled call that no
-    committed step stands for: the ones in flight when the process died (as
-    reserved), and those that ended but whose step was never committed, or
-    that belong to no step (summaries, judges, the warm-up), as settled.
-    Committed steps are charged by their rollouts, as before; a step stands
-    for the last call that was charged under its request id (earlier ones
-    were attempts a crash cut short).  Returns, per request id with no
-    committed step, the last reply on record: the resumed rollout takes its
-    step up with it (paid for here) instead of calling the model again."""
-    assert checkpoint.calls is not None
-    stepped = {
-        step.reply.request_id
-        for saved in checkpoint.rollouts.values()
-        for step in saved.steps
-        if step.reply is not None and step.reply.request_id is not None
-    }
-    behind_steps: set[int] = set()
-    for index in range(len(checkpoint.calls) - 1, -1, -1):
-        call = checkpoint.calls[index]
-        if call.request_id in stepped and call.usage is not None:
-            stepped.discard(call.request_id)
-            behind_steps.add(index)
-    replays: dict[str, ModelReply] = {}
-    for index, call in enumerate(checkpoint.calls):
-        if index in behind_steps:
-            continue
-        if not call.settled:
-            ledger.restore(call.model, call.reserved)
-        elif call.usage is not None:
-            ledger.restore(call.model, call.usage)
-            if call.reply is not None and call.request_id is not None:
-                replays[call.request_id] = call.reply
-    return replays
 
 
 def _restore_steps(ledger: BudgetLedger, steps: Sequence[Step]) -> Cost:

@@ -169,7 +169,7 @@ class MeteredBackend:
         ``contextlib.aclosing``)."""
         reservation = self._reserve(request)
         journal = self._ledger.journal
-        handle = 0
+        handle = ""
         if journal is not None:
             try:
                 handle = await journal.reserved(reservation, request.request_id)

@@ -658,17 +658,17 @@ class RunStore:
             "SELECT body FROM events WHERE run_id = ? AND type IN (?, ?) ORDER BY seq",
             (run_id, CallReserved.__struct_config__.tag, CallSettled.__struct_config__.tag),
         )
-        reserved: dict[int, CallReserved] = {}
-        settled: dict[int, CallSettled] = {}
+        reserved: dict[str, CallReserved] = {}
+        settled: dict[str, CallSettled] = {}
         for (body,) in rows:
             event = decode_event(body)
             if isinstance(event, CallReserved):
-                reserved[event.seq] = event
+                reserved[event.call] = event
             elif isinstance(event, CallSettled):
-                settled[event.reserved_seq] = event
+                settled[event.call] = event
         calls: list[JournaledCall] = []
-        for seq, booked in reserved.items():
-            end = settled.get(seq)
+        for call, booked in reserved.items():
+            end = settled.get(call)
             calls.append(
                 JournaledCall(
                     request_id=booked.request_id,

@@ -205,7 +205,7 @@ def test_the_example_runs_the_embedded_model_with_both_kinds_of_agent() -> None:
         ("[server]\nhots = 'x'\n", ":2: server.hots", "did you mean 'host'?"),
         ("[server]\nhost = '0.0.0.0'\n", ":1: server", "requires a bearer token"),
         ("[server]\ntoken = 'short'\n", ":2: server.token", "at least 16"),
-        ("[store]\nsynchronous = 'sometimes'\n", ":2: store.synchronous", "'normal' or 'full'"),
+        ("[store]\ndurability = 'sometimes'\n", ":2: store.durability", "'process' or 'power'"),
         ("log_level = 'loud'\n", ":1: log_level", "expected one of DEBUG"),
         # scaling defaults
         ("rollouts = 0\n", ":1: rollouts", "greater than or equal to 1"),

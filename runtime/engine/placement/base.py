@@ -14,6 +14,7 @@ from agentrt.agents import Agent, AgentConfig, RolloutResult
 from agentrt.protocols import Event, Step
 from agentrt.runtime.actors import ActorSystem, SupervisorRef
 from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.engine.journal import EventJournal
 from agentrt.runtime.engine.rollout import Runner, RunRollout
 from agentrt.runtime.errors import RuntimeFailure
 
@@ -38,7 +39,9 @@ class PlacedRun:
     run's supervisor in ``system``; ``emit``: the run's event stream;
     ``restarts``: how often a crashed rollout is restarted; ``capped``:
     whether the run's ledger has a cap (its calls must be admitted there
-    before they are made)."""
+    before they are made); ``journal``: the run's journal of model calls,
+    when it is journaled (a remote rollout journals its calls through the
+    run's events, and takes up the replies an earlier incarnation left)."""
 
     run_id: str
     runner: Runner
@@ -48,6 +51,7 @@ class PlacedRun:
     emit: Emit
     restarts: int
     capped: bool
+    journal: EventJournal | None = None
 
     @property
     def resumable(self) -> bool:

@@ -27,9 +27,10 @@ from ray.exceptions import RayActorError
 
 from agentrt.agents import Agent, AgentConfig, RolloutResult
 from agentrt.agents.hierarchy import Hierarchy
-from agentrt.protocols import RolloutRestarted
+from agentrt.protocols import ModelReply, RolloutRestarted
 from agentrt.runtime.actors import Backoff, RestartBackoff
 from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.engine.journal import EventJournal
 from agentrt.runtime.engine.placement.base import (
     Emit,
     PlacedRun,
@@ -376,6 +377,8 @@ class RayPlacement:
                     restarts=run.restarts,
                     capped=run.capped,
                     memory=self._bank is not None,
+                    journaled=run.journal is not None,
+                    replays=_replays_of(run.journal, message.rollout_id),
                 )
                 try:
                     return await self._ask(worker, placed)
@@ -555,6 +558,18 @@ def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     useful = [line for line in lines if "Error" in line] or lines
     return useful[-1][:400] if useful else text[:400]
+
+
+def _replays_of(journal: EventJournal | None, rollout_id: str) -> dict[str, ModelReply]:
+    """The replies an earlier incarnation of the run left for the calls of
+    ``rollout_id`` (and its sub-agents'), taken out of the run's journal to
+    travel with the rollout to its worker."""
+    if journal is None:
+        return {}
+    prefix = f"{rollout_id}-"
+    sub = f"{rollout_id}."
+    mine = [key for key in journal.replays if key.startswith((prefix, sub))]
+    return {key: journal.replays.pop(key) for key in mine}
 
 
 __all__ = ["RayPlacement", "WorkerInfo"]

@@ -37,10 +37,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from agentrt._version import __version__
 from agentrt.agents import AgentConfig, EventEmitter, RolloutResult
-from agentrt.protocols import Event, Step, StepRecorded, Usage
+from agentrt.protocols import CallReserved, CallSettled, Event, Step, StepRecorded, Usage
 from agentrt.protocols.ids import is_top_level
 from agentrt.runtime.actors import RestartIntensity, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger, Headroom
+from agentrt.runtime.engine.journal import EventJournal
 from agentrt.runtime.engine.placement.base import PlacedRun, RolloutGaveUp, RolloutJob
 from agentrt.runtime.engine.placement.local import LocalPlacement
 from agentrt.runtime.engine.placement.wire import (
@@ -376,7 +377,14 @@ class WorkerHost:
         if rollout.resume:
             shard.committed[rollout.rollout_id] = list(rollout.resume)
         upstream = DriverLedger(self._outbox, placed.ledger, capped=placed.capped)
-        ledger = BudgetLedger(placed.ledger, prices=self._runtime().prices, upstream=upstream)
+        journal = (
+            EventJournal(shard.placed.emit, rollout.run_id, dict(placed.replays))
+            if placed.journaled
+            else None
+        )
+        ledger = BudgetLedger(
+            placed.ledger, prices=self._runtime().prices, upstream=upstream, journal=journal
+        )
         job = RolloutJob(
             message=rollout,
             name=placed.name,
@@ -424,14 +432,16 @@ class WorkerHost:
         holder: list[_Shard] = []
 
         async def forward(event: Event) -> None:
-            if not isinstance(event, StepRecorded):
+            # A step, and a journaled call's booking and end, are committed
+            # by the driver before the rollout goes on.
+            if not isinstance(event, StepRecorded | CallReserved | CallSettled):
                 self._outbox.post(EventOut(event=event))
                 return
             ack, committed = self._outbox.expect_ack()
             self._outbox.post(EventOut(event=event, ack=ack))
             with anyio.fail_after(DRIVER_TIMEOUT_S):
                 await committed
-            if is_top_level(event.rollout_id):
+            if isinstance(event, StepRecorded) and is_top_level(event.rollout_id):
                 holder[0].committed[event.rollout_id].append(event.step)
 
         emitter = EventEmitter(forward)

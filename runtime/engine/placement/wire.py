@@ -13,7 +13,7 @@ from typing import Final, Literal
 import msgspec
 
 from agentrt.agents import AgentConfig, RolloutResult, SpecSet
-from agentrt.protocols import Event, Usage
+from agentrt.protocols import Event, ModelReply, Usage
 from agentrt.runtime.budget import Headroom
 from agentrt.runtime.engine.rollout import RunRollout
 from agentrt.runtime.engine.settings import RuntimeConfig
@@ -59,6 +59,12 @@ class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):
     restarts: int = 3
     capped: bool = False
     memory: bool = False
+    journaled: bool = False
+    """The run is journaled: the worker journals the rollout's calls
+    through its events (each acknowledged once the driver committed it)."""
+    replays: dict[str, ModelReply] = {}
+    """Replies an earlier incarnation of the run got for this rollout's
+    calls and never committed as steps, by request id."""
 
 
 class RolloutDone(msgspec.Struct, frozen=True, kw_only=True, tag="done"):

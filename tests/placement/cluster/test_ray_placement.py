@@ -25,6 +25,8 @@ from agentrt import Runtime
 from agentrt.agents import Agent, AgentConfig, EventEmitter, EventLog
 from agentrt.protocols import (
     Budget,
+    CallReserved,
+    CallSettled,
     ErrorRaised,
     Event,
     RolloutFinished,
@@ -218,6 +220,44 @@ async def test_a_remote_step_is_committed_before_the_next_one_is_requested(
     assert result.status == "succeeded", result.error
     assert checked == 24
     assert early == []
+
+
+async def test_a_journaled_run_books_each_remote_call_before_it_is_sent(
+    cluster: Cluster,
+) -> None:
+    """``journal=True`` (the daemon's runs) on Ray workers: each call's
+    ``CallReserved`` reaches the run's sink (the store) before the worker
+    sends the call, and its ``CallSettled`` carries the reply; the journal
+    accounts for every call the server saw."""
+    sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=5)
+    early: list[str] = []
+    reserved: dict[str, str | None] = {}
+    settled: dict[str, bool] = {}
+    placement = ray_placement(cluster)
+    async with (
+        SimServer(sim) as server,
+        Runtime(config(server.url, placement), tools=[Calculator()]) as rt,
+    ):
+
+        async def slow_store(event: Event) -> None:
+            if isinstance(event, CallReserved):
+                await anyio.sleep(0.05)  # a slow commit
+                if event.request_id in server.engine.attempts:
+                    early.append(str(event.request_id))
+                reserved[event.call] = event.request_id
+            elif isinstance(event, CallSettled):
+                settled[event.call] = event.reply is not None
+
+        result = await rt.run(
+            "What is 3+4?", scaling=ScalingSpec(rollouts=6), events=slow_store, journal=True
+        )
+        served = sum(server.engine.attempts.values())
+
+    assert result.status == "succeeded", result.error
+    assert early == []
+    assert len(reserved) == served == result.cost.model_calls == 18
+    assert set(settled) == set(reserved)
+    assert all(settled.values())
 
 
 def sub_agent_calls(log: EventLog) -> list[str]:

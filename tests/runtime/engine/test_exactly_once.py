@@ -106,11 +106,11 @@ class Store:
                 finished[e.rollout_id] = e
             elif isinstance(e, SummaryWritten):
                 summaries[e.summary.rollout_id] = e.summary
-        settled = {e.reserved_seq: e for e in self.events if isinstance(e, CallSettled)}
+        settled = {e.call: e for e in self.events if isinstance(e, CallSettled)}
         calls = []
         for e in self.events:
             if isinstance(e, CallReserved):
-                end = settled.get(e.seq)
+                end = settled.get(e.call)
                 calls.append(
                     JournaledCall(
                         request_id=e.request_id,
