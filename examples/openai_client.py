@@ -1,7 +1,8 @@
 """Ask an agentrt daemon through the official ``openai`` client: every agent
-is a model named ``agentrt/<agent>``; scaling goes in ``extra_body``.
-Start the daemon first (``agentrt serve``); ``AGENTRT_URL`` overrides its
-address and ``AGENTRT_TOKEN`` is its bearer token, if it has one.
+is a model named ``agentrt/<agent>`` (here ``solver``, the agent of
+``examples/agentrt.toml``); scaling goes in ``extra_body``.  Start the daemon
+first (``agentrt serve --config examples/agentrt.toml``); ``AGENTRT_URL``
+overrides its address and ``AGENTRT_TOKEN`` is its bearer token, if it has one.
 """
 
 import os
@@ -13,7 +14,7 @@ client = OpenAI(
     api_key=os.environ.get("AGENTRT_TOKEN", "no-token"),
 )
 reply = client.chat.completions.create(
-    model="agentrt/default",
+    model="agentrt/solver",
     messages=[{"role": "user", "content": "What is 17 * 23?"}],
     extra_body={"rollouts": 4, "aggregate": "majority"},
 )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from agentrt.runtime.engine.configfile import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,3 +48,16 @@ def test_the_embedded_runtime_example_runs() -> None:
     assert status.startswith("succeeded ")
     assert "model calls" in calls
     assert int(calls.split()[0]) >= 4  # every rollout made at least one call
+
+
+def test_the_openai_client_example_asks_for_an_agent_of_the_example_config() -> None:
+    """``examples/openai_client.py`` (and the README's copy of it) names a
+    model the README's daemon configuration, ``examples/agentrt.toml``, serves."""
+    config = load_config(ROOT / "examples" / "agentrt.toml")
+    for text in (
+        (ROOT / "examples" / "openai_client.py").read_text(),
+        (ROOT / "README.md").read_text(),
+    ):
+        models = re.findall(r'model="agentrt/([^"]+)"', text)
+        assert models
+        assert all(m in config.runtime.agents for m in models), models

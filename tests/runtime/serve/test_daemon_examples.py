@@ -43,6 +43,9 @@ path = "runs.db"
 [models.backends.s]
 kind = "scripted"
 replies = ["391"]
+
+[agents.solver]
+instructions = "Solve the task."
 """
     )
     daemon = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
