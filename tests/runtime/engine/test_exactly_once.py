@@ -335,3 +335,43 @@ async def test_judge_calls_settled_before_a_crash_are_not_made_again() -> None:
     # The verdict on record was taken up; only the rest were asked.
     assert judge_calls(second) == total - settled_judging
     assert not [r for r in second.requests if r.tools]  # no agent step asked again
+
+
+async def test_the_warm_up_is_not_repeated_for_a_resumed_run() -> None:
+    tool = Ledgerish()
+    first = ScriptedBackend(pay_three_times)
+    store = Store()
+    scaling = ScalingSpec(rollouts=2, aggregate="majority")
+    config = {"warm_prefix": True}
+    async with Runtime(config, backends=[first], tools=[tool]) as rt:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def crash(n: int) -> None:
+                    if n == 3:  # both rollouts made their first step
+                        store.dead = True
+                        tg.cancel_scope.cancel()
+
+                tool.on_call = crash
+
+                async def run() -> None:
+                    await rt.run("pay", scaling=scaling, events=store, run_id=RUN, journal=True)
+
+                tg.start_soon(run)
+    assert [r.request_id for r in first.requests].count(f"{RUN}-warm") == 1
+
+    second = ScriptedBackend(pay_three_times)
+    tool.on_call = None
+    async with Runtime(config, backends=[second], tools=[tool]) as rt:
+        with anyio.fail_after(10):
+            result = await rt.run(
+                "pay",
+                scaling=scaling,
+                events=Store(),
+                run_id=RUN,
+                checkpoint=store.checkpoint(),
+                journal=True,
+            )
+    assert result.answer == "all paid"
+    assert f"{RUN}-warm" not in [r.request_id for r in second.requests]
+    assert second.requests  # the rollouts went on
