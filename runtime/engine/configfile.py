@@ -22,6 +22,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -45,6 +46,7 @@ __all__ = [
     "ToolsConfig",
     "config_from_mapping",
     "default_store_path",
+    "exact_origin",
     "key_line",
     "load_config",
 ]
@@ -60,6 +62,37 @@ def default_store_path() -> Path:
     """``$XDG_STATE_HOME/agentrt/runs.db`` (``~/.local/state/agentrt/runs.db``)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "agentrt" / "runs.db"
+
+
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+
+
+def exact_origin(text: str) -> str:
+    """``text`` as the exact origin ``scheme://host:port`` (lower case, the
+    scheme's default port written out), or ``ValueError`` saying why it is
+    not one.  Browsers send an ``Origin`` without a default port; both forms
+    become the same string here."""
+    parts = urlsplit(text.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if (
+        parts.scheme not in _DEFAULT_PORTS
+        or not parts.hostname
+        or parts.username is not None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or port == -1
+    ):
+        raise ValueError(
+            f"{text!r} is not an origin: expected scheme://host[:port] with scheme http "
+            "or https and no path, e.g. https://console.example.com:8443"
+        )
+    host = parts.hostname.lower()
+    shown = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{shown}:{port or _DEFAULT_PORTS[parts.scheme]}"
 
 
 class ServerConfig(BaseModel):
@@ -80,8 +113,11 @@ class ServerConfig(BaseModel):
     """``Host`` header values accepted besides the loopback names (DNS-rebinding
     protection: any other gets 421), e.g. ``["agentrt.internal:8765"]``."""
     allowed_origins: list[str] = Field(default_factory=list)
-    """Browser ``Origin`` values accepted besides the daemon's own loopback
-    origins (any other gets 403), e.g. ``["https://console.example.com"]``."""
+    """Browser ``Origin`` values accepted besides the daemon's own address
+    (``http://127.0.0.1:<port>``, ``http://localhost:<port>``,
+    ``http://[::1]:<port>``); any other gets 403.  Each is an exact
+    ``scheme://host[:port]`` (no path; the scheme's default port when none
+    is given), e.g. ``["https://console.example.com"]``."""
     max_active_runs: int = Field(default=256, ge=1)
     """Runs executing at once; further runs wait as ``pending``."""
     max_rollouts: int = Field(default=64, ge=1)
@@ -95,6 +131,27 @@ class ServerConfig(BaseModel):
     checkpointed (stopped; resumed from their committed steps on restart)."""
     sse_keepalive_s: float = Field(default=15.0, gt=0)
     """Comment lines sent on idle event streams so proxies keep them open."""
+    max_pending_runs: int = Field(default=1024, ge=0)
+    """Runs admitted beyond ``max_active_runs`` to wait as ``pending``; past
+    it, ``POST /v1/runs`` and chat completions answer 429 with ``Retry-After``."""
+    max_connections: int = Field(default=512, ge=1)
+    """Open HTTP connections at once; a request on one more gets 429."""
+    max_request_bytes: int = Field(default=4 << 20, ge=1024)
+    """The largest request body (413 past it, before it is read when
+    ``Content-Length`` says so)."""
+    max_header_bytes: int = Field(default=16384, ge=1024)
+    """The largest request line plus headers (431 past it)."""
+    max_json_depth: int = Field(default=64, ge=2, le=500)
+    """How deeply a JSON body may nest arrays and objects (400 past it)."""
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """Time a connection has to send a request's headers (408, then closed)."""
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    """Time a request has to send its whole body, once its headers are in (408)."""
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _exact_origins(cls, values: list[str]) -> list[str]:
+        return [exact_origin(value) for value in values]
 
     @model_validator(mode="after")
     def _token_off_loopback(self) -> ServerConfig:

@@ -4,11 +4,15 @@ Owns ``build_app``: the REST API over runs and agents (``/v1/runs``...),
 Server-Sent Events of a run's events (resumable with ``Last-Event-ID``),
 ``/openapi.json``, ``/healthz`` and ``/readyz``, plus the routes of the
 other interfaces (OpenAI-compatible, MCP, metrics, the web page) handed in
-by ``daemon``.  Every request passes ``Guard`` first: a ``Host`` that is not
-the daemon's gets 421, a foreign ``Origin`` 403 (DNS-rebinding
+by ``daemon``.  Every request passes ``Guard`` first, before its body is
+read: a ``Host`` that is not the daemon's gets 421, an ``Origin`` other
+than the daemon's own address or a configured one 403 (DNS-rebinding
 protection, always on), and when a token is configured a request without
-``Authorization: Bearer <token>`` gets 401.  Every error body is an
-``ApiError`` saying what and where.
+``Authorization: Bearer <token>`` gets 401 (``?access_token=`` only on the
+event stream, which a browser's ``EventSource`` opens without headers); a
+``Content-Length`` past ``server.max_request_bytes`` gets 413, and the body
+is read under its size and time limits (``governance.BodyGuard``).  Every
+error body is an ``ApiError`` saying what and where.
 
 The roof: may import every layer.
 """
@@ -31,17 +35,25 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentrt._version import __version__
 from agentrt.protocols import RunRequest, RunStatus, TokenDelta
 from agentrt.protocols.api import AgentList, ApiError
+from agentrt.runtime.engine.configfile import exact_origin
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.serve.bridge import RunService
-from agentrt.runtime.serve.config import LOOPBACK_HOSTS
+from agentrt.runtime.serve.config import LOOPBACK_HOSTS, ServerConfig
 from agentrt.runtime.serve.errors import ApiProblem, invalid, not_found
+from agentrt.runtime.serve.governance import (
+    BodyGuard,
+    LimitHit,
+    check_json_depth,
+    header_bytes,
+    headers_too_large,
+    too_deep,
+    too_large,
+)
 from agentrt.runtime.serve.openapi import openapi_document
 from agentrt.tools.hosting.transports import is_loopback
 
 log = get_logger(__name__)
 
-#: Largest request body accepted.
-MAX_BODY: Final = 1 << 20
 #: Event ids and cursors are SQLite integers: a larger number cannot name one
 #: (and would overflow the query instead of being refused).
 MAX_EVENT_ID: Final = (1 << 63) - 1
@@ -51,6 +63,10 @@ _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 _OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/"})
 """Paths served without the token: probes, and the web page's own files
 (they hold no data; the page asks for the token before calling the API)."""
+_EVENT_STREAM: Final = re.compile(r"^/v1/runs/[^/]+/events$")
+"""The one path whose token may come in the query (``?access_token=``): a
+browser's ``EventSource`` cannot send headers.  Elsewhere a token in a URL
+would end up in logs and histories for nothing."""
 
 
 def _is_open(path: str) -> bool:
@@ -62,18 +78,28 @@ def json_response(value: Any, status: int = 200) -> Response:
 
 
 def problem_response(problem: ApiProblem) -> Response:
-    return json_response(problem.body(), problem.status)
+    response = json_response(problem.body(), problem.status)
+    if problem.retry_after is not None:
+        response.headers["retry-after"] = str(problem.retry_after)
+    if problem.status in (408, 413):  # a body cut short: the rest is never read
+        response.headers["connection"] = "close"
+    return response
 
 
 def _plain_problem(status: int, error: str, message: str, where: str | None) -> bytes:
     return msgspec.json.encode(ApiError(error=error, message=message, where=where, status=status))
 
 
+def _no_hits(_key: str) -> None:
+    pass
+
+
 # -- guard -----------------------------------------------------------------------
 
 
 class Guard:
-    """Host, Origin and bearer-token checks in front of every route."""
+    """Host, Origin and bearer-token checks in front of every route, then
+    the request's body limits (``server``; ``hit`` is told each limit hit)."""
 
     def __init__(
         self,
@@ -82,11 +108,15 @@ class Guard:
         hosts: Sequence[str],
         origins: Sequence[str],
         token: str | None,
+        server: ServerConfig | None = None,
+        hit: LimitHit = _no_hits,
     ) -> None:
         self.app = app
         self.hosts = {h.lower() for h in hosts}
-        self.origins = {o.lower().rstrip("/") for o in origins}
+        self.origins = {exact_origin(o) for o in origins}
         self.token = token.encode() if token else None
+        self.server = server or ServerConfig()
+        self.hit = hit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -100,7 +130,7 @@ class Guard:
             )
             return
         origin = headers.get("origin")
-        if origin is not None and origin.lower().rstrip("/") not in self.origins:
+        if origin is not None and not self._trusted(origin):
             await self._refuse(
                 send, 403, "forbidden", f"origin {origin!r} is not allowed", "Origin"
             )
@@ -118,13 +148,35 @@ class Guard:
                 "Authorization",
             )
             return
+        if scope["type"] == "http":
+            problem: ApiProblem | None = None
+            length = headers.get("content-length", "")
+            if header_bytes(scope) > self.server.max_header_bytes:
+                problem = headers_too_large(self.server.max_header_bytes)
+            elif length.isdigit() and int(length) > self.server.max_request_bytes:
+                problem = too_large(self.server.max_request_bytes)
+            if problem is not None:
+                self.hit(problem.where or "")
+                await self._refuse(
+                    send, problem.status, problem.error, problem.message, problem.where or ""
+                )
+                return
+            receive = BodyGuard(self.server, receive, self.hit)
         await self.app(scope, receive, send)
+
+    def _trusted(self, origin: str) -> bool:
+        try:
+            return exact_origin(origin) in self.origins
+        except ValueError:  # "null" (a sandboxed page, a file) or garbage
+            return False
 
     def _authorized(self, headers: dict[str, str], scope: Scope) -> bool:
         assert self.token is not None
         given = headers.get("authorization", "")
         if given[:7].lower() == "bearer ":
             return hmac.compare_digest(given[7:].strip().encode(), self.token)
+        if not _EVENT_STREAM.match(scope["path"]):
+            return False
         query = scope.get("query_string", b"").decode("latin-1")
         for part in query.split("&"):  # EventSource cannot set headers
             if part.startswith("access_token="):
@@ -134,7 +186,11 @@ class Guard:
     @staticmethod
     async def _refuse(send: Send, status: int, error: str, message: str, where: str) -> None:
         body = _plain_problem(status, error, message, where)
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"connection", b"close"),
+        ]
         if status == 401:
             headers.append((b"www-authenticate", b'Bearer realm="agentrt"'))
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -155,7 +211,14 @@ def allowed_hosts(host: str, port: int, extra: Sequence[str]) -> list[str]:
 
 
 def allowed_origins(host: str, port: int, extra: Sequence[str]) -> list[str]:
-    return [f"http://{h}" for h in allowed_hosts(host, port, ())] + list(extra)
+    """Browser origins trusted: the daemon's own address under each of its
+    loopback names (and the bound address), with its port, plus the
+    configured ones; every entry an exact ``scheme://host:port``."""
+    names = {*LOOPBACK_HOSTS}
+    if not is_loopback(host) and host not in ("0.0.0.0", "::"):  # noqa: S104 - compared, not bound
+        names.add(host.strip("[]"))
+    own = [exact_origin(f"http://{f'[{n}]' if ':' in n else n}:{port}") for n in sorted(names)]
+    return own + [exact_origin(o) for o in extra]
 
 
 # -- handlers --------------------------------------------------------------------
@@ -195,17 +258,19 @@ def _whole_numbers(value: Any) -> Any:
     return value
 
 
-async def read_json(request: Request, type_: type[Any]) -> Any:
-    """The request body decoded as ``type_``, or a 400/422 naming the field."""
+async def read_json(request: Request, type_: type[Any], *, max_depth: int) -> Any:
+    """The request body decoded as ``type_``, or a 400/422 naming the field
+    (its size and time are bounded by the ``Guard``; its nesting here)."""
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_BODY:
-            raise ApiProblem(413, "too_large", f"the body is over {MAX_BODY} bytes", where="body")
     if not body.strip():
         raise ApiProblem(400, "invalid_json", "the body is empty; send a JSON object", where="body")
+    check_json_depth(bytes(body), max_depth)
     try:
         return msgspec.convert(_whole_numbers(msgspec.json.decode(bytes(body))), type_)
+    except RecursionError:
+        raise too_deep(max_depth) from None
     except msgspec.ValidationError as exc:
         text = str(exc)
         match = _WHERE.search(text)
@@ -251,7 +316,9 @@ def routes(manager: RunService) -> list[BaseRoute]:
     """The REST API over ``manager``."""
 
     async def create_run(request: Request) -> Response:
-        body: RunRequest = await read_json(request, RunRequest)
+        body: RunRequest = await read_json(
+            request, RunRequest, max_depth=manager.config.server.max_json_depth
+        )
         info = await manager.submit(body)
         return json_response(info, 201)
 
@@ -441,8 +508,10 @@ def build_app(
     port: int,
     extra_routes: Sequence[BaseRoute] = (),
     lifespan: Any = None,
+    hit: LimitHit = _no_hits,
 ) -> ASGIApp:
-    """The whole daemon app behind its ``Guard``."""
+    """The whole daemon app behind its ``Guard`` (``hit``: told the key of
+    each limit a request hits)."""
     server = manager.config.server
     app = Starlette(routes=[*routes(manager), *extra_routes], lifespan=lifespan)
 
@@ -469,15 +538,22 @@ def build_app(
             ApiError(error="internal", message=f"{type(exc).__name__}: {exc}", status=500), 500
         )
 
+    async def problem_handler(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiProblem)  # a limit hit while a body was read
+        return problem_response(exc)
+
     from starlette.exceptions import HTTPException
 
     app.add_exception_handler(HTTPException, not_found_handler)
+    app.add_exception_handler(ApiProblem, problem_handler)
     app.add_exception_handler(Exception, crash_handler)
     return Guard(
         app,
         hosts=allowed_hosts(server.host, port, server.allowed_hosts),
         origins=allowed_origins(server.host, port, server.allowed_origins),
         token=server.resolved_token(),
+        server=server,
+        hit=hit,
     )
 
 

@@ -60,6 +60,7 @@ def serve_main(argv: list[str]) -> int:
         config = load_config(args.config)
         config = config.with_server(host=args.host, port=args.port).with_store(args.store)
         config = config.with_placement(args.placement, args.ray_address)
+        config.server.resolved_token()  # an unset token_env is a configuration error
     except UserError as error:
         print(f"agentrt serve: {error}", file=sys.stderr)
         return 2

@@ -38,10 +38,12 @@ from agentrt.runtime.pricing import PriceTable
 from agentrt.runtime.serve.app import allowed_hosts, allowed_origins, build_app
 from agentrt.runtime.serve.bridge import ManagerBridge
 from agentrt.runtime.serve.config import DaemonConfig
+from agentrt.runtime.serve.governance import governed_http
 from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.mcp_server import mcp_asgi
 from agentrt.runtime.serve.metrics import DaemonMetrics, metrics_route
 from agentrt.runtime.serve.openai_compat import openai_routes
+from agentrt.runtime.serve.pauses import GcPauses
 from agentrt.runtime.serve.web import web_routes
 from agentrt.tools.base import Tool
 
@@ -150,10 +152,11 @@ async def serve_manager(
             metrics_route(metrics),
             *web_routes(),
         ]
-        app = build_app(service, port=port, extra_routes=extra)
+        app = build_app(service, port=port, extra_routes=extra, hit=metrics.limit_hit)
         web = _Server(
             uvicorn.Config(
                 app,
+                http=governed_http(server, metrics.limit_hit),
                 lifespan="off",
                 log_config=None,
                 log_level="warning",
@@ -164,13 +167,18 @@ async def serve_manager(
         shown = f"[{server.host}]" if ":" in server.host else server.host
         endpoint = DaemonEndpoint(url=f"http://{shown}:{port}", host=server.host, port=port)
         api = _ApiThread(web, sock, mcp.lifespan)
-        await _serve(
-            api=api,
-            manager=manager,
-            endpoint=endpoint,
-            handle_signals=handle_signals,
-            task_status=task_status,
-        )
+        with GcPauses() as pauses:
+            metrics.registry.register(pauses)
+            try:
+                await _serve(
+                    api=api,
+                    manager=manager,
+                    endpoint=endpoint,
+                    handle_signals=handle_signals,
+                    task_status=task_status,
+                )
+            finally:
+                metrics.registry.unregister(pauses)
     finally:
         if own:
             sock.close()
@@ -180,6 +188,7 @@ def _watch(metrics: DaemonMetrics, manager: RunManager, service: ManagerBridge) 
     """Scrape-time sources; they are read on the API thread, so what belongs
     to the run loop (the runtime's backends and queues) is read there."""
     metrics.watch_active_runs(manager.active)
+    metrics.watch_admission(manager.admission)
     metrics.watch_store_queue(lambda: manager.store.queue_depth)
     metrics.watch_runs_by_status(manager.store.count_by_status)
     metrics.watch_backends(lambda: service.read_on_run_loop(lambda: dict(manager.runtime.backends)))

@@ -58,7 +58,7 @@ from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.health import BackendHealth, probe_backend
 from agentrt.runtime.pricing import PriceTable
 from agentrt.runtime.serve.config import DaemonConfig
-from agentrt.runtime.serve.errors import ApiProblem, invalid
+from agentrt.runtime.serve.errors import RETRY_AFTER_S, ApiProblem, invalid
 from agentrt.runtime.serve.store import RunStore
 from agentrt.runtime.serve.store_sql import rollout_error
 from agentrt.tools.base import Tool
@@ -150,7 +150,6 @@ class _Live:
         skip = max(cursor, first) - first
         return list(itertools.islice(self.tokens, skip, None)), self.tokens_total
 
-
     def notify(self) -> None:
         if self.changed is not None:
             self.changed.set()
@@ -239,7 +238,12 @@ class RunManager:
         observer: EventObserver | None = None,
     ) -> None:
         self.config = config
-        self.store = RunStore(config.store.path, synchronous=config.store.synchronous)
+        self.store = RunStore(
+            config.store.path,
+            synchronous=config.store.synchronous,
+            readers=config.store.readers,
+            reader_idle_s=config.store.reader_idle_s,
+        )
         self.runtime = Runtime(
             config.runtime,
             backends=backends,
@@ -253,6 +257,8 @@ class RunManager:
         self._finished: dict[str, RunDetail] = {}
         """Recently finished runs, oldest first."""
         self._slots = anyio.CapacityLimiter(config.server.max_active_runs)
+        self._admitting = 0
+        """Runs being admitted (counted against the limit before they are live)."""
         self._state = _State.UNOPENED
         self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
@@ -414,13 +420,48 @@ class RunManager:
             raise ApiProblem(503, "unavailable", "the daemon is shutting down; retry elsewhere")
         request = self._validate(request)
         run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
-        info = await self.store.create_run(run_id, request)
-        live = _Live(info=info, request=request, tokens_until=time.monotonic() + TOKEN_GRACE_S)
-        with self._lock:
-            self._live[run_id] = live
+        self._reserve_admission()
+        try:
+            info = await self.store.create_run(run_id, request)
+            live = _Live(info=info, request=request, tokens_until=time.monotonic() + TOKEN_GRACE_S)
+            with self._lock:
+                self._live[run_id] = live
+        finally:
+            with self._lock:
+                self._admitting -= 1
         self._tg.start_soon(self._execute, live, None)
         log.info("run_submitted", run_id=run_id, agent=request.agent, rollouts=info.rollouts)
         return info
+
+    def _reserve_admission(self) -> None:
+        """Count one more run in, or refuse it (429) when pending and running
+        runs fill ``max_active_runs + max_pending_runs``."""
+        server = self.config.server
+        limit = server.max_active_runs + server.max_pending_runs
+        with self._lock:
+            if len(self._live) + self._admitting >= limit:
+                raise ApiProblem(
+                    429,
+                    "too_many_runs",
+                    f"the daemon holds its limit of {limit} unfinished runs "
+                    f"({server.max_active_runs} running, server.max_active_runs, plus "
+                    f"{server.max_pending_runs} pending); retry after Retry-After seconds",
+                    where="server.max_pending_runs",
+                    retry_after=RETRY_AFTER_S,
+                )
+            self._admitting += 1
+
+    def admission(self) -> dict[str, int]:
+        """Runs admitted and not finished, by state, and their limit (``/metrics``)."""
+        server = self.config.server
+        with self._lock:
+            unfinished = len(self._live)
+        running = min(int(self._slots.borrowed_tokens), unfinished)
+        return {
+            "running": running,
+            "pending": unfinished - running,
+            "limit": server.max_active_runs + server.max_pending_runs,
+        }
 
     async def _resume_unfinished(self) -> None:
         assert self._tg is not None

@@ -87,6 +87,7 @@ class _Scrape:
     mailbox_depths: Mapping[str, int] | None = None
     backends: Mapping[str, object] | None = None
     mcp_servers: Mapping[str, McpServerStatus] | None = None
+    admission: Mapping[str, int] | None = None
 
 
 @final
@@ -219,6 +220,12 @@ class DaemonMetrics:
             ["source"],
             registry=r,
         )
+        self.limits_hit = Counter(
+            "agentrt_limit_refusals",
+            "Requests and connections refused by a [server] limit, by the limit's key.",
+            ["limit"],
+            registry=r,
+        )
         r.register(_ScrapeCollector(lambda: self._scrape))
         if process_metrics:
             ProcessCollector(registry=r)
@@ -336,6 +343,16 @@ class DaemonMetrics:
         """Writes waiting for the store's writer (``agentrt_store_queue_depth``)."""
         self._sources["store_queue_depth"] = source
 
+    def watch_admission(self, source: Source[Mapping[str, int]]) -> None:
+        """The run queue: runs admitted by state (``running``, ``pending``)
+        and ``limit``, past which new runs get 429
+        (``agentrt_run_queue{state}``, ``agentrt_run_queue_limit``)."""
+        self._sources["admission"] = source
+
+    def limit_hit(self, key: str) -> None:
+        """A request or connection was refused by the ``[server]`` limit ``key``."""
+        self.limits_hit.labels(key).inc()
+
     def watch_mailboxes(self, source: Source[Mapping[str, int]]) -> None:
         """Work waiting per queue or mailbox (``agentrt_mailbox_depth{actor}``):
         the daemon reports runs waiting for a run slot, rollouts waiting for
@@ -410,6 +427,20 @@ class _ScrapeCollector(Collector):
                 "agentrt_store_queue_depth",
                 "Writes waiting for the run store's writer.",
                 value=s.store_queue_depth,
+            )
+        if s.admission is not None:
+            queue = GaugeMetricFamily(
+                "agentrt_run_queue",
+                "Runs admitted and not finished, by state (running, pending).",
+                labels=["state"],
+            )
+            for state in ("running", "pending"):
+                queue.add_metric([state], s.admission.get(state, 0))
+            yield queue
+            yield GaugeMetricFamily(
+                "agentrt_run_queue_limit",
+                "Unfinished runs the daemon admits; past it POST /v1/runs gets 429.",
+                value=s.admission.get("limit", 0),
             )
         if s.mailbox_depths is not None:
             depth = GaugeMetricFamily(

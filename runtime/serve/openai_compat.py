@@ -25,7 +25,6 @@ from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.openai_options import Requested, chat_requested, labels
 from agentrt.runtime.serve.openai_runs import (
     CANCEL_GRACE_S,
-    MAX_BODY,
     OpenAIRuns,
     Outcome,
     error_response,
@@ -93,7 +92,8 @@ class _Endpoints:
 
     async def chat_completions(self, request: Request) -> Response:
         try:
-            chat = decode_request(await read_body(request))
+            depth = self.manager.config.server.max_json_depth
+            chat = decode_request(await read_body(request, max_depth=depth))
             agent = self.runs.agent(chat.model)
             defaults = self.manager.config.runtime
             wanted = chat_requested(
@@ -383,4 +383,4 @@ def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> l
     ]
 
 
-__all__ = ["CANCEL_GRACE_S", "MAX_BODY", "openai_routes"]
+__all__ = ["CANCEL_GRACE_S", "openai_routes"]

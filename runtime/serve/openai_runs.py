@@ -26,14 +26,12 @@ from agentrt.protocols.ids import is_top_level
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.errors import ApiProblem
+from agentrt.runtime.serve.governance import DEFAULT_JSON_DEPTH, check_json_depth
 from agentrt.runtime.serve.openai_options import Requested, param_for
 from agentrt.runtime.serve.openai_wire import OpenAIError
 
 log = get_logger(__name__)
 
-#: Largest request accepted: a long conversation is the task, but a body
-#: this large is a mistake, not a prompt.
-MAX_BODY: Final = 4 << 20
 #: How long a disconnected client's run may take to stop before we let go.
 CANCEL_GRACE_S: Final = 10.0
 
@@ -48,6 +46,8 @@ def json_response(
 
 def error_response(err: OpenAIError) -> Response:
     headers = {} if err.retry is None else {"x-should-retry": "true" if err.retry else "false"}
+    if err.retry_after is not None:
+        headers["retry-after"] = str(err.retry_after)
     return json_response(err.body(), err.status, headers)
 
 
@@ -82,12 +82,21 @@ def run_error(info: RunInfo) -> OpenAIError:
     )
 
 
-async def read_body(request: Request) -> bytes:
+async def read_body(request: Request, *, max_depth: int = DEFAULT_JSON_DEPTH) -> bytes:
+    """The body: its size and time bounded by the daemon's ``Guard``
+    (``server.max_request_bytes``, ``server.body_timeout_s``), its nesting
+    by ``max_depth`` (``server.max_json_depth``); a limit hit is an error
+    in OpenAI's shape naming the limit."""
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise OpenAIError(413, f"the request body is over {MAX_BODY} bytes", code="too_large")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+        if body.strip():
+            check_json_depth(bytes(body), max_depth)
+    except ApiProblem as problem:
+        raise OpenAIError(
+            problem.status, problem.message, param=problem.where, code=problem.error
+        ) from None
     if not body.strip():
         raise OpenAIError(400, "the request body is empty; send a JSON object", code="invalid_json")
     return bytes(body)
@@ -168,7 +177,8 @@ class OpenAIRuns:
                 problem.message,
                 param=param_for(problem.where, fields),
                 code=problem.error,
-                retry=None if status >= 500 else False,
+                retry=True if status == 429 else None if status >= 500 else False,
+                retry_after=problem.retry_after,
             ) from None
 
     async def wait(self, request: Request, run_id: str) -> RunInfo | None:
@@ -254,7 +264,6 @@ class OpenAIRuns:
 
 __all__ = [
     "CANCEL_GRACE_S",
-    "MAX_BODY",
     "OpenAIRuns",
     "Outcome",
     "error_response",

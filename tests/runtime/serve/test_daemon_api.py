@@ -218,7 +218,8 @@ async def test_host_origin_and_token_are_checked(tmp_path: Path, daemon_kit: Any
         assert wrong.status_code == 401
         assert wrong.json()["where"] == "Authorization"
         assert (await c.get("/v1/runs", headers=auth)).status_code == 200
-        assert (await c.get("/v1/runs?access_token=s3cret-token-0123456789")).status_code == 200
+        # The query token opens only the event stream (EventSource sends no headers).
+        assert (await c.get("/v1/runs?access_token=s3cret-token-0123456789")).status_code == 401
         assert (await c.get("/healthz")).status_code == 200  # probes need no token
         assert (await c.get("/")).status_code == 200  # the page's files hold no data
         assert (await c.get("/v1/agents")).status_code == 401
