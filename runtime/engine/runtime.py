@@ -57,6 +57,8 @@ from agentrt.runtime.pricing import PriceTable
 from agentrt.tools.base import Tool
 
 if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
+    from agentrt.runtime.engine.mcp_client import ElicitationHandler, RunRequests
+    from agentrt.tools.base import ElicitationReply
     from agentrt.tools.mcp import McpServers
     from agentrt.tools.mcp.server_actor import McpServerStatus
 
@@ -84,7 +86,14 @@ class Runtime:
     addition to ``config.agents``; ``judge``: the judge RTV and best-of-N use
     (default: a ``ModelJudge`` on the agent's backend); ``prices``: for
     ``Budget.max_usd``; ``registry``: a validated models section to create
-    backends from, instead of ``config.models``.
+    backends from, instead of ``config.models``; ``on_elicitation``: asked
+    when an MCP server whose policy is ``elicitation.mode: ask`` has a
+    question for the person behind a run (an async callable taking an
+    ``ElicitationQuestion`` and returning an ``ElicitationReply``; or
+    ``"events"``: the question becomes the run's ``ElicitationRequested``
+    event, answered with ``answer_elicitation``; None: such questions are
+    declined).  A server's sampling requests (``sampling.mode: allow``) are
+    served by these backends and charged to the run whose tool call asked.
 
     ``config.placement`` says where rollouts run: here, or on rollout
     workers of a Ray cluster, each of which opens its own backends, MCP
@@ -105,6 +114,7 @@ class Runtime:
         judge: Judge | None = None,
         prices: PriceTable | None = None,
         registry: ModelRegistry | None = None,
+        on_elicitation: ElicitationHandler | None = None,
     ) -> None:
         if config is None or isinstance(config, RuntimeConfig):
             self.config = config or RuntimeConfig()
@@ -125,6 +135,10 @@ class Runtime:
                     "(wrap a Python function with agentrt.tools.function_tool)"
                 )
         self._given = given
+        self.on_elicitation = on_elicitation
+        self._runs: dict[str, RunExecution] = {}
+        """The runs executing now, by id (what MCP servers' requests reach)."""
+        self._run_requests: RunRequests | None = None
         self.tools = list(tools)
         self._agents_given = dict(agents or {})
         self.judge = judge
@@ -190,9 +204,16 @@ class Runtime:
         servers = self._servers()
         if servers:
             # One supervised actor per MCP server connection, shared by every run.
+            from agentrt.runtime.engine.mcp_client import RunRequests
             from agentrt.tools.mcp import spawn_mcp_servers
 
-            mcp = await spawn_mcp_servers(self.system, list(servers.values()), parent=services)
+            requests = RunRequests(
+                self._runs, self.backends, lambda: self.default_model, self.on_elicitation
+            )
+            self._run_requests = requests
+            mcp = await spawn_mcp_servers(
+                self.system, list(servers.values()), parent=services, hooks=requests.hooks()
+            )
             self._stack.push_async_callback(mcp.stop)
             self._mcp = mcp
             self.mcp_failures = {name: str(exc) for name, exc in mcp.failures.items()}
@@ -379,9 +400,25 @@ class Runtime:
             self, task, emitter, run_id or f"run-{uuid.uuid4().hex[:12]}", checkpoint
         )
         execution.options = options or RunOptions()
-        return await execution.execute(
-            agent, scaling or self._default_scaling(), budget, aggregator
-        )
+        if self._mcp is not None:
+            await self._mcp.catch_up()  # optional MCP servers that became ready join
+        self._runs[execution.run_id] = execution
+        try:
+            return await execution.execute(
+                agent, scaling or self._default_scaling(), budget, aggregator
+            )
+        finally:
+            del self._runs[execution.run_id]
+            if self._mcp is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._mcp.run_finished(execution.run_id)  # no task outlives it
+
+    def answer_elicitation(self, question_id: str, reply: ElicitationReply) -> bool:
+        """Answer the question of a run's ``ElicitationRequested`` event
+        (``on_elicitation="events"``); False when no such question waits
+        (already answered, timed out, or unknown)."""
+        self._check_open()
+        return self._run_requests is not None and self._run_requests.answer(question_id, reply)
 
     def _default_scaling(self) -> ScalingSpec:
         c = self.config
