@@ -63,6 +63,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/daemon.py
+	$(BIN)/python bench/streaming.py
 	$(BIN)/python bench/placement.py
 	$(BIN)/python bench/sandbox.py
 
