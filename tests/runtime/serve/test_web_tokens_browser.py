@@ -9,7 +9,8 @@ text grew in several steps while the run was running, each a prefix of the
 answer, before the answer appeared, and that the header's cost counted the
 steps so far meanwhile (not "0 tok").  A second run, on a model server that
 cannot be reached, shows why it failed in the run's view (the rollout's
-error and the run's) and in the runs list.
+error and the run's) and in the runs list.  A tournament's matches that no
+verdict decided say so.
 
 Skipped without Chromium or playwright-core (``.ci/browser-setup.sh``);
 fails instead when ``AGENTRT_REQUIRE_BROWSER=1``.
@@ -79,8 +80,20 @@ async def test_page_shows_text_as_it_is_generated_and_why_a_run_failed(tmp_path:
             assert failed.status_code == 201, failed.text
             failed_id = failed.json()["run_id"]
             assert (await _wait_terminal(client, failed_id))["run"]["status"] == "failed"
+            rtv = await client.post(
+                "/v1/runs",
+                json={
+                    "task": "t",
+                    "agent": "solver",
+                    "scaling": {"rollouts": 3, "aggregate": "rtv"},
+                },
+            )
+            assert rtv.status_code == 201, rtv.text
+            rtv_id = rtv.json()["run_id"]
+            assert (await _wait_terminal(client, rtv_id))["run"]["status"] == "succeeded"
             plan = {
                 "url": endpoint.url,
+                "rtvRunId": rtv_id,
                 "run": {"task": "talk", "agent": "solver"},
                 "failedRunId": failed_id,
                 "timeoutMs": 20000,
@@ -116,3 +129,8 @@ async def test_page_shows_text_as_it_is_generated_and_why_a_run_failed(tmp_path:
     assert any(DEAD in text for text in why["rolloutErrors"]), why
     assert DEAD in why["runError"]
     assert DEAD in why["listError"]
+
+    # RTV over three agreeing rollouts: a bye, and matches no judge was
+    # needed for, each saying so (not a bare "0 - 0").
+    assert "bye" in report["voteNotes"]
+    assert "same answer: not judged" in report["voteNotes"]

@@ -3,7 +3,7 @@
 // playwright-core, found through NODE_PATH; see .ci/browser-setup.sh).
 //
 // Usage: node web_tokens.mjs '<json plan>'
-// plan: {url, run: <RunRequest>, failedRunId, timeoutMs, chromium}
+// plan: {url, run: <RunRequest>, failedRunId, rtvRunId, timeoutMs, chromium}
 //
 // It records, without judging: every distinct live text the run view showed
 // with the run's status then, the final answer, and what the view of a
@@ -92,6 +92,11 @@ async function main() {
     const row = page.locator(`[data-testid=run-row][data-run-id="${plan.failedRunId}"] [data-testid=run-row-error]`);
     await row.waitFor();
     report.failed.listError = (await row.textContent()).trim();
+
+    // 3. A tournament's matches say why a candidate went through unjudged.
+    await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.rtvRunId)}`);
+    await page.locator('[data-testid=vote-note]').first().waitFor();
+    report.voteNotes = await page.locator('[data-testid=vote-note]').allTextContents();
   } finally {
     await browser.close();
   }
