@@ -152,18 +152,23 @@ class ThresholdConfig(_PolicyConfig):
     thresholds: list[float]
     """Increasing cut points in [0, 1], one fewer than tiers."""
 
-    scorer: Literal["provided", "signals"] = "provided"
-    """``provided``: the step's ``difficulty`` signal; ``signals``: that (or
-    a prior) plus weighted behaviour signals."""
+    scorer: Literal["signals", "provided"] = "signals"
+    """``signals``: a prior plus weighted behaviour signals of the previous
+    step (tool failure, repeated action, low token confidence when the agent
+    asks for ``logprobs``, judge disagreement, steps taken): what agent
+    rollouts have.  ``provided``: a ``difficulty`` value given with each step
+    (the offline simulator); agent rollouts supply none, so it needs
+    ``fallback_difficulty``."""
 
     fallback_difficulty: float | None = Field(default=None, ge=0.0, le=1.0)
-    """For ``provided``: the score when a step carries no difficulty;
-    ``None`` makes a missing difficulty an error."""
+    """For ``provided``: the score when a step carries no difficulty
+    (required: agent rollouts never carry one)."""
 
     weights: dict[str, float] = {}
     """For ``signals``: overrides of ``SignalWeights`` fields (``prior``,
     ``tool_failed``, ``repeated_action``, ``low_confidence``,
-    ``judge_disagreement``, ``min_mean_logprob``)."""
+    ``judge_disagreement``, ``per_step``, ``confident_logprob``,
+    ``min_mean_logprob``)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -178,6 +183,17 @@ class ThresholdConfig(_PolicyConfig):
         unknown = sorted(set(self.weights) - known)
         if unknown:
             raise ValueError(f"unknown weights {unknown}; known: {', '.join(sorted(known))}")
+        merged = SignalWeights(**self.weights)
+        if merged.confident_logprob <= merged.min_mean_logprob:
+            raise ValueError(
+                f"weights.confident_logprob ({merged.confident_logprob}) must be above "
+                f"weights.min_mean_logprob ({merged.min_mean_logprob})"
+            )
+        if self.scorer == "provided" and self.fallback_difficulty is None:
+            raise ValueError(
+                "scorer 'provided' needs fallback_difficulty: agent rollouts carry no "
+                "difficulty value (use scorer 'signals' to route on their signals)"
+            )
         return self
 
     def build_scorer(self) -> DifficultyScorer:

@@ -203,8 +203,9 @@ class DifficultyScorer(Protocol):
 
 @final
 class ProvidedDifficulty:
-    """Uses ``signals.difficulty`` as given (a classifier upstream, task
-    metadata); without one, ``fallback`` or an error."""
+    """Uses ``signals.difficulty`` as given (the offline simulator, a
+    classifier upstream); without one, ``fallback`` or an error.  Agent
+    rollouts carry no difficulty: route them with ``SignalDifficulty``."""
 
     name = "provided"
 
@@ -229,32 +230,58 @@ class SignalWeights(msgspec.Struct, frozen=True, kw_only=True):
     prior: float = 0.3
     """Score when no difficulty is provided and no signal fires."""
     tool_failed: float = 0.3
+    """Added when a tool call of the previous step failed."""
     repeated_action: float = 0.3
+    """Added when the previous step repeated the one before it."""
     low_confidence: float = 0.3
+    """Multiplied by the previous reply's uncertainty in [0, 1]: 0 at a mean
+    token logprob of ``confident_logprob`` or above, 1 at
+    ``min_mean_logprob`` or below, linear between."""
     judge_disagreement: float = 0.4
     """Multiplied by the disagreement share."""
+    per_step: float = 0.0
+    """Added per step already taken (long rollouts are harder ones)."""
+    confident_logprob: float = -0.3
+    """Mean token logprob at or above which a reply counts as confident."""
     min_mean_logprob: float = -1.0
-    """Mean token logprob under which the reply counts as low-confidence."""
+    """Mean token logprob at or below which a reply counts as fully uncertain."""
 
 
 @final
 class SignalDifficulty:
     """``difficulty`` (or the prior) plus weighted behaviour signals, clipped
-    to [0, 1]: a cheap, model-free stand-in for a learned router."""
+    to [0, 1]: a cheap, model-free stand-in for a learned router that works
+    from what every agent step has (tool failures, repeats, the reply's
+    token logprobs when the agent asks for them, the step index)."""
 
     name = "signals"
 
     def __init__(self, weights: SignalWeights | None = None) -> None:
-        self._w = weights if weights is not None else SignalWeights()
+        w = weights if weights is not None else SignalWeights()
+        if w.confident_logprob <= w.min_mean_logprob:
+            raise ConfigError(
+                f"confident_logprob ({w.confident_logprob}) must be above "
+                f"min_mean_logprob ({w.min_mean_logprob})",
+                where="routing.weights",
+            )
+        self._w = w
+
+    def uncertainty(self, mean_logprob: float | None) -> float:
+        """The ramp from a mean token logprob to [0, 1] (0 without logprobs)."""
+        if mean_logprob is None:
+            return 0.0
+        w = self._w
+        share = (w.confident_logprob - mean_logprob) / (w.confident_logprob - w.min_mean_logprob)
+        return min(max(share, 0.0), 1.0)
 
     def score(self, ctx: StepContext) -> float:
         s, w = ctx.signals, self._w
         value = w.prior if s.difficulty is None else s.difficulty
         value += w.tool_failed * s.last_tool_failed + w.repeated_action * s.repeated_action
-        if s.mean_logprob is not None and s.mean_logprob < w.min_mean_logprob:
-            value += w.low_confidence
+        value += w.low_confidence * self.uncertainty(s.mean_logprob)
         if s.judge_disagreement is not None:
             value += w.judge_disagreement * s.judge_disagreement
+        value += w.per_step * ctx.step_index
         return min(max(value, 0.0), 1.0)
 
 
