@@ -20,6 +20,7 @@ from typing import Any, Final, Literal, Self, final
 
 import anyio
 import msgspec
+from anyio.lowlevel import RunVar
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentrt.protocols import (
@@ -263,6 +264,7 @@ class RunStore:
         self._writer: sqlite3.Connection | None = None
         self._pool = _ReaderPool(self.path, synchronous, readers, reader_idle_s)
         self._reaper: anyio.CancelScope | None = None
+        self._read_limiter: RunVar[anyio.CapacityLimiter] = RunVar(f"agentrt-store-{id(self)}")
         self._send: MemoryObjectSendStream[_Write] | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._limiter = anyio.CapacityLimiter(1)
@@ -487,12 +489,23 @@ class RunStore:
 
     # -- reading -------------------------------------------------------------
 
+    def _read_slots(self) -> anyio.CapacityLimiter:
+        """The calling event loop's read threads: as many as there are read
+        connections (the daemon reads from two loops), so a burst of reads
+        neither starts more threads nor queues on the connections."""
+        try:
+            return self._read_limiter.get()
+        except LookupError:
+            limiter = anyio.CapacityLimiter(self._pool.size)
+            self._read_limiter.set(limiter)
+            return limiter
+
     async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         def query() -> list[tuple[Any, ...]]:
             with self._pool.connection() as conn:
                 return conn.execute(sql, params).fetchall()
 
-        return await anyio.to_thread.run_sync(query)
+        return await anyio.to_thread.run_sync(query, limiter=self._read_slots())
 
     async def run_info(self, run_id: str) -> RunInfo | None:
         sql = f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?"  # noqa: S608 - constant columns
@@ -526,7 +539,7 @@ class RunStore:
                 result=msgspec.json.decode(result, type=RunResult) if result is not None else None,
             )
 
-        return await anyio.to_thread.run_sync(query)
+        return await anyio.to_thread.run_sync(query, limiter=self._read_slots())
 
     async def list_runs(
         self, *, status: RunStatus | None, limit: int, cursor: int | None

@@ -1,0 +1,284 @@
+"""What a daemon holds and who holds the store: one owner per store file
+through any name (symlink, hard link, a deleted side file), descriptors,
+threads and memory back to their baseline after bursts of reads under a low
+fd limit, half-sent requests that cannot slow other clients, and
+configuration errors that exit 2 with one line naming the key."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import psutil
+import pytest
+
+from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.serve.store import RunStore
+
+pytestmark = pytest.mark.anyio
+
+ONE_LOOP = pytest.mark.parametrize(
+    "anyio_backend", [pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio")]
+)
+"""For tests whose daemon is a subprocess: the test's own loop is only a client."""
+
+
+# -- one owner per store ------------------------------------------------------------
+
+
+async def test_the_store_file_has_one_owner_whatever_its_name(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    symlink, hard_link = tmp_path / "via-symlink.db", tmp_path / "via-hard-link.db"
+    async with RunStore(db):
+        symlink.symlink_to(db)
+        os.link(db, hard_link)
+        for name in (db, symlink, hard_link):
+            with pytest.raises(
+                ConfigError, match=rf"in use by another agentrt process \(pid {os.getpid()}\)"
+            ):
+                async with RunStore(name):
+                    pass
+        # No side file holds the lock: nothing to delete that would let a second one in.
+        assert not any("lock" in p.name for p in os.scandir(tmp_path))
+    # Free again, but reachable by two names: refused (SQLite's WAL is per name).
+    with pytest.raises(ConfigError, match="2 hard links"):
+        async with RunStore(db):
+            pass
+    hard_link.unlink()
+    async with RunStore(symlink) as store:  # a symlink is followed to the one file
+        assert store.path == str(db.resolve())
+
+
+def _write_config(tmp_path: Path, port: int, extra: str = "") -> Path:
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f"""
+[server]
+port = {port}
+header_timeout_s = 2
+{extra}
+
+[store]
+path = "runs.db"
+reader_idle_s = 0.5
+
+[models]
+default = "s"
+
+[models.backends.s]
+kind = "scripted"
+replies = ["42"]
+
+[agents.solver]
+instructions = "Answer briefly."
+"""
+    )
+    return config
+
+
+def _serve(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentrt", "serve", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_second_daemon_on_the_same_store_is_refused(tmp_path: Path, daemon_kit: Any) -> None:
+    port = daemon_kit.free_port()
+    config = _write_config(tmp_path, port)
+    first = daemon_kit.start_serve(config, port, tmp_path / "first.log")
+    try:
+        db = tmp_path / "runs.db"
+        (tmp_path / "symlink.db").symlink_to(db)
+        os.link(db, tmp_path / "hard-link.db")
+        for side in tmp_path.glob("runs.db.lock*"):  # the old lock's side file, if any
+            side.unlink()
+        for store in (db, tmp_path / "symlink.db", tmp_path / "hard-link.db"):
+            second = _serve("--config", config, "--port", "0", "--store", store)
+            assert second.returncode == 2, second.stderr
+            assert f"in use by another agentrt process (pid {first.pid})" in second.stderr
+            assert "Traceback" not in second.stderr
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    finally:
+        first.terminate()
+        first.wait(30)
+
+
+@pytest.mark.slow
+def test_configuration_errors_exit_2_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENTRT_UNSET_TOKEN", raising=False)
+    unset = _serve("--config", _write_config(tmp_path, 0, 'token_env = "AGENTRT_UNSET_TOKEN"'))
+    assert unset.returncode == 2, unset.stderr
+    assert unset.stderr.count("\n") == 1, unset.stderr
+    assert "server.token_env" in unset.stderr
+    assert "AGENTRT_UNSET_TOKEN" in unset.stderr
+    origin = _serve("--config", _write_config(tmp_path, 0, 'allowed_origins = ["http://x/app"]'))
+    assert origin.returncode == 2, origin.stderr
+    assert origin.stderr.count("\n") == 1, origin.stderr
+    assert "server.allowed_origins" in origin.stderr
+
+
+# -- resources over load cycles -----------------------------------------------------------
+
+
+def _low_fd_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+def _start_limited(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentrt", "serve", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            preexec_fn=_low_fd_limit,  # noqa: PLW1509 - a plain fork of the test process
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+
+
+def _holdings(proc: psutil.Process) -> tuple[int, int, float]:
+    """Open descriptors, threads, RSS in MB."""
+    return proc.num_fds(), proc.num_threads(), proc.memory_info().rss / 2**20
+
+
+@pytest.mark.slow
+@ONE_LOOP
+async def test_load_cycles_return_fds_threads_and_memory_to_baseline(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    port = daemon_kit.free_port()
+    config = _write_config(tmp_path, port, "finished_runs_cached = 0")
+    daemon = _start_limited(config, port, tmp_path / "daemon.log")
+    try:
+        watched = psutil.Process(daemon.pid)
+        assert resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)[0] == 256
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            runs = []
+            for _ in range(8):
+                body = {"task": "t", "scaling": {"rollouts": 2}}
+                runs.append((await client.post("/v1/runs", json=body)).json()["run_id"])
+            rollouts: dict[str, str] = {}
+            with anyio.fail_after(30):
+                for run_id in runs:
+                    while True:
+                        detail = (await client.get(f"/v1/runs/{run_id}")).json()
+                        if detail["run"]["status"] == "succeeded":
+                            rollouts[run_id] = detail["rollouts"][0]["rollout_id"]
+                            break
+                        await anyio.sleep(0.05)
+            paths = [
+                p
+                for run_id, rollout_id in rollouts.items()
+                for p in (
+                    f"/v1/runs/{run_id}",
+                    f"/v1/runs/{run_id}/summaries",
+                    f"/v1/runs/{run_id}/rollouts/{rollout_id}",
+                    "/v1/runs?limit=5",
+                )
+            ]
+        statuses: list[int] = []
+
+        async def burst() -> None:
+            """60 clients at once, each on its own connection, closed after."""
+
+            async def reader(k: int) -> None:
+                async with httpx.AsyncClient(base_url=url, timeout=30) as own:
+                    for path in paths[k % len(paths) :: 7][:6]:
+                        statuses.append((await own.get(path)).status_code)
+
+            async with anyio.create_task_group() as tg:
+                for k in range(60):
+                    tg.start_soon(reader, k)
+
+        seen: list[tuple[int, int, float]] = []
+        for _ in range(5):
+            await burst()
+            await anyio.sleep(1.5)  # readers idle for 0.5 s are closed
+            seen.append(_holdings(watched))
+        assert set(statuses) == {200}, sorted(set(statuses))
+        # The baseline: after a first cycle (threads and caches warm).
+        base_fds, base_threads, base_rss = seen[0]
+        for fds, threads, rss in seen[1:]:
+            assert fds <= base_fds + 2, seen
+            assert threads <= base_threads + 2, seen
+            assert rss <= base_rss + 12, seen
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+
+
+# -- slow clients ---------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@pytest.mark.slow
+@ONE_LOOP
+async def test_half_sent_requests_do_not_slow_other_clients(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    port = daemon_kit.free_port()
+    daemon = daemon_kit.start_serve(_write_config(tmp_path, port), port, tmp_path / "daemon.log")
+    slow: list[socket.socket] = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            run_id = (await client.post("/v1/runs", json={"task": "t"})).json()["run_id"]
+
+            async def latencies(n: int) -> list[float]:
+                out = []
+                for _ in range(n):
+                    began = time.perf_counter()
+                    response = await client.get(f"/v1/runs/{run_id}")
+                    out.append(1000 * (time.perf_counter() - began))
+                    assert response.status_code == 200
+                return out
+
+            alone = await latencies(200)
+            for _ in range(200):  # headers started, never finished
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.sendall(b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-")
+                slow.append(sock)
+            began = time.monotonic()
+            beside = await latencies(200)
+        p99_alone, p99_beside = _percentile(alone, 0.99), _percentile(beside, 0.99)
+        assert p99_beside < max(50.0, 2 * p99_alone), (p99_alone, p99_beside)
+        # The daemon lets go of them at header_timeout_s, with a 408.
+        await anyio.sleep(max(0.0, 2.5 - (time.monotonic() - began)))
+        for sock in slow:
+            sock.settimeout(5)
+            answer = sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+            assert b"server.header_timeout_s" in answer
+    finally:
+        for sock in slow:
+            sock.close()
+        daemon.terminate()
+        daemon.wait(30)
