@@ -133,6 +133,9 @@ class MessageIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tool_call_id: str | None = None
     refusal: str | None = None
     annotations: list[Any] | None = None
+    reasoning_content: str | None = None
+    """agentrt's own progress (streamed as reasoning), echoed back by
+    clients: not part of the conversation."""
     audio: Any = None
     function_call: Any = None
 

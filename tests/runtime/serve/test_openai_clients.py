@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import anyio
 import httpx
+import msgspec
 import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam
@@ -26,9 +27,10 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider as PaiProvider
 
 from agentrt.agents import AgentConfig
-from agentrt.protocols import ModelRequest, UserMessage
+from agentrt.protocols import ModelReply, ModelRequest, UserMessage
 from agentrt.runtime.engine import RuntimeConfig
 from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig
+from agentrt.runtime.models.base import StreamDelta
 from agentrt.runtime.serve.daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.metrics import DaemonMetrics
@@ -75,7 +77,7 @@ class Daemon:
 
 
 @asynccontextmanager
-async def daemon(tmp_path: Path, model: Model) -> AsyncIterator[Daemon]:
+async def daemon(tmp_path: Path, model: Model | WithoutLogprobs) -> AsyncIterator[Daemon]:
     config = AgentrtConfig(
         server=ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5),
         store=StoreConfig(path=tmp_path / "runs.db"),
@@ -87,7 +89,11 @@ async def daemon(tmp_path: Path, model: Model) -> AsyncIterator[Daemon]:
     )
     metrics = DaemonMetrics(process_metrics=False)
     async with (
-        RunManager(config, backends=[ScriptedBackend(model)], observer=metrics.observe) as manager,
+        RunManager(
+            config,
+            backends=[model if isinstance(model, WithoutLogprobs) else ScriptedBackend(model)],
+            observer=metrics.observe,
+        ) as manager,
         anyio.create_task_group() as tg,
     ):
         endpoint: DaemonEndpoint = await tg.start(
@@ -286,6 +292,56 @@ async def test_logprobs_of_the_final_reply(tmp_path: Path) -> None:
         assert "".join(t.token for t in logprobs.content) == "42"
         assert model.requests[-1].logprobs
         assert model.requests[-1].top_logprobs == 2
+
+
+class WithoutLogprobs:
+    """A backend that never gives log-probabilities (a server that ignores
+    ``logprobs``): the scripted model's replies, their logprobs dropped."""
+
+    name = "no-logprobs"
+
+    def __init__(self, script: Callable[[ModelRequest], Reply]) -> None:
+        self.inner = ScriptedBackend(script)
+        self.models = self.inner.models
+
+    @staticmethod
+    def _drop(reply: ModelReply) -> ModelReply:
+        choices = [msgspec.structs.replace(c, logprobs=None) for c in reply.choices]
+        return msgspec.structs.replace(reply, choices=choices)
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        return self._drop(await self.inner.complete(request))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+        async for delta in self.inner.stream(request):
+            reply = None if delta.reply is None else self._drop(delta.reply)
+            yield msgspec.structs.replace(delta, logprobs=[], reply=reply)
+
+    async def __aenter__(self) -> WithoutLogprobs:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.inner.__aexit__(None, None, None)
+
+
+async def test_logprobs_a_backend_does_not_give_are_a_400(tmp_path: Path) -> None:
+    backend = WithoutLogprobs(lambda _request: "42")
+    async with backend, daemon(tmp_path, backend) as d, d.openai() as client:
+        plain = await client.chat.completions.create(
+            model="agentrt/solver", messages=[{"role": "user", "content": "6 x 7?"}]
+        )
+        assert plain.choices[0].message.content == "42"
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(
+                model="agentrt/solver",
+                messages=[{"role": "user", "content": "6 x 7?"}],
+                logprobs=True,
+            )
+    body = caught.value.body
+    assert isinstance(body, dict)
+    assert body["param"] == "logprobs"
+    assert "gave no log-probabilities" in body["message"]
 
 
 @pytest.mark.parametrize(
