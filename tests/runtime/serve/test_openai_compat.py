@@ -183,7 +183,7 @@ async def test_streaming_sends_role_answer_stop_usage_done(tmp_path: Path) -> No
         assert last.usage.total_tokens == info.cost.usage.total_tokens > 0
         assert all(c.usage is None for c in chunks[:-1])
 
-        # on the wire: progress only as comments, then [DONE] last
+        # on the wire: progress as reasoning deltas (clients drop comments), then [DONE] last
         async with d.http() as http:
             body = {
                 "model": "agentrt/solver",
@@ -197,9 +197,12 @@ async def test_streaming_sends_role_answer_stop_usage_done(tmp_path: Path) -> No
         data = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
         assert data[-1] == "[DONE]"
         assert all(line.startswith((": ", "data: ")) for line in lines)
-        assert any(line.startswith(": rollout ") for line in lines)
+        assert not any(line.startswith(": rollout ") for line in lines)
         contents = [json.loads(x)["choices"] for x in data[:-1]]
-        assert [c[0]["delta"].get("content") for c in contents if c] == ["", "42", None]
+        reasoning = "".join(c[0]["delta"].get("reasoning_content") or "" for c in contents if c)
+        assert "rollout r0 finished: answer: 42" in reasoning
+        answer = [c[0]["delta"].get("content") for c in contents if c]
+        assert [a for a in answer if a is not None] == ["", "42"]
 
 
 async def test_unknown_model_is_404(tmp_path: Path) -> None:
