@@ -58,6 +58,24 @@ def client_tool_names(
     return frozenset(names)
 
 
+def check_run_options(options: RunOptions, own: Sequence[ToolSpec] | None, *, where: str) -> None:
+    """A ``ConfigError`` naming the field, before a run starts, for options
+    its agent cannot take: a client tool named like one of the agent's
+    tools (``own``; ``None``: the entry node is a pipeline, which takes no
+    options) or a response schema that is not a JSON schema."""
+    if own is None:
+        if options != RunOptions():
+            raise ConfigError(
+                "the entry node is a pipeline: run options (sampling, client tools, a "
+                "response schema) apply to an agent",
+                where=f"{where}.options",
+            )
+        return
+    client_tool_names(options, own, where=where)
+    if options.response_schema is not None:
+        check_schema(options.response_schema, where=f"{where}.options.response_schema")
+
+
 def schema_instructions(schema: dict[str, Any]) -> str:
     """What the system prompt adds so the model knows the answer's shape."""
     return (
@@ -111,6 +129,7 @@ def client_calls_answer(calls: Sequence[ToolCall]) -> str:
 
 __all__ = [
     "CLIENT_TOOL_STOP",
+    "check_run_options",
     "check_schema",
     "client_calls_answer",
     "client_tool_names",

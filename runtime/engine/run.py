@@ -29,6 +29,7 @@ import msgspec
 from agentrt.agents import Agent, AgentConfig, EventEmitter, RolloutResult
 from agentrt.agents.delegation import AgentNode, skip_call_numbers
 from agentrt.agents.hierarchy import Hierarchy
+from agentrt.agents.run_options import check_run_options
 from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
 from agentrt.aggregators import Aggregator, Workspace, build_aggregator
 from agentrt.aggregators.base import AggregationContext, AggregationResult, nothing_left
@@ -78,7 +79,7 @@ from agentrt.runtime.engine.placement import RolloutGaveUp as _GaveUp
 from agentrt.runtime.engine.rollout import Runner, RunRollout
 from agentrt.runtime.errors import BudgetExceeded
 from agentrt.runtime.log import get_logger
-from agentrt.runtime.memory import MemoryView
+from agentrt.runtime.memory import MemoryView, ScoredAdmission
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.metered import MeteredBackend
 
@@ -172,7 +173,15 @@ class RunExecution:
             replays = restore_journal(self.ledger, self.checkpoint)
             if isinstance(self.ledger.journal, EventJournal):
                 self.ledger.journal.replays = replays
-        memory = MemoryView(rt.bank, run_id=self.run_id) if rt.bank is not None else None
+        memory = (
+            MemoryView(
+                rt.bank,
+                run_id=self.run_id,
+                admission=ScoredAdmission(rt.config.memory_admission),
+            )
+            if rt.bank is not None
+            else None
+        )
         self.agent_ref = agent_ref
         self.runner: Runner = rt.runner(agent_ref, self.emitter, self.ledger, memory)
         if isinstance(self.runner, Hierarchy):
@@ -181,6 +190,11 @@ class RunExecution:
             self.agent_name = root.name
         else:
             self.agent, self.agent_name = self.runner, self.runner.name
+        check_run_options(
+            self.options,
+            self.agent.toolbox.specs if self.agent is not None else None,
+            where=f"agent {self.agent_name!r}",
+        )
         self.summarizer: Summarizer = (
             ModelSummarizer(MeteredBackend(self._main_backend(), self.ledger))
             if rt.config.summarizer == "model"
