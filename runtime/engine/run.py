@@ -79,7 +79,7 @@ from agentrt.runtime.engine.placement import RolloutGaveUp as _GaveUp
 from agentrt.runtime.engine.rollout import Runner, RunRollout
 from agentrt.runtime.errors import BudgetExceeded
 from agentrt.runtime.log import get_logger
-from agentrt.runtime.memory import MemoryView
+from agentrt.runtime.memory import MemoryView, ScoredAdmission
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.models.metered import MeteredBackend
 
@@ -173,7 +173,15 @@ class RunExecution:
             replays = restore_journal(self.ledger, self.checkpoint)
             if isinstance(self.ledger.journal, EventJournal):
                 self.ledger.journal.replays = replays
-        memory = MemoryView(rt.bank, run_id=self.run_id) if rt.bank is not None else None
+        memory = (
+            MemoryView(
+                rt.bank,
+                run_id=self.run_id,
+                admission=ScoredAdmission(rt.config.memory_admission),
+            )
+            if rt.bank is not None
+            else None
+        )
         self.agent_ref = agent_ref
         self.runner: Runner = rt.runner(agent_ref, self.emitter, self.ledger, memory)
         if isinstance(self.runner, Hierarchy):

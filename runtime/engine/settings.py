@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentrt.agents import AgentConfig
 from agentrt.agents.spec import McpServers
+from agentrt.runtime.memory import AdmissionConfig
 from agentrt.runtime.models.registry import ModelsConfig
 from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
 
@@ -112,6 +113,8 @@ class RuntimeConfig(BaseModel):
     """Give every run a shared memory bank (``run`` scope) its rollouts share."""
     memory_path: str | None = None
     """The bank's SQLite file (kept across runs); ``None``: in memory."""
+    memory_admission: AdmissionConfig = AdmissionConfig()
+    """What the bank admits (``ScoredAdmission``: gates, weights, threshold)."""
     warm_timeout_s: float = Field(default=60.0, gt=0)
     """Deadline of the prefix-warming request."""
     placement: PlacementConfig = PlacementConfig()

@@ -51,6 +51,10 @@ CREATE TABLE IF NOT EXISTS items (
 );
 CREATE INDEX IF NOT EXISTS items_owner ON items(scope, owner, score, created_at);
 CREATE INDEX IF NOT EXISTS items_expiry ON items(expires_at);
+-- One item per key and owner: concurrent rollouts (or processes sharing the
+-- file) that store the same key meet here, not in a check-then-insert race.
+DELETE FROM items WHERE id NOT IN (SELECT MIN(id) FROM items GROUP BY scope, owner, key);
+CREATE UNIQUE INDEX IF NOT EXISTS items_key ON items(scope, owner, key);
 CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
     key, value, content='items', content_rowid='id', tokenize='porter unicode61'
 );
@@ -232,9 +236,13 @@ class MemoryBank:
     # -- writing ---------------------------------------------------------------
 
     async def put(self, item: NewItem) -> int:
-        """Store ``item``; returns its id.  Expired items go, then the
-        owner's caps are enforced (the new item may itself be evicted when
-        it has the lowest score)."""
+        """Store ``item``; returns its id.  Keys are unique per scope and
+        owner (whitespace collapsed): storing a key that is there already
+        stores nothing new and returns the existing item's id, keeping the
+        higher score and marking it verified if either was -- atomic, so
+        rollouts storing the same note at once get one item.  Expired items
+        go first, then the owner's caps are enforced (the new item may
+        itself be evicted when it has the lowest score)."""
         conn = self._db()
         return await self._run(lambda: self._put(conn, item))
 
@@ -245,7 +253,8 @@ class MemoryBank:
         if len(value.encode()) > limit:
             value = value.encode()[:limit].decode(errors="ignore")
         ttl = self.limits.ttl_s.get(item.scope)
-        size = len(item.key.encode()) + len(value.encode())
+        key = normal_key(item.key)
+        size = len(key.encode()) + len(value.encode())
         with conn:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(
@@ -254,11 +263,14 @@ class MemoryBank:
             cur = conn.execute(
                 "INSERT INTO items (scope, owner, key, value, run_id, task_id, source_rollout, "
                 "source_step, verified, score, created_at, expires_at, hits, bytes) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) "
+                "ON CONFLICT (scope, owner, key) DO UPDATE SET "
+                "verified = MAX(verified, excluded.verified), score = MAX(score, excluded.score) "
+                "RETURNING id",
                 (
                     item.scope,
                     item.owner,
-                    item.key,
+                    key,
                     value,
                     item.run_id,
                     item.task_id,
@@ -271,9 +283,8 @@ class MemoryBank:
                     size,
                 ),
             )
-            new_id = cur.lastrowid
+            new_id = int(cur.fetchone()[0])
             self._enforce_caps(conn, item.scope, item.owner)
-        assert new_id is not None
         return new_id
 
     def _enforce_caps(self, conn: sqlite3.Connection, scope: Scope, owner: str) -> None:
@@ -478,6 +489,11 @@ class MemoryBank:
         )
 
 
+def normal_key(key: str) -> str:
+    """A key as stored: runs of whitespace collapsed to one space, ends stripped."""
+    return " ".join(key.split())
+
+
 def _item(row: tuple[object, ...]) -> MemoryItem:
     (
         i,
@@ -525,4 +541,5 @@ __all__ = [
     "NewItem",
     "Owners",
     "Scope",
+    "normal_key",
 ]

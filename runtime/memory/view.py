@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Final, final
 
+import anyio
+
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.memory.admission import (
     Admission,
@@ -82,6 +84,7 @@ class MemoryView:
         self.owners: Owners = [(s, self.owner(s)) for s in read]
         self.offered = 0
         self.admitted = 0
+        self._offering = anyio.Lock()
 
     def owner(self, scope: Scope) -> str:
         return {"run": self.run_id, "task": self.task_id, "global": ""}[scope]
@@ -112,16 +115,27 @@ class MemoryView:
 
     async def offer(self, candidate: Candidate) -> tuple[Admission, int | None]:
         """Offer ``candidate``: the policy decides against its nearest
-        stored keys; admitted ones are stored in the ``write`` scope.
+        stored keys; admitted ones are stored in the ``write`` scope (a key
+        stored already gives that item's id).  Offers through one view are
+        decided one at a time.
         Returns the decision and the new item's id (``None`` if rejected)."""
         self.offered += 1
-        match = build_query(candidate.key)
-        neighbours = await self.bank.search(match, self.owners, k=5) if match else []
-        decision = self.admission.decide(candidate, [n.key for n in neighbours])
-        if not decision.admitted:
-            log.debug("memory_rejected", key=candidate.key[:80], reason=decision.reason)
-            return decision, None
-        item_id = await self.bank.put(
+        # One offer at a time per view: the neighbours a decision reads are
+        # then the bank as it is when the item goes in (the bank's unique
+        # keys cover views in other processes).
+        async with self._offering:
+            match = build_query(candidate.key)
+            neighbours = await self.bank.search(match, self.owners, k=5) if match else []
+            decision = self.admission.decide(candidate, [n.key for n in neighbours])
+            if not decision.admitted:
+                log.debug("memory_rejected", key=candidate.key[:80], reason=decision.reason)
+                return decision, None
+            item_id = await self._store(candidate, decision)
+        self.admitted += 1
+        return decision, item_id
+
+    async def _store(self, candidate: Candidate, decision: Admission) -> int:
+        return await self.bank.put(
             NewItem(
                 scope=self.write,
                 owner=self.owner(self.write),
@@ -135,8 +149,6 @@ class MemoryView:
                 score=decision.score,
             )
         )
-        self.admitted += 1
-        return decision, item_id
 
     async def promote(self, *, min_hits: int = 1, verified_only: bool = True) -> int:
         """Copy this run's used (and verified) items to the global

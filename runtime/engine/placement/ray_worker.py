@@ -74,7 +74,15 @@ from agentrt.runtime.engine.placement.wire import (
 )
 from agentrt.runtime.engine.runtime import Runtime
 from agentrt.runtime.errors import BudgetExceeded, InvalidRequestError, RuntimeFailure
-from agentrt.runtime.memory import MemoryHit, MemoryItem, MemoryView, NewItem, Owners, Scope
+from agentrt.runtime.memory import (
+    MemoryHit,
+    MemoryItem,
+    MemoryView,
+    NewItem,
+    Owners,
+    Scope,
+    ScoredAdmission,
+)
 
 #: How long a call waits for the driver's admission, and an event for its ack.
 DRIVER_TIMEOUT_S: Final = 120.0
@@ -446,7 +454,15 @@ class WorkerHost:
 
         emitter = EventEmitter(forward)
         check = BudgetLedger(f"{run_id}-worker", prices=rt.prices)
-        memory = MemoryView(DriverBank(self._outbox), run_id=run_id) if placed.memory else None
+        memory = (
+            MemoryView(
+                DriverBank(self._outbox),
+                run_id=run_id,
+                admission=ScoredAdmission(rt.config.memory_admission),
+            )
+            if placed.memory
+            else None
+        )
         runner = rt.runner(agent, emitter, check, memory)
         supervisor = await rt.system.spawn_supervisor(
             SupervisorSpec(

@@ -87,3 +87,49 @@ async def test_the_view_finds_neighbours_in_the_bank_before_deciding() -> None:
         assert stored is not None
         assert stored.score == pytest.approx(first.score + 0.1)
         assert (view.offered, view.admitted) == (3, 2)
+
+
+# -- a scored admission that can say no -----------------------------------------
+
+
+def test_failures_and_empty_answers_are_refused_even_when_verified() -> None:
+    policy = ScoredAdmission()
+    for value in ("Error: connection refused", "Traceback (most recent call last):", "No results"):
+        decision = policy.decide(fact("search(q=zinc price)", value=value), [])
+        assert not decision.admitted, value
+        assert "looks like a failure or an empty answer" in decision.reason
+
+
+def test_values_that_say_too_little_or_are_not_text_are_refused() -> None:
+    policy = ScoredAdmission()
+    thin = policy.decide(fact("status check", value="ok"), [])
+    assert not thin.admitted
+    assert "says too little (information 0.17 < 0.30)" in thin.reason
+    binary = policy.decide(fact("raw bytes", value="\x00\x01\x02\x03 zinc \x04\x05\x06\x07"), [])
+    assert not binary.admitted
+    assert binary.reason.startswith("not text")
+
+
+def test_the_same_finding_passes_as_a_verified_result_but_not_as_a_half_new_claim() -> None:
+    """The score decides between candidates the gates let through: a tool
+    result close to a stored key (novelty 0.5) is admitted, the same text as
+    the model's own claim is not; a fully new claim is."""
+    policy = ScoredAdmission()
+    value = "Zinc melts at 419.5 C and boils at 907 C according to the CRC handbook"
+    stored = ["zinc melting point copper"]
+    verified = policy.decide(fact("zinc melting point", value=value), stored)
+    claim = policy.decide(fact("zinc melting point", value=value, verified=False), stored)
+    new_claim = policy.decide(fact("zinc boiling point", value=value, verified=False), [])
+    assert verified.admitted
+    assert verified.novelty == pytest.approx(1 - 3 / 4)  # 3 of 4 shared words
+    assert not claim.admitted
+    assert "below threshold 0.65 (unverified claim, novelty 0.25" in claim.reason
+    assert new_claim.admitted
+    assert new_claim.score == pytest.approx(0.35 + 0.25 + 0.1)
+
+
+def test_admission_is_configurable_and_bad_patterns_are_named() -> None:
+    lenient = ScoredAdmission(AdmissionConfig(reject_patterns=[], min_information=0.0))
+    assert lenient.decide(fact("search(zinc)", value="No results"), []).admitted
+    with pytest.raises(ValueError, match=r"reject_patterns\[1\] '\(': "):
+        AdmissionConfig(reject_patterns=["^ok$", "("])
