@@ -214,6 +214,9 @@ class _CompletionStream(Response):
         self.model = model
         self.wanted = wanted
         self.text = AnswerStream(info.run_id, info.rollouts)
+        # An answer held to a schema is sent once validated: the text a step
+        # generates (maybe a rejected answer) goes out as reasoning meanwhile.
+        self.hold_content = wanted.options.response_schema is not None
         self.include_usage = chat.stream_options is not None and bool(
             chat.stream_options.include_usage
         )
@@ -290,7 +293,8 @@ class _CompletionStream(Response):
         except OpenAIError as err:
             await write(sse_data(err.body()))
             return
-        rest = self.text.rest(outcome.text)  # what the tokens did not say yet
+        # what the tokens did not say yet
+        rest = outcome.text if self.hold_content else self.text.rest(outcome.text)
         if rest or outcome.logprobs:
             await write(
                 self._chunk(
@@ -323,6 +327,8 @@ class _CompletionStream(Response):
         await write(b"data: [DONE]\n\n")
 
     def _text_chunk(self, text: StreamText) -> bytes:
+        if self.hold_content:
+            text = StreamText(reasoning=text.reasoning + text.content)
         delta = Delta(content=text.content or None, reasoning_content=text.reasoning or None)
         return self._chunk([ChunkChoice(delta=delta)])
 

@@ -263,6 +263,23 @@ async def test_response_format_is_validated_and_retried(tmp_path: Path) -> None:
         assert "does not match the schema" in str(feedback.content)
 
 
+async def test_a_streamed_structured_answer_is_only_the_valid_json(tmp_path: Path) -> None:
+    answers = iter(["not json", '{"city": "Paris"}'])
+    model = Model(lambda _request: next(answers))
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        create: Any = client.chat.completions.create
+        stream = await create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "Weather in Paris as JSON"}],
+            response_format={"type": "json_object"},
+            stream=True,
+        )
+        chunks = [chunk async for chunk in stream]
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert json.loads(content) == {"city": "Paris"}
+    assert len(model.requests) == 2
+
+
 async def test_an_answer_that_never_matches_fails_the_run(tmp_path: Path) -> None:
     model = Model(lambda _request: "not json")
     async with daemon(tmp_path, model) as d, d.openai() as client:
