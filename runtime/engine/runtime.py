@@ -363,8 +363,9 @@ class Runtime:
         events: EventSink | None = None,
         run_id: str | None = None,
         checkpoint: RunCheckpoint | None = None,
-        options: RunOptions | None = None,
         tokens: bool | Callable[[], bool] = False,
+        options: RunOptions | None = None,
+        journal: bool = False,
     ) -> RunResult:
         """Run ``task``: ``scaling.rollouts`` rollouts of ``agent`` (default:
         ``config.default_agent``), each summarized, then aggregated.
@@ -379,7 +380,12 @@ class Runtime:
         "does a client follow the run now"; local placement only).  Raises
         ``ConfigError`` for an unknown agent or bad aggregator options before
         any model call.  ``options``: how the agent calls its model in this
-        run (``RunOptions``: sampling, client tools, the answer's schema)."""
+        run (``RunOptions``: sampling, client tools, the answer's schema).
+        ``journal``: ``events`` is durable storage (the daemon's run store):
+        every model call is recorded there (``CallReserved``) before it is
+        sent and its end (``CallSettled``) after, so resuming the run from
+        its checkpoint charges the calls a crash left in flight and its caps
+        hold across crashes (needs ``events``)."""
         self._check_open()
         if not isinstance(task, str):
             raise TypeError(f"task must be a string, not {type(task).__name__}")
@@ -396,8 +402,15 @@ class Runtime:
         emitter = EventEmitter(events, first_seq=checkpoint.next_seq if checkpoint else 1)
         if tokens is not False and events is not None:
             emitter.tokens = TokenPacer(tokens if callable(tokens) else None)
+        if journal and events is None:
+            raise ValueError("journal=True needs an events sink to journal the calls to")
         execution = RunExecution(
-            self, task, emitter, run_id or f"run-{uuid.uuid4().hex[:12]}", checkpoint
+            self,
+            task,
+            emitter,
+            run_id or f"run-{uuid.uuid4().hex[:12]}",
+            checkpoint,
+            journal=journal,
         )
         execution.options = options or RunOptions()
         if self._mcp is not None:

@@ -534,8 +534,9 @@ class RunManager:
                         events=lambda event: self._sink(live, event),
                         run_id=run_id,
                         checkpoint=checkpoint,
-                        options=request.options,
                         tokens=live.listening,
+                        options=request.options,
+                        journal=True,
                     )
             if scope.cancelled_caught or result is None:
                 status, error = "cancelled", "cancelled by a client"

@@ -1,0 +1,157 @@
+"""Exactly-once bookkeeping across crashes: a run under a cap of model
+calls, its daemon killed with ``kill -9`` again and again while calls are in
+flight.  The model server (the sim-server, in its own process) counts what
+it was sent: never more than the cap, and the run reports every call the
+server saw (a call a kill left in flight is charged, as reserved, by the
+next incarnation from the run's journal).  Without the journal the server
+saw 25 calls of a 16-call run that reported 16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentrt.testing import SimServerConfig, start_sim_server_process
+
+pytestmark = pytest.mark.slow
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+CAP = 16
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture
+def sim_url() -> Iterator[str]:
+    config = SimServerConfig(ttft_ms=150, token_ms=1, tool_rounds=5, answer="answer", seed=11)
+    proc, url = start_sim_server_process(config, stderr=subprocess.DEVNULL)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _served(sim_url: str) -> int:
+    stats = httpx.get(f"{sim_url}/sim/stats", timeout=10).json()
+    return int(stats["requests"].get(CHAT, 0))
+
+
+def _journal(db: Path) -> tuple[int, int]:
+    with sqlite3.connect(db) as conn:
+        rows = dict(
+            conn.execute(
+                "SELECT type, COUNT(*) FROM events WHERE type IN "
+                "('call_reserved', 'call_settled') GROUP BY type"
+            ).fetchall()
+        )
+    return int(rows.get("call_reserved", 0)), int(rows.get("call_settled", 0))
+
+
+def test_a_call_cap_holds_at_the_server_through_kill_9s(
+    tmp_path: Path, sim_url: str, daemon_kit: Any
+) -> None:
+    seed = int(os.environ.get("AGENTRT_CRASH_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    db = tmp_path / "runs.db"
+    port = daemon_kit.free_port()
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f"""
+rollouts = 1
+early_stop = false
+concurrency = {{ sim = 8 }}
+
+[server]
+port = {port}
+shutdown_grace_s = 1
+
+[store]
+path = "{db}"
+
+[models.backends.sim]
+kind = "openai"
+base_url = "{sim_url}/v1"
+models = ["sim"]
+
+[agents.solver]
+instructions = "Solve the task. Use the calculator."
+tools = ["calculator"]
+stop_on = []
+"""
+    )
+    log = tmp_path / "daemon.log"
+    proc = daemon_kit.start_serve(config, port, log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        # Four rollouts of six calls each want 24 calls: the cap binds.
+        body = {
+            "task": "what is 6*7",
+            "agent": "solver",
+            "scaling": {"rollouts": 4},
+            "budget": {"max_model_calls": CAP},
+        }
+        response = httpx.post(f"{url}/v1/runs", json=body, timeout=10)
+        assert response.status_code == 201, response.text
+        run_id = response.json()["run_id"]
+        kills = 0
+        for _ in range(5):
+            # Kill while calls are in flight: the server has taken some.
+            before = _served(sim_url)
+            give_up = time.monotonic() + 30
+            while _served(sim_url) == before and time.monotonic() < give_up:
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.02, 0.12))
+            info = httpx.get(f"{url}/v1/runs/{run_id}", timeout=10).json()
+            if info["run"]["status"] in TERMINAL:
+                break
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            kills += 1
+            proc = daemon_kit.start_serve(config, port, log)
+        deadline = time.monotonic() + 90
+        info = {}
+        while time.monotonic() < deadline:
+            info = httpx.get(f"{url}/v1/runs/{run_id}", timeout=10).json()
+            if info["run"]["status"] in TERMINAL:
+                break
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    context = f"(seed {seed}, {kills} kills; daemon log {log})"
+    assert info["run"]["status"] in TERMINAL, f"{info['run']} {context}"
+    assert kills >= 2, f"the run ended before two kills {context}"
+    served = _served(sim_url)
+    reported = info["run"]["cost"]["model_calls"]
+    reserved, settled = _journal(db)
+    facts = json.dumps(
+        {"served": served, "reported": reported, "reserved": reserved, "settled": settled}
+    )
+    # The cap holds where the calls land, crash or not...
+    assert served <= CAP, f"{facts} {context}"
+    # ...and the run owns up to every call the server saw (a call journaled
+    # and killed before it was sent is charged too: reported may exceed served).
+    assert served <= reported <= CAP, f"{facts} {context}"
+    assert reserved >= served, f"{facts} {context}"
+    # Calls were cut by kills (else this proved nothing about crashes).
+    assert settled < reserved, f"no call was in flight at a kill: {facts} {context}"
+    print(json.dumps({"seed": seed, "kills": kills, "served": served, "reported": reported}))
