@@ -1,0 +1,59 @@
+"""The MCP conformance suite's client scenarios (``@modelcontextprotocol/
+conformance``, pinned; Node 20) run against a client built on agentrt's
+API (``examples/mcp_conformance_client.py``) and, as the yardstick, the same
+client written directly on the SDK (``conformance_sdk_client.py``): agentrt
+passes every check the SDK client passes.  The ``auth/*`` scenarios belong
+to the OAuth tests."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFORMANCE = "@modelcontextprotocol/conformance@0.1.13"
+ROOT = Path(__file__).resolve().parents[3]
+AGENTRT_CLIENT = ROOT / "examples" / "mcp_conformance_client.py"
+SDK_CLIENT = Path(__file__).with_name("conformance_sdk_client.py")
+
+
+def _run(npx: str, client: Path, scenario: str) -> tuple[int, str]:
+    done = subprocess.run(
+        [
+            npx,
+            "-y",
+            CONFORMANCE,
+            "client",
+            "--command",
+            f"{sys.executable} {client}",
+            "--scenario",
+            scenario,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def _passed(output: str) -> tuple[int, int]:
+    found = re.search(r"Passed: (\d+)/(\d+), (\d+) failed", output)
+    assert found is not None, output[-2000:]
+    return int(found.group(1)), int(found.group(2))
+
+
+@pytest.mark.parametrize(
+    "scenario", ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"]
+)
+def test_client_scenarios_match_the_sdk_client(npx: str, scenario: str) -> None:
+    code, output = _run(npx, AGENTRT_CLIENT, scenario)
+    sdk_code, sdk_output = _run(npx, SDK_CLIENT, scenario)
+    assert code == 0, output[-3000:]
+    passed, total = _passed(output)
+    assert passed == total > 0
+    assert sdk_code == 0, sdk_output[-3000:]
+    assert _passed(sdk_output) == (passed, total)
