@@ -222,16 +222,16 @@ def test_a_malformed_spec_is_one_line_naming_file_line_and_key(
     assert len(err.splitlines()) == 1
 
 
-def test_an_mcp_server_that_does_not_start_is_reported_and_the_run_goes_on(
+def test_a_required_mcp_server_that_does_not_start_fails_the_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = _config(tmp_path, SCRIPTED)
     code = main(["run", "hi", "--config", config, "--mcp", "/nonexistent/mcp-server --stdio"])
-    assert code == 0
+    assert code == 1
     captured = capsys.readouterr()
-    assert "[r0] Paris" in captured.out
-    assert "MCP server 'mcp-server' could not be started; ran without it" in captured.err
-    assert "/nonexistent/mcp-server" in captured.err
+    assert "[r0] Paris" not in captured.out
+    assert "a required MCP server did not start" in captured.err
+    assert "mcp server 'mcp-server' (/nonexistent/mcp-server --stdio)" in captured.err
 
 
 def test_rollouts_past_their_deadline_fail_the_run_promptly(
