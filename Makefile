@@ -62,6 +62,8 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python bench/actors.py
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/branching.py
+	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/daemon.py
 	$(BIN)/python bench/streaming.py
 	$(BIN)/python bench/placement.py

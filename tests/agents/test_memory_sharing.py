@@ -7,6 +7,11 @@ the fact.  The scripted model reads its own history and, when the per-step
 memory note lists a fetched fact it still needs, fetches it with
 ``memory_get`` instead (all such facts in one step).  The rollouts start on
 different topics, so what one learns another can reuse.
+
+This proves the mechanics only: this scripted model trusts every note it
+sees and every fact is right.  ``bench/memory.py`` measures a model that uses
+notes with some probability and a source that is sometimes wrong (fewer
+calls, and a majority answer that is right less often).
 """
 
 from __future__ import annotations

@@ -1,0 +1,226 @@
+"""The shared memory bank on a workload where it can fail: a model that uses
+the notes it sees only sometimes, and notes that are sometimes wrong.
+
+    python bench/memory.py [--tasks 30] [--rollouts 5] [--flaky 0.15] [--seed 3]
+
+The workload (a scripted model, no server): every task asks for the weights
+of three items (new weights per task).  Each rollout looks them up in its
+own order, each by two tool steps: ``search(topic)`` gives a document id,
+``fetch(doc)`` the fact.  The source is flaky: a fetch returns a wrong
+weight with probability ``--flaky``, and nothing says so.  With the bank,
+each step shows the rollout the stored keys (the loop offers every tool
+result to the bank, through the default ``ScoredAdmission``); when a key
+gives a fact the rollout still needs, the model fetches it with
+``memory_get`` with probability ``use`` at that step (1.0: it always trusts
+the notes, the scripted model the old "18 vs 28 calls" test used), and
+otherwise looks it up itself.  So a wrong fact, once stored, can spread.
+
+Rows per ``use`` and bank on/off: model and tool calls per task, rollouts
+with every weight right, and tasks whose majority answer (over the
+rollouts) is right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from agentrt.agents import Agent, AgentConfig
+from agentrt.protocols import ModelRequest, ToolMessage, ToolSpec, UserMessage
+from agentrt.runtime.memory import NOTE_HEADER, MemoryBank, MemoryView
+from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
+from agentrt.tools.base import Tool, ToolContext, ToolOutput
+from agentrt.tools.memory import memory_tools
+
+TOPICS = ("alpha", "beta", "gamma")
+FACT = re.compile(r"^fact (\w+): \w+ weighs (\d+) kg", re.MULTILINE)
+DOC = re.compile(r"^doc-(\w+)$")
+KEY = re.compile(r"^- \[(\d+)\] fetch\(.*\) -> fact (\w+):", re.MULTILINE)
+TASK = re.compile(r"^task (\d+):")
+
+
+class Lookup:
+    """``search`` or ``fetch``; counts its calls."""
+
+    def __init__(self, name: str, param: str, world: World) -> None:
+        self._spec = ToolSpec(
+            name=name,
+            description=f"the {name} lookup",
+            parameters={
+                "type": "object",
+                "properties": {param: {"type": "string"}, "task": {"type": "integer"}},
+                "required": [param, "task"],
+            },
+        )
+        self.name, self.param, self.world = name, param, world
+        self.calls = 0
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        self.calls += 1
+        arg = str(arguments[self.param])
+        if self.name == "search":
+            return ToolOutput.of_text(f"doc-{arg}")
+        topic = arg.removeprefix("doc-")
+        weight = self.world.weights[int(arguments["task"])][topic]
+        if self.world.rng.random() < self.world.flaky:
+            weight += self.world.rng.choice((-3, -2, -1, 1, 2, 3))
+        return ToolOutput.of_text(
+            f"fact {topic}: {topic} weighs {weight} kg (source: registry entry {topic})"
+        )
+
+
+@dataclass
+class World:
+    """The tasks' true weights, the flaky source and the model's habits."""
+
+    weights: list[dict[str, int]]
+    flaky: float
+    use: float
+    rng: random.Random
+
+    def model(self, request: ModelRequest) -> ReplySpec:
+        """The scripted model: it reads everything off the request."""
+        task_message = request.messages[1]
+        assert isinstance(task_message, UserMessage)
+        assert isinstance(task_message.content, str)
+        found = TASK.match(task_message.content)
+        assert found is not None
+        task = int(found.group(1))
+        rollout = int((request.request_id or "").rsplit("-", 1)[0].rsplit("r", 1)[1])
+        order = TOPICS[rollout % 3 :] + TOPICS[: rollout % 3]
+        facts: dict[str, str] = {}
+        docs: set[str] = set()
+        for message in request.messages:
+            if isinstance(message, ToolMessage):
+                facts.update(FACT.findall(message.content))
+                if doc := DOC.match(message.content):
+                    docs.add(doc.group(1))
+        last = request.messages[-1]
+        visible: dict[str, int] = {}
+        if isinstance(last, UserMessage) and str(last.content).startswith(NOTE_HEADER):
+            visible = {topic: int(i) for i, topic in KEY.findall(str(last.content))}
+        needed = [t for t in order if t not in facts]
+        if not needed:
+            return "answer: " + ", ".join(f"{t}={facts[t]}kg" for t in TOPICS)
+        reuse = [
+            ScriptedToolCall("memory_get", {"id": visible[t]})
+            for t in needed
+            if t in visible and self.rng.random() < self.use
+        ]
+        if reuse:
+            return reuse
+        topic = needed[0]
+        if topic in docs:
+            return ScriptedToolCall("fetch", {"doc": f"doc-{topic}", "task": task})
+        return ScriptedToolCall("search", {"topic": topic, "task": task})
+
+
+@dataclass
+class Tally:
+    model_calls: int = 0
+    tool_calls: int = 0
+    rollouts_right: int = 0
+    rollouts: int = 0
+    voted_right: int = 0
+    tasks: int = 0
+
+
+async def run_task(agent: Agent, task: int, run_id: str, rollouts: int) -> list[str | None]:
+    """The task's rollouts, all at once; their answers."""
+    prompt = f"task {task}: report the weights of alpha, beta and gamma."
+    answers: list[str | None] = []
+
+    async def one(rollout: int) -> None:
+        result = await agent.run(prompt, run_id=run_id, rollout_id=f"{run_id}-r{rollout}")
+        answers.append(result.trajectory.answer)
+
+    async with anyio.create_task_group() as tg:
+        for rollout in range(rollouts):
+            tg.start_soon(one, rollout)
+    return answers
+
+
+async def measure(args: argparse.Namespace, use: float, *, bank_on: bool) -> Tally:
+    rng = random.Random(args.seed)
+    weights = [{t: rng.randint(10, 99) for t in TOPICS} for _ in range(args.tasks)]
+    world = World(weights, args.flaky, use, random.Random(args.seed + 1))
+    backend = ScriptedBackend(world.model)
+    search, fetch = Lookup("search", "topic", world), Lookup("fetch", "doc", world)
+    tally = Tally()
+    async with MemoryBank() as bank:
+        for task in range(args.tasks):
+            run_id = f"task{task}"
+            view = MemoryView(bank, run_id=run_id, k=6) if bank_on else None
+            tools: list[Tool] = [search, fetch, *(memory_tools(view) if view else [])]
+            agent = Agent(
+                AgentConfig(name="weigher", limits={"max_steps": 20}),
+                backends=[backend],
+                tools=tools,
+                memory=view,
+            )
+            truth = "answer: " + ", ".join(f"{t}={weights[task][t]}kg" for t in TOPICS)
+            answers = await run_task(agent, task, run_id, args.rollouts)
+            expected = truth.removeprefix("answer: ")
+            normalized = [(a or "").removeprefix("answer: ") for a in answers]
+            tally.rollouts += len(answers)
+            tally.rollouts_right += sum(a == expected for a in normalized)
+            voted = Counter(normalized).most_common(1)[0][0]
+            tally.voted_right += voted == expected
+            tally.tasks += 1
+    tally.model_calls = len(backend.requests)
+    tally.tool_calls = search.calls + fetch.calls
+    return tally
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    print(
+        f"# shared memory bank: {args.tasks} tasks x {args.rollouts} rollouts, "
+        f"flaky source {args.flaky:.0%} (seed {args.seed})"
+    )
+    print(
+        "| notes used when seen | bank | model calls/task | tool calls/task "
+        "| rollouts right | majority right |"
+    )
+    print("|---|---|---|---|---|---|")
+    for use in args.use:
+        for bank_on in (False, True):
+            if not bank_on and use != args.use[0]:
+                continue  # without a bank the notes are never seen: one row
+            t = await measure(args, use, bank_on=bank_on)
+            n = max(t.tasks, 1)
+            print(
+                f"| {f'{use:.0%}' if bank_on else '-'} | {'yes' if bank_on else 'no'} | "
+                f"{t.model_calls / n:.1f} | {t.tool_calls / n:.1f} | "
+                f"{t.rollouts_right / max(t.rollouts, 1):.0%} | {t.voted_right / n:.0%} |"
+            )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=30)
+    parser.add_argument("--rollouts", type=int, default=5, help="rollouts per task")
+    parser.add_argument("--flaky", type=float, default=0.15, help="chance a fetch is wrong")
+    parser.add_argument(
+        "--use",
+        type=float,
+        nargs="+",
+        default=[1.0, 0.5, 0.2],
+        help="chances the model uses a note it sees (one row each)",
+    )
+    parser.add_argument("--seed", type=int, default=3)
+    anyio.run(main_async, parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
