@@ -15,7 +15,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentrt.protocols import ModelRequest, RunRequest, ScalingSpec, UserMessage
+from agentrt.aggregators import SimulatedJudge
+from agentrt.protocols import (
+    ModelRequest,
+    RunRequest,
+    ScalingSpec,
+    TrajectorySummary,
+    UserMessage,
+)
 from agentrt.runtime.cli.aggregate import aggregate_command
 from agentrt.runtime.cli.aggregate import build_parser as aggregate_parser
 from agentrt.runtime.cli.eval import OpenRunner, build_parser, eval_command
@@ -206,3 +213,37 @@ async def test_aggregate_refuses_an_unknown_aggregator_before_reading(tmp_path: 
     with pytest.raises(ConfigError, match=r"--aggregate 'rtv:q=1'"):
         await aggregate_command(args, never)
     assert opened == []
+
+
+async def test_judged_aggregators_only_call_judges_on_the_pool(tmp_path: Path) -> None:
+    # One task whose rollouts answer 1, 1, 9, 1: RTV's judges see only the
+    # pool's summaries (the backend still serves only the N rollouts).
+    backend = scripted()
+    judge = SimulatedJudge("1", 1.0, seed=3)
+    tasks = tmp_path / "one.jsonl"
+    tasks.write_text(json.dumps({"id": "one", "task": "one?", "answer": "1"}) + "\n")
+    async with Runtime({"early_stop": False}, backends=[backend], judge=judge) as rt:
+        args = build_parser().parse_args(
+            [str(tasks), "--rollouts", "4", "--aggregate", "rtv:v=3", "--subsets", "100"]
+        )
+        report = await eval_command(args, opener(rt))
+        assert len(backend.requests) == 4
+        assert report.pool_model_calls == 4
+        # Every judge call is counted, and nothing else called a model.
+        assert report.aggregation_model_calls == judge.calls > 0
+        # A perfect judge picks a right rollout whenever one is in the subset.
+        for point in report.aggregators[0].points:
+            assert point.accuracy.value == pytest.approx(point.oracle.value)
+            assert point.picked == pytest.approx(1.0)
+
+        summaries = [
+            TrajectorySummary(rollout_id=f"x-r{i}", answer=a) for i, a in enumerate("1991")
+        ]
+        result = await rt.aggregate("one?", summaries, scaling=ScalingSpec(aggregate="rtv"))
+        assert result.answer == "1"
+        assert result.cost.model_calls > 0  # the judges' calls, on the call's own ledger
+        with pytest.raises(ConfigError, match="runs new rollouts"):
+            await rt.aggregate("one?", summaries, scaling=ScalingSpec(aggregate="pdr"))
+        with pytest.raises(ConfigError, match="nonesuch"):
+            await rt.aggregate("one?", summaries, scaling=ScalingSpec(aggregate="nonesuch"))
+    assert len(backend.requests) == 4
