@@ -1,9 +1,11 @@
-"""Daemon load: 200 concurrent runs against the sim-server; does ``GET /v1/runs/{id}`` stay fast?
+"""Daemon load: concurrent runs against the sim-server; does ``GET /v1/runs/{id}`` stay fast?
 
 An ``agentrt serve`` process (its own process, uvloop, an OpenAI-compatible
 backend pointing at the sim-server, an agent with the calculator tool) gets
 ``--runs`` runs submitted at once (``POST /v1/runs``, 2 to 4 rollouts each,
-majority vote, no early stop).  Every rollout takes ``--tool-rounds`` tool
+or ``--rollouts``; majority vote, no early stop), every one of them admitted
+and executing at once (``max_active_runs`` and the backend's connections
+sized for them).  Every rollout takes ``--tool-rounds`` tool
 calls and then answers; each model call takes ``--ttft-ms`` plus a few
 tokens at the sim-server, so a run lasts a few seconds and the daemon
 executes all of them at once.  Meanwhile ``--clients`` concurrent clients
@@ -15,7 +17,10 @@ warm-up pass: the daemon's connection pool and caches start cold) and their
 latencies are pooled (each pass's p99 is shown too: one pass holds about 1,500 GETs).
 
 Reported: the latency of those GETs while the runs execute (p50, p95, p99,
-max; measured at the client, on an aiohttp transport), the ``POST`` latency,
+max; measured at the client, on an aiohttp transport), the longest pause
+of the daemon's process (a garbage collection stops every thread, the API's
+included; timed inside the daemon and read from ``/metrics``:
+``agentrt_gc_pause_seconds``) and how many passed 50 ms, the ``POST`` latency,
 the time until all runs finished, runs/s and model calls/s, whether every
 run succeeded, and the CPU used by the daemon, the sim-server and this
 client (on a small machine all three share the cores, so a latency miss can
@@ -25,6 +30,8 @@ a control.  Target: p99 < 50 ms.  Exits 0 on a MISS, like the other benches;
 
     python bench/daemon.py                      # 200 runs, 50 clients, 3 passes
     python bench/daemon.py --runs 50 --clients 10
+    python bench/daemon.py --runs 500 --rollouts 4 --ttft-ms 3000 --tool-rounds 1 --repeat 1
+                                                # 2,000 rollouts running at once
 """
 
 from __future__ import annotations
@@ -43,8 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import httpx
 import msgspec
 import psutil
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentrt.runtime.errors import BackendUnavailable
 from agentrt.runtime.models.http import HttpClientConfig, make_http_client
@@ -52,6 +62,7 @@ from agentrt.testing import SimServerConfig, start_sim_server_process
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 P99_TARGET_MS = 50.0
+PAUSE_TARGET_MS = 50.0
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -93,7 +104,10 @@ def start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
         raise SystemExit(str(exc)) from None
 
 
-def daemon_config(sim_url: str, store: Path) -> str:
+def daemon_config(sim_url: str, store: Path, args: argparse.Namespace) -> str:
+    """Every run admitted and executing at once: run slots, the sim backend's
+    connections and its rollout concurrency sized for ``--runs`` x 4."""
+    rollouts = args.runs * (args.rollouts or 4)
     return f"""
 early_stop = false
 
@@ -101,14 +115,22 @@ early_stop = false
 port = 0
 max_rollouts = 8
 shutdown_grace_s = 2
+max_active_runs = {args.runs}
+max_connections = {args.runs + args.clients + 64}
 
 [store]
 path = "{store}"
+
+[concurrency]
+sim = {rollouts}
 
 [models.backends.sim]
 kind = "openai"
 base_url = "{sim_url}/v1"
 models = ["sim"]
+
+[models.backends.sim.http]
+max_connections = {rollouts + 16}
 
 [agents.solver]
 instructions = "Solve the task. Use the calculator."
@@ -138,6 +160,78 @@ def start_daemon(config: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]
     raise SystemExit(f"the daemon did not start in {STARTUP_TIMEOUT_S:.0f} s")
 
 
+@dataclass(frozen=True)
+class Pauses:
+    """The daemon's garbage collections so far, from its ``/metrics``."""
+
+    count: int
+    total_s: float
+    by_bound: dict[float, int]
+    """Collections that took at most each bucket bound (cumulative)."""
+    longest_s: float
+    """The longest since the daemon started."""
+    longest_cpu_s: float = 0.0
+    """CPU time of the costliest collection since the daemon started (the
+    wall clock adds the time the machine ran other processes)."""
+
+    def since(self, before: Pauses) -> Pauses:
+        return Pauses(
+            count=self.count - before.count,
+            total_s=self.total_s - before.total_s,
+            by_bound={b: n - before.by_bound.get(b, 0) for b, n in self.by_bound.items()},
+            longest_s=self.longest_s,
+            longest_cpu_s=self.longest_cpu_s,
+        )
+
+    def over(self, bound_s: float) -> int:
+        return self.count - self.by_bound.get(bound_s, 0)
+
+    def longest_bound_s(self) -> float:
+        """An upper bound of the longest collection counted here: the
+        smallest bucket holding all of them."""
+        for bound in sorted(self.by_bound):
+            if self.by_bound[bound] >= self.count:
+                return bound
+        return float("inf")
+
+
+def scrape_pauses(url: str) -> dict[str, Pauses]:
+    """``gc``: the collections; ``api``: how late the API's loop woke up."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    families = list(text_string_to_metric_families(text))
+    return {
+        "gc": _pauses(families, "agentrt_gc_pause"),
+        "api": _pauses(families, "agentrt_api_stall"),
+    }
+
+
+def _pauses(families: list[Metric], prefix: str) -> Pauses:
+    count, total, longest, longest_cpu = 0, 0.0, 0.0, 0.0
+    by_bound: dict[float, int] = {}
+    for family in families:
+        if family.name == f"{prefix}_longest_seconds":
+            longest = float(family.samples[0].value)
+        if family.name == f"{prefix}_longest_cpu_seconds":
+            longest_cpu = float(family.samples[0].value)
+        if family.name != f"{prefix}_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_count"):
+                count += int(sample.value)
+            elif sample.name.endswith("_sum"):
+                total += float(sample.value)
+            elif sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                by_bound[bound] = by_bound.get(bound, 0) + int(sample.value)
+    return Pauses(
+        count=count,
+        total_s=total,
+        by_bound=by_bound,
+        longest_s=longest,
+        longest_cpu_s=longest_cpu,
+    )
+
+
 def cpu_seconds(proc: psutil.Process) -> float:
     times = proc.cpu_times()
     return float(times.user + times.system)
@@ -163,6 +257,8 @@ class Load:
     """Seconds from the first submission until the clients saw every run terminal."""
     cpu_s: dict[str, float] = field(default_factory=dict)
     """CPU seconds of each process over the pass."""
+    pauses: dict[str, Pauses] = field(default_factory=dict)
+    """The daemon's collections (``gc``) and API loop stalls (``api``) during the pass."""
 
     @property
     def all_done_s(self) -> float:
@@ -178,7 +274,10 @@ async def load(url: str, args: argparse.Namespace, seed: int) -> Load:
         {
             "task": f"what is {rng.randrange(10, 99)}+{rng.randrange(10, 99)}",
             "agent": "solver",
-            "scaling": {"rollouts": rng.randint(2, 4), "aggregate": "majority"},
+            "scaling": {
+                "rollouts": args.rollouts or rng.randint(2, 4),
+                "aggregate": "majority",
+            },
         }
         for _ in range(args.runs)
     ]
@@ -321,6 +420,7 @@ def rows_of(passes: Sequence[Load], args: argparse.Namespace) -> list[Row]:
         Row("  max", ms(max(gets))),
         Row("  GETs (rate)", f"{len(gets):,} ({len(gets) / polled:,.0f}/s)"),
         Row("  control: this client's loop lag p99", ms(percentile(lags, 0.99))),
+        *pause_rows(passes),
         Row(f"POST /v1/runs p99 ({args.runs} at once)", ms(percentile(posts, 0.99))),
         Row(
             "runs succeeded", f"{succeeded}/{wanted}", "all", "", succeeded == wanted and not errors
@@ -333,9 +433,59 @@ def rows_of(passes: Sequence[Load], args: argparse.Namespace) -> list[Row]:
     ]
 
 
+def pause_rows(passes: Sequence[Load]) -> list[Row]:
+    """The daemon's pauses over the measured passes, timed in the daemon:
+    its garbage collections, and how late its API loop woke (any pause a
+    request waits through: a collection, the run loop holding the GIL, a
+    busy machine)."""
+    rows: list[Row] = []
+    ms = "{:.1f} ms".format
+    for kind, title in (
+        ("gc", "longest GC pause (every thread stopped)"),
+        ("api", "longest API loop stall (all causes)"),
+    ):
+        measured = [p.pauses[kind] for p in passes if kind in p.pauses]
+        if not measured:
+            continue
+        over = sum(p.over(PAUSE_TARGET_MS / 1000) for p in measured)
+        bound = max(p.longest_bound_s() for p in measured)
+        count = sum(p.count for p in measured)
+        total = sum(p.total_s for p in measured)
+        longest = measured[-1].longest_s  # since the daemon started (warm-up included)
+        longest_cpu = measured[-1].longest_cpu_s
+        rows += [
+            Row(
+                title,
+                f"{1000 * longest:.1f} ms",
+                f"< {PAUSE_TARGET_MS:.0f} ms",
+                f"{1000 * longest / PAUSE_TARGET_MS:.2f}x",
+                longest < PAUSE_TARGET_MS / 1000,
+            ),
+            Row(f"  over {PAUSE_TARGET_MS:.0f} ms in the passes", f"{over}", "0", "", over == 0),
+            *(
+                [
+                    Row(
+                        "  costliest one in CPU time (wall - CPU: other work ran)",
+                        ms(1000 * longest_cpu),
+                    )
+                ]
+                if kind == "gc"
+                else []
+            ),
+            Row(
+                "  in the passes",
+                f"{count:,} ({1000 * total:.0f} ms in all, each <= {1000 * bound:g} ms)",
+            ),
+        ]
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--runs", type=int, default=200, help="runs submitted at once")
+    parser.add_argument(
+        "--rollouts", type=int, default=0, help="rollouts per run (0: 2 to 4 at random)"
+    )
     parser.add_argument("--clients", type=int, default=50, help="concurrent polling clients")
     parser.add_argument("--interval-ms", type=float, default=200.0, help="each client's pace")
     parser.add_argument("--ttft-ms", type=float, default=400.0, help="sim-server latency per call")
@@ -357,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="agentrt-bench-daemon-") as tmp:
             config = Path(tmp) / "agentrt.toml"
-            config.write_text(daemon_config(sim_url, Path(tmp) / "runs.db"))
+            config.write_text(daemon_config(sim_url, Path(tmp) / "runs.db", args))
             log = Path(tmp) / "daemon.log"
             daemon, url = start_daemon(config, log)
             try:
@@ -379,6 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                 for n in range(args.repeat):
                     before = {k: cpu_seconds(p) for k, p in procs.items()}
+                    paused = scrape_pauses(url)
                     try:
                         result = anyio.run(
                             load, url, args, args.seed + n, backend_options={"use_uvloop": True}
@@ -387,6 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         print(f"pass {n + 1}: the runs did not finish in {args.deadline_s:.0f} s")
                         return 1
                     result.cpu_s = {k: cpu_seconds(p) - before[k] for k, p in procs.items()}
+                    result.pauses = {k: v.since(paused[k]) for k, v in scrape_pauses(url).items()}
                     passes.append(result)
                     print(
                         f"pass {n + 1}: GET p99 {percentile(result.get_ms, 0.99):.1f} ms, "
@@ -403,7 +555,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sim.terminate()
         sim.wait(10)
     title = (
-        f"agentrt daemon under load -- {args.runs} runs at once (2-4 rollouts, "
+        f"agentrt daemon under load -- {args.runs} runs at once "
+        f"({args.rollouts or '2-4'} rollouts, "
         f"{args.tool_rounds} tool calls + 1 answer each, {args.ttft_ms:.0f} ms per model call), "
         f"{args.clients} clients polling every {args.interval_ms:.0f} ms, {args.repeat} passes"
         f"{' after a warm-up pass' if args.warmup else ''}; "

@@ -68,7 +68,7 @@ def serve_main(argv: list[str]) -> int:
     _tune_process()
 
     async def main() -> None:
-        await run_daemon(config, handle_signals=True)
+        await run_daemon(config, handle_signals=True, own_gc=True)
 
     try:
         run_loop(main)
@@ -84,7 +84,9 @@ def serve_main(argv: list[str]) -> int:
 
 
 def _tune_process() -> None:
-    """Process-wide settings for a daemon process (not for embedders).
+    """Process-wide settings for the daemon's own process: ``agentrt serve``
+    owns it, so it may; ``run_daemon`` in an embedding application changes
+    none of them (the application's collector and switch interval are its own).
 
     The HTTP server runs on its own thread (``bridge``); with the run loop
     busy, a request waits for the GIL, which CPython hands over every
@@ -93,16 +95,19 @@ def _tune_process() -> None:
     objects it examines, so the tail of API latency is the longest pause:
     everything imported at start is frozen out of collection; the young
     generations stay small (the middle one is collected after 5 young
-    collections instead of 10) so each pause is short; a full collection,
-    which walks every live rollout (100-250 ms with 600 of them), waits for
-    1,000 middle ones instead of 10 (cycles are still collected, later).
-    Measured by ``bench/daemon.py`` (200 runs executing, GET p99): 45-60 ms
-    with (3000, 10, 100), 15-18 ms with (700, 5, 1000); the young pauses'
-    median went from ~28 ms to ~3 ms for the same total time in collection."""
+    collections instead of 10) so each pause is short (``bench/daemon.py``:
+    young pauses ~3 ms instead of ~28 ms).  A full collection walks every
+    live rollout (100-250 ms with 600 of them), so none runs automatically:
+    the daemon runs them itself when no run executes, and at least every ten
+    minutes (``pauses.IdleCollector``, started by ``run_daemon(own_gc=True)``)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(700, 5, 1000)
+    gc.set_threshold(700, 5, _NO_AUTOMATIC_FULL_COLLECTION)
     sys.setswitchinterval(0.0005)
+
+
+_NO_AUTOMATIC_FULL_COLLECTION = 1 << 30
+"""Middle collections before an automatic full one: never, in practice."""
 
 
 __all__ = ["serve_main"]

@@ -43,7 +43,7 @@ from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.serve.mcp_server import mcp_asgi
 from agentrt.runtime.serve.metrics import DaemonMetrics, metrics_route
 from agentrt.runtime.serve.openai_compat import openai_routes
-from agentrt.runtime.serve.pauses import GcPauses
+from agentrt.runtime.serve.pauses import GcPauses, IdleCollector, LoopStalls
 from agentrt.runtime.serve.web import web_routes
 from agentrt.tools.base import Tool
 
@@ -95,11 +95,15 @@ async def run_daemon(
     prices: PriceTable | None = None,
     judge: Judge | None = None,
     handle_signals: bool = False,
+    own_gc: bool = False,
     task_status: TaskStatus[DaemonEndpoint] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled (or SIGTERM/SIGINT with ``handle_signals``);
     reports the ``DaemonEndpoint`` once it accepts connections.  The socket
-    is bound before the store is opened, so a taken port fails fast."""
+    is bound before the store is opened, so a taken port fails fast.
+    ``own_gc``: the process is the daemon's (``agentrt serve``), which runs
+    full garbage collections when no run executes (``IdleCollector``); an
+    embedding application leaves it off and keeps its own collector."""
     metrics = DaemonMetrics()
     manager = RunManager(
         config, backends=backends, tools=tools, prices=prices, judge=judge, observer=metrics.observe
@@ -112,6 +116,7 @@ async def run_daemon(
                 metrics=metrics,
                 sock=sock,
                 handle_signals=handle_signals,
+                idle_collector=IdleCollector() if own_gc else None,
                 task_status=task_status,
             )
     finally:
@@ -124,6 +129,7 @@ async def serve_manager(
     metrics: DaemonMetrics | None = None,
     sock: socket.socket | None = None,
     handle_signals: bool = False,
+    idle_collector: IdleCollector | None = None,
     task_status: TaskStatus[DaemonEndpoint] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an open ``manager`` (what ``run_daemon`` does once it opened
@@ -166,18 +172,22 @@ async def serve_manager(
         )
         shown = f"[{server.host}]" if ":" in server.host else server.host
         endpoint = DaemonEndpoint(url=f"http://{shown}:{port}", host=server.host, port=port)
-        api = _ApiThread(web, sock, mcp.lifespan)
+        stalls = LoopStalls()
+        api = _ApiThread(web, sock, mcp.lifespan, stalls)
         with GcPauses() as pauses:
             metrics.registry.register(pauses)
+            metrics.registry.register(stalls)
             try:
                 await _serve(
                     api=api,
                     manager=manager,
                     endpoint=endpoint,
                     handle_signals=handle_signals,
+                    idle_collector=idle_collector,
                     task_status=task_status,
                 )
             finally:
+                metrics.registry.unregister(stalls)
                 metrics.registry.unregister(pauses)
     finally:
         if own:
@@ -198,18 +208,25 @@ def _watch(metrics: DaemonMetrics, manager: RunManager, service: ManagerBridge) 
 
 @final
 class _ApiThread:
-    """uvicorn (and the MCP session manager) on a thread with its own loop."""
+    """uvicorn (and the MCP session manager) on a thread with its own loop,
+    its stalls timed by ``stalls``."""
 
     def __init__(
-        self, web: _Server, sock: socket.socket, lifespan: AbstractAsyncContextManager[None]
+        self,
+        web: _Server,
+        sock: socket.socket,
+        lifespan: AbstractAsyncContextManager[None],
+        stalls: LoopStalls,
     ) -> None:
         self.web = web
         self.done = threading.Event()
         self.failure: list[BaseException] = []
 
         async def main() -> None:
-            async with lifespan:  # uvicorn runs with lifespan="off"
+            async with lifespan, anyio.create_task_group() as tg:  # uvicorn: lifespan="off"
+                tg.start_soon(stalls.watch)
                 await web.serve(sockets=[sock])
+                tg.cancel_scope.cancel()
 
         def run() -> None:
             try:
@@ -231,6 +248,7 @@ async def _serve(
     manager: RunManager,
     endpoint: DaemonEndpoint,
     handle_signals: bool,
+    idle_collector: IdleCollector | None,
     task_status: TaskStatus[DaemonEndpoint],
 ) -> None:
     config = manager.config
@@ -251,13 +269,17 @@ async def _serve(
             resumed_runs=len(manager.resumed),
         )
         task_status.started(endpoint)
-        if handle_signals:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    log.info("daemon_signal", signal=signal.Signals(signum).name)
-                    break
-        else:
-            await api.wait()
+        async with anyio.create_task_group() as tg:
+            if idle_collector is not None:
+                tg.start_soon(idle_collector.run, lambda: manager.active() == 0)
+            if handle_signals:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        log.info("daemon_signal", signal=signal.Signals(signum).name)
+                        break
+            else:
+                await api.wait()
+            tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             stopped_runs = await manager.drain(config.server.shutdown_grace_s)

@@ -1,11 +1,16 @@
-"""Pauses the daemon's API feels: garbage collections, timed as they happen.
+"""Pauses the daemon's API feels, timed as they happen.
 
 Owns ``GcPauses``: a ``gc.callbacks`` observer (it reads, never tunes: an
 application embedding the daemon keeps its own collector settings) and its
 Prometheus families, ``agentrt_gc_pause_seconds{generation}`` (a histogram)
 and ``agentrt_gc_pause_longest_seconds``.  A collection stops every thread,
 the API's included, so the longest one bounds the API's tail latency.
-Nothing of runs or HTTP.
+And ``LoopStalls``: how late the API's event loop wakes a sleeper
+(``agentrt_api_stall_seconds``, ``agentrt_api_stall_longest_seconds``):
+every pause a request would wait through, collections, the GIL held by the
+run loop or a busy machine alike.  And ``IdleCollector``, for a process
+the daemon owns (``agentrt serve``, never an embedding application): full
+collections at quiet moments instead of under load.  Nothing of runs or HTTP.
 
 The roof: may import every layer.
 """
@@ -14,10 +19,11 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Final, Self, final
 
+import anyio
 from prometheus_client.metrics_core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -35,11 +41,15 @@ class GcPauses(Collector):
 
     def __init__(self) -> None:
         self._started = 0.0
+        self._started_cpu = 0.0
         self._counts = [[0] * (len(BUCKETS) + 1) for _ in range(3)]
         """Per generation: pauses per bucket (the last: over the largest bound)."""
         self._sums = [0.0, 0.0, 0.0]
         self.longest = 0.0
-        """Seconds of the longest pause seen."""
+        """Seconds of the longest pause seen (wall clock: what a request waits)."""
+        self.longest_cpu = 0.0
+        """CPU seconds of the costliest collection (the collector's own work;
+        the wall clock adds the time the machine ran other processes)."""
 
     def __enter__(self) -> Self:
         gc.callbacks.append(self._observe)
@@ -57,8 +67,10 @@ class GcPauses(Collector):
     def _observe(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
+            self._started_cpu = time.thread_time()
             return
         took = time.perf_counter() - self._started
+        self.longest_cpu = max(self.longest_cpu, time.thread_time() - self._started_cpu)
         generation = min(int(info.get("generation", 2)), 2)
         counts = self._counts[generation]
         for i, bound in enumerate(BUCKETS):
@@ -94,6 +106,101 @@ class GcPauses(Collector):
             "The longest garbage collection since the daemon started.",
             value=self.longest,
         )
+        yield GaugeMetricFamily(
+            "agentrt_gc_pause_longest_cpu_seconds",
+            "CPU time of the costliest garbage collection since the daemon started.",
+            value=self.longest_cpu,
+        )
 
 
-__all__ = ["BUCKETS", "GcPauses"]
+@final
+class LoopStalls(Collector):
+    """``await stalls.watch()`` on a loop: every ``period_s`` it sleeps and
+    records how much later than asked it woke (until cancelled)."""
+
+    def __init__(self, period_s: float = 0.01) -> None:
+        self.period_s = period_s
+        self._counts = [0] * (len(BUCKETS) + 1)
+        self._sum = 0.0
+        self.longest = 0.0
+
+    async def watch(self) -> None:
+        while True:
+            asked = time.perf_counter()
+            await anyio.sleep(self.period_s)
+            late = max(0.0, time.perf_counter() - asked - self.period_s)
+            for i, bound in enumerate(BUCKETS):
+                if late <= bound:
+                    self._counts[i] += 1
+                    break
+            else:
+                self._counts[-1] += 1
+            self._sum += late
+            self.longest = max(self.longest, late)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "agentrt_api_stall_seconds",
+            "How late the API's event loop woke a sleeper, per wake-up.",
+        )
+        cumulative, buckets = 0, []
+        for bound, count in zip((*BUCKETS, float("inf")), self._counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+        family.add_metric([], buckets, self._sum)
+        yield family
+        yield GaugeMetricFamily(
+            "agentrt_api_stall_longest_seconds",
+            "The longest the API's event loop was held up since the daemon started.",
+            value=self.longest,
+        )
+
+
+@final
+class IdleCollector:
+    """Full collections when the daemon is quiet, for a process it owns.
+
+    A full collection walks every live object: with thousands of rollouts
+    alive, a pause of 100 ms or more for every thread, the API's included.
+    ``agentrt serve`` (``cli._tune_process``) freezes its start-up heap and
+    raises the threshold of automatic full collections out of reach; then
+    ``await collector.run(idle)`` collects fully once ``idle()`` has held
+    (no run executing) for ``quiet_s`` and objects reached the old
+    generation since the last one, and regardless after ``max_interval_s``
+    (cyclic garbage must not grow without bound under endless load: one
+    pause then, in the ``agentrt_gc_pause_seconds`` histogram like any
+    other).  A burst arriving during an idle collection waits for it."""
+
+    def __init__(
+        self, *, check_s: float = 1.0, quiet_s: float = 5.0, max_interval_s: float = 600.0
+    ) -> None:
+        self.check_s = check_s
+        self.quiet_s = quiet_s
+        self.max_interval_s = max_interval_s
+        self.collections = 0
+
+    async def run(self, idle: Callable[[], bool]) -> None:
+        last = quiet_since = time.monotonic()
+        promoted = _middle_collections()
+        while True:
+            await anyio.sleep(self.check_s)
+            now = time.monotonic()
+            if not idle():
+                quiet_since = now
+            grown = _middle_collections() != promoted
+            if (grown and now - quiet_since >= self.quiet_s) or now - last >= self.max_interval_s:
+                gc.collect()
+                self.collections += 1
+                last, promoted = now, _middle_collections()
+
+
+def _middle_collections() -> int:
+    """Collections of the middle generation so far: each promotes its
+    survivors into the old one."""
+    return int(gc.get_stats()[1]["collections"])
+
+
+__all__ = ["BUCKETS", "GcPauses", "IdleCollector", "LoopStalls"]

@@ -6,6 +6,7 @@ configuration errors that exit 2 with one line naming the key."""
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import socket
@@ -21,6 +22,7 @@ import psutil
 import pytest
 
 from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.serve.pauses import IdleCollector
 from agentrt.runtime.serve.store import RunStore
 
 pytestmark = pytest.mark.anyio
@@ -282,3 +284,34 @@ async def test_half_sent_requests_do_not_slow_other_clients(
             sock.close()
         daemon.terminate()
         daemon.wait(30)
+
+
+# -- the daemon's own collector -------------------------------------------------------------
+
+
+async def test_the_idle_collector_collects_once_quiet_and_only_after_promotions() -> None:
+    collector = IdleCollector(check_s=0.01, quiet_s=0.05, max_interval_s=60)
+    busy = True
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collector.run, lambda: not busy)
+        await anyio.sleep(0.05)
+        gc.collect(1)  # survivors promoted into the old generation
+        await anyio.sleep(0.2)
+        assert collector.collections == 0  # runs executing: no full collection
+        busy = False
+        with anyio.fail_after(5):
+            while collector.collections == 0:  # noqa: ASYNC110 - watching a counter
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.2)
+        assert collector.collections == 1  # nothing promoted since: nothing to do
+        tg.cancel_scope.cancel()
+
+
+async def test_a_full_collection_comes_at_the_latest_after_max_interval() -> None:
+    collector = IdleCollector(check_s=0.01, quiet_s=60, max_interval_s=0.1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collector.run, lambda: False)  # never idle
+        with anyio.fail_after(10):
+            while collector.collections < 2:  # noqa: ASYNC110 - watching a counter
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
