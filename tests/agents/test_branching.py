@@ -1,6 +1,9 @@
 """Partial-rollout branching (ParallelMuse): per-step uncertainty from
 logprobs, the choice of branch steps, continuations that resume from the
-parent's exact prefix, the budget, and prefix-cache reuse on the sim-server."""
+parent's exact prefix, the budget, and prefix-cache reuse on the sim-server.
+These check the mechanics and the tokens saved; whether branching keeps the
+accuracy is measured on a population with real uncertainty in
+``bench/branching.py``."""
 
 from __future__ import annotations
 
