@@ -18,7 +18,8 @@ information (the same distribution right or wrong).
 Each strategy gets ``--budget`` rollouts per task and answers by majority
 vote: plain sampling (``budget`` fresh rollouts) and
 ``PartialRolloutBrancher`` (defaults: 2 fresh rollouts, then 3 continuations
-from each of the 2 most uncertain steps).  Rows: accuracy of the voted
+from each of the 2 most uncertain steps; once more with ``answer_steps=False``,
+never from a step that only answers).  Rows: accuracy of the voted
 answer, oracle (some rollout right), model calls, completion and prompt
 tokens per task (the scripted backend counts every token; no prefix cache,
 so prompt tokens of a continuation's replayed prefix are counted again).
@@ -154,9 +155,9 @@ class Tally:
 
 
 async def run_task(
-    agent: Agent, task: str, budget: int, branch: bool, concurrency: int
+    agent: Agent, task: str, budget: int, *, branch: bool, concurrency: int, answer_steps: bool
 ) -> list[Trajectory]:
-    config = BranchingConfig(budget=budget, concurrency=concurrency)
+    config = BranchingConfig(budget=budget, concurrency=concurrency, answer_steps=answer_steps)
     if branch:
         return (await PartialRolloutBrancher(agent, config).run(task)).trajectories
     done: list[Trajectory] = []
@@ -173,7 +174,12 @@ async def run_task(
 
 
 async def measure(
-    args: argparse.Namespace, *, informative: bool, branch: bool, budget: int | None = None
+    args: argparse.Namespace,
+    *,
+    informative: bool,
+    branch: bool,
+    budget: int | None = None,
+    answer_steps: bool = True,
 ) -> Tally:
     population = Population(random.Random(args.seed), args.steps, informative)
     agent = Agent(
@@ -186,7 +192,16 @@ async def measure(
     for i in range(args.tasks):
         task = f"task {i}: error rate {rates.uniform(0.05, 0.35):.3f}"
         rollouts = budget or args.budget
-        tally.add(await run_task(agent, task, rollouts, branch, args.concurrency))
+        tally.add(
+            await run_task(
+                agent,
+                task,
+                rollouts,
+                branch=branch,
+                concurrency=args.concurrency,
+                answer_steps=answer_steps,
+            )
+        )
     return tally
 
 
@@ -220,6 +235,8 @@ async def main_async(args: argparse.Namespace) -> None:
     matched = max(round(branched.calls / max(branched.tasks, 1) / (args.steps + 1)), 1)
     same_cost = await measure(args, informative=True, branch=False, budget=matched)
     print(row(f"informative / plain, {matched} rollouts (branching's calls)", same_cost))
+    tools_only = await measure(args, informative=True, branch=True, answer_steps=False)
+    print(row("informative / branching from tool steps only (answer_steps=False)", tools_only))
     saved = 1 - branched.completion / max(plain.completion, 1)
     delta = (branched.right - plain.right) / max(plain.tasks, 1)
     matched_delta = (branched.right - same_cost.right) / max(plain.tasks, 1)

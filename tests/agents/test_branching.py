@@ -201,6 +201,20 @@ async def test_picks_the_most_uncertain_steps_by_kind() -> None:
     assert picked("combined") == [("parent-other", 0), ("parent-other", 2)]
 
 
+async def test_answer_steps_can_be_left_out_of_the_branch_points() -> None:
+    """Step 2 is the answer (no tool call): with ``answer_steps=False`` the
+    second point is the next most uncertain tool step instead."""
+    backend = _scripted(TABLES)
+    agent = _agent(backend)
+    parent = await _parent(backend, agent)
+    every = PartialRolloutBrancher(agent, BranchingConfig(uncertainty="reasoning"))
+    tools_only = PartialRolloutBrancher(
+        agent, BranchingConfig(uncertainty="reasoning", answer_steps=False)
+    )
+    assert [p.step for p in every.pick([parent])] == [1, 2]
+    assert [p.step for p in tools_only.pick([parent])] == [1, 0]
+
+
 async def test_continuations_resume_from_the_exact_prefix() -> None:
     backend = _scripted(TABLES)
     agent = _agent(backend)
