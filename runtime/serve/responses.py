@@ -9,10 +9,11 @@ Part of the daemon (``agentrt.runtime.serve``); talks to runs only through
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -20,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentrt.protocols.api import AgentInfo, RunInfo
 from agentrt.runtime.log import get_logger
+from agentrt.runtime.serve.answer_stream import AnswerStream
 from agentrt.runtime.serve.openai_options import Requested, labels
 from agentrt.runtime.serve.openai_runs import (
     OpenAIRuns,
@@ -39,6 +41,7 @@ from agentrt.runtime.serve.responses_wire import (
     FunctionCallItem,
     InputDetails,
     OutputDetails,
+    OutputItem,
     OutputItemAdded,
     OutputItemDone,
     OutputMessage,
@@ -58,6 +61,7 @@ from agentrt.runtime.serve.responses_wire import (
     decode_response_request,
     echo,
     input_messages,
+    logprobs_out,
     output_items,
     responses_requested,
 )
@@ -65,6 +69,8 @@ from agentrt.runtime.serve.responses_wire import (
 log = get_logger(__name__)
 
 _encode = msgspec.json.Encoder().encode
+#: Why 16: answer text only; a slow client should push back on the follower.
+_TEXT_BUFFER: Final = 16
 
 
 def _usage(info: RunInfo) -> ResponseUsage:
@@ -148,11 +154,14 @@ class _Shape:
             **fields,
         )
 
-    def completed(self, outcome: Outcome) -> ResponseObject:
+    def completed(self, outcome: Outcome, output: list[OutputItem] | None = None) -> ResponseObject:
+        """The finished response: ``output`` (default: the outcome's items)."""
         info = outcome.info
+        if output is None:
+            output = output_items(info.run_id, outcome.text, outcome.calls, outcome.logprobs)
         return self.response(
             "completed",
-            output=output_items(info.run_id, outcome.text, outcome.calls, outcome.logprobs),
+            output=output,
             usage=_usage(info),
             agentrt=extension_of(info, outcome.rollouts),
         )
@@ -160,9 +169,12 @@ class _Shape:
 
 class _ResponseStream(Response):
     """The SSE reply of a streamed response: ``response.created``,
-    ``response.in_progress``, keep-alive comments while the run works, then
-    the output's items with their typed events and ``response.completed``
-    (``response.failed`` when the run gives no answer)."""
+    ``response.in_progress``, the answer's text as ``output_text`` deltas
+    while the run's one rollout generates it (``AnswerStream``; an answer
+    held to a schema comes whole, once validated), keep-alive comments
+    while nothing comes, then the rest of the output's items with their
+    typed events and ``response.completed`` (``response.failed`` when the
+    run gives no answer)."""
 
     def __init__(self, runs: OpenAIRuns, shape: _Shape, wanted: Requested) -> None:
         super().__init__(
@@ -175,6 +187,11 @@ class _ResponseStream(Response):
         self.shape = shape
         self.wanted = wanted
         self.seq = 0
+        self.text = AnswerStream(shape.info.run_id, shape.info.rollouts)
+        self.hold = wanted.options.response_schema is not None
+        self.streamed: list[str] = []
+        """Content sent as deltas of the message item (output 0)."""
+        self.message_id = f"msg_{shape.info.run_id}"
 
     def _next(self) -> int:
         self.seq += 1
@@ -216,12 +233,25 @@ class _ResponseStream(Response):
         started = shape.response("in_progress")
         await write(self._sse(ResponseCreated(sequence_number=self._next(), response=started)))
         await write(self._sse(ResponseInProgress(sequence_number=self._next(), response=started)))
-        info: RunInfo | None = None
-        while info is None:
-            with anyio.move_on_after(self.runs.keepalive_s):
-                info = await self.runs.manager.wait(run_id)
-            if info is None:
-                await write(b": keep-alive\n\n")
+        send_text, receive_text = anyio.create_memory_object_stream[str](_TEXT_BUFFER)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._follow, send_text)
+            async with receive_text:
+                while True:
+                    piece: str | None = ""
+                    with anyio.move_on_after(self.runs.keepalive_s):
+                        try:
+                            piece = await receive_text.receive()
+                        except anyio.EndOfStream:
+                            piece = None
+                    if piece is None:
+                        break
+                    if not piece:
+                        await write(b": keep-alive\n\n")
+                        continue
+                    for event in self._delta_events(piece):
+                        await write(self._sse(event))
+        info = await self.runs.manager.wait(run_id)
         if info.status != "succeeded":
             await self._failed(write, run_error(info))
             return
@@ -230,11 +260,96 @@ class _ResponseStream(Response):
         except OpenAIError as err:
             await self._failed(write, err)
             return
-        final = shape.completed(outcome)
-        for index, item in enumerate(final.output):
-            for event in self._item_events(index, item):
-                await write(self._sse(event))
+        events, output = self._closing(outcome)
+        for event in events:
+            await write(self._sse(event))
+        final = shape.completed(outcome, output)
         await write(self._sse(ResponseCompleted(sequence_number=self._next(), response=final)))
+
+    async def _follow(self, text: MemoryObjectSendStream[str]) -> None:
+        """Feeds the answer's text as it is generated; closing the stream
+        says the run is over."""
+        async with text:
+            try:
+                async for event in self.runs.manager.follow(self.shape.info.run_id, tokens=True):
+                    fed = self.text.feed(event)
+                    if fed is not None and fed.content and not self.hold:
+                        await text.send(fed.content)
+            except Exception as exc:  # the deltas are optional; the answer is not
+                log.warning(
+                    "responses_follow_failed", run_id=self.shape.info.run_id, error=repr(exc)
+                )
+                await self.runs.manager.wait(self.shape.info.run_id)
+
+    def _delta_events(self, piece: str) -> list[StreamEvent]:
+        """A piece of the answer: the message item opened first, then its delta."""
+        events: list[StreamEvent] = []
+        if not self.streamed:
+            events.append(
+                OutputItemAdded(
+                    sequence_number=self._next(),
+                    output_index=0,
+                    item=OutputMessage(id=self.message_id, status="in_progress"),
+                )
+            )
+            events.append(
+                ContentPartAdded(
+                    sequence_number=self._next(),
+                    item_id=self.message_id,
+                    output_index=0,
+                    content_index=0,
+                    part=OutputText(text=""),
+                )
+            )
+        self.streamed.append(piece)
+        events.append(
+            OutputTextDelta(
+                sequence_number=self._next(),
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                delta=piece,
+            )
+        )
+        return events
+
+    def _closing(self, outcome: Outcome) -> tuple[list[StreamEvent], list[OutputItem]]:
+        """The events that finish the output, and the output: the streamed
+        message closed with the rest of the answer (its text: all the deltas),
+        then the items not streamed."""
+        items = output_items(self.shape.info.run_id, outcome.text, outcome.calls, outcome.logprobs)
+        if not self.streamed:
+            return [e for i, item in enumerate(items) for e in self._item_events(i, item)], items
+        rest = "" if outcome.calls else self.text.rest(outcome.text)
+        events: list[StreamEvent] = []
+        if rest:
+            events.extend(self._delta_events(rest))
+        part = OutputText(text="".join(self.streamed), logprobs=logprobs_out(outcome.logprobs))
+        message = OutputMessage(id=self.message_id, content=[part])
+        events.append(
+            OutputTextDone(
+                sequence_number=self._next(),
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                text=part.text,
+                logprobs=part.logprobs,
+            )
+        )
+        events.append(
+            ContentPartDone(
+                sequence_number=self._next(),
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                part=part,
+            )
+        )
+        events.append(OutputItemDone(sequence_number=self._next(), output_index=0, item=message))
+        calls = [item for item in items if isinstance(item, FunctionCallItem)]
+        for index, call in enumerate(calls, start=1):
+            events.extend(self._item_events(index, call))
+        return events, [message, *calls]
 
     async def _failed(self, write: Callable[[bytes], Awaitable[None]], err: OpenAIError) -> None:
         failed = self.shape.response(

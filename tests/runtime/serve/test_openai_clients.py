@@ -77,7 +77,9 @@ class Daemon:
 
 
 @asynccontextmanager
-async def daemon(tmp_path: Path, model: Model | WithoutLogprobs) -> AsyncIterator[Daemon]:
+async def daemon(
+    tmp_path: Path, model: Model | WithoutLogprobs, *, token_delay_s: float = 0.0
+) -> AsyncIterator[Daemon]:
     config = AgentrtConfig(
         server=ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5),
         store=StoreConfig(path=tmp_path / "runs.db"),
@@ -91,7 +93,11 @@ async def daemon(tmp_path: Path, model: Model | WithoutLogprobs) -> AsyncIterato
     async with (
         RunManager(
             config,
-            backends=[model if isinstance(model, WithoutLogprobs) else ScriptedBackend(model)],
+            backends=[
+                model
+                if isinstance(model, WithoutLogprobs)
+                else ScriptedBackend(model, token_delay_s=token_delay_s)
+            ],
             observer=metrics.observe,
         ) as manager,
         anyio.create_task_group() as tg,
@@ -428,6 +434,30 @@ async def test_responses_create_and_stream(tmp_path: Path) -> None:
         assert [e.sequence_number for e in events] == list(range(len(events)))
         text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
         assert text == "42"
+
+
+async def test_responses_stream_the_answer_while_it_is_generated(tmp_path: Path) -> None:
+    answer = "one two three four five six seven eight"
+    model = Model(lambda _request: answer)
+    async with (
+        daemon(tmp_path, model, token_delay_s=0.05) as d,
+        d.openai() as client,
+    ):
+        stream = await client.responses.create(model="agentrt/solver", input="Count", stream=True)
+        deltas: list[str] = []
+        status_at_first = None
+        final_text = None
+        async for event in stream:
+            if event.type == "response.output_text.delta":
+                if not deltas:
+                    info = await d.manager.get(event.item_id.removeprefix("msg_"))
+                    status_at_first = info.status if info is not None else None
+                deltas.append(event.delta)
+            if event.type == "response.completed":
+                final_text = event.response.output_text
+    assert status_at_first == "running"  # the text came while the model generated it
+    assert len(deltas) > 1
+    assert "".join(deltas) == answer == final_text
 
 
 async def test_responses_function_call_round_trip(tmp_path: Path) -> None:

@@ -224,7 +224,8 @@ async def test_malformed_requests_are_400_naming_the_field(tmp_path: Path) -> No
         assert bad_json.status_code == 400
         assert "not valid JSON" in bad_json.json()["error"]["message"]
         cases: list[tuple[dict[str, Any], str, str]] = [
-            ({"messages": []}, "model", "missing required field"),
+            ({"messages": [{"role": "user", "content": "x"}]}, "model", "missing required field"),
+            ({"model": "agentrt/solver", "messages": []}, "messages", "length >= 1"),
             ({"model": "agentrt/solver", "messages": "hi"}, "messages", "Expected `array`"),
             (
                 {"model": "agentrt/solver", "messages": [{"role": "wizard", "content": "x"}]},
