@@ -2,8 +2,8 @@
 
 Owns the request as clients send it (``ResponseRequest``: every field the
 Responses API defines, each honoured or refused with a 400 naming it), the
-conversation its ``input`` items make (as chat messages, for the task), the
-``Response`` object and the typed stream events.
+conversation its ``input`` items make (as chat messages, for the task) and
+the ``Response`` object (its stream events: ``responses_events``).
 
 Pure translation: no HTTP, no run manager.  Part of the daemon
 (``agentrt.runtime.serve``); only ``responses`` imports it.
@@ -485,124 +485,17 @@ def output_items(
     return items
 
 
-# -- stream events --------------------------------------------------------------
-
-
-class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    sequence_number: int
-
-
-class ResponseCreated(_Event, frozen=True, kw_only=True, tag="response.created"):
-    response: ResponseObject
-
-
-class ResponseInProgress(_Event, frozen=True, kw_only=True, tag="response.in_progress"):
-    response: ResponseObject
-
-
-class ResponseCompleted(_Event, frozen=True, kw_only=True, tag="response.completed"):
-    response: ResponseObject
-
-
-class ResponseFailed(_Event, frozen=True, kw_only=True, tag="response.failed"):
-    response: ResponseObject
-
-
-class OutputItemAdded(_Event, frozen=True, kw_only=True, tag="response.output_item.added"):
-    output_index: int
-    item: OutputItem
-
-
-class OutputItemDone(_Event, frozen=True, kw_only=True, tag="response.output_item.done"):
-    output_index: int
-    item: OutputItem
-
-
-class ContentPartAdded(_Event, frozen=True, kw_only=True, tag="response.content_part.added"):
-    item_id: str
-    output_index: int
-    content_index: int
-    part: OutputText
-
-
-class ContentPartDone(_Event, frozen=True, kw_only=True, tag="response.content_part.done"):
-    item_id: str
-    output_index: int
-    content_index: int
-    part: OutputText
-
-
-class OutputTextDelta(_Event, frozen=True, kw_only=True, tag="response.output_text.delta"):
-    item_id: str
-    output_index: int
-    content_index: int
-    delta: str
-    logprobs: list[LogprobOut] = []
-
-
-class OutputTextDone(_Event, frozen=True, kw_only=True, tag="response.output_text.done"):
-    item_id: str
-    output_index: int
-    content_index: int
-    text: str
-    logprobs: list[LogprobOut] = []
-
-
-class ArgumentsDelta(
-    _Event, frozen=True, kw_only=True, tag="response.function_call_arguments.delta"
-):
-    item_id: str
-    output_index: int
-    delta: str
-
-
-class ArgumentsDone(_Event, frozen=True, kw_only=True, tag="response.function_call_arguments.done"):
-    item_id: str
-    output_index: int
-    name: str
-    arguments: str
-
-
-StreamEvent = (
-    ResponseCreated
-    | ResponseInProgress
-    | ResponseCompleted
-    | ResponseFailed
-    | OutputItemAdded
-    | OutputItemDone
-    | ContentPartAdded
-    | ContentPartDone
-    | OutputTextDelta
-    | OutputTextDone
-    | ArgumentsDelta
-    | ArgumentsDone
-)
-
-
 __all__ = [
     "LOGPROBS_INCLUDE",
-    "ArgumentsDelta",
-    "ArgumentsDone",
-    "ContentPartAdded",
-    "ContentPartDone",
     "FunctionCallItem",
     "InputItem",
     "OutputItem",
-    "OutputItemAdded",
-    "OutputItemDone",
     "OutputMessage",
     "OutputText",
-    "OutputTextDelta",
-    "OutputTextDone",
-    "ResponseCompleted",
-    "ResponseCreated",
     "ResponseError",
-    "ResponseFailed",
-    "ResponseInProgress",
     "ResponseObject",
     "ResponseRequest",
     "ResponseUsage",
-    "StreamEvent",
     "decode_response_request",
     "echo",
     "input_messages",
