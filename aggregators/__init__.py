@@ -27,6 +27,7 @@ from agentrt.aggregators.pdr import ParallelDistillRefine
 from agentrt.aggregators.rouge import lcs_length, rouge_l
 from agentrt.aggregators.rtv import Bracket, RecursiveTournament
 from agentrt.aggregators.verdict import VerdictUnparseable, parse_score, parse_verdict
+from agentrt.aggregators.verified import VerifiedFirst
 from agentrt.aggregators.vote import (
     NORMALIZERS,
     MajorityVote,
@@ -65,6 +66,7 @@ __all__ = [
     "TrajectoryStore",
     "Verdict",
     "VerdictUnparseable",
+    "VerifiedFirst",
     "WeightedVote",
     "Workspace",
     "answer_key",

@@ -18,6 +18,7 @@ from agentrt.aggregators.compressed import MAX_REPORT_CHARS, CompressedReasoning
 from agentrt.aggregators.judge import MAX_RETRIES, BestOfN, Judge, ModelJudge
 from agentrt.aggregators.pdr import MAX_K, MAX_M, MAX_ROUNDS, ParallelDistillRefine
 from agentrt.aggregators.rtv import MAX_GROUP, MAX_VOTES, RecursiveTournament
+from agentrt.aggregators.verified import VerifiedFirst
 from agentrt.aggregators.vote import NORMALIZERS, MajorityVote, Normalizer, WeightedVote, chain
 from agentrt.runtime.errors import ConfigError
 
@@ -146,6 +147,19 @@ class CompressedConfig(_Config):
     """Characters per report, 100..20,000."""
 
 
+class VerifiedConfig(_Config):
+    """Verified best-of-N: the candidates whose tests passed first, then
+    ``then`` chooses among them (among all when none passed)."""
+
+    name: Literal["verified"]
+    then: str | dict[str, Any] = "majority"
+    """The aggregator among the passing candidates: a name (``rtv``) or its
+    configuration (``{"name": "rtv", "v": 8}``); not ``pdr`` (it runs new
+    rollouts, which no test has run on)."""
+    require: bool = False
+    """No passing candidate: answer nothing (else ``then`` chooses among all)."""
+
+
 AggregatorConfig = Annotated[
     MajorityConfig
     | WeightedConfig
@@ -153,11 +167,12 @@ AggregatorConfig = Annotated[
     | RTVConfig
     | PDRConfig
     | AggAgentConfig
-    | CompressedConfig,
+    | CompressedConfig
+    | VerifiedConfig,
     Field(discriminator="name"),
 ]
 _adapter: TypeAdapter[AggregatorConfig] = TypeAdapter(AggregatorConfig)
-NAMES = ("aggagent", "best_of_n", "compressed", "majority", "pdr", "rtv", "weighted")
+NAMES = ("aggagent", "best_of_n", "compressed", "majority", "pdr", "rtv", "verified", "weighted")
 
 
 def _normalizer(names: list[str], where: str) -> Normalizer:
@@ -268,6 +283,16 @@ def _build(  # noqa: PLR0911 - one return per aggregator kind
             return AggregationAgent(max_turns=cfg.max_turns, max_tokens=cfg.max_tokens)
         case CompressedConfig():
             return CompressedReasoning(report_chars=cfg.report_chars)
+        case VerifiedConfig():
+            inner = {"name": cfg.then} if isinstance(cfg.then, str) else cfg.then
+            if inner.get("name") in ("pdr", "verified"):
+                raise ConfigError(
+                    f"verified cannot choose with {inner.get('name')!r}; use majority, "
+                    "weighted, best_of_n, rtv, aggagent or compressed",
+                    where=f"{where}.then",
+                )
+            then_agg = _build(inner, judge=judge, where=f"{where}.then", then=None)
+            return VerifiedFirst(then_agg, require=cfg.require)
     raise ConfigError(f"unhandled aggregator {cfg!r}", where=where)  # pragma: no cover
 
 
@@ -280,6 +305,7 @@ __all__ = [
     "MajorityConfig",
     "PDRConfig",
     "RTVConfig",
+    "VerifiedConfig",
     "WeightedConfig",
     "build_aggregator",
     "parse_config",

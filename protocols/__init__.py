@@ -27,6 +27,7 @@ from agentrt.protocols.events import (
     TokenDelta,
     ToolCalled,
     ToolProgress,
+    VerifierRan,
     VoteCast,
 )
 from agentrt.protocols.ids import RolloutId, sub_rollout_id
@@ -67,6 +68,7 @@ from agentrt.protocols.trajectory import (
     Trajectory,
     TrajectoryStatus,
     TrajectorySummary,
+    Verification,
 )
 from agentrt.protocols.usage import Cost, Usage
 
@@ -123,6 +125,8 @@ __all__ = [
     "TrajectorySummary",
     "Usage",
     "UserMessage",
+    "Verification",
+    "VerifierRan",
     "VoteCast",
     "decode",
     "decode_event",

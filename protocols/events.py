@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from agentrt.protocols.model import ModelReply
-from agentrt.protocols.trajectory import SCHEMA_VERSION, Step, TrajectorySummary
+from agentrt.protocols.trajectory import SCHEMA_VERSION, Step, TrajectorySummary, Verification
 from agentrt.protocols.usage import Cost, Usage
 
 
@@ -214,6 +214,13 @@ class ErrorRaised(_EventBase, frozen=True, tag="error"):
     fatal: bool = False
 
 
+class VerifierRan(_EventBase, frozen=True, tag="verifier"):
+    """A task's test command ran on a finished rollout's workspace."""
+
+    rollout_id: str
+    verification: Verification
+
+
 Event = (
     RunStarted
     | RunFinished
@@ -233,6 +240,7 @@ Event = (
     | CallSettled
     | ElicitationRequested
     | ErrorRaised
+    | VerifierRan
 )
 
 

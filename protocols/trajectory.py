@@ -84,6 +84,21 @@ class Fact(msgspec.Struct, frozen=True, kw_only=True):
     verified: bool = False
 
 
+class Verification(msgspec.Struct, frozen=True, kw_only=True):
+    """A task's test command run on a rollout's result (its workspace):
+    ``passed`` when it exited 0 in time; ``error`` when it could not run
+    (a workspace gone, a patch that does not apply, no sandbox)."""
+
+    passed: bool
+    command: str
+    exit_code: int | None = None
+    timed_out: bool = False
+    duration_s: float = 0.0
+    output: str = ""
+    """The command's stdout and stderr, truncated head-and-tail."""
+    error: str = ""
+
+
 class TrajectorySummary(msgspec.Struct, frozen=True, kw_only=True):
     """A compact, structured account of one finished rollout."""
 
@@ -98,3 +113,5 @@ class TrajectorySummary(msgspec.Struct, frozen=True, kw_only=True):
     failure_modes: list[str] = []
     cost: Cost = Cost()
     schema_version: int = SCHEMA_VERSION
+    verification: Verification | None = None
+    """The task's verifier on this rollout's result (tasks with a test command)."""

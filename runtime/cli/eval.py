@@ -720,6 +720,9 @@ def build_parser(prog: str = "agentrt eval") -> argparse.ArgumentParser:
         help="agentrt.toml: models, agents, MCP servers (default: the embedded model)",
     )
     add_placement_arguments(parser)
+    from agentrt.runtime.cli.eval_swe import add_swe_arguments  # it imports this module
+
+    add_swe_arguments(parser)
     return parser
 
 
@@ -735,6 +738,9 @@ def _checked_arguments(args: argparse.Namespace) -> list[AggregateSpec]:
     if not 0 < args.detect <= 1:
         raise ConfigError(f"must lie in (0, 1], got {args.detect}", where="--detect")
     build_verifier(args.verifier)
+    from agentrt.runtime.cli.eval_swe import check_swe_arguments
+
+    check_swe_arguments(args)
     names = {a.label for a in aggregates}
     for pair in args.compare or []:
         for label in pair:
@@ -758,6 +764,10 @@ async def eval_command(args: argparse.Namespace, open_runner: OpenRunner) -> Eva
     and writes the export, plot and JSON when asked.  Every bad argument is
     a ``ConfigError`` before any model call."""
     aggregates = _checked_arguments(args)
+    if args.swe:
+        from agentrt.runtime.cli.eval_swe import swe_eval_command
+
+        return await swe_eval_command(args, open_runner, aggregates)
     tasks: list[EvalTask] = []
     pools: list[Pool] = []
     if args.pool is not None:

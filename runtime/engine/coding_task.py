@@ -1,0 +1,226 @@
+"""One coding task's rollouts: ``CodingTask`` (a problem statement, its
+repository at a base commit, an optional test command) and
+``run_coding_task``, which gives each of N rollouts its own copy of the
+repository, runs them, reads each workspace's diff back as that rollout's
+answer, runs the task's tests on each workspace (``VerifierRan`` events;
+the result on the summary) and cleans the workspaces up.
+
+A broken task (its repository or base commit missing) fails its rollouts
+with the reason, never the caller.  Must not know about aggregators, the
+SWE-bench file format or the command line.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final, Protocol
+
+import anyio
+import msgspec
+
+from agentrt.protocols import (
+    ErrorRaised,
+    Event,
+    RunResult,
+    ScalingSpec,
+    TrajectorySummary,
+    VerifierRan,
+)
+from agentrt.runtime.engine.task_repo import TaskRepository, TaskRepositoryError, workspace_diff
+from agentrt.runtime.engine.test_verifier import TestVerifier, TestVerifierConfig
+from agentrt.runtime.errors import RuntimeFailure
+from agentrt.runtime.log import get_logger
+from agentrt.tools.sandbox_workspace import Workspaces, default_workspace_root
+
+__all__ = ["CodingRun", "CodingRunner", "CodingTask", "run_coding_task"]
+
+_log = get_logger(__name__)
+_SAFE: Final = re.compile(r"[^A-Za-z0-9_-]+")
+#: Workspaces seeded, diffs read and verifiers run at once per task.
+_PARALLEL: Final = 4
+
+EventSink = Callable[[Event], Awaitable[None]]
+
+
+class CodingRunner(Protocol):
+    """What runs the rollouts (``agentrt.Runtime`` is one)."""
+
+    async def run(
+        self,
+        task: str,
+        *,
+        scaling: ScalingSpec | None = None,
+        events: EventSink | None = None,
+        run_id: str | None = None,
+    ) -> RunResult: ...
+
+
+class CodingTask(msgspec.Struct, frozen=True, kw_only=True):
+    """A coding task: fix ``problem`` in the repository at ``repo`` (a local
+    clone) as of ``base_commit``; ``tests`` (optional) verify a result."""
+
+    id: str
+    problem: str
+    repo: str
+    base_commit: str
+    tests: TestVerifierConfig | None = None
+
+
+class CodingRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``run_coding_task`` made of a task: one summary per rollout
+    (``answer``: its diff, ``None`` when it changed nothing; ``verification``:
+    its tests), the run's id and cost, and ``error`` when the task could not
+    run at all (then every summary carries it)."""
+
+    task_id: str
+    run_id: str
+    summaries: list[TrajectorySummary]
+    model_calls: int = 0
+    error: str | None = None
+    duration_s: float = 0.0
+    verify_s: float = 0.0
+    """Wall time spent reading the diffs and running the tests, in all."""
+
+
+def task_prompt(task: CodingTask) -> str:
+    """What the agent is asked: the problem, and where the code is."""
+    return (
+        f"{task.problem.strip()}\n\n"
+        "The repository is checked out in the workspace (the shell's working directory). "
+        "Change its files so that the problem is fixed; your changes to the workspace are "
+        "your answer."
+    )
+
+
+async def run_coding_task(
+    runner: CodingRunner,
+    task: CodingTask,
+    *,
+    rollouts: int,
+    cache: Path,
+    workspace_root: Path | None = None,
+    keep: bool = False,
+    events: EventSink | None = None,
+) -> CodingRun:
+    """Run ``rollouts`` rollouts of the runner's agent on ``task``.
+
+    Each rollout's workspace (``Workspaces`` over ``workspace_root``, the
+    default root the ``shell`` and ``editor`` tools use unless given) is a
+    copy of the task's repository snapshot (made under ``cache``), created
+    before the run so its first tool call finds it.  ``keep``: leave the
+    workspaces for debugging (their paths are under ``workspace_root``).
+    ``events`` receives the run's events plus ``VerifierRan`` per rollout
+    and an ``ErrorRaised`` when the task cannot run."""
+    started = time.monotonic()
+    run_id = f"{_SAFE.sub('-', task.id)[:40]}-{uuid.uuid4().hex[:8]}"
+    repo = TaskRepository(Path(task.repo), task.base_commit, cache=cache, task_id=task.id)
+
+    async def emit(event: Event) -> None:
+        if events is not None:
+            await events(event)
+
+    def failed(why: str) -> CodingRun:
+        return CodingRun(
+            task_id=task.id,
+            run_id=run_id,
+            error=why,
+            duration_s=time.monotonic() - started,
+            summaries=[
+                TrajectorySummary(rollout_id=f"{run_id}-r{i}", failure_modes=[why])
+                for i in range(rollouts)
+            ],
+        )
+
+    try:
+        await repo.prepare()
+    except (TaskRepositoryError, OSError) as exc:
+        why = str(exc)
+        _log.warning("coding.task_unavailable", task=task.id, error=why)
+        await emit(ErrorRaised(run_id=run_id, where="task repository", message=why, fatal=True))
+        return failed(why)
+    root = workspace_root or default_workspace_root()
+    async with Workspaces(root, seed=repo.seed(), keep=keep) as spaces:
+        limiter = anyio.CapacityLimiter(_PARALLEL)
+
+        async def create(i: int) -> None:
+            async with limiter:
+                await spaces.get(run_id, f"{run_id}-r{i}")
+
+        problem: BaseException | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(rollouts):
+                    tg.start_soon(create, i)
+        except* (RuntimeFailure, OSError) as group:
+            problem = group.exceptions[0]
+        if problem is not None:
+            why = f"could not create the workspaces: {problem}"
+            await emit(ErrorRaised(run_id=run_id, where="workspaces", message=why, fatal=True))
+            return failed(why)
+        result = await runner.run(
+            task_prompt(task),
+            scaling=ScalingSpec(rollouts=rollouts, aggregate="majority"),
+            events=events,
+            run_id=run_id,
+        )
+        verifier = TestVerifier(task.tests) if task.tests is not None else None
+        summaries = list(result.summaries)
+        verify_s = [0.0] * len(summaries)
+
+        async def finish(i: int, summary: TrajectorySummary) -> None:
+            async with limiter:
+                t0 = time.monotonic()
+                summaries[i] = await _read_back(
+                    summary, spaces.path_of(run_id, summary.rollout_id), verifier
+                )
+                verify_s[i] = time.monotonic() - t0
+            verification = summaries[i].verification
+            if verification is not None:
+                await emit(
+                    VerifierRan(
+                        run_id=run_id, rollout_id=summary.rollout_id, verification=verification
+                    )
+                )
+
+        async with anyio.create_task_group() as tg:
+            for i, summary in enumerate(summaries):
+                tg.start_soon(finish, i, summary)
+    return CodingRun(
+        task_id=task.id,
+        run_id=run_id,
+        summaries=summaries,
+        model_calls=result.cost.model_calls,
+        duration_s=time.monotonic() - started,
+        verify_s=sum(verify_s),
+    )
+
+
+async def _read_back(
+    summary: TrajectorySummary, path: Path, verifier: TestVerifier | None
+) -> TrajectorySummary:
+    """``summary`` with its workspace's diff as the answer (the model's last
+    message kept as a conclusion) and the verifier's result."""
+    failures = list(summary.failure_modes)
+    conclusions = list(summary.conclusions)
+    if summary.answer:
+        conclusions.append(f"the rollout's last message: {summary.answer[:2000]}")
+    diff: str | None = None
+    if await anyio.Path(path).is_dir():
+        try:
+            diff = await workspace_diff(path)
+        except TaskRepositoryError as exc:
+            failures.append(str(exc))
+    else:
+        failures.append(f"no workspace at {str(path)!r} to read the diff from")
+    verification = await verifier.verify(path) if verifier is not None else None
+    return msgspec.structs.replace(
+        summary,
+        answer=diff or None,
+        conclusions=conclusions,
+        failure_modes=failures,
+        verification=verification,
+    )
