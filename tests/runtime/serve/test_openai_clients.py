@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import re
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -622,3 +625,33 @@ async def test_unknown_run_fields_are_a_400_naming_them(tmp_path: Path) -> None:
         await d.manager.wait(ok.json()["run_id"])
         assert model.requests[-1].sampling.temperature == 0.1
         assert model.requests[-1].sampling.max_tokens == 3
+
+
+# -- docs/openai.md ------------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "openai.md"
+
+
+def doc_script(request: ModelRequest) -> Reply:
+    """What the doc's examples ask: the weather (a client tool), or the
+    answer through pydantic-ai's output tool."""
+    if "final_result" in tool_names(request):
+        return ScriptedToolCall("final_result", {"city": "Paris", "temp": 24})
+    return weather_script(request)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_the_python_blocks_of_the_openai_doc_run(tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) == 3
+    expected = ["It is sunny in Paris.", "It is sunny in Paris.", "city='Paris' temp=24.0"]
+    async with daemon(tmp_path, Model(doc_script)) as d:
+        env = {**os.environ, "AGENTRT_URL": d.url + "/v1", "PYTHONWARNINGS": "error"}
+        for block, output in zip(blocks, expected, strict=True):
+            # cwd: not the repository, whose `agents` folder would shadow the SDK's
+            done = await anyio.run_process(
+                [sys.executable, "-"], input=block.encode(), cwd=tmp_path, env=env, check=False
+            )
+            assert done.returncode == 0, done.stderr.decode()[-3000:]
+            assert done.stdout.decode().strip() == output
