@@ -44,6 +44,10 @@ pytestmark = pytest.mark.anyio
 # The OpenAI Agents SDK's import name is ``agents``, which type checkers here
 # resolve to agentrt's own ``agents`` folder: it is loaded by name, untyped.
 sdk: Any = importlib.import_module("agents")
+assert hasattr(sdk, "Runner"), (
+    "`agents` here is agentrt's folder, not the OpenAI Agents SDK: run `pytest`, "
+    "not `python -m pytest`, from the repository"
+)
 sdk_provider: Any = importlib.import_module("agents.models.openai_provider")
 
 Reply = str | ScriptedReply | ScriptedToolCall
