@@ -26,7 +26,7 @@ from typing import Final, final
 import anyio
 import anyio.abc
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrt.runtime.errors import ToolError
 from agentrt.runtime.log import get_logger
@@ -63,7 +63,6 @@ _ETC: Final = (
     "bash.bashrc",
     "ca-certificates.conf",
     "debian_version",
-    "environment",
     "gitconfig",
     "group",
     "host.conf",
@@ -139,6 +138,14 @@ class SandboxConfig(BaseModel):
     env: dict[str, str] = {}
     """Variables set inside, beyond ``PATH``, ``HOME`` (``/tmp``), ``LANG``
     and ``TMPDIR``; nothing of the daemon's environment gets in."""
+
+    @field_validator("read_only_paths")
+    @classmethod
+    def _absolute(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        for path in paths:
+            if not os.path.isabs(path) or "\x00" in path:
+                raise ValueError(f"read_only_paths: {path!r} is not an absolute path")
+        return paths
 
 
 class SandboxResult(msgspec.Struct, frozen=True, kw_only=True):

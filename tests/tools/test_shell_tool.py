@@ -127,3 +127,22 @@ def test_specs_name_the_sandboxed_builtins(tmp_path: Path) -> None:
     assert editor.spec.name == "editor"
     with pytest.raises(ValueError, match="`network` applies to python and shell only"):
         BuiltinTool(builtin="editor", network=True)
+
+
+@pytest.mark.anyio
+async def test_read_only_paths_are_shown_and_stay_read_only(
+    workspaces: Workspaces, open_dir: Path
+) -> None:
+    toolchain = open_dir / "toolchain"
+    toolchain.mkdir()
+    (toolchain / "VERSION").write_text("1.2\n")
+    toolchain.chmod(0o777)  # writable on the host: only the mount keeps it read-only
+    tools = _shell(workspaces, read_only_paths=[str(toolchain)])
+    out = await tools.call(
+        "shell", {"command": f"cat {toolchain}/VERSION; touch {toolchain}/new"}, ROLLOUT
+    )
+    assert out.structured["stdout"] == "1.2\n"
+    assert "Read-only file system" in out.structured["stderr"]
+    assert not (toolchain / "new").exists()
+    with pytest.raises(ValueError, match="'relative' is not an absolute path"):
+        SandboxConfig(read_only_paths=("relative",))
