@@ -23,6 +23,7 @@ import msgspec
 from agentrt.protocols import Budget, BudgetUpdated, Cost, ModelReply, ModelRequest, Usage
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, InvalidRequestError
 from agentrt.runtime.pricing import (
+    UNPRICED_RATES,
     PriceTable,
     TokenRates,
     pico_to_decimal,
@@ -524,6 +525,12 @@ class BudgetLedger:
     def _rates_for(self, model: str) -> TokenRates:
         rates = self._rates.get(model)
         if rates is None:
+            if (
+                self.prices.unpriced_free_uncapped
+                and self.prices.price(model) is None
+                and all(node._cap_pico is None for node in self._chain)
+            ):
+                return UNPRICED_RATES  # not cached: a capped child must still refuse it
             rates = self._rates[model] = self.prices.rates(model)
         return rates
 

@@ -6,13 +6,17 @@ money.  Money is counted in integer **pico-USD** (1e-12 USD): a price of
 ``P`` USD per million tokens is exactly ``P * 1e6`` pico-USD per token when
 ``P`` has at most six decimal places, which every real price list does.  So
 sums over thousands of concurrent calls are exact and independent of their
-order, and a cap comparison never suffers from float rounding.
+order, and a cap comparison never suffers from float rounding.  Models a
+table does not list may be priced from the ``genai-prices`` database (the
+``prices`` extra), looked up once per model name.
 
 Must not import agents, tools, aggregators or anything that does I/O.
 """
 
 from __future__ import annotations
 
+import functools
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Final, NamedTuple
 
@@ -55,6 +59,15 @@ def usd_to_pico(usd: float | Decimal) -> int:
 def pico_to_usd(pico: int) -> float:
     """Pico-USD as a float dollar amount (for reports and wire types)."""
     return pico / PICO_PER_USD
+
+
+def usd_text(usd: float) -> str:
+    """``usd`` for people: ``$0.0123`` (six decimals below a cent), or ``""``
+    for nothing spent (no model of the run has a price: an unknown cost is
+    not shown as ``$0``)."""
+    if usd <= 0:
+        return ""
+    return f"${usd:.4f}" if usd >= 0.01 else f"${usd:.6f}"
 
 
 def pico_to_decimal(pico: int) -> Decimal:
@@ -120,6 +133,38 @@ class ModelPrice(BaseModel):
 FREE: Final = ModelPrice(prompt_usd_per_mtok=Decimal(0), completion_usd_per_mtok=Decimal(0))
 
 
+@functools.lru_cache(maxsize=1024)
+def database_price(model: str) -> ModelPrice | None:
+    """``model``'s current list price from the ``genai-prices`` database, or
+    ``None`` when the database does not know the name (or the ``prices``
+    extra is not installed).  Prices are rounded to six decimals (what
+    agentrt accounts in); a tiered price takes its base tier."""
+    try:
+        from genai_prices import data_snapshot
+    except ImportError:
+        return None
+    try:
+        _, info = data_snapshot.get_snapshot().find_provider_model(model, None, None, None)
+    except LookupError:
+        return None
+    listed = info.get_prices(datetime.now(UTC))
+
+    def usd(value: object) -> Decimal | None:
+        base = getattr(value, "base", value)  # TieredPrices: the first tier
+        if base is None:
+            return None
+        return Decimal(str(base)).quantize(Decimal("0.000001"))
+
+    prompt, completion = usd(listed.input_mtok), usd(listed.output_mtok)
+    if prompt is None or completion is None:
+        return None
+    return ModelPrice(
+        prompt_usd_per_mtok=prompt,
+        completion_usd_per_mtok=completion,
+        cached_prompt_usd_per_mtok=usd(listed.cache_read_mtok),
+    )
+
+
 class PriceTable(BaseModel):
     """Prices of the models a run may call, by model name."""
 
@@ -129,8 +174,18 @@ class PriceTable(BaseModel):
     """Model name (as routed and requested) to its price."""
 
     default: ModelPrice | None = None
-    """Price of any model not listed in ``models``; ``None`` makes an
-    unlisted model an error (so a typo cannot make a model free)."""
+    """Price of any model not listed in ``models`` (nor found in the
+    database); ``None`` makes an unpriced model an error (so a typo cannot
+    make a model free)."""
+
+    database: bool = False
+    """Price models not in ``models`` from the ``genai-prices`` database
+    (the ``prices`` extra) when it knows their name."""
+
+    unpriced_free_uncapped: bool = False
+    """A model with no price costs nothing in a ledger tree without a USD
+    cap (its cost is unknown, shown as none), instead of being an error; a
+    ``max_usd`` cap still needs every model it counts priced."""
 
     _rates: dict[str, TokenRates] = PrivateAttr(default_factory=dict)
 
@@ -139,6 +194,14 @@ class PriceTable(BaseModel):
         """A table where every model costs nothing (local models, tests)."""
         return cls(default=FREE)
 
+    def price(self, model: str) -> ModelPrice | None:
+        """``model``'s price: listed, from the database, the default, or ``None``."""
+        listed = self.models.get(model)
+        if listed is not None:
+            return listed
+        found = database_price(model) if self.database else None
+        return found if found is not None else self.default
+
     def rates(self, model: str) -> TokenRates:
         """The integer per-token rates of ``model``.
 
@@ -146,12 +209,14 @@ class PriceTable(BaseModel):
         found = self._rates.get(model)
         if found is not None:
             return found
-        price = self.models.get(model, self.default)
+        price = self.price(model)
         if price is None:
             known = ", ".join(sorted(self.models)) or "none"
+            where = " nor in the genai-prices database" if self.database else ""
             raise UnknownModelError(
-                f"no price for model {model!r} in the price table (known: {known}); "
-                "add it under pricing.models or set pricing.default"
+                f"no price for model {model!r} in the price table{where} (known: {known}); "
+                f'add [prices."{model}"] with prompt_usd_per_mtok and completion_usd_per_mtok '
+                "to agentrt.toml (or PriceTable.models)"
             )
         found = self._rates[model] = price.rates()
         return found
@@ -165,13 +230,20 @@ class PriceTable(BaseModel):
         return pico_to_usd(self.cost_pico(model, usage))
 
 
+#: What an unpriced model costs where no USD cap counts it.
+UNPRICED_RATES: Final = TokenRates(prompt=0, cached_prompt=0, completion=0)
+
+
 __all__ = [
     "FREE",
     "PICO_PER_USD",
+    "UNPRICED_RATES",
     "ModelPrice",
     "PriceTable",
     "TokenRates",
+    "database_price",
     "pico_to_decimal",
     "pico_to_usd",
+    "usd_text",
     "usd_to_pico",
 ]

@@ -26,6 +26,7 @@ from agentrt.runtime.actors import ActorError
 from agentrt.runtime.cli.flags import add_placement_arguments
 from agentrt.runtime.errors import AgentrtError, UserError
 from agentrt.runtime.log import configure_logging
+from agentrt.runtime.pricing import usd_text
 
 if TYPE_CHECKING:
     from agentrt.agents.recording import EventSink
@@ -109,10 +110,11 @@ class Output:
         if len(result.summaries) > 1 and result.answer is not None:
             self.line(f"answer: {result.answer}")
         cost = result.cost
+        money = usd_text(cost.usd)  # none when no model of the run has a price
         self.line(
             f"usage: {cost.usage.prompt_tokens} prompt + {cost.usage.completion_tokens} "
-            f"completion tokens, {cost.model_calls} model calls, ${cost.usd:.6f}, "
-            f"{cost.wall_seconds:.2f} s"
+            f"completion tokens, {cost.model_calls} model calls, "
+            f"{money + ', ' if money else ''}{cost.wall_seconds:.2f} s"
         )
 
 
@@ -244,6 +246,12 @@ def _build_parser() -> _Parser:
         help="hard cap on the tokens of the whole run (every rollout and sub-agent)",
     )
     run.add_argument(
+        "--max-usd",
+        type=_positive_float,
+        help="hard cap on the cost of the whole run in USD (prices: [prices] in --config, "
+        "else the genai-prices database)",
+    )
+    run.add_argument(
         "--timeout",
         type=_positive_float,
         default=300.0,
@@ -346,7 +354,9 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
         temperature=args.temperature,
         mcp=tuple(args.mcp),
     )
-    budget = Budget(max_tokens=args.budget_tokens, max_wall_seconds=args.timeout)
+    budget = Budget(
+        max_tokens=args.budget_tokens, max_usd=args.max_usd, max_wall_seconds=args.timeout
+    )
     scaling = ScalingSpec(
         rollouts=args.rollouts,
         aggregate=args.aggregate or "majority",

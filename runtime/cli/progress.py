@@ -34,6 +34,7 @@ from agentrt.protocols import (
     VoteCast,
 )
 from agentrt.protocols.ids import is_top_level
+from agentrt.runtime.pricing import usd_text
 
 __all__ = [
     "ProgressDisplay",
@@ -287,7 +288,8 @@ def _budget(state: ProgressState) -> Text:
         text.append(f"] {spent:,}/{state.cap_tokens:,} tokens {share:.0%}")
     else:
         text.append(f"{spent:,} tokens (no cap)")
-    text.append(f", ${state.spent_usd:.6f}, {state.model_calls} calls")
+    money = usd_text(state.spent_usd)
+    text.append(f", {money + ', ' if money else ''}{state.model_calls} calls")
     return text
 
 

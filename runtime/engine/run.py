@@ -77,7 +77,7 @@ from agentrt.runtime.engine.journal import EventJournal, restore_journal
 from agentrt.runtime.engine.placement import PlacedRun, RolloutJob
 from agentrt.runtime.engine.placement import RolloutGaveUp as _GaveUp
 from agentrt.runtime.engine.rollout import Runner, RunRollout
-from agentrt.runtime.errors import BudgetExceeded
+from agentrt.runtime.errors import BudgetExceeded, ConfigError, UnknownModelError
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.memory import MemoryView, ScoredAdmission
 from agentrt.runtime.models.base import ModelBackend
@@ -154,6 +154,22 @@ class RunExecution:
 
     # -- the run --------------------------------------------------------------
 
+    def _check_agent(self) -> None:
+        """The run's options suit the agent, and under a USD cap each of its
+        models has a price (it would fail mid-run otherwise): before any call."""
+        check_run_options(
+            self.options,
+            self.agent.toolbox.specs if self.agent is not None else None,
+            where=f"agent {self.agent_name!r}",
+        )
+        if self.agent is None or self.ledger.budget.max_usd is None:
+            return
+        for tier in self.agent.policy.ladder.tiers:
+            try:
+                self.ledger.prices.rates(tier.model)
+            except UnknownModelError as error:
+                raise ConfigError(str(error), where="budget.max_usd") from None
+
     async def execute(
         self,
         agent_ref: AgentRef,
@@ -190,11 +206,7 @@ class RunExecution:
             self.agent_name = root.name
         else:
             self.agent, self.agent_name = self.runner, self.runner.name
-        check_run_options(
-            self.options,
-            self.agent.toolbox.specs if self.agent is not None else None,
-            where=f"agent {self.agent_name!r}",
-        )
+        self._check_agent()
         self.summarizer: Summarizer = (
             ModelSummarizer(MeteredBackend(self._main_backend(), self.ledger))
             if rt.config.summarizer == "model"

@@ -54,10 +54,12 @@ from agentrt.runtime.models.base import ModelBackend, backend_concurrency
 from agentrt.runtime.models.managed_actor import ManagedServerHandle, spawn_managed_server
 from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.runtime.pricing import PriceTable
+from agentrt.runtime.tracing_config import open_tracer
 from agentrt.tools.base import Tool
 
 if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
     from agentrt.runtime.engine.mcp_client import ElicitationHandler, RunRequests
+    from agentrt.runtime.tracing import RunTracer
     from agentrt.tools.base import ElicitationReply
     from agentrt.tools.mcp import McpServers
     from agentrt.tools.mcp.server_actor import McpServerStatus
@@ -84,8 +86,11 @@ class Runtime:
     is given, the embedded model); ``tools``: tool objects agents pick from
     by name; ``agents``: agents as loaded specs or configurations, in
     addition to ``config.agents``; ``judge``: the judge RTV and best-of-N use
-    (default: a ``ModelJudge`` on the agent's backend); ``prices``: for
-    ``Budget.max_usd``; ``registry``: a validated models section to create
+    (default: a ``ModelJudge`` on the agent's backend); ``prices``: what
+    models cost, for ``Budget.max_usd`` and the costs reported (default:
+    ``config.prices``, then the genai-prices database; a model priced
+    nowhere costs nothing unless a ``max_usd`` cap must count it, which
+    is then an error naming it); ``registry``: a validated models section to create
     backends from, instead of ``config.models``; ``on_elicitation``: asked
     when an MCP server whose policy is ``elicitation.mode: ask`` has a
     question for the person behind a run (an async callable taking an
@@ -142,7 +147,17 @@ class Runtime:
         self.tools = list(tools)
         self._agents_given = dict(agents or {})
         self.judge = judge
-        self.prices = prices
+        self.prices = (
+            prices
+            if prices is not None
+            else PriceTable(
+                models=self.config.prices,
+                database=self.config.price_database,
+                unpriced_free_uncapped=True,
+            )
+        )
+        self.tracer: RunTracer | None = None
+        """Exports runs as OpenTelemetry traces (``config.tracing``), open while this is."""
         self._registry = registry
         self.backends: dict[str, ModelBackend] = {}
         self.specs: dict[str, SpecSet] = {}
@@ -178,6 +193,11 @@ class Runtime:
     async def _open(self) -> None:
         given_tools = list(self.tools)
         self._load_specs()
+        tracer = open_tracer(self.config.tracing)
+        if tracer is not None:
+            self.tracer = tracer
+            # Closed last, off the event loop: its final flush may wait on the receiver.
+            self._stack.push_async_callback(anyio.to_thread.run_sync, tracer.close)
         self._closing = anyio.Event()
         host = await self._stack.enter_async_context(anyio.create_task_group())
         self._stack.callback(self._closing.set)  # before the group exits (LIFO)
@@ -399,7 +419,8 @@ class Runtime:
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"options must be RunOptions, not {type(options).__name__}")
         self.placement.check_agent(agent)
-        emitter = EventEmitter(events, first_seq=checkpoint.next_seq if checkpoint else 1)
+        sink = events if self.tracer is None else self.tracer.observe(events)
+        emitter = EventEmitter(sink, first_seq=checkpoint.next_seq if checkpoint else 1)
         if tokens is not False and events is not None:
             emitter.tokens = TokenPacer(tokens if callable(tokens) else None)
         if journal and events is None:

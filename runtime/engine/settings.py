@@ -13,6 +13,8 @@ from agentrt.agents import AgentConfig
 from agentrt.agents.spec import McpServers
 from agentrt.runtime.memory import AdmissionConfig
 from agentrt.runtime.models.registry import ModelsConfig
+from agentrt.runtime.pricing import ModelPrice
+from agentrt.runtime.tracing_config import TracingConfig
 from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
 
 
@@ -119,6 +121,16 @@ class RuntimeConfig(BaseModel):
     """Deadline of the prefix-warming request."""
     placement: PlacementConfig = PlacementConfig()
     """Where rollouts run (``[placement]``): this process, or a Ray cluster."""
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    """Model prices in USD per million tokens, by model name (``[prices."gpt-4o"]``
+    with ``prompt_usd_per_mtok``, ``completion_usd_per_mtok`` and optionally
+    ``cached_prompt_usd_per_mtok``): what ``max_usd`` caps and costs count."""
+    price_database: bool = True
+    """Price models not in ``prices`` from the ``genai-prices`` database (the
+    ``prices`` extra) when it knows their name.  A model priced nowhere costs
+    nothing in runs without a ``max_usd`` cap and is refused by one."""
+    tracing: TracingConfig = TracingConfig()
+    """OpenTelemetry export of runs as traces (``[tracing]``; the ``otel`` extra)."""
 
     @field_validator("mcp")
     @classmethod

@@ -15,7 +15,7 @@ import msgspec
 
 from agentrt.protocols import RoutingDecision
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, InvalidRequestError
-from agentrt.runtime.pricing import PriceTable, TokenRates, pico_to_usd
+from agentrt.runtime.pricing import UNPRICED_RATES, PriceTable, TokenRates, pico_to_usd
 from agentrt.runtime.routing.signals import StepContext
 
 
@@ -52,7 +52,10 @@ class TierLadder:
             raise ConfigError(f"degrade_below must be in [0, 1], got {degrade_below}", where=where)
         rates: list[TokenRates] = []
         for tier in tiers:
-            price = prices.models.get(tier.model, prices.default)
+            price = prices.price(tier.model)
+            if price is None and prices.unpriced_free_uncapped:
+                rates.append(UNPRICED_RATES)  # counted only by a max_usd cap, which refuses it
+                continue
             if price is None:
                 raise ConfigError(
                     f"tier {tier.name!r}: no price for model {tier.model!r} "

@@ -27,6 +27,7 @@ from agentrt.protocols.api import TERMINAL_STATUSES, AgentList, RunInfo
 from agentrt.protocols.events import ErrorRaised, RolloutFinished, RolloutStarted, VoteCast
 from agentrt.runtime.errors import ToolError
 from agentrt.runtime.log import get_logger
+from agentrt.runtime.pricing import usd_text
 from agentrt.runtime.serve.bridge import RunService
 from agentrt.runtime.serve.errors import ApiProblem
 from agentrt.runtime.serve.mcp_resources import run_resources, run_uri
@@ -177,7 +178,8 @@ def _cost_line(info: RunInfo) -> str:
     usage = cost.usage
     return (
         f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens, "
-        f"{cost.model_calls} model calls, ${cost.usd:.6f}, {cost.wall_seconds:.2f} s"
+        f"{cost.model_calls} model calls, "
+        f"{money + ', ' if (money := usd_text(cost.usd)) else ''}{cost.wall_seconds:.2f} s"
     )
 
 
