@@ -1,7 +1,8 @@
 """Logging: structlog configured once, by the entry point, never on import.
 
 JSON lines when stderr is not a terminal (the daemon, CI), a readable
-console renderer when it is.  Library code only calls ``get_logger``.
+console renderer when it is; the standard library's records (third-party
+loggers) are rendered the same way.  Library code only calls ``get_logger``.
 """
 
 from __future__ import annotations
@@ -9,11 +10,30 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from typing import Any, TextIO, cast
+from collections.abc import MutableMapping
+from typing import Any, Final, TextIO, cast
 
 import structlog
 
 _configured = False
+_handler: logging.Handler | None = None
+"""The root handler ``configure_logging`` installed (``reset_logging`` removes it)."""
+
+#: Loggers of libraries agentrt runs that may come with handlers of their own:
+#: their records go through the root handler instead, rendered like agentrt's.
+THIRD_PARTY_LOGGERS: Final = (
+    "mcp",
+    "httpx",
+    "httpcore",
+    "uvicorn",
+    "uvicorn.error",
+    "uvicorn.access",
+    "aiohttp",
+    "aiohttp.access",
+    "aiohttp.server",
+    "asyncio",
+    "ray",
+)
 
 
 class _CurrentStderr:
@@ -28,11 +48,21 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+def _record_name(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A stdlib record's logger name under the key agentrt's own lines use."""
+    record = event.get("_record")
+    if record is not None:
+        event.setdefault("logger_name", record.name)
+    return event
+
+
 def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
-    """Configure structlog and the stdlib root logger.  Idempotent: the first
-    call wins unless ``force``-style reconfiguration is wanted, in which case
-    call :func:`reset_logging` first."""
-    global _configured  # noqa: PLW0603 - process-wide logging is process-wide by nature
+    """Configure structlog and the stdlib root logger: every line on stderr,
+    agentrt's and every library's (``mcp``, ``httpx``, uvicorn...), is
+    rendered the same way: one JSON object per line when ``json`` (default:
+    when stderr is not a terminal), else the console renderer.  Idempotent:
+    the first call wins; call :func:`reset_logging` first to change it."""
+    global _configured, _handler  # noqa: PLW0603 - process-wide logging is process-wide by nature
     if _configured:
         return
     use_json = (not sys.stderr.isatty()) if json is None else json
@@ -42,11 +72,14 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
             renderer,
@@ -55,14 +88,41 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=numeric, stream=sys.stderr, format="%(name)s %(message)s")
+    handler = logging.StreamHandler(cast(TextIO, _CurrentStderr()))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, _record_name, structlog.stdlib.ExtraAdder()],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if type(old) is logging.StreamHandler:  # plain text lines (a basicConfig's)
+            root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    for name in THIRD_PARTY_LOGGERS:
+        library = logging.getLogger(name)
+        for old in list(library.handlers):
+            library.removeHandler(old)
+        library.propagate = True
+    logging.captureWarnings(True)
+    _handler = handler
     _configured = True
 
 
 def reset_logging() -> None:
     """Forget the configuration (tests use this)."""
-    global _configured  # noqa: PLW0603
+    global _configured, _handler  # noqa: PLW0603
     structlog.reset_defaults()
+    if _handler is not None:
+        logging.getLogger().removeHandler(_handler)
+        _handler = None
+    logging.captureWarnings(False)
     _configured = False
 
 
