@@ -216,18 +216,36 @@ async def test_load_cycles_return_fds_threads_and_memory_to_baseline(
                 for k in range(60):
                     tg.start_soon(reader, k)
 
+        # The baselines: descriptors before any burst (the readers the setup
+        # used are closed by now); threads and memory after a first cycle
+        # (the worker threads and caches are warm).
+        await anyio.sleep(1.5)
+        base_fds = _holdings(watched)[0]
+        await burst()
+        await anyio.sleep(1.5)
+        warm_fds, base_threads, base_rss = _holdings(watched)
+        # A closed reader's descriptor of the database file itself stays
+        # parked by SQLite while the writer holds its lock on the file (it is
+        # reused by the next reader): at most one per pooled reader.
+        parked = 4  # [store] readers
         seen: list[tuple[int, int, float]] = []
-        for _ in range(5):
+        for _ in range(4):
             await burst()
-            await anyio.sleep(1.5)  # readers idle for 0.5 s are closed
-            seen.append(_holdings(watched))
+            settled = time.monotonic() + 6  # idle readers and closed sockets let go
+            while True:
+                await anyio.sleep(0.5)
+                fds, threads, rss = _holdings(watched)
+                back = fds <= warm_fds + 1 and threads <= base_threads + 2
+                if back or time.monotonic() > settled:
+                    break
+            seen.append((fds, threads, rss))
         assert set(statuses) == {200}, sorted(set(statuses))
-        # The baseline: after a first cycle (threads and caches warm).
-        base_fds, base_threads, base_rss = seen[0]
-        for fds, threads, rss in seen[1:]:
-            assert fds <= base_fds + 2, seen
-            assert threads <= base_threads + 2, seen
-            assert rss <= base_rss + 12, seen
+        baseline = (base_fds, warm_fds, base_threads, base_rss)
+        assert warm_fds <= base_fds + parked, baseline
+        for fds, threads, rss in seen:
+            assert fds <= warm_fds + 1, (baseline, seen)
+            assert threads <= base_threads + 2, (baseline, seen)
+            assert rss <= base_rss + 12, (baseline, seen)
     finally:
         daemon.terminate()
         daemon.wait(30)
