@@ -188,11 +188,7 @@ class Rollout:
                 model = step.routing.model if step.routing is not None else step.reply.model
                 usage = step.reply.usage
                 self.spent += (
-                    Cost(
-                        usd=self.ledger.prices.cost_usd(model, usage),
-                        usage=usage,
-                        model_calls=1,
-                    )
+                    self.ledger.cost_of(model, usage)
                     if charged
                     else self.ledger.restore(model, usage)
                 )
@@ -396,12 +392,7 @@ class Rollout:
             # An earlier incarnation of the run got this reply and died before
             # committing the step: take it up (it was charged on resume).
             pending.reservation.release()
-            usage = replayed.usage
-            self.spent += Cost(
-                usd=self.ledger.prices.cost_usd(decision.model, usage),
-                usage=usage,
-                model_calls=1,
-            )
+            self.spent += self.ledger.cost_of(decision.model, replayed.usage)
             pending.reply = replayed
             return replayed
         try:

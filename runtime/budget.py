@@ -70,6 +70,10 @@ class Headroom(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
+_UNCAPPED: Final = Headroom()
+"""The headroom of a ledger with no cap on its chain and no upstream."""
+
+
 class LedgerUpstream(Protocol):
     """Another ledger a root ledger also books every call on, and which may
     refuse it: the run's own ledger, when a rollout's ledger lives in
@@ -343,6 +347,15 @@ class BudgetLedger:
         self._cap_pico = None if budget.max_usd is None else usd_to_pico(budget.max_usd)
         self._cap_calls = budget.max_model_calls
         self._cap_seconds = budget.max_wall_seconds
+        # No cap on the chain and no upstream (caps never change): the
+        # headroom is ``_UNCAPPED``, read per step without the lock.
+        self._uncapped = self._upstream is None and all(
+            node._cap_tokens is None
+            and node._cap_pico is None
+            and node._cap_calls is None
+            and node._cap_seconds is None
+            for node in self._chain
+        )
         self._started = clock()
         self._finished: float | None = None
         # Spent (own subtree), reserved (in flight in own subtree), overruns.
@@ -534,6 +547,13 @@ class BudgetLedger:
             rates = self._rates[model] = self.prices.rates(model)
         return rates
 
+    def cost_of(self, model: str, usage: Usage) -> Cost:
+        """What one call to ``model`` with ``usage`` costs as this ledger
+        prices it (an unpriced model on an uncapped tree is free), charged
+        nowhere: a call the ledger holds already, counted by its caller."""
+        pico = self._rates_for(model).cost_pico(usage)
+        return Cost(usd=pico_to_usd(pico), usage=usage, model_calls=1)
+
     def restore(self, model: str, usage: Usage) -> Cost:
         """Count a call a previous incarnation of this run already made and
         paid for (a run resumed after a crash): it is charged to this ledger
@@ -615,6 +635,8 @@ class BudgetLedger:
         return min(fractions) if fractions else None
 
     def _headroom_locked(self, now: float) -> Headroom:
+        if self._uncapped:
+            return _UNCAPPED
         best: list[float | None] = [None, None, None, None, None]
         for node in self._chain:
             left = node._own_left(now)
@@ -639,6 +661,8 @@ class BudgetLedger:
 
     def headroom(self) -> Headroom:
         """What may still be reserved here, over this ledger and its ancestors."""
+        if self._uncapped:
+            return _UNCAPPED
         now = self._clock()
         with self._lock:
             return self._headroom_locked(now)

@@ -6,7 +6,8 @@ asyncio.  Instead, asks whose deadlines fall in the same millisecond share
 one timer: an ask files its reply future in that millisecond's bucket and
 takes it out when it completes; when the bucket's timer fires, whatever is
 still unanswered gets :class:`AskTimeout`.  Deadlines therefore fire up to
-one millisecond late, never early.  A bucket holds only asks in flight.
+one millisecond late, never early.  A bucket holds only asks in flight, and
+the last one out cancels its timer (a long deadline leaves nothing behind).
 
 Timers are loop callbacks, not tasks; the owning system cancels them when it
 closes.  This module must not import agents, tools or aggregators.
@@ -43,20 +44,27 @@ class AskDeadlines:
         timeout: float,
         address: ActorAddress,
         message: object,
-    ) -> _Pending:
+    ) -> int:
         """Fail ``reply`` with ``AskTimeout`` unless done within ``timeout``;
-        returns the bucket to :meth:`unwatch` from."""
+        returns the bucket's slot to :meth:`unwatch` from."""
         slot = math.ceil((loop.time() + timeout) / RESOLUTION)
         bucket = self._buckets.get(slot)
         if bucket is None:
             bucket = self._buckets[slot] = {}
             self._timers[slot] = loop.call_at(slot * RESOLUTION, self._expire, slot)
         bucket[reply] = (address, message, timeout)
-        return bucket
+        return slot
 
-    @staticmethod
-    def unwatch(bucket: _Pending, reply: asyncio.Future[Any]) -> None:
+    def unwatch(self, slot: int, reply: asyncio.Future[Any]) -> None:
+        bucket = self._buckets.get(slot)
+        if bucket is None:  # expired, or the system closed
+            return
         bucket.pop(reply, None)
+        if not bucket:
+            del self._buckets[slot]
+            timer = self._timers.pop(slot, None)
+            if timer is not None:
+                timer.cancel()
 
     def _expire(self, slot: int) -> None:
         self._timers.pop(slot, None)

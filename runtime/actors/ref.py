@@ -73,7 +73,7 @@ class ActorRef(Generic[MsgT_contra, ReplyT_co]):
         try:
             return cast(ReplyT_co, await reply)
         finally:
-            AskDeadlines.unwatch(pending, reply)
+            self._deadlines.unwatch(pending, reply)
             if not reply.done() or reply.cancelled() or reply.exception() is not None:
                 self._mailbox.withdraw_ask(envelope)
 

@@ -378,14 +378,17 @@ class Supervisor:
             if handle is None:
                 self._forget(child, reason)
             return
+        ended = False
         try:
             with anyio.move_on_after(self.stop_timeout):
                 await handle.wait()
+                ended = True
         finally:
-            handle.cancel()
-            # Bounded: on_stopping hooks are, and so is anything shielded here.
-            with anyio.move_on_after(self.stop_timeout, shield=True):
-                await handle.wait()
+            if not ended:  # past the timeout, or the caller was cancelled
+                handle.cancel()
+                # Bounded: on_stopping hooks are, and so is anything shielded here.
+                with anyio.move_on_after(self.stop_timeout, shield=True):
+                    await handle.wait()
             self._forget(child, reason)
 
     # -- as a child of its own parent ---------------------------------------------

@@ -43,6 +43,7 @@ from agentrt.aggregators.vote import (
 )
 from agentrt.protocols import (
     Budget,
+    BudgetUpdated,
     Cost,
     ErrorRaised,
     Event,
@@ -617,7 +618,8 @@ class RunExecution:
         return _Done(trajectory, summary)
 
     async def _budget_event(self) -> None:
-        await self.emitter.emit(self.ledger.snapshot().to_event(self.run_id))
+        if self.emitter.wants(BudgetUpdated):  # no snapshot when nobody reads it
+            await self.emitter.emit(self.ledger.snapshot().to_event(self.run_id))
 
     def _summaries(self, outcomes: Sequence[_Outcome]) -> list[TrajectorySummary]:
         """A summary per rollout, in rollout order; a crashed one has no
