@@ -92,7 +92,8 @@ class _Responses:
 
     async def create(self, request: Request) -> Response:
         try:
-            body = decode_response_request(await read_body(request))
+            depth = self.runs.manager.config.server.max_json_depth
+            body = decode_response_request(await read_body(request, max_depth=depth))
             agent = self.runs.agent(body.model)
             defaults = self.runs.manager.config.runtime
             wanted = _requested(

@@ -84,6 +84,11 @@ async def test_request_limits_answer_4xx_naming_the_key(tmp_path: Path, daemon_k
             )
             assert response.status_code == 400, response.text
             assert "server.max_json_depth" in response.text
+            response = await client.post(
+                "/v1/responses", content='{"model": "solver", "input": ' + _deep(20) + "}"
+            )
+            assert response.status_code == 400, response.text
+            assert "server.max_json_depth" in response.text
             # A declared body too large: refused before it is read.
             response = await client.post(
                 "/v1/runs", content=b"{" + b" " * 4000 + b"}", headers={"content-type": "x"}
