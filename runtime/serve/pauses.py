@@ -169,13 +169,13 @@ class IdleCollector:
     raises the threshold of automatic full collections out of reach; then
     ``await collector.run(idle)`` collects fully once ``idle()`` has held
     (no run executing) for ``quiet_s`` and objects reached the old
-    generation since the last one, and regardless after ``max_interval_s``
-    (cyclic garbage must not grow without bound under endless load: one
-    pause then, in the ``agentrt_gc_pause_seconds`` histogram like any
-    other).  A burst arriving during an idle collection waits for it."""
+    generation since the last one, and after ``max_interval_s`` even
+    without a quiet moment (cyclic garbage must not grow without bound under
+    unbroken load: one pause then, in the ``agentrt_gc_pause_seconds``
+    histogram like any other).  A burst arriving during an idle collection waits for it."""
 
     def __init__(
-        self, *, check_s: float = 1.0, quiet_s: float = 5.0, max_interval_s: float = 600.0
+        self, *, check_s: float = 1.0, quiet_s: float = 5.0, max_interval_s: float = 60.0
     ) -> None:
         self.check_s = check_s
         self.quiet_s = quiet_s
@@ -190,8 +190,9 @@ class IdleCollector:
             now = time.monotonic()
             if not idle():
                 quiet_since = now
-            grown = _middle_collections() != promoted
-            if (grown and now - quiet_since >= self.quiet_s) or now - last >= self.max_interval_s:
+            if _middle_collections() == promoted:
+                continue  # nothing reached the old generation: nothing to find there
+            if now - quiet_since >= self.quiet_s or now - last >= self.max_interval_s:
                 gc.collect()
                 self.collections += 1
                 last, promoted = now, _middle_collections()
