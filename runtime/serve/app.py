@@ -268,7 +268,14 @@ async def read_json(request: Request, type_: type[Any], *, max_depth: int) -> An
         raise ApiProblem(400, "invalid_json", "the body is empty; send a JSON object", where="body")
     check_json_depth(bytes(body), max_depth)
     try:
-        return msgspec.convert(_whole_numbers(msgspec.json.decode(bytes(body))), type_)
+        try:
+            return msgspec.json.decode(bytes(body), type=type_)
+        except msgspec.ValidationError:
+            try:  # 130.0 for an integer: again with integral floats as ints
+                return msgspec.convert(_whole_numbers(msgspec.json.decode(bytes(body))), type_)
+            except msgspec.ValidationError:
+                pass
+            raise  # the first error: its path names the field
     except RecursionError:
         raise too_deep(max_depth) from None
     except msgspec.ValidationError as exc:

@@ -622,8 +622,9 @@ async def test_unknown_run_fields_are_a_400_naming_them(tmp_path: Path) -> None:
         assert empty.status_code == 422
         assert empty.json()["where"] == "task"
         assert model.requests == []
+        # JSON does not tell 3.0 from 3 (nor does the OpenAPI document's integer)
         ok = await http.post(
-            "/v1/runs", json={"task": "x", "options": {"temperature": 0.1, "max_tokens": 3}}
+            "/v1/runs", json={"task": "x", "options": {"temperature": 0.1, "max_tokens": 3.0}}
         )
         assert ok.status_code == 201, ok.text
         await d.manager.wait(ok.json()["run_id"])
