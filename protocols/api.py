@@ -6,7 +6,7 @@ Pure data, shared by the daemon, its MCP tools and any client.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -15,6 +15,15 @@ from agentrt.protocols.usage import Cost
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 """Run statuses after which nothing changes."""
+
+
+class ElicitationAnswer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The answer to a run's ``ElicitationRequested`` question (``POST
+    /v1/runs/{run_id}/elicitations/{question_id}``): ``accept`` (with the
+    form's fields in ``content``), ``decline`` or ``cancel``."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
 
 
 class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,7 +59,6 @@ class RolloutInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Why a rollout that did not finish with an answer ended (its stop
     reason: ``model call failed: BackendUnavailable: ... cannot connect``,
     a budget, a crash...); ``None`` while running or when it answered."""
-
 
 
 class RunDetail(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,6 +106,7 @@ __all__ = [
     "AgentInfo",
     "AgentList",
     "ApiError",
+    "ElicitationAnswer",
     "RolloutInfo",
     "RunDetail",
     "RunInfo",

@@ -30,7 +30,9 @@ __all__ = ["ElicitationHandler", "RunRequests"]
 
 #: The embedding's way to ask its user: an async callable, or ``"events"``
 #: (each question becomes an ``ElicitationRequested`` event of the run).
-ElicitationHandler = Callable[[ElicitationQuestion], Awaitable[ElicitationReply]] | Literal["events"]
+ElicitationHandler = (
+    Callable[[ElicitationQuestion], Awaitable[ElicitationReply]] | Literal["events"]
+)
 
 
 @final
@@ -48,8 +50,8 @@ class RunRequests:
         self._backends = backends
         self._default_model = default_model
         self._on_elicitation = on_elicitation
-        # One slot per question: the answer, once given.
-        self._waiting: dict[str, tuple[anyio.Event, list[ElicitationReply]]] = {}
+        # One slot per question: its run, and the answer once given.
+        self._waiting: dict[str, tuple[str, anyio.Event, list[ElicitationReply]]] = {}
 
     def hooks(self) -> McpClientHooks:
         return McpClientHooks(
@@ -74,10 +76,8 @@ class RunRequests:
             return await handler(question)
         execution = self._runs.get(question.run_id)
         if execution is None:
-            raise ToolError(
-                f"MCP server {question.server!r} asked a question outside any open run"
-            )
-        slot: tuple[anyio.Event, list[ElicitationReply]] = (anyio.Event(), [])
+            raise ToolError(f"MCP server {question.server!r} asked a question outside any open run")
+        slot = (question.run_id, anyio.Event(), list[ElicitationReply]())
         self._waiting[question.id] = slot
         try:
             await execution.emitter.emit(
@@ -95,17 +95,20 @@ class RunRequests:
                     call_id=question.call_id,
                 )
             )
-            await slot[0].wait()  # the server's policy timeout bounds this
-            return slot[1][0]
+            await slot[1].wait()  # the server's policy timeout bounds this
+            return slot[2][0]
         finally:
             del self._waiting[question.id]
 
-    def answer(self, question_id: str, reply: ElicitationReply) -> bool:
+    def answer(
+        self, question_id: str, reply: ElicitationReply, *, run_id: str | None = None
+    ) -> bool:
         """Answer a question a run's ``ElicitationRequested`` event asked;
-        False when no such question waits (answered, timed out, unknown)."""
+        False when no such question waits (answered, timed out, unknown, or
+        asked by a run other than ``run_id``)."""
         slot = self._waiting.get(question_id)
-        if slot is None or slot[0].is_set():
+        if slot is None or slot[1].is_set() or run_id not in (None, slot[0]):
             return False
-        slot[1].append(reply)
-        slot[0].set()
+        slot[2].append(reply)
+        slot[1].set()
         return True

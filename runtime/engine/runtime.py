@@ -447,12 +447,15 @@ class Runtime:
                 with anyio.CancelScope(shield=True):
                     await self._mcp.run_finished(execution.run_id)  # no task outlives it
 
-    def answer_elicitation(self, question_id: str, reply: ElicitationReply) -> bool:
+    def answer_elicitation(
+        self, question_id: str, reply: ElicitationReply, *, run_id: str | None = None
+    ) -> bool:
         """Answer the question of a run's ``ElicitationRequested`` event
         (``on_elicitation="events"``); False when no such question waits
-        (already answered, timed out, or unknown)."""
+        (already answered, timed out, unknown, or not ``run_id``'s)."""
         self._check_open()
-        return self._run_requests is not None and self._run_requests.answer(question_id, reply)
+        requests = self._run_requests
+        return requests is not None and requests.answer(question_id, reply, run_id=run_id)
 
     def _default_scaling(self) -> ScalingSpec:
         c = self.config

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentrt._version import __version__
 from agentrt.protocols import RunRequest, RunStatus, TokenDelta
-from agentrt.protocols.api import AgentList, ApiError
+from agentrt.protocols.api import AgentList, ApiError, ElicitationAnswer
 from agentrt.runtime.engine.configfile import exact_origin
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.serve.bridge import RunService
@@ -319,6 +319,27 @@ async def _readiness(manager: RunService) -> Response:
     return json_response({"status": "ready", "active_runs": manager.active(), "backends": health})
 
 
+def _elicitation_route(manager: RunService) -> BaseRoute:
+    """``POST /v1/runs/{run_id}/elicitations/{question_id}``: answer the
+    question an MCP server asked through the run's ``elicitation`` event."""
+
+    async def answer_elicitation(request: Request) -> Response:
+        run_id, question_id = request.path_params["run_id"], request.path_params["question_id"]
+        answer: ElicitationAnswer = await read_json(
+            request, ElicitationAnswer, max_depth=manager.config.server.max_json_depth
+        )
+        info = await manager.answer_elicitation(run_id, question_id, answer)
+        if info is None:
+            raise not_found("run", run_id, where="run_id")
+        return json_response(info)
+
+    return Route(
+        "/v1/runs/{run_id}/elicitations/{question_id}",
+        _handled(answer_elicitation),
+        methods=["POST"],
+    )
+
+
 def routes(manager: RunService) -> list[BaseRoute]:
     """The REST API over ``manager``."""
 
@@ -406,6 +427,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
         Route("/v1/runs", _handled(runs), methods=["GET", "POST"]),
         Route("/v1/runs/{run_id}", _handled(get_run), methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", _handled(cancel_run), methods=["POST"]),
+        _elicitation_route(manager),
         Route("/v1/runs/{run_id}/events", EventStream(manager), methods=["GET"]),
         Route("/v1/runs/{run_id}/summaries", _handled(summaries), methods=["GET"]),
         Route("/v1/runs/{run_id}/rollouts/{rollout_id}", _handled(trajectory), methods=["GET"]),

@@ -22,7 +22,7 @@ from agentrt.protocols import (
     Trajectory,
     TrajectorySummary,
 )
-from agentrt.protocols.api import AgentInfo, RunDetail, RunInfo, RunPage
+from agentrt.protocols.api import AgentInfo, ElicitationAnswer, RunDetail, RunInfo, RunPage
 from agentrt.runtime.models.health import BackendHealth
 from agentrt.runtime.serve.config import DaemonConfig
 from agentrt.runtime.serve.manager import RunManager
@@ -63,6 +63,10 @@ class RunService(Protocol):
     ) -> RunPage: ...
 
     async def cancel(self, run_id: str) -> RunInfo | None: ...
+
+    async def answer_elicitation(
+        self, run_id: str, question_id: str, answer: ElicitationAnswer
+    ) -> RunInfo | None: ...
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo: ...  # noqa: ASYNC109
 
@@ -162,6 +166,13 @@ class ManagerBridge:
 
     async def cancel(self, run_id: str) -> RunInfo | None:
         return await self._on_run_loop(lambda: self.manager.cancel(run_id))
+
+    async def answer_elicitation(
+        self, run_id: str, question_id: str, answer: ElicitationAnswer
+    ) -> RunInfo | None:
+        return await self._on_run_loop(
+            lambda: self.manager.answer_elicitation(run_id, question_id, answer)
+        )
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:  # noqa: ASYNC109
         return await self._on_run_loop(lambda: self.manager.wait(run_id, timeout=timeout))

@@ -45,6 +45,7 @@ from agentrt.protocols import (
 from agentrt.protocols.api import (
     TERMINAL_STATUSES,
     AgentInfo,
+    ElicitationAnswer,
     RolloutInfo,
     RunDetail,
     RunInfo,
@@ -61,7 +62,7 @@ from agentrt.runtime.serve.config import DaemonConfig
 from agentrt.runtime.serve.errors import RETRY_AFTER_S, ApiProblem, invalid
 from agentrt.runtime.serve.store import RunStore
 from agentrt.runtime.serve.store_sql import rollout_error
-from agentrt.tools.base import Tool
+from agentrt.tools.base import ElicitationReply, Tool
 
 log = get_logger(__name__)
 
@@ -250,6 +251,7 @@ class RunManager:
             tools=config.tools.build() if tools is None else tools,
             prices=prices,
             judge=judge,
+            on_elicitation="events",  # answered with answer_elicitation (the REST API)
         )
         self.observer = observer
         self._lock = threading.Lock()
@@ -659,6 +661,25 @@ class RunManager:
         if live.scope is not None:
             live.scope.cancel()
         await live.done.wait()
+        return await self.get(run_id)
+
+    async def answer_elicitation(
+        self, run_id: str, question_id: str, answer: ElicitationAnswer
+    ) -> RunInfo | None:
+        """Answer the question an MCP server asked through the run's
+        ``ElicitationRequested`` event; None for an unknown run, an
+        ``ApiProblem`` (404) when no such question of the run waits."""
+        if run_id not in self._live:
+            return await self.get(run_id)
+        reply = ElicitationReply(action=answer.action, content=answer.content)
+        if not self.runtime.answer_elicitation(question_id, reply, run_id=run_id):
+            raise ApiProblem(
+                404,
+                "not_found",
+                f"run {run_id!r} has no question {question_id!r} waiting for an answer "
+                "(answered, timed out, or never asked)",
+                where="question_id",
+            )
         return await self.get(run_id)
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:  # noqa: ASYNC109

@@ -22,7 +22,14 @@ from pydantic import TypeAdapter
 
 from agentrt.aggregators import AggregatorConfig
 from agentrt.protocols import Event, RunRequest, Trajectory, TrajectorySummary
-from agentrt.protocols.api import AgentList, ApiError, RunDetail, RunInfo, RunPage
+from agentrt.protocols.api import (
+    AgentList,
+    ApiError,
+    ElicitationAnswer,
+    RunDetail,
+    RunInfo,
+    RunPage,
+)
 from agentrt.runtime.serve.openai_wire import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -44,6 +51,7 @@ _TYPES: tuple[Any, ...] = (
     RunPage,
     AgentList,
     ApiError,
+    ElicitationAnswer,
     Trajectory,
     list[TrajectorySummary],
     Event,
@@ -419,6 +427,30 @@ def openapi_document(
                 "responses": {
                     "200": _json(_ref("RunInfo"), "The run, now terminal"),
                     **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/elicitations/{question_id}": {
+            "post": {
+                "operationId": "answerElicitation",
+                "description": "Answer the question an MCP server asked the person behind "
+                "the run (the run's `elicitation` event with this `question_id`)",
+                "parameters": [
+                    _run_id(),
+                    {
+                        "name": "question_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ElicitationAnswer")}},
+                },
+                "responses": {
+                    "200": _json(_ref("RunInfo"), "The run the answer went to"),
+                    **_errors(400, 401, 404, 422),
                 },
             }
         },
