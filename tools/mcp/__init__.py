@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentrt.tools.mcp.config import (
+        ElicitationPolicy,
         HttpServerConfig,
         McpServerConfig,
         RestartPolicy,
+        SamplingPolicy,
         StdioServerConfig,
+        TaskPolicy,
         parse_server_spec,
     )
     from agentrt.tools.mcp.connection import McpConnection
@@ -39,6 +42,11 @@ if TYPE_CHECKING:
         McpToolList,
         Reconnect,
     )
+    from agentrt.tools.mcp.server_requests import (
+        ElicitationQuestion,
+        McpClientHooks,
+        SamplingTarget,
+    )
     from agentrt.tools.mcp.servers import (
         McpServerHandle,
         McpServers,
@@ -51,6 +59,12 @@ if TYPE_CHECKING:
 # The SDK costs ~0.4 s and ~30 MB to import, and most processes never start
 # an MCP connection: each name is imported from its module on first use.
 _MODULES = {
+    "ElicitationPolicy": "config",
+    "SamplingPolicy": "config",
+    "TaskPolicy": "config",
+    "ElicitationQuestion": "server_requests",
+    "McpClientHooks": "server_requests",
+    "SamplingTarget": "server_requests",
     "HttpServerConfig": "config",
     "McpServerConfig": "config",
     "RestartPolicy": "config",
@@ -101,9 +115,12 @@ __all__ = [
     "SEPARATOR",
     "CallTool",
     "ConnectionState",
+    "ElicitationPolicy",
+    "ElicitationQuestion",
     "GetStatus",
     "HttpServerConfig",
     "ListTools",
+    "McpClientHooks",
     "McpConnection",
     "McpServerActor",
     "McpServerConfig",
@@ -124,8 +141,11 @@ __all__ = [
     "PinStore",
     "Reconnect",
     "RestartPolicy",
+    "SamplingPolicy",
+    "SamplingTarget",
     "SqlitePinStore",
     "StdioServerConfig",
+    "TaskPolicy",
     "namespaced_names",
     "parse_server_spec",
     "spawn_mcp_servers",
