@@ -85,7 +85,9 @@ def task_set() -> Path:
 
 
 def _first_user(request: ModelRequest) -> str:
-    return next(m.content for m in request.messages if isinstance(m, UserMessage))
+    content = next(m.content for m in request.messages if isinstance(m, UserMessage))
+    assert isinstance(content, str)
+    return content
 
 
 def _answered(request: ModelRequest) -> bool:
@@ -293,8 +295,12 @@ async def test_task_set_replayed_fixes_verify_and_predictions_load_in_swebench(
     assert at_n.picked == 1.0  # whenever a passing candidate exists, verified picks it
     assert report.curve[0].pass_at.value == pytest.approx(len(fixed) / len(instances) / 2)
 
-    from swebench.harness.run_evaluation import get_dataset_from_preds
-    from swebench.harness.utils import get_predictions_from_file
+    from swebench.harness.run_evaluation import (  # type: ignore[import-untyped]
+        get_dataset_from_preds,
+    )
+    from swebench.harness.utils import (  # type: ignore[import-untyped]
+        get_predictions_from_file,
+    )
 
     loaded = get_predictions_from_file(str(predictions), str(task_set / "instances.jsonl"), "test")
     assert {p["instance_id"] for p in loaded} == {i["instance_id"] for i in instances}
