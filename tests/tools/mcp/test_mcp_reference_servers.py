@@ -185,6 +185,28 @@ async def test_a_tool_that_requires_a_task_completes_past_the_step_timeout(
     assert elapsed < 9  # one task, rejoined, not a second one started from scratch
 
 
+async def test_a_task_that_needs_input_asks_the_person_behind_its_run(
+    everything: StdioServerConfig,
+) -> None:
+    asked: list[ElicitationQuestion] = []
+
+    async def ask(question: ElicitationQuestion) -> ElicitationReply:
+        asked.append(question)
+        options = (question.requested_schema or {})["properties"]["interpretation"]["oneOf"]
+        return ElicitationReply(action="accept", content={"interpretation": options[0]["const"]})
+
+    config = _with(everything, elicitation={"mode": "ask"})
+    async with McpConnection(config, hooks=McpClientHooks(ask=ask)) as conn:
+        # The task goes input_required; tasks/result delivers its question.
+        out = await _tools(conn)["simulate-research-query"].call(
+            {"topic": "python", "ambiguous": True}, ToolContext(run_id="r9", timeout_s=30)
+        )
+    assert not out.is_error, out.text
+    [question] = asked
+    assert (question.run_id, question.mode) == ("r9", "form")
+    assert "**Clarification**: programming" in out.text
+
+
 async def test_a_task_that_outlives_its_run_is_cancelled(everything: StdioServerConfig) -> None:
     async with McpConnection(everything) as conn:
         research = _tools(conn)["simulate-research-query"]
