@@ -333,10 +333,15 @@ class RunExecution:
                 and not self._resumed_with_steps()
             ):
                 await self._warm()
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                for outcome in outcomes[: self.window]:
-                    tg.start_soon(self._one, outcome)
+            if n == 1:
+                # One rollout, nothing to start after it: no task (and
+                # task group) for it.
+                await self._one(outcomes[0])
+            else:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    for outcome in outcomes[: self.window]:
+                        tg.start_soon(self._one, outcome)
         if overall.cancelled_caught:
             for outcome in outcomes:
                 if outcome.status == "cancelled":
