@@ -144,8 +144,13 @@ class TaskCall:
                     types.CancelTaskResult,
                     request_read_timeout_seconds=self._request_timeout_s,
                 )
-            except (MCPError, ValidationError, anyio.BrokenResourceError) as exc:
-                _log.info("mcp.task.cancel_failed", task=self.task_id, error=str(exc))
+            except (
+                MCPError,
+                ValidationError,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ) as exc:
+                _log.info("mcp.task.cancel_failed", task=self.task_id, error=repr(exc))
                 return
             _log.info("mcp.task.cancelled", task=self.task_id)
 
@@ -175,6 +180,8 @@ class PendingTask:
     error: str | None = None
     status: str = "working"
     """The last status polled."""
+    run_ended: bool = False
+    """Cancelled because its run ended (``SessionTasks.cancel_run``)."""
 
 
 #: A task call answers its caller this long before the caller's deadline.
@@ -291,7 +298,11 @@ class SessionTasks:
                 if call.task_id is not None:
                     self._requests.task_ended(call.task_id)
                 if pending.result is None and pending.error is None:
-                    pending.error = f"{where}: its task was cancelled (its run ended)"
+                    pending.error = (
+                        f"{where}: its task was cancelled (its run ended)"
+                        if pending.run_ended
+                        else f"{where}: the connection to the server ended during its task"
+                    )
                 pending.done.set()
 
     def cancel_run(self, run_id: str) -> int:
@@ -299,5 +310,6 @@ class SessionTasks:
         mine = [p for p in self._pending.values() if p.caller.run_id == run_id]
         for pending in mine:
             del self._pending[pending.key]
+            pending.run_ended = True
             pending.scope.cancel()
         return len(mine)
