@@ -41,9 +41,12 @@ from agentrt.protocols import (
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.cli.eval import build_parser, eval_command
 from agentrt.runtime.cli.eval_swe import SweEvalReport
+from agentrt.runtime.cli.eval_swe import check_swe_arguments as _checked
 from agentrt.runtime.engine.coding_task import CodingTask, run_coding_task
+from agentrt.runtime.engine.swebench import load_instances
 from agentrt.runtime.engine.task_repo import TaskRepositoryError, apply_patch
 from agentrt.runtime.engine.test_verifier import TestVerifierConfig
+from agentrt.runtime.errors import ConfigError
 from agentrt.runtime.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.sandbox_workspace import default_workspace_root
 
@@ -341,7 +344,7 @@ async def test_bad_input_is_recorded_and_the_run_goes_on(task_set: Path, tmp_pat
             return "done"
         text = _first_user(request)
         if outside["problem_statement"] in text:
-            return ScriptedToolCall("shell", {"command": "echo pwned > /etc/agentrt-escape"})
+            return ScriptedToolCall("shell", {"command": "echo pwned > /usr/agentrt-escape"})
         if good["problem_statement"] in text:
             return ScriptedToolCall("shell", {"command": f"git apply <<'P'\n{good['patch']}P"})
         return ScriptedToolCall("shell", {"command": "git apply <<'P'\nnot a patch\nP"})
@@ -353,6 +356,7 @@ async def test_bad_input_is_recorded_and_the_run_goes_on(task_set: Path, tmp_pat
             *("--aggregate", "verified", "--test-path", str(task_set / "pytest")),
             *("--test-timeout", "2", "--repo-cache", str(tmp_path / "cache")),
             *("--json", str(tmp_path / "r.json"), "--concurrency", "5"),
+            *("--export", str(tmp_path / "pool.jsonl")),
         ]
     )
     async with _runtime(ScriptedBackend(script)) as rt:
@@ -364,7 +368,26 @@ async def test_bad_input_is_recorded_and_the_run_goes_on(task_set: Path, tmp_pat
     assert outcomes["hangs"]["passed"] == 0
     assert outcomes["hangs"]["error"] is None
     assert outcomes["outside"]["passed"] == 0
-    assert not await anyio.Path("/etc/agentrt-escape").exists()
+    assert not await anyio.Path("/usr/agentrt-escape").exists()
+    # the rollouts' records say what went wrong, in the tool results the model read
+    records = {
+        r["group"]: r for r in map(json.loads, (tmp_path / "pool.jsonl").read_text().splitlines())
+    }
+
+    def tool_texts(group: str) -> list[tuple[bool, str]]:
+        steps = records[group]["trajectory"]["steps"]
+        return [
+            (res["is_error"], json.dumps(res["content"]))
+            for step in steps
+            for res in step["tool_results"]
+        ]
+
+    assert any(err and "Read-only file system" in t for err, t in tool_texts("outside"))
+    assert any(err and "No valid patches" in t for err, t in tool_texts("hangs"))
+    assert "has no commit" in records["no-commit"]["summary"]["failure_modes"][0]
+    hung = records["hangs"]["summary"]["verification"]
+    assert hung["timed_out"] is True
+    assert hung["passed"] is False
     assert SweEvalReport.__struct_fields__ == ("report", "tasks", "predictions")
 
 
@@ -429,3 +452,53 @@ async def test_the_whole_path_on_the_embedded_model(task_set: Path, tmp_path: Pa
     assert report.pool_model_calls >= 2
     (line,) = predictions.read_text().splitlines()
     assert json.loads(line)["instance_id"] == instance["instance_id"]
+
+
+# -- the SWE-bench file format ------------------------------------------------------
+
+
+def test_instances_load_with_their_tests_and_bad_lines_name_themselves(tmp_path: Path) -> None:
+    line = {
+        "instance_id": "o__r-1",
+        "repo": "o/r",
+        "base_commit": "abc",
+        "problem_statement": "p",
+        "FAIL_TO_PASS": '["t.py::test_a"]',
+        "PASS_TO_PASS": ["t.py::test b"],
+        "extra": 1,
+    }
+    good = tmp_path / "i.jsonl"
+    good.write_text(json.dumps(line) + "\n")
+    (tmp_path / "repos" / "o__r").mkdir(parents=True)
+    ((instance, task),) = load_instances(
+        good, repos=tmp_path / "repos", test_command="pytest {tests}", test_settings={}
+    )
+    assert instance.FAIL_TO_PASS == ["t.py::test_a"]
+    assert task.repo == str(tmp_path / "repos" / "o__r")
+    assert task.tests is not None
+    assert task.tests.command == "pytest t.py::test_a 't.py::test b'"
+    (no_tests,) = load_instances(good, repos=tmp_path / "repos")
+    assert no_tests[1].tests is None
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(ConfigError, match=r"twice.jsonl:2.*appears twice"):
+        load_instances(twice, repos=tmp_path)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps({**line, "FAIL_TO_PASS": "not json"}) + "\n")
+    with pytest.raises(ConfigError, match=r"broken.jsonl:1.*FAIL_TO_PASS"):
+        load_instances(broken, repos=tmp_path)
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text(json.dumps({"instance_id": "x"}) + "\n")
+    with pytest.raises(ConfigError, match=r"missing.jsonl:1.*not a SWE-bench instance"):
+        load_instances(missing, repos=tmp_path)
+
+
+def test_coding_options_are_checked_before_any_run(tmp_path: Path) -> None:
+    parser = build_parser()
+    for argv, message in (
+        (["t.jsonl", "--repos", str(tmp_path)], "need --swe"),
+        (["t.jsonl", "--swe"], "--swe needs --repos"),
+        (["t.jsonl", "--swe", "--repos", str(tmp_path / "none")], "is not a directory"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            _checked(parser.parse_args(argv))
