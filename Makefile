@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Wheels we build ourselves (llama-cpp-python has no Linux wheel on PyPI).
 # They are always built portable, so sharing them across clones on one
-# machine is safe; a native build would crash on another CPU (RECIPES.md).
+# machine is safe; a native build (GGML_NATIVE, the default) uses the build
+# machine's instruction set and crashes with SIGILL on an older CPU.
 WHEELS ?= $(HOME)/.cache/agentrt/wheels
 LLAMA_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON

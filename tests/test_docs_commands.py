@@ -1,0 +1,226 @@
+"""Every shell command in README.md, CONTRIBUTING.md and docs/ works as
+written: each is either run here (from a directory holding the repository's
+examples, with ``agentrt`` on PATH) or listed with the reason it is not (it
+needs a GPU, a cluster, Claude Code, the network, or it is CI itself), so a
+new command cannot go untested without someone saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+BIN = Path(sys.executable).parent
+
+NOT_RUN: dict[str, str] = {
+    r"^make (run|test|check|bench)\b": "the Makefile's targets: CI runs them (.ci/run)",
+    r"^\.ci/run\b": "CI itself",
+    r"^pip install ": "installs packages",
+    r"^claude mcp add ": "needs Claude Code (docs/ide.md); its `mcp add` forms are documented",
+    r"^python -m sglang\.": "an SGLang server on 4 GPUs",
+    r"^python -m swebench\.": "SWE-bench's Docker harness",
+    r"^for r in |^git clone -q |^done$": "clones every SWE-bench Verified repository (network)",
+    r"^agentrt eval swe-bench-verified\.jsonl": "SWE-bench Verified on a GPU box",
+    r"^\.venv/bin/python examples/swe_tasks/setup_tasks\.py": "downloads PyPI sdists (network); "
+    "tests/runtime/test_coding_tasks.py covers the task set",
+    r"^head -n 1 /tmp/agentrt-swe-tasks": "needs the downloaded SWE task set above",
+    r"^\.venv/bin/agentrt eval /tmp/agentrt-swe-one\.jsonl": "needs the SWE task set above",
+    r"--ray-address ray-head:6379|--placement ray$": "a Ray cluster (tests/placement runs one)",
+    r"--mcp 'fs=npx": "an embedded-model run with the npm filesystem server; "
+    "tests/runtime/test_cli.py runs --mcp",
+    r"solver_verifier_corrector\.yaml$": "five model calls of up to 512 tokens on the embedded "
+    "model: minutes on a CPU; tests/runtime/test_cli.py runs the same spec on a scripted model",
+    r"^agentrt sim-server ": "a server that runs until stopped; tests/runtime/testing drive it",
+    r"^agentrt (serve|mcp) --config examples/agentrt\.toml": "a server on the embedded model "
+    "that runs until stopped; tests/runtime/serve start `agentrt serve` and `agentrt mcp` "
+    "on scripted configurations",
+    r"^curl -s": "needs the daemon above on port 8765",
+}
+"""Commands not run here, by pattern, with the reason."""
+
+RUN_FAST = (
+    r"^agentrt frontier --simulate",
+    r"^agentrt (eval|aggregate) .*--config examples/eval_scripted\.toml",
+)
+"""Commands this file runs as written, in the order each document gives them."""
+
+RUN_EMBEDDED = (
+    r'^agentrt run "What is 17 \* 23\?" --config examples/agentrt\.toml --agent solver$',
+    r'^agentrt run "\.\.\." --agent examples/planner_workers\.yaml --config examples/agentrt\.toml',
+    r'^agentrt run "What is 2\+2\?" --rollouts 4',
+    r"^agentrt eval examples/tasks\.jsonl --config examples/agentrt\.toml --agent solver",
+)
+"""Commands on the embedded model (run where it is installed; CI requires it)."""
+
+RUN_NPX = (r"^npx -y @modelcontextprotocol/inspector@[0-9.]+ --cli",)
+"""The MCP Inspector CLI lines of docs/ide.md, against a daemon and ``agentrt mcp``."""
+
+EVAL_DOCS = r"^agentrt (eval|aggregate) .*pool\.parquet|--from pool\.jsonl"
+"""docs/evaluation.md's commands are run by tests/runtime/test_eval_docs.py."""
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(document, command) for each command of each ``sh`` block,
+    backslash-continued lines joined, comment lines left out."""
+    found: list[tuple[str, str]] = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for block in re.findall(r"```(?:sh|bash)\n(.*?)```", text, re.S):
+            joined = re.sub(r"\\\n\s*", " ", block)
+            for line in joined.splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    found.append((doc.name, line.rstrip()))
+    return found
+
+
+def _matches(command: str, patterns: tuple[str, ...] | list[str]) -> bool:
+    return any(re.search(p, command.strip()) for p in patterns)
+
+
+def _kind(command: str) -> str:
+    if _matches(command, list(NOT_RUN)):
+        return "not run"
+    if _matches(command, [EVAL_DOCS]):
+        return "eval docs"
+    for name, patterns in (("fast", RUN_FAST), ("embedded", RUN_EMBEDDED), ("npx", RUN_NPX)):
+        if _matches(command, patterns):
+            return name
+    return "unclassified"
+
+
+def test_every_documented_command_is_run_or_says_why_not() -> None:
+    commands = documented_commands()
+    assert len(commands) > 30
+    loose = [f"{doc}: {cmd}" for doc, cmd in commands if _kind(cmd) == "unclassified"]
+    assert not loose, "commands neither run by a test nor listed in NOT_RUN:\n" + "\n".join(loose)
+
+
+def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    return tmp_path, env
+
+
+def _run(command: str, cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
+    out = subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert out.returncode == 0, f"{command}\nexit {out.returncode}\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def test_the_fast_commands_run_as_written(tmp_path: Path) -> None:
+    cwd, env = _workdir(tmp_path)
+    ran = 0
+    for _, command in documented_commands():
+        if _kind(command) == "fast":
+            _run(command, cwd, env)
+            ran += 1
+    assert ran >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.embedded
+@pytest.mark.parametrize("pattern", RUN_EMBEDDED)
+def test_the_embedded_model_commands_run_as_written(tmp_path: Path, pattern: str) -> None:
+    cwd, env = _workdir(tmp_path)
+    (command,) = [c for _, c in documented_commands() if re.search(pattern, c.strip())]
+    out = _run(command, cwd, env, timeout=110)
+    assert "usage: " in out or '"status"' in out or "pass@1" in out, out
+
+
+SCRIPTED = """
+[models]
+default = "s"
+
+[models.backends.s]
+kind = "scripted"
+replies = ["42"]
+
+[agents.solver]
+instructions = "Answer briefly."
+
+[server]
+port = {port}
+
+[store]
+path = "{store}"
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.slow
+def test_the_inspector_commands_of_docs_ide_run_as_written(tmp_path: Path, npx: str) -> None:
+    """Each line as written, with the daemon's port for 8765 and a
+    Claude Desktop file of this test's for the macOS path."""
+    cwd, env = _workdir(tmp_path)
+    port = _free_port()
+    config = tmp_path / "agentrt.toml"
+    config.write_text(SCRIPTED.format(port=port, store=tmp_path / "runs.db"))
+    desktop = tmp_path / "claude_desktop_config.json"
+    stdio = [str(BIN / "agentrt"), "mcp", "--config", str(config)]
+    stdio += ["--store", str(tmp_path / "mcp.db")]
+    desktop.write_text(
+        json.dumps({"mcpServers": {"agentrt": {"command": stdio[0], "args": stdio[1:]}}})
+    )
+    commands = [c for _, c in documented_commands() if _kind(c) == "npx"]
+    assert len(commands) == 2
+    log = (tmp_path / "serve.log").open("w")
+    daemon = subprocess.Popen(
+        [str(BIN / "agentrt"), "serve", "--config", str(config)], stderr=log, cwd=tmp_path
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert daemon.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        listed = _run(commands[0].replace("8765", str(port)), cwd, env)
+        assert "run_agent" in json.dumps(json.loads(listed[listed.index("{") :]))
+        called = commands[1].replace(
+            r"~/Library/Application\ Support/Claude/claude_desktop_config.json", str(desktop)
+        )
+        assert called != commands[1]
+        answer = _run(called, cwd, env)
+        result = json.loads(answer[answer.index("{") :])
+        assert result["structuredContent"]["status"] == "succeeded"
+        assert result["structuredContent"]["answer"] == "42"
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(20)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+    assert shutil.which("npx") is not None
