@@ -26,6 +26,10 @@ def render_summary(summary: TrajectorySummary, *, item_chars: int = 200) -> str:
         return text if len(text) <= item_chars else text[: item_chars - 1] + "…"
 
     lines = [f"answer: {summary.answer if summary.answer is not None else 'None'}"]
+    v = summary.verification
+    if v is not None:  # the task's tests ran on this answer: judges weigh it
+        ran = "timed out" if v.timed_out else f"exit {v.exit_code}"
+        lines.append(f"tests ({clip(v.command)}): {'passed' if v.passed else 'failed'} ({ran})")
     for f in summary.facts:
         mark = "verified" if f.verified else "unverified"
         lines.append(f"fact ({mark}; {f.evidence}): {clip(f.claim)}")

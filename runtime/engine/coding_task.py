@@ -108,11 +108,12 @@ async def run_coding_task(
 ) -> CodingRun:
     """Run ``rollouts`` rollouts of the runner's agent on ``task``.
 
-    Each rollout's workspace (``Workspaces`` over ``workspace_root``, the
-    default root the ``shell`` and ``editor`` tools use unless given) is a
-    copy of the task's repository snapshot (made under ``cache``), created
-    before the run so its first tool call finds it.  ``keep``: leave the
-    workspaces for debugging (their paths are under ``workspace_root``).
+    Each rollout's workspace is a copy of the task's repository snapshot
+    (made under ``cache``), created before the run under ``workspace_root``,
+    which must be the root the agent's ``shell``/``editor`` tools use (spec
+    tools use ``default_workspace_root()``, the default here), so that the
+    rollout's first tool call finds it.  ``keep``: leave the workspaces for
+    debugging (``workspace_root/<run id>/r<i>``).
     ``events`` receives the run's events plus ``VerifierRan`` per rollout
     and an ``ErrorRaised`` when the task cannot run."""
     started = time.monotonic()

@@ -28,7 +28,7 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents.spec_loader import load_spec
-from agentrt.aggregators import MajorityVote, VerifiedFirst
+from agentrt.aggregators import MajorityVote, VerifiedFirst, render_summary
 from agentrt.aggregators.base import AggregationContext
 from agentrt.protocols import (
     ModelRequest,
@@ -230,6 +230,17 @@ async def test_verified_first_prefers_passing_candidates() -> None:
     assert "none of 3" in fallback.rationale
     strict = await VerifiedFirst(MajorityVote(), require=True).aggregate("t", none_pass, context)
     assert strict.answer is None
+
+
+def test_judges_read_a_candidates_test_verdict() -> None:
+    text = render_summary(
+        TrajectorySummary(
+            rollout_id="a",
+            answer="diff",
+            verification=Verification(passed=False, command="pytest -q", exit_code=1),
+        )
+    )
+    assert "tests (pytest -q): failed (exit 1)" in text.splitlines()
 
 
 # -- the task set end to end ------------------------------------------------------------
