@@ -6,15 +6,14 @@ This module must not import agents, tools or aggregators.
 
 from __future__ import annotations
 
-import math
+import asyncio
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, final
 
 import anyio
 from anyio import TaskHandle
 from anyio.abc import TaskGroup, TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentrt.runtime.actors.address import ActorAddress
 from agentrt.runtime.actors.cell import ActorCell
@@ -85,6 +84,43 @@ class ChildFailure:
 _Report = tuple[Child, int, Exception]
 
 
+@final
+class _Reports:
+    """A supervisor's failure reports, read by its own task alone.
+
+    Unbounded on purpose, and bounded in fact: each child incarnation
+    reports at most twice (its hook, its end) and is only restarted after
+    the report was read, so a child can never flood its supervisor.  A
+    report must never block: the reporter is a task that is ending.  (A
+    list and a future, not a memory object stream: an idle supervisor
+    waits on one future.)"""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[_Report] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def send_nowait(self, report: _Report) -> None:
+        self._items.append(report)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def receive(self) -> _Report:
+        while not self._items:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return self._items.pop(0)
+
+    def drain(self) -> list[_Report]:
+        drained, self._items = self._items, []
+        return drained
+
+
 class Supervisor:
     """A running supervision node.  Every child (worker or supervisor)
     runs as a task in its task group, so stopping it stops the subtree.
@@ -124,7 +160,7 @@ class Supervisor:
         # on_exhausted="stop_child": restart times per child path.
         self._child_restarts: dict[str, deque[float]] = {}
         self._tg: TaskGroup | None = None
-        self._reports: MemoryObjectSendStream[_Report] | None = None
+        self._reports: _Reports | None = None
         for child_spec in spec.children:
             self._adopt(self._build(child_spec))
 
@@ -156,36 +192,30 @@ class Supervisor:
         """One incarnation: start the children, then handle their failures."""
         incarnation = self.incarnation
         self._restarts.clear()
-        # Unbounded on purpose, and bounded in fact: each child incarnation
-        # reports at most twice (its hook, its end) and is only restarted after
-        # the report was read, so a child can never flood its supervisor.  A
-        # report must never block: the reporter is a task that is ending.
-        send, receive = anyio.create_memory_object_stream[_Report](math.inf)
+        reports = self._reports = _Reports()
         start_error: Exception | None = None
         escalation: SupervisionEscalated | None = None
-        with send, receive:
-            self._reports = send
-            try:
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    children = list(self._children.values())
-                    if restart_error is None:
-                        start_error = await self._start_fresh(tg, children)
-                    else:
-                        await self._restart(tg, children, restart_error)
-                    if start_error is None:
-                        task_status.started()
-                        escalation = await self._supervise(tg, receive)
-                    tg.cancel_scope.cancel()
-            finally:
-                self._tg = None
-                self._reports = None
-                # Reports that arrived while the subtree was going down (an
-                # on_stopping that failed, say) are recorded, never lost.
-                for child, child_incarnation, error in _drain(receive):
-                    self._record(child, child_incarnation, error, "ignored")
-                if self.stopping:  # stopped for good (possibly from inside)
-                    self.parent.child_exited(self)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                children = list(self._children.values())
+                if restart_error is None:
+                    start_error = await self._start_fresh(tg, children)
+                else:
+                    await self._restart(tg, children, restart_error)
+                if start_error is None:
+                    task_status.started()
+                    escalation = await self._supervise(tg, reports)
+                tg.cancel_scope.cancel()
+        finally:
+            self._tg = None
+            self._reports = None
+            # Reports that arrived while the subtree was going down (an
+            # on_stopping that failed, say) are recorded, never lost.
+            for child, child_incarnation, error in reports.drain():
+                self._record(child, child_incarnation, error, "ignored")
+            if self.stopping:  # stopped for good (possibly from inside)
+                self.parent.child_exited(self)
         if start_error is not None:
             raise start_error
         if escalation is not None:
@@ -214,14 +244,12 @@ class Supervisor:
                 # any other, counted against the intensity.
                 self.child_failed(child, child.incarnation, exc)
 
-    async def _supervise(
-        self, tg: TaskGroup, reports: MemoryObjectReceiveStream[_Report]
-    ) -> SupervisionEscalated | None:
-        async for child, incarnation, error in reports:
+    async def _supervise(self, tg: TaskGroup, reports: _Reports) -> SupervisionEscalated:
+        while True:
+            child, incarnation, error = await reports.receive()
             escalation = await self._on_failure(tg, child, incarnation, error)
             if escalation is not None:
                 return escalation
-        return None
 
     async def _on_failure(
         self, tg: TaskGroup, child: Child, incarnation: int, error: Exception
@@ -403,12 +431,3 @@ class Supervisor:
         self.stopping = True
         for child in list(self._children.values()):
             self._forget(child, reason)
-
-
-def _drain(receive: MemoryObjectReceiveStream[_Report]) -> list[_Report]:
-    drained: list[_Report] = []
-    while True:
-        try:
-            drained.append(receive.receive_nowait())
-        except (anyio.WouldBlock, anyio.EndOfStream):
-            return drained
