@@ -529,7 +529,8 @@ class Rollout:
                 run_id=self.run_id,
                 rollout_id=self.rollout_id,
                 timeout_s=self.config.limits.tool_timeout_s,
-                progress=self._on_tool_notification,
+                # Progress only when someone reads it: else no sink per call.
+                progress=self._on_tool_notification if emitter.wants(ToolProgress) else None,
                 step=index,
             )
             for crash in outcome.crashed:
