@@ -244,7 +244,7 @@ def chat_requested(
         raise OpenAIError(400, "top_logprobs needs `logprobs: true`", param="top_logprobs")
     tools: list[FunctionTool] = []
     for index, tool in enumerate(chat.tools or []):
-        if tool.type != "function" or tool.function is None:
+        if tool.type != "function" or tool.function is None or tool.custom is not None:
             raise refuse(
                 f"tools[{index}].type",
                 f"only function tools are supported, got {tool.type!r}",

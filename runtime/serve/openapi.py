@@ -39,7 +39,11 @@ from agentrt.runtime.serve.openai_wire import (
     ModelList,
 )
 from agentrt.runtime.serve.responses_events import StreamEvent
-from agentrt.runtime.serve.responses_wire import ResponseObject, ResponseRequest
+from agentrt.runtime.serve.responses_wire import (
+    LOGPROBS_INCLUDE,
+    ResponseObject,
+    ResponseRequest,
+)
 
 #: Event ids are SQLite integers.
 _MAX_EVENT_ID = (1 << 63) - 1
@@ -278,6 +282,78 @@ def _scaling(components: dict[str, Any], max_rollouts: int | None) -> None:
     components["RunRequestBody"] = body
 
 
+_NULL: dict[str, Any] = {"type": "null"}
+_ONLY_NEUTRAL: dict[str, dict[str, Any]] = {
+    "frequency_penalty": {"enum": [0, None]},
+    "presence_penalty": {"enum": [0, None]},
+    "logit_bias": {"anyOf": [_NULL, {"type": "object", "maxProperties": 0}]},
+    "n": {"enum": [1, None]},
+    "modalities": {"anyOf": [_NULL, {"const": ["text"]}]},
+    "store": {"enum": [True, None]},
+    "service_tier": {"enum": ["auto", "default", None]},
+    "background": {"enum": [False, None]},
+    "reasoning": {
+        "anyOf": [_NULL, {"type": "object", "additionalProperties": _NULL}],
+    },
+    **dict.fromkeys(
+        (
+            "reasoning_effort",
+            "verbosity",
+            "audio",
+            "prediction",
+            "web_search_options",
+            "functions",
+            "function_call",
+            "prompt_cache_retention",
+            "prompt_cache_options",
+            "previous_response_id",
+            "conversation",
+            "prompt",
+            "max_tool_calls",
+            "context_management",
+            "moderation",
+            "access_programs",
+            "background_options",
+            "image",
+        ),
+        _NULL,
+    ),
+}
+"""The OpenAI fields agentrt refuses unless they are left out or neutral:
+what each may be (anything else is a 400 naming it)."""
+
+
+def _openai_refusals(components: dict[str, Any]) -> None:
+    """The OpenAI requests as agentrt takes them: neutral values only for
+    what it refuses, function tools, no named tool choice, logprobs the only
+    thing a response may include."""
+    chat_tool = components["ToolIn"]
+    chat_tool["properties"].update(
+        type={"const": "function"}, function=_ref("FunctionDefIn"), custom=_NULL
+    )
+    chat_tool["required"] = ["function", "type"]
+    response_tool = components["FunctionToolIn"]
+    response_tool["properties"].update(
+        type={"const": "function"}, name={"type": "string", "minLength": 1, "maxLength": 64}
+    )
+    response_tool["required"] = ["name", "type"]
+    components["ResponseRequest"]["properties"]["include"] = {
+        "anyOf": [_NULL, {"type": "array", "items": {"const": LOGPROBS_INCLUDE}}],
+        "default": None,
+    }
+    for request in ("ChatCompletionRequest", "ResponseRequest"):
+        properties = components[request]["properties"]
+        properties["tool_choice"] = {"enum": ["auto", "none", "required", None], "default": None}
+        for name, allowed in _ONLY_NEUTRAL.items():
+            if name in properties:
+                properties[name] = {
+                    **allowed,
+                    "default": None,
+                    "description": "Refused unless left out or neutral (agentrt does not "
+                    "support it)",
+                }
+
+
 def openapi_document(
     *,
     version: str,
@@ -297,6 +373,7 @@ def openapi_document(
         for request in ("ChatCompletionRequest", "ResponseRequest"):
             components[request]["properties"]["model"]["examples"] = list(models)
     _scaling(components, max_rollouts)
+    _openai_refusals(components)
     if not usd_caps:
         components["Budget"]["properties"]["max_usd"] = {
             "type": "null",
