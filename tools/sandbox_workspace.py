@@ -18,7 +18,8 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import TracebackType
@@ -39,6 +40,7 @@ __all__ = [
     "copy_directory_seed",
     "default_workspace_root",
     "rollout_key",
+    "run_seed",
 ]
 
 #: Fills a fresh, empty workspace directory (the argument) before its
@@ -48,6 +50,25 @@ WorkspaceSeed = Callable[[Path], Awaitable[None]]
 _SAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
 #: Edits the editor can undo per file, newest last.
 _UNDO_DEPTH: Final = 20
+
+
+#: Seeds of runs whose task brings the workspace's content (``run_seed``).
+_RUN_SEEDS: dict[str, WorkspaceSeed] = {}
+
+
+@contextmanager
+def run_seed(run_id: str, seed: WorkspaceSeed) -> Iterator[None]:
+    """While inside, a workspace of ``run_id`` that a ``Workspaces`` without
+    a seed of its own creates (the ``shell`` and ``editor`` of a spec) is
+    filled by ``seed``: how a coding task's repository reaches rollouts the
+    task runner cannot name in advance (PDR's refinement rollouts)."""
+    if run_id in _RUN_SEEDS:
+        raise ConfigError(f"run {run_id!r} already has a workspace seed")
+    _RUN_SEEDS[run_id] = seed
+    try:
+        yield
+    finally:
+        del _RUN_SEEDS[run_id]
 
 
 def default_workspace_root() -> Path:
@@ -221,12 +242,12 @@ class Workspaces:
             if space is None or not space.path.is_dir():
                 path = self._path(*key)
                 if not path.is_dir():
-                    await self._create(path)
+                    await self._create(path, self._seed or _RUN_SEEDS.get(run_id))
                 space = RolloutWorkspace(run_id=run_id, key=key[1], path=path, mount=self._mount)
                 self._spaces[key] = space
         return space
 
-    async def _create(self, path: Path) -> None:
+    async def _create(self, path: Path, seed: WorkspaceSeed | None) -> None:
         await anyio.to_thread.run_sync(_make_parent, path.parent)
         staging = Path(
             await anyio.to_thread.run_sync(
@@ -234,8 +255,8 @@ class Workspaces:
             )
         )
         try:
-            if self._seed is not None:
-                await self._seed(staging)
+            if seed is not None:
+                await seed(staging)
             await anyio.to_thread.run_sync(_hand_over, staging)
             await anyio.to_thread.run_sync(_install, staging, path)
         finally:

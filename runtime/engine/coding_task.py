@@ -12,16 +12,19 @@ SWE-bench file format or the command line.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final, Protocol, final
 
 import anyio
 import msgspec
 
+from agentrt.aggregators.base import AggregationContext, AggregationResult, Aggregator
+from agentrt.aggregators.workspace import Workspace
 from agentrt.protocols import (
     ErrorRaised,
     Event,
@@ -34,7 +37,7 @@ from agentrt.runtime.engine.task_repo import TaskRepository, TaskRepositoryError
 from agentrt.runtime.engine.test_verifier import TestVerifier, TestVerifierConfig
 from agentrt.runtime.errors import RuntimeFailure
 from agentrt.runtime.log import get_logger
-from agentrt.tools.sandbox_workspace import Workspaces, default_workspace_root
+from agentrt.tools.sandbox_workspace import Workspaces, default_workspace_root, run_seed
 
 __all__ = ["CodingRun", "CodingRunner", "CodingTask", "run_coding_task"]
 
@@ -56,6 +59,7 @@ class CodingRunner(Protocol):
         scaling: ScalingSpec | None = None,
         events: EventSink | None = None,
         run_id: str | None = None,
+        aggregator: Aggregator | None = None,
     ) -> RunResult: ...
 
 
@@ -84,6 +88,9 @@ class CodingRun(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float = 0.0
     verify_s: float = 0.0
     """Wall time spent reading the diffs and running the tests, in all."""
+    answer: str | None = None
+    """The diff the run's ``aggregator`` chose (``None``: none given, or none chosen)."""
+    rationale: str = ""
 
 
 def task_prompt(task: CodingTask) -> str:
@@ -105,6 +112,7 @@ async def run_coding_task(
     workspace_root: Path | None = None,
     keep: bool = False,
     events: EventSink | None = None,
+    aggregator: Aggregator | None = None,
 ) -> CodingRun:
     """Run ``rollouts`` rollouts of the runner's agent on ``task``.
 
@@ -115,7 +123,11 @@ async def run_coding_task(
     rollout's first tool call finds it.  ``keep``: leave the workspaces for
     debugging (``workspace_root/<run id>/r<i>``).
     ``events`` receives the run's events plus ``VerifierRan`` per rollout
-    and an ``ErrorRaised`` when the task cannot run."""
+    and an ``ErrorRaised`` when the task cannot run.  ``aggregator``: chooses
+    in the run itself (``answer``), among the rollouts' diffs with their
+    tests' verdicts; PDR's refinement rollouts get the repository too and
+    are read back and tested before it compares them (they join
+    ``summaries``)."""
     started = time.monotonic()
     run_id = f"{_SAFE.sub('-', task.id)[:40]}-{uuid.uuid4().hex[:8]}"
     repo = TaskRepository(Path(task.repo), task.base_commit, cache=cache, task_id=task.id)
@@ -125,16 +137,7 @@ async def run_coding_task(
             await events(event)
 
     def failed(why: str) -> CodingRun:
-        return CodingRun(
-            task_id=task.id,
-            run_id=run_id,
-            error=why,
-            duration_s=time.monotonic() - started,
-            summaries=[
-                TrajectorySummary(rollout_id=f"{run_id}-r{i}", failure_modes=[why])
-                for i in range(rollouts)
-            ],
-        )
+        return _failed(task.id, run_id, why, rollouts, time.monotonic() - started)
 
     try:
         await repo.prepare()
@@ -147,49 +150,55 @@ async def run_coding_task(
     async with Workspaces(root, seed=repo.seed(), keep=keep) as spaces:
         limiter = anyio.CapacityLimiter(_PARALLEL)
 
-        async def create(i: int) -> None:
-            async with limiter:
-                await spaces.get(run_id, f"{run_id}-r{i}")
-
-        problem: BaseException | None = None
-        try:
-            async with anyio.create_task_group() as tg:
-                for i in range(rollouts):
-                    tg.start_soon(create, i)
-        except* (RuntimeFailure, OSError) as group:
-            problem = group.exceptions[0]
+        problem = await _create_workspaces(spaces, run_id, rollouts, limiter)
         if problem is not None:
             why = f"could not create the workspaces: {problem}"
             await emit(ErrorRaised(run_id=run_id, where="workspaces", message=why, fatal=True))
             return failed(why)
-        result = await runner.run(
-            task_prompt(task),
-            scaling=ScalingSpec(rollouts=rollouts, aggregate="majority"),
-            events=events,
-            run_id=run_id,
-        )
         verifier = TestVerifier(task.tests) if task.tests is not None else None
-        summaries = list(result.summaries)
-        verify_s = [0.0] * len(summaries)
+        done: dict[str, TrajectorySummary] = {}
+        verify_s: list[float] = []
 
-        async def finish(i: int, summary: TrajectorySummary) -> None:
+        async def read(summary: TrajectorySummary) -> TrajectorySummary:
+            """The rollout's diff and tests, once per rollout."""
+            if summary.rollout_id in done:
+                return done[summary.rollout_id]
             async with limiter:
                 t0 = time.monotonic()
-                summaries[i] = await _read_back(
-                    summary, spaces.path_of(run_id, summary.rollout_id), verifier
-                )
-                verify_s[i] = time.monotonic() - t0
-            verification = summaries[i].verification
-            if verification is not None:
+                path = spaces.path_of(run_id, summary.rollout_id)
+                read_back = await _read_back(summary, path, verifier)
+                verify_s.append(time.monotonic() - t0)
+            done[summary.rollout_id] = read_back
+            if read_back.verification is not None:
                 await emit(
                     VerifierRan(
-                        run_id=run_id, rollout_id=summary.rollout_id, verification=verification
+                        run_id=run_id,
+                        rollout_id=summary.rollout_id,
+                        verification=read_back.verification,
                     )
                 )
+            return read_back
 
-        async with anyio.create_task_group() as tg:
-            for i, summary in enumerate(summaries):
-                tg.start_soon(finish, i, summary)
+        with run_seed(run_id, repo.seed()):  # rollouts started later (PDR) get the repo too
+            result = await runner.run(
+                task_prompt(task),
+                scaling=ScalingSpec(rollouts=rollouts, aggregate="majority"),
+                events=events,
+                run_id=run_id,
+                aggregator=None if aggregator is None else _ReadBack(aggregator, read),
+            )
+            summaries = list(result.summaries)
+
+            async def finish(i: int, summary: TrajectorySummary) -> None:
+                summaries[i] = await read(summary)
+
+            async with anyio.create_task_group() as tg:
+                for i, summary in enumerate(summaries):
+                    tg.start_soon(finish, i, summary)
+        listed = {s.rollout_id for s in summaries}
+        summaries += [s for rid, s in done.items() if rid not in listed]  # refinement rollouts
+        for rid in done:  # the tools created the refinement rollouts' workspaces
+            await spaces.release(run_id, rid)
     return CodingRun(
         task_id=task.id,
         run_id=run_id,
@@ -197,6 +206,8 @@ async def run_coding_task(
         model_calls=result.cost.model_calls,
         duration_s=time.monotonic() - started,
         verify_s=sum(verify_s),
+        answer=result.answer if aggregator is not None else None,
+        rationale=result.rationale or "" if aggregator is not None else "",
     )
 
 
@@ -225,3 +236,76 @@ async def _read_back(
         failure_modes=failures,
         verification=verification,
     )
+
+
+@final
+class _ReadBack:
+    """``inner`` over the rollouts' diffs and test verdicts: each summary
+    (and each new rollout PDR runs) is read back with ``read`` first."""
+
+    __slots__ = ("_read", "inner")
+
+    def __init__(
+        self,
+        inner: Aggregator,
+        read: Callable[[TrajectorySummary], Awaitable[TrajectorySummary]],
+    ) -> None:
+        self.inner = inner
+        self._read = read
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    async def aggregate(
+        self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
+    ) -> AggregationResult:
+        read = list(summaries)
+
+        async def one(i: int) -> None:
+            read[i] = await self._read(read[i])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(read)):
+                tg.start_soon(one, i)
+        fresh = context.rollout
+        if fresh is not None:
+
+            async def rollout(rollout_task: str, workspace: Workspace) -> TrajectorySummary:
+                return await self._read(await fresh(rollout_task, workspace))
+
+            context = dataclasses.replace(context, rollout=rollout)
+        return await self.inner.aggregate(task, read, context)
+
+
+def _failed(task_id: str, run_id: str, why: str, rollouts: int, duration_s: float) -> CodingRun:
+    """A task that could not run: every rollout fails with ``why``."""
+    return CodingRun(
+        task_id=task_id,
+        run_id=run_id,
+        error=why,
+        duration_s=duration_s,
+        summaries=[
+            TrajectorySummary(rollout_id=f"{run_id}-r{i}", failure_modes=[why])
+            for i in range(rollouts)
+        ],
+    )
+
+
+async def _create_workspaces(
+    spaces: Workspaces, run_id: str, rollouts: int, limiter: anyio.CapacityLimiter
+) -> BaseException | None:
+    """Seed the ``rollouts`` workspaces of ``run_id``; the first failure, if any."""
+
+    async def create(i: int) -> None:
+        async with limiter:
+            await spaces.get(run_id, f"{run_id}-r{i}")
+
+    problem: BaseException | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(rollouts):
+                tg.start_soon(create, i)
+    except* (RuntimeFailure, OSError) as group:
+        problem = group.exceptions[0]
+    return problem

@@ -28,7 +28,13 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents.spec_loader import load_spec
-from agentrt.aggregators import MajorityVote, VerifiedFirst, render_summary
+from agentrt.aggregators import (
+    MajorityVote,
+    ParallelDistillRefine,
+    SimulatedJudge,
+    VerifiedFirst,
+    render_summary,
+)
 from agentrt.aggregators.base import AggregationContext
 from agentrt.protocols import (
     ModelRequest,
@@ -463,6 +469,62 @@ async def test_the_whole_path_on_the_embedded_model(task_set: Path, tmp_path: Pa
     assert report.pool_model_calls >= 2
     (line,) = predictions.read_text().splitlines()
     assert json.loads(line)["instance_id"] == instance["instance_id"]
+
+
+async def test_pdr_refinement_rollouts_work_on_the_repository_and_are_tested(
+    task_set: Path, tmp_path: Path
+) -> None:
+    """In a run aggregated by PDR, the first round's diffs are read back and
+    tested before PDR distils them, its refinement rollouts get their own
+    copies of the repository (seeded on first use) and are tested too, and
+    the verified final step picks the refinement that fixed the bug."""
+    instance = _instances(task_set)[0]
+    repo = task_set / "repos" / instance["repo"].replace("/", "__")
+
+    def script(request: ModelRequest) -> Any:
+        if _answered(request):
+            return "done"
+        refining = any(
+            isinstance(m, UserMessage) and "Earlier attempts" in str(m.content)
+            for m in request.messages
+        )
+        if refining:
+            return ScriptedToolCall("shell", {"command": f"git apply <<'P'\n{instance['patch']}P"})
+        return ScriptedToolCall("shell", {"command": "echo '# no fix' >> NOTES.txt"})
+
+    pdr = ParallelDistillRefine(
+        SimulatedJudge(instance["patch"], 1.0),
+        rounds=2,
+        m=2,
+        k=1,
+        final=VerifiedFirst(MajorityVote()),
+        stop_on_agreement=False,
+    )
+    task = CodingTask(
+        id="pdr",
+        problem=instance["problem_statement"],
+        repo=str(repo),
+        base_commit=instance["base_commit"],
+        tests=TestVerifierConfig(
+            command=instance["test_command"].replace(
+                "{tests}", " ".join(json.loads(instance["FAIL_TO_PASS"]))
+            ),
+            read_only_paths=(str(task_set / "pytest"),),
+            timeout_s=60,
+        ),
+    )
+    async with _runtime(ScriptedBackend(script)) as rt:
+        run = await run_coding_task(rt, task, rollouts=2, cache=tmp_path / "cache", aggregator=pdr)
+    assert run.answer is not None
+    assert run.answer.strip() == instance["patch"].strip()
+    by_slot = {s.rollout_id.rsplit("-", 1)[-1]: s for s in run.summaries}
+    first = [s for s in run.summaries if s.rollout_id.endswith(("-r0", "-r1"))]
+    refined = [s for s in run.summaries if "refine" in s.rollout_id]
+    assert len(first) == 2, sorted(by_slot)
+    assert len(refined) == 2, sorted(by_slot)
+    assert all(s.verification is not None and not s.verification.passed for s in first)
+    assert all(s.verification is not None and s.verification.passed for s in refined)
+    assert not list((default_workspace_root() / run.run_id).glob("*")), "all removed"
 
 
 # -- the SWE-bench file format ------------------------------------------------------
