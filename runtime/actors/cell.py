@@ -69,7 +69,6 @@ class ActorCell(Generic[MsgT, ReplyT]):
     __slots__ = (
         "_handle",
         "address",
-        "context",
         "factory",
         "incarnation",
         "mailbox",
@@ -92,7 +91,6 @@ class ActorCell(Generic[MsgT, ReplyT]):
         self.mailbox = mailbox
         self.parent = parent
         self.ref: ActorRef[MsgT, ReplyT] = ActorRef(address, mailbox, parent.deadlines)
-        self.context: ActorContext[MsgT, ReplyT] = ActorContext(self)
         # The running incarnation's task (its owner is the supervisor's group);
         # ``None`` until the supervisor has it (after the start hook).
         self._handle: TaskHandle[None, None] | None = None
@@ -297,7 +295,9 @@ class ActorCell(Generic[MsgT, ReplyT]):
         self.services = None  # this incarnation's own, once it starts one
         try:
             instance = self.factory()
-            attach_context(instance, self.context)
+            # A context per instance, not kept by the cell: a cell <-> context
+            # cycle would outlive the actor until a garbage collection.
+            attach_context(instance, ActorContext(self))
             if restart_error is None:
                 # Not overridden: no scope to enter (spawning 10k actors).
                 if type(instance).on_started is not Actor.on_started:

@@ -39,6 +39,8 @@ ReplyT = TypeVar("ReplyT")
 #: Failures kept per supervisor for inspection; older ones are only in the log.
 FAILURE_HISTORY: Final = 64
 
+_RUNNING: Final = (TaskHandle.Status.PENDING, TaskHandle.Status.CANCELLING)
+
 
 class Child(Protocol):
     """What a supervisor needs from a child, worker or supervisor alike."""
@@ -418,6 +420,11 @@ class Supervisor:
                 with anyio.move_on_after(self.stop_timeout, shield=True):
                     await handle.wait()
             self._forget(child, reason)
+            if child.handle is handle and handle.status not in _RUNNING:
+                # The ended task's handle keeps its exception, whose traceback
+                # holds the child's frames: a cycle through the child, freed
+                # only by a garbage collection unless the child lets go.
+                child.handle = None
 
     # -- as a child of its own parent ---------------------------------------------
 

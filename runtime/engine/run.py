@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal, final
 import anyio
 import msgspec
 
-from agentrt.agents import Agent, AgentConfig, EventEmitter, RolloutResult
+from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, RolloutResult
 from agentrt.agents.delegation import AgentNode, skip_call_numbers
 from agentrt.agents.hierarchy import Hierarchy
 from agentrt.agents.run_options import check_run_options
@@ -113,6 +113,28 @@ class _PastDeadline(Exception):
 
 
 @final
+class _CommitSink:
+    """The run's event sink: the caller's, then the top-level rollouts'
+    committed steps noted (a sub-agent's are not resumed).  Committed steps
+    are seen after the caller's sink took them (the daemon's store): a
+    restart never resumes from an uncommitted step.  (An object, not a
+    closure over the run: no reference cycle keeps a finished run's objects
+    alive until the next garbage collection.)"""
+
+    __slots__ = ("_committed", "_outer")
+
+    def __init__(self, outer: EventSink | None, committed: defaultdict[str, list[Step]]) -> None:
+        self._outer = outer
+        self._committed = committed
+
+    async def __call__(self, event: Event) -> None:
+        if self._outer is not None:
+            await self._outer(event)
+        if isinstance(event, StepRecorded) and is_top_level(event.rollout_id):
+            self._committed[event.rollout_id].append(event.step)
+
+
+@final
 class RunExecution:
     """One run of ``Runtime.run`` (see the module docstring)."""
 
@@ -136,18 +158,8 @@ class RunExecution:
         """The run's ``RunOptions``, for every rollout of the run's agent."""
         self._refines = itertools.count()
         self._committed: defaultdict[str, list[Step]] = defaultdict(list)
-        # Committed steps are seen after the caller's sink took them (the
-        # daemon's store): a restart never resumes from an uncommitted step.
         outer = emitter.sink
-
-        async def sink(event: Event) -> None:
-            if outer is not None:
-                await outer(event)
-            # A top-level rollout's steps (a sub-agent's are not resumed).
-            if isinstance(event, StepRecorded) and is_top_level(event.rollout_id):
-                self._committed[event.rollout_id].append(event.step)
-
-        emitter.sink = sink
+        emitter.sink = _CommitSink(outer, self._committed)
         if outer is None:
             # Nobody reads the run's events but the steps: the agent loop
             # then builds no per-call event (``EventEmitter.wants``).
