@@ -49,6 +49,7 @@ from agentrt.runtime.serve.governance import (
     too_deep,
     too_large,
 )
+from agentrt.runtime.serve.openai_wire import OpenAIError
 from agentrt.runtime.serve.openapi import openapi_document
 from agentrt.tools.hosting.transports import is_loopback
 
@@ -531,6 +532,16 @@ class EventStream:
         return after
 
 
+_OWN_API: Final = ("/v1/runs", "/v1/agents")
+
+
+def _openai_path(path: str) -> bool:
+    """Under ``/v1`` but not agentrt's own API: OpenAI's paths, known or not."""
+    return path.startswith("/v1/") and not any(
+        path == own or path.startswith(own + "/") for own in _OWN_API
+    )
+
+
 def build_app(
     manager: RunService,
     *,
@@ -554,9 +565,18 @@ def build_app(
             else "bad_request"
         )
         detail = getattr(exc, "detail", "") or "no such endpoint"
-        response = json_response(
-            ApiError(error=kind, message=str(detail), where="path", status=status), status
-        )
+        if _openai_path(_request.url.path):  # an OpenAI client reads OpenAI's shape
+            refusal = OpenAIError(
+                status,
+                f"{detail}: {_request.method} {_request.url.path}; agentrt's OpenAI-compatible "
+                "endpoints are /v1/chat/completions, /v1/responses and /v1/models",
+                code=kind,
+            )
+            response = json_response(refusal.body(), status)
+        else:
+            response = json_response(
+                ApiError(error=kind, message=str(detail), where="path", status=status), status
+            )
         # Starlette's 405 carries ``Allow`` (RFC 9110 requires it); keep it.
         response.headers.update(getattr(exc, "headers", None) or {})
         return response

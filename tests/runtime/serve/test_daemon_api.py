@@ -191,9 +191,9 @@ async def test_unknown_paths_and_methods_answer_in_json(tmp_path: Path, daemon_k
         daemon_kit.running(daemon_kit.config(tmp_path)) as daemon,
         httpx.AsyncClient(base_url=daemon.url) as client,
     ):
-        missing = await client.get("/v1/nothing")
+        missing = await client.get("/v1/nothing")  # under /v1: OpenAI's shape
         assert missing.status_code == 404
-        assert missing.json()["error"] == "not_found"
+        assert missing.json()["error"]["code"] == "not_found"
         wrong = await client.delete("/v1/runs")
         assert wrong.status_code == 405
         assert wrong.json()["error"] == "method_not_allowed"

@@ -512,6 +512,21 @@ async def test_responses_refusals_have_openai_shape(tmp_path: Path) -> None:
         assert missing.value.body["code"] == "model_not_found"
 
 
+async def test_errors_under_v1_have_openai_shape(tmp_path: Path) -> None:
+    async with daemon(tmp_path, Model(lambda _request: "42")) as d, d.openai() as client:
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.embeddings.create(model="agentrt/solver", input="hi")
+        assert isinstance(missing.value.body, dict)
+        assert "/v1/chat/completions" in missing.value.body["message"]
+        async with d.http() as http:
+            wrong_method = await http.get("/v1/chat/completions")
+            assert wrong_method.status_code == 405
+            assert wrong_method.json()["error"]["type"] == "invalid_request_error"
+            own = await http.get("/v1/runs/run-nobody")  # agentrt's own API: its own shape
+            assert own.status_code == 404
+            assert own.json()["error"] == "not_found"
+
+
 # -- the OpenAI Agents SDK (its default model: the Responses API) ----------------------
 
 
