@@ -13,6 +13,7 @@ file formats are ``engine.swebench``.  Must not print.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,10 +22,11 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import msgspec
 
+from agentrt.aggregators import Aggregator, build_aggregator
 from agentrt.protocols import ScalingSpec, TrajectorySummary
 from agentrt.runtime.cli.eval_tasks import EvalTask, Verifier
 from agentrt.runtime.cli.trajectory_data import Pool, TrajectoryRecorder
-from agentrt.runtime.engine.coding_task import CodingRunner, CodingTask, run_coding_task
+from agentrt.runtime.engine.coding_task import CodingRun, CodingRunner, CodingTask, run_coding_task
 from agentrt.runtime.engine.swebench import Prediction, SweInstance
 from agentrt.runtime.errors import ConfigError, UserError
 from agentrt.runtime.log import get_logger
@@ -66,6 +68,10 @@ class CodingOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """The predicted patch's tests (``None``: no tests, or no patch)."""
     aggregate: str = ""
     rationale: str = ""
+    patch: str = ""
+    """The predicted patch (empty: none)."""
+    refined: int = 0
+    """Rollouts the run's aggregator added (``--run-aggregate pdr``), tested too."""
     error: str | None = None
     verify_s: float = 0.0
     duration_s: float = 0.0
@@ -104,11 +110,15 @@ async def draw_coding_pools(
     concurrency: int = 1,
     workspace_root: Path | None = None,
     keep: bool = False,
+    aggregator: Aggregator | None = None,
+    label: str = "",
 ) -> tuple[list[Pool], int, list[CodingOutcome]]:
     """One run of ``rollouts`` rollouts per task, ``concurrency`` tasks at
     once; the pools, the model calls made and each task's outcome.  A task
     that cannot run (its repository, its base commit) or whose run fails
-    gets failed rollouts with the reason, and the others go on."""
+    gets failed rollouts with the reason, and the others go on.
+    ``aggregator`` (labelled ``label``): each run chooses its task's patch
+    itself (PDR may run refinement rollouts); the outcomes carry it."""
     limiter = anyio.CapacityLimiter(max(1, concurrency))
     pools: list[Pool | None] = [None] * len(items)
     outcomes: list[CodingOutcome | None] = [None] * len(items)
@@ -126,6 +136,7 @@ async def draw_coding_pools(
                     workspace_root=workspace_root,
                     keep=keep,
                     events=recorder,
+                    aggregator=aggregator,
                 )
             except UserError:
                 raise
@@ -142,7 +153,7 @@ async def draw_coding_pools(
             else:
                 summaries = run.summaries
                 calls[i] = run.model_calls
-                outcomes[i] = CodingOutcome(
+                outcome = CodingOutcome(
                     instance_id=task.id,
                     rollouts=len(summaries),
                     passed=sum(1 for s in summaries if s.verification and s.verification.passed),
@@ -151,6 +162,7 @@ async def draw_coding_pools(
                     verify_s=round(run.verify_s, 3),
                     duration_s=round(run.duration_s, 3),
                 )
+                outcomes[i] = outcome if aggregator is None else _chosen_in_run(outcome, run, label)
         for j in range(len(summaries), rollouts):  # cut short (a budget)
             summaries.append(
                 TrajectorySummary(rollout_id=f"{task.id}-missing{j}", failure_modes=["missing"])
@@ -213,12 +225,28 @@ async def predict(
             updated.append(
                 msgspec.structs.replace(
                     outcome,
+                    patch=patch,
                     prediction_passed=verify(patch, task) if tested and patch else None,
                     aggregate=label,
                     rationale=rationale,
                 )
             )
     return predictions, updated
+
+
+def _chosen_in_run(outcome: CodingOutcome, run: CodingRun, label: str) -> CodingOutcome:
+    """``outcome`` with the patch the run's own aggregator chose and its verdict."""
+    every = [*run.summaries, *run.refined]
+    tested = any(s.verification is not None for s in every)
+    patch = run.answer or ""
+    return msgspec.structs.replace(
+        outcome,
+        patch=patch,
+        aggregate=label,
+        rationale=run.rationale,
+        refined=len(run.refined),
+        prediction_passed=_passing(every).get(patch, False) if tested and patch else None,
+    )
 
 
 def format_outcomes(outcomes: Sequence[CodingOutcome]) -> str:
@@ -230,7 +258,9 @@ def format_outcomes(outcomes: Sequence[CodingOutcome]) -> str:
         verdict = {True: "passes", False: "fails", None: "-"}[o.prediction_passed]
         line = (
             f"  {o.instance_id.ljust(width)}  {o.passed}/{o.rollouts} passed, "
-            f"{o.with_diff} with a diff; prediction ({o.aggregate or '-'}): {verdict}; "
+            f"{o.with_diff} with a diff"
+            + (f", {o.refined} refinements" if o.refined else "")
+            + f"; prediction ({o.aggregate or '-'}): {verdict}; "
             f"tests {o.verify_s:.1f} s of {o.duration_s:.1f} s"
         )
         if o.error:
@@ -291,6 +321,12 @@ def add_swe_arguments(parser: argparse.ArgumentParser) -> None:
         help="where base snapshots of the repositories go (default: $TMPDIR/agentrt-repo-cache)",
     )
     group.add_argument(
+        "--run-aggregate",
+        metavar="NAME[:K=V,...]",
+        help="choose each task's patch inside its run instead (pdr allowed: its refinement "
+        "rollouts work on the repository and are tested too); the predictions come from it",
+    )
+    group.add_argument(
         "--keep-workspaces",
         action="store_true",
         help="leave each rollout's workspace for debugging ($TMPDIR/agentrt-workspaces/RUN/rN)",
@@ -315,6 +351,22 @@ def test_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def run_aggregator(text: str, *, judge: Any) -> Aggregator:
+    """``--run-aggregate NAME[:K=V,...]`` as an aggregator (values read as
+    JSON when they parse); ``ConfigError`` naming the option otherwise."""
+    name, _, rest = text.partition(":")
+    options: dict[str, Any] = {"name": name.strip()}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"expected KEY=VALUE, got {part!r}", where="--run-aggregate")
+        try:
+            options[key.strip()] = json.loads(value)
+        except ValueError:
+            options[key.strip()] = value
+    return build_aggregator(options, judge=judge, where=f"--run-aggregate {text!r}")
+
+
 def check_swe_arguments(args: argparse.Namespace) -> None:
     """``ConfigError`` for coding options without ``--swe`` or ``--swe`` without its needs."""
     if not args.swe:
@@ -325,6 +377,7 @@ def check_swe_arguments(args: argparse.Namespace) -> None:
                 ("--predictions", args.predictions),
                 ("--test-command", args.test_command),
                 ("--test-path", args.test_path),
+                ("--run-aggregate", args.run_aggregate),
             )
             if value
         ]
@@ -337,6 +390,8 @@ def check_swe_arguments(args: argparse.Namespace) -> None:
         raise ConfigError("--swe needs --repos DIR (the local clones)", where="eval")
     if not args.repos.is_dir():
         raise ConfigError(f"{str(args.repos)!r} is not a directory", where="--repos")
+    if args.run_aggregate:
+        run_aggregator(args.run_aggregate, judge=None)  # a bad spec fails before any run
     if not 0 < args.test_timeout <= 3600:
         raise ConfigError(f"must lie in (0, 3600], got {args.test_timeout}", where="--test-timeout")
 
@@ -369,6 +424,11 @@ async def swe_eval_command(
     )
     async with open_runner(args) as runner:
         coding = cast(CodingRunner, runner)
+        in_run = (
+            run_aggregator(args.run_aggregate, judge=getattr(runner, "judge", None))
+            if args.run_aggregate
+            else None
+        )
         pools, calls, outcomes = await draw_coding_pools(
             coding,
             items,
@@ -376,6 +436,8 @@ async def swe_eval_command(
             cache=args.repo_cache or default_repo_cache(),
             concurrency=args.concurrency,
             keep=args.keep_workspaces,
+            aggregator=in_run,
+            label=args.run_aggregate or "",
         )
         if args.export is not None:
             from agentrt.runtime.cli.trajectory_data import write_pools
@@ -398,14 +460,24 @@ async def swe_eval_command(
             pool_model_calls=calls,
         )
         first = aggregates[0]
-        predictions, outcomes = await predict(
-            coding,
-            pools,
-            outcomes,
-            scaling=first.scaling,
-            label=first.label,
-            model_name=args.model_name,
-        )
+        if in_run is None:
+            predictions, outcomes = await predict(
+                coding,
+                pools,
+                outcomes,
+                scaling=first.scaling,
+                label=first.label,
+                model_name=args.model_name,
+            )
+        else:
+            predictions = [
+                Prediction(
+                    instance_id=o.instance_id,
+                    model_name_or_path=args.model_name,
+                    model_patch=o.patch,
+                )
+                for o in outcomes
+            ]
     sys.stdout.write(evaluation.format_table(report) + "\n" + format_outcomes(outcomes) + "\n")
     if args.predictions is not None:
         write_predictions(args.predictions, predictions)

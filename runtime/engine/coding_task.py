@@ -88,6 +88,8 @@ class CodingRun(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float = 0.0
     verify_s: float = 0.0
     """Wall time spent reading the diffs and running the tests, in all."""
+    refined: list[TrajectorySummary] = []
+    """Rollouts the run's aggregator started (PDR's refinements), read back and tested."""
     answer: str | None = None
     """The diff the run's ``aggregator`` chose (``None``: none given, or none chosen)."""
     rationale: str = ""
@@ -126,8 +128,7 @@ async def run_coding_task(
     and an ``ErrorRaised`` when the task cannot run.  ``aggregator``: chooses
     in the run itself (``answer``), among the rollouts' diffs with their
     tests' verdicts; PDR's refinement rollouts get the repository too and
-    are read back and tested before it compares them (they join
-    ``summaries``)."""
+    are read back and tested before it compares them (``refined``)."""
     started = time.monotonic()
     run_id = f"{_SAFE.sub('-', task.id)[:40]}-{uuid.uuid4().hex[:8]}"
     repo = TaskRepository(Path(task.repo), task.base_commit, cache=cache, task_id=task.id)
@@ -196,7 +197,7 @@ async def run_coding_task(
                 for i, summary in enumerate(summaries):
                     tg.start_soon(finish, i, summary)
         listed = {s.rollout_id for s in summaries}
-        summaries += [s for rid, s in done.items() if rid not in listed]  # refinement rollouts
+        refined = [s for rid, s in done.items() if rid not in listed]  # PDR's rollouts
         for rid in done:  # the tools created the refinement rollouts' workspaces
             await spaces.release(run_id, rid)
     return CodingRun(
@@ -206,6 +207,7 @@ async def run_coding_task(
         model_calls=result.cost.model_calls,
         duration_s=time.monotonic() - started,
         verify_s=sum(verify_s),
+        refined=refined,
         answer=result.answer if aggregator is not None else None,
         rationale=result.rationale or "" if aggregator is not None else "",
     )

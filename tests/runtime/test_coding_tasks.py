@@ -517,14 +517,61 @@ async def test_pdr_refinement_rollouts_work_on_the_repository_and_are_tested(
         run = await run_coding_task(rt, task, rollouts=2, cache=tmp_path / "cache", aggregator=pdr)
     assert run.answer is not None
     assert run.answer.strip() == instance["patch"].strip()
-    by_slot = {s.rollout_id.rsplit("-", 1)[-1]: s for s in run.summaries}
-    first = [s for s in run.summaries if s.rollout_id.endswith(("-r0", "-r1"))]
-    refined = [s for s in run.summaries if "refine" in s.rollout_id]
+    by_slot = [s.rollout_id for s in (*run.summaries, *run.refined)]
+    first = run.summaries
+    refined = run.refined
+    assert all("refine" in s.rollout_id for s in refined)
     assert len(first) == 2, sorted(by_slot)
     assert len(refined) == 2, sorted(by_slot)
     assert all(s.verification is not None and not s.verification.passed for s in first)
     assert all(s.verification is not None and s.verification.passed for s in refined)
     assert not list((default_workspace_root() / run.run_id).glob("*")), "all removed"
+
+
+async def test_eval_run_aggregate_pdr_predicts_the_refinement_that_passes(
+    task_set: Path, tmp_path: Path
+) -> None:
+    instance = _instances(task_set)[1]
+    tasks = tmp_path / "one.jsonl"
+    tasks.write_text(json.dumps(instance) + "\n")
+
+    def script(request: ModelRequest) -> Any:
+        if _answered(request):
+            return "done"
+        if any("Earlier attempts" in str(m.content) for m in request.messages):
+            return ScriptedToolCall("shell", {"command": f"git apply <<'P'\n{instance['patch']}P"})
+        return ScriptedToolCall("shell", {"command": "echo '# no fix' >> NOTES.txt"})
+
+    predictions = tmp_path / "preds.jsonl"
+    args = build_parser().parse_args(
+        [
+            str(tasks),
+            *("--swe", "--repos", str(task_set / "repos"), "--rollouts", "2"),
+            *("--run-aggregate", "pdr:rounds=2,m=2,k=1,stop_on_agreement=false"),
+            *("--test-path", str(task_set / "pytest"), "--repo-cache", str(tmp_path / "c")),
+            *("--predictions", str(predictions), "--json", str(tmp_path / "r.json")),
+        ]
+    )
+    runtime = Runtime(
+        {"early_stop": False, "default_agent": "swe"},
+        backends=[ScriptedBackend(script)],
+        agents={"swe": load_spec(SPEC)},
+        judge=SimulatedJudge(instance["patch"], 1.0),
+    )
+    async with runtime as rt:
+        await eval_command(args, _opener(rt))
+    (outcome,) = json.loads((tmp_path / "r.json").read_text())["tasks"]
+    assert outcome["passed"] == 0  # the first round fixed nothing
+    assert outcome["refined"] == 2
+    assert outcome["prediction_passed"] is True
+    (line,) = predictions.read_text().splitlines()
+    assert json.loads(line)["model_patch"].strip() == instance["patch"].strip()
+    with pytest.raises(ConfigError, match="--run-aggregate"):
+        _checked(
+            build_parser().parse_args(
+                ["t.jsonl", "--swe", "--repos", str(tmp_path), "--run-aggregate", "nope"]
+            )
+        )
 
 
 # -- the SWE-bench file format ------------------------------------------------------
