@@ -59,13 +59,15 @@ async def test_the_store_file_has_one_owner_whatever_its_name(tmp_path: Path) ->
         assert store.path == str(db.resolve())
 
 
-def _write_config(tmp_path: Path, port: int, extra: str = "") -> Path:
+def _write_config(
+    tmp_path: Path, port: int, extra: str = "", *, header_timeout_s: float = 2.0
+) -> Path:
     config = tmp_path / "agentrt.toml"
     config.write_text(
         f"""
 [server]
 port = {port}
-header_timeout_s = 2
+header_timeout_s = {header_timeout_s}
 {extra}
 
 [store]
@@ -226,7 +228,8 @@ async def test_load_cycles_return_fds_threads_and_memory_to_baseline(
         warm_fds, base_threads, base_rss = _holdings(watched)
         # A closed reader's descriptor of the database file itself stays
         # parked by SQLite while the writer holds its lock on the file (it is
-        # reused by the next reader): at most one per pooled reader.
+        # reused by the next reader): at most one per pooled reader, however
+        # many cycles (a connection per thread, as before, held ~2 per thread).
         parked = 4  # [store] readers
         seen: list[tuple[int, int, float]] = []
         for _ in range(4):
@@ -235,7 +238,7 @@ async def test_load_cycles_return_fds_threads_and_memory_to_baseline(
             while True:
                 await anyio.sleep(0.5)
                 fds, threads, rss = _holdings(watched)
-                back = fds <= warm_fds + 1 and threads <= base_threads + 2
+                back = fds <= base_fds + parked and threads <= base_threads + 2
                 if back or time.monotonic() > settled:
                     break
             seen.append((fds, threads, rss))
@@ -243,7 +246,7 @@ async def test_load_cycles_return_fds_threads_and_memory_to_baseline(
         baseline = (base_fds, warm_fds, base_threads, base_rss)
         assert warm_fds <= base_fds + parked, baseline
         for fds, threads, rss in seen:
-            assert fds <= warm_fds + 1, (baseline, seen)
+            assert fds <= base_fds + parked, (baseline, seen)
             assert threads <= base_threads + 2, (baseline, seen)
             assert rss <= base_rss + 12, (baseline, seen)
     finally:
@@ -265,7 +268,8 @@ async def test_half_sent_requests_do_not_slow_other_clients(
     tmp_path: Path, daemon_kit: Any
 ) -> None:
     port = daemon_kit.free_port()
-    daemon = daemon_kit.start_serve(_write_config(tmp_path, port), port, tmp_path / "daemon.log")
+    config = _write_config(tmp_path, port, header_timeout_s=6.0)
+    daemon = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
     slow: list[socket.socket] = []
     try:
         url = f"http://127.0.0.1:{port}"
@@ -288,10 +292,11 @@ async def test_half_sent_requests_do_not_slow_other_clients(
                 slow.append(sock)
             began = time.monotonic()
             beside = await latencies(200)
+        assert time.monotonic() - began < 6.0, "measured after the slow ones were let go"
         p99_alone, p99_beside = _percentile(alone, 0.99), _percentile(beside, 0.99)
         assert p99_beside < max(50.0, 2 * p99_alone), (p99_alone, p99_beside)
         # The daemon lets go of them at header_timeout_s, with a 408.
-        await anyio.sleep(max(0.0, 2.5 - (time.monotonic() - began)))
+        await anyio.sleep(max(0.0, 6.5 - (time.monotonic() - began)))
         for sock in slow:
             sock.settimeout(5)
             answer = sock.recv(4096)
