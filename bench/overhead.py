@@ -28,7 +28,8 @@ embedding application gets.
 
 Per variant: wall time over ideal (S x latency) and over the floor's, client
 CPU microseconds per model call and its ratio to the floor's, the cyclic
-collector's share of that CPU and its longest pause, peak RSS, the model
+collector's share of that CPU, its longest pause and the objects it freed
+per model call (garbage in reference cycles), peak RSS, the model
 calls the sim-server counted (asserted to be R x S), and how busy client and
 server were (CPU over wall time: a server near 100% sets the wall time).
 Repetitions alternate the variants (floor, runs, rollouts, backend, floor,
@@ -245,11 +246,13 @@ async def agent_loop(variant: str, url: str, rollouts: int, steps: int) -> dict[
 
 
 class _GcClock:
-    """The cyclic collector's CPU time, pause per collection and count per
-    generation (``gc.callbacks``)."""
+    """The cyclic collector's CPU time, pause per collection, count per
+    generation and the objects it freed (``gc.callbacks``): garbage in
+    reference cycles, which reference counting never frees."""
 
     def __init__(self) -> None:
         self.cpu = 0.0
+        self.freed = 0
         self.longest = 0.0
         self.longest_generation = -1
         self.collections = [0, 0, 0]
@@ -263,6 +266,7 @@ class _GcClock:
         pause = time.perf_counter() - self._wall0
         spent = time.process_time() - self._cpu0
         self.cpu += spent
+        self.freed += int(info["collected"])
         generation = int(info["generation"])
         self.collections[generation] += 1
         self.by_generation[generation] += spent
@@ -328,6 +332,7 @@ async def _measure(
         "gc_longest_generation": clock.longest_generation,
         "gc_collections": clock.collections,
         "gc_cpu_by_generation": clock.by_generation,
+        "gc_freed": clock.freed,
         "answered": answered,
         "server_calls": _chat_calls(url) - calls0,
         "server_busy": server / wall,
@@ -407,7 +412,8 @@ def run_child(
 
 
 def median_of(samples: list[dict[str, Any]]) -> dict[str, float]:
-    keys = ("wall", "cpu", "gc_cpu", "gc_longest", "peak_rss_mb", "server_calls", "server_busy")
+    keys = ("wall", "cpu", "gc_cpu", "gc_longest", "gc_freed", "peak_rss_mb", "server_calls",
+            "server_busy")  # fmt: skip
     out = {k: statistics.median(float(s[k]) for s in samples) for k in keys}
     out["gc_share"] = statistics.median(s["gc_cpu"] / s["cpu"] for s in samples)
     out["n"] = len(samples)
@@ -428,6 +434,7 @@ def report(table: Table, steps: int, latency: float) -> None:
           "medians of n interleaved repetitions\n")  # fmt: skip
     head = (f"{'R':>6} {'loop':>9} {'n':>2} {'wall s':>7} {'/ideal':>7} {'/floor':>7} "
             f"{'CPU us/call':>11} {'/floor':>7} {'GC %CPU':>8} {'GC pause ms':>11} "
+            f"{'cycles/call':>11} "
             f"{'RSS MB':>7} {'/floor':>7} {'server calls':>12} {'client %':>8} "
             f"{'server %':>8}")  # fmt: skip
 
@@ -443,6 +450,7 @@ def report(table: Table, steps: int, latency: float) -> None:
                       f"{m['wall'] / ideal:>7.2f} {m['wall'] / floor['wall']:>7.2f} "
                       f"{1e6 * m['cpu'] / (r * steps):>11.0f} {m['cpu'] / floor['cpu']:>7.2f} "
                       f"{100 * m['gc_share']:>8.1f} {1000 * m['gc_longest']:>11.1f} "
+                      f"{m['gc_freed'] / (r * steps):>11.1f} "
                       f"{m['peak_rss_mb']:>7.1f} {m['peak_rss_mb'] / floor['peak_rss_mb']:>7.2f} "
                       f"{m['server_calls']:>12,.0f} {100 * m['cpu'] / m['wall']:>8.0f} "
                       f"{100 * m['server_busy']:>8.0f}")  # fmt: skip
@@ -474,6 +482,8 @@ def report(table: Table, steps: int, latency: float) -> None:
         print("The model client alone (OpenAIBackend.complete in a bare loop) beside the floor:")
         rows(("backend",))
         print()
+    print("cycles/call: objects the collector freed per model call (garbage in reference")
+    print("cycles, which only a collection frees; counted by gc.callbacks)")
     print("client %, server %: CPU time over wall time of the measured phase (a loop")
     print("whose client is well under 100% waits on the server or the machine: a server")
     print("near 100% sets that loop's wall time, not the client)\n")
