@@ -195,6 +195,9 @@ class ActorCell(Generic[MsgT, ReplyT]):
         incarnation = self.incarnation
         instance = await self._start(restart_error)
         task_status.started()
+        # Let go of the starter's status (and its future): the frame of an
+        # idle actor would keep them alive for its whole life.
+        del task_status
         mailbox = self.mailbox
         error: Exception | None = None
         streak = 0

@@ -207,6 +207,7 @@ class Supervisor:
                     await self._restart(tg, children, restart_error)
                 if start_error is None:
                     task_status.started()
+                    del task_status  # its future, held for the supervisor's life otherwise
                     escalation = await self._supervise(tg, reports)
                 tg.cancel_scope.cancel()
         finally:
