@@ -13,7 +13,7 @@ from typing import Final, final
 
 import msgspec
 
-from agentrt.agents.config import ContextConfig
+from agentrt.agents.config import AgentConfig, ContextConfig
 from agentrt.protocols import (
     AssistantMessage,
     ChatMessage,
@@ -284,6 +284,28 @@ class ContextWindow:
         self._messages = messages
 
 
+def fit_context(
+    config: AgentConfig, *, chars_per_token: float | None, window_tokens: int | None
+) -> AgentConfig:
+    """``config`` with its context budget fitted to the model that serves it,
+    in the keys its author left unset: ``chars_per_token`` measured with the
+    backend's own tokenizer (``calibrate_chars_per_token``; ``None``: keep
+    the generous default), and ``budget_tokens`` within the model's context
+    window (``window_tokens``) less a step's completion tokens, so the
+    history is folded before the model would refuse the prompt."""
+    given = config.context.model_fields_set
+    changes: dict[str, float | int] = {}
+    if chars_per_token is not None and "chars_per_token" not in given:
+        changes["chars_per_token"] = chars_per_token
+    if window_tokens is not None and "budget_tokens" not in given:
+        room = window_tokens - config.limits.max_tokens_per_step
+        if 64 <= room < config.context.budget_tokens:
+            changes["budget_tokens"] = room
+    if not changes:
+        return config
+    return config.model_copy(update={"context": config.context.model_copy(update=changes)})
+
+
 __all__ = [
     "MESSAGE_OVERHEAD",
     "NOTES_HEADER",
@@ -294,6 +316,7 @@ __all__ = [
     "brief_notes",
     "clip",
     "estimate_request_tokens",
+    "fit_context",
     "message_tokens",
     "tools_tokens",
 ]

@@ -23,6 +23,7 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, TokenPacer, stream_sink
+from agentrt.agents.context import fit_context
 from agentrt.agents.delegation import AgentNode
 from agentrt.agents.hierarchy import Hierarchy, build_hierarchy, used_servers
 from agentrt.agents.spec_loader import ServerConfig, SpecSet, load_spec
@@ -49,9 +50,11 @@ from agentrt.runtime.engine.placement import LocalPlacement, Placement, open_pla
 from agentrt.runtime.engine.run import RunExecution
 from agentrt.runtime.engine.settings import RuntimeConfig
 from agentrt.runtime.errors import ConfigError, UserError
+from agentrt.runtime.log import get_logger
 from agentrt.runtime.memory import MemoryBank, MemoryView
 from agentrt.runtime.models.base import ModelBackend, backend_concurrency
 from agentrt.runtime.models.managed_actor import ManagedServerHandle, spawn_managed_server
+from agentrt.runtime.models.prompt_estimate import TokenCounter, calibrate_chars_per_token
 from agentrt.runtime.models.registry import ModelRegistry
 from agentrt.runtime.pricing import PriceTable
 from agentrt.runtime.tracing_config import open_tracer
@@ -63,6 +66,8 @@ if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
     from agentrt.tools.base import ElicitationReply
     from agentrt.tools.mcp import McpServers
     from agentrt.tools.mcp.server_actor import McpServerStatus
+
+log = get_logger(__name__)
 
 AgentRef = str | AgentConfig | Agent | Hierarchy | None
 """An agent by name (``RuntimeConfig.agents``), a configuration, or built."""
@@ -157,6 +162,10 @@ class Runtime:
             )
         )
         self.tracer: RunTracer | None = None
+        self.chars_per_token: dict[str, float] = {}
+        """Per model: characters per token measured with its backend's own
+        tokenizer on entry (agents' context budgets use it); absent: chars/3."""
+        self._windows: dict[str, int] = {}
         """Exports runs as OpenTelemetry traces (``config.tracing``), open while this is."""
         self._registry = registry
         self.backends: dict[str, ModelBackend] = {}
@@ -214,6 +223,7 @@ class Runtime:
                 backend = registry.create(name)
                 self.backends[name] = await self._stack.enter_async_context(backend)
             self.default_model = registry.resolve()[1]
+        await self._measure_tokenizers()
         self.backends.update(self._given)
         if self.default_model is None and self.backends:
             first = next(iter(self.backends.values()))
@@ -253,6 +263,27 @@ class Runtime:
                 bank=self.bank,
             )
         )
+
+    async def _measure_tokenizers(self) -> None:
+        """Calibrate each configured backend's characters per token with its
+        own tokenizer (llama.cpp's, a server's ``/tokenize``), once, and note
+        its context window; a backend without one keeps the default."""
+
+        async def measure(backend: TokenCounter, models: list[str]) -> None:
+            try:
+                ratio = await calibrate_chars_per_token(backend, timeout_s=2.0)
+            except Exception as error:  # no tokenizer there (e.g. a plain OpenAI API)
+                log.debug("no tokenizer to calibrate with", models=models, error=repr(error))
+                return
+            self.chars_per_token.update(dict.fromkeys(models, ratio))
+
+        async with anyio.create_task_group() as tg:
+            for backend in self.backends.values():
+                window = getattr(backend, "context_window", None)
+                if isinstance(window, int):
+                    self._windows.update(dict.fromkeys(backend.models, window))
+                if isinstance(backend, TokenCounter):
+                    tg.start_soon(measure, backend, backend.models)
 
     async def _host_actors(self, *, task_status: TaskStatus[ActorSystem]) -> None:
         """The actor system, in a task of its own behind a shield: cancelling
@@ -352,6 +383,13 @@ class Runtime:
                 raise ConfigError(f"unknown agent {name!r}; configured: {known}", where="agent")
         else:
             config = agent
+        model = config.model or self.default_model
+        if config.routing is None and model is not None:
+            config = fit_context(
+                config,
+                chars_per_token=self.chars_per_token.get(model),
+                window_tokens=self._windows.get(model),
+            )
         return Agent(
             config,
             backends=self.backends,

@@ -242,6 +242,16 @@ class EmbeddedBackend:
         )
         return _Loaded(llm, formatter)
 
+    @property
+    def context_window(self) -> int:
+        """Tokens the model's context holds (``n_ctx``: prompt plus completion)."""
+        return self._loaded.n_ctx if self._loaded is not None else self._config.n_ctx
+
+    async def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` is in the model's own vocabulary (``TokenCounter``)."""
+        loaded = self._require_open()
+        return len(loaded.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
     # -- requests ---------------------------------------------------------
 
     async def complete(self, request: ModelRequest) -> ModelReply:

@@ -85,6 +85,13 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+class _TokenCount(msgspec.Struct):
+    """``POST /tokenize``'s reply: vLLM sends ``count`` and ``tokens``, SGLang ``tokens``."""
+
+    count: int | None = None
+    tokens: list[int] = []
+
+
 @final
 class OpenAIBackend:
     """A ``ModelBackend`` for one OpenAI-compatible endpoint.
@@ -340,6 +347,37 @@ class OpenAIBackend:
         except msgspec.DecodeError as exc:
             raise self._errors.malformed(f"GET {url} reply is not a model list ({exc})") from exc
         return [m.id for m in listing.data]
+
+    async def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` is for the server's first model, by its own
+        tokenizer: ``POST /tokenize`` at the server's root, which vLLM and
+        SGLang serve (``TokenCounter``).  Raises ``BackendError`` from a
+        server without it."""
+        self._opened()
+        assert self._client is not None
+        root = self._config.base_url.removesuffix("/").removesuffix("/v1")
+        url = f"{root}/tokenize"
+        body = msgspec.json.encode({"model": self._models[0], "prompt": text})
+        try:
+            with anyio.fail_after(self._config.http.read_timeout_s):
+                response = await self._client.post(url, content=body, headers=self._json_headers)
+        except TimeoutError as exc:
+            raise self._errors.deadline(f"POST {url} timed out") from exc
+        except Exception as exc:
+            error = self._errors.transport(exc, "counting tokens")
+            raise (error.error if isinstance(error, TransientError) else error) from exc
+        if response.status_code != 200:
+            raise BackendError(
+                f"POST {url} answered HTTP {response.status_code}: "
+                f"{error_message(response.content)}",
+                backend=self._name,
+                endpoint=self._endpoint,
+            )
+        try:
+            counted = msgspec.json.decode(response.content, type=_TokenCount)
+        except msgspec.DecodeError as exc:
+            raise self._errors.malformed(f"POST {url} reply is not a token count ({exc})") from exc
+        return counted.count if counted.count is not None else len(counted.tokens)
 
     # -- one attempt -----------------------------------------------------------
 

@@ -4,16 +4,19 @@ server says.
 Owns the ``TokenEstimator`` protocol, ``CharEstimator`` (characters divided
 by a deliberately small ``chars_per_token``) and the per-message, per-tool
 and per-request estimates that budget reservations are made on (the agent
-loop and ``MeteredBackend`` use the same ones).  Pure computation; must not
-import agents, tools or aggregators.
+loop and ``MeteredBackend`` use the same ones); and the calibration of
+``chars_per_token`` from a backend's own tokenizer (``TokenCounter``), made
+once per backend so that no request pays for tokenizing.  Must not import
+agents, tools or aggregators.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final, Protocol, final
+from typing import Final, Protocol, final, runtime_checkable
 
+import anyio
 import msgspec
 
 from agentrt.protocols import (
@@ -62,6 +65,49 @@ class CharEstimator:
         return math.ceil(len(text) / self.chars_per_token)
 
 
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A backend that can count tokens with the model's own tokenizer (the
+    embedded model's llama.cpp vocabulary, a vLLM server's ``/tokenize``)."""
+
+    async def count_tokens(self, text: str) -> int:
+        """The number of tokens ``text`` is, without any template."""
+        ...
+
+
+#: Text tokenized once per backend to measure its characters per token: the
+#: mix an agent's prompt holds (prose, a tool's JSON, code, numbers, a path).
+CALIBRATION_TEXT: Final = (
+    "You are a careful assistant. Use the tools when they help, and answer "
+    "briefly once you know. The user asked how many files in the project "
+    "import the logging module, and whether any of them configure it at "
+    "import time, which a library should never do.\n"
+    '{"name": "read_file", "arguments": {"path": "src/app/config.py", '
+    '"start_line": 1, "end_line": 120}}\n'
+    "def load(path: str) -> dict[str, object]:\n"
+    "    with open(path, encoding='utf-8') as handle:\n"
+    "        return json.load(handle)  # raises ValueError on bad input\n"
+    "Result: 17 * 23 = 391; 2 ** 10 = 1024; 3.14159 rounds to 3.14.\n"
+    "Traceback (most recent call last): FileNotFoundError: [Errno 2] "
+    "No such file or directory: '/tmp/agentrt-7f3a/workspace/notes.txt'\n"
+)
+#: The calibrated ratio is scaled by this, so estimates stay a little generous
+#: (a prompt's mix differs from the sample's).
+CALIBRATION_MARGIN: Final = 0.9
+
+
+async def calibrate_chars_per_token(counter: TokenCounter, *, timeout_s: float = 5.0) -> float:
+    """Characters per token of ``counter``'s tokenizer on ``CALIBRATION_TEXT``,
+    times ``CALIBRATION_MARGIN``.  Raises what the counter raises (or
+    ``TimeoutError`` past ``timeout_s``), and ``ValueError`` for a count
+    that cannot be right."""
+    with anyio.fail_after(timeout_s):
+        tokens = await counter.count_tokens(CALIBRATION_TEXT)
+    if not 0 < tokens <= len(CALIBRATION_TEXT):
+        raise ValueError(f"the tokenizer counted {tokens} tokens in {len(CALIBRATION_TEXT)} chars")
+    return round(len(CALIBRATION_TEXT) / tokens * CALIBRATION_MARGIN, 3)
+
+
 def message_tokens(message: ChatMessage, estimate: TokenEstimator) -> int:
     """Estimated tokens of one message, template overhead included."""
     total = MESSAGE_OVERHEAD
@@ -98,12 +144,16 @@ def estimate_request_tokens(
 
 
 __all__ = [
+    "CALIBRATION_MARGIN",
+    "CALIBRATION_TEXT",
     "MESSAGE_OVERHEAD",
     "REQUEST_OVERHEAD",
     "TOOLS_PREAMBLE",
     "TOOL_OVERHEAD",
     "CharEstimator",
+    "TokenCounter",
     "TokenEstimator",
+    "calibrate_chars_per_token",
     "estimate_request_tokens",
     "message_tokens",
     "tools_tokens",
