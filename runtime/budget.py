@@ -356,6 +356,10 @@ class BudgetLedger:
             and node._cap_seconds is None
             for node in self._chain
         )
+        # An unpriced model is free here (no USD cap on the chain; caps never change).
+        self._unpriced_free = self.prices.unpriced_free_uncapped and all(
+            node._cap_pico is None for node in self._chain
+        )
         self._started = clock()
         self._finished: float | None = None
         # Spent (own subtree), reserved (in flight in own subtree), overruns.
@@ -538,11 +542,7 @@ class BudgetLedger:
     def _rates_for(self, model: str) -> TokenRates:
         rates = self._rates.get(model)
         if rates is None:
-            if (
-                self.prices.unpriced_free_uncapped
-                and self.prices.price(model) is None
-                and all(node._cap_pico is None for node in self._chain)
-            ):
+            if self._unpriced_free and self.prices.price(model) is None:
                 return UNPRICED_RATES  # not cached: a capped child must still refuse it
             rates = self._rates[model] = self.prices.rates(model)
         return rates
