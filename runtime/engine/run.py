@@ -1,14 +1,16 @@
-"""One run as a supervised actor tree: the run's supervisor, an actor per
-rollout, then summaries and the aggregation, all on the run's one ledger.
+"""One run as supervised actors: an actor per rollout, then summaries and
+the aggregation, all on the run's one ledger.
 
 Owns ``RunExecution``: the run's ledger and event stream, the fan-out of its
 rollouts through the Runtime's placement (as ``RolloutActor``s under a
 supervisor, here or on Ray workers, that restarts a crashed one within its
 own restart intensity from its committed steps and records it failed past
-that), the per-backend slots (a rollout waiting for one is
-``queued``), early stop, the deadline, the summaries, the aggregation and
-the ``RunResult``; and taking up a run an earlier process committed
-(``RunCheckpoint``).  Must not know which entry point started the run.
+that; here, the Runtime's one rollout supervisor holds every run's rollout
+actors, each named after its run: ``spawn_rollout_supervisor``), the
+per-backend slots (a rollout waiting for one is ``queued``), early stop,
+the deadline, the summaries, the aggregation and the ``RunResult``; and
+taking up a run an earlier process committed (``RunCheckpoint``).  Must
+not know which entry point started the run.
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ from agentrt.protocols import (
 )
 from agentrt.protocols.ids import is_top_level
 from agentrt.runtime.actors import (
+    ActorSystem,
     RestartIntensity,
+    SupervisorRef,
     SupervisorSpec,
 )
 from agentrt.runtime.budget import BudgetLedger
@@ -90,6 +94,23 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 _names = itertools.count()
+
+
+async def spawn_rollout_supervisor(system: ActorSystem, restarts: int) -> SupervisorRef:
+    """The supervisor every run's rollout actors live under (the Runtime
+    spawns it once, when it opens): each rollout restarted at most
+    ``restarts`` times, then recorded failed.  One for all runs, not one per
+    run: a per-run supervisor's task, task group, spawn and stop cost every
+    run, and a run's rollout actors are stopped with it anyway (by the
+    placement; each is named after its run)."""
+    return await system.spawn_supervisor(
+        SupervisorSpec(
+            "rollouts",
+            intensity=RestartIntensity(restarts, within=math.inf),
+            on_exhausted="stop_child",
+        )
+    )
+
 
 OutcomeStatus = Literal["succeeded", "failed", "cancelled"]
 
@@ -251,15 +272,8 @@ class RunExecution:
         # One deadline for the whole run: warm-up, rollouts, aggregation.
         self.deadline = math.inf if wall is None else anyio.current_time() + wall
         self.wall = wall
-        name = f"run{next(_names)}"
-        supervisor = await rt.system.spawn_supervisor(
-            SupervisorSpec(
-                name,
-                intensity=RestartIntensity(rt.config.rollout_restarts, within=math.inf),
-                on_exhausted="stop_child",
-            )
-        )
-        self._supervisor = supervisor
+        self._name = f"run{next(_names)}"
+        self._supervisor = rt.rollout_supervisor
         try:
             outcomes = await self._fan_out(scaling.rollouts)
             summaries = self._summaries(outcomes)
@@ -283,8 +297,6 @@ class RunExecution:
             raise
         finally:
             self.ledger.finish()
-            with anyio.CancelScope(shield=True):
-                await rt.system.stop(supervisor)
         cost = msgspec.structs.replace(
             self.ledger.spent, wall_seconds=time.perf_counter() - started
         )
@@ -504,7 +516,12 @@ class RunExecution:
         if resume is not None:
             self._committed[rollout_id] = list(resume)
         result = await self._ask(
-            rollout_id, name=base.slot, task=task, ledger=ledger, seed=seed, resume=resume
+            rollout_id,
+            name=f"{self._name}-{base.slot}",
+            task=task,
+            ledger=ledger,
+            seed=seed,
+            resume=resume,
         )
         return await self._summarize(result.trajectory)
 
@@ -735,4 +752,4 @@ def _trajectory_status(status: str) -> TrajectoryStatus:
     return known.get(status, "failed")
 
 
-__all__ = ["RunExecution"]
+__all__ = ["RunExecution", "spawn_rollout_supervisor"]

@@ -47,7 +47,7 @@ from agentrt.runtime.actors import ActorSystem, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.engine.placement import LocalPlacement, Placement, open_placement
-from agentrt.runtime.engine.run import RunExecution
+from agentrt.runtime.engine.run import RunExecution, spawn_rollout_supervisor
 from agentrt.runtime.engine.settings import RuntimeConfig
 from agentrt.runtime.errors import ConfigError, UserError
 from agentrt.runtime.log import get_logger
@@ -212,6 +212,10 @@ class Runtime:
         self._stack.callback(self._closing.set)  # before the group exits (LIFO)
         self.system: ActorSystem = await host.start(self._host_actors)
         services = await self.system.spawn_supervisor(SupervisorSpec("services"))
+        # Every run's rollout actors live under it (``RunExecution``).
+        self.rollout_supervisor = await spawn_rollout_supervisor(
+            self.system, self.config.rollout_restarts
+        )
         if self._registry is not None or self.config.models.backends or not self._given:
             registry = self._registry or ModelRegistry(self.config.models)
             for name, managed in registry.managed_servers().items():
