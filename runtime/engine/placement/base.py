@@ -36,7 +36,8 @@ class PlacedRun:
     ``runner``: the run's entry node, built here; ``agent``: how the run
     named it (a name or a configuration: what a remote worker rebuilds it
     from; ``None`` when it was given as an object); ``supervisor``: the
-    run's supervisor in ``system``; ``emit``: the run's event stream;
+    supervisor of the run's rollout actors in ``system`` (the Runtime's
+    one, shared by every run); ``emit``: the run's event stream;
     ``restarts``: how often a crashed rollout is restarted; ``capped``:
     whether the run's ledger has a cap (its calls must be admitted there
     before they are made); ``journal``: the run's journal of model calls,
@@ -62,7 +63,7 @@ class PlacedRun:
 @dataclass(frozen=True, slots=True)
 class RolloutJob:
     """One rollout to run: its message (task, ids, seed, steps to resume
-    from), its actor's name in the run's supervisor, its ledger (a child
+    from), its actor's name (unique across runs: ``run<N>-<slot>``), its ledger (a child
     of the run's) and its committed top-level steps so far (read when it
     has to be taken up again)."""
 
