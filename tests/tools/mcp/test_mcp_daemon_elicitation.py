@@ -21,7 +21,7 @@ from agentrt.runtime.serve.manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.mcp import StdioServerConfig
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def _first_question(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:

@@ -168,6 +168,7 @@ async def test_filesystem_server_confined_to_the_roots(npx: str, tmp_path: Path)
 # -- tasks --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_tool_that_requires_a_task_completes_past_the_step_timeout(
     everything: StdioServerConfig,
 ) -> None:
@@ -185,6 +186,7 @@ async def test_a_tool_that_requires_a_task_completes_past_the_step_timeout(
     assert elapsed < 9  # one task, rejoined, not a second one started from scratch
 
 
+@pytest.mark.slow
 async def test_a_task_that_needs_input_asks_the_person_behind_its_run(
     everything: StdioServerConfig,
 ) -> None:
@@ -207,6 +209,7 @@ async def test_a_task_that_needs_input_asks_the_person_behind_its_run(
     assert "**Clarification**: programming" in out.text
 
 
+@pytest.mark.slow
 async def test_a_task_that_outlives_its_run_is_cancelled(everything: StdioServerConfig) -> None:
     async with McpConnection(everything) as conn:
         research = _tools(conn)["simulate-research-query"]
