@@ -286,6 +286,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # Phoenix's first start migrates its database: up to a minute
 @pytest.mark.anyio
 async def test_phoenix_receives_a_tournament_as_one_trace(phoenix: str) -> None:
     from phoenix.client import Client
