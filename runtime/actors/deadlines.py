@@ -87,6 +87,11 @@ class AskDeadlines:
                         ActorStopped(str(target), f"the actor system {address.system} is closed")
                     )
 
+    @property
+    def timers(self) -> int:
+        """Loop timers pending: one per bucket of asks in flight."""
+        return len(self._timers)
+
     def __len__(self) -> int:
         """Asks in flight."""
         return sum(len(bucket) for bucket in self._buckets.values())
