@@ -129,6 +129,8 @@ class McpConnection:
         self._catalog = Catalog()
         self._tail: StderrTail | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._forgotten = False
+        """The last session ended because the server forgot it."""
         self.restarts = 0
         """How many times the server was restarted."""
 
@@ -403,6 +405,11 @@ class McpConnection:
             if self._health.state is ConnectionState.CLOSED:
                 return
             delay = backoff.crashed(healthy_for=anyio.current_time() - started)
+            if delay is not None and self._forgotten:
+                # The server is up and merely forgot the session (it restarted):
+                # a new session now, not after a crash loop's growing backoff.
+                delay = min(delay, self.config.restart.initial_delay_s)
+            self._forgotten = False
             if delay is None:
                 failures = backoff.crashes
                 _log.error("mcp.server.failed", server=self.name, reason=reason, failures=failures)
@@ -495,6 +502,7 @@ class McpConnection:
                 if self._tail is not None:
                     self._tail.drain()  # the last words of a dying server, before they are quoted
                 reason = live.lost or self._ended_reason()
+                self._forgotten = live.forgotten
                 self._mark_down(live, reason)
                 tg.cancel_scope.cancel()
         return reason
