@@ -282,19 +282,21 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 async def test_a_restarted_http_server_is_recovered_within_two_seconds(npx: str) -> None:
     port = _free_port()
     server = _serve_everything(npx, port)
+    recovered: list[float] = []
     try:
         config = HttpServerConfig(name="ev", url=f"http://127.0.0.1:{port}/mcp")
         async with McpConnection(config) as conn:
             echo = _tools(conn)["echo"]
             assert (await echo.call({"message": "a"}, ToolContext())).text == "Echo: a"
-            _stop(server)
-            server = _serve_everything(npx, port)  # a new process: it knows no session
-            started = time.monotonic()
-            # Its old session id gets HTTP 400; a new session, and echo (read-only) retried.
-            out = await echo.call({"message": "b"}, ToolContext())
-            recovered = time.monotonic() - started
-            assert (out.text, out.is_error) == ("Echo: b", False)
-            assert conn.restarts == 1
+            for restart in (1, 2):  # twice in a row: no growing crash-loop backoff
+                _stop(server)
+                server = _serve_everything(npx, port)  # a new process: it knows no session
+                started = time.monotonic()
+                # The old session id gets HTTP 400; a new session, and echo (read-only) retried.
+                out = await echo.call({"message": f"b{restart}"}, ToolContext())
+                recovered.append(time.monotonic() - started)
+                assert (out.text, out.is_error) == (f"Echo: b{restart}", False)
+                assert conn.restarts == restart
     finally:
         _stop(server)
-    assert recovered < 2.0, f"recovered in {recovered:.2f} s"
+    assert max(recovered) < 2.0, f"recovered in {recovered} s"
