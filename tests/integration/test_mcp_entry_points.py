@@ -196,8 +196,13 @@ class GatedBackend:
             await self.gate.wait()
         return await self.scripted.complete(request)
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
-        return self.scripted.stream(request)
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+        # The daemon streams a new run's first seconds (for a web page that
+        # follows it right after posting): gated the same way.
+        if self.gate is not None and is_leads_first_call(request):
+            await self.gate.wait()
+        async for delta in self.scripted.stream(request):
+            yield delta
 
     async def __aenter__(self) -> Self:
         await self.scripted.__aenter__()
