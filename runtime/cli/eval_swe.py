@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import msgspec
 
-from agentrt.aggregators import Aggregator, build_aggregator
+from agentrt.aggregators import parse_config
 from agentrt.protocols import ScalingSpec, TrajectorySummary
 from agentrt.runtime.cli.eval_tasks import EvalTask, Verifier
 from agentrt.runtime.cli.trajectory_data import Pool, TrajectoryRecorder
@@ -110,7 +110,7 @@ async def draw_coding_pools(
     concurrency: int = 1,
     workspace_root: Path | None = None,
     keep: bool = False,
-    aggregator: Aggregator | None = None,
+    aggregator: ScalingSpec | None = None,
     label: str = "",
 ) -> tuple[list[Pool], int, list[CodingOutcome]]:
     """One run of ``rollouts`` rollouts per task, ``concurrency`` tasks at
@@ -351,9 +351,10 @@ def test_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_aggregator(text: str, *, judge: Any) -> Aggregator:
-    """``--run-aggregate NAME[:K=V,...]`` as an aggregator (values read as
-    JSON when they parse); ``ConfigError`` naming the option otherwise."""
+def run_aggregator(text: str) -> ScalingSpec:
+    """``--run-aggregate NAME[:K=V,...]`` as the aggregation a run does
+    itself (values read as JSON when they parse), checked here;
+    ``ConfigError`` naming the option otherwise.  The engine builds it."""
     name, _, rest = text.partition(":")
     options: dict[str, Any] = {"name": name.strip()}
     for part in filter(None, (p.strip() for p in rest.split(","))):
@@ -364,7 +365,9 @@ def run_aggregator(text: str, *, judge: Any) -> Aggregator:
             options[key.strip()] = json.loads(value)
         except ValueError:
             options[key.strip()] = value
-    return build_aggregator(options, judge=judge, where=f"--run-aggregate {text!r}")
+    parse_config(options, f"--run-aggregate {text!r}")
+    name = str(options.pop("name"))
+    return ScalingSpec(aggregate=name, options=options)
 
 
 def check_swe_arguments(args: argparse.Namespace) -> None:
@@ -391,7 +394,7 @@ def check_swe_arguments(args: argparse.Namespace) -> None:
     if not args.repos.is_dir():
         raise ConfigError(f"{str(args.repos)!r} is not a directory", where="--repos")
     if args.run_aggregate:
-        run_aggregator(args.run_aggregate, judge=None)  # a bad spec fails before any run
+        run_aggregator(args.run_aggregate)  # a bad spec fails before any run
     if not 0 < args.test_timeout <= 3600:
         raise ConfigError(f"must lie in (0, 3600], got {args.test_timeout}", where="--test-timeout")
 
@@ -424,11 +427,7 @@ async def swe_eval_command(
     )
     async with open_runner(args) as runner:
         coding = cast(CodingRunner, runner)
-        in_run = (
-            run_aggregator(args.run_aggregate, judge=getattr(runner, "judge", None))
-            if args.run_aggregate
-            else None
-        )
+        in_run = run_aggregator(args.run_aggregate) if args.run_aggregate else None
         pools, calls, outcomes = await draw_coding_pools(
             coding,
             items,

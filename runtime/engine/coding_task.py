@@ -23,6 +23,7 @@ from typing import Final, Protocol, final
 import anyio
 import msgspec
 
+from agentrt.aggregators import build_aggregator
 from agentrt.aggregators.base import AggregationContext, AggregationResult, Aggregator
 from agentrt.aggregators.workspace import Workspace
 from agentrt.protocols import (
@@ -114,7 +115,7 @@ async def run_coding_task(
     workspace_root: Path | None = None,
     keep: bool = False,
     events: EventSink | None = None,
-    aggregator: Aggregator | None = None,
+    aggregator: Aggregator | ScalingSpec | None = None,
 ) -> CodingRun:
     """Run ``rollouts`` rollouts of the runner's agent on ``task``.
 
@@ -128,7 +129,15 @@ async def run_coding_task(
     and an ``ErrorRaised`` when the task cannot run.  ``aggregator``: chooses
     in the run itself (``answer``), among the rollouts' diffs with their
     tests' verdicts; PDR's refinement rollouts get the repository too and
-    are read back and tested before it compares them (``refined``)."""
+    are read back and tested before it compares them (``refined``); given
+    as a ``ScalingSpec``, its ``aggregate`` and ``options`` name it (with
+    the runner's judge)."""
+    if isinstance(aggregator, ScalingSpec):
+        aggregator = build_aggregator(
+            {"name": aggregator.aggregate, **aggregator.options},
+            judge=getattr(runner, "judge", None),
+            where="aggregate",
+        )
     started = time.monotonic()
     run_id = f"{_SAFE.sub('-', task.id)[:40]}-{uuid.uuid4().hex[:8]}"
     repo = TaskRepository(Path(task.repo), task.base_commit, cache=cache, task_id=task.id)
