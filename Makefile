@@ -65,7 +65,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/branching.py
 	$(BIN)/python bench/memory.py
-	$(BIN)/python bench/daemon.py
+	$(BIN)/python bench/daemon.py --runs 500 --rollouts 4 --ttft-ms 3000 --tool-rounds 1
 	$(BIN)/python bench/streaming.py
 	$(BIN)/python bench/placement.py
 	$(BIN)/python bench/sandbox.py
