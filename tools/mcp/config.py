@@ -34,6 +34,7 @@ from pydantic import (
 
 from agentrt.runtime.actors.backoff import Backoff
 from agentrt.runtime.errors import ConfigError
+from agentrt.tools.mcp.auth_config import McpAuthConfig
 
 __all__ = [
     "SERVER_NAME_PATTERN",
@@ -243,11 +244,21 @@ class HttpServerConfig(_ServerBase):
     """Read the bearer token from this environment variable when connecting."""
     sse_read_timeout_s: float = Field(default=300.0, gt=0)
     """How long an open SSE stream may stay silent."""
+    auth: McpAuthConfig | None = None
+    """OAuth (``[mcp.NAME.auth]``): discovery, registration, the
+    authorization-code or client-credentials flow, refresh and step-up;
+    see docs/mcp-auth.md.  Not with ``bearer_token``."""
 
     @model_validator(mode="after")
     def _one_token_source(self) -> HttpServerConfig:
         if self.bearer_token is not None and self.bearer_token_env is not None:
             raise ValueError("set bearer_token or bearer_token_env, not both")
+        if self.auth is not None and (
+            self.bearer_token is not None
+            or self.bearer_token_env is not None
+            or any(k.lower() == "authorization" for k in self.headers)
+        ):
+            raise ValueError("auth (OAuth) and a bearer token or Authorization header both given")
         if self.bearer_token is not None and any(
             k.lower() == "authorization" for k in self.headers
         ):

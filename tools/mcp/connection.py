@@ -16,6 +16,7 @@ from typing import Any, Final, Self, cast, final
 
 import anyio
 import anyio.abc
+import httpx2
 import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
@@ -28,6 +29,7 @@ from agentrt.runtime.actors.backoff import RestartBackoff
 from agentrt.runtime.errors import AgentrtError
 from agentrt.runtime.log import get_logger
 from agentrt.tools.base import NotificationSink, ToolContent, ToolContext, ToolOutput
+from agentrt.tools.mcp.auth import AuthorizationHandler, McpAuth
 from agentrt.tools.mcp.catalog import (
     MAX_PAGES,
     Catalog,
@@ -109,7 +111,10 @@ class McpConnection:
     ``notifications/tools/list_changed`` re-lists and re-checks pins.
     ``on_notification`` gets ``(kind, payload)`` with kind ``progress``,
     ``log`` or ``state``; progress also goes to the caller's
-    ``ToolContext.notify``."""
+    ``ToolContext.notify``.  ``authorize`` is shown the authorization URL
+    when an OAuth server (``config.auth``) needs a person to approve; a
+    request refused for want of authorization fails with
+    ``McpAuthorizationError`` ("authorization required for MCP server ...")."""
 
     def __init__(
         self,
@@ -117,10 +122,13 @@ class McpConnection:
         *,
         pins: PinStore | None = None,
         on_notification: NotificationSink | None = None,
+        authorize: AuthorizationHandler | None = None,
         hooks: McpClientHooks | None = None,
     ) -> None:
         self.config = config
         self._requests = ServerRequestHandler(config, hooks)
+        self._authorize = authorize
+        self._auth: McpAuth | None = None
         self._pins = pins if pins is not None else MemoryPinStore()
         self._sink = on_notification
         self._health = Health(config.name)
@@ -294,7 +302,8 @@ class McpConnection:
             ValidationError,
             RuntimeError,
         ) as exc:
-            text = self._call_failure(live, exc, shown, timeout)
+            denied = self._auth_denied() if isinstance(exc, MCPError) else None
+            text = str(denied) if denied else self._call_failure(live, exc, shown, timeout)
             return None if live.forgotten else ToolOutput.of_text(text, is_error=True)
         return tool_output(result)
 
@@ -448,10 +457,9 @@ class McpConnection:
         ended = anyio.Event()
         reason = ""
         rejected: list[int] = []
-        async with open_transport(self.config, self._tail, on_session_rejected=rejected.append) as (
-            read,
-            write,
-        ):
+        async with open_transport(
+            self.config, self._tail, auth=self._http_auth(), on_session_rejected=rejected.append
+        ) as (read, write):
             live: _Live | None = None
 
             async def on_message(message: types.ServerNotification | Exception) -> None:
@@ -509,7 +517,8 @@ class McpConnection:
 
     async def _handshake(self, live: _Live) -> None:
         try:
-            with anyio.fail_after(self.config.connect_timeout_s):
+            wait = self._auth.wait_s if self._auth is not None else 0.0
+            with anyio.fail_after(self.config.connect_timeout_s + wait):
                 result = await live.session.initialize()
                 if self.config.log_level is not None and result.capabilities.logging:
                     await live.session.send_request(
@@ -519,12 +528,16 @@ class McpConnection:
                         types.EmptyResult,
                     )
         except TimeoutError:
+            if (denied := self._auth_denied()) is not None:
+                raise denied from None
             raise McpServerError(
                 self.name,
                 f"no answer to the MCP handshake within {self.config.connect_timeout_s:g} s"
                 f"{self._stderr_note()}",
             ) from None
         except MCPError as exc:
+            if (denied := self._auth_denied()) is not None:
+                raise denied from None
             raise McpServerError(
                 self.name, f"the handshake failed: {describe(exc)}{self._stderr_note()}"
             ) from None
@@ -588,6 +601,8 @@ class McpConnection:
         except (MCPError, TimeoutError, ValidationError) as exc:
             if isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED:
                 raise McpServerError(self.name, self._lost(live, "during a request")) from exc
+            if isinstance(exc, MCPError) and (denied := self._auth_denied()) is not None:
+                raise denied from exc
             raise McpServerError(self.name, describe(exc)) from exc
 
     # -- notifications --------------------------------------------------
@@ -630,6 +645,19 @@ class McpConnection:
             _log.exception("mcp.notification_sink_failed", server=self.name, kind=kind)
 
     # -- state and messages ---------------------------------------------
+
+    def _http_auth(self) -> httpx2.Auth | None:
+        """The OAuth of an HTTP server, made on first use (it reads secrets
+        and the token store) and kept across reconnects."""
+        if not isinstance(self.config, HttpServerConfig):
+            return None
+        if self._auth is None:
+            self._auth = McpAuth(self.config, authorize=self._authorize)
+        return self._auth.httpx_auth()
+
+    def _auth_denied(self) -> McpServerError | None:
+        """The "authorization required" error when the last request was refused for it."""
+        return self._auth.error() if self._auth is not None else None
 
     def _stderr_note(self) -> str:
         text = self._tail.text()[-_STDERR_NOTE_CHARS:] if self._tail is not None else ""

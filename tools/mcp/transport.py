@@ -205,11 +205,13 @@ async def _stdio(config: StdioServerConfig, tail: StderrTail) -> AsyncIterator[T
 @contextlib.asynccontextmanager
 async def _http(
     config: HttpServerConfig,
+    auth: httpx2.Auth | None,
     on_session_rejected: Callable[[int], None] | None,
 ) -> AsyncIterator[TransportStreams]:
     client = create_mcp_http_client(
         headers=config.http_headers(),
         timeout=httpx2.Timeout(config.request_timeout_s, read=config.sse_read_timeout_s),
+        auth=auth,
     )
     if on_session_rejected is not None:
         rejected = on_session_rejected
@@ -229,11 +231,13 @@ def open_transport(
     config: StdioServerConfig | HttpServerConfig,
     tail: StderrTail | None,
     *,
+    auth: httpx2.Auth | None = None,
     on_session_rejected: Callable[[int], None] | None = None,
 ) -> contextlib.AbstractAsyncContextManager[TransportStreams]:
     """The SDK transport for ``config`` (stdio: the SDK spawns the server in
     its own process group and kills the tree on exit; HTTP: with the
-    configured headers and bearer token): a context manager yielding the
+    configured headers and bearer token, and ``auth``: the connection's
+    OAuth, see ``auth.McpAuth``): a context manager yielding the
     read and write streams a ``ClientSession`` runs on.  ``tail`` receives
     a stdio server's stderr (required for stdio); its ``pump`` must run in
     the caller's task group while the transport is open.
@@ -243,4 +247,4 @@ def open_transport(
         if tail is None:
             raise ValueError("a stdio transport needs a StderrTail")
         return _stdio(config, tail)
-    return _http(config, on_session_rejected)
+    return _http(config, auth, on_session_rejected)
