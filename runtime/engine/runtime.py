@@ -12,8 +12,9 @@ entry point (CLI, daemon, MCP, embedding) uses it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, final
@@ -43,6 +44,7 @@ from agentrt.protocols import (
     Trajectory,
     TrajectorySummary,
 )
+from agentrt.protocols.events import McpAuthorizationRequired
 from agentrt.runtime.actors import ActorSystem, SupervisorSpec
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.engine.checkpoint import RolloutCheckpoint, RunCheckpoint
@@ -104,6 +106,10 @@ class Runtime:
     event, answered with ``answer_elicitation``; None: such questions are
     declined).  A server's sampling requests (``sampling.mode: allow``) are
     served by these backends and charged to the run whose tool call asked.
+    ``on_mcp_authorization``: shown the URL where a person approves an
+    OAuth-protected MCP server's access (``[mcp.NAME.auth]``, see
+    docs/mcp-auth.md); it must return promptly (the approval arrives as the
+    browser's redirect to agentrt's loopback listener).
 
     ``config.placement`` says where rollouts run: here, or on rollout
     workers of a Ray cluster, each of which opens its own backends, MCP
@@ -125,6 +131,7 @@ class Runtime:
         prices: PriceTable | None = None,
         registry: ModelRegistry | None = None,
         on_elicitation: ElicitationHandler | None = None,
+        on_mcp_authorization: Callable[[McpAuthorizationRequired], Awaitable[None]] | None = None,
     ) -> None:
         if config is None or isinstance(config, RuntimeConfig):
             self.config = config or RuntimeConfig()
@@ -146,6 +153,7 @@ class Runtime:
                 )
         self._given = given
         self.on_elicitation = on_elicitation
+        self.on_mcp_authorization = on_mcp_authorization
         self._runs: dict[str, RunExecution] = {}
         """The runs executing now, by id (what MCP servers' requests reach)."""
         self._run_requests: RunRequests | None = None
@@ -246,7 +254,10 @@ class Runtime:
             )
             self._run_requests = requests
             mcp = await spawn_mcp_servers(
-                self.system, list(servers.values()), parent=services, hooks=requests.hooks()
+                self.system,
+                list(servers.values()),
+                parent=services,
+                hooks=dataclasses.replace(requests.hooks(), authorize=self.on_mcp_authorization),
             )
             self._stack.push_async_callback(mcp.stop)
             self._mcp = mcp

@@ -269,6 +269,11 @@ class HttpServerConfig(_ServerBase):
         """The URL, for messages."""
         return self.url
 
+    def authorization_wait_s(self) -> float:
+        """How much longer than ``connect_timeout_s`` a start may take while a
+        person approves access (``auth`` with the authorization code flow)."""
+        return self.auth.authorization_timeout_s if self.auth and self.auth.interactive else 0.0
+
     def http_headers(self) -> dict[str, str]:
         """Headers for every request, including the bearer token if any.
 

@@ -127,7 +127,7 @@ class McpConnection:
     ) -> None:
         self.config = config
         self._requests = ServerRequestHandler(config, hooks)
-        self._authorize = authorize
+        self._authorize = authorize or (hooks.authorize if hooks is not None else None)
         self._auth: McpAuth | None = None
         self._pins = pins if pins is not None else MemoryPinStore()
         self._sink = on_notification

@@ -32,6 +32,7 @@ from agentrt.protocols import (
     SystemMessage,
     UserMessage,
 )
+from agentrt.protocols.events import McpAuthorizationRequired
 from agentrt.runtime.budget import BudgetLedger
 from agentrt.runtime.errors import AgentrtError, BudgetExceeded
 from agentrt.runtime.log import get_logger
@@ -115,6 +116,9 @@ class McpClientHooks:
 
     ask: PersonAsker | None = None
     sampling_target: Callable[[str], SamplingTarget | None] | None = None
+    authorize: Callable[[McpAuthorizationRequired], Awaitable[None]] | None = None
+    """Shown the URL where a person approves an OAuth server's access
+    (``auth.McpAuth``); must return promptly."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -365,6 +365,8 @@ async def spawn_mcp_servers(
     async def spawn(config: StdioServerConfig | HttpServerConfig) -> None:
         progress = _Progress(config.name, on_notification)
         within = config.connect_timeout_s + config.request_timeout_s + _SPAWN_SLACK_S
+        if isinstance(config, HttpServerConfig):
+            within += config.authorization_wait_s()  # a person approving OAuth access
         try:
             with anyio.fail_after(within):
                 ref: ActorRef[McpServerRequest, McpServerReply] = await system.spawn(

@@ -28,7 +28,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp.shared.auth import OAuthClientInformationFull
 from pydantic import AnyUrl
 
+from agentrt import Runtime
 from agentrt.protocols.events import McpAuthorizationRequired
+from agentrt.testing import ScriptedBackend
 from agentrt.tools.base import ToolContext
 from agentrt.tools.mcp import HttpServerConfig, McpConnection
 from agentrt.tools.mcp.auth import McpAuthorizationError
@@ -360,3 +362,24 @@ def test_secrets_stay_out_of_reprs(tmp_path: Path) -> None:
     assert "do-not-print" not in str(config.model_dump())
     assert "do-not-print" not in json.dumps(config.model_dump(mode="json"))
     assert os.environ.get("AGENTRT_NOT_SET") is None
+
+
+async def test_the_runtime_hands_the_url_to_the_embedding_and_offers_the_tools(
+    tmp_path: Path, browser: Browser
+) -> None:
+    async with oauth_servers() as servers:
+        backend = ScriptedBackend(["done"], name="scripted", models=["scripted"])
+        config = {
+            "mcp": {
+                "secure": {
+                    "url": servers.mcp_url,
+                    "auth": {"token_dir": str(tmp_path / "tokens"), "open_browser": False},
+                }
+            },
+            "agents": {},
+        }
+        async with Runtime(config, backends=[backend], on_mcp_authorization=browser) as rt:
+            assert rt.mcp_failures == {}
+            assert "secure__whoami" in {t.spec.name for t in rt.tools}
+        assert [p.server for p in browser.prompts] == ["secure"]
+        assert [g.grant_type for g in servers.state.grants] == ["authorization_code"]
