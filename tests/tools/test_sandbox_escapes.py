@@ -344,7 +344,7 @@ async def test_a_fork_bomb_is_contained(attacker: Attacker) -> None:
         out = await attacker.attempt(
             f"bomb() {{ sleep {mark} & bomb | bomb & }}; bomb; sleep {mark}",
             f"""
-            import os
+            import os, time
             children = 0
             try:
                 while True:
@@ -352,7 +352,8 @@ async def test_a_fork_bomb_is_contained(attacker: Attacker) -> None:
                         os.execvp("sleep", ["sleep", "{mark}"])
                     children += 1
             except OSError as exc:
-                print("STOPPED after", children, type(exc).__name__)
+                print("STOPPED after", children, type(exc).__name__, flush=True)
+            time.sleep(1.5)  # the children live on until the call ends: let the watch see them
             """,
         )
         done.set()
