@@ -27,7 +27,7 @@ import anyio
 import anyio.abc
 import httpx
 
-from agentrt.protocols.events import McpAuthorizationRequired
+from agentrt.protocols import McpAuthorizationRequired
 from agentrt.tools.base import ToolContext
 from agentrt.tools.mcp import HttpServerConfig, McpConnection, McpServerError
 

@@ -45,6 +45,9 @@ NOT_RUN: dict[str, str] = {
     "that runs until stopped; tests/runtime/serve start `agentrt serve` and `agentrt mcp` "
     "on scripted configurations",
     r"^curl -s": "needs the daemon above on port 8765",
+    r"^npx -y @modelcontextprotocol/conformance@[0-9.]+ client .*mcp_conformance_auth_client": (
+        "docs/mcp-auth.md: tests/tools/mcp/test_auth_conformance.py runs every auth scenario"
+    ),
 }
 """Commands not run here, by pattern, with the reason."""
 

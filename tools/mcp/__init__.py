@@ -10,6 +10,9 @@ Sits in ``tools``: must not import agents or aggregators.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agentrt.tools.mcp.auth import AuthorizationHandler, McpAuthorizationError
+    from agentrt.tools.mcp.auth_config import McpAuthConfig
+    from agentrt.tools.mcp.auth_store import FileTokenStore
     from agentrt.tools.mcp.config import (
         ElicitationPolicy,
         HttpServerConfig,
@@ -59,6 +62,10 @@ if TYPE_CHECKING:
 # The SDK costs ~0.4 s and ~30 MB to import, and most processes never start
 # an MCP connection: each name is imported from its module on first use.
 _MODULES = {
+    "AuthorizationHandler": "auth",
+    "McpAuthorizationError": "auth",
+    "McpAuthConfig": "auth_config",
+    "FileTokenStore": "auth_store",
     "ElicitationPolicy": "config",
     "SamplingPolicy": "config",
     "TaskPolicy": "config",
@@ -113,13 +120,17 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "SEPARATOR",
+    "AuthorizationHandler",
     "CallTool",
     "ConnectionState",
     "ElicitationPolicy",
     "ElicitationQuestion",
+    "FileTokenStore",
     "GetStatus",
     "HttpServerConfig",
     "ListTools",
+    "McpAuthConfig",
+    "McpAuthorizationError",
     "McpClientHooks",
     "McpConnection",
     "McpServerActor",

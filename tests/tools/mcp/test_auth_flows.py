@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
+import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -29,11 +31,10 @@ from mcp.shared.auth import OAuthClientInformationFull
 from pydantic import AnyUrl
 
 from agentrt import Runtime
-from agentrt.protocols.events import McpAuthorizationRequired
+from agentrt.protocols import McpAuthorizationRequired
 from agentrt.testing import ScriptedBackend
 from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import HttpServerConfig, McpConnection
-from agentrt.tools.mcp.auth import McpAuthorizationError
+from agentrt.tools.mcp import HttpServerConfig, McpAuthorizationError, McpConnection
 
 from .oauth_server import SCOPES, oauth_servers
 
@@ -383,3 +384,16 @@ async def test_the_runtime_hands_the_url_to_the_embedding_and_offers_the_tools(
             assert "secure__whoami" in {t.spec.name for t in rt.tools}
         assert [p.server for p in browser.prompts] == ["secure"]
         assert [g.grant_type for g in servers.state.grants] == ["authorization_code"]
+
+
+def test_the_configurations_of_docs_mcp_auth_validate() -> None:
+    text = (Path(__file__).resolve().parents[3] / "docs" / "mcp-auth.md").read_text()
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.S)
+    assert len(blocks) >= 4
+    names: set[str] = set()
+    for block in blocks:
+        for name, entry in tomllib.loads(block)["mcp"].items():
+            config = HttpServerConfig.model_validate({"name": name, **entry})
+            assert config.auth is not None
+            names.add(name)
+    assert names == {"docs", "reports", "signed"}
