@@ -397,3 +397,40 @@ def test_the_configurations_of_docs_mcp_auth_validate() -> None:
             assert config.auth is not None
             names.add(name)
     assert names == {"docs", "reports", "signed"}
+
+
+async def test_a_call_refused_mid_session_says_authorization_required(tmp_path: Path) -> None:
+    async with oauth_servers() as servers:
+        servers.state.clients["machine"] = OAuthClientInformationFull(
+            client_id="machine",
+            client_secret="m-secret",
+            token_endpoint_auth_method="client_secret_post",
+            grant_types=["client_credentials"],
+        )
+        config = http(
+            servers.mcp_url,
+            tmp_path,
+            flow="client_credentials",
+            client_id="machine",
+            client_secret="m-secret",
+            token_endpoint_auth_method="client_secret_post",
+        )
+        async with McpConnection(config) as conn:
+            assert await call(conn, "whoami") == ("an authorized client", False)
+            servers.state.access.clear()  # the token is revoked...
+            del servers.state.clients["machine"]  # ...and the client with it
+            text, is_error = await call(conn, "whoami")
+            assert is_error
+            assert text.startswith(
+                f"authorization required for MCP server 'secure' ({servers.mcp_url}):"
+            )
+            assert "invalid_client" in text
+            assert "-32603" not in text
+            servers.state.clients["machine"] = OAuthClientInformationFull(
+                client_id="machine",
+                client_secret="m-secret",
+                token_endpoint_auth_method="client_secret_post",
+                grant_types=["client_credentials"],
+            )
+            # Authorized again: the next call gets a new token and goes through.
+            assert await call(conn, "whoami") == ("an authorized client", False)
