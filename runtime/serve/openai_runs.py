@@ -10,6 +10,7 @@ the ``RunService``.  Knows no wire shape but OpenAI's errors.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final, final
 
@@ -17,7 +18,7 @@ import anyio
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive
+from starlette.types import Receive, Send
 
 from agentrt.agents.run_options import CLIENT_TOOL_STOP
 from agentrt.protocols import ModelReply, RunRequest, TokenLogprob, ToolCall
@@ -106,6 +107,42 @@ async def until_disconnect(receive: Receive) -> None:
     """Returns when the client goes away (the request body is already read)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+async def send_stream(
+    send: Send,
+    receive: Receive,
+    headers: list[tuple[bytes, bytes]],
+    produce: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
+    abandoned: Callable[[], Awaitable[None]],
+) -> None:
+    """Send a streamed 200 whose body ``produce`` writes; when the client
+    goes away first (a disconnect, or the socket failing under a write),
+    stop producing and call ``abandoned`` instead of ending the body."""
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+    async def write(data: bytes) -> None:
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+
+    left = False
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal left
+            await until_disconnect(receive)
+            left = True
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        try:
+            await produce(write)
+        except OSError:  # the socket went away under a write
+            left = True
+        tg.cancel_scope.cancel()
+    if left:
+        await abandoned()
+        return
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +307,7 @@ __all__ = [
     "json_response",
     "read_body",
     "run_error",
+    "send_stream",
     "sse_data",
     "until_disconnect",
 ]

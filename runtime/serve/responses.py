@@ -30,7 +30,7 @@ from agentrt.runtime.serve.openai_runs import (
     json_response,
     read_body,
     run_error,
-    until_disconnect,
+    send_stream,
 )
 from agentrt.runtime.serve.openai_wire import OpenAIError, build_task, extension_of
 from agentrt.runtime.serve.responses_events import (
@@ -206,30 +206,14 @@ class _ResponseStream(Response):
         return f"event: {kind}\ndata: ".encode() + _encode(event) + b"\n\n"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-
-        async def write(data: bytes) -> None:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-
-        left = False
-        async with anyio.create_task_group() as tg:
-
-            async def watch() -> None:
-                nonlocal left
-                await until_disconnect(receive)
-                left = True
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watch)
-            try:
-                await self._stream(write)
-            except OSError:  # the socket went away under a write
-                left = True
-            tg.cancel_scope.cancel()
-        if left:
-            await self.runs.cancel_abandoned(self.shape.info.run_id)
-            return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        run_id = self.shape.info.run_id
+        await send_stream(
+            send,
+            receive,
+            self.raw_headers,
+            self._stream,
+            lambda: self.runs.cancel_abandoned(run_id),
+        )
 
     async def _stream(self, write: Callable[[bytes], Awaitable[None]]) -> None:
         shape, run_id = self.shape, self.shape.info.run_id
