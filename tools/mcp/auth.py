@@ -14,7 +14,9 @@ Must not import agents or aggregators.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import sys
 import time
 import warnings
 import webbrowser
@@ -169,6 +171,14 @@ async def _respond(stream: anyio.abc.SocketStream, status: int, text: str) -> No
     ).encode()
     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
         await stream.send(head + body)
+
+
+def _has_desktop() -> bool:
+    """Whether a graphical browser can open here: without a display,
+    ``webbrowser`` would start a console browser in the user's terminal."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def _free_loopback_port(host: str) -> int:
@@ -363,7 +373,7 @@ class McpAuth:
         )
         if self._authorize is not None:
             await self._authorize(prompt)
-        if self.config.open_browser:
+        if self.config.open_browser and _has_desktop():
             opened = await anyio.to_thread.run_sync(webbrowser.open, authorization_url)
             _log.info("mcp.auth.browser", server=self.server, opened=opened)
 
