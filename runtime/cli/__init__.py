@@ -277,6 +277,20 @@ def _build_parser() -> _Parser:
         metavar="KEY=VALUE",
         help="an option of the aggregator, e.g. g=2 or v=8 for rtv (repeatable)",
     )
+    run.add_argument(
+        "--confidence",
+        type=_confidence,
+        metavar="P",
+        help="adaptive N: --rollouts becomes a cap; start --min-rollouts and launch more "
+        "until the leading answer leads with probability P (0.5 < P < 1)",
+    )
+    run.add_argument(
+        "--min-rollouts",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="with --confidence: rollouts run at once (4)",
+    )
     run.add_argument("--json", action="store_true", help="print the RunResult as JSON")
     run.add_argument(
         "--export",
@@ -361,6 +375,8 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
         rollouts=args.rollouts,
         aggregate=args.aggregate or "majority",
         options=dict(args.aggregate_option),
+        confidence=args.confidence,
+        min_rollouts=args.min_rollouts,
     )
     failures: dict[str, str] = {}
     tallies: list[RolloutTally] = []
@@ -467,6 +483,13 @@ def _positive_float(text: str) -> float:
     value = _float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def _confidence(text: str) -> float:
+    value = _float(text)
+    if not 0.5 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be above 0.5 and below 1, got {text}")
     return value
 
 

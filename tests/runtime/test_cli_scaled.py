@@ -123,3 +123,26 @@ def test_run_exports_its_trajectories_for_aggregate(
     printed = capsys.readouterr().out
     assert ": Paris (3/3 rollouts answered" in printed
     assert "model calls: 0 (no rollout was run)" in printed
+
+
+def test_run_with_confidence_stops_once_the_answer_is_settled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every rollout answers "Paris": adaptive N stops well before the cap.
+    path = tmp_path / "agentrt.toml"
+    path.write_text(SCRIPTED.replace('["Paris", "Paris", "Lyon", "Paris"]', '["Paris"]'))
+    argv = ["run", "Capital of France?", "--rollouts", "16", "--confidence", "0.95"]
+    argv += ["--min-rollouts", "2", "--json", "--config", str(path)]
+    assert main(argv) == 0
+    result = decode(capsys.readouterr().out, RunResult)
+    assert result.answer == "Paris"
+    assert 2 <= len(result.summaries) < 16
+    assert result.cost.model_calls < 16
+
+
+@pytest.mark.parametrize("value", ["0.5", "1", "x"])
+def test_a_bad_confidence_exits_2(
+    config: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "q", "--confidence", value, "--config", config]) == 2
+    assert "--confidence" in capsys.readouterr().err
