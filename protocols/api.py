@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from agentrt.protocols.events import McpAuthorizationRequired
 from agentrt.protocols.run import RunRequest, RunResult, RunStatus
 from agentrt.protocols.usage import Cost
 
@@ -91,6 +92,15 @@ class AgentList(msgspec.Struct, frozen=True, kw_only=True):
     agents: list[AgentInfo]
 
 
+class McpAuthorizationList(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/mcp/authorizations``: the MCP servers waiting for a person
+    to approve agentrt's access (OAuth authorization code), oldest first;
+    each names the URL to open.  An approval ends the wait (the entry goes);
+    so does its expiry."""
+
+    pending: list[McpAuthorizationRequired]
+
+
 class ApiError(msgspec.Struct, frozen=True, kw_only=True):
     """Every 4xx/5xx body: what went wrong and where (a field, a header, a path)."""
 
@@ -107,6 +117,7 @@ __all__ = [
     "AgentList",
     "ApiError",
     "ElicitationAnswer",
+    "McpAuthorizationList",
     "RolloutInfo",
     "RunDetail",
     "RunInfo",

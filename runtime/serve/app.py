@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentrt._version import __version__
 from agentrt.protocols import RunRequest, RunStatus, TokenDelta
-from agentrt.protocols.api import AgentList, ApiError, ElicitationAnswer
+from agentrt.protocols.api import AgentList, ApiError, ElicitationAnswer, McpAuthorizationList
 from agentrt.runtime.engine.configfile import exact_origin
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.serve.bridge import RunService
@@ -404,6 +404,9 @@ def routes(manager: RunService) -> list[BaseRoute]:
     async def agents(_request: Request) -> Response:
         return json_response(AgentList(agents=manager.agents()))
 
+    async def mcp_authorizations(_request: Request) -> Response:
+        return json_response(McpAuthorizationList(pending=await manager.mcp_authorizations()))
+
     async def healthz(_request: Request) -> Response:
         return json_response({"status": "ok", "version": __version__})
 
@@ -433,6 +436,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
         Route("/v1/runs/{run_id}/summaries", _handled(summaries), methods=["GET"]),
         Route("/v1/runs/{run_id}/rollouts/{rollout_id}", _handled(trajectory), methods=["GET"]),
         Route("/v1/agents", _handled(agents), methods=["GET"]),
+        Route("/v1/mcp/authorizations", _handled(mcp_authorizations), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),

@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar, final
 
 from agentrt.protocols import (
     Event,
+    McpAuthorizationRequired,
     RunRequest,
     RunStatus,
     TokenDelta,
@@ -51,6 +52,8 @@ class RunService(Protocol):
     def active(self) -> int: ...
 
     async def backend_health(self) -> dict[str, BackendHealth]: ...
+
+    async def mcp_authorizations(self) -> builtins.list[McpAuthorizationRequired]: ...
 
     async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo: ...
 
@@ -139,6 +142,9 @@ class ManagerBridge:
     async def backend_health(self) -> dict[str, BackendHealth]:
         """Probed on the run loop, where the backends' connections live."""
         return await self._on_run_loop(self.manager.backend_health)
+
+    async def mcp_authorizations(self) -> builtins.list[McpAuthorizationRequired]:
+        return await self._on_run_loop(self.manager.mcp_authorizations)
 
     # -- reads, on this loop ---------------------------------------------------
 

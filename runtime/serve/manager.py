@@ -28,6 +28,7 @@ from agentrt.aggregators import Judge, parse_config
 from agentrt.protocols import (
     ErrorRaised,
     Event,
+    McpAuthorizationRequired,
     RolloutFinished,
     RolloutQueued,
     RolloutRestarted,
@@ -252,7 +253,10 @@ class RunManager:
             prices=prices,
             judge=judge,
             on_elicitation="events",  # answered with answer_elicitation (the REST API)
+            on_mcp_authorization=self._authorization_needed,
         )
+        self._authorizations: dict[str, tuple[float, McpAuthorizationRequired]] = {}
+        """Per MCP server: the approval it waits for (and when that ends)."""
         self.observer = observer
         self._lock = threading.Lock()
         self._live: dict[str, _Live] = {}
@@ -387,6 +391,38 @@ class RunManager:
             return name
         known = ", ".join(a.name for a in self.agents())
         raise ApiProblem(404, "not_found", f"unknown agent {name!r}; known: {known}", where="agent")
+
+    # -- MCP authorization -----------------------------------------------------
+
+    async def _authorization_needed(self, prompt: McpAuthorizationRequired) -> None:
+        """An MCP server needs a person to approve agentrt's access: kept for
+        ``GET /v1/mcp/authorizations`` (and logged) until it is approved or
+        expires."""
+        log.warning(
+            "mcp_authorization_needed",
+            server=prompt.server,
+            server_url=prompt.server_url,
+            authorization_url=prompt.authorization_url,
+        )
+        with self._lock:
+            self._authorizations[prompt.server] = (
+                time.monotonic() + prompt.expires_in_s,
+                prompt,
+            )
+
+    async def mcp_authorizations(self) -> list[McpAuthorizationRequired]:
+        """The approvals MCP servers wait for now, oldest first: an entry
+        goes once its server is connected or its wait has expired."""
+        status = await self.runtime.mcp_status() if self._authorizations else {}
+        ready = {name for name, s in status.items() if s.state == "ready"}
+        now = time.monotonic()
+        with self._lock:
+            for server in [
+                s for s, (until, _) in self._authorizations.items() if until <= now or s in ready
+            ]:
+                del self._authorizations[server]
+            pending = [prompt for _, prompt in self._authorizations.values()]
+        return sorted(pending, key=lambda p: p.ts)
 
     # -- runs ----------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from agentrt.protocols.api import (
     AgentList,
     ApiError,
     ElicitationAnswer,
+    McpAuthorizationList,
     RunDetail,
     RunInfo,
     RunPage,
@@ -54,6 +55,7 @@ _TYPES: tuple[Any, ...] = (
     RunDetail,
     RunPage,
     AgentList,
+    McpAuthorizationList,
     ApiError,
     ElicitationAnswer,
     Trajectory,
@@ -580,6 +582,16 @@ def openapi_document(
             "get": {
                 "operationId": "listAgents",
                 "responses": {"200": _json(_ref("AgentList"), "Agents"), **_errors(401)},
+            }
+        },
+        "/v1/mcp/authorizations": {
+            "get": {
+                "operationId": "listMcpAuthorizations",
+                "summary": "MCP servers waiting for a person to approve access (OAuth)",
+                "responses": {
+                    "200": _json(_ref("McpAuthorizationList"), "Pending approvals"),
+                    **_errors(401),
+                },
             }
         },
         "/healthz": {
