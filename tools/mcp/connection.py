@@ -221,8 +221,8 @@ class McpConnection:
         ``tasks.prefer``) runs as a task (see ``tasks``).  A destructive
         tool under ``destructive: approve`` runs once the person behind the
         run approves.  A call the server refused because it forgot the
-        session is sent once more on the new session when the tool is
-        read-only or idempotent."""
+        session, or that lost its HTTP connection under it, is sent once
+        more on the new session when the tool is read-only or idempotent."""
         context = context or ToolContext()
         shown = display_name or remote_name
         caller = Caller(
@@ -243,7 +243,8 @@ class McpConnection:
         with self._requests.calling(caller):
             output = await self._call_once(live, remote_name, arguments, shown, context)
             if output is None and is_idempotent(tool.spec.annotations):
-                # The server forgot the session: the new one gets one more try.
+                # The server forgot the session, or the connection dropped
+                # under the call: once reconnected, one more try.
                 with contextlib.suppress(McpServerError, TimeoutError):
                     await self._health.wait_ready(self.config.connect_timeout_s)
                 if self._live is not None:
@@ -283,7 +284,8 @@ class McpConnection:
         shown: str,
         context: ToolContext,
     ) -> ToolOutput | None:
-        """One ``tools/call``; None when the server forgot the session."""
+        """One ``tools/call``; None when the server forgot the session or
+        (over HTTP) the connection was lost under the call."""
         timeout = min(self.config.call_timeout_s, context.timeout_s or math.inf)
         try:
             with anyio.fail_after(timeout + _GUARD_S):
@@ -304,7 +306,16 @@ class McpConnection:
         ) as exc:
             denied = self._auth_denied() if isinstance(exc, MCPError) else None
             text = str(denied) if denied else self._call_failure(live, exc, shown, timeout)
-            return None if live.forgotten else ToolOutput.of_text(text, is_error=True)
+            # The server forgot the session, or (over HTTP) the connection
+            # went away under the call (a server restarting on its port): the
+            # caller may try once more.  A stdio server that died mid-call
+            # may have run it: that stays an error.
+            lost = isinstance(exc, anyio.BrokenResourceError | anyio.ClosedResourceError) or (
+                isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
+            )
+            over_http = isinstance(self.config, HttpServerConfig)
+            gone = live.forgotten or (lost and over_http and not denied)
+            return None if gone else ToolOutput.of_text(text, is_error=True)
         return tool_output(result)
 
     async def cancel_run(self, run_id: str) -> int:
