@@ -452,27 +452,36 @@ class RayPlacement:
     async def _replace(self, lost: _Worker) -> None:
         """Start a worker in place of ``lost`` (after a backoff that grows
         while workers keep dying); it takes rollouts once it is ready,
-        which waits until the cluster has room for it."""
-        delay = self._backoff.crashed(anyio.current_time() - lost.started)
-        if delay is None:
-            return
-        await anyio.sleep(delay)
-        handle: Any = self._actor.options(**self._options).remote(self._spec)
-        self._starting.append(handle)
-        try:
-            ready = READY.decode(await handle.ready.remote())
-        except RayActorError as error:
-            log.warning(
-                "rollout_worker_not_replaced", lost=lost.index, error=_first_line(str(error))
-            )
-            return
-        finally:
-            self._starting.remove(handle)
-        if ready.error is not None:
-            log.warning("rollout_worker_not_replaced", lost=lost.index, error=ready.error)
+        which waits until the cluster has room for it.  A replacement that
+        never started (Ray placed it on a node that was dying too, or it
+        failed to set up) counts as one more crash: another is started
+        after the next backoff, until the backoff gives up."""
+        healthy_for = anyio.current_time() - lost.started
+        while True:
+            delay = self._backoff.crashed(healthy_for)
+            if delay is None:
+                log.warning(
+                    "rollout_worker_not_replaced",
+                    lost=lost.index,
+                    error=self._backoff.limit_reason(),
+                )
+                return
+            await anyio.sleep(delay)
+            handle: Any = self._actor.options(**self._options).remote(self._spec)
+            self._starting.append(handle)
+            try:
+                ready = READY.decode(await handle.ready.remote())
+                failure = ready.error
+            except RayActorError as error:
+                failure = _first_line(str(error))
+            finally:
+                self._starting.remove(handle)
+            if failure is None:
+                break
+            log.warning("rollout_worker_start_failed", lost=lost.index, error=failure)
             with contextlib.suppress(Exception):
                 ray.kill(handle)
-            return
+            healthy_for = 0.0
         worker = _Worker(
             len(self._workers),
             handle,

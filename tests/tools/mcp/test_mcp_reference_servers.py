@@ -289,6 +289,7 @@ async def test_a_restarted_http_server_is_recovered_within_two_seconds(npx: str)
             echo = _tools(conn)["echo"]
             assert (await echo.call({"message": "a"}, ToolContext())).text == "Echo: a"
             for restart in (1, 2):  # twice in a row: no growing crash-loop backoff
+                before = conn.restarts
                 _stop(server)
                 server = _serve_everything(npx, port)  # a new process: it knows no session
                 started = time.monotonic()
@@ -296,7 +297,9 @@ async def test_a_restarted_http_server_is_recovered_within_two_seconds(npx: str)
                 out = await echo.call({"message": f"b{restart}"}, ToolContext())
                 recovered.append(time.monotonic() - started)
                 assert (out.text, out.is_error) == (f"Echo: b{restart}", False)
-                assert conn.restarts == restart
+                # At least one new session per restart; under load a reconnect
+                # can also land while the new process is still starting.
+                assert conn.restarts > before
     finally:
         _stop(server)
     assert max(recovered) < 2.0, f"recovered in {recovered} s"
