@@ -42,6 +42,7 @@ interpreters).
     python bench/overhead.py --repeat-large 3     # 3 repetitions at R = 3,000 too
     python bench/overhead.py --quick              # R = 100 only
     python bench/overhead.py --rollouts 1000 --variants runs agent
+    python bench/overhead.py --counts --variants runs rollouts backend   # no clock (R = 200)
     python bench/overhead.py --child runs --rollouts 1000 --url URL   # one sample (profiling)
 """
 
@@ -306,6 +307,8 @@ async def _measure(
     async with anyio.create_task_group() as tg:
         for i in range(20):
             tg.start_soon(rollout, -1 - i, 2)
+    if _COUNTS:
+        return await _count(url, rollout, tasks, steps)
     answered = 0
 
     async def one(index: int) -> None:
@@ -339,15 +342,80 @@ async def _measure(
     }
 
 
+async def _count(
+    url: str,
+    rollout: Callable[[int, int], Coroutine[Any, Any, bool | int]],
+    tasks: int,
+    steps: int,
+) -> dict[str, Any]:
+    """The measured phase without the clock (``--counts``): Python function
+    calls per model call (cProfile, C functions included) and the objects the
+    collector tracks that each running rollout keeps alive, counted halfway
+    through the first model call (the phase's peak of waiting rollouts) after
+    a collection, over the count before the phase."""
+    import cProfile
+    import pstats
+
+    import anyio
+
+    answered = 0
+    live: list[int] = []
+
+    async def one(index: int) -> None:
+        nonlocal answered
+        ok = int(await rollout(index, 0))  # awaited before ``answered`` is read
+        answered += ok
+
+    async def sample() -> None:
+        await anyio.sleep(_LATENCY_S / 2)
+        gc.collect()
+        live.append(len(gc.get_objects()))
+
+    calls0 = _chat_calls(url)
+    gc.collect()
+    before = len(gc.get_objects())
+    profile = cProfile.Profile()
+    async with anyio.create_task_group() as tg:
+        profile.enable()
+        for i in range(tasks):
+            tg.start_soon(one, i)
+        tg.start_soon(sample)
+    profile.disable()
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    calls = sum(entry[1] for entry in stats.values())
+    server_calls = _chat_calls(url) - calls0
+    rollouts = tasks if tasks > 1 else server_calls // steps
+    return {
+        "calls_per_model_call": calls / server_calls,
+        "live_per_rollout": (live[0] - before) / rollouts,
+        "answered": answered,
+        "server_calls": server_calls,
+    }
+
+
+_COUNTS = False
+"""``--counts``: ``_measure`` counts calls and live objects instead of timing."""
+_LATENCY_S = 0.2
+"""The sim-server's latency (``--latency-ms``), for ``_count``'s sample."""
 _SERVER: dict[str, int] = {}
 """The sim-server's process id, when the parent gave it (``pid``)."""
 
 
 def child(
-    variant: str, url: str, rollouts: int, steps: int, *, cpu: int | None, server: int | None
+    variant: str,
+    url: str,
+    rollouts: int,
+    steps: int,
+    *,
+    cpu: int | None,
+    server: int | None,
+    counts: bool = False,
+    latency_s: float = 0.2,
 ) -> None:
     import anyio
 
+    global _COUNTS, _LATENCY_S
+    _COUNTS, _LATENCY_S = counts, latency_s
     if server is not None:
         _SERVER["pid"] = server
     if cpu is not None:
@@ -389,13 +457,23 @@ def start_sim(latency_ms: float, steps: int, cpu: int | None) -> tuple[subproces
 
 
 def run_child(
-    variant: str, url: str, rollouts: int, steps: int, *, cpu: int | None, server: int
+    variant: str,
+    url: str,
+    rollouts: int,
+    steps: int,
+    *,
+    cpu: int | None,
+    server: int,
+    counts: bool = False,
+    latency_ms: float = 200.0,
 ) -> dict[str, Any]:
     argv = [sys.executable, os.path.abspath(__file__), "--child", variant, "--url", url,
             "--rollouts", str(rollouts), "--steps", str(steps),
-            "--server-pid", str(server)]  # fmt: skip
+            "--server-pid", str(server), "--latency-ms", str(latency_ms)]  # fmt: skip
     if cpu is not None:
         argv += ["--cpu", str(cpu)]
+    if counts:
+        argv.append("--counts")
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{variant} child (R={rollouts}) failed:\n{out.stderr[-4000:]}")
@@ -513,6 +591,34 @@ def import_times(repeat: int = 5) -> None:
         print(f"{label:>28} {value:>9.3f} {shown:>7} {result:>7}")
 
 
+def counts(
+    variants: list[str],
+    rollouts: list[int],
+    steps: int,
+    *,
+    latency_ms: float,
+    server_cpu: int | None,
+    client_cpu: int | None,
+) -> None:
+    """``--counts``: what the clock and the machine's load do not move."""
+    proc, url = start_sim(latency_ms, steps, server_cpu)
+    try:
+        print(f"{'R':>6} {'loop':>9} {'calls/model call':>17} {'live objects/rollout':>21}")
+        for r in rollouts:
+            for variant in variants:
+                m = run_child(variant, url, r, steps, cpu=client_cpu, server=proc.pid,
+                              counts=True, latency_ms=latency_ms)  # fmt: skip
+                print(f"{r:>6} {variant:>9} {m['calls_per_model_call']:>17.0f} "
+                      f"{m['live_per_rollout']:>21.0f}", flush=True)  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    print("\ncalls: Python function calls (cProfile, C functions included) of the measured")
+    print("phase over the model calls the sim-server counted; live objects: GC-tracked")
+    print("objects alive halfway through the first model call (after a collection), over")
+    print("the count before the phase, per running rollout")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="R = 100 only")
@@ -532,6 +638,12 @@ def main() -> None:
         default=list(DEFAULT_VARIANTS),
         help="what to measure beside the floor (agent: Agent.run without the engine)",
     )
+    parser.add_argument(
+        "--counts",
+        action="store_true",
+        help="no clock: Python function calls per model call and GC-tracked objects alive per "
+        "running rollout, one sample per variant (default R = 200)",
+    )
     parser.add_argument("--no-pin", action="store_true", help="do not pin server and client")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -542,13 +654,18 @@ def main() -> None:
         parser.error("--steps must be at least 2 (S - 1 tool calls, then the answer)")
     if args.child:
         rollouts = (args.rollouts or [100])[0]
-        child(args.child, args.url, rollouts, args.steps, cpu=args.cpu, server=args.server_pid)
+        child(args.child, args.url, rollouts, args.steps, cpu=args.cpu, server=args.server_pid,
+              counts=args.counts, latency_s=args.latency_ms / 1000)  # fmt: skip
         return
     cores = sorted(os.sched_getaffinity(0))
     pin = not args.no_pin and len(cores) >= 2
     server_cpu, client_cpu = (cores[0], cores[1]) if pin else (None, None)
-    rollouts = args.rollouts or ([100] if args.quick else [100, 1000, 3000])
     variants = ["floor", *[v for v in args.variants if v != "floor"]]
+    if args.counts:
+        counts(variants, args.rollouts or [200], args.steps, latency_ms=args.latency_ms,
+               server_cpu=server_cpu, client_cpu=client_cpu)  # fmt: skip
+        return
+    rollouts = args.rollouts or ([100] if args.quick else [100, 1000, 3000])
     proc, url = start_sim(args.latency_ms, args.steps, server_cpu)
     table: Table = {}
     try:
