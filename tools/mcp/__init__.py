@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         SqlitePinStore,
         tool_definition_hash,
     )
+    from agentrt.tools.mcp.rollouts import RolloutConnections
     from agentrt.tools.mcp.server_actor import (
         CallTool,
         GetStatus,
@@ -85,6 +86,7 @@ _MODULES = {
     "PinStore": "pinning",
     "SqlitePinStore": "pinning",
     "tool_definition_hash": "pinning",
+    "RolloutConnections": "rollouts",
     "CallTool": "server_actor",
     "GetStatus": "server_actor",
     "ListTools": "server_actor",
@@ -152,6 +154,7 @@ __all__ = [
     "PinStore",
     "Reconnect",
     "RestartPolicy",
+    "RolloutConnections",
     "SamplingPolicy",
     "SamplingTarget",
     "SqlitePinStore",

@@ -19,7 +19,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -177,8 +177,20 @@ class _ServerBase(BaseModel):
     sampling: SamplingPolicy = Field(default_factory=SamplingPolicy)
     """Whether the server may ask agentrt's models to sample."""
     roots: list[Path] = Field(default_factory=list)
-    """Folders offered to the server as roots (``roots/list``), besides the
-    workspaces runs register while they use the server."""
+    """Folders offered to the server as roots (``roots/list``); with
+    ``per_rollout``, each rollout's connection offers its workspace too."""
+    per_rollout: bool = False
+    """One connection (one server process, or one HTTP session) per
+    rollout instead of one shared by every run: started when the rollout
+    first calls the server, closed when the rollout ends, offering as roots
+    exactly that rollout's workspace (the ``shell``'s and ``editor``'s
+    directory) besides ``roots``, so the server sees no other rollout's
+    files.  The shared connection still lists the tools and serves calls
+    that belong to no rollout, with ``roots`` only."""
+    workspace_root: Path | None = None
+    """Where the rollouts' workspaces are (``per_rollout`` only): the
+    ``Workspaces`` root of the tools that write them; default
+    ``$TMPDIR/agentrt-workspaces``, the built-in ``shell``'s and ``editor``'s."""
     destructive: Literal["allow", "approve", "refuse"] = "allow"
     """Tools annotated ``destructiveHint`` (and not ``readOnlyHint``):
     call them, ask the person behind the run to approve each call, or
@@ -192,6 +204,15 @@ class _ServerBase(BaseModel):
         if "__" in value:
             raise ValueError(f"server name {value!r} must not contain '__' (the tool separator)")
         return value
+
+    @model_validator(mode="after")
+    def _workspace_root_needs_per_rollout(self) -> Self:
+        if self.workspace_root is not None and not self.per_rollout:
+            raise ValueError(
+                "workspace_root is only read with per_rollout = true "
+                "(a shared connection offers no rollout's workspace)"
+            )
+        return self
 
     @field_validator("approved")
     @classmethod

@@ -25,12 +25,14 @@ from agentrt.tools.mcp.connection import McpConnection
 from agentrt.tools.mcp.errors import McpServerError
 from agentrt.tools.mcp.health import ConnectionState
 from agentrt.tools.mcp.pinning import PinDecision, PinStore
+from agentrt.tools.mcp.rollouts import RolloutConnections
 from agentrt.tools.mcp.server_requests import McpClientHooks
 
 __all__ = [
     "ROUTE_KEY",
     "CallTool",
     "CancelRunTasks",
+    "EndRollout",
     "GetStatus",
     "ListTools",
     "McpServerActor",
@@ -40,6 +42,7 @@ __all__ = [
     "McpToolInfo",
     "McpToolList",
     "Reconnect",
+    "SetRolloutRoots",
     "SetRoots",
 ]
 
@@ -79,19 +82,46 @@ class Reconnect(msgspec.Struct, tag=True, frozen=True):
 
 
 class CancelRunTasks(msgspec.Struct, tag=True, frozen=True):
-    """A run ended: cancel the tasks it started that still run."""
+    """A run ended: cancel the tasks it started that still run, and close
+    its rollouts' connections (``per_rollout``)."""
 
     run_id: str
 
 
+class EndRollout(msgspec.Struct, tag=True, frozen=True):
+    """A rollout ended: close its connection (``per_rollout``)."""
+
+    run_id: str
+    rollout_id: str
+
+
 class SetRoots(msgspec.Struct, tag=True, frozen=True):
-    """Offer ``paths`` as roots for ``owner`` (empty: withdraw them)."""
+    """Offer ``paths`` as roots for ``owner`` on the shared connection
+    (every run's calls go there; empty: withdraw them)."""
 
     owner: str
     paths: tuple[str, ...]
 
 
-McpServerRequest = ListTools | CallTool | GetStatus | Reconnect | CancelRunTasks | SetRoots
+class SetRolloutRoots(msgspec.Struct, tag=True, frozen=True):
+    """Offer ``paths`` to one rollout's own connection besides its
+    workspace (``per_rollout``; empty: withdraw them)."""
+
+    run_id: str
+    rollout_id: str
+    paths: tuple[str, ...]
+
+
+McpServerRequest = (
+    ListTools
+    | CallTool
+    | GetStatus
+    | Reconnect
+    | CancelRunTasks
+    | EndRollout
+    | SetRoots
+    | SetRolloutRoots
+)
 
 
 class McpToolInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,6 +152,8 @@ class McpServerStatus(msgspec.Struct, frozen=True, kw_only=True):
     #: Times the actor itself was restarted (a bug in it, not a server death).
     actor_restarts: int
     tools: int
+    #: Connections of their own open (or starting) for rollouts (``per_rollout``).
+    rollouts: int = 0
 
 
 McpServerReply = McpToolList | ToolOutput | McpServerStatus
@@ -142,7 +174,11 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
     ``state`` notifications (``progress`` twice for a call with a route:
     once with ``ROUTE_KEY``, once without).  ``hooks`` answer the
     server's questions and sampling requests; without ``wait`` the actor
-    starts at once and connects in the background (an optional server)."""
+    starts at once and connects in the background (an optional server).
+
+    With ``config.per_rollout`` a call that names a rollout goes to that
+    rollout's own connection (``RolloutConnections``), started on its first
+    call; the shared one lists the tools and serves calls of no rollout."""
 
     __slots__ = (
         "_config",
@@ -151,6 +187,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
         "_hold_scope",
         "_hooks",
         "_pins",
+        "_rollouts",
         "_sink",
         "_wait",
     )
@@ -173,6 +210,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
         #: Why there is no connection: the last start failed.
         self._down: str | None = None
         self._hold_scope: anyio.CancelScope | None = None
+        self._rollouts: RolloutConnections | None = None
 
     @property
     def name(self) -> str:
@@ -181,6 +219,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
     # -- life -------------------------------------------------------------------
 
     async def on_started(self) -> None:
+        self._open_rollouts()
         # Ready once connected and listed; a failed first start raises here,
         # so spawning the actor fails with the server's own error.
         if self._wait:
@@ -189,8 +228,20 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             self.context.start_soon_service(self._hold_or_note, name="connection")
 
     async def on_restarted(self, error: Exception) -> None:
+        self._open_rollouts()  # the old incarnation's were closed with its services
         # Must return promptly (the supervisor waits): connect in the background.
         self.context.start_soon_service(self._hold_or_note, name="connection")
+
+    def _open_rollouts(self) -> None:
+        if self._config.per_rollout:
+            context = self.context
+            self._rollouts = RolloutConnections(
+                self._config,
+                spawn=lambda hold: context.start_soon_service(hold, name="rollout-connection"),
+                pins=self._pins,
+                on_notification=self._sink,
+                hooks=self._hooks,
+            )
 
     async def _hold(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Open the connection, report ready, keep it open until cancelled."""
@@ -224,14 +275,6 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
                 return self._listing()
             case GetStatus():
                 return self._status()
-            case CancelRunTasks(run_id=run_id):
-                if self._connection is not None:
-                    await self._connection.cancel_run(run_id)
-                return self._status()
-            case SetRoots(owner=owner, paths=paths):
-                if self._connection is not None:
-                    await self._connection.set_roots(owner, [Path(p) for p in paths])
-                return self._status()
             case Reconnect():
                 if self._hold_scope is not None:
                     self._hold_scope.cancel()
@@ -240,9 +283,43 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
                 return msgspec.structs.replace(
                     self._status(), state=ConnectionState.CONNECTING, reason="reconnecting"
                 )
+            case _:
+                return await self._runs_and_roots(message)
+
+    async def _runs_and_roots(
+        self, message: CancelRunTasks | EndRollout | SetRoots | SetRolloutRoots
+    ) -> McpServerReply | Deferred[McpServerReply]:
+        """A run or rollout ended, or roots changed."""
+        rollouts = self._rollouts
+        match message:
+            case CancelRunTasks(run_id=run_id):
+                if self._connection is not None:
+                    await self._connection.cancel_run(run_id)
+                if rollouts is not None:  # closing takes a moment: off the mailbox
+                    return self.context.defer(self._finish, run_id, None, name="end-run")
+            case EndRollout(run_id=run_id, rollout_id=rollout_id) if rollouts is not None:
+                return self.context.defer(self._finish, run_id, rollout_id, name="end-rollout")
+            case SetRoots(owner=owner, paths=paths) if self._connection is not None:
+                await self._connection.set_roots(owner, [Path(p) for p in paths])
+            case SetRolloutRoots(run_id=run_id, rollout_id=rollout_id, paths=paths):
+                # Never on a shared connection: every run would see them.
+                if rollouts is not None:
+                    await rollouts.set_roots(run_id, rollout_id, [Path(p) for p in paths])
+        return self._status()
+
+    async def _finish(self, run_id: str, rollout_id: str | None) -> McpServerReply:
+        if self._rollouts is not None:
+            await self._rollouts.finish(run_id, rollout_id)
+        return self._status()
 
     async def _call(self, message: CallTool) -> McpServerReply:
         connection = self._connection
+        if self._rollouts is not None and message.rollout_id:
+            try:
+                connection = await self._rollouts.connection(message.run_id, message.rollout_id)
+            except McpServerError as exc:
+                shown = message.display_name or message.tool
+                return ToolOutput.of_text(f"MCP tool {shown!r}: {exc}", is_error=True)
         if connection is None:
             return ToolOutput.of_text(self._unavailable(), is_error=True)
         context = ToolContext(
@@ -295,6 +372,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
                 restarts=0,
                 actor_restarts=incarnation,
                 tools=0,
+                rollouts=len(self._rollouts or ()),
             )
         return McpServerStatus(
             server=self.name,
@@ -303,6 +381,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             restarts=connection.restarts,
             actor_restarts=incarnation,
             tools=len(connection.tools()),
+            rollouts=len(self._rollouts or ()),
         )
 
     def _unavailable(self) -> str:

@@ -32,10 +32,12 @@ from agentrt.tools.base import NotificationSink, ToolContext, ToolOutput
 from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
 from agentrt.tools.mcp.errors import McpServerError
 from agentrt.tools.mcp.pinning import MemoryPinStore, PinDecision, PinStore
+from agentrt.tools.mcp.rollouts import start_deadline_s
 from agentrt.tools.mcp.server_actor import (
     ROUTE_KEY,
     CallTool,
     CancelRunTasks,
+    EndRollout,
     GetStatus,
     ListTools,
     McpServerActor,
@@ -44,6 +46,7 @@ from agentrt.tools.mcp.server_actor import (
     McpServerStatus,
     McpToolList,
     Reconnect,
+    SetRolloutRoots,
     SetRoots,
 )
 from agentrt.tools.mcp.server_requests import McpClientHooks
@@ -178,9 +181,28 @@ class McpServerHandle:
         await self._ask(CancelRunTasks(run_id), McpServerStatus)
 
     async def set_roots(self, owner: str, paths: Sequence[Path]) -> None:
-        """Offer ``paths`` to the server as roots for ``owner`` (a run's
-        workspace; empty: withdraw them)."""
+        """Offer ``paths`` to the shared connection as roots for ``owner``
+        (empty: withdraw them): every run's calls see them."""
         await self._ask(SetRoots(owner, tuple(str(p) for p in paths)), McpServerStatus)
+
+    async def set_rollout_roots(self, run_id: str, rollout_id: str, paths: Sequence[Path]) -> None:
+        """Offer ``paths`` to ``rollout_id``'s own connection besides its
+        workspace (empty: withdraw them); its server hears
+        ``roots/list_changed``.  ``McpServerError`` for a server without
+        ``per_rollout`` (a shared connection would show them to every run)."""
+        if not self.config.per_rollout:
+            raise McpServerError(
+                self.name,
+                "offers no roots per rollout (per_rollout is false: its one connection is "
+                "shared by every run)",
+            )
+        message = SetRolloutRoots(run_id, rollout_id, tuple(str(p) for p in paths))
+        await self._ask(message, McpServerStatus)
+
+    async def end_rollout(self, run_id: str, rollout_id: str) -> None:
+        """``rollout_id`` ended: close its own connection (``per_rollout``)."""
+        if self.config.per_rollout:
+            await self._ask(EndRollout(run_id, rollout_id), McpServerStatus)
 
     async def stop(self) -> None:
         """Stop the actor and its connection for good (nothing to do once
@@ -203,6 +225,8 @@ class McpServerHandle:
         shown = display_name or remote_name
         route = self._progress.open(context.notify) if context.notify is not None else ""
         deadline = min(self.config.call_timeout_s, context.timeout_s or math.inf)
+        if self.config.per_rollout and context.rollout_id:
+            deadline += start_deadline_s(self.config)  # the rollout's first call starts its own
         message = CallTool(
             tool=remote_name,
             arguments=dict(arguments),
@@ -304,7 +328,8 @@ class McpServers:
 
     async def run_finished(self, run_id: str) -> None:
         """A run ended: cancel its tasks on every server (a task must not
-        outlive its run).  Failures are logged."""
+        outlive its run) and close its rollouts' own connections
+        (``per_rollout``).  Failures are logged."""
         async with anyio.create_task_group() as tg:
             for handle in self._handles.values():
                 tg.start_soon(self._cancel_run, handle, run_id)
@@ -317,9 +342,35 @@ class McpServers:
             _log.warning("mcp.server.cancel_run_failed", server=handle.name, error=str(exc))
 
     async def set_roots(self, owner: str, paths: Sequence[Path]) -> None:
-        """Offer ``paths`` as roots for ``owner`` to every server."""
+        """Offer ``paths`` as roots for ``owner`` to every server's shared
+        connection (seen by every run's calls)."""
         for handle in self._handles.values():
             await handle.set_roots(owner, paths)
+
+    async def set_rollout_roots(self, run_id: str, rollout_id: str, paths: Sequence[Path]) -> None:
+        """Offer ``paths`` besides its workspace to ``rollout_id``'s own
+        connection of every ``per_rollout`` server (servers with a shared
+        connection are not given them)."""
+        for handle in self._handles.values():
+            if handle.config.per_rollout:
+                await handle.set_rollout_roots(run_id, rollout_id, paths)
+
+    @property
+    def per_rollout(self) -> bool:
+        """Some server keeps a connection per rollout (``per_rollout``)."""
+        return any(h.config.per_rollout for h in self._handles.values())
+
+    async def rollout_finished(self, run_id: str, rollout_id: str) -> None:
+        """A rollout ended: close its own connections (``per_rollout``
+        servers).  Failures are logged."""
+        for handle in self._handles.values():
+            if handle.config.per_rollout:
+                try:
+                    await handle.end_rollout(run_id, rollout_id)
+                except McpServerError as exc:
+                    _log.warning(
+                        "mcp.server.end_rollout_failed", server=handle.name, error=str(exc)
+                    )
 
     async def stop(self) -> None:
         """Stop every server actor (and its server) for good."""

@@ -1,0 +1,208 @@
+"""Roots per rollout (``per_rollout = true``): each rollout gets a connection
+of its own, whose roots are its workspace (and the configured roots), started
+on its first call and closed when it ends; against the reference servers
+from npm: ``server-filesystem`` (which, started without a folder, serves the
+client's roots) and ``server-everything`` (whose ``get-roots-list`` shows
+what the server last heard)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from agentrt.protocols.ids import RolloutId, sub_rollout_id
+from agentrt.runtime.actors import ActorSystem
+from agentrt.tools.base import ToolContext
+from agentrt.tools.mcp import (
+    McpServerError,
+    McpServers,
+    McpTool,
+    StdioServerConfig,
+    spawn_mcp_servers,
+)
+from agentrt.tools.sandbox_workspace import Workspaces
+
+from .conftest import EVERYTHING, FILESYSTEM
+
+pytestmark = pytest.mark.anyio
+
+RUN = "run-roots"
+
+
+def _context(slot: str, *, run_id: str = RUN) -> ToolContext:
+    return ToolContext(run_id=run_id, rollout_id=str(RolloutId(run_id, slot)))
+
+
+def _tools(servers: McpServers, server: str) -> dict[str, McpTool]:
+    return {t.remote_name: t for t in servers.tools(server)}
+
+
+async def _until(
+    tool: McpTool, arguments: dict[str, Any], context: ToolContext, done: Callable[[str], bool]
+) -> str:
+    """Call ``tool`` until its text satisfies ``done`` (the servers read
+    roots in the background); the last text after 20 s."""
+    with anyio.move_on_after(20):
+        while not done(text := (await tool.call(arguments, context)).text):  # noqa: ASYNC110
+            await anyio.sleep(0.1)
+    return text
+
+
+def _server_processes(package: str) -> int:
+    """Live processes of ``package`` this test started (npx and node)."""
+    count = 0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and any(
+                package.split("@", 2)[1] in arg for arg in child.cmdline()
+            ):
+                count += 1
+        except psutil.Error:
+            continue
+    return count
+
+
+async def _workspace(root: Path, slot: str, files: dict[str, str]) -> Path:
+    """Create the rollout's workspace as its ``shell`` would, with ``files``."""
+    space = await Workspaces(root).get(RUN, str(RolloutId(RUN, slot)))
+    for name, text in files.items():
+        (space.path / name).write_text(text)
+    return space.path
+
+
+async def test_each_rollout_sees_only_its_own_workspace_through_server_filesystem(
+    npx: str, tmp_path: Path, open_dir: Path
+) -> None:
+    root = open_dir / "workspaces"  # reachable by the sandbox's user, like the shell's
+    shared_dir = tmp_path / "shared"
+    shared_dir.mkdir()
+    a = await _workspace(root, "r0", {"a.txt": "rollout zero's file"})
+    b = await _workspace(root, "r1", {"b.txt": "rollout one's file"})
+    config = StdioServerConfig(
+        name="fs",
+        command=npx,
+        args=["-y", FILESYSTEM],  # no folder: it serves the client's roots
+        roots=[shared_dir],
+        per_rollout=True,
+        workspace_root=root,
+    )
+    async with ActorSystem() as system:
+        servers = await spawn_mcp_servers(system, [config], require_all=True)
+        handle = servers.connections["fs"]
+        shared_only = _server_processes(FILESYSTEM)
+        tools = _tools(servers, "fs")
+        listing, read = tools["list_allowed_directories"], tools["read_text_file"]
+        r0, r1 = _context("r0"), _context("r1")
+
+        seen0 = await _until(listing, {}, r0, lambda t: str(a.resolve()) in t)
+        seen1 = await _until(listing, {}, r1, lambda t: str(b.resolve()) in t)
+        assert (await handle.status()).rollouts == 2
+        three = _server_processes(FILESYSTEM)
+        # A call of no rollout goes to the shared connection: configured roots only.
+        seen_shared = await _until(listing, {}, ToolContext(), lambda t: "shared" in t)
+
+        own0 = await read.call({"path": str(a / "a.txt")}, r0)
+        own1 = await read.call({"path": str(b / "b.txt")}, r1)
+        other0 = await read.call({"path": str(b / "b.txt")}, r0)
+        other1 = await read.call({"path": str(a / "a.txt")}, r1)
+        listed0 = await tools["list_directory"].call({"path": str(a)}, r0)
+        listed_other = await tools["list_directory"].call({"path": str(b)}, r0)
+
+        # A sub-agent's call (a rollout id under r0) shares r0's connection.
+        sub = ToolContext(run_id=RUN, rollout_id=sub_rollout_id(r0.rollout_id, "worker-1"))
+        own_sub = await read.call({"path": str(a / "a.txt")}, sub)
+        assert (await handle.status()).rollouts == 2
+
+        await servers.rollout_finished(RUN, r0.rollout_id)
+        after_end = await handle.status()
+        await servers.run_finished(RUN)
+        after_run = await handle.status()
+        left = _server_processes(FILESYSTEM)
+        await servers.stop()
+
+    assert str(b.resolve()) not in seen0
+    assert str(shared_dir.resolve()) in seen0
+    assert str(a.resolve()) not in seen1
+    assert str(shared_dir.resolve()) in seen1
+    assert str(a.resolve()) not in seen_shared
+    assert str(b.resolve()) not in seen_shared
+    assert (own0.text, own1.text, own_sub.text) == (
+        "rollout zero's file",
+        "rollout one's file",
+        "rollout zero's file",
+    )
+    for refused in (other0, other1, listed_other):
+        assert refused.is_error, refused.text
+        assert "outside allowed directories" in refused.text, refused.text
+    assert "a.txt" in listed0.text
+    assert "b.txt" not in listed0.text
+    assert (after_end.rollouts, after_run.rollouts) == (1, 0)
+    # Each connection is a server process of its own; closed ones are gone.
+    assert shared_only >= 1
+    assert three == 3 * shared_only
+    assert left == shared_only
+
+
+async def test_a_rollouts_roots_change_is_announced_to_its_server_only(
+    npx: str, tmp_path: Path, open_dir: Path
+) -> None:
+    root = open_dir / "workspaces"
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    a = await _workspace(root, "r0", {})
+    b = await _workspace(root, "r1", {})
+    config = StdioServerConfig(
+        name="everything",
+        command=npx,
+        args=["-y", EVERYTHING],
+        per_rollout=True,
+        workspace_root=root,
+    )
+    async with ActorSystem() as system:
+        servers = await spawn_mcp_servers(system, [config], require_all=True)
+        roots = _tools(servers, "everything")["get-roots-list"]
+        r0, r1 = _context("r0"), _context("r1")
+        before0 = await _until(roots, {}, r0, lambda t: a.as_uri() in t)
+        before1 = await _until(roots, {}, r1, lambda t: b.as_uri() in t)
+
+        await servers.set_rollout_roots(RUN, r0.rollout_id, [extra])
+        # The server re-reads its roots when it hears roots/list_changed.
+        after0 = await _until(roots, {}, r0, lambda t: extra.as_uri() in t)
+        after1 = (await roots.call({}, r1)).text
+        await servers.set_rollout_roots(RUN, r0.rollout_id, [])
+        gone0 = await _until(roots, {}, r0, lambda t: extra.as_uri() not in t)
+        await servers.stop()
+
+    assert b.as_uri() not in before0
+    assert a.as_uri() not in before1
+    assert extra.as_uri() not in before0
+    assert extra.as_uri() in after0
+    assert a.as_uri() in after0
+    assert extra.as_uri() not in after1
+    assert a.as_uri() not in after1
+    assert extra.as_uri() not in gone0
+    assert a.as_uri() in gone0
+
+
+async def test_rollout_roots_are_refused_for_a_shared_connection(
+    fixture_server: Callable[..., StdioServerConfig], tmp_path: Path
+) -> None:
+    async with ActorSystem() as system:
+        servers = await spawn_mcp_servers(system, [fixture_server("fx")], require_all=True)
+        handle = servers.connections["fx"]
+        with pytest.raises(McpServerError, match="per_rollout is false"):
+            await handle.set_rollout_roots(RUN, "run-roots-r0", [tmp_path])
+        await servers.set_rollout_roots(RUN, "run-roots-r0", [tmp_path])  # skips it
+        assert not servers.per_rollout
+        assert (await handle.status()).rollouts == 0
+        await servers.stop()
+
+
+def test_workspace_root_needs_per_rollout(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="workspace_root is only read with per_rollout"):
+        StdioServerConfig(name="fs", command="npx", workspace_root=tmp_path)
