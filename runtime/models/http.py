@@ -1,5 +1,6 @@
 """The shared HTTP client for model backends: httpx on an aiohttp transport
-(``make_http_client``, ``make_transport``), and ``classify_transport_error``.
+(``make_http_client``, ``make_transport``; the transport is
+``AiohttpTransport``), and ``classify_transport_error``.
 Plain httpx/httpcore pools collapse past a few hundred concurrent requests
 (66 req/s against 2,092 with the aiohttp transport), so no backend builds
 its own client.
@@ -15,8 +16,9 @@ from collections.abc import Mapping
 
 import aiohttp
 import httpx
-import httpx_aiohttp
 from pydantic import BaseModel, ConfigDict, Field
+
+from agentrt.runtime.models.aiohttp_transport import AiohttpTransport
 
 __all__ = [
     "HttpClientConfig",
@@ -51,24 +53,18 @@ class HttpClientConfig(BaseModel):
     """Verify the server's TLS certificate (https only)."""
 
 
-def make_transport(config: HttpClientConfig | None = None) -> httpx_aiohttp.AiohttpTransport:
+def make_transport(config: HttpClientConfig | None = None) -> AiohttpTransport:
     """An aiohttp transport sized by ``config``.  Its aiohttp session is
     created lazily, on the first request, inside the running event loop."""
     cfg = config or HttpClientConfig()
-    limits = httpx.Limits(
-        max_connections=cfg.max_connections,
-        max_keepalive_connections=cfg.max_connections,
-        keepalive_expiry=cfg.keepalive_expiry_s,
-    )
     # aiohttp's own verified default context (built once at its import) when
     # verifying; ``False`` disables verification.
     verify: bool = cfg.verify_tls
 
     def session() -> aiohttp.ClientSession:
-        # Our own connector instead of the transport's default: one limit for
-        # the whole client and none per host (a backend talks to one host),
-        # and no response decompression (the transport leaves decoding to
-        # httpx, which reads Content-Encoding).
+        # One connection limit for the whole client and none per host (a
+        # backend talks to one host), and no response decompression (the
+        # transport leaves decoding to httpx, which reads Content-Encoding).
         connector = aiohttp.TCPConnector(
             limit=cfg.max_connections,
             limit_per_host=0,
@@ -77,11 +73,7 @@ def make_transport(config: HttpClientConfig | None = None) -> httpx_aiohttp.Aioh
         )
         return aiohttp.ClientSession(connector=connector, auto_decompress=False)
 
-    # ``verify=False`` here only spares the transport building a certifi
-    # context it would never use: TLS is configured on the connector above.
-    return httpx_aiohttp.AiohttpTransport(
-        verify=False, trust_env=False, limits=limits, client=session
-    )
+    return AiohttpTransport(session)
 
 
 def make_http_client(
@@ -147,7 +139,8 @@ def classify_transport_error(exc: BaseException) -> TransportFailure | None:
     """The reason behind a transport-level exception, or ``None`` when
     ``exc`` is not one (a bug or a cancellation must propagate as is).  The
     transport maps every ``aiohttp.ClientConnectionError`` to
-    ``httpx.ConnectTimeout``; the ``__cause__`` says what really happened."""
+    ``httpx.ConnectTimeout`` (``as_httpx_error``); the ``__cause__`` says
+    what really happened."""
     cause = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
     for types, verdict in _AIOHTTP_CAUSES:
         if isinstance(cause, types):

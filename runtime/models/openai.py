@@ -148,7 +148,7 @@ class OpenAIBackend:
         )
         self._cold_headers = common
         http = config.http
-        # The transport reads this per request (see httpx_aiohttp: connect ->
+        # The transport reads this per request (AiohttpTransport: connect ->
         # sock_connect, read -> sock_read, pool -> aiohttp's connect budget).
         self._extensions: dict[str, Any] = {
             "timeout": {

@@ -1,0 +1,151 @@
+"""``AiohttpTransport``: httpx's transport interface on an aiohttp session,
+the one every model backend's HTTP client sends through.
+
+Per call it does only what a hand-written aiohttp request does, plus the
+httpx request and response around it: no context manager or generator per
+request, chunk or close, and one ``aiohttp.ClientTimeout`` per distinct set
+of timeouts.  aiohttp's exceptions reach the caller as httpx's, with the
+aiohttp one as ``__cause__`` (``classify_transport_error`` reads it).
+
+Must not import agents, tools or aggregators, nor any specific backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any, final
+
+import aiohttp
+import httpx
+
+__all__ = ["AiohttpTransport", "as_httpx_error"]
+
+# aiohttp exception -> the httpx exception raised for it; of several
+# matches the most specific httpx class wins.  Every connection error is a
+# ConnectTimeout here (the cause says what it really was).
+_HTTPX_FOR: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
+    (aiohttp.ServerTimeoutError, httpx.TimeoutException),
+    (aiohttp.SocketTimeoutError, httpx.ReadTimeout),
+    (aiohttp.ClientConnectionError, httpx.ConnectTimeout),
+    (aiohttp.ClientConnectorError, httpx.ConnectError),
+    (aiohttp.ClientPayloadError, httpx.ReadError),
+    (aiohttp.ClientProxyConnectionError, httpx.ProxyError),
+    (aiohttp.ClientHttpProxyError, httpx.ProxyError),
+    (aiohttp.NonHttpUrlClientError, httpx.UnsupportedProtocol),
+    (aiohttp.InvalidUrlClientError, httpx.UnsupportedProtocol),
+)
+
+
+def as_httpx_error(exc: Exception) -> httpx.TransportError | None:
+    """The httpx exception to raise for aiohttp's ``exc`` (its cause set by
+    the caller's ``raise ... from exc``), or ``None`` for anything else,
+    which propagates as it is."""
+    chosen: type[httpx.TransportError] | None = None
+    for source, target in _HTTPX_FOR:
+        if isinstance(exc, source) and (chosen is None or issubclass(target, chosen)):
+            chosen = target
+    return None if chosen is None else chosen(str(exc))
+
+
+@final
+class _ReplyStream(httpx.AsyncByteStream):
+    """An aiohttp response's body as an httpx stream: chunks as they
+    arrive; closing it releases the connection (or drops it, unread)."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        content = self._response.content
+        try:
+            while chunk := await content.readany():
+                yield chunk
+        except Exception as exc:
+            error = as_httpx_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    async def aclose(self) -> None:
+        try:
+            await self._response.__aexit__(None, None, None)
+        except Exception as exc:
+            error = as_httpx_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+
+@final
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """Sends httpx requests with an aiohttp session made by ``session`` on
+    the first request (inside the running event loop); closing the
+    transport closes the session.  A request's ``timeout`` extension
+    (httpx's ``connect``/``read``/``pool`` seconds) becomes aiohttp's
+    ``sock_connect``/``sock_read``/``connect``."""
+
+    def __init__(self, session: Callable[[], aiohttp.ClientSession]) -> None:
+        self._make_session = session
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[tuple[Any, Any, Any], aiohttp.ClientTimeout] = {}
+
+    def _timeout(self, extensions: dict[str, Any]) -> aiohttp.ClientTimeout:
+        given = extensions.get("timeout") or {}
+        key = (given.get("connect"), given.get("read"), given.get("pool"))
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            if len(self._timeouts) >= 64:  # callers with ever-new timeouts: no growth
+                self._timeouts.clear()
+            timeout = self._timeouts[key] = aiohttp.ClientTimeout(
+                sock_connect=key[0], sock_read=key[1], connect=key[2]
+            )
+        return timeout
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        session = self._session
+        if session is None:
+            session = self._session = self._make_session()
+        headers = request.headers
+        encoding = headers.encoding
+        sent = [(k.decode(encoding), v.decode(encoding)) for k, v in headers.raw]
+        data: Any
+        try:
+            data = request.content or None
+        except httpx.RequestNotRead:
+            data = request.stream  # aiohttp sends it chunked itself
+            sent = [(k, v) for k, v in sent if k.lower() != "transfer-encoding"]
+        server_hostname = request.extensions.get("sni_hostname")
+        try:
+            response = await session.request(
+                request.method,
+                str(request.url),
+                headers=sent,
+                data=data,
+                allow_redirects=False,
+                auto_decompress=False,
+                compress=False,
+                timeout=self._timeout(request.extensions),
+                server_hostname=server_hostname,
+            )
+        except Exception as exc:
+            error = as_httpx_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+        extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
+        if response.reason:
+            extensions["reason_phrase"] = response.reason.encode()
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.raw_headers,
+            stream=_ReplyStream(response),
+            request=request,
+            extensions=extensions,
+        )
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
