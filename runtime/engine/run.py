@@ -549,7 +549,12 @@ class RunExecution:
         )
         committed = self._committed
         job = RolloutJob(message, name, ledger, lambda: committed[rollout_id])
-        return await self.rt.placement.run_rollout(self._placed, job)
+        try:
+            return await self.rt.placement.run_rollout(self._placed, job)
+        finally:
+            if (mcp := self.rt._mcp) is not None and mcp.per_rollout:
+                with anyio.CancelScope(shield=True):  # its own MCP connections close with it
+                    await mcp.rollout_finished(self.run_id, rollout_id)
 
     @cached_property
     def _placed(self) -> PlacedRun:

@@ -15,8 +15,12 @@ import anyio
 import psutil
 import pytest
 
+from agentrt import Runtime
+from agentrt.agents import AgentConfig
+from agentrt.protocols import ModelRequest, ScalingSpec, ToolMessage
 from agentrt.protocols.ids import RolloutId, sub_rollout_id
 from agentrt.runtime.actors import ActorSystem
+from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.base import ToolContext
 from agentrt.tools.mcp import (
     McpServerError,
@@ -206,3 +210,58 @@ async def test_rollout_roots_are_refused_for_a_shared_connection(
 def test_workspace_root_needs_per_rollout(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="workspace_root is only read with per_rollout"):
         StdioServerConfig(name="fs", command="npx", workspace_root=tmp_path)
+
+
+async def test_a_runs_rollouts_each_work_in_their_own_workspace_through_the_runtime(
+    npx: str, open_dir: Path
+) -> None:
+    """Whole runs of a ``Runtime``: two rollouts of one agent call the same
+    ``per_rollout`` server, each reads its own workspace's note and is
+    refused the other's; the connections are gone when the run ends."""
+    root = open_dir / "workspaces"
+    run_id = "run-e2e"
+    for slot in ("r0", "r1"):
+        space = await Workspaces(root).get(run_id, str(RolloutId(run_id, slot)))
+        (space.path / "note.txt").write_text(f"the note of {slot}")
+
+    def script(request: ModelRequest) -> Any:
+        results = [str(m.content) for m in request.messages if isinstance(m, ToolMessage)]
+        listed = next((r for r in results if str(root.resolve()) in r), None)
+        if listed is None:  # the server reads the roots in the background: ask again
+            return (
+                ScriptedToolCall("fs__list_allowed_directories", {}) if len(results) < 100 else "?"
+            )
+        own = next(line.strip() for line in listed.splitlines() if str(root.resolve()) in line)
+        other = Path(own).with_name("r1" if own.endswith("r0") else "r0")
+        after = results[results.index(listed) + 1 :]
+        if not after:
+            return ScriptedToolCall("fs__read_text_file", {"path": f"{own}/note.txt"})
+        if len(after) == 1:
+            return ScriptedToolCall("fs__read_text_file", {"path": f"{other}/note.txt"})
+        return " | ".join([listed, *after])
+
+    backend = ScriptedBackend(script, name="scripted", models=["scripted"])
+    server = StdioServerConfig(
+        name="fs",
+        command=npx,
+        args=["-y", FILESYSTEM],
+        per_rollout=True,
+        workspace_root=root,
+    )
+    config = {"mcp": {"fs": server.model_dump(mode="json")}}
+    agent = AgentConfig(name="reader", tools=["fs__list_allowed_directories", "fs__read_text_file"])
+    async with Runtime(config, backends=[backend], agents={"reader": agent}) as rt:
+        result = await rt.run(
+            "read your note", agent="reader", scaling=ScalingSpec(rollouts=2), run_id=run_id
+        )
+        status = (await rt.mcp_status())["fs"]
+
+    answers = {s.rollout_id: s.answer or "" for s in result.summaries}
+    assert set(answers) == {str(RolloutId(run_id, "r0")), str(RolloutId(run_id, "r1"))}
+    for rollout_id, answer in answers.items():
+        slot = RolloutId.parse(run_id, rollout_id).slot
+        other = "r1" if slot == "r0" else "r0"
+        assert f"the note of {slot}" in answer, answer
+        assert f"the note of {other}" not in answer, answer
+        assert "outside allowed directories" in answer, answer
+    assert status.rollouts == 0
