@@ -7,6 +7,8 @@ what the server last heard)."""
 
 from __future__ import annotations
 
+import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -207,6 +209,23 @@ async def test_rollout_roots_are_refused_for_a_shared_connection(
         await servers.stop()
 
 
+def _documented_mcp() -> dict[str, Any]:
+    """The ``[mcp]`` entries of docs/configuration.md's "Roots per rollout"."""
+    doc = (Path(__file__).parents[3] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    section = doc.split("### Roots per rollout", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None, "docs/configuration.md: no TOML under 'Roots per rollout'"
+    servers: dict[str, Any] = tomllib.loads(block.group(1))["mcp"]
+    return servers
+
+
+def test_the_documented_entry_is_a_per_rollout_server() -> None:
+    [(name, entry)] = _documented_mcp().items()
+    config = StdioServerConfig.model_validate({"name": name, **entry})
+    assert config.per_rollout
+    assert config.args[-1] == FILESYSTEM  # the version the tests run
+
+
 def test_workspace_root_needs_per_rollout(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="workspace_root is only read with per_rollout"):
         StdioServerConfig(name="fs", command="npx", workspace_root=tmp_path)
@@ -229,32 +248,33 @@ async def test_a_runs_rollouts_each_work_in_their_own_workspace_through_the_runt
         listed = next((r for r in results if str(root.resolve()) in r), None)
         if listed is None:  # the server reads the roots in the background: ask again
             return (
-                ScriptedToolCall("fs__list_allowed_directories", {}) if len(results) < 100 else "?"
+                ScriptedToolCall("workspace__list_allowed_directories", {})
+                if len(results) < 100
+                else "?"
             )
         own = next(line.strip() for line in listed.splitlines() if str(root.resolve()) in line)
         other = Path(own).with_name("r1" if own.endswith("r0") else "r0")
         after = results[results.index(listed) + 1 :]
         if not after:
-            return ScriptedToolCall("fs__read_text_file", {"path": f"{own}/note.txt"})
+            return ScriptedToolCall("workspace__read_text_file", {"path": f"{own}/note.txt"})
         if len(after) == 1:
-            return ScriptedToolCall("fs__read_text_file", {"path": f"{other}/note.txt"})
+            return ScriptedToolCall("workspace__read_text_file", {"path": f"{other}/note.txt"})
         return " | ".join([listed, *after])
 
     backend = ScriptedBackend(script, name="scripted", models=["scripted"])
-    server = StdioServerConfig(
-        name="fs",
-        command=npx,
-        args=["-y", FILESYSTEM],
-        per_rollout=True,
-        workspace_root=root,
+    # The server as docs/configuration.md configures it, with a workspace root of the test's.
+    servers = _documented_mcp()
+    servers["workspace"]["workspace_root"] = str(root)
+    config = {"mcp": servers}
+    agent = AgentConfig(
+        name="reader",
+        tools=["workspace__list_allowed_directories", "workspace__read_text_file"],
     )
-    config = {"mcp": {"fs": server.model_dump(mode="json")}}
-    agent = AgentConfig(name="reader", tools=["fs__list_allowed_directories", "fs__read_text_file"])
     async with Runtime(config, backends=[backend], agents={"reader": agent}) as rt:
         result = await rt.run(
             "read your note", agent="reader", scaling=ScalingSpec(rollouts=2), run_id=run_id
         )
-        status = (await rt.mcp_status())["fs"]
+        status = (await rt.mcp_status())["workspace"]
 
     answers = {s.rollout_id: s.answer or "" for s in result.summaries}
     assert set(answers) == {str(RolloutId(run_id, "r0")), str(RolloutId(run_id, "r1"))}
