@@ -331,9 +331,11 @@ class McpConnection:
         return self._requests.roots()
 
     async def set_roots(self, owner: str, paths: Sequence[Path]) -> None:
-        """Offer ``paths`` as roots for ``owner`` (a run's workspace),
-        replacing what it offered before (empty: withdraw them); the
-        server hears ``notifications/roots/list_changed``."""
+        """Offer ``paths`` as roots for ``owner``, replacing what it offered
+        before (empty: withdraw them); the server hears
+        ``notifications/roots/list_changed``.  Every call on this
+        connection sees them: a rollout's workspace goes to a connection of
+        its own (``per_rollout``, see ``rollouts``)."""
         await self._requests.set_roots(owner, paths)
 
     def _refusal(self, remote_name: str) -> str | None:

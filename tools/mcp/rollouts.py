@@ -154,7 +154,7 @@ class RolloutConnections:
                         workspace=str(space.path),
                     )
                     await anyio.sleep_forever()
-        except AgentrtError as exc:
+        except (AgentrtError, OSError) as exc:  # the server, or the workspace, cannot be had
             slot.error = exc.detail if isinstance(exc, McpServerError) else str(exc)
             _log.warning(
                 "mcp.rollout.not_started",

@@ -433,7 +433,8 @@ class ServerRequestHandler:
     one, or any of them when they all belong to one run; when calls of
     several runs are in flight, sampling is refused (no run to charge) and
     a question goes out without a run.  Roots are ``config.roots`` plus
-    the folders each owner (a run) registered with ``set_roots``."""
+    the folders each owner registered with ``set_roots`` (on a rollout's own
+    connection, ``rollouts``: its workspace and what it added)."""
 
     def __init__(
         self, config: StdioServerConfig | HttpServerConfig, hooks: McpClientHooks | None

@@ -285,3 +285,25 @@ async def test_a_runs_rollouts_each_work_in_their_own_workspace_through_the_runt
         assert f"the note of {other}" not in answer, answer
         assert "outside allowed directories" in answer, answer
     assert status.rollouts == 0
+
+
+async def test_a_rollout_whose_connection_cannot_open_gets_an_error_naming_it(
+    fixture_server: Callable[..., StdioServerConfig], tmp_path: Path
+) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    config = fixture_server("fx", per_rollout=True, workspace_root=str(not_a_folder))
+    async with ActorSystem() as system:
+        servers = await spawn_mcp_servers(system, [config], require_all=True)
+        lookup = _tools(servers, "fx")["lookup"]
+        first = await lookup.call({"key": "k"}, _context("r0"))
+        again = await lookup.call({"key": "k"}, _context("r0"))  # tried again, not cached
+        shared = await lookup.call({"key": "k"}, ToolContext())
+        status = await servers.connections["fx"].status()
+        await servers.stop()
+    for failed in (first, again):
+        assert failed.is_error
+        assert "MCP tool 'fx__lookup'" in failed.text, failed.text
+        assert "could not open a connection for rollout 'r0'" in failed.text, failed.text
+    assert not shared.is_error, shared.text
+    assert (status.rollouts, status.actor_restarts) == (0, 0)
