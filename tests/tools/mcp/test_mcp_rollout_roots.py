@@ -25,6 +25,7 @@ from agentrt.runtime.actors import ActorSystem
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.base import ToolContext
 from agentrt.tools.mcp import (
+    HttpServerConfig,
     McpServerError,
     McpServers,
     McpTool,
@@ -34,6 +35,7 @@ from agentrt.tools.mcp import (
 from agentrt.tools.sandbox_workspace import Workspaces
 
 from .conftest import EVERYTHING, FILESYSTEM
+from .test_mcp_reference_servers import _free_port, _serve_everything, _stop
 
 pytestmark = pytest.mark.anyio
 
@@ -307,3 +309,34 @@ async def test_a_rollout_whose_connection_cannot_open_gets_an_error_naming_it(
         assert "could not open a connection for rollout 'r0'" in failed.text, failed.text
     assert not shared.is_error, shared.text
     assert (status.rollouts, status.actor_restarts) == (0, 0)
+
+
+async def test_over_http_each_rollout_has_a_session_of_its_own(npx: str, open_dir: Path) -> None:
+    root = open_dir / "workspaces"
+    a = await _workspace(root, "r0", {})
+    b = await _workspace(root, "r1", {})
+    port = _free_port()
+    process = _serve_everything(npx, port)
+    try:
+        config = HttpServerConfig(
+            name="ev",
+            url=f"http://127.0.0.1:{port}/mcp",
+            per_rollout=True,
+            workspace_root=root,
+        )
+        async with ActorSystem() as system:
+            servers = await spawn_mcp_servers(system, [config], require_all=True)
+            roots = _tools(servers, "ev")["get-roots-list"]
+            seen0 = await _until(roots, {}, _context("r0"), lambda t: a.as_uri() in t)
+            seen1 = await _until(roots, {}, _context("r1"), lambda t: b.as_uri() in t)
+            open_sessions = (await servers.connections["ev"].status()).rollouts
+            await servers.run_finished(RUN)
+            closed = (await servers.connections["ev"].status()).rollouts
+            await servers.stop()
+    finally:
+        _stop(process)
+    assert a.as_uri() in seen0
+    assert b.as_uri() not in seen0
+    assert b.as_uri() in seen1
+    assert a.as_uri() not in seen1
+    assert (open_sessions, closed) == (2, 0)
