@@ -119,23 +119,27 @@ class SignalTracker:
         calls = message.tool_calls
         # Each call's action and each result's digest, computed once a step.
         actions = [(c.function.name, _canonical_arguments(c.function.arguments)) for c in calls]
+        failures = 0
+        for r in results:
+            failures += r.is_error
         if calls:
             digests = [(b"E" if r.is_error else b"R") + _digest(r.content) for r in results]
             self._observe_loop(calls, actions, digests, now)
             self._observe_stagnation(digests, now)
-        self._observe_failures(results, now)
+        self._observe_failures(len(results), failures, now)
         self._observe_steps(step, now)
         if message.content:
-            match = next((m for p in self._give_up if (m := p.search(message.content))), None)
-            if match is not None:
-                now["give_up"] = (f"the model wrote {match.group(0)!r}", None)
+            for pattern in self._give_up:
+                if (match := pattern.search(message.content)) is not None:
+                    now["give_up"] = (f"the model wrote {match.group(0)!r}", None)
+                    break
         # Exhaustion stays active once reached; the others reflect this step.
         active = self.active
         fired = self._update(step, now, active & _STAYS_ACTIVE) if now or active else []
         logprob = None
-        if reply is not None and reply.choices:
+        if reply is not None and reply.choices and reply.choices[0].logprobs:
             logprob = mean_logprob(reply.choices[0].logprobs)
-        failed = any(r.is_error for r in results) or "tool_failure_rate" in self.active
+        failed = failures > 0 or "tool_failure_rate" in self.active
         # The same non-empty multiset of (tool, arguments) as the last step.
         actions.sort()
         repeated = bool(actions) and actions == self._previous_actions
@@ -181,7 +185,7 @@ class SignalTracker:
             )
         )
         self._exchanges.append(key)
-        repeats = sum(1 for k in self._exchanges if k == key)
+        repeats = self._exchanges.count(key)
         if repeats >= self._config.loop_repeats:
             if "loop" in self.active:  # fired already: the detail goes nowhere
                 now["loop"] = ("", float(repeats))
@@ -198,7 +202,7 @@ class SignalTracker:
     def _observe_stagnation(
         self, digests: Sequence[bytes], now: dict[SignalName, tuple[str, float | None]]
     ) -> None:
-        novel = any(d not in self._seen_results for d in digests)
+        novel = not self._seen_results.issuperset(digests)
         self._seen_results.update(digests)
         self._stale_steps = 0 if novel else self._stale_steps + 1
         if self._stale_steps >= self._config.stagnation_steps:
@@ -208,10 +212,10 @@ class SignalTracker:
             )
 
     def _observe_failures(
-        self, results: Sequence[ToolResult], now: dict[SignalName, tuple[str, float | None]]
+        self, calls: int, failures: int, now: dict[SignalName, tuple[str, float | None]]
     ) -> None:
-        self._calls += len(results)
-        self._failures += sum(1 for r in results if r.is_error)
+        self._calls += calls
+        self._failures += failures
         rate = self.failure_rate
         if self._calls >= self._config.failure_min_calls and rate >= self._config.failure_rate:
             now["tool_failure_rate"] = (

@@ -89,11 +89,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def __init__(self, session: Callable[[], aiohttp.ClientSession]) -> None:
         self._make_session = session
         self._session: aiohttp.ClientSession | None = None
-        self._timeouts: dict[tuple[Any, Any, Any], aiohttp.ClientTimeout] = {}
+        self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
+        self._last: tuple[object, aiohttp.ClientTimeout] = (object(), aiohttp.ClientTimeout())
 
     def _timeout(self, extensions: dict[str, Any]) -> aiohttp.ClientTimeout:
-        given = extensions.get("timeout") or {}
-        key = (given.get("connect"), given.get("read"), given.get("pool"))
+        given = extensions.get("timeout")
+        if given is self._last[0]:  # a backend sends one timeout dict every time
+            return self._last[1]
+        key = (given.get("connect"), given.get("read"), given.get("pool")) if given else (None,) * 3
         timeout = self._timeouts.get(key)
         if timeout is None:
             if len(self._timeouts) >= 64:  # callers with ever-new timeouts: no growth
@@ -101,6 +104,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             timeout = self._timeouts[key] = aiohttp.ClientTimeout(
                 sock_connect=key[0], sock_read=key[1], connect=key[2]
             )
+        self._last = (given, timeout)  # holds ``given``: its id is not reused
         return timeout
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

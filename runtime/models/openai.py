@@ -393,7 +393,8 @@ class OpenAIBackend:
         except Exception as exc:
             raise self._errors.transport(exc, "sending the request") from exc
         try:
-            if "content-encoding" in response.headers:
+            # ``get_list``: no KeyError raised and caught on every reply.
+            if response.headers.get_list("content-encoding"):
                 data = await response.aread()  # decodes
             else:
                 # Identity (we ask for it): straight from the transport's
