@@ -33,6 +33,12 @@ class ToolContent(msgspec.Struct, frozen=True, kw_only=True):
     data: bytes = b""
     mime_type: str = ""
     uri: str = ""
+    audience: tuple[str, ...] = ()
+    """Who the block is meant for: ``"user"``, ``"assistant"`` (MCP
+    ``annotations.audience``); empty when the tool does not say."""
+    priority: float | None = None
+    """How much the block matters, 0 (optional) to 1 (required) (MCP
+    ``annotations.priority``); None when the tool does not say."""
 
 
 class ToolOutput(msgspec.Struct, frozen=True, kw_only=True):

@@ -2,9 +2,10 @@
 
 Owns the translation of what an MCP server returns (text, image, audio,
 embedded resources, resource links, resource contents) into the runtime's
-``ToolOutput``.  Binary data arrives base64-encoded; it is decoded here, and
-a block whose base64 is broken becomes a text note rather than an exception,
-so one bad block cannot hide the rest of a result.
+``ToolOutput``, each block's annotations (audience, priority) kept.  Binary
+data arrives base64-encoded; it is decoded here, and a block whose base64 is
+broken becomes a text note rather than an exception, so one bad block cannot
+hide the rest of a result.
 
 Must not import agents or aggregators.
 """
@@ -17,6 +18,7 @@ import json
 from collections.abc import Iterable
 
 import mcp_types as types
+import msgspec
 
 from agentrt.tools.base import ToolContent, ToolOutput
 
@@ -40,7 +42,20 @@ def _resource(res: types.TextResourceContents | types.BlobResourceContents) -> T
     return ToolContent(kind="resource", data=data, uri=str(res.uri), mime_type=mime)
 
 
+def _annotated(content: ToolContent, annotations: types.Annotations | None) -> ToolContent:
+    """``content`` with the block's audience and priority, when it has them."""
+    if annotations is None or (annotations.audience is None and annotations.priority is None):
+        return content
+    return msgspec.structs.replace(
+        content, audience=tuple(annotations.audience or ()), priority=annotations.priority
+    )
+
+
 def _block(block: types.ContentBlock) -> ToolContent:
+    return _annotated(_content(block), block.annotations)
+
+
+def _content(block: types.ContentBlock) -> ToolContent:
     match block:
         case types.TextContent(text=text):
             return ToolContent(kind="text", text=text)

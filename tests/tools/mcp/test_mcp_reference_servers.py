@@ -165,6 +165,23 @@ async def test_filesystem_server_confined_to_the_roots(npx: str, tmp_path: Path)
     assert read == "from the second root"
 
 
+# -- content annotations ------------------------------------------------------------
+
+
+async def test_content_annotations_are_kept(everything: StdioServerConfig) -> None:
+    async with McpConnection(everything) as conn:
+        annotated = _tools(conn)["get-annotated-message"]
+        error = await annotated.call({"messageType": "error", "includeImage": True}, ToolContext())
+        debug = await annotated.call({"messageType": "debug"}, ToolContext())
+    text, image = error.content
+    assert (text.kind, text.audience, text.priority) == ("text", ("user", "assistant"), 1.0)
+    assert (image.kind, image.audience, image.priority) == ("image", ("user",), 0.5)
+    [note] = debug.content
+    assert note.audience == ("assistant",)
+    assert note.priority is not None
+    assert note.priority < 0.5
+
+
 # -- tasks --------------------------------------------------------------------------
 
 
