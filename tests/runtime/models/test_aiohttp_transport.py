@@ -1,0 +1,127 @@
+"""``AiohttpTransport`` against a real aiohttp server on loopback: requests
+and replies through httpx's interface, streamed bodies, the timeout
+extension, and aiohttp's failures raised as httpx's with the cause kept."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import aiohttp
+import anyio
+import httpx
+import pytest
+from aiohttp import web
+
+from agentrt.runtime.models.aiohttp_transport import as_httpx_error
+from agentrt.runtime.models.http import TransportFailure, classify_transport_error, make_transport
+
+pytestmark = pytest.mark.anyio
+
+
+async def _echo(request: web.Request) -> web.Response:
+    body = await request.read()
+    return web.json_response(
+        {"body": body.decode(), "id": request.headers.get("x-request-id", "")},
+        headers={"x-served-by": "test"},
+    )
+
+
+async def _chunks(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    for i in range(3):
+        await response.write(f"data: {i}\n\n".encode())
+        await anyio.sleep(0.01)
+    await response.write_eof()
+    return response
+
+
+async def _slow(request: web.Request) -> web.Response:
+    await anyio.sleep(1)
+    return web.Response(text="late")
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/echo", _echo)
+    app.router.add_get("/chunks", _chunks)
+    app.router.add_get("/slow", _slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_request_and_its_reply_pass_through(server: str) -> None:
+    transport = make_transport()
+    try:
+        request = httpx.Request(
+            "POST", f"{server}/echo", headers={"x-request-id": "r-1"}, content=b"hello"
+        )
+        response = await transport.handle_async_request(request)
+        body = await response.aread()
+        await response.aclose()
+    finally:
+        await transport.aclose()
+    assert response.status_code == 200
+    assert response.headers["x-served-by"] == "test"
+    assert response.request is request
+    assert httpx.Response(200, content=body).json() == {"body": "hello", "id": "r-1"}
+
+
+async def test_a_streamed_reply_arrives_in_chunks(server: str) -> None:
+    async with (
+        httpx.AsyncClient(transport=make_transport()) as client,
+        client.stream("GET", f"{server}/chunks") as response,
+    ):
+        chunks = [chunk async for chunk in response.aiter_raw()]
+    assert b"".join(chunks) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert len(chunks) >= 2  # not buffered into one
+
+
+async def test_the_read_timeout_extension_applies(server: str) -> None:
+    async with httpx.AsyncClient(
+        transport=make_transport(), timeout=httpx.Timeout(5.0, read=0.2)
+    ) as client:
+        with pytest.raises(httpx.TimeoutException) as caught:
+            await client.get(f"{server}/slow")
+    assert isinstance(caught.value.__cause__, aiohttp.ClientError)
+    assert classify_transport_error(caught.value) is TransportFailure.TIMEOUT
+
+
+async def test_a_refused_connection_is_an_httpx_error_with_its_cause() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with httpx.AsyncClient(transport=make_transport()) as client:
+        with pytest.raises(httpx.TransportError) as caught:
+            await client.get(f"http://127.0.0.1:{port}/")
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
+    assert classify_transport_error(caught.value) is TransportFailure.CONNECT
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (aiohttp.ServerDisconnectedError(), httpx.ConnectTimeout),
+        (aiohttp.SocketTimeoutError(), httpx.ReadTimeout),
+        (aiohttp.ServerTimeoutError(), httpx.ConnectTimeout),
+        (aiohttp.ClientPayloadError("short"), httpx.ReadError),
+        (ValueError("a bug"), None),
+    ],
+)
+def test_aiohttp_errors_map_to_the_most_specific_httpx_error(
+    error: Exception, expected: type[httpx.TransportError] | None
+) -> None:
+    mapped = as_httpx_error(error)
+    if expected is None:
+        assert mapped is None
+    else:
+        assert type(mapped) is expected
