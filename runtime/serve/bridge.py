@@ -1,8 +1,8 @@
 """The daemon's two event loops and the bridge between them: ``RunService``
-(what every interface needs from the manager) and ``ManagerBridge``.  The
-HTTP server runs on its own thread and loop so that its requests do not
-wait behind the run loop's bursts (measured: a 300+ ms p99 for
-``GET /v1/runs/{id}`` with 200 runs executing).
+(what every interface needs from the manager) and ``ManagerBridge`` (whose
+answers from the run loop go on through ``Turns``).  The HTTP server runs on its own thread and loop
+so that its requests do not wait behind the run loop's bursts (measured: a
+300+ ms p99 for ``GET /v1/runs/{id}`` with 200 runs executing).
 
 The roof: may import every layer.
 """
@@ -27,6 +27,7 @@ from agentrt.protocols.api import AgentInfo, ElicitationAnswer, RunDetail, RunIn
 from agentrt.runtime.models.health import BackendHealth
 from agentrt.runtime.serve.config import DaemonConfig
 from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.serve.turns import Turns
 
 T = TypeVar("T")
 
@@ -85,22 +86,34 @@ class RunService(Protocol):
 @final
 class ManagerBridge:
     """``RunService`` for code on another loop than the manager's; ``loop``
-    is the manager's running loop.  Reads (``get``, ``detail``, ``list``,
-    ``trajectory``, ``summaries``, ``agents``, ``active``) run on the
-    caller's loop, under the manager's lock or on the store's per-thread
-    readers; ``submit``, ``cancel``, ``wait`` and ``follow`` run on the run
-    loop, awaited from the caller's (cancelling the caller cancels them)."""
+    is the manager's running loop; what comes back from it goes on in
+    ``turns`` (a burst of answers spread over the caller's loop turns).
+    Reads (``get``, ``detail``, ``list``, ``trajectory``, ``summaries``,
+    ``agents``, ``active``) run on the caller's loop, under the manager's
+    lock or on the store's per-thread readers; ``submit``, ``cancel``,
+    ``wait`` and ``follow`` run on the run loop, awaited from the caller's
+    (cancelling the caller cancels them)."""
 
-    def __init__(self, manager: RunManager, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, manager: RunManager, loop: asyncio.AbstractEventLoop, turns: Turns | None = None
+    ) -> None:
         self.manager = manager
         self.loop = loop
+        self.turns = turns or Turns()
+        """Paces the answers coming back (the caller's loop)."""
 
     async def _on_run_loop(self, make: Callable[[], Awaitable[T]]) -> T:
         async def call() -> T:
             return await make()
 
         future = asyncio.run_coroutine_threadsafe(call(), self.loop)
-        return await asyncio.wrap_future(future)
+        try:
+            result = await asyncio.wrap_future(future)
+        except Exception:
+            await self.turns.take()  # a burst of refusals (429) is a burst too
+            raise
+        await self.turns.take()
+        return result
 
     async def read_on_run_loop(self, read: Callable[[], T]) -> T:
         """``read()``, called on the run loop: for state that only that loop

@@ -162,7 +162,7 @@ async def serve_manager(
         web = _Server(
             uvicorn.Config(
                 app,
-                http=governed_http(server, metrics.limit_hit),
+                http=governed_http(server, metrics.limit_hit, service.turns),
                 lifespan="off",
                 log_config=None,
                 log_level="warning",

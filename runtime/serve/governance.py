@@ -26,6 +26,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from agentrt.protocols.api import ApiError
 from agentrt.runtime.serve.config import ServerConfig
 from agentrt.runtime.serve.errors import RETRY_AFTER_S, ApiProblem
+from agentrt.runtime.serve.turns import Turns
 
 DEFAULT_JSON_DEPTH: Final[int] = ServerConfig.model_fields["max_json_depth"].default
 """``server.max_json_depth`` when none is given."""
@@ -49,8 +50,12 @@ def _raw_response(
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
-def governed_http(server: ServerConfig, hit: LimitHit) -> type[H11Protocol]:
-    """uvicorn's h11 protocol under ``server``'s limits:
+def governed_http(
+    server: ServerConfig, hit: LimitHit, turns: Turns | None = None
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol under ``server``'s limits, parsing what
+    arrives through ``turns`` (when given: a burst of requests arriving
+    together is parsed over several turns of the loop, not in one):
 
     - ``max_connections``: a connection past the cap gets 429 (with
       ``Retry-After``) for its first request, then is closed; it has
@@ -96,6 +101,7 @@ def governed_http(server: ServerConfig, hit: LimitHit) -> type[H11Protocol]:
             self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header)
             self._header_deadline: asyncio.TimerHandle | None = None
             self._over_cap = False
+            self._parse_queued = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -107,6 +113,18 @@ def governed_http(server: ServerConfig, hit: LimitHit) -> type[H11Protocol]:
             super().connection_lost(exc)
 
         def handle_events(self) -> None:
+            if turns is None:
+                self._handle_events()
+            elif not self._parse_queued:  # a queued parse reads what arrived since
+                self._parse_queued = True
+                turns.run(self._parse)
+
+        def _parse(self) -> None:
+            self._parse_queued = False
+            if not self.transport.is_closing():
+                self._handle_events()
+
+        def _handle_events(self) -> None:
             if self._over_cap and self.conn.their_state is h11.IDLE:
                 # Refuse as soon as the request line and headers are in.
                 try:
@@ -144,6 +162,8 @@ def governed_http(server: ServerConfig, hit: LimitHit) -> type[H11Protocol]:
 
         def _headers_late(self) -> None:
             self._header_deadline = None
+            if self._parse_queued and not self.transport.is_closing():
+                self._handle_events()  # what arrived in time, still waiting for its turn
             if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
                 return
             if self.cycle is not None and not self.cycle.response_complete:
