@@ -70,10 +70,10 @@ class RolloutConnections:
     """The connections of one ``per_rollout`` server, by rollout.
 
     ``spawn`` runs each connection's holding task (an actor's services, or
-    a task group's ``start_soon``); ``workspaces`` finds (and creates, like
-    the ``shell`` and ``editor`` do on first use) a rollout's directory,
-    default ``Workspaces(config.workspace_root)``.  The workspaces are never
-    deleted here: they belong to the tools that write them."""
+    a task group's ``start_soon``).  A rollout's directory is found under
+    ``config.workspace_root`` (and created on first use, as the ``shell``
+    and ``editor`` do); it is never deleted here: it belongs to the tools
+    that write it."""
 
     def __init__(
         self,
@@ -83,15 +83,12 @@ class RolloutConnections:
         pins: PinStore,
         on_notification: NotificationSink | None = None,
         hooks: McpClientHooks | None = None,
-        workspaces: Workspaces | None = None,
     ) -> None:
         self._config = config
         self._spawn = spawn
         self._pins = pins
         self._sink = on_notification
         self._hooks = hooks
-        self._root = workspaces.root if workspaces is not None else config.workspace_root
-        self._mount = workspaces.mount if workspaces is not None else "/workspace"
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._added: dict[tuple[str, str], tuple[Path, ...]] = {}
 
@@ -134,9 +131,8 @@ class RolloutConnections:
         until closed (``finish``) or the owner ends."""
         try:
             with slot.scope:
-                space = await Workspaces(self._root, mount=self._mount).get(
-                    slot.run_id, slot.rollout_id
-                )
+                workspaces = Workspaces(self._config.workspace_root)
+                space = await workspaces.get(slot.run_id, slot.rollout_id)
                 connection = McpConnection(
                     self._config, pins=self._pins, on_notification=self._sink, hooks=self._hooks
                 )
