@@ -99,10 +99,6 @@ class RolloutConnections:
     def _key(self, run_id: str, rollout_id: str) -> tuple[str, str]:
         return run_id, rollout_key(run_id, rollout_id)
 
-    def open_for(self, run_id: str) -> list[str]:
-        """The rollouts (keys) of ``run_id`` with a connection open or starting."""
-        return sorted(key for run, key in self._slots if run == run_id)
-
     async def connection(self, run_id: str, rollout_id: str) -> McpConnection:
         """``rollout_id``'s connection, started (and waited for) if it has
         none; ``McpServerError`` naming the server and the rollout when it
