@@ -19,7 +19,7 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents import AgentConfig
-from agentrt.protocols import ModelRequest, ScalingSpec, ToolMessage
+from agentrt.protocols import Event, ModelRequest, ScalingSpec, SummaryWritten, ToolMessage
 from agentrt.protocols.ids import RolloutId, sub_rollout_id
 from agentrt.runtime.actors import ActorSystem
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
@@ -272,9 +272,19 @@ async def test_a_runs_rollouts_each_work_in_their_own_workspace_through_the_runt
         name="reader",
         tools=["workspace__list_allowed_directories", "workspace__read_text_file"],
     )
+    open_at_summaries: list[int] = []
     async with Runtime(config, backends=[backend], agents={"reader": agent}) as rt:
+
+        async def events(event: Event) -> None:
+            if isinstance(event, SummaryWritten):  # its rollout has ended, the run has not
+                open_at_summaries.append((await rt.mcp_status())["workspace"].rollouts)
+
         result = await rt.run(
-            "read your note", agent="reader", scaling=ScalingSpec(rollouts=2), run_id=run_id
+            "read your note",
+            agent="reader",
+            scaling=ScalingSpec(rollouts=2),
+            run_id=run_id,
+            events=events,
         )
         status = (await rt.mcp_status())["workspace"]
 
@@ -287,6 +297,10 @@ async def test_a_runs_rollouts_each_work_in_their_own_workspace_through_the_runt
         assert f"the note of {other}" not in answer, answer
         assert "outside allowed directories" in answer, answer
     assert status.rollouts == 0
+    # Each rollout's connection closed when it ended, before the run did.
+    assert len(open_at_summaries) == 2
+    assert open_at_summaries[0] <= 1
+    assert open_at_summaries[1] == 0
 
 
 async def test_a_rollout_whose_connection_cannot_open_gets_an_error_naming_it(
