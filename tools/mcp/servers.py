@@ -284,6 +284,8 @@ class McpServers:
         self._handles = dict(handles)
         self.failures: dict[str, AgentrtError] = dict(failures)
         """Servers that could not be started, with the reason."""
+        self.per_rollout = any(h.config.per_rollout for h in self._handles.values())
+        """Some server keeps a connection per rollout (``per_rollout``)."""
 
     @property
     def connections(self) -> Mapping[str, McpServerHandle]:
@@ -354,11 +356,6 @@ class McpServers:
         for handle in self._handles.values():
             if handle.config.per_rollout:
                 await handle.set_rollout_roots(run_id, rollout_id, paths)
-
-    @property
-    def per_rollout(self) -> bool:
-        """Some server keeps a connection per rollout (``per_rollout``)."""
-        return any(h.config.per_rollout for h in self._handles.values())
 
     async def rollout_finished(self, run_id: str, rollout_id: str) -> None:
         """A rollout ended: close its own connections (``per_rollout``
