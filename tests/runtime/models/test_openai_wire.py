@@ -114,7 +114,7 @@ def _wrapped(cause: BaseException, outer: type[httpx.TransportError]) -> httpx.T
 @pytest.mark.parametrize(
     ("exc", "verdict"),
     [
-        # httpx_aiohttp maps every aiohttp connection error to ConnectTimeout:
+        # The transport maps every aiohttp connection error to ConnectTimeout:
         # the cause decides.
         (
             _wrapped(
