@@ -60,7 +60,8 @@ class Turns:
         self._wake = 1
         """Takers the next release wakes: what fitted in a turn, doubled while all fit."""
         self._woken = 0
-        self._release_pending = False
+        self._pumping = False
+        """A release is due (a batch wakes the next at the end of its turn)."""
         self.turns = 0
         """Turns in which a taker went on (for tests and benches)."""
         self.waits = 0
@@ -119,8 +120,8 @@ class Turns:
             self._wake = max(1, self._went_on)
         else:
             self._waiting.append(woken)
-        if not self._release_pending:
-            self._release_pending = True
+        if not self._pumping:  # else the batch running now releases the next one
+            self._pumping = True
             loop.call_soon(self._release)
         return woken
 
@@ -141,16 +142,12 @@ class Turns:
         return True
 
     def _turned(self) -> None:
-        if self._woken and self._went_on >= self._woken:
-            self._wake = min(self.most, 2 * self._wake)  # all the woken fitted
         self._fresh = True
         self._requeued = 0
-        self._woken = 0
 
     def _release(self) -> None:
-        """A later turn: wake the first waiters (they go on in the next
-        turn; after them, ``_next`` releases more if any wait)."""
-        self._release_pending = False
+        """Wake the first waiters: they go on in the next turn, and
+        ``_after`` runs after them there."""
         woken = 0
         while self._waiting and woken < self._wake:
             future = self._waiting.popleft()
@@ -159,12 +156,17 @@ class Turns:
                 woken += 1
         self._woken = woken
         self._woken_pending += woken
-        asyncio.get_running_loop().call_soon(self._next)
+        asyncio.get_running_loop().call_soon(self._after)
 
-    def _next(self) -> None:
-        if self._waiting and not self._release_pending:
-            self._release_pending = True
-            asyncio.get_running_loop().call_soon(self._release)
+    def _after(self) -> None:
+        """The end of a turn the woken ran in: wake the next ones (for the
+        next turn), more of them if all of these fitted."""
+        if self._woken and not self._requeued:
+            self._wake = min(self.most, 2 * self._wake)
+        if self._waiting:
+            self._release()
+        else:
+            self._pumping = False
 
     def _forget(self, future: asyncio.Future[None]) -> None:
         """A waiting task was cancelled: out of the queue, or, woken
