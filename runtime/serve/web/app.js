@@ -1,10 +1,12 @@
-// The page's entry point: the hash router, the token bar, the runs list
+// The page's entry point: the hash router, the token bar, the MCP
+// authorizations waiting for a person (mcpauth.js), the runs list
 // (refreshed every few seconds) and the form that starts a run.
 // Routes: #/ (runs), #/runs/<id> (one run), #/runs/<id>/rollouts/<rollout>.
 
 import { api, onUnauthorized, setToken, getToken } from './api.js';
 import { h, fill, badge, fmtCost, fmtAgo, clip } from './dom.js';
 import { RunView } from './run.js';
+import { AuthorizationsPanel } from './mcpauth.js';
 
 const LIST_REFRESH_MS = 2000;
 const PAGE_SIZE = 50;
@@ -12,6 +14,7 @@ const AGGREGATORS = ['majority', 'best_of_n', 'weighted', 'rtv', 'pdr', 'compres
 const STATUSES = ['', 'pending', 'running', 'succeeded', 'failed', 'cancelled'];
 
 const root = document.getElementById('view');
+const authorizations = new AuthorizationsPanel(document.getElementById('mcp-auth'));
 
 // ---------------------------------------------------------------- token bar
 
@@ -311,6 +314,7 @@ function parseHash() {
 }
 
 function route() {
+  authorizations.wake();
   const where = parseHash();
   if (where.view === 'run' && current instanceof RunView && current.runId === where.runId) {
     current.select(where.rolloutId);
@@ -330,3 +334,4 @@ function route() {
 
 window.addEventListener('hashchange', route);
 route();
+authorizations.start();

@@ -1,4 +1,5 @@
-// One run, live: its header (status, cost, answer), rollouts (each failed
+// One run, live: its header (status, cost, answer), the questions its MCP
+// servers ask (elicit.js), rollouts (each failed
 // one with its reason), the text the models are generating (`token` events),
 // aggregation, budget burn, signals and errors, and the selected rollout's
 // trajectory and summary.  State is rebuilt from the run's event stream (which replays
@@ -8,6 +9,7 @@ import { api, followEvents } from './api.js';
 import { h, fill, badge, fmtCost, fmtTokens, tokensOf, clip, TERMINAL } from './dom.js';
 import { budgetChart, voteView } from './charts.js';
 import { trajectoryView } from './trajectory.js';
+import { QuestionsPanel } from './elicit.js';
 
 const TRAJECTORY_REFRESH_MS = 400;
 const FINAL_DETAIL_TRIES = 20;
@@ -37,6 +39,7 @@ export class RunView {
     this.trajectoryTimer = null;
     this.frame = 0;
     this.trajectoryDirty = false;
+    this.questions = new QuestionsPanel(runId, { label: (rid) => this.label(rid) });
   }
 
   base() {
@@ -71,6 +74,7 @@ export class RunView {
           this.el.error,
           this.el.facts,
         ),
+        this.questions.el,
         h('div', { class: 'panel' }, h('h3', {}, 'Generating'), this.el.liveText),
         h(
           'div',
@@ -226,6 +230,10 @@ export class RunView {
       }
       case 'tool_call':
         this.rolloutState(ev.rollout_id).tools.add(ev.call_id);
+        this.questions.callEnded(ev);
+        break;
+      case 'elicitation':
+        this.questions.asked(ev);
         break;
       case 'rollout_finished': {
         const r = this.rolloutState(ev.rollout_id);
@@ -257,6 +265,7 @@ export class RunView {
         if (this.info) {
           this.info = { ...this.info, status: ev.status, answer: ev.answer, cost: ev.cost };
         }
+        this.questions.runEnded();
         this.fetchFinalDetail();
         if (this.selected) this.refreshTrajectorySoon();
         break;
