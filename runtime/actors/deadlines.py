@@ -1,6 +1,7 @@
 """Ask deadlines, batched: one event-loop timer per millisecond of deadlines.
 
-Every ``ask`` has a deadline.  A loop timer (or a cancel scope) per ask costs
+Every ``ask`` has a deadline (but one whose caller's scope bounds it:
+``timeout=None``).  A loop timer (or a cancel scope) per ask costs
 a heap push and pop per request, a quarter of an ask's round trip on plain
 asyncio.  Instead, asks whose deadlines fall in the same millisecond share
 one timer: an ask files its reply future in that millisecond's bucket and

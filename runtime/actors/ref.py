@@ -52,15 +52,22 @@ class ActorRef(Generic[MsgT_contra, ReplyT_co]):
         """Deliver ``message`` now, or raise ``MailboxFull``."""
         self._mailbox.put_nowait(message)
 
-    async def ask(self, message: MsgT_contra, *, timeout: float = DEFAULT_ASK_TIMEOUT) -> ReplyT_co:  # noqa: ASYNC109
+    async def ask(
+        self,
+        message: MsgT_contra,
+        *,
+        timeout: float | None = DEFAULT_ASK_TIMEOUT,  # noqa: ASYNC109
+    ) -> ReplyT_co:
         """Send ``message`` and wait for what ``receive`` returns for it.
 
         The deadline covers waiting for mailbox room and for the reply; past
         it, ``AskTimeout`` names this address, the message type and the
-        timeout.  If the handler raises, this raises ``ActorCrashed`` (with
-        the handler's exception as ``cause``); if the actor stops first,
-        ``ActorStopped``.  A request whose caller gave up before the actor got
-        to it is dropped, not handled.
+        timeout.  ``timeout=None``: no deadline of the ask's own (no timer),
+        for a caller whose cancel scope bounds the wait already.  If the
+        handler raises, this raises ``ActorCrashed`` (with the handler's
+        exception as ``cause``); if the actor stops first, ``ActorStopped``.
+        A request whose caller gave up before the actor got to it is
+        dropped, not handled.
 
         (The deadline is a parameter rather than the caller's cancel scope
         because it belongs to the request: ``AskTimeout`` reports it.)
@@ -69,11 +76,16 @@ class ActorRef(Generic[MsgT_contra, ReplyT_co]):
         reply: asyncio.Future[Any] = loop.create_future()
         envelope = Ask(message, reply)
         self._mailbox.offer_ask(envelope)
-        pending = self._deadlines.watch(loop, reply, timeout, self.address, message)
+        pending = (
+            None
+            if timeout is None
+            else self._deadlines.watch(loop, reply, timeout, self.address, message)
+        )
         try:
             return cast(ReplyT_co, await reply)
         finally:
-            self._deadlines.unwatch(pending, reply)
+            if pending is not None:
+                self._deadlines.unwatch(pending, reply)
             if not reply.done() or reply.cancelled() or reply.exception() is not None:
                 self._mailbox.withdraw_ask(envelope)
 

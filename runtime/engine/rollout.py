@@ -9,7 +9,7 @@ Must not know how rollouts are scheduled or aggregated.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import final
 
 import msgspec
@@ -45,7 +45,18 @@ Announce = Callable[[RolloutRestarted], Awaitable[object]]
 
 @final
 class RolloutActor(Actor[RolloutMessage, RolloutResult]):
-    """Runs one rollout of ``runner``; a fresh instance after each crash."""
+    """Runs one rollout of ``runner``; a fresh instance after each crash.
+    ``committed``: the rollout's committed steps (a list that grows)."""
+
+    __slots__ = (
+        "_announce",
+        "_committed",
+        "_control",
+        "_ledger",
+        "_rollout_id",
+        "_run_id",
+        "_runner",
+    )
 
     def __init__(
         self,
@@ -55,7 +66,7 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
         *,
         run_id: str,
         rollout_id: str,
-        committed: Callable[[], int],
+        committed: Sequence[Step],
         announce: Announce,
     ) -> None:
         self._runner = runner
@@ -73,7 +84,7 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
                 rollout_id=self._rollout_id,
                 incarnation=self.context.incarnation,
                 error=f"{type(error).__name__}: {error}",
-                resumed_steps=self._committed(),
+                resumed_steps=len(self._committed),
             )
         )
 

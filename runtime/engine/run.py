@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal, final
+from typing import TYPE_CHECKING, Final, Literal, final
 
 import anyio
 import msgspec
@@ -94,6 +94,11 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 _names = itertools.count()
+
+
+_UNSCOPED: Final = nullcontext()
+"""Where a scope has nothing to do (no deadline, nothing to stop early):
+one shared no-op context, not a scope (or a fresh object) per rollout."""
 
 
 async def spawn_rollout_supervisor(system: ActorSystem, restarts: int) -> SupervisorRef:
@@ -332,6 +337,8 @@ class RunExecution:
     ) -> AggregationResult:
         """The aggregation, within the run's deadline; when the deadline cuts
         it, a majority vote over the summaries (no model call) decides."""
+        if self.wall is None:
+            return await chosen.aggregate(self.task, summaries, context)
         with anyio.CancelScope(deadline=self.deadline):
             return await chosen.aggregate(self.task, summaries, context)
         vote = await MajorityVote().aggregate(self.task, summaries, context)
@@ -344,12 +351,16 @@ class RunExecution:
         stopped early when the vote is decided (or, adaptive, settled) or the
         budget is spent.  A rollout never started has no outcome."""
         outcomes = [_Outcome(i) for i in range(n)]
-        self._scopes = [anyio.CancelScope() for _ in range(n)]
+        # A rollout's own scope is for stopping it early, when others end
+        # first: a lone rollout has none (nothing ends before it).
+        self._scopes = [anyio.CancelScope() for _ in range(n)] if n > 1 else []
         self._finished: list[_Outcome] = []
         self._pending = n
         self._stopped = False
         self._waiting = iter(outcomes[self.window :])
-        with anyio.CancelScope(deadline=self.deadline) as overall:
+        # No wall-clock cap: no scope to carry its deadline.
+        overall = anyio.CancelScope(deadline=self.deadline) if self.wall is not None else None
+        with overall if overall is not None else _UNSCOPED:
             if (
                 self.rt.config.warm_prefix
                 and n > 1
@@ -366,7 +377,7 @@ class RunExecution:
                     self._tg = tg
                     for outcome in outcomes[: self.window]:
                         tg.start_soon(self._one, outcome)
-        if overall.cancelled_caught:
+        if overall is not None and overall.cancelled_caught:
             for outcome in outcomes:
                 if outcome.status == "cancelled":
                     outcome.status = "failed"
@@ -382,7 +393,8 @@ class RunExecution:
         i = outcome.index
         backend = self._main_backend().name
         slot = self.rt.slot(backend)
-        with self._scopes[i]:
+        scope = self._scopes[i] if self._scopes else None
+        with scope if scope is not None else _UNSCOPED:
             if slot is not None and slot.available_tokens < 1:
                 await self.emitter.emit(
                     RolloutQueued(
@@ -392,7 +404,7 @@ class RunExecution:
                         limit=int(slot.total_tokens),
                     )
                 )
-            async with slot if slot is not None else nullcontext():
+            async with slot if slot is not None else _UNSCOPED:
                 try:
                     outcome.value = await self._rollout(i)
                     outcome.status = "succeeded"
@@ -402,8 +414,8 @@ class RunExecution:
                 except Exception as exc:
                     log.warning("rollout_failed", index=i, error=repr(exc))
                     outcome.status, outcome.error = "failed", exc
-        if outcome.status == "cancelled":
-            return
+        if scope is not None and scope.cancelled_caught:
+            return  # stopped early: no outcome
         self._pending -= 1
         self._finished.append(outcome)
         if outcome.status == "failed":
@@ -547,8 +559,7 @@ class RunExecution:
             restored=resume is not None,
             options=self.options,
         )
-        committed = self._committed
-        job = RolloutJob(message, name, ledger, lambda: committed[rollout_id])
+        job = RolloutJob(message, name, ledger, self._committed[rollout_id])
         try:
             return await self.rt.placement.run_rollout(self._placed, job)
         finally:

@@ -64,13 +64,14 @@ class PlacedRun:
 class RolloutJob:
     """One rollout to run: its message (task, ids, seed, steps to resume
     from), its actor's name (unique across runs: ``run<N>-<slot>``), its ledger (a child
-    of the run's) and its committed top-level steps so far (read when it
-    has to be taken up again)."""
+    of the run's) and its committed top-level steps so far (the run's own
+    list, which grows as steps are committed; read when the rollout has to
+    be taken up again)."""
 
     message: RunRollout
     name: str
     ledger: BudgetLedger
-    committed: Callable[[], Sequence[Step]]
+    committed: Sequence[Step]
 
 
 class Placement(Protocol):

@@ -6,7 +6,8 @@ rollouts it is sent).  Must not know how rollouts are scheduled or aggregated.
 from __future__ import annotations
 
 from contextlib import suppress
-from typing import Final, final
+from functools import partial
+from typing import final
 
 import anyio
 import msgspec
@@ -15,9 +16,6 @@ from agentrt.agents import RolloutControl, RolloutResult
 from agentrt.runtime.actors import ActorCrashed, ActorError, ActorStopped
 from agentrt.runtime.engine.placement.base import PlacedRun, RolloutGaveUp, RolloutJob
 from agentrt.runtime.engine.rollout import RolloutActor
-
-#: An ask's deadline is the ask's own; a run's deadline is its cancel scope.
-_ASK_TIMEOUT_S: Final = 30 * 24 * 3600.0
 
 
 @final
@@ -37,14 +35,16 @@ class LocalPlacement:
         (a pipeline, which cannot be taken up mid-way, starts over)."""
         control = RolloutControl()
         rollout_id = job.message.rollout_id
+        # A partial, not a closure: no cells for the frame to share.
         ref = await run.supervisor.spawn(
-            lambda: RolloutActor(
+            partial(
+                RolloutActor,
                 run.runner,
                 job.ledger,
                 control,
                 run_id=run.run_id,
                 rollout_id=rollout_id,
-                committed=lambda: len(job.committed()),
+                committed=job.committed,
                 announce=run.emit,
             ),
             name=job.name,
@@ -54,10 +54,12 @@ class LocalPlacement:
         try:
             while True:
                 try:
-                    return await ref.ask(message, timeout=_ASK_TIMEOUT_S)
+                    # No deadline of the ask's own: the run's cancel scope
+                    # (its wall-clock cap) bounds the rollout.
+                    return await ref.ask(message, timeout=None)
                 except ActorCrashed as crash:
                     last = crash.cause
-                    steps = job.committed()
+                    steps = job.committed
                     go_on = list(steps) if run.resumable and steps else None
                     message = msgspec.structs.replace(
                         message,

@@ -384,7 +384,7 @@ class RayPlacement:
                     return await self._ask(worker, placed)
                 except _WorkerLost as lost:
                     await lost.worker.pumped.wait()  # what it committed is in
-                    steps = list(job.committed())
+                    steps = list(job.committed)
                     go_on = steps if run.resumable and steps else None
                     losses += 1
                     log.warning(

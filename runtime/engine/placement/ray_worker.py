@@ -397,7 +397,7 @@ class WorkerHost:
             message=rollout,
             name=placed.name,
             ledger=ledger,
-            committed=lambda: shard.committed[rollout.rollout_id],
+            committed=shard.committed[rollout.rollout_id],
         )
         try:
             result: RolloutResult = await self._local.run_rollout(shard.placed, job)

@@ -112,6 +112,28 @@ async def test_ask_timeout_names_address_message_type_and_deadline() -> None:
         assert caught.value.message_type == "Items"
 
 
+async def test_an_ask_without_a_timeout_sets_no_timer_and_its_callers_scope_bounds_it() -> None:
+    async with ActorSystem() as system:
+        release = anyio.Event()
+        ref = await system.spawn(lambda: Collector(release), name="unbounded")
+        await ref.tell(Hang())
+        with anyio.move_on_after(0.05) as scope:
+            await ref.ask(Items(), timeout=None)
+        assert scope.cancelled_caught  # the caller's deadline, not the ask's
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ref.tell, Put(1))
+            replies: list[list[int] | None] = []
+
+            async def ask() -> None:
+                replies.append(await ref.ask(Items(), timeout=None))
+
+            tg.start_soon(ask)
+            await anyio.wait_all_tasks_blocked()
+            assert system._deadlines.timers == 0  # no timer for an ask without one
+            release.set()
+        assert replies == [[1]]  # the cancelled ask was withdrawn, never handled
+
+
 async def test_ask_to_a_crashing_handler_gets_actor_crashed_with_the_cause() -> None:
     async with ActorSystem() as system:
         ref = await system.spawn(Collector, name="fragile")
