@@ -91,7 +91,7 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
     async def receive(self, message: RolloutMessage) -> RolloutResult:
         match message:
             case RunRollout():
-                return await self._runner.run(
+                result = await self._runner.run(
                     message.task,
                     run_id=message.run_id,
                     rollout_id=message.rollout_id,
@@ -103,6 +103,10 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
                     charged=message.charged,
                     options=message.options,
                 )
+                # Asked once: it ends with its answer, so nobody has to
+                # stop it (a crash, before this, is restarted as ever).
+                self.context.stop()
+                return result
 
 
 __all__ = ["RolloutActor", "RolloutMessage", "RunRollout", "Runner"]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final, Literal, final
 import anyio
 import msgspec
 
-from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink, RolloutResult
+from agentrt.agents import Agent, AgentConfig, EventEmitter, EventSink
 from agentrt.agents.delegation import AgentNode, skip_call_numbers
 from agentrt.agents.hierarchy import Hierarchy
 from agentrt.agents.run_options import check_run_options
@@ -182,7 +182,7 @@ class RunExecution:
         self.emitter = emitter
         self.options = RunOptions()
         """The run's ``RunOptions``, for every rollout of the run's agent."""
-        self._refines = itertools.count()
+        self._refines = 0
         self._committed: defaultdict[str, list[Step]] = defaultdict(list)
         outer = emitter.sink
         emitter.sink = _CommitSink(outer, self._committed)
@@ -264,7 +264,7 @@ class RunExecution:
         self.confidence = scaling.confidence
         self.window = scaling.min_rollouts if scaling.confidence is not None else scaling.rollouts
         self.normalize = _normalizer(chosen)
-        if self.checkpoint is None:
+        if self.checkpoint is None and self.emitter.wants(RunStarted):
             await self.emitter.emit(
                 RunStarted(
                     run_id=self.run_id,
@@ -307,9 +307,10 @@ class RunExecution:
         )
         await self._budget_event()
         status: RunStatus = "succeeded" if agg.answer is not None else "failed"
-        await self.emitter.emit(
-            RunFinished(run_id=self.run_id, status=status, answer=agg.answer, cost=cost)
-        )
+        if self.emitter.wants(RunFinished):
+            await self.emitter.emit(
+                RunFinished(run_id=self.run_id, status=status, answer=agg.answer, cost=cost)
+            )
         return RunResult(
             run_id=self.run_id,
             status=status,
@@ -353,11 +354,14 @@ class RunExecution:
         outcomes = [_Outcome(i) for i in range(n)]
         # A rollout's own scope is for stopping it early, when others end
         # first: a lone rollout has none (nothing ends before it).
-        self._scopes = [anyio.CancelScope() for _ in range(n)] if n > 1 else []
+        self._scopes: Sequence[anyio.CancelScope] = (
+            [anyio.CancelScope() for _ in range(n)] if n > 1 else ()
+        )
         self._finished: list[_Outcome] = []
         self._pending = n
         self._stopped = False
-        self._waiting = iter(outcomes[self.window :])
+        self._outcomes = outcomes
+        self._next = self.window  # the next rollout to start (adaptive N)
         # No wall-clock cap: no scope to carry its deadline.
         overall = anyio.CancelScope(deadline=self.deadline) if self.wall is not None else None
         with overall if overall is not None else _UNSCOPED:
@@ -406,7 +410,9 @@ class RunExecution:
                 )
             async with slot if slot is not None else _UNSCOPED:
                 try:
-                    outcome.value = await self._rollout(i)
+                    outcome.value = await self._run_or_resume(
+                        RolloutId(self.run_id, f"r{i}"), self.task, ()
+                    )
                     outcome.status = "succeeded"
                 except BudgetExceeded as exc:
                     outcome.status, outcome.error = "failed", exc
@@ -432,8 +438,9 @@ class RunExecution:
             self._stop_all()
         if self._stopped or nothing_left(self.ledger) is not None:
             return  # adaptive N: no rollout starts that could make no call
-        if (following := next(self._waiting, None)) is not None:
-            self._tg.start_soon(self._one, following)
+        if self._next < len(self._outcomes):
+            self._next += 1
+            self._tg.start_soon(self._one, self._outcomes[self._next - 1])
 
     def _should_stop(self) -> bool:
         left = self.ledger.headroom().tokens
@@ -481,12 +488,10 @@ class RunExecution:
     def _rollout_id(self, i: int) -> str:
         return str(RolloutId(self.run_id, f"r{i}"))
 
-    async def _rollout(self, i: int) -> _Done:
-        return await self._run_or_resume(RolloutId(self.run_id, f"r{i}"), self.task, ())
-
     async def _refine_rollout(self, task: str, workspace: Workspace) -> TrajectorySummary:
         """A fresh rollout seeded with PDR's workspace."""
-        slot = f"refine{workspace.round}-{next(self._refines)}"
+        self._refines += 1
+        slot = f"refine{workspace.round}-{self._refines - 1}"
         seed = [UserMessage(content=workspace.render())]
         done = await self._run_or_resume(RolloutId(self.run_id, slot), task, seed)
         return done.summary
@@ -501,7 +506,9 @@ class RunExecution:
         committed steps made are charged as spent; the call in flight runs
         again, under a new id).  A pipeline's (its stages cannot be taken up
         mid-way) restarts as incarnation k (``id~k``), the interrupted
-        attempt left in the record."""
+        attempt left in the record.  The rollout runs where the Runtime's
+        placement puts it (an actor here, or on a Ray worker); a crashed one
+        goes on from its committed steps (``Placement.run_rollout``)."""
         ledger = self.ledger.child(base.slot)
         rollout, saved = self._saved(base)
         resume: list[Step] | None = None
@@ -527,29 +534,6 @@ class RunExecution:
         rollout_id = str(rollout)
         if resume is not None:
             self._committed[rollout_id] = list(resume)
-        result = await self._ask(
-            rollout_id,
-            name=f"{self._name}-{base.slot}",
-            task=task,
-            ledger=ledger,
-            seed=seed,
-            resume=resume,
-        )
-        return await self._summarize(result.trajectory)
-
-    async def _ask(
-        self,
-        rollout_id: str,
-        *,
-        name: str,
-        task: str,
-        ledger: BudgetLedger,
-        seed: Sequence[UserMessage],
-        resume: list[Step] | None,
-    ) -> RolloutResult:
-        """Run the rollout where the Runtime's placement puts it (an actor
-        here, or on a Ray worker); a crashed one goes on from its committed
-        steps (``Placement.run_rollout``)."""
         message = RunRollout(
             task=task,
             run_id=self.run_id,
@@ -559,13 +543,15 @@ class RunExecution:
             restored=resume is not None,
             options=self.options,
         )
+        name = f"{self._name}-{base.slot}"
         job = RolloutJob(message, name, ledger, self._committed[rollout_id])
         try:
-            return await self.rt.placement.run_rollout(self._placed, job)
+            result = await self.rt.placement.run_rollout(self._placed, job)
         finally:
             if (mcp := self.rt._mcp) is not None and mcp.per_rollout:
                 with anyio.CancelScope(shield=True):  # its own MCP connections close with it
                     await mcp.rollout_finished(self.run_id, rollout_id)
+        return await self._summarize(result.trajectory)
 
     @cached_property
     def _placed(self) -> PlacedRun:
@@ -664,7 +650,8 @@ class RunExecution:
 
     async def _summarize(self, trajectory: Trajectory) -> _Done:
         summary = await self.summarizer.summarize(trajectory)
-        await self.emitter.emit(SummaryWritten(run_id=self.run_id, summary=summary))
+        if self.emitter.wants(SummaryWritten):  # not built when nobody reads it
+            await self.emitter.emit(SummaryWritten(run_id=self.run_id, summary=summary))
         return _Done(trajectory, summary)
 
     async def _budget_event(self) -> None:

@@ -32,7 +32,9 @@ class LocalPlacement:
     async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult:
         """Spawn the rollout's actor and ask it for the rollout; after a
         crash, ask its next incarnation to go on from the committed steps
-        (a pipeline, which cannot be taken up mid-way, starts over)."""
+        (a pipeline, which cannot be taken up mid-way, starts over).  The
+        actor stops itself once it answered; else (a failure, a
+        cancellation) it is stopped here before this returns."""
         control = RolloutControl()
         rollout_id = job.message.rollout_id
         # A partial, not a closure: no cells for the frame to share.
@@ -51,12 +53,15 @@ class LocalPlacement:
         )
         message = job.message
         last: BaseException | None = None
+        answered = False
         try:
             while True:
                 try:
                     # No deadline of the ask's own: the run's cancel scope
                     # (its wall-clock cap) bounds the rollout.
-                    return await ref.ask(message, timeout=None)
+                    result = await ref.ask(message, timeout=None)
+                    answered = True
+                    return result
                 except ActorCrashed as crash:
                     last = crash.cause
                     steps = job.committed
@@ -78,6 +83,7 @@ class LocalPlacement:
             control.cancel(rollout_id)
             raise
         finally:
-            with anyio.CancelScope(shield=True):
-                with suppress(ActorError):
-                    await run.system.stop(ref)
+            if not answered:
+                with anyio.CancelScope(shield=True):
+                    with suppress(ActorError):
+                        await run.system.stop(ref)
