@@ -462,15 +462,11 @@ def pause_rows(passes: Sequence[Load]) -> list[Row]:
                 longest < PAUSE_TARGET_MS / 1000,
             ),
             Row(f"  over {PAUSE_TARGET_MS:.0f} ms in the passes", f"{over}", "0", "", over == 0),
-            *(
-                [
-                    Row(
-                        "  costliest one in CPU time (wall - CPU: other work ran)",
-                        ms(1000 * longest_cpu),
-                    )
-                ]
+            Row(
+                "  costliest one in CPU time (wall - CPU: other work ran)"
                 if kind == "gc"
-                else []
+                else "  the API thread's own CPU in it (the rest: waiting for the GIL or a core)",
+                ms(1000 * longest_cpu),
             ),
             Row(
                 "  in the passes",

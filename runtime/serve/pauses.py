@@ -116,19 +116,24 @@ class GcPauses(Collector):
 @final
 class LoopStalls(Collector):
     """``await stalls.watch()`` on a loop: every ``period_s`` it sleeps and
-    records how much later than asked it woke (until cancelled)."""
+    records how much later than asked it woke (until cancelled), and for
+    the longest stall the CPU time the loop's thread spent meanwhile: its
+    own work (the rest of the stall it waited for the GIL or for a core)."""
 
     def __init__(self, period_s: float = 0.01) -> None:
         self.period_s = period_s
         self._counts = [0] * (len(BUCKETS) + 1)
         self._sum = 0.0
         self.longest = 0.0
+        self.longest_cpu = 0.0
 
     async def watch(self) -> None:
         while True:
-            asked = time.perf_counter()
+            asked, cpu = time.perf_counter(), time.thread_time()
             await anyio.sleep(self.period_s)
             late = max(0.0, time.perf_counter() - asked - self.period_s)
+            if late > self.longest:
+                self.longest_cpu = time.thread_time() - cpu
             for i, bound in enumerate(BUCKETS):
                 if late <= bound:
                     self._counts[i] += 1
@@ -156,6 +161,12 @@ class LoopStalls(Collector):
             "agentrt_api_stall_longest_seconds",
             "The longest the API's event loop was held up since the daemon started.",
             value=self.longest,
+        )
+        yield GaugeMetricFamily(
+            "agentrt_api_stall_longest_cpu_seconds",
+            "CPU time the API's thread spent during its longest stall (its own work; "
+            "the rest it waited for the GIL or a core).",
+            value=self.longest_cpu,
         )
 
 
