@@ -11,6 +11,11 @@
 import { api, ApiFailure } from './api.js';
 import { h, fill } from './dom.js';
 
+// What each answer is called, by the question's mode.
+const SAID = {
+  approval: { accept: 'Allowed', decline: 'Denied' },
+  url: { accept: 'Done (you said you opened the link)' },
+};
 const OUTCOMES = {
   accept: 'Accepted',
   decline: 'Declined',
@@ -251,7 +256,7 @@ class Question {
   }
 
   content() {
-    const out = {};
+    const out = Object.create(null); // a field named "__proto__" stays a field
     for (const f of this.fields || []) {
       const v = f.read();
       if (v !== undefined) out[f.name] = v;
@@ -300,7 +305,8 @@ class Question {
     this.el.dataset.state = outcome;
     this.body.hidden = true;
     this.error.hidden = true;
-    fill(this.outcomeEl, OUTCOMES[outcome] || outcome);
+    const said = SAID[this.ev.mode] || {};
+    fill(this.outcomeEl, said[outcome] || OUTCOMES[outcome] || outcome);
     this.outcomeEl.hidden = false;
     this.onChange();
   }

@@ -37,7 +37,7 @@ from agentrt.runtime.serve.manager import RunManager
 from agentrt.runtime.testing.scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.mcp import StdioServerConfig
-from tests.tools.mcp.conftest import EVERYTHING
+from tests.tools.mcp.conftest import EVERYTHING, _fixture_server
 from tests.tools.mcp.oauth_server import oauth_servers
 
 from .test_web_browser import CHROMIUM, _browser
@@ -46,6 +46,9 @@ SCRIPT = Path(__file__).with_name("web_mcp.mjs")
 TOKEN = "web-mcp-token-0123456789"
 FORM_TOOL = "everything__trigger-elicitation-request"
 URL_TOOL = "everything__trigger-url-elicitation"
+# No annotations: destructive by the spec's reading, so approved per call.
+GUARDED_TOOL = "fx__lookup"
+KEY = "<script>alert(1)</script>"
 # Server text with markup in it: the page must show it as text.
 URL_MESSAGE = 'Verify your account <img src=x onerror="document.title=1"> <b>now</b>'
 LINK = "http://127.0.0.1:9/verify?step=1&who=ada"
@@ -75,6 +78,8 @@ def _script(request: ModelRequest) -> ReplySpec:
         return results[0]
     task = next(m.content for m in request.messages if isinstance(m, UserMessage))
     assert isinstance(task, str)
+    if task == "guarded":
+        return ScriptedToolCall(GUARDED_TOOL, {"key": KEY})
     if task.startswith("url "):
         return ScriptedToolCall(URL_TOOL, {"url": task[4:], "message": URL_MESSAGE})
     return ScriptedToolCall(FORM_TOOL, {})
@@ -114,6 +119,10 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                         **everything.model_dump(mode="json"),
                         "elicitation": {"mode": "ask", "url": "ask"},
                     },
+                    "fx": {
+                        **_fixture_server("fx").model_dump(mode="json"),
+                        "destructive": "approve",
+                    },
                     "secure": {
                         "url": servers.mcp_url,
                         "required": False,
@@ -127,6 +136,7 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                 "agents": {
                     "asker": {"tools": [FORM_TOOL]},
                     "urler": {"tools": [URL_TOOL]},
+                    "guarded": {"tools": [GUARDED_TOOL]},
                 },
                 "default_agent": "asker",
                 "warm_prefix": False,
@@ -161,6 +171,7 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                         "refused": f"url {NOT_A_LINK}",
                     },
                     "answer": {"name": NAME, "integer": 7, "enum": "Joey"},
+                    "guarded": {"agent": "guarded", "task": "guarded"},
                     "screenshot": os.environ.get("AGENTRT_WEB_MCP_SCREENSHOT"),
                 }
                 with anyio.fail_after(90):
@@ -169,12 +180,14 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                         env={**os.environ, "NODE_PATH": node_path},
                         check=False,
                     )
-                assert done.returncode == 0, done.stderr.decode(errors="replace")[:8000]
+                err = done.stderr.decode(errors="replace")
+                # The reason first, then the end of the report (what the page showed).
+                assert done.returncode == 0, err[:1500] + " ... " + err[-6000:]
                 report: dict[str, Any] = json.loads(done.stdout)
                 left = await _pending(http)
                 runs = {
                     phase: await _detail(http, report[phase]["runId"])
-                    for phase in ("form", "decline", "url", "refused", "elsewhere")
+                    for phase in ("form", "decline", "url", "refused", "elsewhere", "approval")
                 }
             tg.cancel_scope.cancel()
         grants = [g.grant_type for g in servers.state.grants]
@@ -330,8 +343,21 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
     # Answered by another client (the fifth POST, not the page's): the page
     # stopped offering it once its tool call ended.
     assert report["elsewhere"]["post"] == 200
-    assert (len(sent), sent[4]["body"]) == (5, {"action": "cancel"})
+    assert sent[4]["body"] == {"action": "cancel"}
     assert _received(runs["elsewhere"]["run"]["answer"]) == {"action": "cancel"}
     assert report["elsewhere"]["settled"]["state"] == "gone"
     assert report["elsewhere"]["settled"]["buttons"] == []
     assert report["elsewhere"]["settled"]["formShown"] is False
+
+    # A destructive tool's call (``destructive = "approve"``): the page asks
+    # whether it may run, with its arguments as text; allowed, it ran.
+    approval = report["approval"]["shown"]
+    assert (approval["mode"], approval["server"]) == ("approval", "fx")
+    assert f"'{GUARDED_TOOL}'" in approval["message"]
+    assert approval["buttons"] == ["Allow", "Deny"]
+    assert json.loads(approval["arguments"]) == {"key": KEY}
+    assert approval["markup"] == 0
+    assert (len(sent), sent[5]["body"]) == (6, {"action": "accept"})
+    assert runs["approval"]["run"]["status"] == "succeeded"
+    assert runs["approval"]["run"]["answer"] == f"value-of-{KEY}"
+    assert report["approval"]["settled"]["outcome"] == "Allowed"

@@ -5,7 +5,7 @@
 // Usage: node web_mcp.mjs '<json plan>'
 // plan: {url, token, chromium, timeoutMs, screenshot (a path prefix: -form.png, -url.png, -end.png),
 //        asker: {agent, task}, urler: {agent, link, refused},
-//        answer: {name, integer, enum}}
+//        answer: {name, integer, enum}, guarded: {agent, task}}
 //
 // Like web_check.mjs it does not judge: it records what the page showed and
 // what it sent, and prints one JSON report on stdout.  It exits non-zero
@@ -41,6 +41,7 @@ function questionSnapshot(el) {
     markup: el.querySelectorAll('img, b, script').length,
     link: link ? { href: link.getAttribute('href'), rel: link.getAttribute('rel'), target: link.getAttribute('target'), text: link.textContent } : null,
     refused: text('[data-testid=mcp-url-refused]'),
+    arguments: text('[data-testid=mcp-arguments]'),
     buttons: [...el.querySelectorAll('button')].filter((b) => b.checkVisibility()).map((b) => b.textContent.trim()),
     formShown: [...el.querySelectorAll('input, select')].some((i) => i.checkVisibility()),
     fields: [...el.querySelectorAll('[data-testid=mcp-field]')].map((f) => {
@@ -139,6 +140,7 @@ async function main() {
     report.phase = 'authorize';
     const entry = page.locator('[data-testid=mcp-authorization]').first();
     await entry.waitFor();
+    if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-auth.png` });
     const link = entry.locator('[data-testid=mcp-authorization-link]');
     report.authorization = {
       server: (await entry.locator('[data-testid=mcp-authorization-server]').textContent()).trim(),
@@ -229,6 +231,16 @@ async function main() {
     await question(page, 'gone');
     report.elsewhere.end = await runEnd(page);
     report.elsewhere.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
+
+    // 8. A destructive tool's call waits for approval: allowed, it runs.
+    report.phase = 'approval';
+    const approvalRun = await startRun(page, plan.guarded.agent, plan.guarded.task);
+    q = await question(page, 'waiting');
+    report.approval = { runId: approvalRun, shown: await snapshot(q) };
+    await q.locator('[data-testid=mcp-accept]').click();
+    await question(page, 'accept');
+    report.approval.end = await runEnd(page);
+    report.approval.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
     if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-end.png` });
     report.phase = 'done';
   } catch (err) {
