@@ -70,8 +70,9 @@ class Headroom(msgspec.Struct, frozen=True, kw_only=True):
         return None
 
 
-_UNCAPPED: Final = Headroom()
-"""The headroom of a ledger with no cap on its chain and no upstream."""
+UNCAPPED: Final = Headroom()
+"""The headroom of a ledger with no cap on its chain and no upstream (this
+object: the router tells an uncapped step by it)."""
 
 
 class LedgerUpstream(Protocol):
@@ -239,6 +240,8 @@ class Reservation:
         return self._ledger._settle(self, usage, self._rates, calibrate=False, cancelled=True)
 
     def _end(self, exc: BaseException | None) -> None:
+        if self.state != "active":
+            return  # charged (the usual end), or released already
         if isinstance(exc, _CANCELLED):
             self.charge_reserved()
         else:
@@ -347,15 +350,17 @@ class BudgetLedger:
         self._cap_pico = None if budget.max_usd is None else usd_to_pico(budget.max_usd)
         self._cap_calls = budget.max_model_calls
         self._cap_seconds = budget.max_wall_seconds
-        # No cap on the chain and no upstream (caps never change): the
-        # headroom is ``_UNCAPPED``, read per step without the lock.
-        self._uncapped = self._upstream is None and all(
-            node._cap_tokens is None
-            and node._cap_pico is None
-            and node._cap_calls is None
-            and node._cap_seconds is None
-            for node in self._chain
+        self._capped = any(
+            cap is not None
+            for cap in (self._cap_tokens, self._cap_pico, self._cap_calls, self._cap_seconds)
         )
+        # The chain's ledgers with an ``on_update`` (set once, at creation).
+        self._watched: tuple[BudgetLedger, ...] = tuple(
+            node for node in self._chain if node._on_update is not None
+        )
+        # No cap on the chain and no upstream (caps never change): the
+        # headroom is ``UNCAPPED``, read per step without the lock.
+        self._uncapped = self._upstream is None and not any(node._capped for node in self._chain)
         # An unpriced model is free here (no USD cap on the chain; caps never change).
         self._unpriced_free = self.prices.unpriced_free_uncapped and all(
             node._cap_pico is None for node in self._chain
@@ -426,7 +431,8 @@ class BudgetLedger:
         now = self._clock()
         with self._lock:
             for node in self._chain:
-                node._admit(tokens, pico, now)
+                if node._capped or node._finished is not None:  # else nothing to check
+                    node._admit(tokens, pico, now)
             for node in self._chain:
                 node._res_tokens += tokens
                 node._res_pico += pico
@@ -450,12 +456,13 @@ class BudgetLedger:
             except BaseException:
                 self._release(reservation, notify=False, upstream=False)
                 raise
-        try:
-            self._notify()
-        except BaseException:
-            # The caller never receives the reservation: give it back.
-            self._release(reservation, notify=False)
-            raise
+        if self._watched:
+            try:
+                self._notify()
+            except BaseException:
+                # The caller never receives the reservation: give it back.
+                self._release(reservation, notify=False)
+                raise
         return reservation
 
     def _admit(self, tokens: int, pico: int, now: float) -> None:
@@ -534,7 +541,8 @@ class BudgetLedger:
                 node._cancelled += cancelled
         if self._upstream is not None:
             self._upstream.charge(reservation._handle, None if cancelled else usage)
-        self._notify()
+        if self._watched:
+            self._notify()
         return Cost(
             usd=pico_to_usd(pico), usage=usage, model_calls=1, wall_seconds=now - reservation._at
         )
@@ -590,7 +598,7 @@ class BudgetLedger:
                 node._res_calls -= 1
         if upstream and self._upstream is not None:
             self._upstream.release(reservation._handle)
-        if notify:
+        if notify and self._watched:
             self._notify()
 
     def finish(self) -> None:
@@ -636,7 +644,7 @@ class BudgetLedger:
 
     def _headroom_locked(self, now: float) -> Headroom:
         if self._uncapped:
-            return _UNCAPPED
+            return UNCAPPED
         best: list[float | None] = [None, None, None, None, None]
         for node in self._chain:
             left = node._own_left(now)
@@ -662,7 +670,7 @@ class BudgetLedger:
     def headroom(self) -> Headroom:
         """What may still be reserved here, over this ledger and its ancestors."""
         if self._uncapped:
-            return _UNCAPPED
+            return UNCAPPED
         now = self._clock()
         with self._lock:
             return self._headroom_locked(now)
@@ -711,9 +719,9 @@ class BudgetLedger:
     def _notify(self) -> None:
         # Outside the lock: a callback may read the ledger.  A callback that
         # raises propagates to the caller after the accounting is complete.
-        for node in self._chain:
-            if node._on_update is not None:
-                node._on_update(node.snapshot())
+        for node in self._watched:
+            assert node._on_update is not None
+            node._on_update(node.snapshot())
 
     def __repr__(self) -> str:
         return f"BudgetLedger({self.name!r}, {self.budget!r})"

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import msgspec
 
 from agentrt.protocols import ModelReply, TokenLogprob, ToolCall, ToolResult
-from agentrt.runtime.budget import Headroom
+from agentrt.runtime.budget import UNCAPPED, Headroom
 
 
 class Signals(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,8 +39,6 @@ class Signals(msgspec.Struct, frozen=True, kw_only=True):
 
 NO_SIGNALS = Signals()
 """No signal fired (the first step, or all clear)."""
-UNCAPPED = Headroom()
-"""No budget cap at all."""
 
 
 class StepContext(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,7 +16,7 @@ import msgspec
 from agentrt.protocols import RoutingDecision
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, InvalidRequestError
 from agentrt.runtime.pricing import UNPRICED_RATES, PriceTable, TokenRates, pico_to_usd
-from agentrt.runtime.routing.signals import StepContext
+from agentrt.runtime.routing.signals import UNCAPPED, StepContext
 
 
 class Tier(msgspec.Struct, frozen=True):
@@ -116,6 +116,10 @@ class TierLadder:
         a tier whose worst case (prompt estimate + ``n * max_tokens``, no
         cache hits) exceeds the headroom; step down to the most capable that
         fits.  Raises ``BudgetExceeded`` if even the cheapest does not fit."""
+        room = ctx.headroom
+        if room is UNCAPPED:  # no cap anywhere: nothing to degrade or to fit
+            tier = self.tiers[wanted]
+            return RoutingDecision(model=tier.model, policy=policy, reason=reason, tier=tier.name)
         notes = [reason]
         ceiling = self.ceiling(ctx)
         if wanted > ceiling:
@@ -125,7 +129,6 @@ class TierLadder:
                 f"{fraction:.0%} of the budget left (< {self.degrade_below:.0%})"
             )
             wanted = ceiling
-        room = ctx.headroom
         chosen = wanted
         first_miss: tuple[str, int, int] | None = None
         while chosen >= 0:
