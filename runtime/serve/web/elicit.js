@@ -84,9 +84,11 @@ function fieldFor(name, spec, required) {
     const boxes = options.map((o) => h('input', { type: 'checkbox', name, value: o.value, checked: picked.has(o.value) }));
     const min = Number.isInteger(spec.minItems) ? spec.minItems : required ? 1 : 0;
     const max = Number.isInteger(spec.maxItems) ? spec.maxItems : Infinity;
+    // Left empty, an optional field is left out (not sent as []).
     const check = () => {
       const n = boxes.filter((b) => b.checked).length;
-      const bad = n < min ? `Choose at least ${min}.` : n > max ? `Choose at most ${max}.` : '';
+      const skipped = n === 0 && !required;
+      const bad = skipped ? '' : n < min ? `Choose at least ${min}.` : n > max ? `Choose at most ${max}.` : '';
       if (boxes.length) boxes[0].setCustomValidity(bad);
     };
     for (const b of boxes) b.addEventListener('change', check);
@@ -94,7 +96,10 @@ function fieldFor(name, spec, required) {
     return {
       el: wrap('multi', list, 'div'),
       check,
-      read: () => boxes.filter((b) => b.checked).map((b) => b.value),
+      read: () => {
+        const picked = boxes.filter((b) => b.checked).map((b) => b.value);
+        return picked.length || required ? picked : undefined;
+      },
     };
   }
 

@@ -104,6 +104,7 @@ async def _detail(http: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
     return detail
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Path) -> None:
     node, node_path = _browser()
@@ -170,7 +171,16 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                         "link": f"url {LINK}",
                         "refused": f"url {NOT_A_LINK}",
                     },
-                    "answer": {"name": NAME, "integer": 7, "enum": "Joey"},
+                    "answer": {
+                        "name": NAME,
+                        "integer": 7,
+                        "enum": "Joey",
+                        # One more instrument; the only fish unticked.
+                        "toggle": [
+                            ["untitledMultipleSelectEnum", "Piano"],
+                            ["titledMultipleSelectEnum", "fish-1"],
+                        ],
+                    },
                     "guarded": {"agent": "guarded", "task": "guarded"},
                     "screenshot": os.environ.get("AGENTRT_WEB_MCP_SCREENSHOT"),
                 }
@@ -293,9 +303,9 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
         "integer": 7,
         "number": 3.14,
         "untitledSingleSelectEnum": "Joey",
-        "untitledMultipleSelectEnum": ["Guitar"],
+        "untitledMultipleSelectEnum": ["Guitar", "Piano"],
         "titledSingleSelectEnum": "hero-1",
-        "titledMultipleSelectEnum": ["fish-1"],
+        # Optional and left empty: not sent.
         "legacyTitledEnum": "pet-1",
     }
     assert sent[0]["body"] == {"action": "accept", "content": expected}

@@ -5,7 +5,7 @@
 // Usage: node web_mcp.mjs '<json plan>'
 // plan: {url, token, chromium, timeoutMs, screenshot (a path prefix: -form.png, -url.png, -end.png),
 //        asker: {agent, task}, urler: {agent, link, refused},
-//        answer: {name, integer, enum}, guarded: {agent, task}}
+//        answer: {name, integer, enum, toggle: [[field, value]...]}, guarded: {agent, task}}
 //
 // Like web_check.mjs it does not judge: it records what the page showed and
 // what it sent, and prints one JSON report on stdout.  It exits non-zero
@@ -176,6 +176,9 @@ async function main() {
     await q.locator('input[name=check]').check();
     await q.locator('input[name=integer]').fill(String(plan.answer.integer));
     await q.locator('select[name=untitledSingleSelectEnum]').selectOption(plan.answer.enum);
+    for (const [name, value] of plan.answer.toggle) {
+      await q.locator(`input[name=${name}][value="${value}"]`).click();
+    }
     await q.locator('[data-testid=mcp-accept]').click();
     await question(page, 'accept');
     report.form.end = await runEnd(page);
