@@ -549,9 +549,13 @@ class BudgetLedger:
 
     def _rates_for(self, model: str) -> TokenRates:
         rates = self._rates.get(model)
-        if rates is None:
+        # An unpriced model's free rates are cached tree-wide, but only
+        # ledgers whose chain has no USD cap take them: a capped one looks
+        # again (and refuses it).
+        if rates is None or (rates is UNPRICED_RATES and not self._unpriced_free):
             if self._unpriced_free and self.prices.price(model) is None:
-                return UNPRICED_RATES  # not cached: a capped child must still refuse it
+                rates = self._rates[model] = UNPRICED_RATES
+                return rates
             rates = self._rates[model] = self.prices.rates(model)
         return rates
 

@@ -323,3 +323,17 @@ def test_accounting_is_safe_from_threads() -> None:
     assert snap.spent.model_calls == per_thread * threads
     assert snap.spent.usage.prompt_tokens == threads * sum(i % 7 for i in range(per_thread))
     assert (snap.reserved_tokens, snap.in_flight) == (0, 0)
+
+
+def test_an_unpriced_model_is_free_on_an_uncapped_tree_and_refused_by_a_usd_capped_child() -> None:
+    prices = PriceTable(unpriced_free_uncapped=True)
+    root = BudgetLedger("run", prices=prices)
+    with root.reserve("mystery", 10, 10) as first:  # free, and cached for the tree
+        first.charge(Usage(prompt_tokens=10, completion_tokens=10))
+    capped = root.child("capped", Budget(max_usd=1.0))
+    with pytest.raises(UnknownModelError):
+        capped.reserve("mystery", 10, 10)  # the cached free rates are not its
+    with root.child("free").reserve("mystery", 10, 10) as again:
+        cost = again.charge(Usage(prompt_tokens=10, completion_tokens=10))
+    assert cost.usd == 0
+    assert root.spent.model_calls == 2
