@@ -6,6 +6,7 @@ loop turns, never timed."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ async def test_a_spent_turn_sends_the_rest_of_a_burst_to_later_turns_in_order() 
     went_on = await _burst(turns, clock, 20)
     assert [k for k, _ in went_on] == list(range(20))  # first come, first served
     at = [t for _, t in went_on]
-    assert all(b > a for a, b in zip(at, at[1:], strict=False)), at  # the loop turned between
+    assert all(b > a for a, b in itertools.pairwise(at)), at  # the loop turned between
     assert turns.turns == 20
     assert turns.waits == 19
     assert turns.waiting == 0
@@ -76,10 +77,16 @@ async def test_callbacks_wait_their_turn_in_order_with_tasks() -> None:
     turns = Turns(slice_s=0.0)
     clock = _Clock()
     order: list[str] = []
+    all_in = anyio.Event()
+
+    def went_on(name: str) -> None:
+        order.append(name)
+        if len(order) == 5:
+            all_in.set()
 
     async def task(name: str) -> None:
         await turns.take()
-        order.append(name)
+        went_on(name)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(clock.tick)
@@ -87,13 +94,12 @@ async def test_callbacks_wait_their_turn_in_order_with_tasks() -> None:
         async with anyio.create_task_group() as burst:
             burst.start_soon(task, "t0")
             await asyncio.sleep(0)  # t0 took this turn
-            turns.run(lambda: order.append("c1"))
+            turns.run(lambda: went_on("c1"))
             burst.start_soon(task, "t2")
             await asyncio.sleep(0)
-            turns.run(lambda: order.append("c3"))
-            turns.run(lambda: order.append("c4"))
-            while len(order) < 5:
-                await asyncio.sleep(0)
+            turns.run(lambda: went_on("c3"))
+            turns.run(lambda: went_on("c4"))
+            await all_in.wait()
         tg.cancel_scope.cancel()
     assert order == ["t0", "c1", "t2", "c3", "c4"]
     assert turns.waiting == 0

@@ -1,0 +1,46 @@
+"""``LoopStalls`` tells the API loop's own work from waiting: the longest
+stall carries the CPU time the loop's thread spent in it."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from agentrt.runtime.serve.pauses import LoopStalls
+
+pytestmark = pytest.mark.anyio
+
+
+async def _stall_once(stalls: LoopStalls, block: object) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stalls.watch)
+        await anyio.lowlevel.checkpoint()  # the watcher sleeps now
+        assert callable(block)
+        block()  # holds the loop: the watcher wakes late
+        await anyio.sleep(2 * stalls.period_s)  # the watcher records it
+        tg.cancel_scope.cancel()
+
+
+def _spin_cpu(seconds: float) -> None:
+    """Busy on this thread until it used ``seconds`` of CPU."""
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
+        pass
+
+
+async def test_a_stall_of_the_loops_own_work_is_its_cpu_time() -> None:
+    stalls = LoopStalls(period_s=0.001)
+    await _stall_once(stalls, lambda: _spin_cpu(0.05))
+    assert stalls.longest_cpu >= 0.05
+    metrics = {m.name: m for m in stalls.collect()}
+    assert metrics["agentrt_api_stall_longest_cpu_seconds"].samples[0].value >= 0.05
+
+
+async def test_a_stall_spent_waiting_costs_the_loop_no_cpu() -> None:
+    stalls = LoopStalls(period_s=0.001)
+    await _stall_once(stalls, lambda: time.sleep(0.1))  # as if the GIL were held elsewhere
+    assert stalls.longest >= 0.05
+    assert stalls.longest_cpu < stalls.longest / 2
