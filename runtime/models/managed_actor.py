@@ -188,8 +188,10 @@ class ManagedServerHandle:
 
     async def stop(self) -> None:
         """Stop the server and the actor for good; returns once both are
-        gone (or the system's stop timeout passed twice)."""
-        await self.system.stop(self.ref)
+        gone (or the system's stop timeout passed twice).  Shielded: a
+        cancelled owner still stops its server process."""
+        with anyio.CancelScope(shield=True):
+            await self.system.stop(self.ref)
 
 
 async def spawn_managed_server(

@@ -370,10 +370,13 @@ class McpServers:
                     )
 
     async def stop(self) -> None:
-        """Stop every server actor (and its server) for good."""
-        async with anyio.create_task_group() as tg:
-            for handle in self._handles.values():
-                tg.start_soon(handle.stop)
+        """Stop every server actor (and its server) for good.  Shielded: a
+        cancelled owner still stops its servers (each actor's stop timeout
+        bounds it), and no cancellation is raised from inside its exit."""
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for handle in self._handles.values():
+                    tg.start_soon(handle.stop)
 
 
 async def spawn_mcp_servers(
