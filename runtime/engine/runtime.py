@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, final
@@ -158,6 +158,9 @@ class Runtime:
         """The runs executing now, by id (what MCP servers' requests reach)."""
         self._run_requests: RunRequests | None = None
         self.tools = list(tools)
+        self._given_tools = list(tools)
+        self._offered: tuple[str, ...] = ()
+        """The MCP tools in ``tools`` (their names), as last listed."""
         self._agents_given = dict(agents or {})
         self.judge = judge
         self.prices = (
@@ -263,7 +266,7 @@ class Runtime:
             self._mcp = mcp
             self.mcp_failures = {name: str(exc) for name, exc in mcp.failures.items()}
             # Inline agents name MCP tools as ``<server>__<tool>`` in ``tools``.
-            self.tools += mcp.tools()
+            self._join_mcp_tools()
         if self.config.memory:
             bank = MemoryBank(self.config.memory_path)
             self.bank = await self._stack.enter_async_context(bank)
@@ -332,11 +335,47 @@ class Runtime:
                 servers[name] = server
         return servers
 
+    def _join_mcp_tools(self) -> None:
+        """``tools``: the tools given, then every MCP tool as listed now (an
+        optional server that connected late brings its tools)."""
+        assert self._mcp is not None
+        offered = self._mcp.tools()
+        names = tuple(t.spec.name for t in offered)
+        if names != self._offered:
+            self.tools = [*self._given_tools, *offered]
+            self._offered = names
+
+    def _pending_mcp_tool(self, names: Iterable[str]) -> tuple[str, str] | None:
+        """The first of ``names`` that belongs to an optional MCP server that
+        has not listed its tools yet, with that server; else None."""
+        if self._mcp is None:
+            return None
+        pending = {
+            name
+            for name, handle in self._mcp.connections.items()
+            if not handle.config.required and not handle.tools()
+        }
+        for tool in names:
+            server = tool.partition("__")[0]
+            if server in pending and tool not in self._offered:
+                return tool, server
+        return None
+
     def _check_agents(self) -> None:
         """Build every configured agent once, so a bad tool or model name is
-        an error now rather than in the middle of a run."""
+        an error now rather than in the middle of a run.  Tools of optional
+        MCP servers still connecting are checked when a run uses them."""
         for name in {*self.config.agents, *self._agents_given}:
-            self.runner(name, EventEmitter(), BudgetLedger(f"check-{name}"), None)
+            entry = self._agents_given.get(name) or self.config.agents.get(name)
+            ref: AgentRef = name
+            if (
+                isinstance(entry, AgentConfig)
+                and entry.tools is not None
+                and self._pending_mcp_tool(entry.tools) is not None
+            ):
+                ready = [t for t in entry.tools if self._pending_mcp_tool([t]) is None]
+                ref = entry.model_copy(update={"tools": ready})
+            self.runner(ref, EventEmitter(), BudgetLedger(f"check-{name}"), None)
 
     async def __aexit__(
         self,
@@ -398,6 +437,13 @@ class Runtime:
                 raise ConfigError(f"unknown agent {name!r}; configured: {known}", where="agent")
         else:
             config = agent
+        if config.tools is not None and (pending := self._pending_mcp_tool(config.tools)):
+            tool, server = pending
+            raise ConfigError(
+                f"tool {tool!r} is offered by the optional MCP server {server!r}, "
+                "which has not connected yet",
+                where=f"agents.{config.name}.tools",
+            )
         model = config.model or self.default_model
         if config.routing is None and model is not None:
             config = fit_context(
@@ -489,6 +535,7 @@ class Runtime:
         execution.options = options or RunOptions()
         if self._mcp is not None:
             await self._mcp.catch_up()  # optional MCP servers that became ready join
+            self._join_mcp_tools()
         self._runs[execution.run_id] = execution
         try:
             return await execution.execute(

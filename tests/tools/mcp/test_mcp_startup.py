@@ -5,17 +5,22 @@ allow-list and hints, the run's budget) on a scripted backend."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types as types
 import pytest
 
-from agentrt.protocols import Budget
+from agentrt import Runtime
+from agentrt.protocols import Budget, ModelRequest, ToolMessage
 from agentrt.runtime.actors import ActorSystem
 from agentrt.runtime.budget import BudgetLedger
-from agentrt.testing import ScriptedBackend
+from agentrt.runtime.errors import ConfigError
+from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.mcp import (
     HttpServerConfig,
     McpConnection,
@@ -31,6 +36,7 @@ from agentrt.tools.mcp.server_requests import (
     SamplingTarget,
     answer_sampling,
 )
+from tests.tools.mcp.conftest import FIXTURE_SERVER
 
 Factory = Callable[..., StdioServerConfig]
 
@@ -132,3 +138,44 @@ async def test_sampling_past_the_runs_budget_is_refused() -> None:
     assert refused.code == REFUSED
     assert "budget" in refused.message
     assert backend.requests == []
+
+
+async def test_an_optional_servers_tools_reach_the_runtimes_agents_once_it_joins(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "go"  # the server process waits for this file before speaking MCP
+    late = {
+        "command": "sh",
+        "args": [
+            "-c",
+            f'while [ ! -e "{gate}" ]; do sleep 0.05; done; '
+            f'exec "{sys.executable}" -W ignore "{FIXTURE_SERVER}"',
+        ],
+        "required": False,
+    }
+
+    def script(request: ModelRequest) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in request.messages):
+            return ScriptedToolCall("late__lookup", {"key": "k"})
+        [reply] = [m for m in request.messages if isinstance(m, ToolMessage)]
+        return f"got {reply.content}"
+
+    config = {
+        "mcp": {"late": late},
+        "agents": {
+            "named": {"name": "named", "tools": ["late__lookup"]},
+            "any": {"name": "any"},
+        },
+    }
+    async with Runtime(config, backends=[ScriptedBackend(script)]) as rt:
+        # The agent naming the late server's tool was accepted at start; a run
+        # before the server joined is refused, naming it.
+        with pytest.raises(ConfigError, match="optional MCP server 'late'"):
+            await rt.run("go", agent="named")
+        gate.touch()
+        with anyio.fail_after(30):
+            while (await rt.mcp_status())["late"].state != "ready":  # noqa: ASYNC110 (the actor's own state)
+                await anyio.sleep(0.05)
+        named = await rt.run("go", agent="named")
+        unnamed = await rt.run("go", agent="any")
+    assert (named.answer, unnamed.answer) == ("got value-of-k", "got value-of-k")
