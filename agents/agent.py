@@ -78,6 +78,7 @@ class Agent:
         )
         self.ledger = ledger
         self.prices = ledger.prices if ledger is not None else prices or PriceTable.free()
+        self._policy_given = policy is not None
         self.policy = policy if policy is not None else self._build_policy(where)
         for tier in self.policy.ladder.tiers:
             if tier.model not in self._by_model:
@@ -88,6 +89,36 @@ class Agent:
                 )
         self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         self.memory = memory
+
+    def bound(
+        self,
+        *,
+        ledger: BudgetLedger | None,
+        events: EventEmitter | EventSink | None,
+        memory: MemoryView | None,
+    ) -> Agent:
+        """This agent with another ledger, emitter and memory view (the
+        constructor's meanings), sharing its configuration, backends, tools
+        and routing policy: what a ``Runtime`` builds and checks once per
+        agent and binds to each run.  A ledger priced by another table than
+        this agent's gets a routing policy of its own (as the constructor
+        would build it)."""
+        agent = object.__new__(Agent)
+        agent.config = self.config
+        agent.backends = self.backends
+        agent._by_model = self._by_model
+        agent.toolbox = self.toolbox
+        agent.ledger = ledger
+        agent.prices = ledger.prices if ledger is not None else self.prices
+        agent._policy_given = self._policy_given
+        agent.policy = (
+            self.policy
+            if self._policy_given or agent.prices is self.prices
+            else agent._build_policy(f"agent {self.config.name!r}")
+        )
+        agent.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
+        agent.memory = memory
+        return agent
 
     @property
     def name(self) -> str:

@@ -162,6 +162,9 @@ class Runtime:
         self._offered: tuple[str, ...] = ()
         """The MCP tools in ``tools`` (their names), as last listed."""
         self._agents_given = dict(agents or {})
+        self._named_agents: dict[str, tuple[object, list[Tool], Agent]] = {}
+        """Named agents as built (``runner``): by name, with the entry and
+        the ``tools`` list they were built from."""
         self.judge = judge
         self.prices = (
             prices
@@ -412,31 +415,45 @@ class Runtime:
         memory: MemoryView | None,
     ) -> Agent | Hierarchy:
         """What a run of ``agent`` runs: an ``Agent`` or a ``Hierarchy``,
-        its events on ``emitter``."""
+        its events on ``emitter``.  A named agent is built and checked once
+        and bound to each run (``Agent.bound``), again when ``tools`` changed
+        (an optional MCP server joined) or its entry was replaced."""
         if isinstance(agent, Agent | Hierarchy):
             return agent
-        config: AgentConfig
-        if agent is None or isinstance(agent, str):
-            name = agent or self.config.default_agent
-            if name in self.specs:
-                return build_hierarchy(
-                    self.specs[name],
-                    backends=self.backends,
-                    events=emitter,
-                    default_model=self.default_model,
-                    prices=self.prices,
-                    mcp=self._mcp,
-                )
-            entry = self._agents_given.get(name) or self.config.agents.get(name)
-            if isinstance(entry, AgentConfig):
-                config = entry
-            elif agent is None:
-                config = AgentConfig(name=name)
-            else:
-                known = ", ".join(sorted({*self.config.agents, *self._agents_given})) or "none"
-                raise ConfigError(f"unknown agent {name!r}; configured: {known}", where="agent")
-        else:
-            config = agent
+        if agent is not None and not isinstance(agent, str):
+            return self._built(agent, ledger, emitter, memory)
+        name = agent or self.config.default_agent
+        if name in self.specs:
+            return build_hierarchy(
+                self.specs[name],
+                backends=self.backends,
+                events=emitter,
+                default_model=self.default_model,
+                prices=self.prices,
+                mcp=self._mcp,
+            )
+        entry = self._agents_given.get(name) or self.config.agents.get(name)
+        if not isinstance(entry, AgentConfig) and agent is not None:
+            known = ", ".join(sorted({*self.config.agents, *self._agents_given})) or "none"
+            raise ConfigError(f"unknown agent {name!r}; configured: {known}", where="agent")
+        cached = self._named_agents.get(name)
+        if cached is None or cached[0] is not entry or cached[1] is not self.tools:
+            # The MCP check runs here only: a built agent's tools were all
+            # offered, and they stay so until ``tools`` changes.
+            config = entry if isinstance(entry, AgentConfig) else AgentConfig(name=name)
+            cached = (entry, self.tools, self._built(config, None, None, None))
+            self._named_agents[name] = cached
+        return cached[2].bound(ledger=ledger, events=emitter, memory=memory)
+
+    def _built(
+        self,
+        config: AgentConfig,
+        ledger: BudgetLedger | None,
+        emitter: EventEmitter | None,
+        memory: MemoryView | None,
+    ) -> Agent:
+        """``config`` as an ``Agent`` on this Runtime's backends and tools,
+        its context fitted to its model's measured tokenizer and window."""
         if config.tools is not None and (pending := self._pending_mcp_tool(config.tools)):
             tool, server = pending
             raise ConfigError(
