@@ -22,6 +22,7 @@ from agentrt.protocols import (
     ModelRequest,
     SamplingParams,
     SystemMessage,
+    ToolResult,
     Trajectory,
     TrajectorySummary,
     UserMessage,
@@ -42,7 +43,10 @@ class Summarizer(Protocol):
 
 
 def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
+    return _fit(" ".join(text.split()), limit)
+
+
+def _fit(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
@@ -101,43 +105,47 @@ class RuleBasedSummarizer:
     def summarize_now(self, trajectory: Trajectory) -> TrajectorySummary:
         """The same summary, synchronously (no I/O involved)."""
         n, chars = self.max_items, self.item_chars
-        facts: list[Fact] = []
         failures: list[str] = []
         hypotheses: list[str] = []
         uncertainties: list[str] = []
-        sources: list[str] = []
-        progress: list[str] = []
+        used: list[tuple[int, ToolResult]] = []  # the successful tool results, in order
         answer = trajectory.answer if trajectory.status == "finished" else None
         if answer is not None and not answer.strip():
             answer = None
         key = _key(answer) if answer is not None else ""
         for step in trajectory.steps:
+            index = step.index
             if step.error:
-                failures.append(_clip(f"step {step.index}: {step.error}", chars))
-            message = step.reply.choices[0].message if step.reply and step.reply.choices else None
-            if isinstance(message, AssistantMessage):
-                text = message.content or message.reasoning_content or ""
-                if text.strip() and message.tool_calls:
-                    hypotheses.append(_clip(f"step {step.index}: {text}", chars))
-                for q in _QUESTION.findall(text):
-                    uncertainties.append(_clip(q.strip(), chars))
-                if _HEDGE.search(text) and not _QUESTION.search(text):
-                    uncertainties.append(_clip(f"step {step.index}: {text}", chars))
+                failures.append(_clip(f"step {index}: {step.error}", chars))
+            reply = step.reply
+            message = reply.choices[0].message if reply is not None and reply.choices else None
+            # An empty text (a step of tool calls alone) has nothing to read.
+            if isinstance(message, AssistantMessage) and (
+                text := message.content or message.reasoning_content
+            ):
+                if message.tool_calls and text.strip():
+                    hypotheses.append(_clip(f"step {index}: {text}", chars))
+                _read_doubts(f"step {index}: ", text, chars, uncertainties)
             for result in step.tool_results:
-                where = f"step {step.index}, {result.name} ({result.call_id})"
                 if result.is_error:
+                    where = f"step {index}, {result.name} ({result.call_id})"
                     failures.append(_clip(f"{where} failed: {result.content}", chars))
-                    continue
-                sources.append(where)
-                facts.append(
-                    Fact(
-                        claim=_clip(result.content, chars),
-                        evidence=where,
-                        source_step=step.index,
-                        verified=bool(key) and key in " ".join(result.content.casefold().split()),
-                    )
+                else:
+                    used.append((index, result))
+        # Only the last ``n`` facts and progress entries are kept: only those are built.
+        facts: list[Fact] = []
+        for index, result in used[-n:]:
+            content = " ".join(result.content.split())
+            facts.append(
+                Fact(
+                    claim=_fit(content, chars),
+                    evidence=f"step {index}, {result.name} ({result.call_id})",
+                    source_step=index,
+                    # casefold neither makes nor removes whitespace: the
+                    # spaced-out text casefolded is the casefolded one spaced out
+                    verified=key in content.casefold() if key else False,
                 )
-                progress.append(_clip(f"step {step.index}: used {result.name}", chars))
+            )
         if trajectory.status != "finished":
             failures.append(
                 f"rollout {trajectory.status}: {trajectory.stop_reason or 'no reason recorded'}"
@@ -148,15 +156,23 @@ class RuleBasedSummarizer:
         return TrajectorySummary(
             rollout_id=trajectory.rollout_id,
             answer=answer,
-            facts=facts[-n:],
+            facts=facts,
             conclusions=conclusions,
-            sources=_dedupe(sources)[-n:],
+            sources=_dedupe([f"step {i}, {r.name} ({r.call_id})" for i, r in used])[-n:],
             uncertainties=_dedupe(uncertainties)[:n],
             hypotheses=hypotheses[:n],
-            progress=progress[-n:],
+            progress=[_clip(f"step {i}: used {r.name}", chars) for i, r in used[-n:]],
             failure_modes=_dedupe(failures)[:n],
             cost=trajectory.cost,
         )
+
+
+def _read_doubts(where: str, text: str, chars: int, uncertainties: list[str]) -> None:
+    """The questions ``text`` asks, or else the whole text when it hedges."""
+    for q in _QUESTION.findall(text):
+        uncertainties.append(_clip(q.strip(), chars))
+    if _HEDGE.search(text) and not _QUESTION.search(text):
+        uncertainties.append(_clip(f"{where}{text}", chars))
 
 
 def _dedupe(items: list[str]) -> list[str]:
