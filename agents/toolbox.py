@@ -82,12 +82,6 @@ class _CallNotifications:
             await self._notify(kind, payload)
 
 
-def _call_sink(
-    call: ToolCall, notify: NotificationSink | None, progress: CallProgress | None
-) -> NotificationSink | None:
-    return notify if progress is None else _CallNotifications(call, notify, progress)
-
-
 def _parse_arguments(raw: str) -> Any:
     """A call's argument JSON; ``json.JSONDecodeError`` when it is not JSON.
     msgspec first (several times faster); the standard library for what
@@ -244,7 +238,7 @@ class Toolbox:
                 )
             else:
                 runnable.append((index, prepared))
-        if len(runnable) == 1:
+        if runnable and not runnable[1:]:
             # The common case: no task (and task group) for a single call.
             index, prepared = runnable[0]
             call = prepared.call
@@ -254,9 +248,16 @@ class Toolbox:
                 call_id=call.id,
                 idempotency_key="" if step is None else f"{rollout_id}/{step}/{call.id}",
                 timeout_s=timeout_s,
-                notify=_call_sink(call, notify, progress),
+                notify=notify if progress is None else _CallNotifications(call, notify, progress),
             )
-            batch.results[index] = await self._invoke(prepared, context, batch)
+            result = await self._invoke(prepared, context, batch)
+            if not calls[1:]:  # the message's only call
+                return CallsOutcome(
+                    results=[result],
+                    budget_exceeded=batch.budget[0] if batch.budget else None,
+                    crashed=batch.crashed,
+                )
+            batch.results[index] = result
         elif runnable:
             async with anyio.create_task_group() as tg:
                 for index, prepared in runnable:
@@ -267,7 +268,11 @@ class Toolbox:
                         call_id=call.id,
                         idempotency_key=("" if step is None else f"{rollout_id}/{step}/{call.id}"),
                         timeout_s=timeout_s,
-                        notify=_call_sink(call, notify, progress),
+                        notify=(
+                            notify
+                            if progress is None
+                            else _CallNotifications(call, notify, progress)
+                        ),
                     )
                     tg.start_soon(
                         self._run_one,
@@ -333,7 +338,7 @@ class Toolbox:
                     name=name,
                     content=text,
                     is_error=is_error,
-                    duration_s=_since(started),
+                    duration_s=time.perf_counter() - started,
                 )
         # Only reached when the deadline cancelled the call.
         return self._error(call, f"tool '{name}' timed out after {timeout:g} s", _since(started))
