@@ -7,12 +7,12 @@ implementations, aggregators or the roof.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
 from collections import deque
 from collections.abc import Sequence
+from hashlib import blake2b
 from typing import final
 
 import msgspec
@@ -52,11 +52,6 @@ def _shown(call: ToolCall) -> str:
     except ValueError:
         arguments = call.function.arguments.strip()
     return f"{call.function.name}({arguments})"
-
-
-def _digest(text: str) -> bytes:
-    # Whitespace differences do not make a result new information.
-    return hashlib.blake2b(" ".join(text.split()).encode(), digest_size=16).digest()
 
 
 _NO_RESULT = b""
@@ -123,7 +118,12 @@ class SignalTracker:
         for r in results:
             failures += r.is_error
         if calls:
-            digests = [(b"E" if r.is_error else b"R") + _digest(r.content) for r in results]
+            # Whitespace differences do not make a result new information.
+            digests = [
+                (b"E" if r.is_error else b"R")
+                + blake2b(" ".join(r.content.split()).encode(), digest_size=16).digest()
+                for r in results
+            ]
             self._observe_loop(calls, actions, digests, now)
             self._observe_stagnation(digests, now)
         self._observe_failures(len(results), failures, now)
@@ -178,12 +178,9 @@ class SignalTracker:
         # ``actions`` and ``digests`` are in call order (results are: the
         # loop's contract); a call without a result (none was recorded)
         # pairs with an empty digest.
-        key = tuple(
-            sorted(
-                (action, digests[i] if i < len(digests) else _NO_RESULT)
-                for i, action in enumerate(actions)
-            )
-        )
+        missing = len(actions) - len(digests)
+        padded = digests if missing <= 0 else [*digests, *[_NO_RESULT] * missing]
+        key = tuple(sorted(zip(actions, padded, strict=False)))  # extra results: ignored
         self._exchanges.append(key)
         repeats = self._exchanges.count(key)
         if repeats >= self._config.loop_repeats:
@@ -216,7 +213,7 @@ class SignalTracker:
     ) -> None:
         self._calls += calls
         self._failures += failures
-        rate = self.failure_rate
+        rate = self._failures / self._calls if self._calls else 0.0  # ``failure_rate``
         if self._calls >= self._config.failure_min_calls and rate >= self._config.failure_rate:
             now["tool_failure_rate"] = (
                 f"{self._failures} of {self._calls} tool calls failed ({rate:.0%})",
