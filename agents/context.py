@@ -198,7 +198,10 @@ class ContextWindow:
         if turn.feedback is not None:
             messages.append(UserMessage(content=turn.feedback))
         turn.messages = messages
-        turn.tokens = sum(message_tokens(m, self.estimate_text) for m in messages)
+        tokens = 0
+        for message in messages:  # a loop, not sum(): no generator resumed per message
+            tokens += message_tokens(message, self.estimate_text)
+        turn.tokens = tokens
 
     # -- compaction ----------------------------------------------------------
 

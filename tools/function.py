@@ -248,12 +248,12 @@ class FunctionTool(Generic[P, R]):
 
     def _parse(self, arguments: object) -> dict[str, Any] | list[ArgumentProblem]:
         """The validated arguments by parameter name, or what is wrong."""
-        if not isinstance(arguments, Mapping):
-            return [ArgumentProblem(argument="", message="arguments must be a JSON object")]
+        if type(arguments) is not dict:  # the usual case, decoded JSON, asks no ABC
+            if not isinstance(arguments, Mapping):
+                return [ArgumentProblem(argument="", message="arguments must be a JSON object")]
+            arguments = dict(arguments)
         try:
-            parsed = self._args_model.model_validate(
-                arguments if type(arguments) is dict else dict(arguments)
-            )
+            parsed = self._args_model.model_validate(arguments)
         except ValidationError as exc:
             return _problems_from(exc, self._accepted)
         fields = parsed.__dict__
