@@ -149,6 +149,12 @@ class Rollout:
         self.sampling = sampling_for(
             config.temperature, config.limits.max_tokens_per_step, options, where=where
         )
+        emitter = agent.emitter
+        # Which per-step events reach a sink, read once: a run sets its
+        # emitter's sink before its rollouts start.
+        self.wants_progress = emitter.wants(ToolProgress)
+        self.wants_calls = emitter.wants(ToolCalled)
+        self.wants_steps = emitter.wants(StepRecorded)
         self.steps: list[Step] = []
         self.raised: list[SignalRaised] = []
         self.spent = Cost()
@@ -530,7 +536,7 @@ class Rollout:
                 rollout_id=self.rollout_id,
                 timeout_s=self.config.limits.tool_timeout_s,
                 # Progress only when someone reads it: else no sink per call.
-                progress=self._on_tool_notification if emitter.wants(ToolProgress) else None,
+                progress=self._on_tool_notification if self.wants_progress else None,
                 step=index,
             )
             for crash in outcome.crashed:
@@ -553,7 +559,7 @@ class Rollout:
                 outcome.answer,
                 outcome.budget_exceeded,
             )
-            if emitter.wants(ToolCalled):
+            if self.wants_calls:
                 for call, result in zip(calls, results, strict=True):
                     await emitter.emit(
                         ToolCalled(
@@ -673,9 +679,8 @@ class Rollout:
 
     async def _record(self, step: Step) -> None:
         self.steps.append(step)
-        emitter = self.agent.emitter
-        if emitter.wants(StepRecorded):
-            await emitter.emit(
+        if self.wants_steps:
+            await self.agent.emitter.emit(
                 StepRecorded(run_id=self.run_id, rollout_id=self.rollout_id, step=step)
             )
 
