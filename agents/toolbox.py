@@ -163,8 +163,8 @@ class Toolbox:
         arguments.  A tool that validates its own arguments (a function
         tool) is left to do so when called: each call is validated once."""
         name = call.function.name
-        tool = self.registry.find(name)
-        if tool is None:
+        entry = self.registry.entry(name)
+        if entry is None:
             return self._error(call, self._unknown(name))
         raw = call.function.arguments
         try:
@@ -177,10 +177,9 @@ class Toolbox:
                 f"arguments for tool '{name}' are not valid JSON: {exc.msg} at char {exc.pos}. "
                 "Call the tool again with a valid JSON object.",
             )
-        problems = self.registry.problems_before_call(name, arguments)
-        if problems:
+        if entry.validator is not None and (problems := entry.validator.problems(arguments)):
             return self._error(call, invalid_arguments(name, problems).text)
-        return PreparedCall(call=call, tool=tool, arguments=arguments)
+        return PreparedCall(call=call, tool=entry.tool, arguments=arguments)
 
     def _unknown(self, name: str) -> str:
         text = f"unknown tool '{name}'; available tools: {', '.join(self.names) or '(none)'}"

@@ -33,7 +33,13 @@ from agentrt.tools.validation import (
     invalid_arguments,
 )
 
-__all__ = ["TOOL_NAME_PATTERN", "ToolNameCollision", "ToolRegistry", "UnknownToolError"]
+__all__ = [
+    "TOOL_NAME_PATTERN",
+    "RegisteredTool",
+    "ToolNameCollision",
+    "ToolRegistry",
+    "UnknownToolError",
+]
 
 #: What model APIs accept as a function name (OpenAI: ``^[a-zA-Z0-9_-]{1,64}$``).
 TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -50,11 +56,14 @@ class UnknownToolError(InvalidRequestError, LookupError):
 
 
 @dataclass(frozen=True, slots=True)
-class _Entry:
+class RegisteredTool:
+    """A tool as registered (``ToolRegistry.entry``), its checks made once."""
+
     tool: Tool
     spec: ToolSpec  # snapshot taken at registration: what the model was offered
     validator: SchemaValidator | None
-    """``None``: the tool validates its own arguments (an ``ArgumentChecker``)."""
+    """The compiled schema its arguments are checked against before a call;
+    ``None``: the tool validates its own arguments (an ``ArgumentChecker``)."""
 
 
 @final
@@ -78,7 +87,7 @@ class ToolRegistry:
     __slots__ = ("_entries", "_specs")
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, RegisteredTool] = {}
         self._specs: tuple[ToolSpec, ...] | None = None
         for t in tools:
             self.register(t)
@@ -107,7 +116,7 @@ class ToolRegistry:
             if isinstance(tool, ArgumentChecker)
             else SchemaValidator(spec.parameters, where=where)
         )
-        self._entries[spec.name] = _Entry(tool=tool, spec=spec, validator=validator)
+        self._entries[spec.name] = RegisteredTool(tool=tool, spec=spec, validator=validator)
         self._specs = None
 
     def unregister(self, name: str) -> Tool:
@@ -159,15 +168,12 @@ class ToolRegistry:
             return cast(ArgumentChecker, entry.tool).argument_problems(arguments)
         return entry.validator.problems(arguments)
 
-    def problems_before_call(self, name: str, arguments: object) -> list[ArgumentProblem]:
-        """What to report instead of calling ``name``: the schema's problems
-        with ``arguments``; none for a tool that validates its own arguments
-        (its ``call`` reports them: each call is validated once).
-        ``UnknownToolError`` if there is no such tool."""
-        entry = self._entries.get(name)
-        if entry is None:
-            raise self._unknown(name)
-        return [] if entry.validator is None else entry.validator.problems(arguments)
+    def entry(self, name: str) -> RegisteredTool | None:
+        """The tool called ``name`` with its validator, or ``None``: a call
+        checks ``validator.problems`` first, unless the tool validates its
+        own arguments (``validator`` is ``None``; its ``call`` reports them:
+        each call is validated once)."""
+        return self._entries.get(name)
 
     async def call(
         self, name: str, arguments: Mapping[str, Any], context: ToolContext | None = None

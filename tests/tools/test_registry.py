@@ -146,7 +146,9 @@ async def test_a_function_tool_is_validated_once_by_its_own_model() -> None:
     registry = ToolRegistry([count])
     # Nothing is checked before the call: the function tool checks itself
     # (pydantic, against the types its schema came from).
-    assert registry.problems_before_call("count", {"n": "many"}) == []
+    entry = registry.entry("count")
+    assert entry is not None
+    assert entry.validator is None
     problems = registry.validate("count", {"n": "many", "extra": 1})
     assert {p.argument for p in problems} == {"n", "extra"}
     out = await registry.call("count", {"n": "many"})
@@ -157,6 +159,10 @@ async def test_a_function_tool_is_validated_once_by_its_own_model() -> None:
     # A tool without its own validation is checked against its schema first.
     target = SchemaOnlyTool("store", SCHEMA)
     registry.register(target)
-    assert registry.problems_before_call("store", {"count": "3"})
+    stored = registry.entry("store")
+    assert stored is not None
+    assert stored.validator is not None
+    assert stored.validator.problems({"count": "3"})
+    assert registry.entry("nope") is None
     assert registry.find("store") is target
     assert registry.find("nope") is None
