@@ -7,6 +7,7 @@ implementations, aggregators or the roof.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -54,6 +55,12 @@ def _shown(call: ToolCall) -> str:
     return f"{call.function.name}({arguments})"
 
 
+@functools.lru_cache(maxsize=64)
+def _give_up_patterns(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    """The patterns compiled (case-insensitive), once per list: not per rollout."""
+    return tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+
+
 _NO_RESULT = b""
 _STAYS_ACTIVE: frozenset[SignalName] = frozenset({"exhaustion"})
 
@@ -74,7 +81,7 @@ class SignalTracker:
     def __init__(self, config: SignalConfig, *, max_steps: int) -> None:
         self._config = config
         self._max_steps = max_steps
-        self._give_up = [re.compile(p, re.IGNORECASE) for p in config.give_up_patterns]
+        self._give_up = _give_up_patterns(tuple(config.give_up_patterns))
         self._exchanges: deque[_Exchange] = deque(maxlen=config.loop_window)
         self._seen_results: set[bytes] = set()
         self._stale_steps = 0
