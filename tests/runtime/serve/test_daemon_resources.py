@@ -339,3 +339,29 @@ async def test_a_full_collection_comes_at_the_latest_after_max_interval() -> Non
                 gc.collect(1)  # objects keep reaching the old generation
                 await anyio.sleep(0.01)
         tg.cancel_scope.cancel()
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+async def test_forced_collections_back_off_while_they_find_no_garbage() -> None:
+    collector = IdleCollector(check_s=0.01, quiet_s=60, max_interval_s=0.02, few=1_000)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collector.run, lambda: False)  # never idle
+        with anyio.fail_after(10):
+            while collector.interval < 0.08:  # two forced collections found (next to) nothing
+                gc.collect(1)
+                await anyio.sleep(0.01)
+        assert collector.interval <= 0.02 * 16
+        found = collector.collections
+        old = [_Cycle() for _ in range(5_000)]
+        gc.collect(1)  # survivors moved to the old generation...
+        old.clear()  # ...then garbage there, which only a full collection frees
+        with anyio.fail_after(10):
+            while collector.interval != 0.02:  # a collection that found it set the wait back
+                gc.collect(1)
+                await anyio.sleep(0.01)
+        assert collector.collections > found
+        tg.cancel_scope.cancel()
