@@ -98,8 +98,9 @@ def _tune_process() -> None:
     collections instead of 10) so each pause is short (``bench/daemon.py``:
     young pauses ~3 ms instead of ~28 ms).  A full collection walks every
     live rollout (100-250 ms with 600 of them), so none runs automatically:
-    the daemon runs them itself once no run has executed for 5 s, and at
-    least once a minute under unbroken load, so cyclic garbage stays bounded
+    the daemon runs them itself once no run has executed for 5 s, and under
+    unbroken load once a minute (backing off to 16 minutes while they find
+    next to no garbage), so cyclic garbage stays bounded
     (``pauses.IdleCollector``, started by ``run_daemon(own_gc=True)``)."""
     gc.collect()
     gc.freeze()
