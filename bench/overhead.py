@@ -43,6 +43,8 @@ interpreters).
     python bench/overhead.py --quick              # R = 100 only
     python bench/overhead.py --rollouts 1000 --variants runs agent
     python bench/overhead.py --counts --variants runs rollouts backend   # no clock (R = 200)
+    BENCH_PSTATS=/tmp/runs.prof python bench/overhead.py --counts --variants runs
+                                                  # ... and the counts' profile, per function
     python bench/overhead.py --child runs --rollouts 1000 --url URL   # one sample (profiling)
 """
 
@@ -381,6 +383,8 @@ async def _count(
             tg.start_soon(one, i)
         tg.start_soon(sample)
     profile.disable()
+    if os.environ.get("BENCH_PSTATS"):  # a diagnostic: the counts' profile, per function
+        profile.dump_stats(os.environ["BENCH_PSTATS"])
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     calls = sum(entry[1] for entry in stats.values())
     server_calls = _chat_calls(url) - calls0
