@@ -89,6 +89,11 @@ class Agent:
                 )
         self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         self.memory = memory
+        #: Whether ``RolloutResult.signals`` lists the signals a rollout
+        #: raised.  When nothing reads them (this off, no ``stop_on``, a
+        #: router that does not read them, no sink of ``SignalRaised``
+        #: events), a rollout does not compute them.
+        self.report_signals = True
 
     def bound(
         self,
@@ -96,11 +101,13 @@ class Agent:
         ledger: BudgetLedger | None,
         events: EventEmitter | EventSink | None,
         memory: MemoryView | None,
+        report_signals: bool = True,
     ) -> Agent:
         """This agent with another ledger, emitter and memory view (the
         constructor's meanings), sharing its configuration, backends, tools
         and routing policy: what a ``Runtime`` builds and checks once per
-        agent and binds to each run.  A ledger priced by another table than
+        agent and binds to each run (``report_signals``: see the
+        attribute; a run reads signals as events).  A ledger priced by another table than
         this agent's gets a routing policy of its own (as the constructor
         would build it)."""
         agent = object.__new__(Agent)
@@ -118,6 +125,7 @@ class Agent:
         )
         agent.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         agent.memory = memory
+        agent.report_signals = report_signals
         return agent
 
     @property

@@ -64,6 +64,7 @@ from agentrt.runtime.errors import (
 from agentrt.runtime.log import get_logger, log_context
 from agentrt.runtime.models.base import ModelBackend
 from agentrt.runtime.routing import RolloutRouter
+from agentrt.runtime.routing.signals import NO_SIGNALS
 
 if TYPE_CHECKING:
     from agentrt.agents.agent import Agent
@@ -145,11 +146,20 @@ class Rollout:
             tools=[*agent.toolbox.specs, *options.client_tools],
             seed=seed,
         )
-        self.signals = SignalTracker(config.signals, max_steps=config.limits.max_steps)
+        emitter = agent.emitter
+        # Signals are computed only for a reader: a stop rule, a router that
+        # reads them, a sink of their events, or the result's list.
+        self.signals: SignalTracker | None = (
+            SignalTracker(config.signals, max_steps=config.limits.max_steps)
+            if agent.report_signals
+            or config.stop_on
+            or getattr(agent.policy, "reads_signals", True)
+            or emitter.wants(SignalRaised)
+            else None
+        )
         self.sampling = sampling_for(
             config.temperature, config.limits.max_tokens_per_step, options, where=where
         )
-        emitter = agent.emitter
         # Which per-step events reach a sink, read once: a run sets its
         # emitter's sink before its rollouts start.
         self.wants_progress = emitter.wants(ToolProgress)
@@ -199,7 +209,8 @@ class Rollout:
                     else self.ledger.restore(model, usage)
                 )
             self.window.add_turn(step.index, message, step.tool_results)
-            self.signals.observe(step.index, message, step.tool_results, step.reply)
+            if self.signals is not None:
+                self.signals.observe(step.index, message, step.tool_results, step.reply)
             self.observation = (
                 "\n".join(r.content for r in step.tool_results) or message.content or ""
             )
@@ -317,13 +328,13 @@ class Rollout:
             used = self.spent.usage.total_tokens
             if limits.max_rollout_tokens is not None and used >= limits.max_rollout_tokens:
                 reason = f"token limit: {used:,} of {limits.max_rollout_tokens:,} tokens used"
-                await self._fire(self.signals.exhausted(index, reason))
+                await self._exhausted(index, reason)
                 return "exhausted", reason
             outcome = await self._step(index)
             if outcome is not None:
                 return outcome
         reason = f"max steps ({limits.max_steps}) reached"
-        await self._fire(self.signals.exhausted(limits.max_steps - 1, reason))
+        await self._exhausted(limits.max_steps - 1, reason)
         return "exhausted", reason
 
     async def _step(self, index: int) -> _Ended | None:
@@ -351,19 +362,21 @@ class Rollout:
                 f"context: the prompt needs about {prompt_tokens:,} tokens after compaction, "
                 f"over the budget of {budget:,}"
             )
-        fired = self.signals.observe_budget(index, self.ledger.headroom())
-        if fired:
-            await self._fire(fired)
+        signals = self.signals
+        if signals is not None:
+            fired = signals.observe_budget(index, self.ledger.headroom())
+            if fired:
+                await self._fire(fired)
         try:
             decision, reservation = self.router.reserve(
                 self.ledger,
                 index,
-                self.signals.routing_signals(),
+                NO_SIGNALS if signals is None else signals.routing_signals(),
                 prompt_tokens=prompt_tokens,
                 max_tokens=self.sampling.max_tokens,
             )
         except BudgetExceeded as exc:
-            await self._fire(self.signals.exhausted(index, f"budget: {exc}"))
+            await self._exhausted(index, f"budget: {exc}")
             return "exhausted", f"budget: {exc}"
         self.pending = _Pending(
             index=index,
@@ -587,7 +600,11 @@ class Rollout:
                 duration_s=time.perf_counter() - pending.started,
             )
         )
-        fired = self.signals.observe(index, message, results, reply)
+        fired = (
+            self.signals.observe(index, message, results, reply)
+            if self.signals is not None
+            else None
+        )
         if fired:
             await self._fire(fired)
             stop = next((f for f in fired if f.signal in self.config.stop_on), None)
@@ -595,7 +612,7 @@ class Rollout:
                 return "failed", f"signal: {stop.signal} ({stop.detail})"
         if budget_exceeded is not None:
             reason = f"budget: {budget_exceeded}"
-            await self._fire(self.signals.exhausted(index, reason))
+            await self._exhausted(index, reason)
             return "exhausted", reason
         if answer is not None or not calls:
             return self._final(answer, message.content or "")
@@ -683,6 +700,10 @@ class Rollout:
             await self.agent.emitter.emit(
                 StepRecorded(run_id=self.run_id, rollout_id=self.rollout_id, step=step)
             )
+
+    async def _exhausted(self, step: int, reason: str) -> None:
+        if self.signals is not None:
+            await self._fire(self.signals.exhausted(step, reason))
 
     async def _fire(self, fired: Sequence[Fired]) -> None:
         for f in fired:

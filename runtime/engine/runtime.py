@@ -421,7 +421,9 @@ class Runtime:
         if isinstance(agent, Agent | Hierarchy):
             return agent
         if agent is not None and not isinstance(agent, str):
-            return self._built(agent, ledger, emitter, memory)
+            built = self._built(agent, ledger, emitter, memory)
+            built.report_signals = False  # a run reads them as events
+            return built
         name = agent or self.config.default_agent
         if name in self.specs:
             return build_hierarchy(
@@ -443,7 +445,7 @@ class Runtime:
             config = entry if isinstance(entry, AgentConfig) else AgentConfig(name=name)
             cached = (entry, self.tools, self._built(config, None, None, None))
             self._named_agents[name] = cached
-        return cached[2].bound(ledger=ledger, events=emitter, memory=memory)
+        return cached[2].bound(ledger=ledger, events=emitter, memory=memory, report_signals=False)
 
     def _built(
         self,

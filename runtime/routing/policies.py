@@ -35,7 +35,9 @@ class RoutingPolicy(Protocol):
     """Chooses the model for one step.  A pure function of the
     ``StepContext`` (the rollout's history travels in it), so one policy
     serves any number of parallel rollouts; every policy hands its wish to
-    ``TierLadder.decide``, which applies the budget rules."""
+    ``TierLadder.decide``, which applies the budget rules.  A policy that
+    never reads ``ctx.signals`` may say so with a ``reads_signals = False``
+    attribute: a rollout nobody else reads signals for then skips them."""
 
     @property
     def name(self) -> str:
@@ -56,6 +58,9 @@ class RoutingPolicy(Protocol):
 class FixedTierPolicy:
     """Always the same tier (budget permitting).  ``always_small`` and
     ``always_large`` build the two boundary policies of the frontier."""
+
+    reads_signals = False
+    """The tier is fixed: no signal changes it (see ``RoutingPolicy``)."""
 
     def __init__(self, ladder: TierLadder, tier: str, *, name: str | None = None) -> None:
         self._ladder = ladder

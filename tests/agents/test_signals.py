@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentrt.agents import Agent, AgentConfig, EventLog, SignalConfig, SignalTracker
+from agentrt.agents import Agent, AgentConfig, EventEmitter, EventLog, SignalConfig, SignalTracker
 from agentrt.protocols import (
     AssistantMessage,
     FunctionCall,
@@ -203,3 +203,41 @@ def test_exhaustion_fires_on_steps_and_on_budget() -> None:
     assert budget.observe_budget(0, Headroom(fraction=0.5)) == []
     fired = budget.observe_budget(1, Headroom(fraction=0.2))
     assert [(f.signal, f.value) for f in fired] == [("exhaustion", 0.2)]
+
+
+@pytest.mark.anyio
+async def test_signals_are_computed_only_for_a_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody reads them (no stop rule, a fixed router, no sink of their
+    events, the result's list off): no tracker is built.  Each reader on its
+    own brings them back."""
+    built: list[int] = []
+    real_init = SignalTracker.__init__
+
+    def counting(self: SignalTracker, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(SignalTracker, "__init__", counting)
+
+    async def run(*, stop_on: bool, report: bool, sink: bool) -> tuple[int, list[str], list[str]]:
+        backend = ScriptedBackend([ScriptedToolCall("lookup", {"key": "k"})] * 4 + ["done"])
+        log = EventLog()
+        events = EventEmitter(log, kinds=[SignalRaised]) if sink else None
+        config = AgentConfig(name="quiet") if stop_on else AgentConfig(name="quiet", stop_on=[])
+        agent = Agent(config, backends=[backend], tools=[Echo()], events=events)
+        agent.report_signals = report
+        built.clear()
+        result = await agent.run("find k")
+        emitted = [e.signal for e in log.of_type(SignalRaised)]
+        return len(built), [e.signal for e in result.signals], emitted
+
+    assert await run(stop_on=False, report=False, sink=False) == (0, [], [])
+    trackers, listed, emitted = await run(stop_on=False, report=True, sink=False)
+    assert (trackers, emitted) == (1, [])
+    assert "loop" in listed
+    trackers, listed, emitted = await run(stop_on=False, report=False, sink=True)
+    assert trackers == 1
+    assert "loop" in emitted
+    # The default stop rules read them: the loop ends the rollout, as ever.
+    trackers, listed, emitted = await run(stop_on=True, report=False, sink=False)
+    assert (trackers, listed, emitted) == (1, ["loop"], [])
