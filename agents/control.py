@@ -11,8 +11,7 @@ May import protocols and anyio; nothing else of agentrt.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 from typing import final
 
 import anyio
@@ -56,9 +55,10 @@ class RolloutControl:
         else:
             self._pending.append(rollout_id)
 
-    @contextmanager
-    def attach(self, rollout_id: str, scope: anyio.CancelScope) -> Iterator[None]:
-        """Make ``scope`` the one ``cancel`` cancels while the block runs."""
+    def attach(self, rollout_id: str, scope: anyio.CancelScope) -> RolloutControl:
+        """Make ``scope`` the one ``cancel`` cancels while the ``with`` block
+        on the returned context runs (this control itself: no object per
+        rollout)."""
         if self._scope is not None:
             raise RuntimeError(
                 f"RolloutControl runs one rollout at a time; {self._current!r} is running"
@@ -67,10 +67,19 @@ class RolloutControl:
         if rollout_id in self._pending:
             self._pending.remove(rollout_id)
             scope.cancel()
-        try:
-            yield
-        finally:
-            self._current, self._scope = None, None
+        return self
+
+    def __enter__(self) -> None:
+        if self._scope is None:
+            raise RuntimeError("enter RolloutControl through attach(rollout_id, scope)")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._current, self._scope = None, None
 
 
 __all__ = ["RolloutControl", "RolloutResult"]

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 import anyio
-from anyio import TaskHandle
-from anyio.abc import TaskStatus
+from anyio import TASK_STATUS_IGNORED, TaskHandle
+from anyio.abc import TaskGroup, TaskStatus
 from anyio.lowlevel import checkpoint
 
 from agentrt.runtime.actors.actor import Actor, ActorContext, attach_context
@@ -182,19 +182,57 @@ class ActorCell(Generic[MsgT, ReplyT]):
         """Let go for good: refuse messages and fail pending requests."""
         self.request_stop(reason)
 
+    async def launch(
+        self, tg: TaskGroup, restart_error: Exception | None
+    ) -> TaskHandle[None, None]:
+        """Start the next incarnation as a task of ``tg`` and return it once
+        it is ready (its start hook ran); raises what the factory or the hook
+        raised.  An instance whose class overrides neither start hook
+        (``on_started``, or ``on_restarted`` for a restart) is ready once
+        built: its task is created without waiting for it to report."""
+        instance = self._build()
+        if _runs_hook(type(instance), restart_error):
+            handle: TaskHandle[None, None] = await tg.start(
+                self.run, restart_error, instance, name=self.address.path, return_handle=True
+            )
+            return handle
+        return tg.create_task(
+            self.run(restart_error, instance, task_status=TASK_STATUS_IGNORED),
+            name=self.address.path,
+        )
+
+    def _build(self) -> Actor[MsgT, ReplyT]:
+        """A fresh instance with its context; raises what the factory raised."""
+        self.services = None  # this incarnation's own, once it starts one
+        try:
+            instance = self.factory()
+        except BaseException:
+            self.services = ENDED
+            raise
+        # A context per instance, not kept by the cell: a cell <-> context
+        # cycle would outlive the actor until a garbage collection.
+        attach_context(instance, ActorContext(self))
+        return instance
+
     async def run(  # noqa: PLR0912, PLR0915 - the message loop is inlined on purpose
-        self, restart_error: Exception | None, *, task_status: TaskStatus[None]
+        self,
+        restart_error: Exception | None,
+        instance: Actor[MsgT, ReplyT],
+        *,
+        task_status: TaskStatus[None],
     ) -> None:
-        """One incarnation.  Start-hook errors propagate to the starter (before
-        readiness); everything after readiness is reported to the supervisor.
+        """One incarnation of ``instance`` (``launch``).  Start-hook errors
+        propagate to the starter (before readiness); everything after
+        readiness is reported to the supervisor.
 
         The message loop is inlined here rather than in a helper coroutine:
         an idle actor parks inside it, and each extra frame on that stack is
         ~300 bytes per idle actor.
         """
         incarnation = self.incarnation
-        instance = await self._start(restart_error)
-        task_status.started()
+        if _runs_hook(type(instance), restart_error):
+            await self._start(instance, restart_error)
+            task_status.started()
         # Let go of the starter's status (and its future): the frame of an
         # idle actor would keep them alive for its whole life.
         del task_status
@@ -292,20 +330,13 @@ class ActorCell(Generic[MsgT, ReplyT]):
         if late is not None and error is None:
             self.parent.child_failed(self, incarnation, late)
 
-    async def _start(self, restart_error: Exception | None) -> Actor[MsgT, ReplyT]:
-        """A fresh instance, its start hook run; raises what the hook (or a
+    async def _start(self, instance: Actor[MsgT, ReplyT], restart_error: Exception | None) -> None:
+        """Run the start hook of ``instance``; raises what the hook (or a
         service it started) raised, with the incarnation's services ended."""
-        self.services = None  # this incarnation's own, once it starts one
         try:
-            instance = self.factory()
-            # A context per instance, not kept by the cell: a cell <-> context
-            # cycle would outlive the actor until a garbage collection.
-            attach_context(instance, ActorContext(self))
             if restart_error is None:
-                # Not overridden: no scope to enter (spawning 10k actors).
-                if type(instance).on_started is not Actor.on_started:
-                    with anyio.CancelScope() as self.start_scope:
-                        await instance.on_started()
+                with anyio.CancelScope() as self.start_scope:
+                    await instance.on_started()
             else:
                 # Bounded: the supervisor waits for this before it goes on.
                 timeout = self.parent.restart_timeout
@@ -324,4 +355,12 @@ class ActorCell(Generic[MsgT, ReplyT]):
             await self._close_services()
             raise
         self.start_scope = None
-        return instance
+
+
+def _runs_hook(cls: type[Actor[Any, Any]], restart_error: Exception | None) -> bool:
+    """Whether an incarnation of ``cls`` has a start hook to run: its own
+    ``on_started`` (first start), or on a restart its own ``on_restarted``
+    or ``on_started`` (the default ``on_restarted`` calls ``on_started``)."""
+    if cls.on_started is not Actor.on_started:
+        return True
+    return restart_error is not None and cls.on_restarted is not Actor.on_restarted

@@ -129,10 +129,13 @@ class Mailbox:
             self._unpark(entry)
             raise
 
-    def offer_ask(self, envelope: Ask) -> None:
-        """Enqueue a request, or park it while full; its caller awaits the reply."""
-        if not self.offer(envelope):
-            self._park((envelope, None))
+    def offer_ask(self, envelope: Ask) -> bool:
+        """Enqueue a request, or park it while full (``False``); its caller
+        awaits the reply."""
+        if self.offer(envelope):
+            return True
+        self._park((envelope, None))
+        return False
 
     def withdraw_ask(self, envelope: Ask) -> None:
         """Take back a request still parked (its caller timed out or was cancelled)."""
@@ -175,6 +178,10 @@ class Mailbox:
                     if waiter is not None:
                         waiter.set_result(None)
                     break
+            if not buffer:
+                # Emptied: give the deque back (an actor busy with the one
+                # message it was sent would hold it for as long).
+                self._buffer = None
             return item
         return CLOSED if self._closed else EMPTY
 

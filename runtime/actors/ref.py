@@ -12,6 +12,7 @@ This module must not import agents, tools or aggregators.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any, Final, Generic, TypeVar, cast
 
 from agentrt.runtime.actors.address import ActorAddress
@@ -52,19 +53,21 @@ class ActorRef(Generic[MsgT_contra, ReplyT_co]):
         """Deliver ``message`` now, or raise ``MailboxFull``."""
         self._mailbox.put_nowait(message)
 
-    async def ask(
+    def ask(
         self,
         message: MsgT_contra,
         *,
-        timeout: float | None = DEFAULT_ASK_TIMEOUT,  # noqa: ASYNC109
-    ) -> ReplyT_co:
-        """Send ``message`` and wait for what ``receive`` returns for it.
+        timeout: float | None = DEFAULT_ASK_TIMEOUT,
+    ) -> Awaitable[ReplyT_co]:
+        """Send ``message``; await the result for what ``receive`` returns for it.
 
-        The deadline covers waiting for mailbox room and for the reply; past
-        it, ``AskTimeout`` names this address, the message type and the
-        timeout.  ``timeout=None``: no deadline of the ask's own (no timer),
-        for a caller whose cancel scope bounds the wait already.  If the
-        handler raises, this raises ``ActorCrashed`` (with the handler's
+        The message is sent by this call (``ActorStopped`` here if the actor
+        is gone), the reply awaited by awaiting what it returns.  The deadline
+        covers waiting for mailbox room and for the reply; past it,
+        ``AskTimeout`` names this address, the message type and the timeout.
+        ``timeout=None``: no deadline of the ask's own (no timer), for a
+        caller whose cancel scope bounds the wait already.  If the handler
+        raises, the await raises ``ActorCrashed`` (with the handler's
         exception as ``cause``); if the actor stops first, ``ActorStopped``.
         A request whose caller gave up before the actor got to it is
         dropped, not handled.
@@ -75,11 +78,25 @@ class ActorRef(Generic[MsgT_contra, ReplyT_co]):
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
         envelope = Ask(message, reply)
-        self._mailbox.offer_ask(envelope)
+        if self._mailbox.offer_ask(envelope) and timeout is None:
+            # In the mailbox and no deadline: nothing to undo after the wait,
+            # so the reply future is the awaitable (no coroutine).  A caller
+            # that gives up cancels it; the actor drops it then.
+            return cast("asyncio.Future[ReplyT_co]", reply)
+        return self._reply(envelope, loop, timeout)
+
+    async def _reply(
+        self,
+        envelope: Ask,
+        loop: asyncio.AbstractEventLoop,
+        timeout: float | None,  # noqa: ASYNC109
+    ) -> ReplyT_co:
+        """Wait for the reply of an ask with a deadline or parked for room."""
+        reply = envelope.reply
         pending = (
             None
             if timeout is None
-            else self._deadlines.watch(loop, reply, timeout, self.address, message)
+            else self._deadlines.watch(loop, reply, timeout, self.address, envelope.message)
         )
         try:
             return cast(ReplyT_co, await reply)

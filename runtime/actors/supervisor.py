@@ -53,9 +53,9 @@ class Child(Protocol):
     @property
     def parent(self) -> FailureSink: ...
 
-    async def run(
-        self, restart_error: Exception | None, *, task_status: TaskStatus[None]
-    ) -> None: ...
+    async def launch(
+        self, tg: TaskGroup, restart_error: Exception | None
+    ) -> TaskHandle[None, None]: ...
 
     def child_at(self, path: str) -> Child | None: ...
 
@@ -190,6 +190,16 @@ class Supervisor:
 
     # -- the supervisor's own task ------------------------------------------------
 
+    async def launch(
+        self, tg: TaskGroup, restart_error: Exception | None
+    ) -> TaskHandle[None, None]:
+        """Start an incarnation as a task of ``tg``; returns once its children
+        started (raises the first one's start failure)."""
+        handle: TaskHandle[None, None] = await tg.start(
+            self.run, restart_error, name=self.address.path, return_handle=True
+        )
+        return handle
+
     async def run(self, restart_error: Exception | None, *, task_status: TaskStatus[None]) -> None:
         """One incarnation: start the children, then handle their failures."""
         incarnation = self.incarnation
@@ -227,9 +237,7 @@ class Supervisor:
     async def _start_fresh(self, tg: TaskGroup, children: list[Child]) -> Exception | None:
         for child in children:
             try:
-                child.handle = await tg.start(
-                    child.run, None, name=child.address.path, return_handle=True
-                )
+                child.handle = await child.launch(tg, None)
             except Exception as exc:
                 return exc if isinstance(exc, ActorError) else ActorCrashed(str(child.address), exc)
         return None
@@ -239,9 +247,7 @@ class Supervisor:
             child.incarnation += 1
             child.handle = None
             try:
-                child.handle = await tg.start(
-                    child.run, error, name=child.address.path, return_handle=True
-                )
+                child.handle = await child.launch(tg, error)
             except Exception as exc:
                 # The new incarnation failed in its start hook: a failure like
                 # any other, counted against the intensity.
@@ -376,9 +382,7 @@ class Supervisor:
         self._adopt(child)
         started = False
         try:
-            child.handle = await tg.start(
-                child.run, None, name=child.address.path, return_handle=True
-            )
+            child.handle = await child.launch(tg, None)
             started = True
         except ActorError:
             raise

@@ -117,9 +117,7 @@ class ActorSystem:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         try:
-            self._root.handle = await tg.start(
-                self._root.run, None, name=self._root.address.path, return_handle=True
-            )
+            self._root.handle = await self._root.launch(tg, None)
         except BaseException as exc:
             self._state = SystemState.CLOSED
             await tg.__aexit__(type(exc), exc, exc.__traceback__)

@@ -136,7 +136,8 @@ async def test_stopping_the_actor_answers_pending_requests() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(ask)
-            await ref.ask(Quick(), timeout=1)  # the slow one is being served
+            await anyio.wait_all_tasks_blocked()  # the slow one is being served
+            await ref.ask(Quick(), timeout=1)
             await system.stop(ref)
         assert len(outcome) == 1
         assert "stopped while handling this request" in str(outcome[0])

@@ -322,3 +322,63 @@ async def test_stop_child_gives_up_on_one_child_and_keeps_the_others() -> None:
 def test_stop_child_needs_one_for_one() -> None:
     with pytest.raises(ValueError, match="ONE_FOR_ONE"):
         SupervisorSpec("x", strategy=RestartStrategy.ONE_FOR_ALL, on_exhausted="stop_child")
+
+
+class Plain(Actor[Msg, int | None]):
+    """No start hook of its own: ready as soon as it is built."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.total = 0
+        self.log = log
+
+    async def receive(self, message: Msg) -> int | None:
+        match message:
+            case Add(n=n):
+                self.total += n
+            case Total():
+                return self.total
+            case Crash(reason=reason):
+                raise ValueError(reason)
+        return None
+
+
+class AnnouncesRestarts(Plain):
+    """Only ``on_restarted`` (the rollout actor's shape): no hook at the first start."""
+
+    async def on_restarted(self, error: Exception) -> None:
+        self.log.append(f"restarted by {error}")
+
+
+async def test_a_failing_factory_of_an_actor_without_hooks_raises_at_spawn() -> None:
+    def broken() -> Plain:
+        raise OSError("no config")
+
+    async with ActorSystem() as system:
+        with pytest.raises(ActorCrashed, match="/user/p crashed: OSError: no config"):
+            await system.spawn(broken, name="p")
+        assert system.root.children == ()
+        log: list[str] = []
+        ref = await system.spawn(lambda: Plain(log), name="p")  # the name is free again
+        await ref.tell(Add(2))
+        assert await ref.ask(Total(), timeout=5) == 2
+
+
+@pytest.mark.parametrize("actor", [Plain, AnnouncesRestarts])
+async def test_an_actor_without_a_start_hook_restarts_fresh_and_keeps_its_mailbox(
+    actor: type[Plain],
+) -> None:
+    log: list[str] = []
+    async with ActorSystem() as system:
+        ref = await system.spawn(partial(actor, log), name="p")
+        # Sent before its task first ran: queued, served in order.
+        await ref.tell(Add(5))
+        await ref.tell(Crash("boom"))
+        await ref.tell(Add(1))  # served by the next incarnation
+        assert await ref.ask(Total(), timeout=5) == 1
+        (failure,) = system.root.failures
+        assert str(failure.error) == "boom"
+        assert failure.action == "restart"
+        assert log == ([] if actor is Plain else ["restarted by boom"])
+        await system.stop(ref)
+        with pytest.raises(ActorStopped):
+            await ref.ask(Total(), timeout=5)
