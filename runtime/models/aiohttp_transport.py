@@ -91,6 +91,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
         self._last: tuple[object, aiohttp.ClientTimeout] = (object(), aiohttp.ClientTimeout())
+        self._last_url: tuple[object, str] = (object(), "")
+        self._extensions: dict[str | None, dict[str, Any]] = {}
 
     def _timeout(self, extensions: dict[str, Any]) -> aiohttp.ClientTimeout:
         given = extensions.get("timeout")
@@ -107,46 +109,70 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._last = (given, timeout)  # holds ``given``: its id is not reused
         return timeout
 
+    def _url_text(self, url: httpx.URL) -> str:
+        last = self._last_url
+        if url is last[0]:  # a backend sends one URL object every time
+            return last[1]
+        text = str(url)
+        self._last_url = (url, text)
+        return text
+
+    def _reply_extensions(self, reason: str | None) -> dict[str, Any]:
+        extensions = self._extensions.get(reason)
+        if extensions is None:
+            extensions = {"http_version": b"HTTP/1.1"}
+            if reason:
+                extensions["reason_phrase"] = reason.encode()
+            if len(self._extensions) < 64:  # servers send a handful of reasons
+                self._extensions[reason] = extensions
+        return extensions
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session
         if session is None:
             session = self._session = self._make_session()
         headers = request.headers
         encoding = headers.encoding
-        sent = [(k.decode(encoding), v.decode(encoding)) for k, v in headers.raw]
         data: Any
         try:
             data = request.content or None
+            sent = [(k.decode(encoding), v.decode(encoding)) for k, v in headers.raw]
         except httpx.RequestNotRead:
             data = request.stream  # aiohttp sends it chunked itself
-            sent = [(k, v) for k, v in sent if k.lower() != "transfer-encoding"]
-        server_hostname = request.extensions.get("sni_hostname")
+            sent = [
+                (k.decode(encoding), v.decode(encoding))
+                for k, v in headers.raw
+                if k.lower() != b"transfer-encoding"
+            ]
+        sending = session.request(
+            request.method,
+            self._url_text(request.url),
+            headers=sent,
+            data=data,
+            allow_redirects=False,
+            auto_decompress=False,
+            compress=False,
+            timeout=self._timeout(request.extensions),
+            server_hostname=request.extensions.get("sni_hostname"),
+        )
+        # Nothing of the request stays referenced from here while the reply
+        # is awaited (httpx's client attaches the request to the response
+        # itself, as it does with its own transports), and the header list
+        # dies once aiohttp has copied it: with 1,000 calls in flight, every
+        # object alive across the wait is one more for each collector pass.
+        del request, headers, sent
         try:
-            response = await session.request(
-                request.method,
-                str(request.url),
-                headers=sent,
-                data=data,
-                allow_redirects=False,
-                auto_decompress=False,
-                compress=False,
-                timeout=self._timeout(request.extensions),
-                server_hostname=server_hostname,
-            )
+            response = await sending
         except Exception as exc:
             error = as_httpx_error(exc)
             if error is None:
                 raise
             raise error from exc
-        extensions: dict[str, Any] = {"http_version": b"HTTP/1.1"}
-        if response.reason:
-            extensions["reason_phrase"] = response.reason.encode()
         return httpx.Response(
             status_code=response.status,
             headers=response.raw_headers,
             stream=_ReplyStream(response),
-            request=request,
-            extensions=extensions,
+            extensions=self._reply_extensions(response.reason),
         )
 
     async def aclose(self) -> None:

@@ -4,8 +4,10 @@ extension, and aiohttp's failures raised as httpx's with the cause kept."""
 
 from __future__ import annotations
 
+import gc
 import socket
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Awaitable
 
 import aiohttp
 import anyio
@@ -72,8 +74,39 @@ async def test_a_request_and_its_reply_pass_through(server: str) -> None:
         await transport.aclose()
     assert response.status_code == 200
     assert response.headers["x-served-by"] == "test"
-    assert response.request is request
     assert httpx.Response(200, content=body).json() == {"body": "hello", "id": "r-1"}
+
+
+async def test_a_client_reply_names_its_request(server: str) -> None:
+    async with httpx.AsyncClient(transport=make_transport()) as client:
+        response = await client.post(f"{server}/echo", content=b"hi")
+    assert response.request.url == f"{server}/echo"  # httpx's client attaches it
+
+
+async def test_nothing_of_the_request_is_held_while_the_reply_is_awaited(server: str) -> None:
+    # 1,000 calls in flight: every object alive across the wait is walked by
+    # each collection, so the transport lets go of the request once sent.
+    transport = make_transport()
+    request = httpx.Request(
+        "GET", f"{server}/slow", headers={"x-request-id": "r-2"}, extensions={"timeout": {}}
+    )
+    alive = weakref.ref(request)
+    try:
+        async with anyio.create_task_group() as tg:
+            replies: list[httpx.Response] = []
+
+            async def send(pending: Awaitable[httpx.Response]) -> None:
+                replies.append(await pending)
+
+            tg.start_soon(send, transport.handle_async_request(request))
+            del request
+            await anyio.sleep(0.3)  # the server answers after 1 s
+            gc.collect()
+            assert alive() is None
+        assert replies[0].status_code == 200
+        await replies[0].aclose()
+    finally:
+        await transport.aclose()
 
 
 async def test_a_streamed_reply_arrives_in_chunks(server: str) -> None:
