@@ -57,16 +57,22 @@ class _ReplyStream(httpx.AsyncByteStream):
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        content = self._response.content
+    # An iterator, not an async generator: no generator object, and no
+    # registration with the event loop's async-generator hooks, per reply.
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
         try:
-            while chunk := await content.readany():
-                yield chunk
+            chunk = await self._response.content.readany()
         except Exception as exc:
             error = as_httpx_error(exc)
             if error is None:
                 raise
             raise error from exc
+        if not chunk:
+            raise StopAsyncIteration
+        return chunk
 
     async def aclose(self) -> None:
         try:

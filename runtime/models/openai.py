@@ -246,9 +246,17 @@ class OpenAIBackend:
             deadline = asyncio.timeout(max(0.0, retrier.remaining()))
             try:
                 async with deadline:
-                    completion = await self._complete_once(
-                        transport, self._request(body, self._json_headers, request_id), model
-                    )
+                    # One attempt, inlined (a coroutine less alive per call
+                    # in flight).  The request is built in the call: nothing
+                    # here holds it while the reply is awaited.
+                    try:
+                        response = await transport.handle_async_request(
+                            self._request(body, self._json_headers, request_id)
+                        )
+                    except Exception as exc:
+                        raise self._errors.transport(exc, "sending the request") from exc
+                    data = await self._read_reply(response)
+                completion = self._completion(response, data, model)
             except TransientError as transient:
                 await retrier.back_off(transient)
                 continue
@@ -271,7 +279,7 @@ class OpenAIBackend:
                 model=model,
                 latency_s=time.perf_counter() - started,
                 backend=self._name,
-                request_id=request.request_id,
+                request_id=request_id,
             )
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta, None]:
@@ -393,16 +401,11 @@ class OpenAIBackend:
 
     # -- one attempt -----------------------------------------------------------
 
-    async def _complete_once(
-        self, transport: httpx.AsyncBaseTransport, request: httpx.Request, model: str
-    ) -> wire.Completion:
-        try:
-            # ``request`` is not kept here while the reply is awaited.
-            pending = transport.handle_async_request(request)
-            del request
-            response = await pending
-        except Exception as exc:
-            raise self._errors.transport(exc, "sending the request") from exc
+    async def _read_reply(self, response: httpx.Response) -> bytes:
+        """A reply's whole body.  Failing or cancelled mid-body, the response
+        is closed (shielded, so that even a cancelled call closes it), which
+        drops the connection."""
+        stream = response.stream
         try:
             # ``get_list``: no KeyError raised and caught on every reply.
             if response.headers.get_list("content-encoding"):
@@ -411,18 +414,19 @@ class OpenAIBackend:
                 # Identity (we ask for it): straight from the transport's
                 # stream, sparing httpx's decoder and chunker layers.
                 parts: list[bytes] = []
-                async for part in response.stream:  # type: ignore[union-attr]
+                async for part in stream:  # type: ignore[union-attr]
                     parts.append(part)
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
-            await response.aclose()
+            await stream.aclose()  # type: ignore[union-attr]
         except BaseException as exc:
-            # Cancelled or failed mid-body: close (shielded, so that even a
-            # cancelled call closes it), which drops the connection.
             with anyio.CancelScope(shield=True):
                 await response.aclose()
             if isinstance(exc, Exception):
                 raise self._errors.transport(exc, "reading the reply") from exc
             raise
+        return data
+
+    def _completion(self, response: httpx.Response, data: bytes, model: str) -> wire.Completion:
         if response.status_code != 200:
             raise self._errors.status(response, data, model)
         try:

@@ -132,30 +132,19 @@ class EncodedParts:
 
     def messages(self, messages: list[ChatMessage]) -> list[msgspec.Raw]:
         """Each message in the request shape (see :func:`wire_messages`)."""
-        raws = self._raw
-        objects = self._objects
-        out: list[msgspec.Raw] = []
-        for m in messages:
-            key = id(m)
-            raw = raws.get(key)
-            if raw is None or objects[key] is not m:
-                raw = self._store(m, _TO_WIRE[type(m)](m))
-            out.append(raw)
-        return out
+        # A hit needs no identity check: the entry holds its object alive,
+        # so no other live object can have its id.  (A Raw is never empty.)
+        get = self._raw.get
+        return [get(id(m)) or self._store(m, _TO_WIRE[type(m)](m)) for m in messages]
 
     def tools(self, tools: list[ToolSpec]) -> list[msgspec.Raw]:
         """Each tool spec in the request's ``tools`` shape."""
-        raws = self._raw
-        objects = self._objects
-        out: list[msgspec.Raw] = []
-        for t in tools:
-            key = id(t)
-            raw = raws.get(key)
-            if raw is None or objects[key] is not t:
-                spec = _ToolSpecWire(_FunctionSpec(t.name, t.parameters, t.description))
-                raw = self._store(t, spec)
-            out.append(raw)
-        return out
+        get = self._raw.get
+        return [
+            get(id(t))
+            or self._store(t, _ToolSpecWire(_FunctionSpec(t.name, t.parameters, t.description)))
+            for t in tools
+        ]
 
     def _store(self, obj: object, value: msgspec.Struct) -> msgspec.Raw:
         raws = self._raw
