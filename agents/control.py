@@ -46,13 +46,16 @@ class RolloutControl:
     def __init__(self) -> None:
         self._current: str | None = None
         self._scope: anyio.CancelScope | None = None
-        # Ids cancelled before they started (bounded: the oldest are forgotten).
-        self._pending: deque[str] = deque(maxlen=256)
+        # Ids cancelled before they started (bounded: the oldest are
+        # forgotten); made by the first such cancel (most controls see none).
+        self._pending: deque[str] | None = None
 
     def cancel(self, rollout_id: str) -> None:
         if self._scope is not None and rollout_id == self._current:
             self._scope.cancel()
         else:
+            if self._pending is None:
+                self._pending = deque(maxlen=256)
             self._pending.append(rollout_id)
 
     def attach(self, rollout_id: str, scope: anyio.CancelScope) -> RolloutControl:
@@ -64,7 +67,7 @@ class RolloutControl:
                 f"RolloutControl runs one rollout at a time; {self._current!r} is running"
             )
         self._current, self._scope = rollout_id, scope
-        if rollout_id in self._pending:
+        if self._pending and rollout_id in self._pending:
             self._pending.remove(rollout_id)
             scope.cancel()
         return self

@@ -66,7 +66,9 @@ def extract_answer(answer: str) -> str:
 
 
 def chain(*steps: Normalizer) -> Normalizer:
-    """Apply ``steps`` left to right."""
+    """Apply ``steps`` left to right (one step: that step itself)."""
+    if len(steps) == 1:
+        return steps[0]
 
     def normalize(answer: str) -> str:
         for step in steps:

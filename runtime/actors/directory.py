@@ -32,10 +32,11 @@ class Directory:
         self._uids = count(1)
 
     def new_address(self, parent: ActorAddress | None, name: str) -> ActorAddress:
-        """A fresh address (new uid) for ``name`` under ``parent``."""
+        """A fresh address (new uid) for ``name`` (a spec's: checked
+        already, ``validate_name``) under ``parent``."""
         if parent is None:
             return ActorAddress(self.system_id, f"/{name}", next(self._uids))
-        return parent.child(name, next(self._uids))
+        return ActorAddress(self.system_id, f"{parent.path}/{name}", next(self._uids))
 
     def resolve(self, address: ActorAddress) -> Child:
         """The live node at ``address``, or ``ActorNotFound`` saying why not."""

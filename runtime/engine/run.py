@@ -100,6 +100,14 @@ _UNSCOPED: Final = nullcontext()
 """Where a scope has nothing to do (no deadline, nothing to stop early):
 one shared no-op context, not a scope (or a fresh object) per rollout."""
 
+_AS_CONFIGURED: Final = RunOptions()
+"""A run's options when it is given none (frozen: shared by every run)."""
+
+_STEPS_ONLY: Final = frozenset({StepRecorded})
+
+_RULES: Final = RuleBasedSummarizer()
+"""The rule-based summarizer (stateless: shared by every run)."""
+
 
 async def spawn_rollout_supervisor(system: ActorSystem, restarts: int) -> SupervisorRef:
     """The supervisor every run's rollout actors live under (the Runtime
@@ -149,15 +157,30 @@ class _CommitSink:
 
     __slots__ = ("_committed", "_outer")
 
-    def __init__(self, outer: EventSink | None, committed: defaultdict[str, list[Step]]) -> None:
+    def __init__(self, outer: EventSink, committed: defaultdict[str, list[Step]]) -> None:
         self._outer = outer
         self._committed = committed
 
     async def __call__(self, event: Event) -> None:
-        if self._outer is not None:
-            await self._outer(event)
-        if isinstance(event, StepRecorded) and is_top_level(event.rollout_id):
+        await self._outer(event)
+        if type(event) is StepRecorded and is_top_level(event.rollout_id):
             self._committed[event.rollout_id].append(event.step)
+
+
+@final
+class _Commits:
+    """The run's event sink when the caller has none: it is sent the
+    ``StepRecorded`` events alone (``EventEmitter.kinds``) and notes the
+    top-level rollouts' steps as committed (see ``_CommitSink``)."""
+
+    __slots__ = ("_committed",)
+
+    def __init__(self, committed: defaultdict[str, list[Step]]) -> None:
+        self._committed = committed
+
+    async def __call__(self, event: Event) -> None:
+        if type(event) is StepRecorded and is_top_level(rollout_id := event.rollout_id):
+            self._committed[rollout_id].append(event.step)
 
 
 @final
@@ -180,16 +203,18 @@ class RunExecution:
         self.run_id = run_id
         self.checkpoint = checkpoint
         self.emitter = emitter
-        self.options = RunOptions()
+        self.options = _AS_CONFIGURED
         """The run's ``RunOptions``, for every rollout of the run's agent."""
         self._refines = 0
         self._committed: defaultdict[str, list[Step]] = defaultdict(list)
         outer = emitter.sink
-        emitter.sink = _CommitSink(outer, self._committed)
         if outer is None:
             # Nobody reads the run's events but the steps: the agent loop
             # then builds no per-call event (``EventEmitter.wants``).
-            emitter.kinds = frozenset({StepRecorded})
+            emitter.sink = _Commits(self._committed)
+            emitter.kinds = _STEPS_ONLY
+        else:
+            emitter.sink = _CommitSink(outer, self._committed)
 
     # -- the run --------------------------------------------------------------
 
@@ -249,7 +274,7 @@ class RunExecution:
         self.summarizer: Summarizer = (
             ModelSummarizer(MeteredBackend(self._main_backend(), self.ledger))
             if rt.config.summarizer == "model"
-            else RuleBasedSummarizer()
+            else _RULES
         )
         chosen = aggregator or build_aggregator(
             {"name": scaling.aggregate, **scaling.options},
@@ -364,6 +389,11 @@ class RunExecution:
         self._next = self.window  # the next rollout to start (adaptive N)
         # No wall-clock cap: no scope to carry its deadline.
         overall = anyio.CancelScope(deadline=self.deadline) if self.wall is not None else None
+        if overall is None and n == 1:
+            # A lone rollout, no wall-clock cap (nor a warm-up): no scope
+            # and no task (nor task group) for it.
+            await self._one(outcomes[0])
+            return outcomes
         with overall if overall is not None else _UNSCOPED:
             if (
                 self.rt.config.warm_prefix
@@ -395,31 +425,12 @@ class RunExecution:
 
     async def _one(self, outcome: _Outcome) -> None:
         i = outcome.index
-        backend = self._main_backend().name
-        slot = self.rt.slot(backend)
         scope = self._scopes[i] if self._scopes else None
-        with scope if scope is not None else _UNSCOPED:
-            if slot is not None and slot.available_tokens < 1:
-                await self.emitter.emit(
-                    RolloutQueued(
-                        run_id=self.run_id,
-                        rollout_id=self._rollout_id(i),
-                        backend=backend,
-                        limit=int(slot.total_tokens),
-                    )
-                )
-            async with slot if slot is not None else _UNSCOPED:
-                try:
-                    outcome.value = await self._run_or_resume(
-                        RolloutId(self.run_id, f"r{i}"), self.task, ()
-                    )
-                    outcome.status = "succeeded"
-                except BudgetExceeded as exc:
-                    outcome.status, outcome.error = "failed", exc
-                    self._stop_all()
-                except Exception as exc:
-                    log.warning("rollout_failed", index=i, error=repr(exc))
-                    outcome.status, outcome.error = "failed", exc
+        if scope is None:
+            await self._attempt(outcome)
+        else:
+            with scope:
+                await self._attempt(outcome)
         if scope is not None and scope.cancelled_caught:
             return  # stopped early: no outcome
         self._pending -= 1
@@ -441,6 +452,39 @@ class RunExecution:
         if self._next < len(self._outcomes):
             self._next += 1
             self._tg.start_soon(self._one, self._outcomes[self._next - 1])
+
+    async def _attempt(self, outcome: _Outcome) -> None:
+        """Run rollout ``outcome.index`` in its backend's slot, noting how it ended."""
+        i = outcome.index
+        backend = self._main_backend().name
+        slot = self.rt.slot(backend)
+        if slot is not None:
+            if slot.available_tokens < 1:
+                await self.emitter.emit(
+                    RolloutQueued(
+                        run_id=self.run_id,
+                        rollout_id=self._rollout_id(i),
+                        backend=backend,
+                        limit=int(slot.total_tokens),
+                    )
+                )
+            # Not ``async with``: its bound exit would stay alive for the
+            # whole rollout, in every running rollout's frame.
+            await slot.acquire()
+        try:
+            outcome.value = await self._run_or_resume(
+                RolloutId(self.run_id, f"r{i}"), self.task, ()
+            )
+            outcome.status = "succeeded"
+        except BudgetExceeded as exc:
+            outcome.status, outcome.error = "failed", exc
+            self._stop_all()
+        except Exception as exc:
+            log.warning("rollout_failed", index=i, error=repr(exc))
+            outcome.status, outcome.error = "failed", exc
+        finally:
+            if slot is not None:
+                slot.release()
 
     def _should_stop(self) -> bool:
         left = self.ledger.headroom().tokens
@@ -566,10 +610,9 @@ class RunExecution:
             supervisor=self._supervisor,
             emit=self.emitter.emit,
             restarts=self.rt.config.rollout_restarts,
-            capped=any(
-                cap is not None
-                for cap in (budget.max_tokens, budget.max_usd, budget.max_model_calls)
-            ),
+            capped=budget.max_tokens is not None
+            or budget.max_usd is not None
+            or budget.max_model_calls is not None,
             journal=journal if isinstance(journal := self.ledger.journal, EventJournal) else None,
         )
 

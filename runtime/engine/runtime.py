@@ -551,7 +551,8 @@ class Runtime:
             checkpoint,
             journal=journal,
         )
-        execution.options = options or RunOptions()
+        if options is not None:
+            execution.options = options
         if self._mcp is not None:
             await self._mcp.catch_up()  # optional MCP servers that became ready join
             self._join_mcp_tools()
