@@ -8,6 +8,7 @@ or the roof.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Final, final
 
@@ -118,12 +119,20 @@ class ContextWindow:
         self.config = config
         self.estimate_text: TokenEstimator = estimator or CharEstimator(config.chars_per_token)
         self._write_notes = note_writer
-        self.tools: list[ToolSpec] = sorted(tools, key=lambda t: t.name)
-        self.prefix: list[ChatMessage] = [
+        # A list sorted already (an agent's own tools) is shared, not copied:
+        # nothing changes it, and every rollout's requests then name the
+        # same list.
+        self.tools: list[ToolSpec] = (
+            tools
+            if isinstance(tools, list) and _sorted_by_name(tools)
+            else sorted(tools, key=lambda t: t.name)
+        )
+        # A tuple of frozen messages: the collector stops tracking it.
+        self._head: tuple[ChatMessage, ...] = (
             SystemMessage(content=instructions),
             UserMessage(content=task),
-        ]
-        self._head: list[ChatMessage] = [*self.prefix, *seed]
+            *seed,
+        )
         self._head_tokens = estimate_request_tokens(self._head, self.tools, self.estimate_text)
         self._notes: list[str] = []
         self._omitted_notes = 0
@@ -140,6 +149,11 @@ class ContextWindow:
     def estimate(self) -> int:
         """Estimated prompt tokens of the current messages plus tools."""
         return self._tokens
+
+    @property
+    def prefix(self) -> list[ChatMessage]:
+        """The instructions and the task: what every request starts with."""
+        return list(self._head[:2])
 
     @property
     def head_tokens(self) -> int:
@@ -285,6 +299,10 @@ class ContextWindow:
         for turn in self._turns:
             messages.extend(turn.messages)
         self._messages = messages
+
+
+def _sorted_by_name(tools: list[ToolSpec]) -> bool:
+    return all(a.name <= b.name for a, b in itertools.pairwise(tools))
 
 
 def fit_context(

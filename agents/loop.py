@@ -143,7 +143,11 @@ class Rollout:
             config.context,
             instructions=instructions,
             task=task,
-            tools=[*agent.toolbox.specs, *options.client_tools],
+            tools=(
+                [*agent.toolbox.specs, *options.client_tools]
+                if options.client_tools
+                else agent.toolbox.specs
+            ),
             seed=seed,
         )
         emitter = agent.emitter
