@@ -104,6 +104,16 @@ class ActorContext(Generic[MsgT, ReplyT]):
         """
         self._cell.request_stop("the actor stopped itself")
 
+    def stop_when_answered(self) -> None:
+        """Stop this actor (as ``stop`` does) once the message in hand is
+        handled and its reply given, but not before: the mailbox stays open
+        while it is handled, and a crash before the reply is restarted as
+        ever.  For a ``receive`` that returns the awaitable doing the work
+        (a plain method: no frame of its own while the work runs) and can
+        say only before the work that it is the actor's last.  A deferred
+        reply is cancelled by the stop: call ``stop`` from its service."""
+        self._cell.stop_answered = True
+
 
 class Actor(Generic[MsgT, ReplyT]):
     """Base of user actors: override ``receive`` and, if needed, the hooks.

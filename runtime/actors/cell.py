@@ -76,6 +76,7 @@ class ActorCell(Generic[MsgT, ReplyT]):
         "ref",
         "services",
         "start_scope",
+        "stop_answered",
         "stopping",
     )
 
@@ -97,6 +98,9 @@ class ActorCell(Generic[MsgT, ReplyT]):
         self.incarnation = 0
         #: Set once the cell is being stopped for good: no more restarts.
         self.stopping = False
+        #: The running incarnation stops once the message in hand is
+        #: handled (``ActorContext.stop_when_answered``).
+        self.stop_answered = False
         #: The running incarnation's services: ``None`` until it starts one
         #: (most actors never do, and pay nothing), closed once it has ended.
         self.services: ServiceScope | None = None
@@ -204,6 +208,7 @@ class ActorCell(Generic[MsgT, ReplyT]):
     def _build(self) -> Actor[MsgT, ReplyT]:
         """A fresh instance with its context; raises what the factory raised."""
         self.services = None  # this incarnation's own, once it starts one
+        self.stop_answered = False
         try:
             instance = self.factory()
         except BaseException:
@@ -261,6 +266,8 @@ class ActorCell(Generic[MsgT, ReplyT]):
                 # ref's signature is what guarantees a message is an MsgT.
                 if type(item) is not Ask:
                     await instance.receive(item)  # type: ignore[arg-type]  # mailboxes hold MsgT
+                    if self.stop_answered:
+                        self.request_stop("the actor stopped itself")
                     continue
                 reply = item.reply
                 if reply.done():
@@ -281,6 +288,8 @@ class ActorCell(Generic[MsgT, ReplyT]):
                     result.attach(reply)  # a service of this incarnation replies
                 elif not reply.done():
                     reply.set_result(result)
+                if self.stop_answered:
+                    self.request_stop("the actor stopped itself")
         except Exception as exc:
             error = exc
         except asyncio.CancelledError:

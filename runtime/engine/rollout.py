@@ -9,8 +9,8 @@ Must not know how rollouts are scheduled or aggregated.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import final
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, final
 
 import msgspec
 
@@ -88,10 +88,15 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
             )
         )
 
-    async def receive(self, message: RolloutMessage) -> RolloutResult:
+    def receive(self, message: RolloutMessage) -> Coroutine[Any, Any, RolloutResult]:
+        """The rollout's own coroutine, which the actor awaits (no frame of
+        this actor's in every await of the rollout's)."""
         match message:
             case RunRollout():
-                result = await self._runner.run(
+                # Asked once: it ends with its answer, so nobody has to
+                # stop it (a crash, before that, is restarted as ever).
+                self.context.stop_when_answered()
+                return self._runner.run(
                     message.task,
                     run_id=message.run_id,
                     rollout_id=message.rollout_id,
@@ -103,10 +108,6 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
                     charged=message.charged,
                     options=message.options,
                 )
-                # Asked once: it ends with its answer, so nobody has to
-                # stop it (a crash, before this, is restarted as ever).
-                self.context.stop()
-                return result
 
 
 __all__ = ["RolloutActor", "RolloutMessage", "RunRollout", "Runner"]

@@ -179,7 +179,8 @@ class _Commits:
         self._committed = committed
 
     async def __call__(self, event: Event) -> None:
-        if type(event) is StepRecorded and is_top_level(rollout_id := event.rollout_id):
+        # ``is_top_level``, inlined: this runs once a step.
+        if type(event) is StepRecorded and "." not in (rollout_id := event.rollout_id):
             self._committed[rollout_id].append(event.step)
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
+from collections.abc import Coroutine
 from functools import partial
+from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 
@@ -382,3 +385,36 @@ async def test_an_actor_without_a_start_hook_restarts_fresh_and_keeps_its_mailbo
         await system.stop(ref)
         with pytest.raises(ActorStopped):
             await ref.ask(Total(), timeout=5)
+
+
+class AnswersOnce(Actor[Msg, int | None]):
+    """Stops once it has answered (``stop_when_answered``), from a plain
+    ``receive`` that returns the work's coroutine."""
+
+    def receive(self, message: Msg) -> Coroutine[Any, Any, int | None]:
+        self.context.stop_when_answered()
+        return self._work(message)
+
+    async def _work(self, message: Msg) -> int | None:
+        await anyio.lowlevel.checkpoint()
+        match message:
+            case Crash(reason=reason):
+                raise ValueError(reason)
+            case Add(n=n):
+                return n
+        return None
+
+
+async def test_stop_when_answered_stops_after_the_reply_and_a_crash_first_restarts() -> None:
+    async with ActorSystem() as system:
+        ref = await system.spawn(AnswersOnce, name="once")
+        with pytest.raises(ActorCrashed, match="boom"):
+            await ref.ask(Crash("boom"), timeout=5)
+        # The crash came before any answer: restarted, and it answers now.
+        assert await ref.ask(Add(3), timeout=5) == 3
+        with pytest.raises(ActorStopped):
+            await ref.ask(Add(4), timeout=5)
+        await anyio.wait_all_tasks_blocked()
+        assert system.root.children == ()
+        (failure,) = system.root.failures
+        assert failure.action == "restart"
