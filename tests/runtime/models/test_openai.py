@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
@@ -420,6 +421,73 @@ async def test_the_call_deadline_bounds_a_slow_reply() -> None:
         with pytest.raises(BackendTimeout, match="call deadline"):
             await b.complete(ask())
         await wait_for(lambda: seen.disconnects == 1)
+
+
+async def test_a_call_deadline_leaves_its_task_and_outer_scopes_uncancelled() -> None:
+    # The deadline cancels the calling task itself: once it became the
+    # BackendTimeout, the task must not stay cancelled (the next await and
+    # the next call run), nor may an enclosing scope see a cancellation.
+    calls = 0
+
+    async def slow_once(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await anyio.sleep(30)
+        return web.json_response(completion())
+
+    policy = RetryPolicy(max_attempts=1, deadline_s=0.2)
+    async with serve(slow_once) as (url, _), backend(url, retry=policy) as b:
+        with anyio.CancelScope() as outer:
+            with pytest.raises(BackendTimeout, match=r"call deadline of 0\.2s"):
+                await b.complete(ask())
+            await anyio.sleep(0.01)  # not cancelled
+            reply = await b.complete(ask())
+        assert not outer.cancelled_caught
+        assert reply.message.content == "hello"
+
+
+async def test_an_outer_cancellation_is_not_taken_for_the_deadline() -> None:
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await anyio.sleep(30)
+        return web.json_response(completion())
+
+    policy = RetryPolicy(max_attempts=1, deadline_s=0.3)
+    async with serve(slow) as (url, _), backend(url, retry=policy) as b:
+        # The outer timeout fires first: the call is cancelled, no error.
+        with anyio.move_on_after(0.1) as outer:
+            await b.complete(ask())
+        assert outer.cancelled_caught
+
+
+class _CancelThenStall(httpx.AsyncBaseTransport):
+    """Cancels ``scope`` and blocks the loop past the call deadline, so the
+    scope's cancellation and the deadline's reach the task together."""
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert self.scope is not None
+        self.scope.cancel()
+        time.sleep(0.1)  # noqa: ASYNC251 - the point: the deadline passes meanwhile
+        await anyio.sleep(10)
+        raise AssertionError("never cancelled")
+
+
+async def test_an_outer_cancellation_with_the_deadline_is_not_swallowed() -> None:
+    transport = _CancelThenStall()
+    config = OpenAIBackendConfig(
+        base_url="http://127.0.0.1:9/v1",
+        models=["m1"],
+        retry=RetryPolicy(max_attempts=1, deadline_s=0.05),
+    )
+    async with OpenAIBackend(config, transport=transport) as b:
+        with anyio.CancelScope() as outer:
+            transport.scope = outer
+            await b.complete(ask())  # cancelled: no BackendTimeout
+        assert outer.cancelled_caught
+        await anyio.sleep(0.01)  # and the task is not left cancelled
 
 
 @pytest.mark.parametrize(
