@@ -442,8 +442,7 @@ class OpenAIBackend:
         drops the connection."""
         stream = response.stream
         try:
-            # ``get_list``: no KeyError raised and caught on every reply.
-            if response.headers.get_list("content-encoding"):
+            if _encoded(response.headers):
                 data = await response.aread()  # decodes
             else:
                 # Identity (we ask for it): straight from the transport's
@@ -586,6 +585,15 @@ class OpenAIBackend:
                 stream_options=wire.StreamOptions() if stream else None,
             )
         )
+
+
+def _encoded(headers: httpx.Headers) -> bool:
+    """Whether a reply names a ``Content-Encoding``: read from the raw
+    bytes, sparing httpx's detection of the header encoding on every reply."""
+    for key, _ in headers.raw:
+        if key.lower() == b"content-encoding":
+            return True
+    return False
 
 
 class _ModelEntry(msgspec.Struct):

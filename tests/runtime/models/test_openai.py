@@ -4,6 +4,7 @@ cancellation (non-streaming path; streaming is in test_openai_stream.py)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import time
@@ -421,6 +422,19 @@ async def test_the_call_deadline_bounds_a_slow_reply() -> None:
         with pytest.raises(BackendTimeout, match="call deadline"):
             await b.complete(ask())
         await wait_for(lambda: seen.disconnects == 1)
+
+
+async def test_a_compressed_reply_is_decoded() -> None:
+    # We ask for identity; a server (or proxy) may compress anyway.
+    async def gzipped(request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=gzip.compress(json.dumps(completion()).encode()),
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
+
+    async with serve(gzipped) as (url, _), backend(url) as b:
+        reply = await b.complete(ask())
+    assert reply.message.content == "hello"
 
 
 async def test_a_call_deadline_leaves_its_task_and_outer_scopes_uncancelled() -> None:
