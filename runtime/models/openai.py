@@ -590,7 +590,7 @@ class OpenAIBackend:
 def _encoded(headers: httpx.Headers) -> bool:
     """Whether a reply names a ``Content-Encoding``: read from the raw
     bytes, sparing httpx's detection of the header encoding on every reply."""
-    for key, _ in headers.raw:
+    for key, _ in headers.raw:  # noqa: SIM110 - any() would resume a generator per header
         if key.lower() == b"content-encoding":
             return True
     return False
