@@ -272,8 +272,11 @@ class ActorCell(Generic[MsgT, ReplyT]):
                 reply = item.reply
                 if reply.done():
                     continue  # its caller gave up (deadline, cancellation): drop it
+                message = item.message
+                # The envelope is spent: not held while the request is handled.
+                del item
                 try:
-                    result = await instance.receive(item.message)  # type: ignore[arg-type]
+                    result = await instance.receive(message)  # type: ignore[arg-type]
                 except Exception as exc:
                     if not reply.done():
                         reply.set_exception(ActorCrashed(str(self.address), exc))

@@ -306,7 +306,11 @@ class RunExecution:
         self._name = f"run{next(_names)}"
         self._supervisor = rt.rollout_supervisor
         try:
-            outcomes = await self._fan_out(scaling.rollouts)
+            outcomes = self._plan(scaling.rollouts)
+            # A lone rollout without a wall-clock cap (nor a warm-up): no
+            # scope, and no task (nor task group) for it.
+            lone = self.wall is None and scaling.rollouts == 1
+            await (self._one(outcomes[0]) if lone else self._fan_out(outcomes))
             summaries = self._summaries(outcomes)
             trajectories = {
                 o.value.trajectory.rollout_id: o.value.trajectory for o in outcomes if o.value
@@ -372,11 +376,8 @@ class RunExecution:
         why = f"the wall-clock cap ({self.wall:g} s) cut {chosen.name}; a majority vote decided"
         return msgspec.structs.replace(vote, rationale=f"{why}: {vote.rationale}")
 
-    async def _fan_out(self, n: int) -> list[_Outcome]:
-        """Every rollout in parallel (adaptive N: ``self.window`` at a time,
-        another started as each ends), each waiting for its backend's slot;
-        stopped early when the vote is decided (or, adaptive, settled) or the
-        budget is spent.  A rollout never started has no outcome."""
+    def _plan(self, n: int) -> list[_Outcome]:
+        """The outcomes of ``n`` rollouts to run, none run yet."""
         outcomes = [_Outcome(i) for i in range(n)]
         # A rollout's own scope is for stopping it early, when others end
         # first: a lone rollout has none (nothing ends before it).
@@ -388,13 +389,16 @@ class RunExecution:
         self._stopped = False
         self._outcomes = outcomes
         self._next = self.window  # the next rollout to start (adaptive N)
+        return outcomes
+
+    async def _fan_out(self, outcomes: list[_Outcome]) -> None:
+        """Every rollout in parallel (adaptive N: ``self.window`` at a time,
+        another started as each ends), each waiting for its backend's slot;
+        stopped early when the vote is decided (or, adaptive, settled) or the
+        budget is spent.  A rollout never started has no outcome."""
+        n = len(outcomes)
         # No wall-clock cap: no scope to carry its deadline.
         overall = anyio.CancelScope(deadline=self.deadline) if self.wall is not None else None
-        if overall is None and n == 1:
-            # A lone rollout, no wall-clock cap (nor a warm-up): no scope
-            # and no task (nor task group) for it.
-            await self._one(outcomes[0])
-            return outcomes
         with overall if overall is not None else _UNSCOPED:
             if (
                 self.rt.config.warm_prefix
@@ -417,7 +421,6 @@ class RunExecution:
                 if outcome.status == "cancelled":
                     outcome.status = "failed"
                     outcome.error = _PastDeadline(f"no answer within {self.wall:g} s")
-        return outcomes
 
     def _stop_all(self) -> None:
         self._stopped = True
