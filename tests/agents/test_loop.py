@@ -259,6 +259,36 @@ async def test_a_tool_error_and_a_timeout_are_messages_for_the_model() -> None:
     assert (result.status, result.answer) == ("finished", "recovered")
 
 
+async def test_a_lone_call_times_out_and_a_tools_own_timeout_error_is_its_bug() -> None:
+    """The deadline is the call's own: a lone call past it is a message for
+    the model; a ``TimeoutError`` the tool raises itself (its own deadline
+    inside, from anyio or asyncio) is a crash like any other exception."""
+
+    async def sleeping(args: Mapping[str, Any]) -> str:
+        await anyio.sleep(10)
+        return "late"
+
+    async def own_deadline(args: Mapping[str, Any]) -> str:
+        with anyio.fail_after(0.01):
+            await anyio.sleep(10)
+        return "never"
+
+    backend = ScriptedBackend([ScriptedToolCall("sleep"), "recovered"])
+    started = time.perf_counter()
+    agent = make_agent(backend, FnTool("sleep", sleeping), limits=AgentLimits(tool_timeout_s=0.2))
+    result = await agent.run("t")
+    assert time.perf_counter() - started < 2.0
+    assert [r.content for r in result.trajectory.steps[0].tool_results] == [
+        "error: tool 'sleep' timed out after 0.2 s"
+    ]
+    assert (result.status, result.answer) == ("finished", "recovered")
+
+    backend = ScriptedBackend([ScriptedToolCall("own"), "never asked"])
+    agent = make_agent(backend, FnTool("own", own_deadline), limits=AgentLimits(tool_timeout_s=5))
+    with pytest.raises(ToolCrashed, match="TimeoutError"):
+        await agent.run("t")
+
+
 async def test_a_tool_that_raises_unexpectedly_crashes_the_rollout() -> None:
     """A bug, not a tool error: the rollout crashes (its supervisor restarts
     it from its committed steps) and the model hears nothing of it."""
