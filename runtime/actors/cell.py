@@ -49,10 +49,8 @@ _FAIR_SHARE: Final = 64
 
 
 async def run_on_stopping(instance: Actor[MsgT, ReplyT], grace: float) -> Exception | None:
-    """Run the hook shielded (it must run even when cancelled), for at most
-    ``grace`` seconds."""
-    if type(instance).on_stopping is Actor.on_stopping:
-        return None  # not overridden: skip the shielded scope (shutting down 10k actors)
+    """Run the hook (overridden: the caller checks) shielded (it must run
+    even when cancelled), for at most ``grace`` seconds."""
     with anyio.move_on_after(grace, shield=True) as scope:
         try:
             await instance.on_stopping()
@@ -201,8 +199,7 @@ class ActorCell(Generic[MsgT, ReplyT]):
             )
             return handle
         return tg.create_task(
-            self.run(restart_error, instance, task_status=TASK_STATUS_IGNORED),
-            name=self.address.path,
+            self.run(None, instance, task_status=TASK_STATUS_IGNORED), name=self.address.path
         )
 
     def _build(self) -> Actor[MsgT, ReplyT]:
@@ -226,8 +223,9 @@ class ActorCell(Generic[MsgT, ReplyT]):
         *,
         task_status: TaskStatus[None],
     ) -> None:
-        """One incarnation of ``instance`` (``launch``).  Start-hook errors
-        propagate to the starter (before readiness); everything after
+        """One incarnation of ``instance`` (``launch``: ``restart_error`` is
+        ``None`` when no start hook runs, for a restart too).  Start-hook
+        errors propagate to the starter (before readiness); everything after
         readiness is reported to the supervisor.
 
         The message loop is inlined here rather than in a helper coroutine:
@@ -235,7 +233,7 @@ class ActorCell(Generic[MsgT, ReplyT]):
         ~300 bytes per idle actor.
         """
         incarnation = self.incarnation
-        if _runs_hook(type(instance), restart_error):
+        if restart_error is not None or type(instance).on_started is not Actor.on_started:
             await self._start(instance, restart_error)
             task_status.started()
         # Let go of the starter's status (and its future): the frame of an
@@ -327,12 +325,21 @@ class ActorCell(Generic[MsgT, ReplyT]):
 
         (A helper, not inlined in ``run``: its locals would enlarge the frame
         every idle actor parks in.)"""
-        late = await self._close_services()  # a service that failed as it ended
+        if self.services is None:  # it started none: nothing to wait for
+            self.services = ENDED
+            late = None
+        else:
+            late = await self._close_services()  # a service that failed as it ended
         if late is error:
             late = None
         elif late is not None and error is not None:
             error.add_note(f"a service then failed too: {late!r}")
-        hook_error = await run_on_stopping(instance, self.parent.stop_timeout)
+        hook_error = (
+            None
+            # Not overridden: no shielded scope (shutting down 10k actors).
+            if type(instance).on_stopping is Actor.on_stopping
+            else await run_on_stopping(instance, self.parent.stop_timeout)
+        )
         if hook_error is not None:
             first = error if error is not None else late
             if first is None:

@@ -82,7 +82,7 @@ class ActorRef(Generic[MsgT_contra, ReplyT_co]):
             # In the mailbox and no deadline: nothing to undo after the wait,
             # so the reply future is the awaitable (no coroutine).  A caller
             # that gives up cancels it; the actor drops it then.
-            return cast("asyncio.Future[ReplyT_co]", reply)
+            return reply
         return self._reply(envelope, loop, timeout)
 
     async def _reply(
