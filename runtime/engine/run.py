@@ -22,7 +22,6 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, Final, Literal, final
 
 import anyio
@@ -188,6 +187,41 @@ class _Commits:
 class RunExecution:
     """One run of ``Runtime.run`` (see the module docstring)."""
 
+    # Slots: no attribute dict per run (one object fewer alive per running run).
+    __slots__ = (
+        "_committed",
+        "_finished",
+        "_name",
+        "_next",
+        "_outcomes",
+        "_pending",
+        "_placed",
+        "_refines",
+        "_scopes",
+        "_stopped",
+        "_supervisor",
+        "_tg",
+        "agent",
+        "agent_name",
+        "agent_ref",
+        "checkpoint",
+        "confidence",
+        "deadline",
+        "emitter",
+        "journal",
+        "ledger",
+        "normalize",
+        "options",
+        "rt",
+        "run_id",
+        "runner",
+        "summarizer",
+        "task",
+        "vote",
+        "wall",
+        "window",
+    )
+
     def __init__(
         self,
         rt: Runtime,
@@ -207,6 +241,7 @@ class RunExecution:
         self.options = _AS_CONFIGURED
         """The run's ``RunOptions``, for every rollout of the run's agent."""
         self._refines = 0
+        self._placed: PlacedRun | None = None
         self._committed: defaultdict[str, list[Step]] = defaultdict(list)
         outer = emitter.sink
         if outer is None:
@@ -594,19 +629,19 @@ class RunExecution:
         name = f"{self._name}-{base.slot}"
         job = RolloutJob(message, name, ledger, self._committed[rollout_id])
         try:
-            result = await self.rt.placement.run_rollout(self._placed, job)
+            placed = self._placed or self._place()
+            result = await self.rt.placement.run_rollout(placed, job)
         finally:
             if (mcp := self.rt._mcp) is not None and mcp.per_rollout:
                 with anyio.CancelScope(shield=True):  # its own MCP connections close with it
                     await mcp.rollout_finished(self.run_id, rollout_id)
         return await self._summarize(result.trajectory)
 
-    @cached_property
-    def _placed(self) -> PlacedRun:
-        """This run as its placement sees it."""
+    def _place(self) -> PlacedRun:
+        """This run as its placement sees it (made once, ``_placed``)."""
         agent = self.agent_ref
         budget = self.ledger.budget
-        return PlacedRun(
+        self._placed = PlacedRun(
             run_id=self.run_id,
             runner=self.runner,
             agent=agent if isinstance(agent, str | AgentConfig) else None,
@@ -619,6 +654,7 @@ class RunExecution:
             or budget.max_model_calls is not None,
             journal=journal if isinstance(journal := self.ledger.journal, EventJournal) else None,
         )
+        return self._placed
 
     def _resumed_with_steps(self) -> bool:
         """An earlier incarnation of this run committed steps (its prompt

@@ -6,7 +6,6 @@ rollouts it is sent).  Must not know how rollouts are scheduled or aggregated.
 from __future__ import annotations
 
 from contextlib import suppress
-from functools import partial
 from typing import final
 
 import anyio
@@ -16,6 +15,32 @@ from agentrt.agents import RolloutControl, RolloutResult
 from agentrt.runtime.actors import ActorCrashed, ActorError, ActorStopped
 from agentrt.runtime.engine.placement.base import PlacedRun, RolloutGaveUp, RolloutJob
 from agentrt.runtime.engine.rollout import RolloutActor
+
+
+@final
+class _Incarnations:
+    """A rollout actor's factory: a fresh ``RolloutActor`` per incarnation.
+    (One object; not a closure, whose cells the frame would share, nor a
+    partial with its argument tuple and keyword dict.)"""
+
+    __slots__ = ("_control", "_job", "_run")
+
+    def __init__(self, run: PlacedRun, job: RolloutJob, control: RolloutControl) -> None:
+        self._run = run
+        self._job = job
+        self._control = control
+
+    def __call__(self) -> RolloutActor:
+        run, job = self._run, self._job
+        return RolloutActor(
+            run.runner,
+            job.ledger,
+            self._control,
+            run_id=run.run_id,
+            rollout_id=job.message.rollout_id,
+            committed=job.committed,
+            announce=run.emit,
+        )
 
 
 @final
@@ -37,20 +62,7 @@ class LocalPlacement:
         cancellation) it is stopped here before this returns."""
         control = RolloutControl()
         rollout_id = job.message.rollout_id
-        # A partial, not a closure: no cells for the frame to share.
-        ref = await run.supervisor.spawn(
-            partial(
-                RolloutActor,
-                run.runner,
-                job.ledger,
-                control,
-                run_id=run.run_id,
-                rollout_id=rollout_id,
-                committed=job.committed,
-                announce=run.emit,
-            ),
-            name=job.name,
-        )
+        ref = await run.supervisor.spawn(_Incarnations(run, job, control), name=job.name)
         message = job.message
         last: BaseException | None = None
         answered = False
