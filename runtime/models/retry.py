@@ -369,7 +369,8 @@ class Retrier:
         call's deadline allows; then, or when it does not wait, the call is
         refused with ``BackendUnavailable``."""
         breaker = self._breaker
-        if breaker is not None:
+        # A closed breaker admits every call: asked only when it is not.
+        if breaker is not None and breaker._state is not BreakerState.CLOSED:
             while True:
                 try:
                     breaker.admit()
@@ -385,8 +386,12 @@ class Retrier:
         self._counters.attempts += 1
 
     def succeeded(self) -> None:
-        if self._breaker is not None:
-            self._breaker.record_success()
+        breaker = self._breaker
+        # Nothing to record on a closed breaker with no failures counted.
+        if breaker is not None and (
+            breaker._failures or breaker._probing or breaker._state is not BreakerState.CLOSED
+        ):
+            breaker.record_success()
 
     def failed(self, error: BaseException) -> None:
         """A non-retryable ending: feed the breaker its verdict."""
