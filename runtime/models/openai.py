@@ -2,7 +2,9 @@
 OpenAI): ``POST {base_url}/chat/completions``, retried behind a circuit
 breaker.  Per-call CPU matters at 1,000 concurrent rollouts, so requests go
 straight to the transport (``handle_async_request``), messages already sent
-are not re-encoded, and replies decode straight into wire Structs.
+are not re-encoded, replies decode straight into wire Structs, and a call
+keeps few objects alive while it waits for its reply (one attempt frame, one
+deadline timer): each is walked by every collection of the waiting calls.
 
 Must not import agents, tools or aggregators.
 """
