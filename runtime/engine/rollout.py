@@ -30,7 +30,7 @@ class RunRollout(msgspec.Struct, frozen=True, kw_only=True, tag="run_rollout"):
     task: str
     run_id: str
     rollout_id: str
-    seed: list[ChatMessage] = []
+    seed: tuple[ChatMessage, ...] = ()
     resume: list[Step] | None = None
     restored: bool = False
     charged: bool = False

@@ -621,7 +621,7 @@ class RunExecution:
             task=task,
             run_id=self.run_id,
             rollout_id=rollout_id,
-            seed=list(seed),
+            seed=tuple(seed),
             resume=resume,
             restored=resume is not None,
             options=self.options,
