@@ -19,6 +19,7 @@ import anyio
 import msgspec
 
 from agentrt.protocols import ToolCall, ToolResult, ToolSpec
+from agentrt.runtime.deadlines import TaskDeadlines, current_task
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, ToolError
 from agentrt.runtime.log import get_logger
 from agentrt.tools.base import NotificationSink, Tool, ToolContext, ToolOutput
@@ -150,6 +151,7 @@ class Toolbox:
         self.finish_tool = finish_tool
         self.specs: list[ToolSpec] = registry.specs()
         self.names: list[str] = registry.names()
+        self._deadlines = TaskDeadlines()  # each call's
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -302,15 +304,20 @@ class Toolbox:
         name = call.function.name
         timeout = context.timeout_s
         started = time.perf_counter()
-        # asyncio's timeout for this one await (the loop is asyncio's): one
-        # timer, as with anyio's ``move_on_after``, for less work per call.
-        # A cancellation from outside (the caller, the run's cap) is not
-        # its own and goes on as a cancellation.
-        deadline = asyncio.timeout(timeout)
+        # One loop timer for this await (``TaskDeadlines``); a cancellation
+        # from outside (the caller, the run's cap) goes on as one.
+        deadlines = self._deadlines
+        task = current_task()
+        timer = deadlines.arm(task, timeout)
         try:
-            async with deadline:
-                output = await tool.call(prepared.arguments, context)
+            output = await tool.call(prepared.arguments, context)
             text, is_error = output.text, output.is_error
+        except asyncio.CancelledError:
+            if not await deadlines.expired(task, timer):
+                raise
+            return self._error(
+                call, f"tool '{name}' timed out after {timeout:g} s", _since(started)
+            )
         except ToolError as exc:
             return self._error(call, f"tool '{name}' failed: {exc}", _since(started))
         except BudgetExceeded as exc:
@@ -319,10 +326,6 @@ class Toolbox:
                 call, f"tool '{name}' stopped: the budget is spent ({exc})", _since(started)
             )
         except Exception as exc:
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                return self._error(
-                    call, f"tool '{name}' timed out after {timeout:g} s", _since(started)
-                )
             # The tool's bug, not the loop's (a raise, or a reply that is
             # not a ToolOutput): the model hears about it, the log keeps
             # the traceback.
@@ -338,6 +341,8 @@ class Toolbox:
             )
             batch.crashed.append(result)
             return result
+        finally:
+            deadlines.disarm(task, timer)
         if is_error and not text.startswith("error"):
             text = f"error: {text}"
         return ToolResult(

@@ -12,9 +12,7 @@ Must not import agents, tools or aggregators.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import enum
-import math
 import random
 import re
 import time
@@ -28,6 +26,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from agentrt.protocols import ModelReply, ModelRequest
+from agentrt.runtime.deadlines import TaskDeadlines, current_task
 from agentrt.runtime.errors import BackendError, UnknownModelError
 from agentrt.runtime.models import openai_wire as wire
 from agentrt.runtime.models.base import StreamDelta
@@ -46,10 +45,6 @@ from agentrt.runtime.models.retry import (
 )
 
 __all__ = ["OpenAIBackend", "OpenAIBackendConfig"]
-
-_TIMER_CONTEXT = contextvars.Context()
-"""The context attempt-deadline timers run in: their callback reads no
-context variable, so none is copied per timer."""
 
 
 class OpenAIBackendConfig(BaseModel):
@@ -134,9 +129,7 @@ class OpenAIBackend:
         self._counters = RetryCounters()
         self._errors = ErrorMapper(backend=self._name, endpoint=self._endpoint, policy=self._policy)
         self._parts = wire.EncodedParts()
-        # Tasks whose attempt deadline fired (``complete``); bound once.
-        self._expired: set[asyncio.Task[Any]] = set()
-        self._expire = self._expire_attempt
+        self._deadlines = TaskDeadlines()  # each attempt's (``complete``)
         self._state = _State.UNOPENED
         self._client: httpx.AsyncClient | None = None
         self._transport: httpx.AsyncBaseTransport | None = None
@@ -249,58 +242,38 @@ class OpenAIBackend:
         retrier = Retrier(
             self._policy, breaker=self._breaker, counters=self._counters, rng=self._rng
         )
-        # The attempt's deadline is one event-loop timer that cancels this
-        # task, as ``asyncio.timeout`` does (the transport is aiohttp, so the
-        # loop is asyncio's), minus its per-call objects: the callback is
-        # bound once, runs in one shared empty context (no context copied per
-        # timer), and marks the task it cancelled in a set.  As there, the
-        # cancellation is ours only if ``uncancel`` brings the task back to
-        # its count before the attempt and no enclosing scope is cancelled.
-        task = asyncio.current_task()
-        assert task is not None
-        loop = task.get_loop()
-        expired = self._expired
+        # The attempt's deadline: one loop timer that cancels this task
+        # (``TaskDeadlines``: no per-call objects besides the timer).
+        deadlines = self._deadlines
+        task = current_task()
         while True:
             await retrier.begin_attempt()
-            cancelling = task.cancelling()
-            ours = False
-            timer = loop.call_at(
-                loop.time() + max(0.0, retrier.remaining()),
-                self._expire,
-                task,
-                context=_TIMER_CONTEXT,
-            )
+            timer = deadlines.arm(task, max(0.0, retrier.remaining()))
             try:
                 # One attempt, inlined (a coroutine less alive per call in
                 # flight).  The request is built in the call: nothing here
                 # holds it while the reply is awaited.
                 try:
-                    try:
-                        response = await transport.handle_async_request(
-                            self._request(body, self._json_headers, request_id)
-                        )
-                    except Exception as exc:
-                        raise self._errors.transport(exc, "sending the request") from exc
-                    data = await self._read_reply(response)
-                finally:
-                    timer.cancel()
-                    if task in expired:
-                        expired.discard(task)
-                        ours = task.uncancel() <= cancelling
+                    response = await transport.handle_async_request(
+                        self._request(body, self._json_headers, request_id)
+                    )
+                except Exception as exc:
+                    raise self._errors.transport(exc, "sending the request") from exc
+                data = await self._read_reply(response)
                 completion = self._completion(response, data, model)
             except TransientError as transient:
+                deadlines.disarm(task, timer)
                 await retrier.back_off(transient)
                 continue
             except asyncio.CancelledError as exc:
+                ours = False
+                try:
+                    ours = await deadlines.expired(task, timer)
+                finally:
+                    if not ours:
+                        retrier.failed(exc)
                 if not ours:
-                    retrier.failed(exc)
                     raise
-                if anyio.current_effective_deadline() == -math.inf:
-                    # An enclosing scope was cancelled at the same time; anyio
-                    # held its cancellation back while ours was on its way to
-                    # the task: let it arrive (this raises it).
-                    retrier.failed(exc)
-                    await anyio.lowlevel.checkpoint()
                 error = self._errors.deadline(
                     f"no reply within the call deadline of {self._policy.deadline_s:g}s "
                     f"(attempt {retrier.attempt})"
@@ -310,6 +283,8 @@ class OpenAIBackend:
             except BaseException as exc:
                 retrier.failed(exc)
                 raise
+            finally:
+                deadlines.disarm(task, timer)
             retrier.succeeded()
             return completion_to_reply(
                 completion,
@@ -543,10 +518,6 @@ class OpenAIBackend:
         return request
 
     # -- helpers ---------------------------------------------------------------
-
-    def _expire_attempt(self, task: asyncio.Task[Any]) -> None:
-        self._expired.add(task)
-        task.cancel()
 
     def _opened(self) -> httpx.AsyncBaseTransport:
         if self._transport is None:

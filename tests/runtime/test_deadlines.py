@@ -1,0 +1,125 @@
+"""``TaskDeadlines``: one loop timer per await that cancels the awaiting task,
+told apart from every other cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import anyio
+import pytest
+
+from agentrt.runtime.deadlines import TaskDeadlines, current_task
+
+pytestmark = pytest.mark.anyio
+
+
+async def bounded(deadlines: TaskDeadlines, seconds: float | None, wait: float) -> str:
+    """Await ``anyio.sleep(wait)`` under the deadline: "done" or "timed out"."""
+    task = current_task()
+    timer = deadlines.arm(task, seconds)
+    try:
+        await anyio.sleep(wait)
+    except asyncio.CancelledError:
+        if not await deadlines.expired(task, timer):
+            raise
+        return "timed out"
+    finally:
+        deadlines.disarm(task, timer)
+    return "done"
+
+
+async def test_a_deadline_cuts_a_wait_and_leaves_the_task_uncancelled() -> None:
+    deadlines = TaskDeadlines()
+    started = time.perf_counter()
+    assert await bounded(deadlines, 0.05, 10) == "timed out"
+    assert time.perf_counter() - started < 2
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0
+    await anyio.sleep(0.01)  # not cancelled again
+    assert await bounded(deadlines, 1, 0.01) == "done"
+
+
+async def test_no_limit_and_a_call_within_it_are_left_alone() -> None:
+    deadlines = TaskDeadlines()
+    task = current_task()
+    assert deadlines.arm(task, None) is None
+    assert await bounded(deadlines, None, 0.01) == "done"
+    assert await bounded(deadlines, 5, 0.01) == "done"
+    timer = deadlines.arm(task, 5)
+    assert deadlines.disarm(task, timer) is False  # it never fired
+    assert deadlines.disarm(task, timer) is False  # idempotent
+
+
+async def test_an_enclosing_scope_that_fires_first_is_a_plain_cancellation() -> None:
+    deadlines = TaskDeadlines()
+    with anyio.move_on_after(0.05) as outer:
+        await bounded(deadlines, 5, 10)
+    assert outer.cancelled_caught
+
+
+async def test_a_scope_cancelled_as_the_deadline_fires_wins() -> None:
+    """The scope is cancelled, then the loop is held past the deadline: both
+    reach the task in one iteration; the scope's cancellation must arrive
+    (not a timeout), and nothing stays cancelled afterwards."""
+    deadlines = TaskDeadlines()
+    outcome: list[str] = []
+    task = current_task()
+    with anyio.CancelScope() as outer:
+        timer = deadlines.arm(task, 0.02)
+        try:
+            outer.cancel()
+            time.sleep(0.1)  # noqa: ASYNC251 - the point: the deadline passes meanwhile
+            await anyio.sleep(10)
+        except asyncio.CancelledError:
+            if await deadlines.expired(task, timer):
+                outcome.append("timed out")
+            raise
+        finally:
+            deadlines.disarm(task, timer)
+    assert outer.cancelled_caught
+    assert outcome == []
+    await anyio.sleep(0.01)
+
+
+async def test_concurrent_tasks_each_have_their_own_deadline() -> None:
+    deadlines = TaskDeadlines()
+    results: dict[int, str] = {}
+
+    async def one(index: int) -> None:
+        results[index] = await bounded(deadlines, 0.05 if index % 2 else 5, 0.3)
+
+    async with anyio.create_task_group() as tg:
+        for index in range(20):
+            tg.start_soon(one, index)
+    assert {i: r for i, r in results.items() if i % 2} == dict.fromkeys(
+        range(1, 20, 2), "timed out"
+    )
+    assert {i: r for i, r in results.items() if not i % 2} == dict.fromkeys(range(0, 20, 2), "done")
+
+
+async def test_a_native_cancellation_with_the_deadline_is_not_taken_for_it() -> None:
+    """Someone else cancels the task (``Task.cancel``) in the iteration the
+    deadline fires: two cancellations, so the one that arrives is not the
+    deadline's own."""
+    deadlines = TaskDeadlines()
+    task = current_task()
+    taken: list[bool] = []
+
+    async def call() -> None:
+        timer = deadlines.arm(task, 0.02)
+        try:
+            task.get_loop().call_soon(task.cancel)
+            time.sleep(0.1)  # noqa: ASYNC251 - the deadline passes meanwhile
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            taken.append(await deadlines.expired(task, timer))
+            raise
+        finally:
+            deadlines.disarm(task, timer)
+
+    with pytest.raises(asyncio.CancelledError):
+        await call()
+    assert taken == [False]
+    assert task.uncancel() == 0  # the other cancellation, and only it, was left
