@@ -140,11 +140,17 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         headers = request.headers
         encoding = headers.encoding
         data: Any
+        stream = request.stream
         try:
-            data = request.content or None
+            if type(stream) is httpx.ByteStream:
+                # Bytes in memory (unread): sent as they are, without
+                # ``read()``'s check of the stream against ``typing.Iterable``.
+                data = b"".join(stream) or None
+            else:
+                data = request.content or None
             sent = [(k.decode(encoding), v.decode(encoding)) for k, v in headers.raw]
         except httpx.RequestNotRead:
-            data = request.stream  # aiohttp sends it chunked itself
+            data = stream  # aiohttp sends it chunked itself
             sent = [
                 (k.decode(encoding), v.decode(encoding))
                 for k, v in headers.raw
