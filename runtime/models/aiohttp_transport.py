@@ -140,17 +140,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         headers = request.headers
         encoding = headers.encoding
         data: Any
-        stream = request.stream
         try:
-            if type(stream) is httpx.ByteStream:
-                # Bytes in memory (unread): sent as they are, without
-                # ``read()``'s check of the stream against ``typing.Iterable``.
-                data = b"".join(stream) or None
-            else:
-                data = request.content or None
+            data = request.content or None
             sent = [(k.decode(encoding), v.decode(encoding)) for k, v in headers.raw]
         except httpx.RequestNotRead:
-            data = stream  # aiohttp sends it chunked itself
+            data = request.stream  # aiohttp sends it chunked itself
             sent = [
                 (k.decode(encoding), v.decode(encoding))
                 for k, v in headers.raw

@@ -491,10 +491,9 @@ class OpenAIBackend:
         return response
 
     def _request(self, body: bytes, base: httpx.Headers, request_id: str | None) -> httpx.Request:
-        # ``stream=`` instead of ``content=``: httpx then skips deriving Host
-        # and Content-Length, which costs more CPU than the rest of building
-        # the request; aiohttp adds both when it sends, and our transport
-        # sends a ``ByteStream``'s bytes as they are (not chunked).
+        # ``stream=`` (then ``read()``) instead of ``content=``: httpx then
+        # skips deriving Host and Content-Length, which costs more CPU than the
+        # rest of building the request; aiohttp adds both when it sends.
         request = httpx.Request(
             "POST",
             self._url,
@@ -502,6 +501,7 @@ class OpenAIBackend:
             stream=httpx.ByteStream(body),
             extensions=self._extensions,
         )
+        request.read()  # the transport then sends bytes (not a chunked stream)
         headers = request.headers
         # Spares httpx re-detecting the header encoding on every lookup.
         headers.encoding = self._header_encoding
