@@ -277,6 +277,10 @@ class Reservation:
         )
 
 
+_UNCAPPED_BUDGET: Final = Budget()
+"""The budget of a ledger given none (frozen: one for all of them)."""
+
+
 @final
 class BudgetLedger:
     """Spend and hard caps of a run, a task, or a slice of either.
@@ -319,7 +323,7 @@ class BudgetLedger:
         journal: CallJournal | None = None,
         _parent: BudgetLedger | None = None,
     ) -> None:
-        budget = budget if budget is not None else Budget()
+        budget = budget if budget is not None else _UNCAPPED_BUDGET
         where = f"budget {name!r}"
         if budget.max_usd is not None and prices is None:
             raise ConfigError("a max_usd cap needs model prices; pass a PriceTable", where=where)

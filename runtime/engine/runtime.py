@@ -165,6 +165,7 @@ class Runtime:
         self._named_agents: dict[str, tuple[object, list[Tool], Agent]] = {}
         """Named agents as built (``runner``): by name, with the entry and
         the ``tools`` list they were built from."""
+        self._scaling: ScalingSpec | None = None  # the configuration's, built once
         self.judge = judge
         self.prices = (
             prices
@@ -578,10 +579,19 @@ class Runtime:
         return requests is not None and requests.answer(question_id, reply, run_id=run_id)
 
     def _default_scaling(self) -> ScalingSpec:
+        """The configuration's scaling, built again only when it changed."""
         c = self.config
-        return ScalingSpec(
-            rollouts=c.rollouts, aggregate=c.aggregate, options=dict(c.aggregate_options)
-        )
+        spec = self._scaling
+        if (
+            spec is None
+            or spec.rollouts != c.rollouts
+            or spec.aggregate != c.aggregate
+            or spec.options != c.aggregate_options
+        ):
+            spec = self._scaling = ScalingSpec(
+                rollouts=c.rollouts, aggregate=c.aggregate, options=dict(c.aggregate_options)
+            )
+        return spec
 
     @asynccontextmanager
     async def stream(
