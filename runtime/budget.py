@@ -323,14 +323,18 @@ class BudgetLedger:
         journal: CallJournal | None = None,
         _parent: BudgetLedger | None = None,
     ) -> None:
-        budget = budget if budget is not None else _UNCAPPED_BUDGET
-        where = f"budget {name!r}"
-        if budget.max_usd is not None and prices is None:
-            raise ConfigError("a max_usd cap needs model prices; pass a PriceTable", where=where)
-        for field in ("max_tokens", "max_usd", "max_model_calls", "max_wall_seconds"):
-            value = getattr(budget, field)
-            if value is not None and value < 0:
-                raise ConfigError(f"{field} must be >= 0, got {value}", where=where)
+        if budget is None:
+            budget = _UNCAPPED_BUDGET
+        else:
+            where = f"budget {name!r}"
+            if budget.max_usd is not None and prices is None:
+                raise ConfigError(
+                    "a max_usd cap needs model prices; pass a PriceTable", where=where
+                )
+            for field in ("max_tokens", "max_usd", "max_model_calls", "max_wall_seconds"):
+                value = getattr(budget, field)
+                if value is not None and value < 0:
+                    raise ConfigError(f"{field} must be >= 0, got {value}", where=where)
         self.name: str = name if _parent is None else f"{_parent.name}{_SEP}{name}"
         self.budget = budget
         self.prices = prices if prices is not None else PriceTable.free()
@@ -354,20 +358,29 @@ class BudgetLedger:
         self._cap_pico = None if budget.max_usd is None else usd_to_pico(budget.max_usd)
         self._cap_calls = budget.max_model_calls
         self._cap_seconds = budget.max_wall_seconds
-        self._capped = any(
-            cap is not None
-            for cap in (self._cap_tokens, self._cap_pico, self._cap_calls, self._cap_seconds)
+        self._capped = budget is not _UNCAPPED_BUDGET and (
+            self._cap_tokens is not None
+            or self._cap_pico is not None
+            or self._cap_calls is not None
+            or self._cap_seconds is not None
         )
         # The chain's ledgers with an ``on_update`` (set once, at creation).
-        self._watched: tuple[BudgetLedger, ...] = tuple(
-            node for node in self._chain if node._on_update is not None
+        # What the chain above holds is the parent's own (its chain's rest).
+        self._watched: tuple[BudgetLedger, ...] = (
+            ((self,) if on_update is not None else ()) + _parent._watched
+            if _parent is not None
+            else ((self,) if on_update is not None else ())
         )
         # No cap on the chain and no upstream (caps never change): the
         # headroom is ``UNCAPPED``, read per step without the lock.
-        self._uncapped = self._upstream is None and not any(node._capped for node in self._chain)
+        self._uncapped: bool = (
+            self._upstream is None and not self._capped and (_parent is None or _parent._uncapped)
+        )
         # An unpriced model is free here (no USD cap on the chain; caps never change).
-        self._unpriced_free = self.prices.unpriced_free_uncapped and all(
-            node._cap_pico is None for node in self._chain
+        self._unpriced_free: bool = (
+            self.prices.unpriced_free_uncapped
+            and self._cap_pico is None
+            and (_parent is None or _parent._unpriced_free)
         )
         self._started = clock()
         self._finished: float | None = None

@@ -313,9 +313,7 @@ class RunExecution:
             else _RULES
         )
         chosen = aggregator or build_aggregator(
-            {"name": scaling.aggregate, **scaling.options},
-            judge=rt.judge,
-            where="scaling.aggregate",
+            rt.aggregator_config(scaling), judge=rt.judge, where="scaling.aggregate"
         )
         # Early stop groups answers exactly as the vote will.
         self.vote: MajorityVote | None = (

@@ -31,9 +31,11 @@ from agentrt.agents.spec_loader import ServerConfig, SpecSet, load_spec
 from agentrt.aggregators import (
     AggregationContext,
     Aggregator,
+    AggregatorConfig,
     Judge,
     ParallelDistillRefine,
     build_aggregator,
+    parse_config,
 )
 from agentrt.protocols import (
     Budget,
@@ -166,6 +168,11 @@ class Runtime:
         """Named agents as built (``runner``): by name, with the entry and
         the ``tools`` list they were built from."""
         self._scaling: ScalingSpec | None = None  # the configuration's, built once
+        # Per aggregator name: the options dict last validated, a copy of
+        # it, and its configuration (``aggregator_config``).
+        self._aggregator_configs: dict[
+            str, tuple[dict[str, Any], dict[str, Any], AggregatorConfig]
+        ] = {}
         self.judge = judge
         self.prices = (
             prices
@@ -577,6 +584,18 @@ class Runtime:
         self._check_open()
         requests = self._run_requests
         return requests is not None and requests.answer(question_id, reply, run_id=run_id)
+
+    def aggregator_config(self, scaling: ScalingSpec) -> AggregatorConfig:
+        """``scaling``'s aggregator configuration, validated again only for
+        another options dict or changed options (a ``ConfigError`` names
+        the bad key, as ``build_aggregator`` would)."""
+        options = scaling.options
+        cached = self._aggregator_configs.get(scaling.aggregate)
+        if cached is not None and cached[0] is options and cached[1] == options:
+            return cached[2]
+        config = parse_config({"name": scaling.aggregate, **options}, "scaling.aggregate")
+        self._aggregator_configs[scaling.aggregate] = (options, dict(options), config)
+        return config
 
     def _default_scaling(self) -> ScalingSpec:
         """The configuration's scaling, built again only when it changed."""

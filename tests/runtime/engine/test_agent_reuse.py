@@ -68,3 +68,30 @@ async def test_a_named_agent_is_built_again_when_the_runtimes_tools_change() -> 
     assert result.answer == "6"
     (summary,) = result.summaries
     assert not summary.failure_modes  # mul was known: no "unknown tool" error
+
+
+async def test_an_aggregators_configuration_is_validated_once_per_options_in_use() -> None:
+    """The configuration's scaling is reused by every run, and so is its
+    validated aggregator configuration; changed options are validated again,
+    and bad ones still fail naming the key."""
+    from agentrt import RuntimeConfig
+    from agentrt.protocols import ScalingSpec
+    from agentrt.runtime.errors import ConfigError
+
+    backend = ScriptedBackend(["42"], on_exhausted="repeat_last")
+    config = RuntimeConfig.model_validate({"rollouts": 3, "aggregate": "majority"})
+    async with Runtime(config, backends=[backend]) as rt:
+        first, second = (await rt.run("q"), await rt.run("q"))
+        assert (first.answer, second.answer) == ("42", "42")
+        spec = rt._default_scaling()
+        assert spec is rt._default_scaling()
+        validated = rt.aggregator_config(spec)
+        assert rt.aggregator_config(spec) is validated
+        options: dict[str, object] = {"g": 2}
+        changed = ScalingSpec(rollouts=3, aggregate="rtv", options=options)
+        assert rt.aggregator_config(changed).model_dump()["g"] == 2
+        options["g"] = 3  # the same dict, changed: validated again
+        assert rt.aggregator_config(changed).model_dump()["g"] == 3
+        options["g"] = "many"
+        with pytest.raises(ConfigError, match=r"scaling\.aggregate \(rtv\).*g"):
+            rt.aggregator_config(changed)
