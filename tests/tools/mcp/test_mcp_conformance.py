@@ -42,6 +42,25 @@ def _run(npx: str, client: Path, scenario: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+_GET_BEFORE_CLOSE = re.compile(r"reconnected too early \(-\d+ms")
+"""The sse-retry scenario's race, not the client's fault: the SDK transport
+opens its standalone GET stream in the background after ``initialized``;
+on a loaded machine that GET can reach the suite after the ``tools/call``
+POST, before the suite closes that call's stream, and the suite takes it for
+the reconnection (a negative delay).  A real early reconnection comes after
+the close (a delay between 0 and the retry field)."""
+
+
+def _scenario(npx: str, client: Path, scenario: str) -> tuple[int, str]:
+    """Run ``scenario`` with ``client``; again (at most twice) when the
+    suite's own race above decided it."""
+    for _ in range(2):
+        code, output = _run(npx, client, scenario)
+        if code == 0 or not _GET_BEFORE_CLOSE.search(output):
+            return code, output
+    return _run(npx, client, scenario)
+
+
 def _passed(output: str) -> tuple[int, int]:
     found = re.search(r"Passed: (\d+)/(\d+), (\d+) failed", output)
     assert found is not None, output[-2000:]
@@ -52,8 +71,8 @@ def _passed(output: str) -> tuple[int, int]:
     "scenario", ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"]
 )
 def test_client_scenarios_match_the_sdk_client(npx: str, scenario: str) -> None:
-    code, output = _run(npx, AGENTRT_CLIENT, scenario)
-    sdk_code, sdk_output = _run(npx, SDK_CLIENT, scenario)
+    code, output = _scenario(npx, AGENTRT_CLIENT, scenario)
+    sdk_code, sdk_output = _scenario(npx, SDK_CLIENT, scenario)
     assert code == 0, output[-3000:]
     passed, total = _passed(output)
     assert passed == total > 0
