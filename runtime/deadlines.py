@@ -14,7 +14,7 @@ the call is cancelled at the same moment the deadline fires, anyio holds
 its cancellation back (the task is being cancelled already); ``expired``
 then lets it arrive, so the scope wins.
 
-Use, in the task that awaits (one deadline per task at a time)::
+Use, in the task that awaits::
 
     task = current_task()
     timer = deadlines.arm(task, seconds)    # None: no limit
@@ -54,25 +54,42 @@ def current_task() -> asyncio.Task[Any]:
 @final
 class TaskDeadlines:
     """Deadlines for the awaits of one owner (a backend, a toolbox), any
-    number at once in as many tasks."""
+    number at once in as many tasks, and nested in one task (a tool that
+    runs the same agent again): each cancellation is told to the deadline
+    that sent it."""
 
-    __slots__ = ("_armed", "_expire", "_fired")
+    __slots__ = ("_armed", "_expire", "_expire_nested", "_fired", "_nested", "_timers")
 
     def __init__(self) -> None:
-        #: Armed tasks -> their cancellation count when armed.
+        #: Tasks with an armed deadline -> their cancellation count when
+        #: armed (the outermost deadline of each task).
         self._armed: dict[asyncio.Task[Any], int] = {}
-        #: Tasks whose deadline fired (and were cancelled by it).
+        #: ... and that deadline's timer.
+        self._timers: dict[asyncio.Task[Any], asyncio.TimerHandle] = {}
+        #: Tasks whose outermost deadline fired (and cancelled them).
         self._fired: set[asyncio.Task[Any]] = set()
+        #: A nested deadline's timer -> (the count when armed, its fired flag).
+        self._nested: dict[asyncio.TimerHandle, tuple[int, list[bool]]] = {}
         self._expire = self._expire_task  # bound once, not per timer
+        self._expire_nested = self._expire_nested_task
 
     def arm(self, task: asyncio.Task[Any], seconds: float | None) -> asyncio.TimerHandle | None:
         """A deadline ``seconds`` from now for ``task``, the current task
         (``None`` or infinity: no timer)."""
         if seconds is None or seconds == math.inf:
             return None
-        self._armed[task] = task.cancelling()
         loop = task.get_loop()
-        return loop.call_at(loop.time() + max(0.0, seconds), self._expire, task, context=_CONTEXT)
+        when = loop.time() + max(0.0, seconds)
+        if task not in self._timers:
+            self._armed[task] = task.cancelling()
+            timer = self._timers[task] = loop.call_at(when, self._expire, task, context=_CONTEXT)
+            return timer
+        # Nested in another deadline of this owner and task: a flag of its
+        # own, so that each cancellation is told to its own deadline.
+        fired = [False]
+        timer = loop.call_at(when, self._expire_nested, task, fired, context=_CONTEXT)
+        self._nested[timer] = (task.cancelling(), fired)
+        return timer
 
     def disarm(self, task: asyncio.Task[Any], timer: asyncio.TimerHandle | None) -> bool:
         """Stop ``task``'s timer; whether it had fired and the cancellation
@@ -81,11 +98,18 @@ class TaskDeadlines:
         if timer is None:
             return False
         timer.cancel()
-        cancelling = self._armed.pop(task, None)
-        if cancelling is None or task not in self._fired:
-            return False
-        self._fired.discard(task)
-        return task.uncancel() <= cancelling
+        if self._timers.get(task) is timer:
+            del self._timers[task]
+            cancelling = self._armed.pop(task)
+            if task not in self._fired:
+                return False
+            self._fired.discard(task)
+            return task.uncancel() <= cancelling
+        nested = self._nested.pop(timer, None) if self._nested else None
+        if nested is None:
+            return False  # disarmed already
+        count, fired = nested
+        return fired[0] and task.uncancel() <= count
 
     async def expired(self, task: asyncio.Task[Any], timer: asyncio.TimerHandle | None) -> bool:
         """Called on a ``CancelledError`` from the awaited call: whether it
@@ -100,6 +124,11 @@ class TaskDeadlines:
 
     def _expire_task(self, task: asyncio.Task[Any]) -> None:
         self._fired.add(task)
+        task.cancel()
+
+    @staticmethod
+    def _expire_nested_task(task: asyncio.Task[Any], fired: list[bool]) -> None:
+        fired[0] = True
         task.cancel()
 
 

@@ -123,3 +123,36 @@ async def test_a_native_cancellation_with_the_deadline_is_not_taken_for_it() -> 
         await call()
     assert taken == [False]
     assert task.uncancel() == 0  # the other cancellation, and only it, was left
+
+
+async def test_nested_deadlines_of_one_owner_in_one_task_each_get_their_own() -> None:
+    """A tool that runs the same agent again: an inner deadline that fires
+    is the inner call's timeout and the outer call goes on; the outer one
+    firing during the inner call is the outer call's, not the inner's."""
+    deadlines = TaskDeadlines()
+
+    async def outer(outer_s: float, inner_s: float, inner_wait: float) -> tuple[str, str]:
+        inner = "not run"
+
+        async def body() -> None:
+            nonlocal inner
+            inner = await bounded(deadlines, inner_s, inner_wait)
+            await anyio.sleep(0.05)
+
+        task = current_task()
+        timer = deadlines.arm(task, outer_s)
+        try:
+            await body()
+        except asyncio.CancelledError:
+            if not await deadlines.expired(task, timer):
+                raise
+            return "timed out", inner
+        finally:
+            deadlines.disarm(task, timer)
+        return "done", inner
+
+    assert await outer(5, 0.02, 10) == ("done", "timed out")
+    assert await outer(0.05, 5, 10) == ("timed out", "not run")
+    task = current_task()
+    assert task.cancelling() == 0
+    await anyio.sleep(0.01)
