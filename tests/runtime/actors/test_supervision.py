@@ -42,14 +42,10 @@ class Crash(msgspec.Struct, tag=True, frozen=True):
 Msg = Add | Total | Crash
 
 
-class Accumulator(Actor[Msg, int | None]):
-    """State that a restart must reset; lifecycle hooks are tallied per name."""
+class Counter(Actor[Msg, int | None]):
+    """A total that a restart must reset; no lifecycle hook of its own."""
 
-    def __init__(self, name: str = "", hooks: Tally[str] | None = None) -> None:
-        self.total = 0
-        self.name = name
-        self.hooks: Tally[str] = Tally() if hooks is None else hooks
-        self.last_error: Exception | None = None
+    total = 0
 
     async def receive(self, message: Msg) -> int | None:
         match message:
@@ -60,6 +56,16 @@ class Accumulator(Actor[Msg, int | None]):
             case Crash(reason=reason):
                 raise ValueError(reason)
         return None
+
+
+class Accumulator(Counter):
+    """A ``Counter`` whose lifecycle hooks are tallied per name."""
+
+    def __init__(self, name: str = "", hooks: Tally[str] | None = None) -> None:
+        self.total = 0
+        self.name = name
+        self.hooks: Tally[str] = Tally() if hooks is None else hooks
+        self.last_error: Exception | None = None
 
     async def on_started(self) -> None:
         self.hooks[f"{self.name}:started"] += 1
@@ -327,22 +333,12 @@ def test_stop_child_needs_one_for_one() -> None:
         SupervisorSpec("x", strategy=RestartStrategy.ONE_FOR_ALL, on_exhausted="stop_child")
 
 
-class Plain(Actor[Msg, int | None]):
+class Plain(Counter):
     """No start hook of its own: ready as soon as it is built."""
 
     def __init__(self, log: list[str]) -> None:
         self.total = 0
         self.log = log
-
-    async def receive(self, message: Msg) -> int | None:
-        match message:
-            case Add(n=n):
-                self.total += n
-            case Total():
-                return self.total
-            case Crash(reason=reason):
-                raise ValueError(reason)
-        return None
 
 
 class AnnouncesRestarts(Plain):

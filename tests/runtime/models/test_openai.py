@@ -412,13 +412,14 @@ async def test_a_silent_server_times_out() -> None:
         await wait_for(lambda: seen.disconnects == 1)
 
 
-async def test_the_call_deadline_bounds_a_slow_reply() -> None:
-    async def slow(request: web.Request) -> web.StreamResponse:
-        await anyio.sleep(30)
-        return web.json_response(completion())
+async def never_answers(request: web.Request) -> web.StreamResponse:
+    await anyio.sleep(30)
+    return web.json_response(completion())
 
+
+async def test_the_call_deadline_bounds_a_slow_reply() -> None:
     policy = RetryPolicy(max_attempts=3, deadline_s=0.3)
-    async with serve(slow) as (url, seen), backend(url, retry=policy) as b:
+    async with serve(never_answers) as (url, seen), backend(url, retry=policy) as b:
         with pytest.raises(BackendTimeout, match="call deadline"):
             await b.complete(ask())
         await wait_for(lambda: seen.disconnects == 1)
@@ -462,12 +463,8 @@ async def test_a_call_deadline_leaves_its_task_and_outer_scopes_uncancelled() ->
 
 
 async def test_an_outer_cancellation_is_not_taken_for_the_deadline() -> None:
-    async def slow(request: web.Request) -> web.StreamResponse:
-        await anyio.sleep(30)
-        return web.json_response(completion())
-
     policy = RetryPolicy(max_attempts=1, deadline_s=0.3)
-    async with serve(slow) as (url, _), backend(url, retry=policy) as b:
+    async with serve(never_answers) as (url, _), backend(url, retry=policy) as b:
         # The outer timeout fires first: the call is cancelled, no error.
         with anyio.move_on_after(0.1) as outer:
             await b.complete(ask())
