@@ -6,6 +6,7 @@ May import protocols and the runtime floor; never aggregators or the roof.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,7 @@ from agentrt.protocols import (
     UserMessage,
 )
 from agentrt.runtime.budget import BudgetLedger, Reservation
+from agentrt.runtime.deadlines import current_task
 from agentrt.runtime.errors import (
     BackendError,
     BudgetExceeded,
@@ -433,10 +435,7 @@ class Rollout:
                 elif own is not None and own <= timeout:
                     reply = await backend.complete(request)
                 else:
-                    with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
-                        reply = await backend.complete(request)
-                    if scope.cancelled_caught:
-                        raise TimeoutError
+                    reply = await self._bounded(backend, request, timeout)
                 self.spent += pending.reservation.charge(reply.usage)
                 if journal is not None:
                     await journal.settled(booked, reply.usage, reply)
@@ -474,6 +473,23 @@ class Rollout:
             return "failed", f"model call failed: {text}"
         pending.reply = reply
         return reply
+
+    async def _bounded(
+        self, backend: ModelBackend, request: ModelRequest, limit_s: float
+    ) -> ModelReply:
+        """``backend.complete`` under the loop's own deadline (for a backend
+        that keeps none within it); ``TimeoutError`` past it."""
+        deadlines = self.agent.toolbox.deadlines
+        task = current_task()
+        timer = deadlines.arm(task, limit_s)
+        try:
+            return await backend.complete(request)
+        except asyncio.CancelledError:
+            if not await deadlines.expired(task, timer):
+                raise
+            raise TimeoutError from None
+        finally:
+            deadlines.disarm(task, timer)
 
     async def _streamed(
         self,

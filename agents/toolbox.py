@@ -151,7 +151,9 @@ class Toolbox:
         self.finish_tool = finish_tool
         self.specs: list[ToolSpec] = registry.specs()
         self.names: list[str] = registry.names()
-        self._deadlines = TaskDeadlines()  # each call's
+        #: The deadlines of this agent's tool calls and, where the backend
+        #: keeps none, of its model calls (``TaskDeadlines``).
+        self.deadlines = TaskDeadlines()
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -306,7 +308,7 @@ class Toolbox:
         started = time.perf_counter()
         # One loop timer for this await (``TaskDeadlines``); a cancellation
         # from outside (the caller, the run's cap) goes on as one.
-        deadlines = self._deadlines
+        deadlines = self.deadlines
         task = current_task()
         timer = deadlines.arm(task, timeout)
         try:
