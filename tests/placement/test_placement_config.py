@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+import anyio.abc
 import pytest
 
 from agentrt import Runtime, RuntimeConfig
@@ -96,6 +98,43 @@ async def test_an_unreachable_cluster_is_named_before_any_model_call() -> None:
     with pytest.raises(ConfigError, match="is not a Ray address"):
         async with Runtime(bad):
             pass
+
+
+RAY_DRIVER = "agentrt.runtime.engine.placement.ray_driver"
+REFUSED = "Initialization failure from server:\nRuntimeError: Starting Ray client server failed."
+
+
+@pytest.mark.parametrize(
+    ("failures", "calls", "reason"),
+    [
+        # The head's proxy failed to spawn the session's server: asked again.
+        ([ConnectionAbortedError(REFUSED), ValueError("second")], 2, "second"),
+        ([ConnectionAbortedError(REFUSED)] * 3, 3, "Starting Ray client server failed"),
+        # Anything else (a version mismatch, a bad address) is final.
+        ([RuntimeError("Version mismatch")], 1, "Version mismatch"),
+    ],
+)
+async def test_a_ray_client_session_the_head_fails_to_open_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch, failures: list[Exception], calls: int, reason: str
+) -> None:
+    ray = pytest.importorskip("ray")
+    tried: list[dict[str, object]] = []
+
+    def init(**options: object) -> None:
+        tried.append(options)
+        raise failures[len(tried) - 1]
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(f"{RAY_DRIVER}.CLIENT_RETRY_PAUSE_S", 0.0)
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as head:
+        port = head.extra(anyio.abc.SocketAttribute.local_port)
+        address = f"ray://127.0.0.1:{port}"
+        config = RuntimeConfig.model_validate({"placement": {"kind": "ray", "address": address}})
+        with pytest.raises(ConfigError, match=f"(?s)placement.address: cannot reach .*{reason}"):
+            async with Runtime(config):
+                pass
+    assert len(tried) == calls
+    assert all(options["address"] == address for options in tried)
 
 
 async def test_what_cannot_reach_a_worker_is_refused() -> None:

@@ -67,6 +67,10 @@ log = get_logger(__name__)
 FINAL_EVENTS_S: Final = 5.0
 #: Concurrent calls one worker actor accepts (its rollouts are bounded by the driver).
 MAX_CONCURRENCY: Final = 100_000
+#: Attempts at a Ray Client session whose server fails to start its side of it.
+CLIENT_INIT_ATTEMPTS: Final = 3
+#: The pause before the n-th new attempt is n times this.
+CLIENT_RETRY_PAUSE_S = 0.5
 
 
 class _WorkerLost(Exception):
@@ -199,7 +203,7 @@ class RayPlacement:
             options["address"] = address
         try:
             with anyio.fail_after(self.config.connect_timeout_s):
-                await anyio.to_thread.run_sync(lambda: ray.init(**options))
+                await self._init_ray(options)
         except TimeoutError:
             raise ConfigError(
                 f"the Ray cluster at {address!r} did not answer within "
@@ -211,6 +215,28 @@ class RayPlacement:
                 f"cannot reach the Ray cluster at {address!r}: {error}", where="placement.address"
             ) from None
         self._stack.callback(ray.shutdown)
+
+    async def _init_ray(self, options: dict[str, Any]) -> None:
+        """``ray.init``; a Ray Client server that fails to start the session's
+        own server process (``ConnectionAbortedError``: the head's proxy
+        spawns one per client, and a spawn can die on a loaded head) is asked
+        again, up to ``CLIENT_INIT_ATTEMPTS`` times within the connect
+        timeout. Every other failure is final."""
+        for attempt in range(1, CLIENT_INIT_ATTEMPTS + 1):
+            try:
+                await anyio.to_thread.run_sync(lambda: ray.init(**options))
+                return
+            except ConnectionAbortedError as error:
+                if attempt == CLIENT_INIT_ATTEMPTS:
+                    raise
+                log.warning(
+                    "ray_client_session_refused",
+                    address=options.get("address"),
+                    attempt=attempt,
+                    of=CLIENT_INIT_ATTEMPTS,
+                    error=_first_line(str(error)),
+                )
+                await anyio.sleep(CLIENT_RETRY_PAUSE_S * attempt)
 
     async def _probe(self, address: str) -> None:
         """A TCP connection to ``address`` first: an unreachable one is an
