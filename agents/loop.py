@@ -424,9 +424,9 @@ class Rollout:
             with pending.reservation:
                 if journal is not None:
                     booked = await journal.reserved(pending.reservation, request.request_id)
-                # One timer per call: a backend that bounds its calls within
+                # One deadline per call: a backend that bounds its calls within
                 # our timeout (``call_deadline_s``) raises ``BackendTimeout``
-                # itself; a second scope would only add a timer.
+                # itself; a second one would only add work.
                 own: float | None = getattr(backend, "call_deadline_s", None)
                 pacer = self.agent.emitter.tokens
                 if pacer is not None and pacer.wanted():
@@ -481,15 +481,15 @@ class Rollout:
         that keeps none within it); ``TimeoutError`` past it."""
         deadlines = self.agent.toolbox.deadlines
         task = current_task()
-        timer = deadlines.arm(task, limit_s)
+        armed = deadlines.arm(task, limit_s)
         try:
             return await backend.complete(request)
         except asyncio.CancelledError:
-            if not await deadlines.expired(task, timer):
+            if not await deadlines.expired(task, armed):
                 raise
             raise TimeoutError from None
         finally:
-            deadlines.disarm(task, timer)
+            deadlines.disarm(task, armed)
 
     async def _streamed(
         self,

@@ -306,16 +306,16 @@ class Toolbox:
         name = call.function.name
         timeout = context.timeout_s
         started = time.perf_counter()
-        # One loop timer for this await (``TaskDeadlines``); a cancellation
+        # This await's deadline (``TaskDeadlines``, a shared timer); a cancellation
         # from outside (the caller, the run's cap) goes on as one.
         deadlines = self.deadlines
         task = current_task()
-        timer = deadlines.arm(task, timeout)
+        armed = deadlines.arm(task, timeout)
         try:
             output = await tool.call(prepared.arguments, context)
             text, is_error = output.text, output.is_error
         except asyncio.CancelledError:
-            if not await deadlines.expired(task, timer):
+            if not await deadlines.expired(task, armed):
                 raise
             return self._error(
                 call, f"tool '{name}' timed out after {timeout:g} s", _since(started)
@@ -344,7 +344,7 @@ class Toolbox:
             batch.crashed.append(result)
             return result
         finally:
-            deadlines.disarm(task, timer)
+            deadlines.disarm(task, armed)
         if is_error and not text.startswith("error"):
             text = f"error: {text}"
         return ToolResult(

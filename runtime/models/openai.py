@@ -3,8 +3,9 @@ OpenAI): ``POST {base_url}/chat/completions``, retried behind a circuit
 breaker.  Per-call CPU matters at 1,000 concurrent rollouts, so requests go
 straight to the transport (``handle_async_request``), messages already sent
 are not re-encoded, replies decode straight into wire Structs, and a call
-keeps few objects alive while it waits for its reply (one attempt frame, one
-deadline timer): each is walked by every collection of the waiting calls.
+keeps few objects alive while it waits for its reply (one attempt frame; its
+deadline shares a loop timer): each is walked by every collection of the
+waiting calls.
 
 Must not import agents, tools or aggregators.
 """
@@ -242,13 +243,13 @@ class OpenAIBackend:
         retrier = Retrier(
             self._policy, breaker=self._breaker, counters=self._counters, rng=self._rng
         )
-        # The attempt's deadline: one loop timer that cancels this task
-        # (``TaskDeadlines``: no per-call objects besides the timer).
+        # The attempt's deadline cancels this task (``TaskDeadlines``: a
+        # loop timer shared by the calls in its slot, no per-call object).
         deadlines = self._deadlines
         task = current_task()
         while True:
             await retrier.begin_attempt()
-            timer = deadlines.arm(task, max(0.0, retrier.remaining()))
+            armed = deadlines.arm(task, max(0.0, retrier.remaining()))
             try:
                 # One attempt, inlined (a coroutine less alive per call in
                 # flight).  The request is built in the call: nothing here
@@ -262,13 +263,13 @@ class OpenAIBackend:
                 data = await self._read_reply(response)
                 completion = self._completion(response, data, model)
             except TransientError as transient:
-                deadlines.disarm(task, timer)
+                deadlines.disarm(task, armed)
                 await retrier.back_off(transient)
                 continue
             except asyncio.CancelledError as exc:
                 ours = False
                 try:
-                    ours = await deadlines.expired(task, timer)
+                    ours = await deadlines.expired(task, armed)
                 finally:
                     if not ours:
                         retrier.failed(exc)
@@ -284,7 +285,7 @@ class OpenAIBackend:
                 retrier.failed(exc)
                 raise
             finally:
-                deadlines.disarm(task, timer)
+                deadlines.disarm(task, armed)
             retrier.succeeded()
             return completion_to_reply(
                 completion,
