@@ -329,6 +329,10 @@ class Rollout:
     # -- the loop --------------------------------------------------------------
 
     async def _loop(self) -> _Ended:
+        """The steps, each: ``_begin`` (prompt, route, reservation), the
+        model call, ``_act`` (tools, record); an outcome ends the rollout.
+        (One coroutine for the steps, not one per step alive across the
+        model call.)"""
         limits = self.config.limits
         for index in range(len(self.steps), limits.max_steps):
             used = self.spent.usage.total_tokens
@@ -336,22 +340,18 @@ class Rollout:
                 reason = f"token limit: {used:,} of {limits.max_rollout_tokens:,} tokens used"
                 await self._exhausted(index, reason)
                 return "exhausted", reason
-            outcome = await self._step(index)
+            begun = await self._begin(index)
+            if not isinstance(begun, _Pending):
+                return begun
+            reply = await self._call_model(begun)
+            if not isinstance(reply, ModelReply):
+                return reply
+            outcome = await self._act(begun, reply)
             if outcome is not None:
                 return outcome
         reason = f"max steps ({limits.max_steps}) reached"
         await self._exhausted(limits.max_steps - 1, reason)
         return "exhausted", reason
-
-    async def _step(self, index: int) -> _Ended | None:
-        """One step; an outcome when the rollout ends here."""
-        begun = await self._begin(index)
-        if not isinstance(begun, _Pending):
-            return begun
-        reply = await self._call_model(begun)
-        if not isinstance(reply, ModelReply):
-            return reply
-        return await self._act(begun, reply)
 
     async def _begin(self, index: int) -> _Pending | _Ended:
         """The prompt, the routing decision and the budget reservation."""

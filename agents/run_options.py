@@ -40,11 +40,16 @@ def sampling_for(
         raise ConfigError(f"bad sampling option: {exc}", where=f"{where}.options") from None
 
 
+_NO_NAMES: frozenset[str] = frozenset()
+
+
 def client_tool_names(
     options: RunOptions, own: Sequence[ToolSpec], *, where: str
 ) -> frozenset[str]:
     """The names of the client's tools; one named like an agent's tool (or
     twice) is a ``ConfigError``: a call to it could not be routed."""
+    if not options.client_tools:
+        return _NO_NAMES
     names: set[str] = set()
     mine = {t.name for t in own}
     for index, tool in enumerate(options.client_tools):

@@ -311,6 +311,42 @@ class BudgetLedger:
     (``MeteredBackend``), so a run resumed after a crash can charge them.
     """
 
+    __slots__ = (
+        "_cached",
+        "_calls",
+        "_cancelled",
+        "_cap_calls",
+        "_cap_pico",
+        "_cap_seconds",
+        "_cap_tokens",
+        "_capped",
+        "_chain",
+        "_children",
+        "_clock",
+        "_completion",
+        "_finished",
+        "_lock",
+        "_on_update",
+        "_overruns",
+        "_parent",
+        "_pico",
+        "_prompt",
+        "_prompt_scale",
+        "_rates",
+        "_res_calls",
+        "_res_pico",
+        "_res_tokens",
+        "_started",
+        "_uncapped",
+        "_unpriced_free",
+        "_upstream",
+        "_watched",
+        "budget",
+        "journal",
+        "name",
+        "prices",
+    )
+
     def __init__(
         self,
         name: str,
