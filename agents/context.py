@@ -31,6 +31,7 @@ from agentrt.runtime.models.prompt_estimate import (
     MESSAGE_OVERHEAD,
     CharEstimator,
     TokenEstimator,
+    char_estimator,
     estimate_request_tokens,
     message_tokens,
     tools_tokens,
@@ -117,7 +118,7 @@ class ContextWindow:
         note_writer: NoteWriter = brief_notes,
     ) -> None:
         self.config = config
-        self.estimate_text: TokenEstimator = estimator or CharEstimator(config.chars_per_token)
+        self.estimate_text: TokenEstimator = estimator or char_estimator(config.chars_per_token)
         self._write_notes = note_writer
         # A list sorted already (an agent's own tools) is shared, not copied:
         # nothing changes it, and every rollout's requests then name the

@@ -420,10 +420,13 @@ class Rollout:
             self.spent += self.ledger.cost_of(decision.model, replayed.usage)
             pending.reply = replayed
             return replayed
+        reservation = pending.reservation
         try:
-            with pending.reservation:
+            # The reservation's ``with``, spelled out: no bound ``__exit__``
+            # kept alive on the stack while the call waits.
+            try:
                 if journal is not None:
-                    booked = await journal.reserved(pending.reservation, request.request_id)
+                    booked = await journal.reserved(reservation, request.request_id)
                 # One deadline per call: a backend that bounds its calls within
                 # our timeout (``call_deadline_s``) raises ``BackendTimeout``
                 # itself; a second one would only add work.
@@ -436,10 +439,13 @@ class Rollout:
                     reply = await backend.complete(request)
                 else:
                     reply = await self._bounded(backend, request, timeout)
-                self.spent += pending.reservation.charge(reply.usage)
+                self.spent += reservation.charge(reply.usage)
                 if journal is not None:
                     await journal.settled(booked, reply.usage, reply)
                     booked = ""
+            except BaseException as exc:
+                reservation.end(exc)
+                raise
             if not reply.choices:
                 raise MalformedReply("the reply has no choices", backend=backend.name)
         except _MODEL_CALL_FAILURES as exc:

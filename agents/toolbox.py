@@ -12,7 +12,7 @@ import difflib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, final
 
 import anyio
@@ -113,7 +113,7 @@ class CallsOutcome:
     """Set when the finish tool was called with valid arguments."""
     budget_exceeded: str | None = None
     """A tool hit the shared budget: why."""
-    crashed: list[ToolResult] = field(default_factory=list)
+    crashed: Sequence[ToolResult] = ()
     """The results of calls that raised an unexpected exception (a bug in
     the tool), for the loop to report beyond the model."""
 
@@ -123,8 +123,9 @@ class _Batch:
     """What the concurrent calls of one message write into."""
 
     results: list[ToolResult | None]
-    budget: list[str] = field(default_factory=list)
-    crashed: list[ToolResult] = field(default_factory=list)
+    # Made on first use: most messages' calls neither hit the budget nor crash.
+    budget: list[str] | None = None
+    crashed: list[ToolResult] | None = None
 
 
 @final
@@ -258,7 +259,7 @@ class Toolbox:
                 return CallsOutcome(
                     results=[result],
                     budget_exceeded=batch.budget[0] if batch.budget else None,
-                    crashed=batch.crashed,
+                    crashed=batch.crashed or (),
                 )
             batch.results[index] = result
         elif runnable:
@@ -291,7 +292,7 @@ class Toolbox:
             results=done,
             answer=answer,
             budget_exceeded=batch.budget[0] if batch.budget else None,
-            crashed=batch.crashed,
+            crashed=batch.crashed or (),
         )
 
     async def _run_one(
@@ -323,6 +324,8 @@ class Toolbox:
         except ToolError as exc:
             return self._error(call, f"tool '{name}' failed: {exc}", _since(started))
         except BudgetExceeded as exc:
+            if batch.budget is None:
+                batch.budget = []
             batch.budget.append(str(exc))
             return self._error(
                 call, f"tool '{name}' stopped: the budget is spent ({exc})", _since(started)
@@ -341,6 +344,8 @@ class Toolbox:
             result = self._error(
                 call, f"tool '{name}' failed: {type(exc).__name__}: {exc}", _since(started)
             )
+            if batch.crashed is None:
+                batch.crashed = []
             batch.crashed.append(result)
             return result
         finally:

@@ -239,7 +239,10 @@ class Reservation:
         usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.n * self.max_tokens)
         return self._ledger._settle(self, usage, self._rates, calibrate=False, cancelled=True)
 
-    def _end(self, exc: BaseException | None) -> None:
+    def end(self, exc: BaseException | None) -> None:
+        """What leaving ``with reservation:`` does: a no-op once charged;
+        else a cancellation (``exc``) charges the whole reservation
+        (``charge_reserved``) and anything else releases it."""
         if self.state != "active":
             return  # charged (the usual end), or released already
         if isinstance(exc, _CANCELLED):
@@ -256,7 +259,7 @@ class Reservation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._end(exc)
+        self.end(exc)
 
     async def __aenter__(self) -> Reservation:
         return self
@@ -268,7 +271,7 @@ class Reservation:
         tb: TracebackType | None,
     ) -> None:
         # No await: settling cannot be interrupted by a cancellation.
-        self._end(exc)
+        self.end(exc)
 
     def __repr__(self) -> str:
         return (

@@ -8,10 +8,11 @@ loggers) are rendered the same way.  Library code only calls ``get_logger``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import sys
-from collections.abc import MutableMapping
-from typing import Any, Final, TextIO, cast
+from collections.abc import Mapping, MutableMapping
+from typing import Any, Final, TextIO, cast, final
 
 import structlog
 
@@ -171,10 +172,31 @@ class _Logger:
         self._emit(logging.ERROR, event, {"exc_info": True, **fields})
 
 
-def log_context(**context: Any) -> contextlib.AbstractContextManager[Any]:
+def log_context(**context: Any) -> contextlib.AbstractContextManager[None]:
     """Bind ``context`` (``run_id``, ``rollout_id``) to every log record of
-    the current task and the tasks it starts, for the ``with`` block."""
-    return structlog.contextvars.bound_contextvars(**context)
+    the current task and the tasks it starts, for the ``with`` block; the
+    values bound before are back afterwards."""
+    return _LogContext(context)
+
+
+@final
+class _LogContext:
+    """``log_context``'s manager: the variables' tokens, reset on exit (a
+    class, not a generator: a rollout keeps one alive for its whole life)."""
+
+    __slots__ = ("_context", "_tokens")
+
+    def __init__(self, context: dict[str, Any]) -> None:
+        self._context = context
+        self._tokens: Mapping[str, contextvars.Token[Any]] | None = None
+
+    def __enter__(self) -> None:
+        self._tokens = structlog.contextvars.bind_contextvars(**self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        tokens, self._tokens = self._tokens, None
+        if tokens:
+            structlog.contextvars.reset_contextvars(**tokens)
 
 
 def get_logger(name: str | None = None, **context: Any) -> Any:

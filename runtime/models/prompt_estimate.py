@@ -12,6 +12,7 @@ agents, tools or aggregators.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Final, Protocol, final, runtime_checkable
@@ -63,6 +64,13 @@ class CharEstimator:
 
     def __call__(self, text: str) -> int:
         return math.ceil(len(text) / self.chars_per_token)
+
+
+@functools.lru_cache(maxsize=64)
+def char_estimator(chars_per_token: float) -> CharEstimator:
+    """One ``CharEstimator`` per ratio, shared (every rollout of an agent
+    estimates with the same one)."""
+    return CharEstimator(chars_per_token)
 
 
 @runtime_checkable

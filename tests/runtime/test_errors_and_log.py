@@ -57,6 +57,26 @@ def test_logs_are_json_off_a_terminal() -> None:
     assert line["logger_name"] == "t"
 
 
+def test_a_log_context_binds_for_its_block_and_restores_what_was_bound() -> None:
+    code = (
+        "from agentrt.runtime.log import configure_logging, get_logger, log_context\n"
+        "configure_logging()\n"
+        "log = get_logger('t')\n"
+        "with log_context(run_id='outer'):\n"
+        "    with log_context(run_id='inner', rollout_id='x'):\n"
+        "        log.info('in')\n"
+        "    log.info('back')\n"
+        "log.info('out')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = [json.loads(line) for line in out.stderr.strip().splitlines()[-3:]]
+    assert [(x["event"], x.get("run_id"), x.get("rollout_id")) for x in lines] == [
+        ("in", "inner", "x"),
+        ("back", "outer", None),
+        ("out", None, None),
+    ]
+
+
 def test_importing_agentrt_configures_nothing() -> None:
     code = (
         "import structlog, agentrt, agentrt.protocols, agentrt.runtime.log\n"
