@@ -7,12 +7,12 @@ the awaiting code is the deadline's only if ``uncancel`` brings the task
 back to the count it had when the deadline was armed.
 
 The timers are shared.  A deadline is rounded up to its slot, a multiple
-of a grain between 1/128 and 1/64 of its limit (1 ms at least), and one
-loop timer per slot cancels every task armed in it.  So a deadline fires
-never early and at most 1/64 of its limit (or 1 ms) late, and arming one
-costs a set insertion instead of a timer of its own: at 1,000 calls in
-flight, a timer per call (its handle, libuv's timer and the heap) was
-about a tenth of the model client's CPU.  Nothing per call stays alive
+of a grain between 1/128 and 1/64 of its limit (2 ** -10 s, about 1 ms, at
+least), and one loop timer per slot cancels every task armed in it.  So a
+deadline fires never early and at most 1/64 of its limit (or that 1 ms)
+late, and arming one costs a set insertion instead of a timer of its
+own: at 1,000 calls in flight, a timer per call (its handle, libuv's timer
+and the heap) was about a tenth of the model client's CPU.  Nothing per call stays alive
 while the call waits.  The callbacks run in one shared empty context, so
 no ``contextvars`` context is copied per slot.
 

@@ -187,5 +187,5 @@ async def test_deadlines_armed_together_share_a_loop_timer_and_none_fires_early(
             tg.start_soon(one)
     assert len(waited) == 200
     assert min(waited) >= 0.05
-    # One timer per slot (a grain of 2 ** -11 s, under a ms, here), not per call.
+    # One timer per slot (here the smallest grain, 2 ** -10 s), not per call.
     assert 1 <= len(scheduled) <= 5
