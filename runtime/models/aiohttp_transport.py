@@ -1,24 +1,27 @@
 """``AiohttpTransport``: httpx's transport interface on an aiohttp session,
-the one every model backend's HTTP client sends through.
+the one every model backend's HTTP client sends through, and ``post``, the
+same session without httpx for a request whose whole reply is read at once
+(a backend's non-streaming call: ``HttpReply``).
 
-Per call it does only what a hand-written aiohttp request does, plus the
-httpx request and response around it: no context manager or generator per
-request, chunk or close, and one ``aiohttp.ClientTimeout`` per distinct set
-of timeouts.  aiohttp's exceptions reach the caller as httpx's, with the
-aiohttp one as ``__cause__`` (``classify_transport_error`` reads it).
+Per call it does only what a hand-written aiohttp request does, plus (for
+httpx's interface) the httpx request and response around it: no context
+manager or generator per request, chunk or close, and one
+``aiohttp.ClientTimeout`` per distinct set of timeouts.  aiohttp's
+exceptions reach the caller as httpx's, with the aiohttp one as
+``__cause__`` (``classify_transport_error`` reads it).
 
 Must not import agents, tools or aggregators, nor any specific backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, final
 
 import aiohttp
 import httpx
 
-__all__ = ["AiohttpTransport", "as_httpx_error"]
+__all__ = ["AiohttpTransport", "HttpReply", "as_httpx_error"]
 
 # aiohttp exception -> the httpx exception raised for it; of several
 # matches the most specific httpx class wins.  Every connection error is a
@@ -45,6 +48,22 @@ def as_httpx_error(exc: Exception) -> httpx.TransportError | None:
         if isinstance(exc, source) and (chosen is None or issubclass(target, chosen)):
             chosen = target
     return None if chosen is None else chosen(str(exc))
+
+
+@final
+class HttpReply:
+    """A reply read whole: its status, headers (a case-insensitive mapping)
+    and body, decoded per its ``Content-Encoding``."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"HttpReply(status={self.status}, {len(self.body)} bytes)"
 
 
 @final
@@ -100,8 +119,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._last_url: tuple[object, str] = (object(), "")
         self._extensions: dict[str | None, dict[str, Any]] = {}
 
-    def _timeout(self, extensions: dict[str, Any]) -> aiohttp.ClientTimeout:
-        given = extensions.get("timeout")
+    def _timeout(self, given: Mapping[str, float | None] | None) -> aiohttp.ClientTimeout:
         if given is self._last[0]:  # a backend sends one timeout dict every time
             return self._last[1]
         key = (given.get("connect"), given.get("read"), given.get("pool")) if given else (None,) * 3
@@ -133,6 +151,45 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 self._extensions[reason] = extensions
         return extensions
 
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Sequence[tuple[str, str]],
+        timeouts: Mapping[str, float | None] | None = None,
+    ) -> HttpReply:
+        """POST ``body`` to ``url`` and read the whole reply: a backend's
+        non-streaming call, with no httpx request or response around it.
+        ``timeouts`` are httpx's ``timeout`` extension (``connect``,
+        ``read``, ``pool`` seconds).  The body is decoded per its
+        ``Content-Encoding``.  Failing or cancelled before the body is read,
+        the connection is dropped; failures are raised as httpx's."""
+        session = self._session
+        if session is None:
+            session = self._session = self._make_session()
+        try:
+            response = await session.request(
+                "POST",
+                url,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+                auto_decompress=True,  # the session's default is off, for httpx
+                compress=False,
+                timeout=self._timeout(timeouts),
+            )
+            try:
+                data = await response.read()
+            except BaseException:
+                response.close()  # read() closes it too; not while waiting for the writer
+                raise
+        except Exception as exc:
+            error = as_httpx_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+        return HttpReply(response.status, response.headers, data)
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session
         if session is None:
@@ -158,7 +215,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             allow_redirects=False,
             auto_decompress=False,
             compress=False,
-            timeout=self._timeout(request.extensions),
+            timeout=self._timeout(request.extensions.get("timeout")),
             server_hostname=request.extensions.get("sni_hostname"),
         )
         # Nothing of the request stays referenced from here while the reply

@@ -1,6 +1,7 @@
 """The shared HTTP client for model backends: httpx on an aiohttp transport
 (``make_http_client``, ``make_transport``; the transport is
-``AiohttpTransport``), and ``classify_transport_error``.
+``AiohttpTransport``), ``poster`` (a whole-reply POST on any httpx
+transport, native on ours), and ``classify_transport_error``.
 Plain httpx/httpcore pools collapse past a few hundred concurrent requests
 (66 req/s against 2,092 with the aiohttp transport), so no backend builds
 its own client.
@@ -12,20 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeAlias
 
 import aiohttp
+import anyio
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentrt.runtime.models.aiohttp_transport import AiohttpTransport
+from agentrt.runtime.models.aiohttp_transport import AiohttpTransport, HttpReply
 
 __all__ = [
     "HttpClientConfig",
+    "HttpReply",
+    "Post",
     "TransportFailure",
     "classify_transport_error",
     "make_http_client",
     "make_transport",
+    "poster",
 ]
 
 
@@ -101,6 +107,46 @@ def make_http_client(
         follow_redirects=False,
         trust_env=False,
     )
+
+
+Post: TypeAlias = Callable[
+    [str, bytes, Sequence[tuple[str, str]], Mapping[str, float | None] | None],
+    Awaitable[HttpReply],
+]
+"""``post(url, body, headers, timeouts)``: POST and read the whole reply
+(``AiohttpTransport.post``'s signature)."""
+
+
+def poster(transport: httpx.AsyncBaseTransport) -> Post:
+    """A whole-reply POST on ``transport``: ``AiohttpTransport.post`` for
+    ours (no httpx request or response per call); on any other httpx
+    transport (a test's ``httpx.MockTransport``, a recording wrapper), the
+    same through an httpx request and response."""
+    if isinstance(transport, AiohttpTransport):
+        return transport.post
+
+    async def post(
+        url: str,
+        body: bytes,
+        headers: Sequence[tuple[str, str]],
+        timeouts: Mapping[str, float | None] | None = None,
+    ) -> HttpReply:
+        request = httpx.Request(
+            "POST",
+            url,
+            headers=headers,
+            content=body,
+            extensions={} if timeouts is None else {"timeout": dict(timeouts)},
+        )
+        response = await transport.handle_async_request(request)
+        try:
+            data = await response.aread()
+        finally:
+            with anyio.CancelScope(shield=True):  # even a cancelled call closes it
+                await response.aclose()
+        return HttpReply(response.status_code, response.headers, data)
+
+    return post
 
 
 class TransportFailure(enum.Enum):

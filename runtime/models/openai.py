@@ -31,7 +31,14 @@ from agentrt.runtime.deadlines import TaskDeadlines, current_task
 from agentrt.runtime.errors import BackendError, UnknownModelError
 from agentrt.runtime.models import openai_wire as wire
 from agentrt.runtime.models.base import StreamDelta
-from agentrt.runtime.models.http import HttpClientConfig, make_http_client, make_transport
+from agentrt.runtime.models.http import (
+    HttpClientConfig,
+    HttpReply,
+    Post,
+    make_http_client,
+    make_transport,
+    poster,
+)
 from agentrt.runtime.models.openai_errors import ErrorMapper, error_message, excerpt
 from agentrt.runtime.models.openai_reply import completion_to_reply
 from agentrt.runtime.models.openai_stream import StreamReader
@@ -134,6 +141,7 @@ class OpenAIBackend:
         self._state = _State.UNOPENED
         self._client: httpx.AsyncClient | None = None
         self._transport: httpx.AsyncBaseTransport | None = None
+        self._post: Post | None = None  # ``complete``'s, on the transport
 
         # Only what aiohttp does not add by itself (it adds Host, Content-Length
         # and User-Agent): every header costs CPU in httpx and aiohttp alike.
@@ -144,9 +152,11 @@ class OpenAIBackend:
         self._header_encoding = (
             "ascii" if all(k.isascii() and v.isascii() for k, v in common) else "utf-8"
         )
-        # Built once; each request copies one (a list copy, no re-parsing).
+        # Built once: ``complete`` sends these plus the request id; the
+        # cold paths copy the httpx headers (a list copy, no re-parsing).
+        self._json_header_list = (("content-type", "application/json"), *common)
         self._json_headers = httpx.Headers(
-            [("content-type", "application/json"), *common], encoding=self._header_encoding
+            list(self._json_header_list), encoding=self._header_encoding
         )
         self._sse_headers = httpx.Headers(
             [("content-type", "application/json"), ("accept", "text/event-stream"), *common],
@@ -154,16 +164,15 @@ class OpenAIBackend:
         )
         self._cold_headers = common
         http = config.http
-        # The transport reads this per request (AiohttpTransport: connect ->
+        # The transport reads these per request (AiohttpTransport: connect ->
         # sock_connect, read -> sock_read, pool -> aiohttp's connect budget).
-        self._extensions: dict[str, Any] = {
-            "timeout": {
-                "connect": http.connect_timeout_s,
-                "read": http.read_timeout_s,
-                "write": http.write_timeout_s,
-                "pool": http.pool_timeout_s,
-            }
+        self._timeouts: dict[str, float | None] = {
+            "connect": http.connect_timeout_s,
+            "read": http.read_timeout_s,
+            "write": http.write_timeout_s,
+            "pool": http.pool_timeout_s,
         }
+        self._extensions: dict[str, Any] = {"timeout": self._timeouts}
 
     # -- ModelBackend ----------------------------------------------------------
 
@@ -215,6 +224,7 @@ class OpenAIBackend:
             self._config.http, base_url=self._config.base_url, transport=transport
         )
         self._transport = transport
+        self._post = poster(transport)
         self._state = _State.OPENED
         return self
 
@@ -225,17 +235,22 @@ class OpenAIBackend:
         tb: TracebackType | None,
     ) -> None:
         self._state = _State.CLOSED
-        client, self._client, self._transport = self._client, None, None
+        client, self._client, self._transport, self._post = self._client, None, None, None
         if client is not None:
             with anyio.CancelScope(shield=True):
                 await client.aclose()
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """One non-streaming chat completion, retried per the policy."""
-        transport = self._opened()
+        self._opened()
+        post = self._post
+        assert post is not None  # set with the transport
         model = self._model_for(request)
         body = self._encode(request, model, stream=False)
         request_id = request.request_id
+        headers: tuple[tuple[str, str], ...] = self._json_header_list
+        if request_id is not None:
+            headers = (*headers, ("x-request-id", _header_value(request_id)))
         started = time.perf_counter()
         # ``call_with_retry`` inlined: one closure and two coroutine frames
         # less per call, which at 1,000 calls in flight is garbage-collector
@@ -252,16 +267,13 @@ class OpenAIBackend:
             armed = deadlines.arm(task, max(0.0, retrier.remaining()))
             try:
                 # One attempt, inlined (a coroutine less alive per call in
-                # flight).  The request is built in the call: nothing here
-                # holds it while the reply is awaited.
+                # flight): the whole reply in one exchange, no httpx request
+                # or response (``AiohttpTransport.post``).
                 try:
-                    response = await transport.handle_async_request(
-                        self._request(body, self._json_headers, request_id)
-                    )
+                    reply = await post(self._endpoint, body, headers, self._timeouts)
                 except Exception as exc:
-                    raise self._errors.transport(exc, "sending the request") from exc
-                data = await self._read_reply(response)
-                completion = self._completion(response, data, model)
+                    raise self._errors.transport(exc, "waiting for the reply") from exc
+                completion = self._completion(reply, model)
             except TransientError as transient:
                 deadlines.disarm(task, armed)
                 await retrier.back_off(transient)
@@ -414,33 +426,10 @@ class OpenAIBackend:
 
     # -- one attempt -----------------------------------------------------------
 
-    async def _read_reply(self, response: httpx.Response) -> bytes:
-        """A reply's whole body.  Failing or cancelled mid-body, the response
-        is closed (shielded, so that even a cancelled call closes it), which
-        drops the connection."""
-        stream = response.stream
-        try:
-            if _encoded(response.headers):
-                data = await response.aread()  # decodes
-            else:
-                # Identity (we ask for it): straight from the transport's
-                # stream, sparing httpx's decoder and chunker layers.
-                parts: list[bytes] = []
-                async for part in stream:  # type: ignore[union-attr]
-                    parts.append(part)
-                data = parts[0] if len(parts) == 1 else b"".join(parts)
-            await stream.aclose()  # type: ignore[union-attr]
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await response.aclose()
-            if isinstance(exc, Exception):
-                raise self._errors.transport(exc, "reading the reply") from exc
-            raise
-        return data
-
-    def _completion(self, response: httpx.Response, data: bytes, model: str) -> wire.Completion:
-        if response.status_code != 200:
-            raise self._errors.status(response, data, model)
+    def _completion(self, reply: HttpReply, model: str) -> wire.Completion:
+        data = reply.body
+        if reply.status != 200:
+            raise self._errors.status(reply.status, reply.headers, data, model)
         try:
             completion = wire.completion_decoder.decode(data)
         except msgspec.DecodeError as exc:
@@ -474,7 +463,7 @@ class OpenAIBackend:
                 finally:
                     with anyio.CancelScope(shield=True):
                         await response.aclose()
-                raise self._errors.status(response, data, model)
+                raise self._errors.status(response.status_code, response.headers, data, model)
             content_type = response.headers.get("content-type", "")
             if "text/event-stream" not in content_type:
                 with anyio.CancelScope(shield=True):
@@ -507,12 +496,7 @@ class OpenAIBackend:
         # Spares httpx re-detecting the header encoding on every lookup.
         headers.encoding = self._header_encoding
         if request_id is not None:
-            # Header values are ASCII on the wire; escape anything else.
-            headers["x-request-id"] = (
-                request_id
-                if request_id.isascii()
-                else request_id.encode("ascii", "backslashreplace").decode()
-            )
+            headers["x-request-id"] = _header_value(request_id)
         # The backend's own URL object (httpx made a copy): the transport
         # then converts it to text once, not per request.
         request.url = self._url
@@ -561,13 +545,9 @@ class OpenAIBackend:
         )
 
 
-def _encoded(headers: httpx.Headers) -> bool:
-    """Whether a reply names a ``Content-Encoding``: read from the raw
-    bytes, sparing httpx's detection of the header encoding on every reply."""
-    for key, _ in headers.raw:  # noqa: SIM110 - any() would resume a generator per header
-        if key.lower() == b"content-encoding":
-            return True
-    return False
+def _header_value(text: str) -> str:
+    """``text`` as a header value: ASCII on the wire, anything else escaped."""
+    return text if text.isascii() else text.encode("ascii", "backslashreplace").decode()
 
 
 class _ModelEntry(msgspec.Struct):

@@ -14,9 +14,9 @@ No I/O.  Must not import agents, tools or aggregators.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TypeVar, final
 
-import httpx
 import msgspec
 
 from agentrt.runtime.errors import (
@@ -71,13 +71,13 @@ class ErrorMapper:
             return self.malformed(f"not a valid HTTP reply while {phase}: {reason}")
         return exc
 
-    def status(self, response: httpx.Response, body: bytes, model: str) -> Exception:
-        """The error for a non-200 reply: a ``TransientError`` for statuses
-        the policy retries (a 429 as ``RateLimited``), else the final one."""
-        status = response.status_code
+    def status(self, status: int, headers: Mapping[str, str], body: bytes, model: str) -> Exception:
+        """The error for a non-200 reply (``headers``: case-insensitive): a
+        ``TransientError`` for statuses the policy retries (a 429 as
+        ``RateLimited``), else the final one."""
         message = error_message(body)
         if status == 429 or self._policy.is_retryable_status(status):
-            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            retry_after = parse_retry_after(headers.get("retry-after"))
             error: BackendError
             if status == 429:
                 error = RateLimited(

@@ -1,6 +1,7 @@
 """``AiohttpTransport`` against a real aiohttp server on loopback: requests
 and replies through httpx's interface, streamed bodies, the timeout
-extension, and aiohttp's failures raised as httpx's with the cause kept."""
+extension, and aiohttp's failures raised as httpx's with the cause kept;
+``post`` (a whole reply without httpx) and ``poster`` on other transports."""
 
 from __future__ import annotations
 
@@ -15,10 +16,18 @@ import httpx
 import pytest
 from aiohttp import web
 
-from agentrt.runtime.models.aiohttp_transport import as_httpx_error
-from agentrt.runtime.models.http import TransportFailure, classify_transport_error, make_transport
+from agentrt.runtime.models.aiohttp_transport import HttpReply, as_httpx_error
+from agentrt.runtime.models.http import (
+    TransportFailure,
+    classify_transport_error,
+    make_transport,
+    poster,
+)
 
 pytestmark = pytest.mark.anyio
+
+DROPPED: list[str] = []
+"""Paths of the requests whose connection ``_stalled`` saw the client drop."""
 
 
 async def _echo(request: web.Request) -> web.Response:
@@ -44,12 +53,30 @@ async def _slow(request: web.Request) -> web.Response:
     return web.Response(text="late")
 
 
+async def _stalled(request: web.Request) -> web.StreamResponse:
+    """Headers and half a body, then nothing: records whether the client
+    dropped the connection."""
+    response = web.StreamResponse(headers={"content-type": "application/json"})
+    response.content_length = 100
+    await response.prepare(request)
+    await response.write(b'{"half": ')
+    transport = request.transport
+    for _ in range(300):
+        if transport is None or transport.is_closing():
+            DROPPED.append(request.path)
+            break
+        await anyio.sleep(0.01)
+    return response
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_post("/echo", _echo)
     app.router.add_get("/chunks", _chunks)
     app.router.add_get("/slow", _slow)
+    app.router.add_post("/slow", _slow)
+    app.router.add_post("/stalled", _stalled)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -158,3 +185,79 @@ def test_aiohttp_errors_map_to_the_most_specific_httpx_error(
         assert mapped is None
     else:
         assert type(mapped) is expected
+
+
+async def test_post_sends_the_body_and_headers_and_reads_the_whole_reply(server: str) -> None:
+    transport = make_transport()
+    try:
+        reply = await transport.post(
+            f"{server}/echo",
+            b"hello",
+            [("content-type", "application/json"), ("x-request-id", "r-3")],
+            {"connect": 5.0, "read": 5.0, "pool": 5.0},
+        )
+    finally:
+        await transport.aclose()
+    assert isinstance(reply, HttpReply)
+    assert reply.status == 200
+    assert reply.headers.get("X-Served-By") == "test"  # case-insensitive
+    assert httpx.Response(200, content=reply.body).json() == {"body": "hello", "id": "r-3"}
+
+
+async def test_post_applies_the_read_timeout_and_raises_httpx_errors(server: str) -> None:
+    transport = make_transport()
+    try:
+        with pytest.raises(httpx.TimeoutException) as caught:
+            await transport.post(f"{server}/slow", b"", [], {"read": 0.2})
+    finally:
+        await transport.aclose()
+    assert isinstance(caught.value.__cause__, aiohttp.ClientError)
+    assert classify_transport_error(caught.value) is TransportFailure.TIMEOUT
+
+
+async def test_post_to_a_refused_port_is_a_connect_failure() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    transport = make_transport()
+    try:
+        with pytest.raises(httpx.TransportError) as caught:
+            await transport.post(f"http://127.0.0.1:{port}/", b"", [])
+    finally:
+        await transport.aclose()
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
+    assert classify_transport_error(caught.value) is TransportFailure.CONNECT
+
+
+async def test_a_post_cancelled_mid_body_drops_the_connection(server: str) -> None:
+    DROPPED.clear()
+    transport = make_transport()
+    try:
+        with anyio.move_on_after(0.3) as scope:
+            await transport.post(f"{server}/stalled", b"", [])
+        assert scope.cancelled_caught
+        for _ in range(200):  # not left open, half read, in the pool
+            if DROPPED:
+                break
+            await anyio.sleep(0.01)
+    finally:
+        await transport.aclose()
+    assert DROPPED == ["/stalled"]
+
+
+async def test_poster_uses_post_on_ours_and_httpx_on_any_other_transport() -> None:
+    ours = make_transport()
+    assert poster(ours) == ours.post
+    await ours.aclose()
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(503, headers={"Retry-After": "2"}, content=b"busy")
+
+    post = poster(httpx.MockTransport(handler))
+    reply = await post("http://model/v1/x", b"{}", [("x-request-id", "r-4")], {"read": 3.0})
+    assert (reply.status, reply.headers.get("retry-after"), reply.body) == (503, "2", b"busy")
+    assert seen[0].headers["x-request-id"] == "r-4"
+    assert seen[0].content == b"{}"
+    assert seen[0].extensions["timeout"] == {"read": 3.0}
