@@ -58,6 +58,16 @@ class HttpClientConfig(BaseModel):
     verify_tls: bool = True
     """Verify the server's TLS certificate (https only)."""
 
+    def timeouts(self) -> dict[str, float | None]:
+        """The timeouts as httpx's ``timeout`` extension (what a ``Post``
+        takes; ``AiohttpTransport`` maps them onto aiohttp's)."""
+        return {
+            "connect": self.connect_timeout_s,
+            "read": self.read_timeout_s,
+            "write": self.write_timeout_s,
+            "pool": self.pool_timeout_s,
+        }
+
 
 def make_transport(config: HttpClientConfig | None = None) -> AiohttpTransport:
     """An aiohttp transport sized by ``config``.  Its aiohttp session is

@@ -163,15 +163,9 @@ class OpenAIBackend:
             encoding=self._header_encoding,
         )
         self._cold_headers = common
-        http = config.http
         # The transport reads these per request (AiohttpTransport: connect ->
         # sock_connect, read -> sock_read, pool -> aiohttp's connect budget).
-        self._timeouts: dict[str, float | None] = {
-            "connect": http.connect_timeout_s,
-            "read": http.read_timeout_s,
-            "write": http.write_timeout_s,
-            "pool": http.pool_timeout_s,
-        }
+        self._timeouts = config.http.timeouts()
         self._extensions: dict[str, Any] = {"timeout": self._timeouts}
 
     # -- ModelBackend ----------------------------------------------------------

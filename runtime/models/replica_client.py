@@ -16,7 +16,7 @@ any model API.  Must not import agents, tools or aggregators.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -31,7 +31,11 @@ from agentrt.runtime.errors import (
     MalformedReply,
     RateLimited,
 )
-from agentrt.runtime.models.http import TransportFailure, classify_transport_error
+from agentrt.runtime.models.http import (
+    Post,
+    TransportFailure,
+    classify_transport_error,
+)
 from agentrt.runtime.models.replicas import Replica, ReplicaSet
 from agentrt.runtime.models.retry import (
     TIMER_SLACK_S,
@@ -87,6 +91,8 @@ class ReplicaClient:
         self._admin_timeout_s = admin_timeout_s
         self._log = log
         self.http: httpx.AsyncClient | None = None
+        self.post: Post | None = None
+        """The whole-reply POST on ``http``'s transport (``poster``)."""
 
     def _client(self) -> httpx.AsyncClient:
         if self.http is None:
@@ -245,14 +251,20 @@ class ReplicaClient:
             )
         return TransientError(MalformedReply(f"not HTTP while {phase}: {reason}", **where))
 
-    def status_error(self, response: httpx.Response, url: str, hint_404: str = "") -> Exception:
-        """The error for a non-200 reply (a ``TransientError`` when the
-        policy retries its status); the body must have been read."""
-        status = response.status_code
-        message = error_message(response.content)
+    def status_error(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        url: str,
+        hint_404: str = "",
+    ) -> Exception:
+        """The error for a non-200 reply (``headers``: case-insensitive): a
+        ``TransientError`` when the policy retries its status."""
+        message = error_message(body)
         where = {"backend": self.backend, "endpoint": url}
         if status == 429 or self.policy.is_retryable_status(status):
-            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            retry_after = parse_retry_after(headers.get("retry-after"))
             error: BackendError
             if status == 429:
                 error = RateLimited(

@@ -34,7 +34,12 @@ from agentrt.runtime.errors import (
 )
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.models.base import StreamDelta
-from agentrt.runtime.models.http import HttpClientConfig, make_http_client, make_transport
+from agentrt.runtime.models.http import (
+    HttpClientConfig,
+    make_http_client,
+    make_transport,
+    poster,
+)
 from agentrt.runtime.models.replica_client import ReplicaClient
 from agentrt.runtime.models.replicas import Replica, ReplicaSet, ReplicaStatus
 from agentrt.runtime.models.retry import (
@@ -59,7 +64,7 @@ from agentrt.runtime.models.sse import SSEDecoder
 
 __all__ = ["SGLangBackend", "SGLangBackendConfig", "affinity_key"]
 
-_JSON = {"content-type": "application/json", "accept": "application/json"}
+_JSON = (("content-type", "application/json"), ("accept", "application/json"))
 _SSE = {"content-type": "application/json", "accept": "text/event-stream"}
 _HINT_404 = " (is this SGLang's native API? /generate is missing)"
 
@@ -148,6 +153,7 @@ class SGLangBackend:
         self._config = config
         self._name = config.name
         self._custom_transport = transport
+        self._timeouts = config.http.timeouts()
         self._log = get_logger(__name__, backend=self._name)
         self._replicas = ReplicaSet(
             config.urls,
@@ -213,6 +219,7 @@ class SGLangBackend:
         self._state = _State.OPENED
         transport = self._custom_transport or make_transport(self._config.http)
         self._rc.http = make_http_client(self._config.http, transport=transport)
+        self._rc.post = poster(transport)
         try:
             await self._rc.health()
             if self._model is None:
@@ -247,7 +254,7 @@ class SGLangBackend:
             # Leaves the health-check task group: must be the innermost scope.
             await self._stack.aclose()
         finally:
-            client, self._rc.http = self._rc.http, None
+            client, self._rc.http, self._rc.post = self._rc.http, None, None
             if client is not None:
                 with anyio.CancelScope(shield=True):
                     await client.aclose()
@@ -351,19 +358,21 @@ class SGLangBackend:
         return await self._rc.call(affinity_key, lambda r: self._generate_once(r, data))
 
     async def _generate_once(self, replica: Replica, body: bytes) -> list[GenerateOutput]:
-        client = self._opened()
+        self._opened()
+        post = self._rc.post
+        assert post is not None  # set with the client
         url = f"{replica.url}/generate"
         try:
-            response = await client.post(url, content=body, headers=_JSON)
+            reply = await post(url, body, _JSON, self._timeouts)
         except Exception as exc:
             raise self._rc.transport_error(exc, replica, url, "waiting for the reply") from exc
-        if response.status_code != 200:
-            raise self._rc.status_error(response, url, _HINT_404)
+        if reply.status != 200:
+            raise self._rc.status_error(reply.status, reply.headers, reply.body, url, _HINT_404)
         try:
-            decoded = reply_decoder.decode(response.content)
+            decoded = reply_decoder.decode(reply.body)
         except msgspec.DecodeError as exc:
             raise MalformedReply(
-                f"not a /generate reply ({exc}): {response.content[:200]!r}",
+                f"not a /generate reply ({exc}): {reply.body[:200]!r}",
                 backend=self._name,
                 endpoint=url,
             ) from None
@@ -454,8 +463,10 @@ class SGLangBackend:
             raise self._rc.transport_error(exc, replica, url, "sending the request") from exc
         try:
             if response.status_code != 200:
-                await response.aread()
-                raise self._rc.status_error(response, url, _HINT_404)
+                data = await response.aread()
+                raise self._rc.status_error(
+                    response.status_code, response.headers, data, url, _HINT_404
+                )
             decoder = SSEDecoder()
             chunks = response.aiter_raw()
             while True:
