@@ -21,15 +21,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, final
 import anyio
 
 from agentrt._version import __version__
-from agentrt.protocols import Budget, RunResult, ScalingSpec, to_builtins
-from agentrt.runtime.actors import ActorError
 from agentrt.runtime.cli.flags import add_placement_arguments
 from agentrt.runtime.errors import AgentrtError, UserError
-from agentrt.runtime.log import configure_logging
-from agentrt.runtime.pricing import usd_text
 
 if TYPE_CHECKING:
     from agentrt.agents.recording import EventSink
+    from agentrt.protocols import RunResult
     from agentrt.runtime.cli.progress import ProgressDisplay
     from agentrt.runtime.cli.tally import RolloutTally
 
@@ -109,6 +106,8 @@ class Output:
                 )
         if len(result.summaries) > 1 and result.answer is not None:
             self.line(f"answer: {result.answer}")
+        from agentrt.runtime.pricing import usd_text
+
         cost = result.cost
         money = usd_text(cost.usd)  # none when no model of the run has a price
         self.line(
@@ -143,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0911 - one exit code
     if args.command is None:
         out.problem(f"no command given (see `{_PROG} --help`)")
         return 2
+    # Imported once a command runs: ``--help`` and usage errors need neither.
+    from agentrt.runtime.actors import ActorError
+    from agentrt.runtime.log import configure_logging
+
     configure_logging(args.log_level)
     try:
         code: int = args.handler(args, out)
@@ -352,6 +355,7 @@ def _build_parser() -> _Parser:
 
 
 def _run_command(args: argparse.Namespace, out: Output) -> int:
+    from agentrt.protocols import Budget, ScalingSpec, to_builtins
     from agentrt.runtime.cli.run import agent_specs, open_runtime, with_default_model
     from agentrt.runtime.cli.tally import RolloutTally
     from agentrt.runtime.cli.trajectory_data import TrajectoryRecorder, export_run
@@ -430,6 +434,8 @@ def _eval_main(argv: list[str]) -> int:
 
     args = build_parser(f"{_PROG} eval").parse_args(argv)
     out = Output()
+    from agentrt.runtime.log import configure_logging
+
     configure_logging("WARNING")
     try:
         anyio.run(

@@ -61,6 +61,24 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"agentrt {__version__}"
 
 
+def test_help_imports_neither_the_runtime_nor_its_heavy_dependencies() -> None:
+    # ``agentrt --help`` stays fast (issue 11: <= 0.5 s) when the command
+    # line module loads the actor kernel, logging, pricing and the protocols
+    # only once a command runs.
+    probe = (
+        "import sys\n"
+        "from agentrt.runtime.cli import main\n"
+        "code = main(['--help'])\n"
+        "heavy = ['agentrt.runtime.actors', 'agentrt.runtime.pricing', 'agentrt.protocols',\n"
+        "         'structlog', 'pydantic', 'msgspec', 'aiohttp']\n"
+        "print(code, [m for m in heavy if m in sys.modules])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip().splitlines()[-1] == "0 []"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
