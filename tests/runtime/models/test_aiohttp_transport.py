@@ -156,13 +156,23 @@ async def test_the_read_timeout_extension_applies(server: str) -> None:
     assert classify_transport_error(caught.value) is TransportFailure.TIMEOUT
 
 
-async def test_a_refused_connection_is_an_httpx_error_with_its_cause() -> None:
+@pytest.mark.parametrize("via", ["httpx", "post"])
+async def test_a_refused_connection_is_an_httpx_error_with_its_cause(via: str) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    async with httpx.AsyncClient(transport=make_transport()) as client:
+    url = f"http://127.0.0.1:{port}/"
+    transport = make_transport()
+    sending = (
+        transport.post(url, b"", [])
+        if via == "post"
+        else transport.handle_async_request(httpx.Request("GET", url))
+    )
+    try:
         with pytest.raises(httpx.TransportError) as caught:
-            await client.get(f"http://127.0.0.1:{port}/")
+            await sending
+    finally:
+        await transport.aclose()
     assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
     assert classify_transport_error(caught.value) is TransportFailure.CONNECT
 
@@ -213,20 +223,6 @@ async def test_post_applies_the_read_timeout_and_raises_httpx_errors(server: str
         await transport.aclose()
     assert isinstance(caught.value.__cause__, aiohttp.ClientError)
     assert classify_transport_error(caught.value) is TransportFailure.TIMEOUT
-
-
-async def test_post_to_a_refused_port_is_a_connect_failure() -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    transport = make_transport()
-    try:
-        with pytest.raises(httpx.TransportError) as caught:
-            await transport.post(f"http://127.0.0.1:{port}/", b"", [])
-    finally:
-        await transport.aclose()
-    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
-    assert classify_transport_error(caught.value) is TransportFailure.CONNECT
 
 
 async def test_a_post_cancelled_mid_body_drops_the_connection(server: str) -> None:
