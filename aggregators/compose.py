@@ -20,6 +20,7 @@ from agentrt.aggregators.pdr import MAX_K, MAX_M, MAX_ROUNDS, ParallelDistillRef
 from agentrt.aggregators.rtv import MAX_GROUP, MAX_VOTES, RecursiveTournament
 from agentrt.aggregators.verified import VerifiedFirst
 from agentrt.aggregators.vote import NORMALIZERS, MajorityVote, Normalizer, WeightedVote, chain
+from agentrt.protocols.codec import whole_numbers
 from agentrt.runtime.errors import ConfigError
 
 #: Most tokens a judge reply may take.
@@ -189,14 +190,16 @@ def parse_config(
     raw: Mapping[str, Any], where: str = "aggregate", *, strict: bool = False
 ) -> AggregatorConfig:
     """Validate one aggregator's configuration (``strict``: no type coercion,
-    so ``"2"`` is not an integer: what a published schema promises)."""
+    so ``"2"`` is not an integer: what a published schema promises; as in
+    JSON Schema, a number with no fractional part, ``59.0``, is one)."""
     name = raw.get("name")
     if name not in NAMES:
         raise ConfigError(
             f"unknown aggregator {name!r}; known: {', '.join(NAMES)}", where=f"{where}.name"
         )
     try:
-        return _adapter.validate_python(dict(raw), strict=strict)
+        given = whole_numbers(dict(raw)) if strict else dict(raw)
+        return _adapter.validate_python(given, strict=strict)
     except ValidationError as exc:
         problems = "; ".join(_problem(e) for e in exc.errors())
         raise ConfigError(problems, where=f"{where} ({name})") from None

@@ -38,6 +38,22 @@ def decode_event(data: bytes | str) -> Event:
     return _event_decoder.decode(data)
 
 
+_WHOLE_LIMIT = (1 << 63) - 1
+
+
+def whole_numbers(value: Any) -> Any:
+    """``value`` (decoded JSON) with every float that has no fractional
+    part, within 64 bits, made an int: JSON does not tell 130.0 from 130,
+    and JSON Schema's ``integer`` takes both."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= _WHOLE_LIMIT else value
+    if isinstance(value, list):
+        return [whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: whole_numbers(v) for k, v in value.items()}
+    return value
+
+
 def to_builtins(value: object) -> Any:
     """Convert a wire type to dicts/lists/str (for JSON APIs and templates)."""
     return msgspec.to_builtins(value)

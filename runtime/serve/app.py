@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentrt._version import __version__
 from agentrt.protocols import RunRequest, RunStatus, TokenDelta
 from agentrt.protocols.api import AgentList, ApiError, ElicitationAnswer, McpAuthorizationList
+from agentrt.protocols.codec import whole_numbers
 from agentrt.runtime.engine.configfile import exact_origin
 from agentrt.runtime.log import get_logger
 from agentrt.runtime.serve.bridge import RunService
@@ -247,18 +248,6 @@ def _handled(handler: Handler) -> Handler:
     return run
 
 
-def _whole_numbers(value: Any) -> Any:
-    """``value`` with every integral float an int: JSON does not tell 130.0
-    from 130 (nor does the OpenAPI document's ``integer``)."""
-    if isinstance(value, float):
-        return int(value) if value.is_integer() and abs(value) <= MAX_EVENT_ID else value
-    if isinstance(value, list):
-        return [_whole_numbers(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _whole_numbers(v) for k, v in value.items()}
-    return value
-
-
 async def read_json(request: Request, type_: type[Any], *, max_depth: int) -> Any:
     """The request body decoded as ``type_``, or a 400/422 naming the field
     (its size and time are bounded by the ``Guard``; its nesting here)."""
@@ -273,7 +262,7 @@ async def read_json(request: Request, type_: type[Any], *, max_depth: int) -> An
             return msgspec.json.decode(bytes(body), type=type_)
         except msgspec.ValidationError:
             try:  # 130.0 for an integer: again with integral floats as ints
-                return msgspec.convert(_whole_numbers(msgspec.json.decode(bytes(body))), type_)
+                return msgspec.convert(whole_numbers(msgspec.json.decode(bytes(body))), type_)
             except msgspec.ValidationError:
                 pass
             raise  # the first error: its path names the field

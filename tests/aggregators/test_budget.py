@@ -81,6 +81,21 @@ async def test_a_metered_rtv_at_its_largest_v_stops_at_a_call_cap() -> None:
     assert result.answer == "a0"  # votes went to each group's first: r0, r2, r4, r6
 
 
+def test_strict_options_take_json_schema_integers_and_nothing_looser() -> None:
+    # What the daemon checks a request's options with: the published schema
+    # says integer, and JSON Schema counts 59.0 as one (a fuzzer found it
+    # refused); a string or a fraction is still not an integer.
+    parsed = parse_config({"name": "aggagent", "max_turns": 59.0}, strict=True)
+    assert getattr(parsed, "max_turns", None) == 59
+    nested = parse_config(
+        {"name": "pdr", "rounds": 2.0, "judge": {"temperature": 1.0}}, strict=True
+    )
+    assert getattr(nested, "rounds", None) == 2
+    for bad in ("59", 59.5, True):
+        with pytest.raises(ConfigError, match=r"max_turns: "):
+            parse_config({"name": "aggagent", "max_turns": bad}, strict=True)
+
+
 def test_options_past_their_bounds_are_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"aggregate \(rtv\): v: .*less than or equal to 64"):
         parse_config({"name": "rtv", "v": 100_000})
