@@ -103,12 +103,7 @@ def make_http_client(
     new one from :func:`make_transport`) with ``config``'s timeouts.
     Closing the client closes the transport."""
     cfg = config or HttpClientConfig()
-    timeout = httpx.Timeout(
-        connect=cfg.connect_timeout_s,
-        read=cfg.read_timeout_s,
-        write=cfg.write_timeout_s,
-        pool=cfg.pool_timeout_s,
-    )
+    timeout = httpx.Timeout(**cfg.timeouts())
     return httpx.AsyncClient(
         transport=transport or make_transport(cfg),
         base_url=base_url,
