@@ -34,7 +34,10 @@ CHAT = "/v1/chat/completions"
 
 @pytest.fixture
 def sim_url() -> Iterator[str]:
-    config = SimServerConfig(ttft_ms=150, token_ms=1, tool_rounds=5, answer="answer", seed=11)
+    # Half a second a call: a round of four calls is in flight long enough to
+    # be cut by a kill, and a resumed run's rounds outlast its restart (at
+    # 150 ms, a run could finish its last calls before /readyz answered).
+    config = SimServerConfig(ttft_ms=500, token_ms=1, tool_rounds=5, answer="answer", seed=11)
     proc, url = start_sim_server_process(config, stderr=subprocess.DEVNULL)
     try:
         yield url
@@ -48,6 +51,10 @@ def sim_url() -> Iterator[str]:
 def _served(sim_url: str) -> int:
     stats = httpx.get(f"{sim_url}/sim/stats", timeout=10).json()
     return int(stats["requests"].get(CHAT, 0))
+
+
+def _status(url: str, run_id: str) -> str:
+    return str(httpx.get(f"{url}/v1/runs/{run_id}", timeout=10).json()["run"]["status"])
 
 
 def _journal(db: Path) -> tuple[int, int]:
@@ -108,18 +115,23 @@ stop_on = []
         assert response.status_code == 201, response.text
         run_id = response.json()["run_id"]
         kills = 0
+        # What the server had taken at the last kill: the next incarnation's
+        # calls are the ones after it (sampling afresh after a restart would
+        # miss calls the resumed run sent before /readyz answered).
+        at_kill = 0
         for _ in range(5):
-            # Kill while calls are in flight: the server has taken some.
-            before = _served(sim_url)
+            # Kill while calls are in flight: this incarnation sent some.
             give_up = time.monotonic() + 30
-            while _served(sim_url) == before and time.monotonic() < give_up:
+            while _served(sim_url) == at_kill and time.monotonic() < give_up:
+                if _status(url, run_id) in TERMINAL:
+                    break  # the cap is spent: no call is coming
                 time.sleep(0.01)
             time.sleep(rng.uniform(0.02, 0.12))
-            info = httpx.get(f"{url}/v1/runs/{run_id}", timeout=10).json()
-            if info["run"]["status"] in TERMINAL:
+            if _status(url, run_id) in TERMINAL:
                 break
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
+            at_kill = _served(sim_url)
             kills += 1
             proc = daemon_kit.start_serve(config, port, log)
         deadline = time.monotonic() + 90
