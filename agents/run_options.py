@@ -12,7 +12,6 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final
 
-import jsonschema
 import msgspec
 
 from agentrt.protocols import RunOptions, SamplingParams, ToolCall, ToolSpec
@@ -91,6 +90,8 @@ def schema_instructions(schema: dict[str, Any]) -> str:
 
 def check_schema(schema: dict[str, Any], *, where: str) -> None:
     """A ``ConfigError`` naming ``where`` when ``schema`` is not a JSON schema."""
+    import jsonschema  # only a run with a response schema needs it
+
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -108,6 +109,8 @@ def structured_answer(schema: dict[str, Any], text: str) -> tuple[str, str | Non
         value = json.loads(body)
     except json.JSONDecodeError as exc:
         return body, f"the answer is not JSON: {exc}"
+    import jsonschema  # as in check_schema
+
     error = jsonschema.exceptions.best_match(
         jsonschema.validators.validator_for(schema)(schema).iter_errors(value)
     )

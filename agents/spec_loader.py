@@ -13,9 +13,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from agentrt.agents.spec import (
@@ -29,6 +28,9 @@ from agentrt.agents.spec import (
 )
 from agentrt.agents.spec_yaml import Loc, SpecError, SpecProblem, locate, parse_yaml, problems_from
 from agentrt.tools.mcp.config import HttpServerConfig, StdioServerConfig
+
+if TYPE_CHECKING:
+    import yaml
 
 ServerConfig = StdioServerConfig | HttpServerConfig
 

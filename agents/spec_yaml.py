@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
-import yaml
 from pydantic import ValidationError
 
 from agentrt.runtime.errors import ConfigError
+
+if TYPE_CHECKING:
+    import yaml  # loaded by the functions that read a document: a run needs none
 
 Loc = tuple[str | int, ...]
 """A location in a document: keys and list indexes."""
@@ -73,6 +75,8 @@ class SpecError(ConfigError):
 def parse_yaml(text: str, file: str) -> tuple[Any, yaml.Node | None]:
     """The document's data and its node tree; ``SpecError`` with the line
     of a syntax error or a duplicate key.  An empty document is ``None``."""
+    import yaml  # see the note at the imports
+
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -109,6 +113,8 @@ def _duplicate_keys(
 ) -> Iterable[tuple[yaml.ScalarNode, yaml.ScalarNode, str]]:
     """(duplicate key node, first key node, path of the mapping) for each
     repeated key; aliases are followed once."""
+    import yaml
+
     seen: set[int] = set()
     stack: list[tuple[yaml.Node, str]] = [(root, "")]
     while stack:
@@ -144,6 +150,8 @@ def locate(
     union tags, validator names, ``skip``) are passed over; a last key that
     is absent (a missing key) is named at its mapping's line.  The line of
     a mapping's key is given for the key and its value alike."""
+    import yaml
+
     node = root
     line = None if root is None else root.start_mark.line + 1
     path = ""

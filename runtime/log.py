@@ -12,9 +12,13 @@ import contextvars
 import logging
 import sys
 from collections.abc import Mapping, MutableMapping
+from types import MappingProxyType
 from typing import Any, Final, TextIO, cast, final
 
-import structlog
+# structlog (and rich, which its console renderer imports when installed)
+# loads when an entry point configures logging, not with the library: an
+# application that embeds agentrt and logs through the standard library
+# never pays for it (about 6,500 objects the collector walks, and import time).
 
 _configured = False
 _handler: logging.Handler | None = None
@@ -49,6 +53,20 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+_NOTHING_BOUND: Final[Mapping[str, Any]] = MappingProxyType({})
+_bound: Final = contextvars.ContextVar[Mapping[str, Any]](
+    "agentrt_log_context", default=_NOTHING_BOUND
+)
+"""What ``log_context`` bound in the current task (and the tasks it started)."""
+
+
+def _merge_bound(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A structlog processor: the ``log_context`` values under the record's own."""
+    for key, value in _bound.get().items():
+        event.setdefault(key, value)
+    return event
+
+
 def _record_name(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """A stdlib record's logger name under the key agentrt's own lines use."""
     record = event.get("_record")
@@ -66,6 +84,8 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     global _configured, _handler  # noqa: PLW0603 - process-wide logging is process-wide by nature
     if _configured:
         return
+    import structlog  # see the note at the imports
+
     use_json = (not sys.stderr.isatty()) if json is None else json
     renderer: Any = (
         structlog.processors.JSONRenderer()
@@ -74,7 +94,8 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     )
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
+        _merge_bound,
+        structlog.contextvars.merge_contextvars,  # what an application bound through structlog
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
@@ -119,7 +140,8 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
 def reset_logging() -> None:
     """Forget the configuration (tests use this)."""
     global _configured, _handler  # noqa: PLW0603
-    structlog.reset_defaults()
+    if "structlog" in sys.modules:  # else nothing configured it
+        sys.modules["structlog"].reset_defaults()
     if _handler is not None:
         logging.getLogger().removeHandler(_handler)
         _handler = None
@@ -147,13 +169,16 @@ class _Logger:
 
     def _emit(self, level: int, event: str, fields: dict[str, Any]) -> None:
         if _configured:
+            import structlog  # loaded already, by configure_logging
+
             bound = structlog.get_logger(logger_name=self._name, **self._context)
             getattr(bound, logging.getLevelName(level).lower())(event, **fields)
             return
         std = logging.getLogger(self._name)
         if std.isEnabledFor(level):
             exc_info = fields.pop("exc_info", None)
-            detail = " ".join(f"{k}={v!r}" for k, v in {**self._context, **fields}.items())
+            context = {**_bound.get(), **self._context, **fields}
+            detail = " ".join(f"{k}={v!r}" for k, v in context.items())
             std.log(level, "%s %s", event, detail, exc_info=exc_info)
 
     def debug(self, event: str, **fields: Any) -> None:
@@ -184,19 +209,19 @@ class _LogContext:
     """``log_context``'s manager: the variables' tokens, reset on exit (a
     class, not a generator: a rollout keeps one alive for its whole life)."""
 
-    __slots__ = ("_context", "_tokens")
+    __slots__ = ("_context", "_token")
 
     def __init__(self, context: dict[str, Any]) -> None:
         self._context = context
-        self._tokens: Mapping[str, contextvars.Token[Any]] | None = None
+        self._token: contextvars.Token[Mapping[str, Any]] | None = None
 
     def __enter__(self) -> None:
-        self._tokens = structlog.contextvars.bind_contextvars(**self._context)
+        self._token = _bound.set({**_bound.get(), **self._context})
 
     def __exit__(self, *exc: object) -> None:
-        tokens, self._tokens = self._tokens, None
-        if tokens:
-            structlog.contextvars.reset_contextvars(**tokens)
+        token, self._token = self._token, None
+        if token is not None:
+            _bound.reset(token)
 
 
 def get_logger(name: str | None = None, **context: Any) -> Any:

@@ -18,15 +18,19 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Protocol, final, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, final, runtime_checkable
 
 import msgspec
-from jsonschema import exceptions as jsonschema_exceptions
-from jsonschema.protocols import Validator
-from jsonschema.validators import Draft202012Validator, validator_for
 
 from agentrt.runtime.errors import ConfigError
 from agentrt.tools.base import ToolContent, ToolOutput
+
+if TYPE_CHECKING:
+    # jsonschema (about 4,000 objects) loads with the first schema a tool
+    # registry compiles: function tools, which validate with pydantic, and
+    # an application that never registers a schema'd tool do without it.
+    from jsonschema import exceptions as jsonschema_exceptions
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "ArgumentChecker",
@@ -142,6 +146,8 @@ def _problems_of(error: jsonschema_exceptions.ValidationError) -> list[ArgumentP
 
 
 def _compile(schema: Mapping[str, Any]) -> Validator:
+    from jsonschema.validators import Draft202012Validator, validator_for
+
     cls = validator_for(schema, default=Draft202012Validator)
     cls.check_schema(dict(schema))
     return cls(schema)
@@ -165,6 +171,8 @@ class SchemaValidator:
     __slots__ = ("_validator",)
 
     def __init__(self, schema: Mapping[str, Any], *, where: str) -> None:
+        from jsonschema import exceptions as jsonschema_exceptions
+
         try:
             key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
         except (TypeError, ValueError):  # not JSON: compile it uncached

@@ -77,6 +77,41 @@ def test_a_log_context_binds_for_its_block_and_restores_what_was_bound() -> None
     ]
 
 
+def test_a_log_context_reaches_an_application_logging_setup() -> None:
+    # Unconfigured (an embedding application's own logging): the bound
+    # run and rollout ids are in the record too, inner values winning.
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+        "from agentrt.runtime.log import get_logger, log_context\n"
+        "log = get_logger('t')\n"
+        "with log_context(run_id='outer'):\n"
+        "    with log_context(run_id='inner', rollout_id='x'):\n"
+        "        log.info('in', n=1)\n"
+        "    log.info('back')\n"
+        "log.info('out')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "in run_id='inner' rollout_id='x' n=1",
+        "back run_id='outer'",
+        "out ",
+    ]
+
+
+def test_the_runtime_loads_neither_structlog_nor_optional_parsers() -> None:
+    # Issue 11: structlog (and rich), jsonschema and PyYAML load when a
+    # command configures logging, a schema'd tool or a response schema is
+    # compiled, or a spec file is read: not with ``from agentrt import Runtime``.
+    probe = (
+        "import sys\n"
+        "from agentrt import Runtime\n"
+        "print([m for m in ('structlog', 'jsonschema', 'yaml') if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_importing_agentrt_configures_nothing() -> None:
     code = (
         "import structlog, agentrt, agentrt.protocols, agentrt.runtime.log\n"
