@@ -85,8 +85,8 @@ class _Turn(msgspec.Struct, gc=False):
     # that refers back to it.
     step: int
     assistant: AssistantMessage
-    results: list[ToolResult]
-    messages: list[ChatMessage] = []
+    results: tuple[ToolResult, ...]
+    messages: tuple[ChatMessage, ...] = ()
     tokens: int = 0
     feedback: str | None = None
     """A user message after the tool results (an answer sent back)."""
@@ -175,9 +175,9 @@ class ContextWindow:
         self, step: int, assistant: AssistantMessage, results: Sequence[ToolResult]
     ) -> None:
         """Append a step's assistant message and its tool results (in call
-        order).  A list of results is kept as it is (the loop's step record
-        holds the same list; neither is changed afterwards)."""
-        kept = results if isinstance(results, list) else list(results)
+        order).  A tuple of results is kept as it is (the loop's step record
+        holds the same tuple)."""
+        kept = results if isinstance(results, tuple) else tuple(results)
         turn = _Turn(step=step, assistant=assistant, results=kept)
         self._render(turn)
         self._turns.append(turn)
@@ -191,7 +191,7 @@ class ContextWindow:
         turn.feedback = text
         message = UserMessage(content=text)
         tokens = message_tokens(message, self.estimate_text)
-        turn.messages.append(message)
+        turn.messages = (*turn.messages, message)
         turn.tokens += tokens
         self._messages.append(message)
         self._tokens += tokens
@@ -212,7 +212,7 @@ class ContextWindow:
                 )
         if turn.feedback is not None:
             messages.append(UserMessage(content=turn.feedback))
-        turn.messages = messages
+        turn.messages = tuple(messages)
         tokens = 0
         for message in messages:  # a loop, not sum(): no generator resumed per message
             tokens += message_tokens(message, self.estimate_text)
@@ -256,7 +256,7 @@ class ContextWindow:
                     reasoning_content=turn.assistant.reasoning_content,
                     name=turn.assistant.name,
                 )
-                turn.results = [r for r in turn.results if r.call_id not in corrected]
+                turn.results = tuple([r for r in turn.results if r.call_id not in corrected])
                 self._render(turn)
             kept.append(turn)
         kept.reverse()

@@ -94,6 +94,25 @@ class _Pending:
     started: float
     reply: ModelReply | None = None
 
+    def record(
+        self,
+        *,
+        reply: ModelReply | None = None,
+        tool_results: tuple[ToolResult, ...] = (),
+        error: str | None = None,
+    ) -> Step:
+        """The step as the trajectory keeps it, timed to now."""
+        return Step(
+            index=self.index,
+            messages=tuple(self.messages),
+            reply=reply,
+            tool_results=tool_results,
+            routing=self.routing,
+            started_at=self.started_at,
+            duration_s=time.perf_counter() - self.started,
+            error=error,
+        )
+
 
 class Rollout:
     """One rollout of ``agent``; ``Agent.run`` builds it and calls ``run`` once.
@@ -276,17 +295,7 @@ class Rollout:
     async def _finish(self, status: TrajectoryStatus, reason: str) -> RolloutResult:
         pending, self.pending = self.pending, None
         if pending is not None:
-            self.steps.append(
-                Step(
-                    index=pending.index,
-                    messages=pending.messages,
-                    reply=pending.reply,
-                    routing=pending.routing,
-                    started_at=pending.started_at,
-                    duration_s=time.perf_counter() - pending.started,
-                    error=reason,
-                )
-            )
+            self.steps.append(pending.record(reply=pending.reply, error=reason))
         cost = Cost(
             usd=self.spent.usd,
             usage=self.spent.usage,
@@ -466,16 +475,7 @@ class Rollout:
                 )
             )
             self.pending = None
-            await self._record(
-                Step(
-                    index=pending.index,
-                    messages=pending.messages,
-                    routing=decision,
-                    started_at=pending.started_at,
-                    duration_s=time.perf_counter() - pending.started,
-                    error=text,
-                )
-            )
+            await self._record(pending.record(error=text))
             return "failed", f"model call failed: {text}"
         pending.reply = reply
         return reply
@@ -561,7 +561,7 @@ class Rollout:
         index, message = pending.index, reply.message
         calls = message.tool_calls
         emitter = self.agent.emitter
-        results: list[ToolResult] = []
+        results: tuple[ToolResult, ...] = ()
         answer: str | None = None
         budget_exceeded: str | None = None
         if calls and self.client_tools:
@@ -615,17 +615,7 @@ class Rollout:
         self.pending = None
         if self.agent.memory is not None:
             await self._offer_to_memory(index, message, results)
-        await self._record(
-            Step(
-                index=index,
-                messages=pending.messages,
-                reply=reply,
-                tool_results=results,
-                routing=pending.routing,
-                started_at=pending.started_at,
-                duration_s=time.perf_counter() - pending.started,
-            )
-        )
+        await self._record(pending.record(reply=reply, tool_results=results))
         fired = (
             self.signals.observe(index, message, results, reply)
             if self.signals is not None
@@ -668,18 +658,9 @@ class Rollout:
         """The model called the client's tools: the step is recorded without
         running anything (the agent's own calls in that reply are not run
         either); the caller runs the calls and continues the conversation."""
-        self.window.add_turn(pending.index, reply.message, [])
+        self.window.add_turn(pending.index, reply.message, ())
         self.pending = None
-        await self._record(
-            Step(
-                index=pending.index,
-                messages=pending.messages,
-                reply=reply,
-                routing=pending.routing,
-                started_at=pending.started_at,
-                duration_s=time.perf_counter() - pending.started,
-            )
-        )
+        await self._record(pending.record(reply=reply))
         self.answer = client_calls_answer(calls)
         return "finished", CLIENT_TOOL_STOP
 

@@ -107,8 +107,8 @@ class PreparedCall:
 class CallsOutcome:
     """What one assistant message's tool calls produced."""
 
-    results: list[ToolResult]
-    """In call order."""
+    results: tuple[ToolResult, ...]
+    """In call order (a tuple: the step record keeps it as it is)."""
     answer: str | None = None
     """Set when the finish tool was called with valid arguments."""
     budget_exceeded: str | None = None
@@ -257,7 +257,7 @@ class Toolbox:
             result = await self._invoke(prepared, context, batch)
             if not calls[1:]:  # the message's only call
                 return CallsOutcome(
-                    results=[result],
+                    results=(result,),
                     budget_exceeded=batch.budget[0] if batch.budget else None,
                     crashed=batch.crashed or (),
                 )
@@ -286,7 +286,7 @@ class Toolbox:
                         index,
                         name=f"tool {call.function.name} ({call.id})",
                     )
-        done = [r for r in batch.results if r is not None]
+        done = tuple([r for r in batch.results if r is not None])
         assert len(done) == len(calls), "every call has a result once the group exits"
         return CallsOutcome(
             results=done,

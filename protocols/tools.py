@@ -33,9 +33,11 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
         }
 
 
-class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
+class ToolResult(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The outcome of one tool call.  ``is_error`` results go back to the
-    model as text it can act on; they are data, not exceptions."""
+    model as text it can act on; they are data, not exceptions.  (Not
+    tracked by the cyclic collector: its fields are strings and numbers, so
+    it can take part in no cycle.)"""
 
     call_id: str
     name: str

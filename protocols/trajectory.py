@@ -39,12 +39,18 @@ class RoutingDecision(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
 class Step(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """One step of a rollout: the request context, the reply, the tool
-    results and the routing decision, with timings."""
+    results and the routing decision, with timings.
+
+    ``messages`` and ``tool_results`` are tuples: a step is a record, and a
+    tuple of untracked values leaves the cyclic collector's lists at its
+    first collection, where a list would be walked at every full collection
+    for as long as the trajectory lives (the prompt of step k holds about
+    2k messages: a list per step makes that quadratic in the steps)."""
 
     index: int
-    messages: list[ChatMessage]
+    messages: tuple[ChatMessage, ...]
     reply: ModelReply | None = None
-    tool_results: list[ToolResult] = []
+    tool_results: tuple[ToolResult, ...] = ()
     routing: RoutingDecision | None = None
     started_at: float = 0.0
     duration_s: float = 0.0

@@ -242,8 +242,10 @@ async def test_continuations_resume_from_the_exact_prefix() -> None:
         assert [s.index for s in child.steps] == list(range(STEPS))
         assert child.cost.model_calls == STEPS - k
         first = by_id[f"{child.rollout_id}-{k}"]
-        assert first.messages == parent.steps[k].messages
-        assert first.messages[: len(parent.steps[k - 1].messages)] == parent.steps[k - 1].messages
+        # The request's list, the step record's tuple: the same messages.
+        assert tuple(first.messages) == parent.steps[k].messages
+        earlier = parent.steps[k - 1].messages
+        assert tuple(first.messages[: len(earlier)]) == earlier
         assert not any(f"{child.rollout_id}-{i}" in by_id for i in range(k))
     # Only the re-sampled steps and those after them were requested.
     assert len(backend.requests) - before == 2 * (STEPS - 1) + 2 * (STEPS - 2)

@@ -67,7 +67,7 @@ async def test_tool_rounds_against_the_sim_server() -> None:
     for step in tool_steps:
         assert len(step.tool_results) == 2
         assert not any(r.is_error for r in step.tool_results)
-    assert traj.steps[-1].tool_results == []
+    assert traj.steps[-1].tool_results == ()
     assert by_word.calls == [{"key": "x"}, {"key": "x"}]
     assert by_number.calls == [{"key": 1}, {"key": 1}]
     # Usage is what the server reported; later prompts reuse the cached prefix.

@@ -32,8 +32,8 @@ def traj(rid: str, answer: str, found: str) -> Trajectory:
             usage=Usage(prompt_tokens=50, completion_tokens=10),
             latency_s=0.0,
         )
-        results = [ToolResult(call_id=f"c{i}", name="search", content=tool)] if tool else []
-        return Step(index=i, messages=[], reply=reply, tool_results=results)
+        results = (ToolResult(call_id=f"c{i}", name="search", content=tool),) if tool else ()
+        return Step(index=i, messages=(), reply=reply, tool_results=results)
 
     steps = [
         step(0, "search for the population of the city", f"the population is {found}"),

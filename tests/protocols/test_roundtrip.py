@@ -38,9 +38,9 @@ _REPLY = p.ModelReply(
 )
 _STEP = p.Step(
     index=0,
-    messages=_MESSAGES,
+    messages=tuple(_MESSAGES),
     reply=_REPLY,
-    tool_results=[p.ToolResult(call_id="call_1", name="add", content="3")],
+    tool_results=(p.ToolResult(call_id="call_1", name="add", content="3"),),
     routing=p.RoutingDecision(model="smol", policy="cascade", reason="start small"),
 )
 _SUMMARY = p.TrajectorySummary(

@@ -40,16 +40,33 @@ def test_a_trajectory_and_what_it_holds_are_untracked() -> None:
     ]
     step = Step(
         index=0,
-        messages=prompt,
+        messages=tuple(prompt),
         reply=reply,
-        tool_results=[ToolResult(call_id="c1", name="add", content="2")],
+        tool_results=(ToolResult(call_id="c1", name="add", content="2"),),
         routing=RoutingDecision(model="m", policy="p", reason="r"),
     )
     trajectory = Trajectory(
         run_id="r", rollout_id="r-r0", agent="a", task="t", steps=[step], cost=Cost()
     )
     request = ModelRequest(messages=prompt)
-    for value in (call, message, reply, reply.choices[0], step, trajectory, request, Cost()):
+    result = step.tool_results[0]
+    for value in (
+        call,
+        message,
+        reply,
+        reply.choices[0],
+        step,
+        trajectory,
+        request,
+        Cost(),
+        result,
+    ):
         assert not gc.is_tracked(value), type(value).__name__
     # The lists inside are ordinary lists: still tracked, still freed.
-    assert gc.is_tracked(step.messages)
+    assert gc.is_tracked(message.tool_calls)
+    # A step's tuples hold only untracked values: the first collection
+    # drops them from the collector's lists (a list would stay, and be
+    # walked at every full collection while the trajectory lives).
+    gc.collect()
+    assert not gc.is_tracked(step.messages)
+    assert not gc.is_tracked(step.tool_results)

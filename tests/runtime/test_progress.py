@@ -53,7 +53,7 @@ def _step(index: int, prompt: int, completion: int) -> Step:
         usage=Usage(prompt_tokens=prompt, completion_tokens=completion),
         latency_s=0.01,
     )
-    return Step(index=index, messages=[], reply=reply)
+    return Step(index=index, messages=(), reply=reply)
 
 
 def _vote(round_: int, candidates: list[str], winner: str, votes: dict[str, int]) -> VoteCast:

@@ -60,7 +60,7 @@ def step(
     )
     return Step(
         index=index,
-        messages=[UserMessage(content="q")],
+        messages=(UserMessage(content="q"),),
         reply=reply,
         duration_s=duration,
         error=error,

@@ -106,17 +106,17 @@ async def test_the_store_refuses_a_step_committed_twice(tmp_path: Path) -> None:
     async with RunStore(tmp_path / "runs.db") as store:
         await store.create_run("run-1", RunRequest(task="t"))
         step = StepRecorded(
-            run_id="run-1", rollout_id="run-1-r0", step=Step(index=0, messages=[]), seq=1
+            run_id="run-1", rollout_id="run-1-r0", step=Step(index=0, messages=()), seq=1
         )
         await store.record(step)
         again = StepRecorded(
-            run_id="run-1", rollout_id="run-1-r0", step=Step(index=0, messages=[]), seq=2
+            run_id="run-1", rollout_id="run-1-r0", step=Step(index=0, messages=()), seq=2
         )
         with pytest.raises(StoreError, match="UNIQUE"):
             await store.record(again)
         await store.record(
             StepRecorded(
-                run_id="run-1", rollout_id="run-1-r0", step=Step(index=1, messages=[]), seq=3
+                run_id="run-1", rollout_id="run-1-r0", step=Step(index=1, messages=()), seq=3
             )
         )
         checkpoint = await store.checkpoint("run-1")
