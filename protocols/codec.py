@@ -55,5 +55,15 @@ def whole_numbers(value: Any) -> Any:
 
 
 def to_builtins(value: object) -> Any:
-    """Convert a wire type to dicts/lists/str (for JSON APIs and templates)."""
-    return msgspec.to_builtins(value)
+    """Convert a wire type to dicts/lists/str (for JSON APIs and templates):
+    a step's tuples become lists too (``msgspec.to_builtins`` keeps tuples,
+    which a JSON schema's ``array`` does not accept)."""
+    return _lists(msgspec.to_builtins(value))
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_lists(v) for v in value]
+    return value

@@ -162,3 +162,11 @@ def test_rollout_ids_read_back_as_they_were_made() -> None:
         RolloutId("run-1a", "r.3")
     with pytest.raises(ValueError, match="free of"):
         sub_rollout_id("run-1a-r3", "a.b")
+
+
+def test_to_builtins_gives_lists_for_a_steps_tuples() -> None:
+    plain = p.to_builtins(_STEP)
+    assert isinstance(plain["messages"], list)
+    assert plain["tool_results"] == [
+        {"call_id": "call_1", "name": "add", "content": "3", "is_error": False, "duration_s": 0.0}
+    ]

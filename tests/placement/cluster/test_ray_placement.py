@@ -115,7 +115,7 @@ def _plain(value: Any) -> Any:
     """A step or cost without what timing decides (times, cache hits)."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items() if k not in TIMING}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # to_builtins keeps a step's tuples
         return [_plain(v) for v in value]
     return value
 
