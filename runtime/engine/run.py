@@ -496,7 +496,14 @@ class RunExecution:
         backend = self._main_backend().name
         slot = self.rt.slot(backend)
         if slot is not None:
-            if slot.available_tokens < 1:
+            # Not ``async with``: its bound exit would stay alive for the
+            # whole rollout, in every running rollout's frame.  A free slot
+            # is taken at once: ``acquire`` would add a shielded checkpoint
+            # (a cancel scope and a loop iteration) per rollout, and the
+            # rollout reaches its first await soon after anyway.
+            try:
+                slot.acquire_nowait()
+            except anyio.WouldBlock:
                 await self.emitter.emit(
                     RolloutQueued(
                         run_id=self.run_id,
@@ -505,9 +512,7 @@ class RunExecution:
                         limit=int(slot.total_tokens),
                     )
                 )
-            # Not ``async with``: its bound exit would stay alive for the
-            # whole rollout, in every running rollout's frame.
-            await slot.acquire()
+                await slot.acquire()
         try:
             outcome.value = await self._run_or_resume(
                 RolloutId(self.run_id, f"r{i}"), self.task, ()
