@@ -51,14 +51,15 @@ from agentrt.runtime.serve.governance import (
     too_large,
 )
 from agentrt.runtime.serve.openai_wire import OpenAIError
-from agentrt.runtime.serve.openapi import openapi_document
+from agentrt.runtime.serve.openapi import MAX_EVENT_ID, openapi_document
 from agentrt.tools.hosting.transports import is_loopback
 
 log = get_logger(__name__)
 
-#: Event ids and cursors are SQLite integers: a larger number cannot name one
-#: (and would overflow the query instead of being refused).
-MAX_EVENT_ID: Final = (1 << 63) - 1
+#: Event ids and cursors are SQLite integers (``MAX_EVENT_ID``): a larger
+#: number cannot name one (and would overflow the query instead of being refused).
+#: ``Last-Event-ID`` is these characters only.
+_DIGITS: Final = re.compile(r"[0-9]*")
 _STATUSES: Final = ("pending", "running", "succeeded", "failed", "cancelled")
 _WHERE = re.compile(r" - at `\$\.?([^`]*)`$")
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
@@ -516,13 +517,29 @@ class EventStream:
         ):
             if not raw:
                 continue
-            try:
-                after = int(raw)
-            except ValueError:
-                raise invalid(f"not an event id: {raw!r}", where=where) from None
-            if not 0 <= after <= MAX_EVENT_ID:
-                raise invalid(f"must be between 0 and {MAX_EVENT_ID}, got {after}", where=where)
+            after = _event_id(raw, where, header=where == "Last-Event-ID")
         return after
+
+
+def _event_id(raw: str, where: str, *, header: bool) -> int:
+    """The event id in ``raw``.  The header takes decimal digits only, leading
+    zeros included (the document's ``LAST_EVENT_ID_PATTERN``); the query
+    parameter is read as the other query integers are."""
+    if header:
+        if not _DIGITS.fullmatch(raw):
+            raise invalid(f"not an event id: {raw!r}", where=where)
+        digits = raw.lstrip("0") or "0"
+        # int() refuses a string past sys.int_max_str_digits: bound it first.
+        after = int(digits) if len(digits) <= len(str(MAX_EVENT_ID)) else MAX_EVENT_ID + 1
+    else:
+        try:
+            after = int(raw)
+        except ValueError:
+            raise invalid(f"not an event id: {raw!r}", where=where) from None
+    if not 0 <= after <= MAX_EVENT_ID:
+        shown = raw if len(raw) <= 40 else f"{raw[:20]}... ({len(raw)} characters)"
+        raise invalid(f"must be between 0 and {MAX_EVENT_ID}, got {shown}", where=where)
+    return after
 
 
 _OWN_API: Final = ("/v1/runs", "/v1/agents")

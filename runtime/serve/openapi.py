@@ -15,7 +15,7 @@ May import protocols, the aggregators' configurations and the OpenAI wire types.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from pydantic import TypeAdapter
@@ -47,7 +47,30 @@ from agentrt.runtime.serve.responses_wire import (
 )
 
 #: Event ids are SQLite integers.
-_MAX_EVENT_ID = (1 << 63) - 1
+MAX_EVENT_ID: Final = (1 << 63) - 1
+
+
+def decimal_at_most(bound: int) -> str:
+    """A regular expression whose full matches are the decimal strings of
+    ``0..bound``, leading zeros allowed, and the empty string.
+
+    The ``Last-Event-ID`` header is a string, so the document bounds it with
+    this pattern where the ``after`` query parameter has ``maximum``."""
+    digits = str(bound)
+    width = len(digits)
+    alternatives = [f"[0-9]{{1,{width - 1}}}"] if width > 1 else []
+    for i, digit in enumerate(digits):
+        if digit == "0":
+            continue
+        lower = "0" if digit == "1" else f"[0-{int(digit) - 1}]"
+        rest = width - i - 1
+        alternatives.append(digits[:i] + lower + (f"[0-9]{{{rest}}}" if rest else ""))
+    alternatives.append(digits)
+    return f"^0*(?:{'|'.join(alternatives)})?$"
+
+
+#: What the daemon takes in ``Last-Event-ID``.
+LAST_EVENT_ID_PATTERN: Final = decimal_at_most(MAX_EVENT_ID)
 
 _TYPES: tuple[Any, ...] = (
     RunRequest,
@@ -425,7 +448,7 @@ def openapi_document(
         "`data` the event as JSON; resume with `Last-Event-ID` (or `?after=`).",
         "content": {"text/event-stream": {"schema": sse_event}},
     }
-    event_id = {"type": "integer", "minimum": 0, "maximum": _MAX_EVENT_ID}
+    event_id = {"type": "integer", "minimum": 0, "maximum": MAX_EVENT_ID}
     from_created = {
         "parameters": {"run_id": "$response.body#/run_id"},
         "description": "The run just created",
@@ -544,7 +567,7 @@ def openapi_document(
                         "in": "header",
                         "description": "The `id` of the last event received (wins over "
                         "`after`; empty: from the start)",
-                        "schema": {"type": "string", "pattern": "^[0-9]*$"},
+                        "schema": {"type": "string", "pattern": LAST_EVENT_ID_PATTERN},
                     },
                 ],
                 "responses": {"200": sse, **_errors(401, 404, 422)},
@@ -629,4 +652,4 @@ def openapi_document(
     return doc
 
 
-__all__ = ["openapi_document"]
+__all__ = ["LAST_EVENT_ID_PATTERN", "MAX_EVENT_ID", "decimal_at_most", "openapi_document"]

@@ -3,16 +3,20 @@ one deterministic test per bug."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentrt.protocols import Event, RunFinished, RunRequest, ScalingSpec, decode_event
 from agentrt.protocols.api import RunDetail
 from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.serve.openapi import MAX_EVENT_ID, decimal_at_most
 
 pytestmark = pytest.mark.anyio
 
@@ -52,6 +56,61 @@ async def test_numbers_too_big_for_sqlite_are_422_not_500(tmp_path: Path, daemon
             assert response.json()["where"] == where
         resumed = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events", last_event_id=2)
         assert resumed[0][0] == 3
+
+
+@given(
+    bound=st.sampled_from([0, 1, 9, 10, 19, 100, 1019, 90210, MAX_EVENT_ID]),
+    n=st.integers(min_value=0, max_value=1 << 70),
+    zeros=st.integers(min_value=0, max_value=3),
+)
+def test_the_decimal_pattern_matches_exactly_the_numbers_up_to_its_bound(
+    bound: int, n: int, zeros: int
+) -> None:
+    pattern = re.compile(decimal_at_most(bound))
+    for value in (n, n % (bound + 1), bound, bound + 1):
+        assert bool(pattern.fullmatch("0" * zeros + str(value))) == (value <= bound), value
+    assert pattern.fullmatch("")
+    for bad in ("-1", "+1", " 1", "1_0", "\u0661"):
+        assert not pattern.fullmatch(bad)
+
+
+async def test_the_last_event_id_the_document_allows_is_the_one_the_daemon_takes(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    """schemathesis sent ``Last-Event-ID: 13364902128039946354606722``, which
+    the document's ``^[0-9]*$`` allowed and the daemon refused (ST202)."""
+    config = daemon_kit.config(tmp_path)
+    async with (
+        daemon_kit.running(config) as daemon,
+        httpx.AsyncClient(base_url=daemon.url, timeout=10) as client,
+    ):
+        document = (await client.get("/openapi.json")).json()
+        parameters = document["paths"]["/v1/runs/{run_id}/events"]["get"]["parameters"]
+        (header,) = [p for p in parameters if p["name"] == "Last-Event-ID"]
+        pattern = re.compile(header["schema"]["pattern"])
+        run_id = await _finished_run(client)
+        for value in (
+            str(MAX_EVENT_ID),
+            "0" * 30 + str(MAX_EVENT_ID),
+            "0" * 5000 + "2",
+            str(MAX_EVENT_ID + 1),
+            "13364902128039946354606722",
+            "9" * 5000,
+            "+2",
+            "2x",
+        ):
+            response = await client.get(
+                f"/v1/runs/{run_id}/events", headers={"Last-Event-ID": value}
+            )
+            allowed = pattern.fullmatch(value) is not None
+            assert (response.status_code == 200) == allowed, (value[:40], response.text[:200])
+            if not allowed:
+                assert response.status_code == 422
+                assert response.json()["where"] == "Last-Event-ID"
+                assert len(response.json()["message"]) < 200
+            elif value.endswith("2"):
+                ids = [line for line in response.text.splitlines() if line.startswith("id:")]
+                assert ids[0] == "id: 3", ids[:2]
 
 
 async def test_a_405_lists_every_method_of_the_path(tmp_path: Path, daemon_kit: Any) -> None:
