@@ -189,9 +189,16 @@ def nothing_left(ledger: BudgetLedger) -> str | None:
 def usable(
     summaries: Sequence[TrajectorySummary],
 ) -> tuple[list[TrajectorySummary], list[str]]:
-    """The summaries with an answer, and the rollout ids left out."""
-    kept = [s for s in summaries if s.answer is not None and s.answer.strip()]
-    return kept, [s.rollout_id for s in summaries if s not in kept]
+    """The summaries with an answer, and the rollout ids left out (both in
+    the order given; one pass, so a vote over thousands stays linear)."""
+    kept: list[TrajectorySummary] = []
+    excluded: list[str] = []
+    for s in summaries:
+        if s.answer is not None and s.answer.strip():
+            kept.append(s)
+        else:
+            excluded.append(s.rollout_id)
+    return kept, excluded
 
 
 def empty_result(excluded: list[str], why: str) -> AggregationResult:
