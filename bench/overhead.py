@@ -33,8 +33,8 @@ per model call (garbage in reference cycles), peak RSS, the model
 calls the sim-server counted (asserted to be R x S), and how busy client and
 server were (CPU over wall time: a server near 100% sets the wall time).
 Repetitions alternate the variants (floor, runs, rollouts, backend, floor,
-...); reported are medians (3 repetitions below R = 3,000, 1 at 3,000 by
-default: ~4 minutes on 2 cores).  Then the time of ``import agentrt``,
+...); reported are medians (5 repetitions below R = 3,000, 1 at 3,000 by
+default: ~6 minutes on 2 cores).  Then the time of ``import agentrt``,
 ``agentrt --help`` and ``from agentrt import Runtime`` (median of 5 fresh
 interpreters).
 
@@ -631,7 +631,7 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=10, help="S, model calls per rollout")
     parser.add_argument("--latency-ms", type=float, default=200.0, help="sim-server latency")
-    parser.add_argument("--repeat", type=int, default=3, help="repetitions for R < 3,000")
+    parser.add_argument("--repeat", type=int, default=5, help="repetitions for R < 3,000")
     parser.add_argument(
         "--repeat-large", type=int, default=1, help="repetitions for R >= 3,000 (each ~1 min)"
     )
