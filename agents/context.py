@@ -198,14 +198,17 @@ class ContextWindow:
 
     def _render(self, turn: _Turn) -> None:
         limit = int(self.config.max_tool_result_tokens * self.config.chars_per_token)
-        by_id = {r.call_id: r for r in turn.results}
+        by_id: dict[str, ToolResult] = {}
+        for r in turn.results:  # a loop: no comprehension frame per step
+            by_id[r.call_id] = r
         messages: list[ChatMessage] = [turn.assistant]
         for call in turn.assistant.tool_calls:
             result = by_id.get(call.id)
             if result is not None:
+                content = result.content
                 messages.append(
                     ToolMessage(
-                        content=clip(result.content, limit),
+                        content=content if len(content) <= limit else clip(content, limit),
                         tool_call_id=call.id,
                         name=result.name,
                     )

@@ -344,8 +344,10 @@ class Rollout:
         model call.)"""
         limits = self.config.limits
         for index in range(len(self.steps), limits.max_steps):
-            used = self.spent.usage.total_tokens
-            if limits.max_rollout_tokens is not None and used >= limits.max_rollout_tokens:
+            if (
+                limits.max_rollout_tokens is not None
+                and (used := self.spent.usage.total_tokens) >= limits.max_rollout_tokens
+            ):
                 reason = f"token limit: {used:,} of {limits.max_rollout_tokens:,} tokens used"
                 await self._exhausted(index, reason)
                 return "exhausted", reason

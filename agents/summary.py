@@ -43,7 +43,8 @@ class Summarizer(Protocol):
 
 
 def _clip(text: str, limit: int) -> str:
-    return _fit(" ".join(text.split()), limit)
+    text = " ".join(text.split())  # then ``_fit``, inlined (this runs once a step)
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _fit(text: str, limit: int) -> str:

@@ -83,16 +83,6 @@ class _CallNotifications:
             await self._notify(kind, payload)
 
 
-def _parse_arguments(raw: str) -> Any:
-    """A call's argument JSON; ``json.JSONDecodeError`` when it is not JSON.
-    msgspec first (several times faster); the standard library for what
-    msgspec refuses (``NaN``, integers past 64 bits) and for its messages."""
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return json.loads(raw)
-
-
 @dataclass(frozen=True, slots=True)
 class PreparedCall:
     """A call whose arguments parsed and passed the schema (or, for a tool
@@ -174,8 +164,15 @@ class Toolbox:
         raw = call.function.arguments
         try:
             # An empty argument string means "no arguments"; the schema then
-            # decides whether that is enough.
-            arguments = _parse_arguments(raw) if raw.strip() else {}
+            # decides whether that is enough.  msgspec first (several times
+            # faster); the standard library for what msgspec refuses (``NaN``,
+            # integers past 64 bits) and for its error messages.
+            arguments: Any = {}
+            if raw.strip():
+                try:
+                    arguments = msgspec.json.decode(raw)
+                except msgspec.DecodeError:
+                    arguments = json.loads(raw)
         except json.JSONDecodeError as exc:
             return self._error(
                 call,

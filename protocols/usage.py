@@ -40,9 +40,14 @@ class Cost(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     wall_seconds: float = 0.0
 
     def __add__(self, other: Cost) -> Cost:
+        mine, theirs = self.usage, other.usage  # ``Usage.__add__``, inlined
         return Cost(
             usd=self.usd + other.usd,
-            usage=self.usage + other.usage,
+            usage=Usage(
+                prompt_tokens=mine.prompt_tokens + theirs.prompt_tokens,
+                completion_tokens=mine.completion_tokens + theirs.completion_tokens,
+                cached_prompt_tokens=mine.cached_prompt_tokens + theirs.cached_prompt_tokens,
+            ),
             model_calls=self.model_calls + other.model_calls,
             wall_seconds=self.wall_seconds + other.wall_seconds,
         )

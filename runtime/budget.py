@@ -23,6 +23,7 @@ import msgspec
 from agentrt.protocols import Budget, BudgetUpdated, Cost, ModelReply, ModelRequest, Usage
 from agentrt.runtime.errors import BudgetExceeded, ConfigError, InvalidRequestError
 from agentrt.runtime.pricing import (
+    PICO_PER_USD,
     UNPRICED_RATES,
     PriceTable,
     TokenRates,
@@ -478,12 +479,16 @@ class BudgetLedger:
                 f"cannot reserve prompt_tokens={prompt_tokens}, max_tokens={max_tokens}, "
                 f"n={n} on ledger {self.name!r}: sizes must be >= 0 and n >= 1"
             )
-        rates = self._rates_for(model)
+        # ``_rates_for`` and ``worst_case_pico``, inlined for the usual hit
+        # (this runs once a model call).
+        rates = self._rates.get(model)
+        if rates is None or (rates is UNPRICED_RATES and not self._unpriced_free):
+            rates = self._rates_for(model)
         estimate = prompt_tokens
         prompt_tokens = math.ceil(prompt_tokens * self._prompt_scale.get(model, 1.0))
         completion = n * max_tokens
         tokens = prompt_tokens + completion
-        pico = rates.worst_case_pico(prompt_tokens, completion)
+        pico = prompt_tokens * rates.prompt + completion * rates.completion
         now = self._clock()
         with self._lock:
             for node in self._chain:
@@ -566,7 +571,7 @@ class BudgetLedger:
                 f"on ledger {self.name!r}"
             )
         pico = rates.cost_pico(usage)
-        tokens = usage.total_tokens
+        tokens = usage.prompt_tokens + usage.completion_tokens
         overrun = tokens > reservation.tokens or pico > reservation.pico
         now = self._clock()
         with self._lock:
@@ -600,7 +605,10 @@ class BudgetLedger:
         if self._watched:
             self._notify()
         return Cost(
-            usd=pico_to_usd(pico), usage=usage, model_calls=1, wall_seconds=now - reservation._at
+            usd=pico / PICO_PER_USD,  # pico_to_usd, inlined
+            usage=usage,
+            model_calls=1,
+            wall_seconds=now - reservation._at,
         )
 
     def _rates_for(self, model: str) -> TokenRates:

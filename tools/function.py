@@ -253,11 +253,15 @@ class FunctionTool(Generic[P, R]):
                 return [ArgumentProblem(argument="", message="arguments must be a JSON object")]
             arguments = dict(arguments)
         try:
-            parsed = self._args_model.model_validate(arguments)
+            # ``model_validate`` without its Python frame (once a call).
+            parsed = self._args_model.__pydantic_validator__.validate_python(arguments)
         except ValidationError as exc:
             return _problems_from(exc, self._accepted)
         fields = parsed.__dict__
-        return {name: fields[key] for key, name in self._fields}
+        values: dict[str, Any] = {}
+        for key, name in self._fields:  # a loop: no comprehension frame per call
+            values[name] = fields[key]
+        return values
 
     def argument_problems(self, arguments: object) -> list[ArgumentProblem]:
         """What is wrong with calling the function with ``arguments`` (empty

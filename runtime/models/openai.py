@@ -244,7 +244,8 @@ class OpenAIBackend:
         request_id = request.request_id
         headers: tuple[tuple[str, str], ...] = self._json_header_list
         if request_id is not None:
-            headers = (*headers, ("x-request-id", _header_value(request_id)))
+            value = request_id if request_id.isascii() else _header_value(request_id)
+            headers = (*headers, ("x-request-id", value))
         started = time.perf_counter()
         # ``call_with_retry`` inlined: one closure and two coroutine frames
         # less per call, which at 1,000 calls in flight is garbage-collector

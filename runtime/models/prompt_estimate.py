@@ -118,6 +118,20 @@ async def calibrate_chars_per_token(counter: TokenCounter, *, timeout_s: float =
 
 def message_tokens(message: ChatMessage, estimate: TokenEstimator) -> int:
     """Estimated tokens of one message, template overhead included."""
+    if type(estimate) is CharEstimator:
+        # The two messages every step adds, with the usual estimator:
+        # ``CharEstimator.__call__`` inlined (this runs twice a step).
+        per = estimate.chars_per_token
+        if type(message) is ToolMessage:
+            return MESSAGE_OVERHEAD + math.ceil(len(message.content) / per)
+        if type(message) is AssistantMessage:
+            total = MESSAGE_OVERHEAD + math.ceil(len(message.content or "") / per)
+            for call in message.tool_calls:
+                function = call.function
+                total += MESSAGE_OVERHEAD + math.ceil(
+                    (len(function.name) + len(function.arguments)) / per
+                )
+            return total
     total = MESSAGE_OVERHEAD
     match message:
         case AssistantMessage(content=content, tool_calls=calls):
