@@ -33,13 +33,13 @@ per model call (garbage in reference cycles), peak RSS, the model
 calls the sim-server counted (asserted to be R x S), and how busy client and
 server were (CPU over wall time: a server near 100% sets the wall time).
 Repetitions alternate the variants (floor, runs, rollouts, backend, floor,
-...); reported are medians (5 repetitions below R = 3,000, 1 at 3,000 by
-default: ~6 minutes on 2 cores).  Then the time of ``import agentrt``,
+...); reported are medians (5 repetitions below R = 3,000, 3 at 3,000 by
+default: ~12 minutes on 2 cores).  Then the time of ``import agentrt``,
 ``agentrt --help`` and ``from agentrt import Runtime`` (median of 5 fresh
 interpreters).
 
     python bench/overhead.py                      # R = 100, 1,000, 3,000
-    python bench/overhead.py --repeat-large 3     # 3 repetitions at R = 3,000 too
+    python bench/overhead.py --repeat-large 1     # 1 repetition at R = 3,000 (quicker)
     python bench/overhead.py --quick              # R = 100 only
     python bench/overhead.py --rollouts 1000 --variants runs agent
     python bench/overhead.py --counts --variants runs rollouts backend   # no clock (R = 200)
@@ -633,7 +633,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=200.0, help="sim-server latency")
     parser.add_argument("--repeat", type=int, default=5, help="repetitions for R < 3,000")
     parser.add_argument(
-        "--repeat-large", type=int, default=1, help="repetitions for R >= 3,000 (each ~1 min)"
+        "--repeat-large", type=int, default=3, help="repetitions for R >= 3,000 (each ~1 min)"
     )
     parser.add_argument(
         "--variants",
