@@ -218,8 +218,12 @@ def _schemathesis(url: str, cwd: Path, *options: str) -> str:
         str(MAX_EXAMPLES),
         "--seed",
         str(SEED),
+        # One worker: CPython 3.11.7's AST constructor counts its recursion
+        # depth in process-wide state, and hypothesis parses lambdas' source
+        # (``ast.parse``) in every worker thread; two at once fail with
+        # "SystemError: AST constructor recursion depth mismatch".
         "--workers",
-        "2",
+        "1",
         "--request-timeout",
         "15",
         "--generation-database",

@@ -296,6 +296,20 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
+def _wait_closed(port: int) -> None:
+    """Until nothing accepts on ``port``: ``_stop`` waits for npx alone, and
+    its node child, killed with it, may still accept for a moment; a new
+    server's readiness check must not take the old one's answer for it."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"port {port} still accepted connections 10 s after the server was killed")
+
+
 async def test_a_restarted_http_server_is_recovered_within_two_seconds(npx: str) -> None:
     port = _free_port()
     server = _serve_everything(npx, port)
@@ -308,6 +322,7 @@ async def test_a_restarted_http_server_is_recovered_within_two_seconds(npx: str)
             for restart in (1, 2):  # twice in a row: no growing crash-loop backoff
                 before = conn.restarts
                 _stop(server)
+                _wait_closed(port)
                 server = _serve_everything(npx, port)  # a new process: it knows no session
                 started = time.monotonic()
                 # The old session id gets HTTP 400; a new session, and echo (read-only) retried.
