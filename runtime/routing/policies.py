@@ -411,33 +411,27 @@ class RolloutRouter:
         Parallel rollouts may take the headroom between the two; then the
         step is routed again on the fresh headroom (at most once per tier),
         so a cheaper tier is tried before ``BudgetExceeded`` propagates."""
-        policy = self.policy
-        retries_left: int | None = None  # counted on the first refusal
+        retries_left: int | None = None  # counted on the first refusal only
         while True:
-            # ``context`` and ``record``, inlined: this runs once a step.
-            ctx = StepContext(
-                step_index=step_index,
-                signals=signals,
-                headroom=ledger.headroom(),
+            ctx = self.context(
+                step_index,
+                signals,
+                ledger.headroom(),
                 prompt_tokens=prompt_tokens,
                 max_tokens=max_tokens,
                 n=n,
-                previous_tier=self._previous,
-                steps_on_tier=self._on_tier,
             )
-            decision = policy.route(ctx)
+            decision = self.policy.route(ctx)
             try:
                 reservation = ledger.reserve(decision.model, prompt_tokens, max_tokens, n=n)
             except BudgetExceeded:
                 if retries_left is None:
-                    retries_left = len(policy.ladder) - 1
+                    retries_left = len(self.policy.ladder) - 1
                 if retries_left == 0:
                     raise
                 retries_left -= 1
                 continue
-            tier = decision.tier
-            self._on_tier = self._on_tier + 1 if tier == self._previous else 1
-            self._previous = tier
+            self.record(decision)
             return decision, reservation
 
 
