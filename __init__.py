@@ -1,37 +1,95 @@
 """agentrt: a multi-agent orchestration runtime with inference-time scaling.
 
-The repository root is this package; its folders are the subpackages:
-
-- ``agentrt.protocols``   pure data: messages, tool calls, trajectories, events
-- ``agentrt.runtime``     the actor kernel, model backends, budgets (floor) and
-                          the facade, CLI and daemon (roof)
-- ``agentrt.tools``       tools and MCP connections
-- ``agentrt.agents``      the agent loop and hierarchies
-- ``agentrt.aggregators`` voting, tournaments, distill-refine
+This module is the application surface: ``Runtime`` (the engine, an async
+context manager), ``RuntimeConfig``, the synchronous ``run``, what a run
+returns (``RunResult``), what it is asked for (``ScalingSpec``, ``Budget``),
+``configure_logging`` for applications that want agentrt's log format, and the
+error tree.  Extension surfaces: ``agentrt.protocols`` (the data types),
+``agentrt.agents``, ``agentrt.tools``, ``agentrt.aggregators``,
+``agentrt.models``, ``agentrt.actors`` and ``agentrt.testing``.  Every other
+module is private (``_name.py``, or anything under ``agentrt.runtime``).
 
 Importing ``agentrt`` has no side effects: no logging set-up, no directories,
-no event loop.  ``Runtime``, ``RuntimeConfig`` and ``run`` (the embedding
-facade, ``agentrt.runtime.engine``) load on first use.
+no event loop; the engine and the data types load on first use.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from agentrt._version import __version__
+from agentrt.runtime.kernel._actor_errors import ActorError
+from agentrt.runtime.kernel._errors import (
+    AgentrtError,
+    BackendError,
+    BackendTimeout,
+    BackendUnavailable,
+    BudgetExceeded,
+    ConfigError,
+    ControlSignal,
+    InvalidRequestError,
+    MalformedReply,
+    RateLimited,
+    RunCancelled,
+    RuntimeFailure,
+    ToolCrashed,
+    ToolError,
+    UnknownModelError,
+    UserError,
+)
 
 if TYPE_CHECKING:
-    from agentrt.runtime.engine import Runtime, RuntimeConfig, run
+    from agentrt.protocols._run import Budget, RunResult, ScalingSpec
+    from agentrt.runtime.config._runtime_config import RuntimeConfig
+    from agentrt.runtime.engine._runtime import Runtime, run
+    from agentrt.runtime.observe._log import configure_logging
 
-_FACADE = frozenset({"Runtime", "RuntimeConfig", "run"})
+# The engine pulls in every layer; loading it on first use keeps
+# ``import agentrt.protocols`` (and the command line's start) light.
+_LAZY = {
+    "Budget": "agentrt.protocols._run",
+    "RunResult": "agentrt.protocols._run",
+    "ScalingSpec": "agentrt.protocols._run",
+    "RuntimeConfig": "agentrt.runtime.config._runtime_config",
+    "Runtime": "agentrt.runtime.engine._runtime",
+    "run": "agentrt.runtime.engine._runtime",
+    "configure_logging": "agentrt.runtime.observe._log",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The facade pulls in every layer; importing it on first use keeps
-    # ``import agentrt.protocols`` (and the CLI's start) light.
-    if name in _FACADE:
-        from agentrt.runtime import engine
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
+    import importlib
 
-        return getattr(engine, name)
-    raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
-__all__ = ["Runtime", "RuntimeConfig", "__version__", "run"]
+__all__ = [
+    "ActorError",
+    "AgentrtError",
+    "BackendError",
+    "BackendTimeout",
+    "BackendUnavailable",
+    "Budget",
+    "BudgetExceeded",
+    "ConfigError",
+    "ControlSignal",
+    "InvalidRequestError",
+    "MalformedReply",
+    "RateLimited",
+    "RunCancelled",
+    "RunResult",
+    "Runtime",
+    "RuntimeConfig",
+    "RuntimeFailure",
+    "ScalingSpec",
+    "ToolCrashed",
+    "ToolError",
+    "UnknownModelError",
+    "UserError",
+    "__version__",
+    "configure_logging",
+    "run",
+]

@@ -1,5 +1,5 @@
 """``python -m agentrt`` runs the CLI."""
 
-from agentrt.runtime.cli import main
+from agentrt.runtime.cli._main import main
 
 raise SystemExit(main())

@@ -5,18 +5,19 @@ simulated OpenAI/SGLang model server; see ``agentrt.runtime.testing`` for
 the details.  This module only re-exports.
 """
 
-from agentrt.runtime.testing import (
-    FaultKind,
-    RadixCache,
-    RecordingSink,
+from agentrt.runtime.testing._notifications import RecordingSink
+from agentrt.runtime.testing._scripted import (
     ReplySpec,
     Script,
     ScriptedBackend,
     ScriptedReply,
     ScriptedToolCall,
     ScriptExhausted,
+)
+from agentrt.runtime.testing.sim._radix import RadixCache
+from agentrt.runtime.testing.sim._sim_config import FaultKind, SimServerConfig
+from agentrt.runtime.testing.sim._sim_runner import (
     SimServer,
-    SimServerConfig,
     spawn_sim_server,
     start_sim_server_process,
 )

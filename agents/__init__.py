@@ -4,33 +4,33 @@ trajectory summaries and behaviour signals.
 May import the runtime floor and tools; never aggregators or the roof.
 """
 
-from agentrt.agents.agent import Agent
-from agentrt.agents.branching import (
-    BranchingConfig,
-    BranchingResult,
-    BranchPoint,
-    PartialRolloutBrancher,
-)
-from agentrt.agents.config import (
+from agentrt.agents._agent import Agent
+from agentrt.agents._agent_config import (
     AgentConfig,
     AgentLimits,
     ContextConfig,
     SignalConfig,
     SignalName,
 )
-from agentrt.agents.context import CharEstimator, ContextWindow, TokenEstimator
-from agentrt.agents.control import RolloutControl, RolloutResult
-from agentrt.agents.delegation import AgentNode, SubAgentTool
-from agentrt.agents.hierarchy import Hierarchy, build_hierarchy
-from agentrt.agents.pipeline import PipelineNode, PipelineResult
-from agentrt.agents.recording import EventEmitter, EventLog, EventSink, stream_sink
-from agentrt.agents.signals import Fired, SignalTracker
-from agentrt.agents.spec import AgentSpec, PipelineSpec, SpecError
-from agentrt.agents.spec_loader import SpecSet, load_spec
-from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
-from agentrt.agents.token_stream import TokenBuffer, TokenPacer
-from agentrt.agents.toolbox import CallsOutcome, Toolbox
-from agentrt.agents.uncertainty import StepUncertainty, step_uncertainty
+from agentrt.agents._behaviour_signals import Fired, SignalTracker
+from agentrt.agents._branching import (
+    BranchingConfig,
+    BranchingResult,
+    BranchPoint,
+    PartialRolloutBrancher,
+)
+from agentrt.agents._context import CharEstimator, ContextWindow, TokenEstimator
+from agentrt.agents._control import RolloutControl, RolloutResult
+from agentrt.agents._delegation import AgentNode, SubAgentTool
+from agentrt.agents._hierarchy import Hierarchy, build_hierarchy
+from agentrt.agents._pipeline import PipelineNode, PipelineResult
+from agentrt.agents._recording import EventEmitter, EventLog, EventSink, stream_sink
+from agentrt.agents._spec import AgentSpec, PipelineSpec, SpecError
+from agentrt.agents._spec_loader import SpecSet, load_spec
+from agentrt.agents._summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
+from agentrt.agents._token_stream import TokenBuffer, TokenPacer
+from agentrt.agents._toolbox import CallsOutcome, Toolbox
+from agentrt.agents._uncertainty import StepUncertainty, step_uncertainty
 
 __all__ = [
     "Agent",

@@ -12,23 +12,23 @@ access), events, trajectories and PDR's rollout callable.
 May import agents, tools and the runtime floor; never the roof.
 """
 
-from agentrt.aggregators.aggagent import AggregationAgent, TrajectoryStore
-from agentrt.aggregators.base import (
+from agentrt.aggregators._aggagent import AggregationAgent, TrajectoryStore
+from agentrt.aggregators._aggregator import (
     AggregationContext,
     AggregationResult,
     Aggregator,
     BudgetStop,
     usable,
 )
-from agentrt.aggregators.compose import AggregatorConfig, build_aggregator, parse_config
-from agentrt.aggregators.compressed import CompressedReasoning
-from agentrt.aggregators.judge import BestOfN, Judge, ModelJudge, Score, SimulatedJudge, Verdict
-from agentrt.aggregators.pdr import ParallelDistillRefine
-from agentrt.aggregators.rouge import lcs_length, rouge_l
-from agentrt.aggregators.rtv import Bracket, RecursiveTournament
-from agentrt.aggregators.verdict import VerdictUnparseable, parse_score, parse_verdict
-from agentrt.aggregators.verified import VerifiedFirst
-from agentrt.aggregators.vote import (
+from agentrt.aggregators._compose import AggregatorConfig, build_aggregator, parse_config
+from agentrt.aggregators._compressed import CompressedReasoning
+from agentrt.aggregators._judge import BestOfN, Judge, ModelJudge, Score, SimulatedJudge, Verdict
+from agentrt.aggregators._pdr import ParallelDistillRefine
+from agentrt.aggregators._rouge import lcs_length, rouge_l
+from agentrt.aggregators._rtv import Bracket, RecursiveTournament
+from agentrt.aggregators._verdict import VerdictUnparseable, parse_score, parse_verdict
+from agentrt.aggregators._verified import VerifiedFirst
+from agentrt.aggregators._vote import (
     NORMALIZERS,
     MajorityVote,
     Normalizer,
@@ -36,7 +36,7 @@ from agentrt.aggregators.vote import (
     answer_key,
     plurality,
 )
-from agentrt.aggregators.workspace import Rollout, Workspace, render_summary
+from agentrt.aggregators._workspace import Rollout, Workspace, render_summary
 
 PDR = ParallelDistillRefine
 RTV = RecursiveTournament

@@ -1,8 +1,8 @@
-"""A counter actor: tell it to add, ask it for the total (the README's actor example)."""
+"""A counter actor on the actor kernel (`agentrt.actors`): tell it to add, ask it for the total."""
 
 import msgspec
 
-from agentrt.runtime.actors import Actor, ActorSystem, run
+from agentrt.actors import Actor, ActorSystem, run
 
 
 class Add(msgspec.Struct, tag=True, frozen=True):

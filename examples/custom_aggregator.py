@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 import agentrt
+from agentrt import configure_logging
 from agentrt.aggregators import AggregationContext, AggregationResult, usable
 from agentrt.protocols import ModelRequest, ScalingSpec, TrajectorySummary
-from agentrt.runtime.log import configure_logging
 from agentrt.testing import ScriptedBackend
 
 

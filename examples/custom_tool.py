@@ -6,9 +6,9 @@ then answers with what the tool returned.  Runs on
 """
 
 import agentrt
+from agentrt import configure_logging
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest, ToolMessage
-from agentrt.runtime.log import configure_logging
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools import tool
 

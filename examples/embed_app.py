@@ -12,8 +12,8 @@ import re
 import anyio
 
 import agentrt
+from agentrt import configure_logging
 from agentrt.protocols import ModelRequest, RunFinished, SummaryWritten, VoteCast
-from agentrt.runtime.log import configure_logging
 from agentrt.testing import ScriptedBackend
 
 ANSWERS = {"0": "42", "1": "41", "2": "42", "3": "42"}

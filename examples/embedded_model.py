@@ -2,8 +2,8 @@
 
 import anyio
 
+from agentrt.models import EmbeddedBackend
 from agentrt.protocols import ModelRequest, SamplingParams, UserMessage
-from agentrt.runtime.models.embedded import EmbeddedBackend
 
 
 async def main() -> None:

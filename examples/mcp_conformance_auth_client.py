@@ -28,8 +28,7 @@ import anyio.abc
 import httpx
 
 from agentrt.protocols import McpAuthorizationRequired
-from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import HttpServerConfig, McpConnection, McpServerError
+from agentrt.tools import HttpServerConfig, McpConnection, McpServerError, ToolContext
 
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 

@@ -19,8 +19,7 @@ from typing import Any
 
 import anyio
 
-from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import HttpServerConfig, McpConnection
+from agentrt.tools import HttpServerConfig, McpConnection, ToolContext
 
 _SAMPLES: dict[str, Any] = {
     "number": 1.5,

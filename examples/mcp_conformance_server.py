@@ -25,11 +25,10 @@ from typing import Any
 
 import anyio
 
+from agentrt import ToolError, configure_logging
 from agentrt.protocols import ToolSpec
-from agentrt.runtime.errors import ToolError
-from agentrt.runtime.log import configure_logging
-from agentrt.tools.base import ClientPeer, Tool, ToolContent, ToolContext, ToolOutput
-from agentrt.tools.hosting import (
+from agentrt.tools import (
+    ClientPeer,
     HttpServeConfig,
     McpCallPeer,
     Prompt,
@@ -37,6 +36,10 @@ from agentrt.tools.hosting import (
     PromptMessage,
     ResourceTemplate,
     StaticResource,
+    Tool,
+    ToolContent,
+    ToolContext,
+    ToolOutput,
     ToolServer,
     serve_stdio,
     serve_streamable_http,

@@ -7,8 +7,8 @@ agentrt and does no I/O; everything here is a frozen ``msgspec.Struct`` that
 round-trips through JSON.  Types that are persisted carry ``schema_version``.
 """
 
-from agentrt.protocols.codec import decode, decode_event, encode, to_builtins
-from agentrt.protocols.events import (
+from agentrt.protocols._codec import decode, decode_event, encode, to_builtins
+from agentrt.protocols._events import (
     BudgetUpdated,
     CallReserved,
     CallSettled,
@@ -31,8 +31,8 @@ from agentrt.protocols.events import (
     VerifierRan,
     VoteCast,
 )
-from agentrt.protocols.ids import RolloutId, sub_rollout_id
-from agentrt.protocols.messages import (
+from agentrt.protocols._ids import RolloutId, sub_rollout_id
+from agentrt.protocols._messages import (
     AssistantMessage,
     ChatMessage,
     FunctionCall,
@@ -43,7 +43,7 @@ from agentrt.protocols.messages import (
     ToolMessage,
     UserMessage,
 )
-from agentrt.protocols.model import (
+from agentrt.protocols._model import (
     Choice,
     FinishReason,
     ModelReply,
@@ -52,7 +52,7 @@ from agentrt.protocols.model import (
     TokenLogprob,
     TopLogprob,
 )
-from agentrt.protocols.run import (
+from agentrt.protocols._run import (
     Budget,
     RunOptions,
     RunRequest,
@@ -60,8 +60,8 @@ from agentrt.protocols.run import (
     RunStatus,
     ScalingSpec,
 )
-from agentrt.protocols.tools import ToolResult, ToolSpec
-from agentrt.protocols.trajectory import (
+from agentrt.protocols._tools import ToolResult, ToolSpec
+from agentrt.protocols._trajectory import (
     SCHEMA_VERSION,
     Fact,
     RoutingDecision,
@@ -71,7 +71,7 @@ from agentrt.protocols.trajectory import (
     TrajectorySummary,
     Verification,
 )
-from agentrt.protocols.usage import Cost, Usage
+from agentrt.protocols._usage import Cost, Usage
 
 __all__ = [
     "SCHEMA_VERSION",

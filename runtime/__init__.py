@@ -1,5 +1,4 @@
-"""The runtime: its floor (actor kernel, model backends, budgets, router) and
-its roof (the facade, CLI and daemon that wire everything together).
-
-The floor never imports agents, tools or aggregators; only the roof does.
+"""The runtime, private: its floor (kernel, models, budget, routing, memory,
+observe, testing) and its roof (engine, placement, config, serve, cli,
+evaluation).  ``runtime/README.md`` says which folder is which layer.
 """

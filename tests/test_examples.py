@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.runtime.engine.configfile import load_config
+from agentrt.runtime.config._config_file import load_config
+
+pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[1]
 

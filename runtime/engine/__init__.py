@@ -6,13 +6,3 @@ MCP server connections, memory banks) and the run's one budget ledger.
 
 The roof: may import every layer; the CLI, the daemon and embedders use it.
 """
-
-from agentrt.runtime.engine.runtime import (
-    RolloutCheckpoint,
-    RunCheckpoint,
-    Runtime,
-    RuntimeConfig,
-    run,
-)
-
-__all__ = ["RolloutCheckpoint", "RunCheckpoint", "Runtime", "RuntimeConfig", "run"]

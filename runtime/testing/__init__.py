@@ -12,36 +12,3 @@
 Part of the runtime floor: never imports agents, tools or aggregators.
 ``agentrt.testing`` re-exports the public names.
 """
-
-from agentrt.runtime.testing.notifications import RecordingSink
-from agentrt.runtime.testing.radix import RadixCache
-from agentrt.runtime.testing.scripted import (
-    ReplySpec,
-    Script,
-    ScriptedBackend,
-    ScriptedReply,
-    ScriptedToolCall,
-    ScriptExhausted,
-)
-from agentrt.runtime.testing.sim_config import FaultKind, SimServerConfig
-from agentrt.runtime.testing.sim_runner import (
-    SimServer,
-    spawn_sim_server,
-    start_sim_server_process,
-)
-
-__all__ = [
-    "FaultKind",
-    "RadixCache",
-    "RecordingSink",
-    "ReplySpec",
-    "Script",
-    "ScriptExhausted",
-    "ScriptedBackend",
-    "ScriptedReply",
-    "ScriptedToolCall",
-    "SimServer",
-    "SimServerConfig",
-    "spawn_sim_server",
-    "start_sim_server_process",
-]

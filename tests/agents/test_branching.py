@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from agentrt.agents import Agent, AgentConfig
-from agentrt.agents.branching import BranchingConfig, PartialRolloutBrancher
-from agentrt.agents.uncertainty import (
+from agentrt.agents._branching import BranchingConfig, PartialRolloutBrancher
+from agentrt.agents._uncertainty import (
     UncertaintyKind,
     perplexity,
     split_logprobs,
@@ -31,8 +31,8 @@ from agentrt.protocols import (
     ToolSpec,
     Trajectory,
 )
-from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.testing import (
     ScriptedBackend,
     ScriptedReply,
@@ -40,7 +40,7 @@ from agentrt.testing import (
     SimServer,
     SimServerConfig,
 )
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 pytestmark = pytest.mark.anyio
 

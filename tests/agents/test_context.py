@@ -17,7 +17,7 @@ from agentrt.agents import (
     ContextConfig,
     ContextWindow,
 )
-from agentrt.agents.context import NOTES_HEADER, estimate_request_tokens
+from agentrt.agents._context import NOTES_HEADER, estimate_request_tokens
 from agentrt.protocols import (
     AssistantMessage,
     FunctionCall,
@@ -30,7 +30,7 @@ from agentrt.protocols import (
     encode,
 )
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 
 class Page:

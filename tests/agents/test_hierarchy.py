@@ -10,11 +10,11 @@ import anyio
 import pytest
 
 from agentrt.agents import EventLog
-from agentrt.agents.delegation import RolloutScopes, SubAgentTool
-from agentrt.agents.hierarchy import build_hierarchy
-from agentrt.agents.pipeline import PipelineNode
-from agentrt.agents.spec import AgentSpec
-from agentrt.agents.spec_loader import SpecSet, load_spec
+from agentrt.agents._delegation import RolloutScopes, SubAgentTool
+from agentrt.agents._hierarchy import build_hierarchy
+from agentrt.agents._pipeline import PipelineNode
+from agentrt.agents._spec import AgentSpec
+from agentrt.agents._spec_loader import SpecSet, load_spec
 from agentrt.protocols import (
     ModelRequest,
     RolloutFinished,
@@ -24,8 +24,8 @@ from agentrt.protocols import (
     ToolMessage,
     Usage,
 )
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.errors import ConfigError, ToolError
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.kernel._errors import ConfigError, ToolError
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
 from agentrt.tools import ToolContext
 

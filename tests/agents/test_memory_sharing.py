@@ -26,11 +26,12 @@ import pytest
 
 from agentrt.agents import Agent, AgentConfig
 from agentrt.protocols import ModelRequest, ToolMessage, ToolSpec, UserMessage
-from agentrt.runtime.errors import ToolError
-from agentrt.runtime.memory import NOTE_HEADER, MemoryBank, MemoryView
+from agentrt.runtime.kernel._errors import ToolError
+from agentrt.runtime.memory._bank import MemoryBank
+from agentrt.runtime.memory._view import NOTE_HEADER, MemoryView
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
-from agentrt.tools.memory import memory_tools
+from agentrt.tools._memory_tools import memory_tools
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 pytestmark = pytest.mark.anyio
 

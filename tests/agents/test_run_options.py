@@ -11,11 +11,11 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents import AgentConfig
-from agentrt.agents.run_options import structured_answer
+from agentrt.agents._run_options import structured_answer
 from agentrt.protocols import ModelRequest, RunOptions, ToolMessage, ToolSpec, UserMessage
-from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.function import tool
+from agentrt.tools._function import tool
 
 pytestmark = pytest.mark.anyio
 

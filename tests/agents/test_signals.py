@@ -17,9 +17,9 @@ from agentrt.protocols import (
     ToolResult,
     ToolSpec,
 )
-from agentrt.runtime.budget import Headroom
+from agentrt.runtime.budget._ledger import Headroom
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 
 class Echo:

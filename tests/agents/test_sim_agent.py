@@ -10,9 +10,9 @@ import pytest
 
 from agentrt.agents import Agent, AgentConfig, EventLog
 from agentrt.protocols import StepRecorded, ToolSpec
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.testing import SimServer, SimServerConfig
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.agents.spec import (
+from agentrt.agents._spec import (
     AgentSpec,
     BudgetCaps,
     PipelineLimits,
@@ -16,10 +16,12 @@ from agentrt.agents.spec import (
     budget_slice,
     default_agent,
 )
-from agentrt.agents.spec_loader import SpecSet, load_spec
-from agentrt.agents.spec_yaml import SpecError
+from agentrt.agents._spec_loader import SpecSet, load_spec
+from agentrt.agents._spec_yaml import SpecError
 from agentrt.protocols import Budget
-from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.kernel._errors import ConfigError
+
+pytestmark = pytest.mark.process
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -354,7 +356,7 @@ def test_one_mcp_server_name_with_two_settings_is_an_error(tmp_path: Path) -> No
 
 
 def test_an_agent_may_name_an_mcp_server_of_the_configuration(tmp_path: Path) -> None:
-    from agentrt.tools.mcp import StdioServerConfig
+    from agentrt.tools.mcp._mcp_config import StdioServerConfig
 
     path = write(tmp_path, "a.yaml", "name: a\ntools: [{mcp: files}]\n")
     files = StdioServerConfig(name="files", command="npx", args=["-y", "pkg"])

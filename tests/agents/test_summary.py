@@ -10,11 +10,11 @@ import msgspec
 import pytest
 
 from agentrt.agents import Agent, AgentConfig, AgentLimits
-from agentrt.agents.summary import ModelSummarizer, RuleBasedSummarizer
+from agentrt.agents._summary import ModelSummarizer, RuleBasedSummarizer
 from agentrt.protocols import ModelRequest, ToolSpec, Trajectory
-from agentrt.runtime.errors import ToolError
+from agentrt.runtime.kernel._errors import ToolError
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 pytestmark = pytest.mark.anyio
 
@@ -105,8 +105,8 @@ async def test_model_summary_is_validated_and_falls_back_on_malformed_output() -
 
 async def test_a_summary_the_budget_refuses_falls_back_and_costs_nothing() -> None:
     from agentrt.protocols import Budget
-    from agentrt.runtime.budget import BudgetLedger
-    from agentrt.runtime.models.metered import MeteredBackend
+    from agentrt.runtime.budget._ledger import BudgetLedger
+    from agentrt.runtime.models._metered import MeteredBackend
 
     traj = await trajectory()
     backend = ScriptedBackend(['{"answer": "Paris"}'], on_exhausted="repeat_last")

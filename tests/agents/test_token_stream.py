@@ -7,7 +7,7 @@ import pytest
 
 from agentrt.agents import EventLog, TokenPacer
 from agentrt.protocols import Event, RunFinished, StepRecorded, TokenDelta
-from agentrt.runtime.engine import Runtime
+from agentrt.runtime.engine._runtime import Runtime
 from agentrt.testing import ScriptedBackend
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.agents.summary import RuleBasedSummarizer
+from agentrt.agents._summary import RuleBasedSummarizer
 from agentrt.aggregators import AggregationAgent, AggregationContext, TrajectoryStore
 from agentrt.protocols import (
     AssistantMessage,
@@ -18,7 +18,7 @@ from agentrt.protocols import (
     TrajectorySummary,
     Usage,
 )
-from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 
 pytestmark = pytest.mark.anyio

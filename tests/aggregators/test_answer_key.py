@@ -19,10 +19,10 @@ from agentrt.aggregators import (
     WeightedVote,
     answer_key,
 )
-from agentrt.aggregators.base import AggregationContext
-from agentrt.aggregators.vote import default_normalizer
+from agentrt.aggregators._aggregator import AggregationContext
+from agentrt.aggregators._vote import default_normalizer
 from agentrt.protocols import TrajectorySummary
-from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.testing import ScriptedBackend
 
 
@@ -106,7 +106,7 @@ def test_usable_keeps_order_and_is_one_pass() -> None:
     """``usable`` splits summaries in one pass: with 600 of them it compared
     every excluded one with the kept list (O(n^2); 138 ms at 3,000 rollouts,
     at the end of every run) and here makes no comparison at all."""
-    from agentrt.aggregators.base import usable
+    from agentrt.aggregators._aggregator import usable
 
     answers = ["4", None, " ", "ANSWER: 4", "", "5"] * 100
     summaries = [_CountingSummary(rollout_id=f"r{i}", answer=a) for i, a in enumerate(answers)]

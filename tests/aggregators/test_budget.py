@@ -25,9 +25,9 @@ from agentrt.aggregators import (
     parse_config,
 )
 from agentrt.protocols import Budget, ModelRequest, TrajectorySummary, UserMessage
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.models.metered import MeteredBackend
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.models._metered import MeteredBackend
 from agentrt.testing import ScriptedBackend
 
 pytestmark = pytest.mark.anyio

@@ -11,9 +11,9 @@ import pytest
 
 import agentrt
 from agentrt.aggregators import PDR, RTV, AggregationContext, ModelJudge, Workspace
-from agentrt.aggregators.vote import answer_key
+from agentrt.aggregators._vote import answer_key
 from agentrt.protocols import Budget, ModelRequest, ScalingSpec, TrajectorySummary
-from agentrt.runtime.budget import BudgetLedger
+from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.testing import ScriptedBackend, ScriptedReply
 
 pytestmark = pytest.mark.anyio

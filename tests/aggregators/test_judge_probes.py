@@ -18,10 +18,10 @@ from agentrt.aggregators import (
     Verdict,
     build_aggregator,
 )
-from agentrt.aggregators.verdict import parse_score, parse_verdict
+from agentrt.aggregators._verdict import parse_score, parse_verdict
 from agentrt.protocols import ModelRequest, TrajectorySummary
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 
 pytestmark = pytest.mark.anyio

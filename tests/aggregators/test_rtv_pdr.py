@@ -10,7 +10,7 @@ import anyio.lowlevel
 import pytest
 
 from agentrt.agents import EventLog
-from agentrt.agents.recording import EventEmitter
+from agentrt.agents._recording import EventEmitter
 from agentrt.aggregators import (
     PDR,
     RTV,
@@ -22,8 +22,8 @@ from agentrt.aggregators import (
     Workspace,
 )
 from agentrt.protocols import Cost, TrajectorySummary, Usage, VoteCast
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend
 
 pytestmark = pytest.mark.anyio

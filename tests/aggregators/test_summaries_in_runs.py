@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import agentrt
-from agentrt.aggregators.vote import answer_key
+from agentrt.aggregators._vote import answer_key
 from agentrt.protocols import ModelRequest, ScalingSpec
 from agentrt.testing import ScriptedBackend
 

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from agentrt.agents import EventLog
-from agentrt.agents.recording import EventEmitter
+from agentrt.agents._recording import EventEmitter
 from agentrt.aggregators import (
     PDR,
     RTV,
@@ -24,8 +24,8 @@ from agentrt.aggregators import (
     lcs_length,
     rouge_l,
 )
-from agentrt.aggregators.verdict import VerdictUnparseable
-from agentrt.aggregators.vote import (
+from agentrt.aggregators._verdict import VerdictUnparseable
+from agentrt.aggregators._vote import (
     chain,
     extract_answer,
     number,
@@ -33,9 +33,9 @@ from agentrt.aggregators.vote import (
     verified_facts_weight,
 )
 from agentrt.protocols import ErrorRaised, Fact, ModelRequest, TrajectorySummary, VoteCast
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.models._backend import ModelBackend
 from agentrt.testing import ScriptedBackend
 
 pytestmark = pytest.mark.anyio
@@ -261,7 +261,7 @@ async def test_an_rtv_comparison_no_vote_of_which_parses_is_one_clear_error() ->
 
 
 async def test_a_failing_judge_call_abstains_and_the_bracket_completes() -> None:
-    from agentrt.runtime.errors import BackendUnavailable
+    from agentrt.runtime.kernel._errors import BackendUnavailable
 
     down = BackendUnavailable("503 after retries", backend="judge", endpoint="http://j/v1")
     backend = ScriptedBackend([down, "1", "2"])
@@ -279,7 +279,7 @@ async def test_a_failing_judge_call_abstains_and_the_bracket_completes() -> None
 
 
 async def test_budget_exhaustion_in_a_judge_is_not_swallowed() -> None:
-    from agentrt.runtime.errors import BudgetExceeded
+    from agentrt.runtime.kernel._errors import BudgetExceeded
 
     backend = ScriptedBackend([BudgetExceeded("no tokens left", limit="max_tokens")])
     with pytest.raises(BudgetExceeded):

@@ -32,7 +32,7 @@ from typing import Any
 import anyio.from_thread
 import pytest
 
-from agentrt.runtime.models.managed import ManagedServer, ManagedServerConfig
+from agentrt.runtime.models.managed._managed_server import ManagedServer, ManagedServerConfig
 
 SERVED_NAME = "smol"
 

@@ -47,12 +47,12 @@ from agentrt.protocols import (
     UserMessage,
     decode,
 )
-from agentrt.runtime.cli import main
-from agentrt.runtime.engine.configfile import load_config
-from agentrt.runtime.log import configure_logging, reset_logging
-from agentrt.runtime.models.base import StreamDelta
-from agentrt.runtime.serve.daemon import serve_manager
-from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.cli._main import main
+from agentrt.runtime.config._config_file import load_config
+from agentrt.runtime.models._backend import StreamDelta
+from agentrt.runtime.observe._log import configure_logging, reset_logging
+from agentrt.runtime.serve._daemon import serve_manager
+from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import (
     ReplySpec,
     ScriptedBackend,
@@ -60,10 +60,10 @@ from agentrt.testing import (
     SimServerConfig,
     start_sim_server_process,
 )
-from agentrt.tools.mcp import ConnectionState
-from agentrt.tools.mcp.server_actor import McpServerStatus
+from agentrt.tools.mcp._server_actor import McpServerStatus
+from agentrt.tools.mcp._server_health import ConnectionState
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 EXAMPLE: Final = Path(__file__).resolve().parents[2] / "examples" / "mcp_hierarchy.yaml"
 EVERYTHING: Final = "@modelcontextprotocol/server-everything@2026.8.31"

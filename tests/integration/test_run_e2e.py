@@ -31,10 +31,10 @@ from typing import Any, Self
 import pytest
 
 from agentrt.protocols import ModelReply, ModelRequest, RunResult, Usage, decode
-from agentrt.runtime.cli import main
-from agentrt.runtime.log import configure_logging, reset_logging
-from agentrt.runtime.models.base import ModelBackend, StreamDelta
-from agentrt.runtime.models.registry import ModelRegistry
+from agentrt.runtime.cli._main import main
+from agentrt.runtime.models._backend import ModelBackend, StreamDelta
+from agentrt.runtime.models._model_registry import ModelRegistry
+from agentrt.runtime.observe._log import configure_logging, reset_logging
 
 TASK = "What is 2+3?"
 ROLLOUTS = 4
@@ -106,7 +106,7 @@ class _Recording:
 
 @pytest.fixture(autouse=True)
 def _fresh_logging() -> Iterator[None]:
-    # As in tests/runtime/test_cli.py: configure logging before capsys swaps
+    # As in tests/runtime/cli/test_cli.py: configure logging before capsys swaps
     # stderr, so no cached logger writes to a closed stream later.
     reset_logging()
     configure_logging("WARNING")

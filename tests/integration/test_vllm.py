@@ -27,9 +27,9 @@ from agentrt.protocols import (
     SystemMessage,
     UserMessage,
 )
-from agentrt.runtime.models import openai_wire as wire
-from agentrt.runtime.models.base import StreamDelta
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.models._backend import StreamDelta
+from agentrt.runtime.models.openai import _client_wire as wire
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 
 pytestmark = [
     pytest.mark.vllm,

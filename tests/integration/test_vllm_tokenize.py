@@ -8,8 +8,8 @@ from typing import Protocol
 import httpx
 import pytest
 
-from agentrt.runtime.engine import Runtime
-from agentrt.runtime.models.prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
+from agentrt.runtime.engine._runtime import Runtime
+from agentrt.runtime.models._prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,9 @@ from agentrt.tools import (
     ToolRegistry,
     Workspaces,
 )
-from agentrt.tools.sandbox import sandbox_host_uid
+from agentrt.tools.sandbox._bwrap import sandbox_host_uid
+
+pytestmark = pytest.mark.process
 
 ROLLOUT = ToolContext(run_id="run", rollout_id="run-0")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.tools import ListDirectoryTool, ReadFileTool, ToolContext, ToolRegistry, file_tools
 
 CTX = ToolContext()

@@ -9,9 +9,9 @@ import msgspec
 import pytest
 from pydantic import BaseModel, Field
 
-from agentrt.runtime.errors import ConfigError, ToolError
+from agentrt.runtime.kernel._errors import ConfigError, ToolError
 from agentrt.tools import FunctionTool, Tool, ToolContext, ToolOutput, tool
-from agentrt.tools.docstrings import parse_docstring
+from agentrt.tools._docstrings import parse_docstring
 
 CTX = ToolContext(run_id="r1", call_id="c1")
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.runtime.memory import NOTE_HEADER, Candidate, MemoryBank, MemoryView
-from agentrt.tools.base import Tool, ToolContext
-from agentrt.tools.memory import memory_tools
+from agentrt.runtime.memory._admission import Candidate
+from agentrt.runtime.memory._bank import MemoryBank
+from agentrt.runtime.memory._view import NOTE_HEADER, MemoryView
+from agentrt.tools._memory_tools import memory_tools
+from agentrt.tools._tool import Tool, ToolContext
 
 pytestmark = pytest.mark.anyio
 

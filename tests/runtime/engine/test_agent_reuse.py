@@ -8,8 +8,8 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents import Agent, AgentConfig, EventEmitter
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.pricing import PriceTable
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
 from agentrt.tools import tool
 
@@ -76,7 +76,7 @@ async def test_an_aggregators_configuration_is_validated_once_per_options_in_use
     and bad ones still fail naming the key."""
     from agentrt import RuntimeConfig
     from agentrt.protocols import ScalingSpec
-    from agentrt.runtime.errors import ConfigError
+    from agentrt.runtime.kernel._errors import ConfigError
 
     backend = ScriptedBackend(["42"], on_exhausted="repeat_last")
     config = RuntimeConfig.model_validate({"rollouts": 3, "aggregate": "majority"})

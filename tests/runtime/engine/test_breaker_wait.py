@@ -14,9 +14,9 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.protocols import RunResult, ScalingSpec
-from agentrt.runtime.models.http import make_transport
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.models.retry import BreakerConfig, RetryPolicy
+from agentrt.runtime.models._retry import BreakerConfig, RetryPolicy
+from agentrt.runtime.models.http._http_client import make_transport
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator
 

@@ -40,11 +40,11 @@ from agentrt.protocols import (
     TrajectorySummary,
     Usage,
 )
-from agentrt.protocols.ids import is_top_level
-from agentrt.runtime.engine import RolloutCheckpoint, RunCheckpoint
-from agentrt.runtime.engine.checkpoint import JournaledCall
+from agentrt.protocols._ids import is_top_level
+from agentrt.runtime.engine._checkpoint import JournaledCall
+from agentrt.runtime.engine._runtime import RolloutCheckpoint, RunCheckpoint
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ from agentrt.protocols import (
 )
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -31,7 +31,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 #: error results) whose first call raises, as a bug would.
 FLAKY_TOOL_MODULE = """
 from agentrt.protocols import ToolSpec
-from agentrt.tools.base import ToolOutput
+from agentrt.tools._tool import ToolOutput
 
 
 class Flaky:

@@ -12,11 +12,11 @@ import pytest
 import agentrt
 from agentrt.protocols import ScalingSpec
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 async def test_a_managed_backend_is_started_used_and_stopped_by_the_runtime() -> None:
-    sim = [sys.executable, "-m", "agentrt.runtime.testing.sim_server"]
+    sim = [sys.executable, "-m", "agentrt.runtime.testing.sim._sim_server"]
     config = {
         "early_stop": False,
         "models": {

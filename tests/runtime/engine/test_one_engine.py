@@ -23,15 +23,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 SCANNED = ("protocols", "runtime", "tools", "agents", "aggregators", "bench", "examples")
 
-ENGINE = "runtime/engine"
+#: The engine and its placements (where the engine's rollouts run).
+ENGINE = ("runtime/engine/", "runtime/placement/")
 ENGINE_INTERNALS = frozenset({"RolloutActor", "RunRollout", "RunExecution"})
-ENGINE_MODULES = ("agentrt.runtime.engine.rollout", "agentrt.runtime.engine.run")
+ENGINE_MODULES = ("agentrt.runtime.engine._rollout_actor", "agentrt.runtime.engine._run_execution")
 
 #: Where actors may be spawned and defined: the kernel, the engine, the
 #: long-lived server actors the ``Runtime`` owns, and the kernel's demos.
 ACTOR_HOSTS = (
-    "runtime/actors/",
+    "runtime/kernel/",
     "runtime/engine/",
+    "runtime/placement/",
     "tools/mcp/",
     "runtime/models/managed",
     "examples/actors_counter.py",
@@ -55,11 +57,11 @@ RUN_PARTS = frozenset(
     }
 )
 RUN_MODULES = (
-    "agentrt.agents.agent",
-    "agentrt.agents.loop",
-    "agentrt.agents.hierarchy",
-    "agentrt.agents.delegation",
-    "agentrt.agents.pipeline",
+    "agentrt.agents._agent",
+    "agentrt.agents._agent_loop",
+    "agentrt.agents._hierarchy",
+    "agentrt.agents._delegation",
+    "agentrt.agents._pipeline",
     *ENGINE_MODULES,
 )
 
@@ -167,7 +169,7 @@ def uses_runtime(tree: ast.Module) -> bool:
     """Whether the module imports ``Runtime`` (from the engine or ``agentrt``)."""
     return any(
         isinstance(node, ast.ImportFrom)
-        and node.module in ("agentrt", "agentrt.runtime.engine", "agentrt.runtime.engine.runtime")
+        and node.module in ("agentrt", "agentrt.runtime.engine", "agentrt.runtime.engine._runtime")
         and any(alias.name == "Runtime" for alias in node.names)
         for node in ast.walk(tree)
     )
@@ -184,15 +186,15 @@ def _rel(path: Path) -> str:
 def test_there_is_something_to_check() -> None:
     sources = [_rel(p) for p in _sources(*SCANNED)]
     assert len(sources) >= 50
-    assert "runtime/engine/rollout.py" in sources
-    assert {"runtime/cli/run.py", "runtime/serve/manager.py"} <= set(sources)
+    assert "runtime/engine/_rollout_actor.py" in sources
+    assert {"runtime/cli/_run_command.py", "runtime/serve/_run_manager.py"} <= set(sources)
 
 
 def test_only_the_engine_runs_rollouts_as_actors() -> None:
     bad = [
         str(finding)
         for path in _sources(*SCANNED)
-        if not _rel(path).startswith(ENGINE + "/")
+        if not _rel(path).startswith(ENGINE)
         for finding in engine_internals_used(_rel(path), _tree(path))
     ]
     assert not bad, f"rollouts are the engine's to run (use agentrt.Runtime): {bad}"
@@ -212,7 +214,7 @@ def test_the_engine_does_host_the_rollouts() -> None:
     """The scans above look for what the engine really does."""
     hosted: set[str] = set()
     internals: list[Finding] = []
-    for path in _sources(ENGINE):
+    for path in _sources(*ENGINE):
         tree = _tree(path)
         hosted |= {f.what for f in actors_hosted(_rel(path), tree)}
         internals += engine_internals_used(_rel(path), tree)
@@ -232,10 +234,10 @@ def test_entry_points_run_tasks_only_through_the_runtime(entry: str) -> None:
 def test_the_checks_catch_a_second_executor(tmp_path: Path) -> None:
     bad = tmp_path / "executor.py"
     bad.write_text(
-        "from agentrt.runtime.actors import Actor, ActorSystem\n"
-        "from agentrt.runtime.engine.rollout import RolloutActor\n"
-        "import agentrt.runtime.engine.run as run\n"
-        "from agentrt.agents.hierarchy import build_hierarchy\n"
+        "from agentrt.actors import Actor, ActorSystem\n"
+        "from agentrt.runtime.engine._rollout_actor import RolloutActor\n"
+        "import agentrt.runtime.engine._run_execution as run\n"
+        "from agentrt.agents._hierarchy import build_hierarchy\n"
         "\n"
         "class AgentActor(Actor[int, int]):\n"
         "    pass\n"
@@ -250,8 +252,8 @@ def test_the_checks_catch_a_second_executor(tmp_path: Path) -> None:
     assert internals == {
         "names RolloutActor",
         "names RunExecution",
-        "imports agentrt.runtime.engine.rollout",
-        "imports agentrt.runtime.engine.run",
+        "imports agentrt.runtime.engine._rollout_actor",
+        "imports agentrt.runtime.engine._run_execution",
     }
     hosted = [(f.line, f.what) for f in actors_hosted("executor.py", tree)]
     assert hosted == [
@@ -261,13 +263,13 @@ def test_the_checks_catch_a_second_executor(tmp_path: Path) -> None:
     ]
     parts = {f.what for f in run_parts_used("executor.py", tree)}
     assert {"names ActorSystem", "names build_hierarchy", "names RolloutActor"} <= parts
-    assert "imports agentrt.agents.hierarchy" in parts
+    assert "imports agentrt.agents._hierarchy" in parts
     assert not uses_runtime(tree)
 
     good = tmp_path / "entry.py"
     good.write_text(
         "import anyio\n"
-        "from agentrt.runtime.engine import Runtime\n"
+        "from agentrt import Runtime\n"
         "async def main(task: str) -> None:\n"
         "    async with Runtime() as rt:\n"
         "        await rt.run(task)\n"

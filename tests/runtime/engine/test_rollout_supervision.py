@@ -30,9 +30,9 @@ from agentrt.protocols import (
     ToolSpec,
 )
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
 
 class SleepyTool:

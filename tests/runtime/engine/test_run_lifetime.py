@@ -12,11 +12,11 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.protocols import ScalingSpec
-from agentrt.runtime.actors import ActorAddress
+from agentrt.runtime.kernel._address import ActorAddress
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
 from agentrt.tools import tool
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
 #: Types whose objects a finished run must not leave in a reference cycle.
 ENGINE_TYPES = frozenset(

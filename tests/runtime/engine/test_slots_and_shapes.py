@@ -17,7 +17,7 @@ from agentrt.protocols import (
     RunStarted,
     ScalingSpec,
 )
-from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedReply
 
 pytestmark = pytest.mark.anyio

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.runtime.memory import (
-    AdmissionConfig,
-    Candidate,
-    MemoryBank,
-    MemoryView,
-    ScoredAdmission,
-)
+from agentrt.runtime.memory._admission import AdmissionConfig, Candidate, ScoredAdmission
+from agentrt.runtime.memory._bank import MemoryBank
+from agentrt.runtime.memory._view import MemoryView
 
 
 class Clock:

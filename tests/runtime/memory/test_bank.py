@@ -8,8 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentrt.runtime.memory import MemoryBank, MemoryLimits, NewItem, Scope
-from agentrt.runtime.memory.bank import Owners
+from agentrt.runtime.memory._bank import MemoryBank, MemoryLimits, NewItem, Owners, Scope
 
 pytestmark = pytest.mark.anyio
 

@@ -12,9 +12,11 @@ import pytest
 
 from agentrt.agents import Agent, AgentConfig
 from agentrt.protocols import ModelRequest, ToolMessage
-from agentrt.runtime.memory import Candidate, MemoryBank, MemoryView, NewItem
+from agentrt.runtime.memory._admission import Candidate
+from agentrt.runtime.memory._bank import MemoryBank, NewItem
+from agentrt.runtime.memory._view import MemoryView
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
-from agentrt.tools.memory import memory_tools
+from agentrt.tools._memory_tools import memory_tools
 
 pytestmark = pytest.mark.anyio
 

@@ -6,14 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from agentrt.runtime.memory import (
-    MemoryBank,
-    MemoryView,
-    NewItem,
-    Owners,
-    Retriever,
-    build_query,
-)
+from agentrt.runtime.memory._bank import MemoryBank, NewItem, Owners
+from agentrt.runtime.memory._retrieval import Retriever, build_query
+from agentrt.runtime.memory._view import MemoryView
 
 pytestmark = pytest.mark.anyio
 

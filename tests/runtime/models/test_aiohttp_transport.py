@@ -16,15 +16,15 @@ import httpx
 import pytest
 from aiohttp import web
 
-from agentrt.runtime.models.aiohttp_transport import HttpReply, as_httpx_error
-from agentrt.runtime.models.http import (
+from agentrt.runtime.models.http._aiohttp_transport import HttpReply, as_httpx_error
+from agentrt.runtime.models.http._http_client import (
     TransportFailure,
     classify_transport_error,
     make_transport,
     poster,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
 DROPPED: list[str] = []
 """Paths of the requests whose connection ``_stalled`` saw the client drop."""

@@ -20,19 +20,12 @@ from agentrt.protocols import (
     Usage,
     UserMessage,
 )
-from agentrt.runtime.models import (
-    EmbeddedBackend,
-    EmbeddedConfig,
-    HttpClientConfig,
-    ModelBackend,
-    OpenAIBackend,
-    OpenAIBackendConfig,
-    SGLangBackend,
-    SGLangBackendConfig,
-    StreamDelta,
-    backend_concurrency,
-)
-from agentrt.runtime.models.retry import RetryPolicy
+from agentrt.runtime.models._backend import ModelBackend, StreamDelta, backend_concurrency
+from agentrt.runtime.models._retry import RetryPolicy
+from agentrt.runtime.models.embedded._embedded_backend import EmbeddedBackend, EmbeddedConfig
+from agentrt.runtime.models.http._http_client import HttpClientConfig
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend, SGLangBackendConfig
 from agentrt.testing import ScriptedBackend
 
 

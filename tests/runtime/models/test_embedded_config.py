@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.models.embedded import (
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.models.embedded._embedded_backend import (
     DEFAULT_MODEL_NAME,
     EmbeddedBackend,
     EmbeddedConfig,

@@ -14,13 +14,15 @@ import anyio
 import pytest
 
 from agentrt.protocols import ModelRequest, SamplingParams, UserMessage
-from agentrt.runtime.actors import ActorSystem
-from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.models.managed_actor import spawn_managed_server
-from agentrt.runtime.models.managed_config import ManagedServerConfig, ServerState
-from agentrt.runtime.models.openai import OpenAIBackend
-from agentrt.runtime.models.registry import ModelRegistry
-from agentrt.runtime.models.sglang import SGLangBackend
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.kernel._system import ActorSystem
+from agentrt.runtime.models._model_registry import ModelRegistry
+from agentrt.runtime.models.managed._managed_actor import spawn_managed_server
+from agentrt.runtime.models.managed._managed_config import ManagedServerConfig, ServerState
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
+from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend
+
+pytestmark = pytest.mark.process
 
 CONFIG = """
 [models]
@@ -132,7 +134,7 @@ def test_a_bad_managed_entry_names_its_key(backend: dict[str, Any], where: str, 
 
 @pytest.mark.anyio
 async def test_a_configured_managed_server_serves_its_backend_across_a_crash() -> None:
-    sim = [sys.executable, "-m", "agentrt.runtime.testing.sim_server"]
+    sim = [sys.executable, "-m", "agentrt.runtime.testing.sim._sim_server"]
     registry = ModelRegistry.from_mapping(
         {
             "backends": {

@@ -18,11 +18,11 @@ from agentrt.protocols import (
     Usage,
     UserMessage,
 )
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.errors import BackendUnavailable, BudgetExceeded, UnknownModelError
-from agentrt.runtime.models.metered import MeteredBackend
-from agentrt.runtime.models.prompt_estimate import CharEstimator, estimate_request_tokens
-from agentrt.runtime.pricing import ModelPrice, PriceTable
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
+from agentrt.runtime.kernel._errors import BackendUnavailable, BudgetExceeded, UnknownModelError
+from agentrt.runtime.models._metered import MeteredBackend
+from agentrt.runtime.models._prompt_estimate import CharEstimator, estimate_request_tokens
 from agentrt.testing import ScriptedBackend, ScriptedReply
 
 pytestmark = pytest.mark.anyio

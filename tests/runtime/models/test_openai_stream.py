@@ -14,11 +14,11 @@ import pytest
 from aiohttp import web
 
 from agentrt.protocols import ModelRequest, ToolSpec, UserMessage
-from agentrt.runtime.errors import BackendUnavailable, MalformedReply
-from agentrt.runtime.models import StreamDelta
-from agentrt.runtime.models.http import HttpClientConfig
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.models.retry import RetryPolicy
+from agentrt.runtime.kernel._errors import BackendUnavailable, MalformedReply
+from agentrt.runtime.models._backend import StreamDelta
+from agentrt.runtime.models._retry import RetryPolicy
+from agentrt.runtime.models.http._http_client import HttpClientConfig
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -20,9 +20,9 @@ from agentrt.protocols import (
     ToolSpec,
     UserMessage,
 )
-from agentrt.runtime.models import openai_wire as wire
-from agentrt.runtime.models.http import TransportFailure, classify_transport_error
-from agentrt.runtime.models.sse import SSEDecoder
+from agentrt.runtime.models.http._http_client import TransportFailure, classify_transport_error
+from agentrt.runtime.models.http._sse import SSEDecoder
+from agentrt.runtime.models.openai import _client_wire as wire
 
 
 def test_sse_events_split_anywhere_come_out_whole() -> None:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentrt.protocols import AssistantMessage, FunctionCall, ToolCall, ToolMessage
-from agentrt.runtime.models.prompt_estimate import MESSAGE_OVERHEAD, CharEstimator, message_tokens
+from agentrt.runtime.models._prompt_estimate import MESSAGE_OVERHEAD, CharEstimator, message_tokens
 
 texts = st.text(max_size=400)
 calls = st.lists(

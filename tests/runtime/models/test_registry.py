@@ -5,10 +5,14 @@ from __future__ import annotations
 import pytest
 
 from agentrt.protocols import ModelRequest, UserMessage
-from agentrt.runtime.errors import ConfigError, UnknownModelError
-from agentrt.runtime.models import ModelBackend
-from agentrt.runtime.models.embedded import DEFAULT_MODEL_NAME, EmbeddedBackend, EmbeddedConfig
-from agentrt.runtime.models.registry import BACKEND_KINDS, ModelRegistry, ModelsConfig
+from agentrt.runtime.kernel._errors import ConfigError, UnknownModelError
+from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.models._model_registry import BACKEND_KINDS, ModelRegistry, ModelsConfig
+from agentrt.runtime.models.embedded._embedded_backend import (
+    DEFAULT_MODEL_NAME,
+    EmbeddedBackend,
+    EmbeddedConfig,
+)
 
 
 def test_nothing_configured_means_the_embedded_model() -> None:
@@ -109,7 +113,7 @@ def test_kinds_that_need_options_say_where(kind: str) -> None:
 
 
 def test_a_kind_missing_from_this_build_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentrt.runtime.models import registry as registry_module
+    from agentrt.runtime.models import _model_registry as registry_module
 
     ghost = registry_module._Kind(
         "ghost", "agentrt.runtime.models.no_such_backend", "GhostConfig", lambda m, c: m

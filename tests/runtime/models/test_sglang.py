@@ -18,16 +18,20 @@ from agentrt.protocols import (
     ToolSpec,
     UserMessage,
 )
-from agentrt.runtime.errors import (
+from agentrt.runtime.kernel._errors import (
     BackendUnavailable,
     InvalidRequestError,
     RateLimited,
     UnknownModelError,
 )
-from agentrt.runtime.models.base import ModelBackend, StreamDelta
-from agentrt.runtime.models.retry import RetryPolicy
-from agentrt.runtime.models.sglang import SGLangBackend, SGLangBackendConfig, affinity_key
-from agentrt.runtime.testing.tokens import encode
+from agentrt.runtime.models._backend import ModelBackend, StreamDelta
+from agentrt.runtime.models._retry import RetryPolicy
+from agentrt.runtime.models.sglang._sglang_backend import (
+    SGLangBackend,
+    SGLangBackendConfig,
+    affinity_key,
+)
+from agentrt.runtime.testing._tokens import encode
 from agentrt.testing import SimServer, SimServerConfig
 
 pytestmark = pytest.mark.anyio

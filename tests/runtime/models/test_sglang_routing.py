@@ -16,11 +16,11 @@ from agentrt.protocols import (
     ToolSpec,
     UserMessage,
 )
-from agentrt.runtime.errors import BackendUnavailable
-from agentrt.runtime.models.replicas import ReplicaSet
-from agentrt.runtime.models.retry import BreakerConfig
-from agentrt.runtime.models.sglang_template import held_back, parse_tool_calls, render_chat
-from agentrt.runtime.models.sglang_wire import (
+from agentrt.runtime.kernel._errors import BackendUnavailable
+from agentrt.runtime.models._replicas import ReplicaSet
+from agentrt.runtime.models._retry import BreakerConfig
+from agentrt.runtime.models.sglang._sglang_template import held_back, parse_tool_calls, render_chat
+from agentrt.runtime.models.sglang._sglang_wire import (
     GenerateOutput,
     MetaInfo,
     StreamAssembly,

@@ -21,8 +21,8 @@ from agentrt.protocols import (
     ToolSpec,
     UserMessage,
 )
-from agentrt.runtime.errors import InvalidRequestError
-from agentrt.runtime.models.text_tools import (
+from agentrt.runtime.kernel._errors import InvalidRequestError
+from agentrt.runtime.models._text_tools import (
     ToolCallStreamGate,
     parse_tool_calls,
     render_tool_calls,

@@ -11,17 +11,17 @@ import httpx
 import pytest
 
 from agentrt.agents import Agent, AgentConfig, EventEmitter
-from agentrt.agents.context import fit_context
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.engine import Runtime
-from agentrt.runtime.errors import BackendError
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.models.prompt_estimate import (
+from agentrt.agents._context import fit_context
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.engine._runtime import Runtime
+from agentrt.runtime.kernel._errors import BackendError
+from agentrt.runtime.models._prompt_estimate import (
     CALIBRATION_MARGIN,
     CALIBRATION_TEXT,
     TokenCounter,
     calibrate_chars_per_token,
 )
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 
 pytestmark = pytest.mark.anyio
 

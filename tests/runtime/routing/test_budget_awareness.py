@@ -10,23 +10,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrt.protocols import Budget, RoutingDecision, Usage
-from agentrt.runtime.budget import BudgetLedger, Headroom
-from agentrt.runtime.errors import BudgetExceeded
-from agentrt.runtime.pricing import ModelPrice, PriceTable
-from agentrt.runtime.routing import (
+from agentrt.runtime.budget._ledger import BudgetLedger, Headroom
+from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
+from agentrt.runtime.kernel._errors import BudgetExceeded
+from agentrt.runtime.routing._policies import (
     CascadePolicy,
     FixedTierPolicy,
     ProvidedDifficulty,
     RolloutRouter,
     RoutingPolicy,
-    Signals,
-    StepContext,
     ThresholdPolicy,
-    Tier,
-    TierLadder,
     always_large,
     always_small,
 )
+from agentrt.runtime.routing._step_signals import Signals, StepContext
+from agentrt.runtime.routing._tiers import Tier, TierLadder
 
 
 def price(prompt: str, completion: str) -> ModelPrice:

@@ -6,21 +6,19 @@ from decimal import Decimal
 
 import pytest
 
-from agentrt.runtime.errors import ConfigError, InvalidRequestError
-from agentrt.runtime.pricing import ModelPrice, PriceTable
-from agentrt.runtime.routing import (
+from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
+from agentrt.runtime.kernel._errors import ConfigError, InvalidRequestError
+from agentrt.runtime.routing._policies import (
     CascadePolicy,
     ProvidedDifficulty,
     RolloutRouter,
     SignalDifficulty,
-    Signals,
-    StepContext,
     ThresholdPolicy,
-    Tier,
-    TierLadder,
     always_large,
     always_small,
 )
+from agentrt.runtime.routing._step_signals import Signals, StepContext
+from agentrt.runtime.routing._tiers import Tier, TierLadder
 
 
 def price(prompt: str, completion: str) -> ModelPrice:

@@ -6,15 +6,10 @@ from typing import Any
 
 import pytest
 
-from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.pricing import PriceTable
-from agentrt.runtime.routing import (
-    CascadeConfig,
-    Signals,
-    StepContext,
-    build_policy,
-    load_routing_config,
-)
+from agentrt.runtime.budget._pricing import PriceTable
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.routing._routing_config import CascadeConfig, build_policy, load_routing_config
+from agentrt.runtime.routing._step_signals import Signals, StepContext
 
 PRICES = PriceTable.model_validate(
     {

@@ -16,7 +16,12 @@ from agentrt.protocols import (
     ToolResult,
     Usage,
 )
-from agentrt.runtime.routing import mean_logprob, perplexity, same_action, signals_from_step
+from agentrt.runtime.routing._step_signals import (
+    mean_logprob,
+    perplexity,
+    same_action,
+    signals_from_step,
+)
 
 
 def call(name: str, arguments: str, id_: str = "c1") -> ToolCall:

@@ -25,11 +25,11 @@ from agentrt.protocols import (
     ToolSpec,
     UserMessage,
 )
-from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.pricing import ModelPrice, PriceTable
-from agentrt.runtime.routing import load_routing_config
+from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.routing._routing_config import load_routing_config
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 pytestmark = pytest.mark.anyio
 

@@ -19,9 +19,9 @@ import msgspec
 import pytest
 
 from agentrt.protocols import ModelRequest, ToolMessage
-from agentrt.runtime.engine.configfile import AgentrtConfig, config_from_mapping
-from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
-from agentrt.runtime.testing.scripted import ReplySpec
+from agentrt.runtime.config._config_file import AgentrtConfig, config_from_mapping
+from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
+from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.testing import ScriptedReply as Reply
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentrt.protocols import RolloutFinished, TokenDelta, VoteCast
-from agentrt.runtime.serve.answer_stream import AnswerStream, StreamText
+from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
 
 RUN = "run-1"
 

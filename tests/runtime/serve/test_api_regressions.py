@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentrt.protocols import Event, RunFinished, RunRequest, ScalingSpec, decode_event
-from agentrt.protocols.api import RunDetail
-from agentrt.runtime.serve.manager import RunManager
-from agentrt.runtime.serve.openapi import MAX_EVENT_ID, decimal_at_most
+from agentrt.protocols._api import RunDetail
+from agentrt.runtime.serve._openapi import MAX_EVENT_ID, decimal_at_most
+from agentrt.runtime.serve._run_manager import RunManager
 
 pytestmark = pytest.mark.anyio
 

@@ -9,9 +9,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agentrt.runtime.serve.pauses import LoopStalls
+from agentrt.runtime.serve._pauses import LoopStalls
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
 
 async def _stall_once(stalls: LoopStalls, block: object) -> None:

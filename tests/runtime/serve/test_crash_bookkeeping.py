@@ -25,7 +25,7 @@ import pytest
 
 from agentrt.testing import SimServerConfig, start_sim_server_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 CAP = 16

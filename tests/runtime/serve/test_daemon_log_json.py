@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.process
 
 MCP_SERVER = """
 import logging, sys
@@ -82,7 +85,7 @@ args = ["{server}"]
 def test_stdlib_loggers_render_as_json_after_configure_logging() -> None:
     code = (
         "import logging, warnings\n"
-        "from agentrt.runtime.log import configure_logging, get_logger\n"
+        "from agentrt.runtime.observe._log import configure_logging, get_logger\n"
         "logging.basicConfig(format='%(name)s %(message)s')  # a plain handler first\n"
         "configure_logging(json=True)\n"
         "get_logger('agentrt.x', run_id='r1').info('ours', n=1)\n"

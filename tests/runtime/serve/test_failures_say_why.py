@@ -13,8 +13,8 @@ import anyio
 import httpx
 import pytest
 
-from agentrt.runtime.engine import Runtime
-from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
+from agentrt.runtime.engine._runtime import Runtime
+from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.testing import ScriptedBackend
 
 from .conftest import daemon_config, free_port

@@ -23,12 +23,12 @@ import pytest
 
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
-from agentrt.runtime.engine import RuntimeConfig
-from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig
-from agentrt.runtime.serve.daemon import run_daemon
+from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
+from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.runtime.serve._daemon import run_daemon
 from agentrt.testing import ScriptedBackend
 
-pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.process]
 
 INSPECTOR = "@modelcontextprotocol/inspector-cli@1.0.3"
 CONFORMANCE = "@modelcontextprotocol/conformance@0.1.13"  # 0.1.14+ needs Node 22

@@ -26,16 +26,21 @@ from starlette.routing import Route
 
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
-from agentrt.runtime.engine import RuntimeConfig
-from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig, load_config
-from agentrt.runtime.serve.daemon import serve_manager
-from agentrt.runtime.serve.manager import RunManager
-from agentrt.runtime.serve.mcp_server import mcp_asgi
-from agentrt.runtime.serve.mcp_stdio import mcp_main
+from agentrt.runtime.config._config_file import (
+    AgentrtConfig,
+    ServerConfig,
+    StoreConfig,
+    load_config,
+)
+from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.runtime.serve._daemon import serve_manager
+from agentrt.runtime.serve._run_manager import RunManager
+from agentrt.runtime.serve.mcp._mcp_server import mcp_asgi
+from agentrt.runtime.serve.mcp._mcp_stdio import mcp_main
 from agentrt.testing import ScriptedBackend, ScriptedReply
-from agentrt.tools.hosting.server import RESOURCE_NOT_FOUND
+from agentrt.tools.hosting._tool_server import RESOURCE_NOT_FOUND
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 Script = Callable[[ModelRequest], str | ScriptedReply | BaseException]
 _ROLLOUT = re.compile(r"-r(\d+)-\d+$")

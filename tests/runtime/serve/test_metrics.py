@@ -28,9 +28,9 @@ from agentrt.protocols import (
     UserMessage,
     VoteCast,
 )
-from agentrt.runtime.models.replicas import ReplicaStatus
-from agentrt.runtime.models.retry import RetryStats
-from agentrt.runtime.serve.metrics import DaemonMetrics, metrics_route
+from agentrt.runtime.models._replicas import ReplicaStatus
+from agentrt.runtime.models._retry import RetryStats
+from agentrt.runtime.serve._metrics import DaemonMetrics, metrics_route
 
 pytestmark = pytest.mark.anyio
 

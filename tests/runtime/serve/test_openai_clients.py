@@ -31,15 +31,15 @@ from pydantic_ai.providers.openai import OpenAIProvider as PaiProvider
 
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelReply, ModelRequest, UserMessage
-from agentrt.runtime.engine import RuntimeConfig
-from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig
-from agentrt.runtime.models.base import StreamDelta
-from agentrt.runtime.serve.daemon import DaemonEndpoint, serve_manager
-from agentrt.runtime.serve.manager import RunManager
-from agentrt.runtime.serve.metrics import DaemonMetrics
+from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
+from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.runtime.models._backend import StreamDelta
+from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
+from agentrt.runtime.serve._metrics import DaemonMetrics
+from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 # The OpenAI Agents SDK's import name is ``agents``, which type checkers here
 # resolve to agentrt's own ``agents`` folder: it is loaded by name, untyped.

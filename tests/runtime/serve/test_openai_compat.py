@@ -20,14 +20,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
-from agentrt.runtime.engine import RuntimeConfig
-from agentrt.runtime.engine.configfile import AgentrtConfig, ServerConfig, StoreConfig
-from agentrt.runtime.models.base import ModelBackend
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.serve.daemon import DaemonEndpoint, serve_manager
-from agentrt.runtime.serve.manager import RunManager
-from agentrt.runtime.serve.metrics import DaemonMetrics
-from agentrt.runtime.serve.openai_wire import MessageIn, OpenAIError, build_task
+from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
+from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
+from agentrt.runtime.serve._metrics import DaemonMetrics
+from agentrt.runtime.serve._run_manager import RunManager
+from agentrt.runtime.serve.openai._chat_wire import MessageIn, OpenAIError, build_task
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
 
 pytestmark = pytest.mark.anyio

@@ -43,8 +43,10 @@ from urllib.parse import urlsplit
 import msgspec
 import pytest
 
-from agentrt.protocols.api import ApiError
-from agentrt.runtime.serve.openai_wire import ErrorBody
+from agentrt.protocols._api import ApiError
+from agentrt.runtime.serve.openai._chat_wire import ErrorBody
+
+pytestmark = pytest.mark.process
 
 TOKEN = "fuzz-token-0123456789abcdef"
 #: Examples per operation and phase: about 12 s of fuzzing on two slow cores.

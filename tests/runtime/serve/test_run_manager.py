@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 from agentrt.protocols import Budget, RunRequest, RunResult, ScalingSpec
-from agentrt.protocols.api import TERMINAL_STATUSES
-from agentrt.runtime.serve.manager import RunManager
-from agentrt.runtime.serve.store import RunStore
+from agentrt.protocols._api import TERMINAL_STATUSES
+from agentrt.runtime.serve._run_manager import RunManager
+from agentrt.runtime.serve.store._run_store import RunStore
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 
-from agentrt.agents import delegation
+from agentrt.agents import _delegation as delegation
 from agentrt.protocols import (
     ModelRequest,
     RolloutId,
@@ -26,7 +26,7 @@ from agentrt.protocols import (
     SystemMessage,
     ToolMessage,
 )
-from agentrt.runtime.serve.store import RunStore, StoreError
+from agentrt.runtime.serve.store._run_store import RunStore, StoreError
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
 
 pytestmark = pytest.mark.anyio
@@ -216,7 +216,7 @@ async def test_pdr_refinement_rollouts_resume_too(tmp_path: Path, daemon_kit: An
 
 
 async def test_one_process_per_store(tmp_path: Path) -> None:
-    from agentrt.runtime.errors import ConfigError
+    from agentrt.runtime.kernel._errors import ConfigError
 
     async with RunStore(tmp_path / "runs.db"):
         with pytest.raises(ConfigError, match=r"in use by another agentrt process \(pid \d+\)"):

@@ -27,10 +27,10 @@ import httpx
 import pytest
 
 from agentrt.protocols import ModelReply, ModelRequest, StepRecorded, TokenDelta
-from agentrt.runtime.engine import Runtime
-from agentrt.runtime.models.base import StreamDelta
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
+from agentrt.runtime.engine._runtime import Runtime
+from agentrt.runtime.models._backend import StreamDelta
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.testing import SimServer, SimServerConfig
 
 from .conftest import daemon_config

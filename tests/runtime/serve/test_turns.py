@@ -14,11 +14,11 @@ import anyio
 import pytest
 
 from agentrt.protocols import RunRequest, ScalingSpec
-from agentrt.runtime.serve.bridge import ManagerBridge
-from agentrt.runtime.serve.manager import RunManager
-from agentrt.runtime.serve.turns import Turns
+from agentrt.runtime.serve._bridge import ManagerBridge
+from agentrt.runtime.serve._run_manager import RunManager
+from agentrt.runtime.serve._turns import Turns
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
 
 class _Clock:

@@ -9,7 +9,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from agentrt.runtime.serve.web import load_assets, web_routes
+from agentrt.runtime.serve._web import load_assets, web_routes
 
 
 @pytest.fixture

@@ -33,10 +33,10 @@ import pytest
 
 from agentrt.aggregators import SimulatedJudge
 from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
-from agentrt.runtime.engine.configfile import config_from_mapping
-from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
+from agentrt.runtime.config._config_file import config_from_mapping
+from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
-from agentrt.tools.builtins import Calculator
+from agentrt.tools.builtins._calculator import Calculator
 
 SCRIPT = Path(__file__).with_name("web_check.mjs")
 CHROMIUM = Path(os.environ.get("AGENTRT_CHROMIUM", "/usr/bin/chromium"))

@@ -31,16 +31,18 @@ import httpx
 import pytest
 
 from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
-from agentrt.runtime.engine.configfile import config_from_mapping
-from agentrt.runtime.serve.daemon import DaemonEndpoint, serve_manager
-from agentrt.runtime.serve.manager import RunManager
-from agentrt.runtime.testing.scripted import ReplySpec
+from agentrt.runtime.config._config_file import config_from_mapping
+from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
+from agentrt.runtime.serve._run_manager import RunManager
+from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.mcp import StdioServerConfig
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
 from tests.tools.mcp.conftest import EVERYTHING, _fixture_server
 from tests.tools.mcp.oauth_server import oauth_servers
 
 from .test_web_browser import CHROMIUM, _browser
+
+pytestmark = pytest.mark.process
 
 SCRIPT = Path(__file__).with_name("web_mcp.mjs")
 TOKEN = "web-mcp-token-0123456789"

@@ -28,9 +28,9 @@ import httpx
 import pytest
 
 from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
-from agentrt.runtime.errors import BackendUnavailable
-from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
-from agentrt.runtime.testing.scripted import ReplySpec
+from agentrt.runtime.kernel._errors import BackendUnavailable
+from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
+from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 
 from .conftest import daemon_config

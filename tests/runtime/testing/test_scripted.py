@@ -9,15 +9,15 @@ import anyio
 import pytest
 
 from agentrt.protocols import ModelRequest, SamplingParams, ToolSpec, Usage, UserMessage
-from agentrt.runtime.errors import (
+from agentrt.runtime.kernel._errors import (
     BackendUnavailable,
     ConfigError,
     RateLimited,
     UnknownModelError,
 )
-from agentrt.runtime.models.base import ModelBackend, StreamDelta
-from agentrt.runtime.models.sglang_template import render_chat
-from agentrt.runtime.testing.tokens import count_tokens
+from agentrt.runtime.models._backend import ModelBackend, StreamDelta
+from agentrt.runtime.models.sglang._sglang_template import render_chat
+from agentrt.runtime.testing._tokens import count_tokens
 from agentrt.testing import (
     ReplySpec,
     ScriptedBackend,

@@ -16,10 +16,10 @@ from agentrt.protocols import (
     ToolSpec,
     UserMessage,
 )
-from agentrt.runtime.models.sglang_template import render_chat
-from agentrt.runtime.testing.sim_chat import ChatPromptCache
-from agentrt.runtime.testing.sim_model import view_from_messages
-from agentrt.runtime.testing.tokens import encode
+from agentrt.runtime.models.sglang._sglang_template import render_chat
+from agentrt.runtime.testing._tokens import encode
+from agentrt.runtime.testing.sim._sim_chat import ChatPromptCache
+from agentrt.runtime.testing.sim._sim_model import view_from_messages
 
 TOOLS = [ToolSpec(name="search", parameters={"type": "object", "properties": {}})]
 CALL = ToolCall(id="c1", function=FunctionCall(name="search", arguments='{"q": "x"}'))

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentrt.runtime.testing.tokens import encode
+from agentrt.runtime.testing._tokens import encode
 from agentrt.testing import SimServer, SimServerConfig
 
 pytestmark = pytest.mark.anyio

@@ -10,10 +10,12 @@ import httpx
 import psutil
 import pytest
 
-from agentrt.runtime.errors import BackendUnavailable, ConfigError
-from agentrt.runtime.testing.sim_config import parse_args
-from agentrt.runtime.testing.sim_server import main
+from agentrt.runtime.kernel._errors import BackendUnavailable, ConfigError
+from agentrt.runtime.testing.sim._sim_config import parse_args
+from agentrt.runtime.testing.sim._sim_server import main
 from agentrt.testing import SimServerConfig, spawn_sim_server, start_sim_server_process
+
+pytestmark = pytest.mark.process
 
 
 @pytest.fixture
@@ -40,7 +42,7 @@ def test_bad_flags_name_the_flag() -> None:
 
 
 def test_the_cli_prints_exactly_one_ready_line() -> None:
-    command = [sys.executable, "-m", "agentrt.runtime.testing.sim_server", "--port", "0"]
+    command = [sys.executable, "-m", "agentrt.runtime.testing.sim._sim_server", "--port", "0"]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     ) as process:
@@ -80,11 +82,10 @@ async def test_a_server_that_cannot_start_is_reported() -> None:
 
 
 def test_agentrt_testing_exports_the_fakes() -> None:
-    for name in ("agentrt.testing", "agentrt.runtime.testing"):
-        module = importlib.import_module(name)
-        exported = list(module.__all__)
-        assert exported == sorted(exported)
-        assert all(hasattr(module, member) for member in exported)
+    module = importlib.import_module("agentrt.testing")
+    exported = list(module.__all__)
+    assert exported == sorted(exported)
+    assert all(hasattr(module, member) for member in exported)
     testing = importlib.import_module("agentrt.testing")
     assert {"ScriptedBackend", "SimServer", "SimServerConfig", "spawn_sim_server"} <= set(
         testing.__all__

@@ -10,8 +10,8 @@ import anyio
 import httpx
 import pytest
 
-from agentrt.runtime.errors import ConfigError
-from agentrt.runtime.testing.sim_config import parse_args
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.testing.sim._sim_config import parse_args
 from agentrt.testing import SimServer, SimServerConfig
 
 pytestmark = pytest.mark.anyio

@@ -16,9 +16,8 @@ from agentrt.protocols import (
     ToolSpec,
     UserMessage,
 )
-from agentrt.runtime.models.sglang_template import render_chat
-from agentrt.runtime.testing.radix import RadixCache
-from agentrt.runtime.testing.tokens import (
+from agentrt.runtime.models.sglang._sglang_template import render_chat
+from agentrt.runtime.testing._tokens import (
     decode_ids,
     encode,
     encode_prompt,
@@ -27,6 +26,7 @@ from agentrt.runtime.testing.tokens import (
     synthetic_top,
     tokenize,
 )
+from agentrt.runtime.testing.sim._radix import RadixCache
 
 
 def test_tokenize_rule_is_the_documented_one() -> None:

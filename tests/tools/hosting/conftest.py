@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentrt.protocols import ToolSpec
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 Body = Callable[[Mapping[str, Any], ToolContext], Awaitable[ToolOutput]]
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).parents[3]
 SCRIPT = ROOT / ".ci" / "mcp-conformance.sh"
 

@@ -11,18 +11,14 @@ import mcp_types as mcp
 import pytest
 from mcp.server.streamable_http import EventMessage
 
-from agentrt.runtime.errors import ConfigError, ToolError
-from agentrt.tools.base import ToolContent, ToolContext, ToolOutput
-from agentrt.tools.hosting import (
-    HttpServeConfig,
-    MemoryEventStore,
-    ResourceTemplate,
-    StaticResource,
-    ToolServer,
-)
-from agentrt.tools.hosting.catalog import complete
-from agentrt.tools.hosting.content import call_result, content_block
-from agentrt.tools.hosting.transports import transport_security
+from agentrt.runtime.kernel._errors import ConfigError, ToolError
+from agentrt.tools._tool import ToolContent, ToolContext, ToolOutput
+from agentrt.tools.hosting._event_store import MemoryEventStore
+from agentrt.tools.hosting._hosted_catalog import ResourceTemplate, StaticResource, complete
+from agentrt.tools.hosting._hosted_content import call_result, content_block
+from agentrt.tools.hosting._hosting_config import HttpServeConfig
+from agentrt.tools.hosting._tool_server import ToolServer
+from agentrt.tools.hosting._transports import transport_security
 
 
 def test_content_kinds_map_to_mcp_blocks_and_bad_ones_are_named() -> None:

@@ -9,10 +9,11 @@ import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
-from agentrt.tools.base import ToolContext
-from agentrt.tools.builtins import Calculator
-from agentrt.tools.function import tool
-from agentrt.tools.hosting import ToolServer, connect_in_process
+from agentrt.tools._function import tool
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.builtins._calculator import Calculator
+from agentrt.tools.hosting._tool_server import ToolServer
+from agentrt.tools.hosting._transports import connect_in_process
 
 
 @tool

@@ -14,11 +14,14 @@ from typing import Any
 import anyio
 import pytest
 
-from agentrt.tools.base import ToolContext, ToolOutput
-from agentrt.tools.builtins import Calculator
-from agentrt.tools.hosting import HttpServeConfig, StaticResource, ToolServer, serve_streamable_http
+from agentrt.tools._tool import ToolContext, ToolOutput
+from agentrt.tools.builtins._calculator import Calculator
+from agentrt.tools.hosting._hosted_catalog import StaticResource
+from agentrt.tools.hosting._hosting_config import HttpServeConfig
+from agentrt.tools.hosting._tool_server import ToolServer
+from agentrt.tools.hosting._transports import serve_streamable_http
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 INSPECTOR = "@modelcontextprotocol/inspector-cli@1.0.3"
 EXAMPLE = Path(__file__).parents[3] / "examples" / "mcp_conformance_server.py"

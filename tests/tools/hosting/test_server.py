@@ -13,19 +13,19 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext, IncomingMessage
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
-from agentrt.runtime.errors import ToolError
-from agentrt.tools.base import ToolContent, ToolContext, ToolOutput
-from agentrt.tools.hosting import (
+from agentrt.runtime.kernel._errors import ToolError
+from agentrt.tools._tool import ToolContent, ToolContext, ToolOutput
+from agentrt.tools.hosting._hosted_catalog import (
     ListedResource,
     Prompt,
     PromptArgument,
     PromptMessage,
     ResourceTemplate,
     StaticResource,
-    ToolServer,
-    ToolServerConfig,
-    connect_in_process,
 )
+from agentrt.tools.hosting._hosting_config import ToolServerConfig
+from agentrt.tools.hosting._tool_server import ToolServer
+from agentrt.tools.hosting._transports import connect_in_process
 
 PNG = b"\x89PNG\r\n\x1a\nnot-really-a-png"
 WAV = b"RIFF\x00\x00\x00\x00WAVEfmt "

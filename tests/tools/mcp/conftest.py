@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from agentrt.tools.mcp import StdioServerConfig
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
 
 #: npm packages the tests start, pinned so CI is reproducible (``npm view``).
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"

@@ -48,7 +48,7 @@ SCENARIOS = [
 #: Refused by the SDK's issuer check (see the module docstring).
 SDK_REFUSES = {"auth/metadata-var2", "auth/metadata-var3"}
 
-pytestmark = pytest.mark.slow  # each scenario starts the suite twice (~5 s)
+pytestmark = [pytest.mark.slow, pytest.mark.process]  # each scenario starts the suite twice (~5 s)
 
 
 def _run(npx: str, client: Path, scenario: str) -> tuple[int, str]:

@@ -13,9 +13,9 @@ import httpx
 import httpx2
 import pytest
 
-from agentrt.runtime.engine.configfile import config_from_mapping
-from agentrt.runtime.serve.daemon import serve_manager
-from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.config._config_file import config_from_mapping
+from agentrt.runtime.serve._daemon import serve_manager
+from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend
 
 from .oauth_server import oauth_servers

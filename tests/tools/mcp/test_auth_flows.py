@@ -33,8 +33,10 @@ from pydantic import AnyUrl
 from agentrt import Runtime
 from agentrt.protocols import McpAuthorizationRequired
 from agentrt.testing import ScriptedBackend
-from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import HttpServerConfig, McpAuthorizationError, McpConnection
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.mcp._auth import McpAuthorizationError
+from agentrt.tools.mcp._connection import McpConnection
+from agentrt.tools.mcp._mcp_config import HttpServerConfig
 
 from .oauth_server import SCOPES, oauth_servers
 

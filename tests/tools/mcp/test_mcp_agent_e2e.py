@@ -12,11 +12,12 @@ import pytest
 
 from agentrt.agents import Agent, AgentConfig, EventLog
 from agentrt.protocols import ToolCalled, ToolMessage, ToolProgress
-from agentrt.runtime.actors import ActorSystem
+from agentrt.runtime.kernel._system import ActorSystem
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.mcp import StdioServerConfig, spawn_mcp_servers
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from agentrt.tools.mcp._servers import spawn_mcp_servers
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 async def test_agent_completes_a_task_through_real_mcp_servers(

@@ -10,9 +10,13 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from agentrt.tools.base import ElicitationReply, ToolContext
-from agentrt.tools.mcp import McpConnection, StdioServerConfig, tool_definition_hash
-from agentrt.tools.mcp.server_requests import ElicitationQuestion, McpClientHooks
+from agentrt.tools._tool import ElicitationReply, ToolContext
+from agentrt.tools.mcp._connection import McpConnection
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from agentrt.tools.mcp._pinning import tool_definition_hash
+from agentrt.tools.mcp._server_requests import ElicitationQuestion, McpClientHooks
+
+pytestmark = pytest.mark.process
 
 Factory = Callable[..., StdioServerConfig]
 SCHEMA = {"type": "object", "properties": {"key": {"type": "string"}}}

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 AGENTRT_CLIENT = ROOT / "examples" / "mcp_conformance_client.py"
 SDK_CLIENT = Path(__file__).with_name("conformance_sdk_client.py")
 
-pytestmark = pytest.mark.slow  # each scenario starts the suite twice (~12 s)
+pytestmark = [pytest.mark.slow, pytest.mark.process]  # each scenario starts the suite twice (~12 s)
 
 
 def _run(npx: str, client: Path, scenario: str) -> tuple[int, str]:

@@ -15,13 +15,13 @@ import msgspec
 import pytest
 
 from agentrt.protocols import ModelRequest, ToolMessage
-from agentrt.runtime.engine.configfile import config_from_mapping
-from agentrt.runtime.serve.daemon import serve_manager
-from agentrt.runtime.serve.manager import RunManager
+from agentrt.runtime.config._config_file import config_from_mapping
+from agentrt.runtime.serve._daemon import serve_manager
+from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.mcp import StdioServerConfig
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.process]
 
 
 async def _first_question(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:

@@ -13,12 +13,14 @@ import pytest
 
 from tests.tools.mcp.conftest import FIXTURE_SERVER
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[3]
 
 _SCRIPT = """
 import sys, anyio
-from agentrt.runtime.engine.configfile import config_from_mapping
-from agentrt.runtime.serve.daemon import run_daemon
+from agentrt.runtime.config._config_file import config_from_mapping
+from agentrt.runtime.serve._daemon import run_daemon
 from agentrt.testing import ScriptedBackend
 
 async def main() -> None:

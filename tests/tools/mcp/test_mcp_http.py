@@ -21,8 +21,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import HttpServerConfig, McpConnection
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.mcp._connection import McpConnection
+from agentrt.tools.mcp._mcp_config import HttpServerConfig
 
 RETRY_MS = 300  # the SDK client's own default is 1000 ms
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import McpConnection, StdioServerConfig
-from agentrt.tools.mcp.connection import IDEMPOTENCY_META_KEY
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.mcp._connection import IDEMPOTENCY_META_KEY, McpConnection
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 SERVER = """
 import json, sys

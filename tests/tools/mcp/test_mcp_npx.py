@@ -12,8 +12,13 @@ import psutil
 import pytest
 
 from agentrt.testing import RecordingSink
-from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import ConnectionState, McpConnection, McpTool, StdioServerConfig
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.mcp._connection import McpConnection
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from agentrt.tools.mcp._mcp_tool import McpTool
+from agentrt.tools.mcp._server_health import ConnectionState
+
+pytestmark = pytest.mark.process
 
 
 def _by_name(conn: McpConnection) -> dict[str, McpTool]:

@@ -9,15 +9,17 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import (
-    McpConnection,
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.mcp._connection import McpConnection
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from agentrt.tools.mcp._pinning import (
     MemoryPinStore,
     SqlitePinStore,
-    StdioServerConfig,
+    decide_pins,
     tool_definition_hash,
 )
-from agentrt.tools.mcp.pinning import decide_pins
+
+pytestmark = pytest.mark.process
 
 Factory = Callable[..., StdioServerConfig]
 SCHEMA = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}

@@ -20,24 +20,20 @@ import pytest
 from agentrt import Runtime
 from agentrt.agents import AgentConfig
 from agentrt.protocols import Event, ModelRequest, ScalingSpec, SummaryWritten, ToolMessage
-from agentrt.protocols.ids import RolloutId, sub_rollout_id
-from agentrt.runtime.actors import ActorSystem
+from agentrt.protocols._ids import RolloutId, sub_rollout_id
+from agentrt.runtime.kernel._system import ActorSystem
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.base import ToolContext
-from agentrt.tools.mcp import (
-    HttpServerConfig,
-    McpServerError,
-    McpServers,
-    McpTool,
-    StdioServerConfig,
-    spawn_mcp_servers,
-)
-from agentrt.tools.sandbox_workspace import Workspaces
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.mcp._mcp_config import HttpServerConfig, StdioServerConfig
+from agentrt.tools.mcp._mcp_errors import McpServerError
+from agentrt.tools.mcp._mcp_tool import McpTool
+from agentrt.tools.mcp._servers import McpServers, spawn_mcp_servers
+from agentrt.tools.sandbox._workspaces import Workspaces
 
 from .conftest import EVERYTHING, FILESYSTEM
 from .test_mcp_reference_servers import _free_port, _serve_everything, _stop
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 RUN = "run-roots"
 

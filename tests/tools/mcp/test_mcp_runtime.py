@@ -22,11 +22,11 @@ from agentrt.protocols import (
     UserMessage,
 )
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.base import ElicitationReply
-from agentrt.tools.mcp import StdioServerConfig
-from agentrt.tools.mcp.server_requests import ElicitationQuestion
+from agentrt.tools._tool import ElicitationReply
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from agentrt.tools.mcp._server_requests import ElicitationQuestion
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 async def test_sampling_is_served_by_the_runs_model_and_charged_to_the_run(

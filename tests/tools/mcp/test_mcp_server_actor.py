@@ -13,20 +13,17 @@ import anyio
 import psutil
 import pytest
 
-from agentrt.runtime.actors import ActorSystem
-from agentrt.runtime.errors import ConfigError
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.kernel._system import ActorSystem
 from agentrt.testing import RecordingSink
-from agentrt.tools.base import Tool, ToolContext
-from agentrt.tools.mcp import (
-    ConnectionState,
-    McpServerHandle,
-    McpServers,
-    McpServerStatus,
-    McpTool,
-    McpToolSource,
-    StdioServerConfig,
-    spawn_mcp_servers,
-)
+from agentrt.tools._tool import Tool, ToolContext
+from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from agentrt.tools.mcp._mcp_tool import McpTool
+from agentrt.tools.mcp._server_actor import McpServerStatus
+from agentrt.tools.mcp._server_health import ConnectionState
+from agentrt.tools.mcp._servers import McpServerHandle, McpServers, McpToolSource, spawn_mcp_servers
+
+pytestmark = pytest.mark.process
 
 Factory = Callable[..., StdioServerConfig]
 FAST_RESTART = {"initial_delay_s": 0.1, "max_delay_s": 0.5, "jitter": 0.0}

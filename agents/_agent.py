@@ -1,0 +1,248 @@
+"""``Agent``: an agent's configuration bound to its runtime dependencies
+(backends, tools, routing policy, ledger, emitter); ``Agent.run`` runs one
+rollout (``agents.loop``).
+
+May import protocols, the runtime floor and ``agentrt.tools._tool``; never
+aggregators or the roof.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import final
+
+from agentrt.agents._agent_config import AgentConfig
+from agentrt.agents._agent_loop import Rollout
+from agentrt.agents._control import RolloutControl, RolloutResult
+from agentrt.agents._recording import EventEmitter, EventSink
+from agentrt.agents._toolbox import Toolbox
+from agentrt.protocols._messages import ChatMessage
+from agentrt.protocols._run import RunOptions
+from agentrt.protocols._trajectory import Step
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.budget._pricing import PriceTable
+from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.memory._view import MemoryView
+from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.routing._policies import FixedTierPolicy, RoutingPolicy
+from agentrt.runtime.routing._routing_config import build_policy
+from agentrt.runtime.routing._tiers import Tier, TierLadder
+from agentrt.tools._tool import Tool
+from agentrt.tools._tool_registry import ToolRegistry
+
+
+@final
+class Agent:
+    """An agent ready to run rollouts; one instance serves any number of
+    concurrent rollouts (each has its own router, context and signals).
+    Every mismatch -- an unknown tool, a tier routed to a model no backend
+    serves, two backends and no model -- is a ``ConfigError`` at
+    construction, before any rollout starts."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        backends: Mapping[str, ModelBackend] | Sequence[ModelBackend],
+        tools: Sequence[Tool] | ToolRegistry = (),
+        ledger: BudgetLedger | None = None,
+        events: EventEmitter | EventSink | None = None,
+        policy: RoutingPolicy | None = None,
+        prices: PriceTable | None = None,
+        memory: MemoryView | None = None,
+    ) -> None:
+        """``backends``: by name, or a list (named by ``backend.name``);
+        ``tools``: the tool objects (or a registry), of which
+        ``config.tools`` picks;
+        ``ledger``: charged by every rollout unless ``run`` gets another
+        (default: a fresh uncapped ledger per rollout); ``events``: an
+        emitter shared with the rest of the run, or a sink; ``policy``:
+        overrides ``config.routing`` (else ``config.model``, else the single
+        backend's first model); ``prices``: for the
+        routing ladder when there is no ledger (default: every model free);
+        ``memory``: a run's shared memory bank: each step shows its top keys
+        after the history and offers successful tool results to it.
+        """
+        where = f"agent {config.name!r}"
+        self.config = config
+        self.backends = _by_name(backends, where)
+        self._by_model: dict[str, ModelBackend] = {}
+        for backend in self.backends.values():
+            for model in backend.models:
+                self._by_model.setdefault(model, backend)
+        self.toolbox = Toolbox(
+            _select(tools, config, where), finish_tool=config.finish_tool, where=where
+        )
+        self.ledger = ledger
+        self.prices = ledger.prices if ledger is not None else prices or PriceTable.free()
+        self._policy_given = policy is not None
+        self.policy = policy if policy is not None else self._build_policy(where)
+        for tier in self.policy.ladder.tiers:
+            if tier.model not in self._by_model:
+                raise ConfigError(
+                    f"tier {tier.name!r} routes to model {tier.model!r}, which no backend serves "
+                    f"(served: {', '.join(sorted(self._by_model))})",
+                    where=f"{where}.routing",
+                )
+        self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
+        self.memory = memory
+        #: Whether ``RolloutResult.signals`` lists the signals a rollout
+        #: raised.  When nothing reads them (this off, no ``stop_on``, a
+        #: router that does not read them, no sink of ``SignalRaised``
+        #: events), a rollout does not compute them.
+        self.report_signals = True
+
+    def bound(
+        self,
+        *,
+        ledger: BudgetLedger | None,
+        events: EventEmitter | EventSink | None,
+        memory: MemoryView | None,
+        report_signals: bool = True,
+    ) -> Agent:
+        """This agent with another ledger, emitter and memory view (the
+        constructor's meanings), sharing its configuration, backends, tools
+        and routing policy: what a ``Runtime`` builds and checks once per
+        agent and binds to each run (``report_signals``: see the
+        attribute; a run reads signals as events).  A ledger priced by another table than
+        this agent's gets a routing policy of its own (as the constructor
+        would build it)."""
+        agent = object.__new__(Agent)
+        agent.config = self.config
+        agent.backends = self.backends
+        agent._by_model = self._by_model
+        agent.toolbox = self.toolbox
+        agent.ledger = ledger
+        agent.prices = ledger.prices if ledger is not None else self.prices
+        agent._policy_given = self._policy_given
+        agent.policy = (
+            self.policy
+            if self._policy_given or agent.prices is self.prices
+            else agent._build_policy(f"agent {self.config.name!r}")
+        )
+        agent.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
+        agent.memory = memory
+        agent.report_signals = report_signals
+        return agent
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def _build_policy(self, where: str) -> RoutingPolicy:
+        if self.config.routing is not None:
+            return build_policy(self.config.routing, self.prices)
+        model = self.config.model
+        if model is None:
+            if len(self.backends) != 1:
+                raise ConfigError(
+                    f"{len(self.backends)} backends and neither `model` nor `routing` is set: "
+                    "say which model serves the agent",
+                    where=where,
+                )
+            (backend,) = self.backends.values()
+            model = backend.models[0]
+        ladder = TierLadder([Tier("default", model)], self.prices, degrade_below=None)
+        return FixedTierPolicy(ladder, "default", name="single-model")
+
+    def backend_for(self, model: str) -> ModelBackend:
+        """The backend serving ``model`` (checked when the agent was built)."""
+        return self._by_model[model]
+
+    async def run(
+        self,
+        task: str,
+        *,
+        run_id: str | None = None,
+        rollout_id: str | None = None,
+        parent_rollout_id: str | None = None,
+        ledger: BudgetLedger | None = None,
+        seed: Sequence[ChatMessage] = (),
+        control: RolloutControl | None = None,
+        resume: Sequence[Step] | None = None,
+        restored: bool = False,
+        charged: bool = False,
+        options: RunOptions | None = None,
+    ) -> RolloutResult:
+        """Run one rollout of ``task`` to its end.  ``seed`` messages follow
+        the task (summaries of earlier rounds, memory hits); ``control``
+        lets another task cancel it.
+
+        ``resume``: continue a parent rollout (partial-rollout branching)
+        after these, its first steps (indices 0..k-1, each with a reply):
+        they are replayed into the context, not re-run, so step k's request
+        repeats the parent's prefix byte for byte (given the same task,
+        seed and agent, and no compaction before step k); the trajectory
+        records ``branch_step=k`` and starts with the copied steps.
+        ``restored``: the ``resume`` steps are this rollout's own, committed
+        by an earlier incarnation of the run (a daemon restart): they are
+        charged to the ledger as spent and no ``branch_step`` is recorded;
+        with ``charged`` they are already on ``ledger`` (the rollout's actor
+        crashed and was restarted in this process): counted in the
+        trajectory's cost, not charged again.
+
+        The rollout ends when a reply has no tool calls (its text is the
+        answer), the finish tool is called, a signal in ``config.stop_on``
+        fires, or a limit is reached (steps, rollout tokens, context, budget:
+        ``exhausted``); a backend failure ends it ``failed``.  Those are data
+        in the result, and a ``RolloutFinished`` event is emitted in every
+        case, cancellation included.  Any other exception (a bug) emits a
+        fatal ``ErrorRaised`` and propagates.  Cancelling the caller, or
+        ``control.cancel(rollout_id)``, stops it at once, tool and model calls
+        included.
+
+        ``options``: the run's ``RunOptions`` (sampling over the agent's,
+        the client's tools, the answer's JSON schema); a client tool named
+        like one of the agent's or a bad schema is a ``ConfigError``."""
+        rollout_id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
+        if ledger is None:
+            ledger = self.ledger or BudgetLedger(rollout_id, prices=self.prices)
+        rollout = Rollout(
+            self,
+            task=task,
+            run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",
+            rollout_id=rollout_id,
+            parent_rollout_id=parent_rollout_id,
+            ledger=ledger,
+            seed=seed,
+            resume=resume,
+            restored=restored,
+            charged=charged,
+            options=options,
+        )
+        return await rollout.run(control or RolloutControl())
+
+
+def _by_name(
+    backends: Mapping[str, ModelBackend] | Sequence[ModelBackend], where: str
+) -> dict[str, ModelBackend]:
+    if isinstance(backends, Mapping):
+        named = dict(backends)
+    else:
+        named = {}
+        for backend in backends:
+            if backend.name in named:
+                raise ConfigError(f"two backends are named {backend.name!r}", where=where)
+            named[backend.name] = backend
+    if not named:
+        raise ConfigError("an agent needs at least one model backend", where=where)
+    return named
+
+
+def _select(tools: Sequence[Tool] | ToolRegistry, config: AgentConfig, where: str) -> list[Tool]:
+    if isinstance(tools, ToolRegistry):
+        tools = [tools.get(name) for name in tools.names()]
+    if config.tools is None:
+        return list(tools)
+    by_name = {t.spec.name: t for t in tools}
+    missing = [n for n in config.tools if n not in by_name]
+    if missing:
+        raise ConfigError(
+            f"unknown tools {missing}; available: {', '.join(sorted(by_name)) or 'none'}",
+            where=f"{where}.tools",
+        )
+    return [by_name[n] for n in config.tools]
+
+
+__all__ = ["Agent"]

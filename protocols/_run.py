@@ -1,0 +1,180 @@
+"""What a caller asks for (``RunRequest``) and gets back (``RunResult``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from agentrt.protocols._tools import ToolSpec
+from agentrt.protocols._trajectory import SCHEMA_VERSION, TrajectorySummary
+from agentrt.protocols._usage import Cost
+
+RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+
+
+def _shown(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
+def _count(owner: str, name: str, value: object, *, least: int) -> None:
+    """``value`` is an ``int`` (not a ``bool``) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}.{name} must be an int >= {least}, got {_shown(value)}")
+    if value < least:
+        raise ValueError(f"{owner}.{name} must be >= {least}, got {value}")
+
+
+def _cap(owner: str, name: str, value: object, *, integer: bool) -> None:
+    """``value`` is ``None`` (uncapped) or a finite number >= 0."""
+    if value is None:
+        return
+    if integer:
+        _count(owner, name, value, least=0)
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{owner}.{name} must be a number >= 0 or None, got {_shown(value)}")
+    if not math.isfinite(value):
+        # JSON has no inf/NaN (msgspec would write null: uncapped); None is uncapped.
+        raise ValueError(f"{owner}.{name} must be finite (None means uncapped), got {value}")
+    if value < 0:
+        raise ValueError(f"{owner}.{name} must be >= 0, got {value}")
+
+
+class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Hard caps for a run; ``None`` means uncapped.
+
+    Raises ``ValueError`` for a negative or non-finite cap and ``TypeError``
+    for one that is not a number (``msgspec.ValidationError`` when decoding)."""
+
+    max_tokens: Annotated[int, Meta(ge=0)] | None = None
+    max_usd: Annotated[float, Meta(ge=0)] | None = None
+    max_model_calls: Annotated[int, Meta(ge=0)] | None = None
+    max_wall_seconds: Annotated[float, Meta(ge=0)] | None = None
+
+    def __post_init__(self) -> None:
+        _cap("Budget", "max_tokens", self.max_tokens, integer=True)
+        _cap("Budget", "max_usd", self.max_usd, integer=False)
+        _cap("Budget", "max_model_calls", self.max_model_calls, integer=True)
+        _cap("Budget", "max_wall_seconds", self.max_wall_seconds, integer=False)
+
+
+class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How to scale at inference time: how many ``rollouts`` (>= 1), which
+    aggregator (``aggregate``, a registered name) and its ``options`` (for
+    example ``{"g": 2, "v": 8}`` for RTV; their bounds are the aggregator's).
+
+    Raises ``ValueError``/``TypeError`` naming the field (``msgspec.ValidationError``
+    when decoding)."""
+
+    rollouts: Annotated[int, Meta(ge=1)] = 1
+    aggregate: str = "majority"
+    options: dict[str, Any] = {}
+    confidence: float | None = None
+    """Adaptive N.  ``None``: every rollout starts at once.  A probability in
+    (0.5, 1): ``rollouts`` becomes a cap; ``min_rollouts`` start, and each
+    time one ends another starts, until the leading answer is settled (the
+    probability that it is more common than the runner-up, from their
+    counts with a uniform prior, reaches ``confidence``), the cap is reached
+    or the budget ends; rollouts still running then are cancelled."""
+    min_rollouts: Annotated[int, Meta(ge=1)] = 4
+    """Adaptive N: rollouts started at first and kept in flight."""
+
+    def __post_init__(self) -> None:
+        _count("ScalingSpec", "rollouts", self.rollouts, least=1)
+        _count("ScalingSpec", "min_rollouts", self.min_rollouts, least=1)
+        if self.confidence is not None and (
+            isinstance(self.confidence, bool)
+            or not isinstance(self.confidence, int | float)
+            or not 0.5 < self.confidence < 1
+        ):
+            raise ValueError(
+                "ScalingSpec.confidence must be a probability > 0.5 and < 1 (or None), "
+                f"got {_shown(self.confidence)}"
+            )
+        if not isinstance(self.aggregate, str):
+            raise TypeError(
+                f"ScalingSpec.aggregate must be an aggregator name (str), got "
+                f"{_shown(self.aggregate)}"
+            )
+        if not isinstance(self.options, dict):
+            raise TypeError(
+                "ScalingSpec.options must be a dict of the aggregator's options "
+                f"(e.g. {{'g': 2, 'v': 8}}), got {_shown(self.options)}"
+            )
+        for key in self.options:
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"ScalingSpec.options keys must be option names (str), got {_shown(key)}"
+                )
+
+
+class RunOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How this run's agent calls its model, over the agent's configuration
+    (``None``: as configured).  The sampling fields apply to every model call
+    of the agent's rollouts; ``max_tokens`` bounds each call's completion.
+
+    ``logprobs``/``top_logprobs``: ask the backend for token log-probabilities.
+    ``response_schema``: a JSON schema the final answer must match (the answer
+    is JSON text); an answer that does not is sent back to the model with
+    the validation error, up to ``response_retries`` times, after which the
+    rollout fails.  ``client_tools``: tools the caller runs itself, offered to
+    the model beside the agent's own; a reply calling one ends the rollout
+    (``finished``, stop reason ``client tool call``) with the call in its last
+    step, for the caller to run and continue the conversation; ``tool_choice``
+    is passed to every model call."""
+
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] = 0
+    response_schema: dict[str, Any] | None = None
+    response_retries: Annotated[int, Meta(ge=0, le=5)] = 2
+    client_tools: list[ToolSpec] = []
+    tool_choice: Literal["auto", "none", "required"] = "auto"
+    """Of every model call: ``required`` makes each reply call a tool (the
+    rollout then ends on a client tool or the finish tool); ``none`` offers
+    no tools."""
+
+
+class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A run as a caller asks for it.  Raises ``TypeError`` when a field has
+    the wrong type (a dict for ``scaling``: pass a ``ScalingSpec``).  Decoding
+    refuses fields it does not know (``rollouts`` belongs in ``scaling``)."""
+
+    task: Annotated[str, Meta(min_length=1, pattern=r"\S")]
+    agent: str = "default"
+    scaling: ScalingSpec = ScalingSpec()
+    budget: Budget = Budget()
+    options: RunOptions = RunOptions()
+    metadata: dict[str, str] = {}
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        for name, value, kind in (
+            ("task", self.task, str),
+            ("agent", self.agent, str),
+            ("scaling", self.scaling, ScalingSpec),
+            ("budget", self.budget, Budget),
+            ("options", self.options, RunOptions),
+            ("metadata", self.metadata, dict),
+        ):
+            if not isinstance(value, kind):
+                raise TypeError(f"RunRequest.{name} must be a {kind.__name__}, got {_shown(value)}")
+
+
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    status: RunStatus
+    answer: str | None = None
+    rationale: str = ""
+    summaries: list[TrajectorySummary] = []
+    aggregation_trace: list[dict[str, Any]] = []
+    cost: Cost = Cost()
+    error: str | None = None
+    schema_version: int = SCHEMA_VERSION

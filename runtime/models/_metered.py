@@ -1,0 +1,218 @@
+"""``MeteredBackend``: a model backend whose every call is on a budget ledger.
+
+Owns the wrapper that books the worst case of each ``complete``/``stream``
+call on a ``BudgetLedger`` before it reaches the wrapped backend, charges
+the usage the reply reports, and releases the booking when the call fails
+or is cancelled.  Whoever holds only a ``MeteredBackend`` cannot spend past
+the ledger's caps.  It neither opens nor closes the backend it wraps (that
+one is shared, and owned elsewhere).
+
+Runtime floor: imports protocols and the floor; never agents, tools or
+aggregators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from types import TracebackType
+from typing import Self, final
+
+from agentrt.protocols._model import ModelReply, ModelRequest
+from agentrt.protocols._usage import Cost, Usage
+from agentrt.runtime.budget._ledger import BudgetLedger, CallJournal, Reservation
+from agentrt.runtime.kernel._errors import UnknownModelError
+from agentrt.runtime.models._backend import ModelBackend, StreamDelta
+from agentrt.runtime.models._prompt_estimate import (
+    CharEstimator,
+    TokenEstimator,
+    estimate_request_tokens,
+)
+
+
+@final
+class MeteredBackend:
+    """``backend`` seen through ``ledger``: a ``ModelBackend`` that reserves,
+    before every call, the call's worst case on ``ledger`` and charges the
+    reply's usage after it.
+
+    The worst case is the prompt estimate of the request's messages and tool
+    definitions (``estimator``, by default the agent loop's
+    ``CharEstimator(3.0)``: generous) plus ``n * sampling.max_tokens``
+    completion tokens (``SamplingParams.max_tokens`` is always set, 512 by
+    default, and the server is asked for no more).  The call is priced as
+    ``request.model``, or ``model`` when the request names none, or else the
+    backend's first model (``backend.models[0]``).
+
+    Raises, before the wrapped backend sees the request: ``BudgetExceeded``
+    when the call would cross a cap of ``ledger`` or an ancestor;
+    ``UnknownModelError`` when the model has no price (or the backend names
+    no model); ``InvalidRequestError`` for a finished ledger.  A call that
+    fails or is cancelled releases its reservation and costs nothing; a
+    reply whose usage exceeds the reservation is charged in full (see
+    ``runtime.budget``).
+
+    ``async with`` on it is allowed and does nothing: the wrapped backend
+    is neither opened nor closed here.
+    """
+
+    __slots__ = ("_backend", "_estimate", "_ledger", "_model", "_spent")
+
+    def __init__(
+        self,
+        backend: ModelBackend,
+        ledger: BudgetLedger,
+        *,
+        model: str | None = None,
+        estimator: TokenEstimator | None = None,
+    ) -> None:
+        self._backend = backend
+        self._ledger = ledger
+        self._model = model
+        self._estimate: TokenEstimator = estimator or CharEstimator()
+        self._spent = Cost()
+
+    # -- what it is ----------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The wrapped backend's name (it is the same backend, on a ledger)."""
+        return self._backend.name
+
+    @property
+    def models(self) -> list[str]:
+        return self._backend.models
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """The wrapped backend's ``max_concurrency``, if it has one."""
+        limit: int | None = getattr(self._backend, "max_concurrency", None)
+        return limit
+
+    @property
+    def ledger(self) -> BudgetLedger:
+        """The ledger every call is reserved on and charged to."""
+        return self._ledger
+
+    @property
+    def spent(self) -> Cost:
+        """What the calls made through this wrapper were charged (exact; the
+        same charges are in ``ledger.spent``, so never add the two)."""
+        return self._spent
+
+    @property
+    def default_model(self) -> str:
+        """What a request naming no model is priced as: ``model``, else the
+        backend's first model.  Raises ``UnknownModelError`` when neither
+        exists."""
+        if self._model is not None:
+            return self._model
+        models = self._backend.models
+        if not models:
+            raise UnknownModelError(
+                f"backend {self._backend.name!r} names no model, and no default was given: "
+                "cannot price a call naming none (pass MeteredBackend(..., model=...))"
+            )
+        return models[0]
+
+    def model_for(self, request: ModelRequest) -> str:
+        """The model name ``request`` is priced as (see the class docstring)."""
+        return request.model if request.model is not None else self.default_model
+
+    # -- calls ---------------------------------------------------------------
+
+    def _reserve(self, request: ModelRequest) -> Reservation:
+        prompt = estimate_request_tokens(request.messages, request.tools, self._estimate)
+        return self._ledger.reserve(
+            self.model_for(request), prompt, request.sampling.max_tokens, n=request.n
+        )
+
+    def _charge(self, reservation: Reservation, reply: ModelReply) -> None:
+        self._spent += reservation.charge(reply.usage)
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Reserve, call the wrapped backend, charge the reply's usage.  On a
+        journaled ledger the booking is durable before the call is sent and
+        its outcome is recorded after (``BudgetLedger.journal``)."""
+        journal = self._ledger.journal
+        if journal is not None:
+            return await self._complete_journaled(request, journal)
+        async with self._reserve(request) as reservation:
+            reply = await self._backend.complete(request)
+            self._charge(reservation, reply)
+        return reply
+
+    async def _complete_journaled(self, request: ModelRequest, journal: CallJournal) -> ModelReply:
+        # A call an earlier incarnation of the run made (and was charged for
+        # when the run resumed) is answered from the journal; a new one is
+        # on record before it is sent.  A cancellation anywhere in the block
+        # charges the reservation (the call may have been served) and leaves
+        # it unsettled on record: a resumed run charges it the same way.
+        key = request.request_id or journal.content_key(request)
+        replayed = journal.replay(key)
+        if replayed is not None:
+            return replayed
+        async with self._reserve(request) as reservation:
+            handle = await journal.reserved(reservation, key)
+            try:
+                reply = await self._backend.complete(request)
+            except Exception:
+                reservation.release()
+                await journal.settled(handle, None)
+                raise
+            self._charge(reservation, reply)
+        await journal.settled(handle, reply.usage, reply)
+        return reply
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta, None]:
+        """Reserve when iteration starts; charge when the final delta (the one
+        carrying the reply) arrives, before it is yielded.  Abandoning the
+        stream early releases the reservation (close the iterator, e.g. with
+        ``contextlib.aclosing``)."""
+        reservation = self._reserve(request)
+        journal = self._ledger.journal
+        handle = ""
+        if journal is not None:
+            try:
+                handle = await journal.reserved(reservation, request.request_id)
+            except BaseException:
+                reservation.release()
+                raise
+        deltas = self._backend.stream(request)
+        usage: Usage | None = None
+        try:
+            async for delta in deltas:
+                if delta.reply is not None and reservation.state == "active":
+                    self._charge(reservation, delta.reply)
+                    usage = delta.reply.usage
+                    if journal is not None:
+                        await journal.settled(handle, usage)
+                yield delta
+        except Exception:
+            if journal is not None and usage is None:
+                reservation.release()
+                await journal.settled(handle, None)
+            raise
+        finally:
+            reservation.release()  # a no-op once charged
+            aclose = getattr(deltas, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    # -- lifetime: the wrapped backend's owner opens and closes it -----------
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"MeteredBackend({self._backend.name!r}, ledger={self._ledger.name!r})"
+
+
+__all__ = ["MeteredBackend"]

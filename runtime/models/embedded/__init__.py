@@ -1,0 +1,1 @@
+"""The embedded backend: a GGUF model in-process through llama.cpp."""

@@ -1,0 +1,3 @@
+"""The model backends' HTTP client: httpx on an aiohttp transport, and
+server-sent events.
+"""

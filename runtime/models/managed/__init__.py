@@ -1,0 +1,1 @@
+"""Managed model servers: processes agentrt starts, watches and stops."""

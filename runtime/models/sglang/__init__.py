@@ -1,0 +1,1 @@
+"""The SGLang-native backend: ``/generate`` with its chat template and wire."""

@@ -1,0 +1,1 @@
+"""Observability (runtime floor): structlog logging and OpenTelemetry traces."""

@@ -1,0 +1,214 @@
+"""What a Ray placement's driver and its rollout workers exchange: the
+``WorkerSpec`` a worker is started with, the ``PlacedRollout`` it is asked
+to run and the ``RolloutOutcome`` it answers, the ``Outbound`` items it
+sends back (events in order, ledger operations) and the driver's
+``Reply`` items.  Tagged msgspec structs, encoded as MessagePack; no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+import msgspec
+
+from agentrt.agents._agent_config import AgentConfig
+from agentrt.agents._control import RolloutResult
+from agentrt.agents._spec_loader import SpecSet
+from agentrt.protocols._events import Event
+from agentrt.protocols._model import ModelReply
+from agentrt.protocols._usage import Usage
+from agentrt.runtime.budget._ledger import Headroom
+from agentrt.runtime.budget._pricing import PriceTable
+from agentrt.runtime.config._runtime_config import RuntimeConfig
+from agentrt.runtime.engine._rollout_actor import RunRollout
+from agentrt.runtime.memory._bank import MemoryHit, MemoryItem, NewItem, Scope
+from agentrt.tools._tool import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """What a rollout worker builds its own ``Runtime`` from (shipped once,
+    pickled by Ray): the configuration (its placement ``local``), the tools
+    and agents given as objects, and the prices."""
+
+    config: RuntimeConfig
+    tools: list[Tool] = field(default_factory=list)
+    agents: dict[str, SpecSet | AgentConfig] = field(default_factory=dict)
+    prices: PriceTable | None = None
+
+
+class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
+    """A worker's answer to ``ready``: where it runs, or why it cannot."""
+
+    node_id: str
+    pid: int
+    version: str
+    error: str | None = None
+    mcp_failures: dict[str, str] = {}
+
+
+class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):
+    """Run ``rollout`` on a worker: its actor's ``name``, the driver
+    ledger it is charged to (``ledger``), the run's agent by name or as
+    a configuration (JSON), the run's restart intensity, whether the run
+    is capped (every call then waits for the driver's admission) and
+    whether it has a memory bank (on the driver, reached with ``BankOut``)."""
+
+    rollout: RunRollout
+    name: str
+    ledger: str
+    agent: str | None = None
+    agent_config: str | None = None
+    restarts: int = 3
+    capped: bool = False
+    memory: bool = False
+    journaled: bool = False
+    """The run is journaled: the worker journals the rollout's calls
+    through its events (each acknowledged once the driver committed it)."""
+    replays: dict[str, ModelReply] = {}
+    """Replies an earlier incarnation of the run got for this rollout's
+    calls and never committed as steps, by request id."""
+
+
+class RolloutDone(msgspec.Struct, frozen=True, kw_only=True, tag="done"):
+    result: RolloutResult
+
+
+class RolloutRaised(msgspec.Struct, frozen=True, kw_only=True, tag="raised"):
+    """The rollout ended in an exception: ``budget`` (``BudgetExceeded``,
+    with its ``limit``), ``gave_up`` (crashed past its restarts) or ``error``."""
+
+    kind: Literal["budget", "gave_up", "error"]
+    message: str
+    limit: str = ""
+
+
+RolloutOutcome = RolloutDone | RolloutRaised
+
+
+# -- worker -> driver, in order ----------------------------------------------------
+
+
+class EventOut(msgspec.Struct, frozen=True, kw_only=True, tag="event"):
+    """An event of a placed rollout; ``ack`` > 0: the worker waits until the
+    driver's sink took it (a step is committed before the next one)."""
+
+    event: Event
+    ack: int = 0
+
+
+class FlushOut(msgspec.Struct, frozen=True, kw_only=True, tag="flush"):
+    """Acked once every item before it was handled (a rollout's events
+    are in before its result)."""
+
+    ack: int
+
+
+class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
+    """Reserve a call on the driver ledger ``ledger``; ``wait``: the worker
+    waits for the ``Reserved`` reply (a capped run)."""
+
+    id: int
+    ledger: str
+    model: str
+    prompt_tokens: int
+    max_tokens: int
+    n: int = 1
+    wait: bool = False
+
+
+class ChargeOut(msgspec.Struct, frozen=True, kw_only=True, tag="charge"):
+    """Charge reservation ``id`` with ``usage`` (``None``: as reserved)."""
+
+    id: int
+    usage: Usage | None = None
+
+
+class ReleaseOut(msgspec.Struct, frozen=True, kw_only=True, tag="release"):
+    id: int
+
+
+class RestoreOut(msgspec.Struct, frozen=True, kw_only=True, tag="restore"):
+    ledger: str
+    model: str
+    usage: Usage
+
+
+class BankSearch(msgspec.Struct, frozen=True, kw_only=True, tag="search"):
+    match: str
+    owners: list[tuple[Scope, str]]
+    k: int
+
+
+class BankGet(msgspec.Struct, frozen=True, kw_only=True, tag="get"):
+    item_id: int
+    owners: list[tuple[Scope, str]]
+    count_hit: bool = True
+
+
+class BankPut(msgspec.Struct, frozen=True, kw_only=True, tag="put"):
+    item: NewItem
+
+
+class BankPromote(msgspec.Struct, frozen=True, kw_only=True, tag="promote"):
+    source: tuple[Scope, str]
+    target: tuple[Scope, str]
+    min_hits: int = 1
+    verified_only: bool = True
+
+
+BankCall = BankSearch | BankGet | BankPut | BankPromote
+
+
+class BankOut(msgspec.Struct, frozen=True, kw_only=True, tag="bank"):
+    """A call on the run's memory bank on the driver; answered by ``BankAnswer``."""
+
+    id: int
+    call: BankCall
+
+
+Outbound = EventOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
+
+
+# -- driver -> worker -----------------------------------------------------------
+
+
+class Acked(msgspec.Struct, frozen=True, kw_only=True, tag="acked"):
+    """The driver handled these items; ``failed``: the ones its sink refused
+    (the event is not committed: the rollout fails at that step)."""
+
+    ids: list[int]
+    failed: dict[int, str] = {}
+
+
+class Reserved(msgspec.Struct, frozen=True, kw_only=True, tag="reserved"):
+    """The driver's answer to a waiting ``ReserveOut``: ``refused`` says why
+    not (``kind``: ``budget`` or ``invalid``), ``headroom`` is the run's after it."""
+
+    id: int
+    refused: str | None = None
+    kind: Literal["budget", "invalid"] = "budget"
+    limit: str = ""
+    headroom: Headroom | None = None
+
+
+class BankAnswer(msgspec.Struct, frozen=True, kw_only=True, tag="bank_answer"):
+    """What a ``BankOut`` call returned (the field its call returns), or
+    ``error``: why it raised."""
+
+    id: int
+    hits: list[MemoryHit] = []
+    item: MemoryItem | None = None
+    number: int = 0
+    error: str | None = None
+
+
+Reply = Acked | Reserved | BankAnswer
+
+ENCODER: Final = msgspec.msgpack.Encoder()
+PLACED: Final = msgspec.msgpack.Decoder(PlacedRollout)
+OUTCOME: Final = msgspec.msgpack.Decoder(RolloutOutcome)
+OUTBOUND: Final = msgspec.msgpack.Decoder(list[Outbound])
+REPLIES: Final = msgspec.msgpack.Decoder(list[Reply])
+READY: Final = msgspec.msgpack.Decoder(WorkerReady)

@@ -1,0 +1,289 @@
+"""Connection governance: what a client may hold of the daemon.
+
+Owns the HTTP protocol the daemon serves with (``governed_http``: uvicorn's
+h11 protocol with a cap on open connections, a deadline for a request's
+headers and a bound on their size, each refusal a JSON ``ApiError`` naming
+the ``[server]`` key), the body guard every request passes (``BodyGuard``:
+the body's size and its deadline) and the JSON depth check
+(``check_json_depth``).  Nothing of runs or the store.
+
+The roof: may import every layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+import anyio
+import h11
+import msgspec
+from starlette.types import Message, Receive, Scope
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from agentrt.protocols._api import ApiError
+from agentrt.runtime.config._daemon_config import ServerConfig
+from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem
+from agentrt.runtime.serve._turns import Turns
+
+DEFAULT_JSON_DEPTH: Final[int] = ServerConfig.model_fields["max_json_depth"].default
+"""``server.max_json_depth`` when none is given."""
+
+LimitHit = Callable[[str], None]
+"""Told the ``[server]`` key of each limit a request hit (``/metrics``)."""
+
+
+def _raw_response(
+    status: int, reason: bytes, error: str, message: str, where: str, *, retry_after: bool = False
+) -> bytes:
+    body = msgspec.json.encode(ApiError(error=error, message=message, where=where, status=status))
+    head = [
+        b"HTTP/1.1 %d %s" % (status, reason),
+        b"content-type: application/json",
+        b"content-length: %d" % len(body),
+        b"connection: close",
+    ]
+    if retry_after:
+        head.append(b"retry-after: %d" % RETRY_AFTER_S)
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+def governed_http(
+    server: ServerConfig, hit: LimitHit, turns: Turns | None = None
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol under ``server``'s limits, parsing what
+    arrives through ``turns`` (when given: a burst of requests arriving
+    together is parsed over several turns of the loop, not in one):
+
+    - ``max_connections``: a connection past the cap gets 429 (with
+      ``Retry-After``) for its first request, then is closed; it has
+      ``header_timeout_s`` to send that request, like any other;
+    - ``header_timeout_s``: from a connection's start or its previous
+      response, the next request's headers must be complete in time, or it
+      gets 408 and is closed (a client sending a byte now and then cannot
+      hold a connection);
+    - ``max_header_bytes``: a request line plus headers larger gets 431
+      (here when they arrive in pieces; the ``Guard`` measures a request
+      that arrived whole).
+    """
+    cap = server.max_connections
+    header_timeout = server.header_timeout_s
+    max_header = server.max_header_bytes
+    too_many = _raw_response(
+        429,
+        b"Too Many Requests",
+        "too_many_connections",
+        f"the daemon holds its limit of {cap} open connections; retry shortly",
+        "server.max_connections",
+        retry_after=True,
+    )
+    too_slow = _raw_response(
+        408,
+        b"Request Timeout",
+        "request_timeout",
+        f"the request's headers did not arrive within {header_timeout:g} s",
+        "server.header_timeout_s",
+    )
+    too_large = _raw_response(
+        431,
+        b"Request Header Fields Too Large",
+        "headers_too_large",
+        f"the request line and headers are over {max_header} bytes",
+        "server.max_header_bytes",
+    )
+
+    class GovernedH11(H11Protocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # h11 refuses a partial request past this size (then ``send_400_response``).
+            self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header)
+            self._header_deadline: asyncio.TimerHandle | None = None
+            self._over_cap = False
+            self._parse_queued = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._over_cap = len(self.connections) > cap
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            if turns is None:
+                self._handle_events()
+            elif not self._parse_queued:  # a queued parse reads what arrived since
+                self._parse_queued = True
+                turns.run(self._parse)
+
+        def _parse(self) -> None:
+            self._parse_queued = False
+            if not self.transport.is_closing():
+                self._handle_events()
+
+        def _handle_events(self) -> None:
+            if self._over_cap and self.conn.their_state is h11.IDLE:
+                # Refuse as soon as the request line and headers are in.
+                try:
+                    event = self.conn.next_event()
+                except h11.RemoteProtocolError:
+                    event = None
+                if isinstance(event, h11.Request) or event is None:
+                    hit("server.max_connections")
+                    self._refuse(too_many)
+                return
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()  # the headers are in; the body has its own deadline
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def send_400_response(self, msg: str) -> None:
+            if len(self.conn.trailing_data[0]) > max_header:
+                hit("server.max_header_bytes")
+                self._refuse(too_large)
+                return
+            super().send_400_response(msg)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_deadline = self.loop.call_later(header_timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_deadline is not None:
+                self._header_deadline.cancel()
+                self._header_deadline = None
+
+        def _headers_late(self) -> None:
+            self._header_deadline = None
+            if self._parse_queued and not self.transport.is_closing():
+                self._handle_events()  # what arrived in time, still waiting for its turn
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            if self.cycle is not None and not self.cycle.response_complete:
+                return  # a response is still being sent (pipelining)
+            hit("server.header_timeout_s")
+            self._refuse(too_slow if self.conn.trailing_data[0] else b"")
+
+        def _refuse(self, response: bytes) -> None:
+            self._disarm()
+            if response:
+                self.transport.write(response)
+            self.transport.close()
+
+    return GovernedH11
+
+
+class BodyGuard:
+    """A request's ``receive`` under ``server``'s body limits: more than
+    ``max_request_bytes`` raises 413, a body not complete within
+    ``body_timeout_s`` of its first read raises 408 (both ``ApiProblem``).
+    Once the body is complete, ``receive`` is passed through untimed (it
+    then only reports the client leaving)."""
+
+    def __init__(self, server: ServerConfig, receive: Receive, hit: LimitHit) -> None:
+        self._receive = receive
+        self._limit = server.max_request_bytes
+        self._timeout = server.body_timeout_s
+        self._hit = hit
+        self._deadline: float | None = None
+        self._seen = 0
+        self._complete = False
+
+    async def __call__(self) -> Message:
+        if self._complete:
+            return await self._receive()
+        if self._deadline is None:
+            self._deadline = anyio.current_time() + self._timeout
+        with anyio.move_on_at(self._deadline):
+            message = await self._receive()
+            if message["type"] == "http.request":
+                self._seen += len(message.get("body", b""))
+                if self._seen > self._limit:
+                    self._complete = True
+                    self._hit("server.max_request_bytes")
+                    raise too_large(self._limit)
+                self._complete = not message.get("more_body", False)
+            else:
+                self._complete = True
+            return message
+        self._complete = True
+        self._hit("server.body_timeout_s")
+        raise ApiProblem(
+            408,
+            "request_timeout",
+            f"the request body did not arrive within {self._timeout:g} s",
+            where="server.body_timeout_s",
+        )
+
+
+def header_bytes(scope: Scope) -> int:
+    """The size of a request's line and headers, about as sent."""
+    size = len(scope.get("raw_path") or b"") + len(scope.get("query_string", b"")) + 16
+    return size + sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+
+
+def headers_too_large(limit: int) -> ApiProblem:
+    return ApiProblem(
+        431,
+        "headers_too_large",
+        f"the request line and headers are over {limit} bytes",
+        where="server.max_header_bytes",
+    )
+
+
+def too_large(limit: int) -> ApiProblem:
+    return ApiProblem(
+        413,
+        "too_large",
+        f"the request body is over {limit} bytes",
+        where="server.max_request_bytes",
+    )
+
+
+_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS: Final = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def check_json_depth(body: bytes, limit: int) -> None:
+    """Raise a 400 ``ApiProblem`` naming ``server.max_json_depth`` when the
+    JSON text ``body`` nests arrays and objects more than ``limit`` deep
+    (a decoder would recurse that deep).  Linear in the body's size: only
+    bodies with more than ``limit`` brackets are examined."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return
+    shape = _STRING.sub(b"", body).translate(_BRACKETS, _NOT_BRACKETS)
+    for _ in range(limit):  # each pass removes the innermost level everywhere
+        shape = shape.replace(b"()", b"")
+        if b"(" not in shape:
+            return
+    raise too_deep(limit)
+
+
+def too_deep(limit: int) -> ApiProblem:
+    return ApiProblem(
+        400,
+        "too_deep",
+        f"the JSON body nests arrays and objects more than {limit} deep",
+        where="server.max_json_depth",
+    )
+
+
+__all__ = [
+    "DEFAULT_JSON_DEPTH",
+    "BodyGuard",
+    "LimitHit",
+    "check_json_depth",
+    "governed_http",
+    "header_bytes",
+    "headers_too_large",
+    "too_deep",
+    "too_large",
+]

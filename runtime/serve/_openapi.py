@@ -1,0 +1,657 @@
+"""The daemon's OpenAPI 3.1 document, built from the wire types.
+
+The request and response schemas come from the msgspec types themselves
+(``msgspec.json.schema_components``), so the document cannot drift from
+what the daemon decodes and encodes; what the daemon's configuration adds
+(the rollouts limit, whether USD caps are accepted) and the aggregators'
+own options (their pydantic configurations) are written in, so a request
+the document allows is one the daemon takes.  Owns ``openapi_document``.
+It covers the REST API and the OpenAI-compatible endpoints (whose
+refusals have OpenAI's shape, ``ErrorBody``); the MCP endpoint follows its
+own protocol.
+
+May import protocols, the aggregators' configurations and the OpenAI wire types.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+from pydantic import TypeAdapter
+
+from agentrt.aggregators._compose import AggregatorConfig
+from agentrt.protocols._api import (
+    AgentList,
+    ApiError,
+    ElicitationAnswer,
+    McpAuthorizationList,
+    RunDetail,
+    RunInfo,
+    RunPage,
+)
+from agentrt.protocols._events import Event
+from agentrt.protocols._run import RunRequest
+from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
+from agentrt.runtime.serve.openai._chat_wire import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ErrorBody,
+    ModelCard,
+    ModelList,
+)
+from agentrt.runtime.serve.openai._responses_events import StreamEvent
+from agentrt.runtime.serve.openai._responses_wire import (
+    LOGPROBS_INCLUDE,
+    ResponseObject,
+    ResponseRequest,
+)
+
+#: Event ids are SQLite integers.
+MAX_EVENT_ID: Final = (1 << 63) - 1
+
+
+def decimal_at_most(bound: int) -> str:
+    """A regular expression whose full matches are the decimal strings of
+    ``0..bound``, leading zeros allowed, and the empty string.
+
+    The ``Last-Event-ID`` header is a string, so the document bounds it with
+    this pattern where the ``after`` query parameter has ``maximum``."""
+    digits = str(bound)
+    width = len(digits)
+    alternatives = [f"[0-9]{{1,{width - 1}}}"] if width > 1 else []
+    for i, digit in enumerate(digits):
+        if digit == "0":
+            continue
+        lower = "0" if digit == "1" else f"[0-{int(digit) - 1}]"
+        rest = width - i - 1
+        alternatives.append(digits[:i] + lower + (f"[0-9]{{{rest}}}" if rest else ""))
+    alternatives.append(digits)
+    return f"^0*(?:{'|'.join(alternatives)})?$"
+
+
+#: What the daemon takes in ``Last-Event-ID``.
+LAST_EVENT_ID_PATTERN: Final = decimal_at_most(MAX_EVENT_ID)
+
+_TYPES: tuple[Any, ...] = (
+    RunRequest,
+    RunInfo,
+    RunDetail,
+    RunPage,
+    AgentList,
+    McpAuthorizationList,
+    ApiError,
+    ElicitationAnswer,
+    Trajectory,
+    list[TrajectorySummary],
+    Event,
+    ChatCompletionRequest,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ModelList,
+    ModelCard,
+    ErrorBody,
+    ResponseRequest,
+    ResponseObject,
+    StreamEvent,
+)
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    text = {
+        400: "Malformed request (bad JSON, an unknown field: `where` names it)",
+        401: "Missing or wrong bearer token",
+        404: "No such run, rollout or agent",
+        422: "Well-formed but invalid (the body says which field and why)",
+        503: "Shutting down",
+    }
+    return {str(c): _json(_ref("ApiError"), text[c]) for c in codes}
+
+
+def _run_id() -> dict[str, Any]:
+    return {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _openai_errors(*codes: int) -> dict[str, Any]:
+    text = {
+        400: "Malformed or invalid request (`error.param` names the field)",
+        404: "No such model (models are agentrt agents)",
+        409: "The run was cancelled before it answered",
+        413: "The request body is too large",
+        502: "The run failed (`error.run_id` names it; not retried by clients)",
+        503: "Shutting down (the run resumes when the daemon restarts)",
+    }
+    return {str(c): _json(_ref("ErrorBody"), text[c]) for c in codes}
+
+
+def _openai_paths(models: list[str]) -> dict[str, Any]:
+    """``/v1/chat/completions`` and ``/v1/models``: OpenAI's shapes, plus
+    agentrt's own request fields and the ``agentrt`` field of answers."""
+    model = {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+    if models:
+        model["examples"] = {m: {"value": m} for m in models}
+    # One SSE event: a chunk, an error (the run failed mid-stream), or [DONE].
+    chunk_event = {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "data": {
+                "anyOf": [
+                    {"const": "[DONE]"},
+                    {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": {
+                            "anyOf": [_ref("ChatCompletionChunk"), _ref("ErrorBody")]
+                        },
+                    },
+                ]
+            }
+        },
+    }
+    response_event = {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"type": "string"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": _ref("ResponseStreamEvent"),
+            },
+        },
+    }
+    examples: dict[str, Any] = {}
+    if models:
+        question = {"role": "user", "content": "What is 17 * 23?"}
+        examples["examples"] = {
+            "question": {"value": {"model": models[0], "messages": [question]}},
+            "scaled": {
+                "value": {
+                    "model": models[0],
+                    "messages": [question],
+                    "stream": True,
+                    "agentrt": {"rollouts": 2, "aggregate": "majority"},
+                }
+            },
+        }
+    return {
+        "/v1/chat/completions": {
+            "post": {
+                "operationId": "createChatCompletion",
+                "summary": "Run an agent (the model `agentrt/<agent>`) on the messages",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": _ref("ChatCompletionRequest"), **examples}
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "The run's answer (with `stream`: chunks as "
+                        "Server-Sent Events, progress as comments, then `[DONE]`)",
+                        "content": {
+                            "application/json": {"schema": _ref("ChatCompletion")},
+                            "text/event-stream": {"schema": chunk_event},
+                        },
+                    },
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(400, 404, 409, 413, 502, 503),
+                },
+            }
+        },
+        "/v1/responses": {
+            "post": {
+                "operationId": "createResponse",
+                "summary": "Run an agent (the model `agentrt/<agent>`) on the input "
+                "(the Responses API)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ResponseRequest")}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "The run's answer as a Response (with `stream`: its "
+                        "typed events as Server-Sent Events, `response.completed` or "
+                        "`response.failed` last)",
+                        "content": {
+                            "application/json": {"schema": _ref("ResponseObject")},
+                            "text/event-stream": {"schema": response_event},
+                        },
+                    },
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(400, 404, 409, 413, 502, 503),
+                },
+            }
+        },
+        "/v1/models": {
+            "get": {
+                "operationId": "listModels",
+                "responses": {
+                    "200": _json(_ref("ModelList"), "One model per agent"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                },
+            }
+        },
+        "/v1/models/{model}": {
+            "get": {
+                "operationId": "getModel",
+                "parameters": [model],
+                "responses": {
+                    "200": _json(_ref("ModelCard"), "The agent as a model"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(404),
+                },
+            }
+        },
+    }
+
+
+def _scaling(components: dict[str, Any], max_rollouts: int | None) -> None:
+    """``RunRequestBody``: a ``RunRequest`` as the daemon takes it, its
+    ``ScalingSpecBody`` at most ``max_rollouts`` rollouts and one variant
+    per aggregator, its ``options`` that aggregator's configuration
+    (without ``aggregate``: majority's).  ``RunRequest`` stays what a run
+    was asked with, as the daemon reports it."""
+    spec = components["ScalingSpec"]
+    common = dict(spec["properties"])
+    if max_rollouts is not None:
+        common["rollouts"] = {**common["rollouts"], "maximum": max_rollouts}
+    common["confidence"] = {
+        "anyOf": [
+            {"type": "number", "exclusiveMinimum": 0.5, "exclusiveMaximum": 1},
+            {"type": "null"},
+        ],
+        "default": None,
+    }
+    configs = TypeAdapter(AggregatorConfig).json_schema(ref_template="#/components/schemas/{model}")
+    defs: dict[str, Any] = configs["$defs"]
+    variants: list[dict[str, Any]] = []
+    for name, ref in sorted(configs["discriminator"]["mapping"].items()):
+        config = defs[ref.rsplit("/", 1)[1]]
+        options = {
+            "type": "object",
+            "properties": {k: v for k, v in config["properties"].items() if k != "name"},
+            "required": [k for k in config.get("required", []) if k != "name"],
+            "additionalProperties": False,
+        }
+        variants.append(
+            {
+                "type": "object",
+                "properties": {
+                    **common,
+                    "aggregate": {"const": name},
+                    "options": options,
+                },
+                "required": [] if name == "majority" else ["aggregate"],
+                "additionalProperties": False,
+            }
+        )
+    for name, schema in defs.items():  # what the options refer to (JudgeConfig...)
+        components.setdefault(name, schema)
+    components["ScalingSpecBody"] = {
+        "title": spec["title"],
+        "description": spec["description"],
+        "anyOf": variants,
+    }
+    body = dict(components["RunRequest"])
+    scaling = {**body["properties"]["scaling"], **_ref("ScalingSpecBody")}
+    body["properties"] = {**body["properties"], "scaling": scaling}
+    components["RunRequestBody"] = body
+
+
+_NULL: dict[str, Any] = {"type": "null"}
+_ONLY_NEUTRAL: dict[str, dict[str, Any]] = {
+    "frequency_penalty": {"enum": [0, None]},
+    "presence_penalty": {"enum": [0, None]},
+    "logit_bias": {"anyOf": [_NULL, {"type": "object", "maxProperties": 0}]},
+    "n": {"enum": [1, None]},
+    "modalities": {"anyOf": [_NULL, {"const": ["text"]}]},
+    "store": {"enum": [True, None]},
+    "service_tier": {"enum": ["auto", "default", None]},
+    "background": {"enum": [False, None]},
+    "reasoning": {
+        "anyOf": [_NULL, {"type": "object", "additionalProperties": _NULL}],
+    },
+    **dict.fromkeys(
+        (
+            "reasoning_effort",
+            "verbosity",
+            "audio",
+            "prediction",
+            "web_search_options",
+            "functions",
+            "function_call",
+            "prompt_cache_retention",
+            "prompt_cache_options",
+            "previous_response_id",
+            "conversation",
+            "prompt",
+            "max_tool_calls",
+            "context_management",
+            "moderation",
+            "access_programs",
+            "background_options",
+            "image",
+        ),
+        _NULL,
+    ),
+}
+"""The OpenAI fields agentrt refuses unless they are left out or neutral:
+what each may be (anything else is a 400 naming it)."""
+
+
+def _openai_refusals(components: dict[str, Any]) -> None:
+    """The OpenAI requests as agentrt takes them: neutral values only for
+    what it refuses, function tools, no named tool choice, logprobs the only
+    thing a response may include."""
+    chat_tool = components["ToolIn"]
+    chat_tool["properties"].update(
+        type={"const": "function"}, function=_ref("FunctionDefIn"), custom=_NULL
+    )
+    chat_tool["required"] = ["function", "type"]
+    response_tool = components["FunctionToolIn"]
+    response_tool["properties"].update(
+        type={"const": "function"}, name={"type": "string", "minLength": 1, "maxLength": 64}
+    )
+    response_tool["required"] = ["name", "type"]
+    components["ResponseRequest"]["properties"]["include"] = {
+        "anyOf": [_NULL, {"type": "array", "items": {"const": LOGPROBS_INCLUDE}}],
+        "default": None,
+    }
+    for request in ("ChatCompletionRequest", "ResponseRequest"):
+        properties = components[request]["properties"]
+        properties["tool_choice"] = {"enum": ["auto", "none", "required", None], "default": None}
+        for name, allowed in _ONLY_NEUTRAL.items():
+            if name in properties:
+                properties[name] = {
+                    **allowed,
+                    "default": None,
+                    "description": "Refused unless left out or neutral (agentrt does not "
+                    "support it)",
+                }
+
+
+def openapi_document(
+    *,
+    version: str,
+    token: bool,
+    models: list[str] | None = None,
+    max_rollouts: int | None = None,
+    usd_caps: bool = True,
+) -> dict[str, Any]:
+    """The document served at ``/openapi.json`` (``models``: the model names
+    of the agents, given as examples; ``max_rollouts``: the daemon's limit
+    on a run's rollouts; ``usd_caps``: whether it takes ``max_usd``, which
+    needs model prices)."""
+    (schemas, components) = msgspec.json.schema_components(
+        _TYPES, ref_template="#/components/schemas/{name}"
+    )
+    if models:
+        for request in ("ChatCompletionRequest", "ResponseRequest"):
+            components[request]["properties"]["model"]["examples"] = list(models)
+    _scaling(components, max_rollouts)
+    _openai_refusals(components)
+    if not usd_caps:
+        components["Budget"]["properties"]["max_usd"] = {
+            "type": "null",
+            "description": "Refused: this daemon has no model prices to count USD with",
+            "default": None,
+        }
+    event_union = schemas[_TYPES.index(Event)]
+    components["Event"] = event_union
+    components["ResponseStreamEvent"] = schemas[_TYPES.index(StreamEvent)]
+    trajectory_summaries = {"type": "array", "items": _ref("TrajectorySummary")}
+    # In OpenAPI 3.1 the ``schema`` of ``text/event-stream`` describes one
+    # event: a stored one (with its ``id``), a token event (never stored, no
+    # ``id``) or the opening ``retry`` advice.
+    data = {
+        "type": "string",
+        "contentMediaType": "application/json",
+        "contentSchema": _ref("Event"),
+    }
+    sse_event = {
+        "anyOf": [
+            {
+                "type": "object",
+                "required": ["id", "event", "data"],
+                "properties": {
+                    "id": {"type": "string", "pattern": "^[0-9]+$"},
+                    "event": {
+                        "type": "string",
+                        "enum": sorted(event_union["discriminator"]["mapping"]),
+                    },
+                    "data": data,
+                },
+            },
+            {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {"event": {"const": "token"}, "data": data},
+            },
+            {
+                "type": "object",
+                "required": ["retry"],
+                "properties": {"retry": {"type": "integer", "minimum": 0}},
+            },
+        ]
+    }
+    sse = {
+        "description": "Server-Sent Events: `id` is the event's seq, `event` its type, "
+        "`data` the event as JSON; resume with `Last-Event-ID` (or `?after=`).",
+        "content": {"text/event-stream": {"schema": sse_event}},
+    }
+    event_id = {"type": "integer", "minimum": 0, "maximum": MAX_EVENT_ID}
+    from_created = {
+        "parameters": {"run_id": "$response.body#/run_id"},
+        "description": "The run just created",
+    }
+    run_links = {
+        "getRun": {"operationId": "getRun", **from_created},
+        "cancelRun": {"operationId": "cancelRun", **from_created},
+        "runEvents": {"operationId": "runEvents", **from_created},
+        "runSummaries": {"operationId": "runSummaries", **from_created},
+    }
+    paths: dict[str, Any] = {
+        "/v1/runs": {
+            "post": {
+                "operationId": "createRun",
+                "summary": "Start a run",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("RunRequestBody")}},
+                },
+                "responses": {
+                    "201": {**_json(_ref("RunInfo"), "The run, admitted"), "links": run_links},
+                    **_errors(400, 401, 404, 422, 503),
+                },
+            },
+            "get": {
+                "operationId": "listRuns",
+                "summary": "Runs, newest first",
+                "parameters": [
+                    {
+                        "name": "status",
+                        "in": "query",
+                        "schema": {
+                            "type": "string",
+                            "enum": ["pending", "running", "succeeded", "failed", "cancelled"],
+                        },
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+                    },
+                    {
+                        "name": "cursor",
+                        "in": "query",
+                        "description": "The `next_cursor` of the previous page",
+                        "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"},
+                    },
+                ],
+                "responses": {"200": _json(_ref("RunPage"), "A page of runs"), **_errors(401, 422)},
+            },
+        },
+        "/v1/runs/{run_id}": {
+            "get": {
+                "operationId": "getRun",
+                "parameters": [_run_id()],
+                "responses": {
+                    "200": {
+                        **_json(_ref("RunDetail"), "The run"),
+                        "links": {
+                            "getTrajectory": {
+                                "operationId": "getTrajectory",
+                                "parameters": {
+                                    "run_id": "$response.body#/run/run_id",
+                                    "rollout_id": "$response.body#/rollouts/0/rollout_id",
+                                },
+                                "description": "The run's first rollout",
+                            }
+                        },
+                    },
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/cancel": {
+            "post": {
+                "operationId": "cancelRun",
+                "parameters": [_run_id()],
+                "responses": {
+                    "200": _json(_ref("RunInfo"), "The run, now terminal"),
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/elicitations/{question_id}": {
+            "post": {
+                "operationId": "answerElicitation",
+                "description": "Answer the question an MCP server asked the person behind "
+                "the run (the run's `elicitation` event with this `question_id`)",
+                "parameters": [
+                    _run_id(),
+                    {
+                        "name": "question_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ElicitationAnswer")}},
+                },
+                "responses": {
+                    "200": _json(_ref("RunInfo"), "The run the answer went to"),
+                    **_errors(400, 401, 404, 422),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/events": {
+            "get": {
+                "operationId": "runEvents",
+                "parameters": [
+                    _run_id(),
+                    {"name": "after", "in": "query", "schema": event_id},
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "description": "The `id` of the last event received (wins over "
+                        "`after`; empty: from the start)",
+                        "schema": {"type": "string", "pattern": LAST_EVENT_ID_PATTERN},
+                    },
+                ],
+                "responses": {"200": sse, **_errors(401, 404, 422)},
+            }
+        },
+        "/v1/runs/{run_id}/summaries": {
+            "get": {
+                "operationId": "runSummaries",
+                "parameters": [_run_id()],
+                "responses": {
+                    "200": _json(trajectory_summaries, "One summary per finished rollout"),
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/rollouts/{rollout_id}": {
+            "get": {
+                "operationId": "getTrajectory",
+                "parameters": [
+                    _run_id(),
+                    {
+                        "name": "rollout_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "responses": {
+                    "200": _json(_ref("Trajectory"), "The rollout's committed steps"),
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/agents": {
+            "get": {
+                "operationId": "listAgents",
+                "responses": {"200": _json(_ref("AgentList"), "Agents"), **_errors(401)},
+            }
+        },
+        "/v1/mcp/authorizations": {
+            "get": {
+                "operationId": "listMcpAuthorizations",
+                "summary": "MCP servers waiting for a person to approve access (OAuth)",
+                "responses": {
+                    "200": _json(_ref("McpAuthorizationList"), "Pending approvals"),
+                    **_errors(401),
+                },
+            }
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "security": [],
+                "responses": {"200": {"description": "The process is up"}},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "security": [],
+                "responses": {
+                    "200": {"description": "Accepting runs"},
+                    "503": {"description": "Starting, resuming or shutting down"},
+                },
+            }
+        },
+    }
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "agentrt daemon",
+            "version": version,
+            "description": "Runs agents with inference-time scaling. The MCP endpoint "
+            "(/mcp) follows its own specification.",
+        },
+        "paths": {**paths, **_openai_paths(list(models or []))},
+        "components": {"schemas": components},
+    }
+    if token:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = [{"bearer": []}]
+    return doc
+
+
+__all__ = ["LAST_EVENT_ID_PATTERN", "MAX_EVENT_ID", "decimal_at_most", "openapi_document"]

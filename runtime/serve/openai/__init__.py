@@ -1,0 +1,1 @@
+"""The daemon's OpenAI-compatible endpoints: chat completions and Responses."""

@@ -1,0 +1,334 @@
+"""What the OpenAI request fields both endpoints share become: ``RunOptions``
+(sampling, logprobs, client tools, tool choice, the answer's JSON schema)
+and the scaling of the run (``rollouts``... top level or in an ``agentrt``
+object), each field honoured or refused with a 400 naming it.
+
+Pure translation: no HTTP, no run manager.  Part of the daemon
+(``agentrt.runtime.serve``); only the OpenAI-compatible endpoints import it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Protocol
+
+import msgspec
+
+from agentrt.protocols._run import Budget, RunOptions, ScalingSpec
+from agentrt.protocols._tools import ToolSpec
+from agentrt.runtime.serve.openai._chat_wire import (
+    ChatCompletionRequest,
+    OpenAIError,
+    ScalingIn,
+    decode_error,
+)
+
+ToolChoiceMode = Literal["auto", "none", "required"]
+
+
+class Scaling(Protocol):
+    """agentrt's own fields of a request (top level, i.e. ``extra_body``, or
+    in its ``agentrt`` object)."""
+
+    @property
+    def rollouts(self) -> int | None: ...
+    @property
+    def aggregate(self) -> str | None: ...
+    @property
+    def aggregate_options(self) -> dict[str, Any] | None: ...
+    @property
+    def budget(self) -> dict[str, Any] | None: ...
+    @property
+    def agentrt(self) -> ScalingIn | None: ...
+
+
+class Sampling(msgspec.Struct, kw_only=True):
+    """The sampling fields, as either endpoint names them."""
+
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+
+
+class FunctionTool(msgspec.Struct, frozen=True, kw_only=True):
+    """A client tool, whichever endpoint declared it."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+
+
+class Requested(msgspec.Struct, frozen=True, kw_only=True):
+    """What a request asks of the run beside its task."""
+
+    options: RunOptions
+    scaling: ScalingSpec
+    budget: Budget
+    fields: dict[str, str]
+    """Where each run field came from (to name the request's field when the
+    manager refuses one)."""
+    client_tools: frozenset[str] = frozenset()
+    parallel_tool_calls: bool = True
+
+
+def refuse(param: str, message: str) -> OpenAIError:
+    return OpenAIError(400, message, param=param, code="unsupported_parameter")
+
+
+def refuse_set(param: str, value: object, neutral: tuple[object, ...] = (None,)) -> None:
+    """A 400 naming ``param`` when the request gave it a value agentrt cannot honour."""
+    if value not in neutral:
+        shown = ", ".join(repr(n) for n in neutral if n is not None)
+        allowed = f" (only {shown} is accepted)" if shown else ""
+        raise refuse(param, f"agentrt does not support `{param}`{allowed}; leave it out")
+
+
+def _option(scaling: Scaling, key: str) -> tuple[Any, str]:
+    """A scaling option and where it came from (top level or ``agentrt``)."""
+    top = getattr(scaling, key)
+    nested = getattr(scaling.agentrt, key) if scaling.agentrt is not None else None
+    if top is not None and nested is not None and top != nested:
+        raise OpenAIError(
+            400,
+            f"{key} is given twice with different values ({top!r} at the top level, "
+            f"{nested!r} in `agentrt`); give it once",
+            param=f"agentrt.{key}",
+        )
+    if nested is not None:
+        return nested, f"agentrt.{key}"
+    return top, key
+
+
+def _budget(raw: dict[str, Any] | None, where: str) -> Budget:
+    if raw is None:
+        return Budget()
+    try:
+        return msgspec.convert(raw, Budget)
+    except msgspec.ValidationError as exc:
+        raise decode_error(exc, prefix=where) from None
+
+
+def response_schema(kind: str, schema: dict[str, Any] | None, param: str) -> dict[str, Any] | None:
+    """The JSON schema a ``response_format``/``text.format`` asks the answer to match."""
+    match kind:
+        case "text":
+            return None
+        case "json_object":
+            return {"type": "object"}
+        case "json_schema":
+            if schema is None:
+                raise OpenAIError(400, "a json_schema format needs its `schema`", param=param)
+            return schema
+        case _:
+            raise refuse(param, f"unknown response format type {kind!r}")
+
+
+def requested(
+    scaling_in: Scaling,
+    sampling: Sampling,
+    *,
+    tools: list[FunctionTool],
+    tools_param: str,
+    tool_choice: ToolChoiceMode,
+    schema: dict[str, Any] | None,
+    parallel_tool_calls: bool | None,
+    default_rollouts: int,
+    default_aggregate: str,
+    default_options: dict[str, Any],
+) -> Requested:
+    """The run's options and scaling.  Client tools and logprobs need one
+    rollout (a 400 naming ``rollouts`` otherwise); a request with client
+    tools that does not say how many rollouts runs one."""
+    rollouts, rollouts_at = _option(scaling_in, "rollouts")
+    aggregate, aggregate_at = _option(scaling_in, "aggregate")
+    options, options_at = _option(scaling_in, "aggregate_options")
+    budget_raw, budget_at = _option(scaling_in, "budget")
+    one_answer = "client tools" if tools else "logprobs" if sampling.logprobs else None
+    if one_answer is not None:
+        if rollouts is not None and rollouts != 1:
+            raise OpenAIError(
+                400,
+                f"{one_answer} need one rollout: the answer is one model reply, not an "
+                f"aggregate of {rollouts} rollouts; leave `rollouts` out or set it to 1",
+                param=rollouts_at,
+                code="unsupported_parameter",
+            )
+        rollouts = 1
+    if aggregate is None:
+        aggregate = default_aggregate
+        options = default_options if options is None else options
+    names = [t.name for t in tools]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise OpenAIError(
+                400, f"two tools are named {name!r}", param=f"{tools_param}[{index}].name"
+            )
+    specs = [
+        ToolSpec(
+            name=t.name,
+            description=t.description,
+            parameters=t.parameters or {"type": "object", "properties": {}},
+        )
+        for t in tools
+    ]
+    run_options = RunOptions(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        stop=sampling.stop,
+        seed=sampling.seed,
+        logprobs=sampling.logprobs,
+        top_logprobs=sampling.top_logprobs or 0,
+        response_schema=schema,
+        client_tools=specs,
+        tool_choice=tool_choice,
+    )
+    return Requested(
+        options=run_options,
+        scaling=ScalingSpec(
+            rollouts=default_rollouts if rollouts is None else rollouts,
+            aggregate=aggregate,
+            options=options or {},
+        ),
+        budget=_budget(budget_raw, budget_at),
+        fields={
+            "scaling.rollouts": rollouts_at,
+            "scaling.aggregate": aggregate_at,
+            "scaling.options": options_at,
+            "budget": budget_at,
+        },
+        client_tools=frozenset(names),
+        parallel_tool_calls=parallel_tool_calls is not False,
+    )
+
+
+def chat_requested(
+    chat: ChatCompletionRequest,
+    *,
+    default_rollouts: int,
+    default_aggregate: str,
+    default_options: dict[str, Any],
+) -> Requested:
+    """What a chat completion asks of its run; fields agentrt cannot honour
+    with the value given are refused (a 400 naming the field)."""
+    refuse_set("frequency_penalty", chat.frequency_penalty, (None, 0, 0.0))
+    refuse_set("presence_penalty", chat.presence_penalty, (None, 0, 0.0))
+    refuse_set("logit_bias", chat.logit_bias or None)
+    refuse_set("reasoning_effort", chat.reasoning_effort)
+    refuse_set("verbosity", chat.verbosity)
+    refuse_set("audio", chat.audio)
+    refuse_set("prediction", chat.prediction)
+    refuse_set("web_search_options", chat.web_search_options)
+    refuse_set("functions", chat.functions)
+    refuse_set("function_call", chat.function_call)
+    refuse_set("service_tier", chat.service_tier, (None, "auto", "default"))
+    refuse_set("store", chat.store, (None, True))
+    refuse_set("prompt_cache_retention", chat.prompt_cache_retention)
+    if chat.modalities is not None and chat.modalities != ["text"]:
+        raise refuse("modalities", "agentrt answers in text only; use ['text'] or leave it out")
+    if chat.stream_options is not None and not chat.stream:
+        raise OpenAIError(400, "stream_options needs `stream: true`", param="stream_options")
+    if (
+        chat.max_tokens is not None
+        and chat.max_completion_tokens is not None
+        and chat.max_tokens != chat.max_completion_tokens
+    ):
+        raise OpenAIError(
+            400,
+            "max_tokens and max_completion_tokens differ; give one",
+            param="max_completion_tokens",
+        )
+    if chat.top_logprobs and not chat.logprobs:
+        raise OpenAIError(400, "top_logprobs needs `logprobs: true`", param="top_logprobs")
+    tools: list[FunctionTool] = []
+    for index, tool in enumerate(chat.tools or []):
+        if tool.type != "function" or tool.function is None or tool.custom is not None:
+            raise refuse(
+                f"tools[{index}].type",
+                f"only function tools are supported, got {tool.type!r}",
+            )
+        tools.append(
+            FunctionTool(
+                name=tool.function.name,
+                description=tool.function.description,
+                parameters=tool.function.parameters,
+            )
+        )
+    choice = chat.tool_choice
+    if choice is not None and not isinstance(choice, str):
+        raise refuse(
+            "tool_choice",
+            "a named tool choice is not supported; use 'auto', 'none' or 'required'",
+        )
+    if choice == "required" and not tools:
+        raise OpenAIError(400, "tool_choice 'required' needs `tools`", param="tool_choice")
+    schema = None
+    if chat.response_format is not None:
+        fmt = chat.response_format
+        inner = fmt.json_schema
+        if fmt.type == "json_schema" and inner is None:
+            raise OpenAIError(
+                400, "a json_schema format needs `json_schema`", param="response_format"
+            )
+        schema = response_schema(
+            fmt.type,
+            inner.schema if inner is not None else None,
+            "response_format.json_schema.schema",
+        )
+    stop = [chat.stop] if isinstance(chat.stop, str) else chat.stop
+    return requested(
+        chat,
+        Sampling(
+            temperature=chat.temperature,
+            top_p=chat.top_p,
+            max_tokens=chat.max_completion_tokens or chat.max_tokens,
+            stop=stop,
+            seed=chat.seed,
+            logprobs=bool(chat.logprobs),
+            top_logprobs=chat.top_logprobs,
+        ),
+        tools=tools,
+        tools_param="tools",
+        tool_choice=choice or "auto",
+        schema=schema,
+        parallel_tool_calls=chat.parallel_tool_calls,
+        default_rollouts=default_rollouts,
+        default_aggregate=default_aggregate,
+        default_options=default_options,
+    )
+
+
+def labels(metadata: dict[str, str] | None, interface: str, **named: str | None) -> dict[str, str]:
+    """The run's metadata: the request's, what endpoint it came through, and
+    the labels a request gives (``user``, ``safety_identifier``...)."""
+    out = {"interface": interface, **(metadata or {})}
+    out.update({k: v for k, v in named.items() if v})
+    return out
+
+
+def param_for(where: str | None, fields: dict[str, str]) -> str | None:
+    """The request field a manager's ``where`` (``scaling.rollouts``) names."""
+    if where is None:
+        return None
+    for prefix, field in sorted(fields.items(), key=lambda kv: -len(kv[0])):
+        if where == prefix or where.startswith(prefix + "."):
+            return field + where[len(prefix) :]
+    return where
+
+
+__all__ = [
+    "FunctionTool",
+    "Requested",
+    "Sampling",
+    "Scaling",
+    "chat_requested",
+    "labels",
+    "param_for",
+    "refuse",
+    "refuse_set",
+    "requested",
+    "response_schema",
+]

@@ -1,0 +1,315 @@
+"""Runs behind the OpenAI-compatible endpoints (chat completions and
+responses): which agent a model names, admitting a run, waiting for it
+while watching the client, and what it ended with (``Outcome``: the answer,
+the client tool calls, the final reply's log-probabilities).
+
+Part of the daemon (``agentrt.runtime.serve``); talks to runs only through
+the ``RunService``.  Knows no wire shape but OpenAI's errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final, final
+
+import anyio
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Send
+
+from agentrt.agents._run_options import CLIENT_TOOL_STOP
+from agentrt.protocols._api import TERMINAL_STATUSES, AgentInfo, RolloutInfo, RunInfo
+from agentrt.protocols._ids import is_top_level
+from agentrt.protocols._messages import ToolCall
+from agentrt.protocols._model import ModelReply, TokenLogprob
+from agentrt.protocols._run import RunRequest
+from agentrt.runtime.observe._log import get_logger
+from agentrt.runtime.serve._api_problem import ApiProblem
+from agentrt.runtime.serve._bridge import RunService
+from agentrt.runtime.serve._governance import DEFAULT_JSON_DEPTH, check_json_depth
+from agentrt.runtime.serve.openai._chat_wire import OpenAIError
+from agentrt.runtime.serve.openai._openai_options import Requested, param_for
+
+log = get_logger(__name__)
+
+#: How long a disconnected client's run may take to stop before we let go.
+CANCEL_GRACE_S: Final = 10.0
+
+_encode = msgspec.json.Encoder().encode
+
+
+def json_response(
+    value: object, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(_encode(value), status, headers=headers, media_type="application/json")
+
+
+def error_response(err: OpenAIError) -> Response:
+    headers = {} if err.retry is None else {"x-should-retry": "true" if err.retry else "false"}
+    if err.retry_after is not None:
+        headers["retry-after"] = str(err.retry_after)
+    return json_response(err.body(), err.status, headers)
+
+
+def sse_data(value: object) -> bytes:
+    return b"data: " + _encode(value) + b"\n\n"
+
+
+def run_error(info: RunInfo) -> OpenAIError:
+    """Why a run gave no answer, as the error its client gets."""
+    run_id, status = info.run_id, info.status
+    where = f"run {run_id} (GET /v1/runs/{run_id})"
+    if status == "failed":
+        reason = info.error or "no rollout produced an answer"
+        return OpenAIError(
+            502, f"{where} failed: {reason}", code="run_failed", run_id=run_id, retry=False
+        )
+    if status == "cancelled":
+        return OpenAIError(
+            409,
+            f"{where} was cancelled before it answered",
+            code="run_cancelled",
+            run_id=run_id,
+            retry=False,
+        )
+    return OpenAIError(
+        503,
+        f"{where} is still {status}: the daemon is shutting down; the run resumes from its "
+        "last committed step when the daemon restarts",
+        code="shutting_down",
+        run_id=run_id,
+        retry=False,
+    )
+
+
+async def read_body(request: Request, *, max_depth: int = DEFAULT_JSON_DEPTH) -> bytes:
+    """The body: its size and time bounded by the daemon's ``Guard``
+    (``server.max_request_bytes``, ``server.body_timeout_s``), its nesting
+    by ``max_depth`` (``server.max_json_depth``); a limit hit is an error
+    in OpenAI's shape naming the limit."""
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+        if body.strip():
+            check_json_depth(bytes(body), max_depth)
+    except ApiProblem as problem:
+        raise OpenAIError(
+            problem.status, problem.message, param=problem.where, code=problem.error
+        ) from None
+    if not body.strip():
+        raise OpenAIError(400, "the request body is empty; send a JSON object", code="invalid_json")
+    return bytes(body)
+
+
+async def until_disconnect(receive: Receive) -> None:
+    """Returns when the client goes away (the request body is already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def send_stream(
+    send: Send,
+    receive: Receive,
+    headers: list[tuple[bytes, bytes]],
+    produce: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
+    abandoned: Callable[[], Awaitable[None]],
+) -> None:
+    """Send a streamed 200 whose body ``produce`` writes; when the client
+    goes away first (a disconnect, or the socket failing under a write),
+    stop producing and call ``abandoned`` instead of ending the body."""
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+    async def write(data: bytes) -> None:
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+
+    left = False
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal left
+            await until_disconnect(receive)
+            left = True
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        try:
+            await produce(write)
+        except OSError:  # the socket went away under a write
+            left = True
+        tg.cancel_scope.cancel()
+    if left:
+        await abandoned()
+        return
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a finished run answers a client with."""
+
+    info: RunInfo
+    rollouts: list[RolloutInfo]
+    text: str
+    calls: list[ToolCall] = field(default_factory=list)
+    """Calls to the client's tools the run ended on (then ``text`` is the
+    final reply's own text, often empty)."""
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: str = "stop"
+
+
+@final
+class OpenAIRuns:
+    """The run side of both OpenAI-compatible endpoints."""
+
+    def __init__(self, manager: RunService, keepalive_s: float) -> None:
+        self.manager = manager
+        self.keepalive_s = keepalive_s
+        self.created = int(time.time())
+
+    def agent(self, model: str) -> AgentInfo:
+        """The agent ``model`` names (``agentrt/<agent>``, ``<agent>``, or
+        ``agentrt``: the default one), else a 404 naming the known ones."""
+        agents = self.manager.agents()
+        for agent in agents:
+            if model in (agent.model, agent.name):
+                return agent
+        if model == "agentrt":
+            for agent in agents:
+                if agent.default:
+                    return agent
+        known = ", ".join(a.model for a in agents)
+        raise OpenAIError(
+            404,
+            f"the model {model!r} does not exist here; models are agentrt agents: {known}",
+            param="model",
+            code="model_not_found",
+        )
+
+    async def submit(
+        self,
+        *,
+        task: str,
+        agent: AgentInfo,
+        requested: Requested,
+        metadata: dict[str, str],
+        task_param: str,
+    ) -> RunInfo:
+        run = RunRequest(
+            task=task,
+            agent=agent.name,
+            scaling=requested.scaling,
+            budget=requested.budget,
+            options=requested.options,
+            metadata=metadata,
+        )
+        fields = {**requested.fields, "task": task_param, "agent": "model"}
+        try:
+            return await self.manager.submit(run)
+        except ApiProblem as problem:
+            status = 400 if problem.status == 422 else problem.status
+            raise OpenAIError(
+                status,
+                problem.message,
+                param=param_for(problem.where, fields),
+                code=problem.error,
+                retry=True if status == 429 else None if status >= 500 else False,
+                retry_after=problem.retry_after,
+            ) from None
+
+    async def wait(self, request: Request, run_id: str) -> RunInfo | None:
+        """The finished run, or ``None`` when the client left first (its
+        run is then cancelled)."""
+        left = False
+        info: RunInfo | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                nonlocal left
+                await until_disconnect(request.receive)
+                left = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            info = await self.manager.wait(run_id)
+            tg.cancel_scope.cancel()
+        if left:
+            await self.cancel_abandoned(run_id)
+            return None
+        return info
+
+    async def cancel_abandoned(self, run_id: str) -> None:
+        """The client left before the answer: stop its run (shielded, bounded)."""
+        with anyio.move_on_after(CANCEL_GRACE_S, shield=True):
+            info = await self.manager.get(run_id)
+            if info is not None and info.status not in TERMINAL_STATUSES:
+                log.info("openai_client_left", run_id=run_id)
+                await self.manager.cancel(run_id)
+
+    async def outcome(self, info: RunInfo, requested: Requested) -> Outcome:
+        """What the succeeded run ``info`` ended with; the final reply is
+        read from the run's one rollout when the request needs it (client
+        tools, logprobs).  Log-probabilities asked of a backend that gave
+        none are a 400."""
+        detail = await self.manager.detail(info.run_id)
+        rollouts = detail.rollouts if detail is not None else []
+        text = info.answer or ""
+        options = requested.options
+        if not (requested.client_tools or options.logprobs):
+            return Outcome(info, rollouts, text)
+        reply = await self._final_reply(info, rollouts)
+        if requested.client_tools and reply is not None:
+            message = reply.message
+            calls = [c for c in message.tool_calls if c.function.name in requested.client_tools]
+            if calls and info.answer is not None:
+                if not requested.parallel_tool_calls:
+                    calls = calls[:1]
+                return Outcome(
+                    info, rollouts, message.content or "", calls, finish_reason="tool_calls"
+                )
+        logprobs = None
+        if options.logprobs:
+            logprobs = reply.choices[0].logprobs if reply is not None else None
+            if logprobs is None:
+                raise OpenAIError(
+                    400,
+                    f"the model behind agent {info.agent!r} gave no log-probabilities "
+                    f"(run {info.run_id} answered; ask without `logprobs`)",
+                    param="logprobs",
+                    code="unsupported_parameter",
+                    run_id=info.run_id,
+                    retry=False,
+                )
+        return Outcome(info, rollouts, text, logprobs=logprobs)
+
+    async def _final_reply(self, info: RunInfo, rollouts: list[RolloutInfo]) -> ModelReply | None:
+        """The last model reply of the run's (one) top-level rollout."""
+        for rollout in rollouts:
+            if not is_top_level(rollout.rollout_id):
+                continue
+            trajectory = await self.manager.trajectory(info.run_id, rollout.rollout_id)
+            if trajectory is None or not trajectory.steps:
+                continue
+            ended_on_calls = trajectory.stop_reason == CLIENT_TOOL_STOP
+            if trajectory.answer is not None or ended_on_calls:
+                for step in reversed(trajectory.steps):
+                    if step.reply is not None and step.reply.choices:
+                        return step.reply
+        return None
+
+
+__all__ = [
+    "CANCEL_GRACE_S",
+    "OpenAIRuns",
+    "Outcome",
+    "error_response",
+    "json_response",
+    "read_body",
+    "run_error",
+    "send_stream",
+    "sse_data",
+    "until_disconnect",
+]

@@ -1,0 +1,445 @@
+"""The daemon's ``/v1/responses``: agentrt agents behind OpenAI's Responses
+API (``responses_routes``), the API the OpenAI Agents SDK's default model
+speaks.
+
+Part of the daemon (``agentrt.runtime.serve``); talks to runs only through
+``OpenAIRuns``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+import msgspec
+from anyio.streams.memory import MemoryObjectSendStream
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from agentrt.protocols._api import AgentInfo, RunInfo
+from agentrt.runtime.observe._log import get_logger
+from agentrt.runtime.serve.openai._answer_stream import AnswerStream
+from agentrt.runtime.serve.openai._chat_wire import OpenAIError, build_task, extension_of
+from agentrt.runtime.serve.openai._openai_options import Requested, labels
+from agentrt.runtime.serve.openai._openai_runs import (
+    OpenAIRuns,
+    Outcome,
+    error_response,
+    json_response,
+    read_body,
+    run_error,
+    send_stream,
+)
+from agentrt.runtime.serve.openai._responses_events import (
+    ArgumentsDelta,
+    ArgumentsDone,
+    ContentPartAdded,
+    ContentPartDone,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputTextDelta,
+    OutputTextDone,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseFailed,
+    ResponseInProgress,
+    StreamEvent,
+)
+from agentrt.runtime.serve.openai._responses_wire import (
+    FunctionCallItem,
+    InputDetails,
+    OutputDetails,
+    OutputItem,
+    OutputMessage,
+    OutputText,
+    ResponseError,
+    ResponseObject,
+    ResponseRequest,
+    ResponseStatus,
+    ResponseUsage,
+    decode_response_request,
+    echo,
+    input_messages,
+    logprobs_out,
+    output_items,
+    responses_requested,
+)
+
+log = get_logger(__name__)
+
+_encode = msgspec.json.Encoder().encode
+#: Why 16: answer text only; a slow client should push back on the follower.
+_TEXT_BUFFER: Final = 16
+
+
+def _usage(info: RunInfo) -> ResponseUsage:
+    usage = info.cost.usage
+    return ResponseUsage(
+        input_tokens=usage.prompt_tokens,
+        input_tokens_details=InputDetails(cached_tokens=usage.cached_prompt_tokens),
+        output_tokens=usage.completion_tokens,
+        output_tokens_details=OutputDetails(),
+        total_tokens=usage.total_tokens,
+    )
+
+
+class _Responses:
+    def __init__(self, runs: OpenAIRuns) -> None:
+        self.runs = runs
+
+    async def create(self, request: Request) -> Response:
+        try:
+            depth = self.runs.manager.config.server.max_json_depth
+            body = decode_response_request(await read_body(request, max_depth=depth))
+            agent = self.runs.agent(body.model)
+            defaults = self.runs.manager.config.runtime
+            wanted = _requested(
+                body, defaults.rollouts, defaults.aggregate, defaults.aggregate_options
+            )
+            info = await self.runs.submit(
+                task=build_task(input_messages(body)),
+                agent=agent,
+                requested=wanted,
+                metadata=labels(
+                    body.metadata,
+                    "openai-responses",
+                    user=body.user,
+                    safety_identifier=body.safety_identifier,
+                    prompt_cache_key=body.prompt_cache_key,
+                ),
+                task_param="input",
+            )
+        except OpenAIError as err:
+            return error_response(err)
+        log.info("responses_run", run_id=info.run_id, model=agent.model, stream=bool(body.stream))
+        shape = _Shape(info, agent, body)
+        if body.stream:
+            return _ResponseStream(self.runs, shape, wanted)
+        done = await self.runs.wait(request, info.run_id)
+        if done is None:
+            return Response(status_code=499)  # nobody reads it
+        if done.status != "succeeded":
+            return error_response(run_error(done))
+        try:
+            outcome = await self.runs.outcome(done, wanted)
+        except OpenAIError as err:
+            return error_response(err)
+        return json_response(shape.completed(outcome))
+
+
+def _requested(
+    body: ResponseRequest, rollouts: int, aggregate: str, options: dict[str, Any]
+) -> Requested:
+    return responses_requested(
+        body, default_rollouts=rollouts, default_aggregate=aggregate, default_options=dict(options)
+    )
+
+
+class _Shape:
+    """The ``Response`` objects of one run, as it goes."""
+
+    def __init__(self, info: RunInfo, agent: AgentInfo, body: ResponseRequest) -> None:
+        self.info = info
+        self.model = agent.model
+        self.echo = echo(body)
+        self.id = f"resp_{info.run_id}"
+
+    def response(self, status: ResponseStatus, **fields: Any) -> ResponseObject:
+        return ResponseObject(
+            id=self.id,
+            created_at=int(self.info.created_at),
+            status=status,
+            model=self.model,
+            **self.echo,
+            **fields,
+        )
+
+    def completed(self, outcome: Outcome, output: list[OutputItem] | None = None) -> ResponseObject:
+        """The finished response: ``output`` (default: the outcome's items)."""
+        info = outcome.info
+        if output is None:
+            output = output_items(info.run_id, outcome.text, outcome.calls, outcome.logprobs)
+        return self.response(
+            "completed",
+            output=output,
+            usage=_usage(info),
+            agentrt=extension_of(info, outcome.rollouts),
+        )
+
+
+class _ResponseStream(Response):
+    """The SSE reply of a streamed response: ``response.created``,
+    ``response.in_progress``, the answer's text as ``output_text`` deltas
+    while the run's one rollout generates it (``AnswerStream``; an answer
+    held to a schema comes whole, once validated), keep-alive comments
+    while nothing comes, then the rest of the output's items with their
+    typed events and ``response.completed`` (``response.failed`` when the
+    run gives no answer)."""
+
+    def __init__(self, runs: OpenAIRuns, shape: _Shape, wanted: Requested) -> None:
+        super().__init__(
+            status_code=200,
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self.runs = runs
+        self.shape = shape
+        self.wanted = wanted
+        self.seq = 0
+        self.text = AnswerStream(shape.info.run_id, shape.info.rollouts)
+        self.hold = wanted.options.response_schema is not None
+        self.streamed: list[str] = []
+        """Content sent as deltas of the message item (output 0)."""
+        self.message_id = f"msg_{shape.info.run_id}"
+
+    def _next(self) -> int:
+        self.seq += 1
+        return self.seq - 1
+
+    @staticmethod
+    def _sse(event: StreamEvent) -> bytes:
+        kind = type(event).__struct_config__.tag
+        return f"event: {kind}\ndata: ".encode() + _encode(event) + b"\n\n"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        run_id = self.shape.info.run_id
+        await send_stream(
+            send,
+            receive,
+            self.raw_headers,
+            self._stream,
+            lambda: self.runs.cancel_abandoned(run_id),
+        )
+
+    async def _stream(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        shape, run_id = self.shape, self.shape.info.run_id
+        started = shape.response("in_progress")
+        await write(self._sse(ResponseCreated(sequence_number=self._next(), response=started)))
+        await write(self._sse(ResponseInProgress(sequence_number=self._next(), response=started)))
+        send_text, receive_text = anyio.create_memory_object_stream[str](_TEXT_BUFFER)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._follow, send_text)
+            async with receive_text:
+                while True:
+                    piece: str | None = ""
+                    with anyio.move_on_after(self.runs.keepalive_s):
+                        try:
+                            piece = await receive_text.receive()
+                        except anyio.EndOfStream:
+                            piece = None
+                    if piece is None:
+                        break
+                    if not piece:
+                        await write(b": keep-alive\n\n")
+                        continue
+                    for event in self._delta_events(piece):
+                        await write(self._sse(event))
+        info = await self.runs.manager.wait(run_id)
+        if info.status != "succeeded":
+            await self._failed(write, run_error(info))
+            return
+        try:
+            outcome = await self.runs.outcome(info, self.wanted)
+        except OpenAIError as err:
+            await self._failed(write, err)
+            return
+        events, output = self._closing(outcome)
+        for event in events:
+            await write(self._sse(event))
+        final = shape.completed(outcome, output)
+        await write(self._sse(ResponseCompleted(sequence_number=self._next(), response=final)))
+
+    async def _follow(self, text: MemoryObjectSendStream[str]) -> None:
+        """Feeds the answer's text as it is generated; closing the stream
+        says the run is over."""
+        async with text:
+            try:
+                async for event in self.runs.manager.follow(self.shape.info.run_id, tokens=True):
+                    fed = self.text.feed(event)
+                    if fed is not None and fed.content and not self.hold:
+                        await text.send(fed.content)
+            except Exception as exc:  # the deltas are optional; the answer is not
+                log.warning(
+                    "responses_follow_failed", run_id=self.shape.info.run_id, error=repr(exc)
+                )
+                await self.runs.manager.wait(self.shape.info.run_id)
+
+    def _delta_events(self, piece: str) -> list[StreamEvent]:
+        """A piece of the answer: the message item opened first, then its delta."""
+        events: list[StreamEvent] = []
+        if not self.streamed:
+            events.append(
+                OutputItemAdded(
+                    sequence_number=self._next(),
+                    output_index=0,
+                    item=OutputMessage(id=self.message_id, status="in_progress"),
+                )
+            )
+            events.append(
+                ContentPartAdded(
+                    sequence_number=self._next(),
+                    item_id=self.message_id,
+                    output_index=0,
+                    content_index=0,
+                    part=OutputText(text=""),
+                )
+            )
+        self.streamed.append(piece)
+        events.append(
+            OutputTextDelta(
+                sequence_number=self._next(),
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                delta=piece,
+            )
+        )
+        return events
+
+    def _closing(self, outcome: Outcome) -> tuple[list[StreamEvent], list[OutputItem]]:
+        """The events that finish the output, and the output: the streamed
+        message closed with the rest of the answer (its text: all the deltas),
+        then the items not streamed."""
+        items = output_items(self.shape.info.run_id, outcome.text, outcome.calls, outcome.logprobs)
+        if not self.streamed:
+            return [e for i, item in enumerate(items) for e in self._item_events(i, item)], items
+        rest = "" if outcome.calls else self.text.rest(outcome.text)
+        events: list[StreamEvent] = []
+        if rest:
+            events.extend(self._delta_events(rest))
+        part = OutputText(text="".join(self.streamed), logprobs=logprobs_out(outcome.logprobs))
+        message = OutputMessage(id=self.message_id, content=[part])
+        events.append(
+            OutputTextDone(
+                sequence_number=self._next(),
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                text=part.text,
+                logprobs=part.logprobs,
+            )
+        )
+        events.append(
+            ContentPartDone(
+                sequence_number=self._next(),
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                part=part,
+            )
+        )
+        events.append(OutputItemDone(sequence_number=self._next(), output_index=0, item=message))
+        calls = [item for item in items if isinstance(item, FunctionCallItem)]
+        for index, call in enumerate(calls, start=1):
+            events.extend(self._item_events(index, call))
+        return events, [message, *calls]
+
+    async def _failed(self, write: Callable[[bytes], Awaitable[None]], err: OpenAIError) -> None:
+        failed = self.shape.response(
+            "failed", error=ResponseError(code=err.code or "run_failed", message=err.message)
+        )
+        await write(self._sse(ResponseFailed(sequence_number=self._next(), response=failed)))
+
+    def _item_events(self, index: int, item: OutputMessage | FunctionCallItem) -> list[StreamEvent]:
+        """The events that open, fill and close one output item."""
+        events: list[StreamEvent] = []
+        match item:
+            case OutputMessage():
+                opened = OutputMessage(id=item.id, status="in_progress")
+                events.append(
+                    OutputItemAdded(sequence_number=self._next(), output_index=index, item=opened)
+                )
+                for c, part in enumerate(item.content):
+                    events.append(
+                        ContentPartAdded(
+                            sequence_number=self._next(),
+                            item_id=item.id,
+                            output_index=index,
+                            content_index=c,
+                            part=OutputText(text=""),
+                        )
+                    )
+                    events.append(
+                        OutputTextDelta(
+                            sequence_number=self._next(),
+                            item_id=item.id,
+                            output_index=index,
+                            content_index=c,
+                            delta=part.text,
+                            logprobs=part.logprobs,
+                        )
+                    )
+                    events.append(
+                        OutputTextDone(
+                            sequence_number=self._next(),
+                            item_id=item.id,
+                            output_index=index,
+                            content_index=c,
+                            text=part.text,
+                            logprobs=part.logprobs,
+                        )
+                    )
+                    events.append(
+                        ContentPartDone(
+                            sequence_number=self._next(),
+                            item_id=item.id,
+                            output_index=index,
+                            content_index=c,
+                            part=part,
+                        )
+                    )
+            case FunctionCallItem():
+                opened_call = FunctionCallItem(
+                    id=item.id,
+                    call_id=item.call_id,
+                    name=item.name,
+                    arguments="",
+                    status="in_progress",
+                )
+                events.append(
+                    OutputItemAdded(
+                        sequence_number=self._next(), output_index=index, item=opened_call
+                    )
+                )
+                events.append(
+                    ArgumentsDelta(
+                        sequence_number=self._next(),
+                        item_id=item.id,
+                        output_index=index,
+                        delta=item.arguments,
+                    )
+                )
+                events.append(
+                    ArgumentsDone(
+                        sequence_number=self._next(),
+                        item_id=item.id,
+                        output_index=index,
+                        name=item.name,
+                        arguments=item.arguments,
+                    )
+                )
+        events.append(OutputItemDone(sequence_number=self._next(), output_index=index, item=item))
+        return events
+
+
+def responses_routes(runs: OpenAIRuns) -> list[BaseRoute]:
+    """``POST /v1/responses``: OpenAI's Responses API over agentrt runs.
+
+    ``input`` (a string, or message, ``function_call`` and
+    ``function_call_output`` items) and ``instructions`` become the run's
+    task; every other field is honoured as ``/v1/chat/completions`` honours
+    its counterpart (``max_output_tokens``, ``text.format``, ``include``
+    of ``message.output_text.logprobs``, function ``tools``: a call to one
+    ends the response with a ``function_call`` item) or refused with a 400
+    naming it (``previous_response_id``: send the whole conversation).
+    With ``stream: true``: the typed events (``response.created``...
+    ``response.completed``)."""
+    endpoint = _Responses(runs)
+    return [Route("/v1/responses", endpoint.create, methods=["POST"])]
+
+
+__all__ = ["responses_routes"]

@@ -1,0 +1,3 @@
+"""The bubblewrap sandbox the shell, editor and Python tools run in, and
+the per-rollout workspaces it mounts.
+"""

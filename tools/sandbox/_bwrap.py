@@ -1,0 +1,491 @@
+"""The sandbox every code-running tool runs in: ``Sandbox`` (one bubblewrap
+process per command), its ``SandboxConfig``, ``SandboxResult`` and
+``SandboxUnavailable``.
+
+Owns what a sandboxed command can see and do: a read-only view of the system
+(``/usr``, the ``/lib*`` and ``/bin`` links, a short allow-list of ``/etc``),
+one writable workspace, a private ``/tmp``, no network unless configured, a
+fresh PID namespace that dies with the call, resource limits, a clean
+environment.  Must not know about tools, rollouts or where workspaces come
+from (``agentrt.tools.sandbox._workspaces``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, final
+
+import anyio
+import anyio.abc
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentrt.runtime.kernel._errors import ToolError
+from agentrt.runtime.observe._log import get_logger
+
+__all__ = [
+    "SANDBOX_HOST_UID",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "render_result",
+    "sandbox_host_uid",
+]
+
+_log = get_logger(__name__)
+
+#: The host user a sandbox runs as when agentrt runs as root: root's
+#: processes escape ``RLIMIT_NPROC`` and own every system file, so a root
+#: daemon hands commands to ``nobody`` instead (workspaces are chowned to it).
+SANDBOX_HOST_UID: Final = 65534
+#: The user and group a command sees itself as, inside.
+_INNER_ID: Final = "1000"
+#: After the sandbox is killed, how long to keep reading its pipes.
+_DRAIN_GRACE_S: Final = 1.0
+_PROBE_TIMEOUT_S: Final = 10.0
+#: The sandbox's private tmpfs (not the host's /tmp), also its HOME.
+_TMP: Final = "/tmp"  # noqa: S108
+_PATH: Final = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
+#: What of ``/etc`` a command sees: what programs need to start, resolve
+#: users and find certificates; never ``shadow``, ``ssh`` host keys,
+#: ``ssl/private`` or anything else kept there.
+_ETC: Final = (
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates.conf",
+    "debian_version",
+    "gitconfig",
+    "group",
+    "host.conf",
+    "hostname",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "magic",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "profile",
+    "protocols",
+    "python3",
+    "python3.11",
+    "python3.12",
+    "python3.13",
+    "services",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "terminfo",
+    "timezone",
+)
+#: Only with the network: name resolution.
+_ETC_NETWORK: Final = ("hosts", "resolv.conf", "gai.conf")
+
+
+def sandbox_host_uid() -> int:
+    """The host uid sandboxed commands run as: this process's own, or
+    ``SANDBOX_HOST_UID`` when this process is root."""
+    uid = os.geteuid()
+    return SANDBOX_HOST_UID if uid == 0 else uid
+
+
+class SandboxUnavailable(ToolError):
+    """The sandbox cannot run here (bubblewrap is missing or cannot create
+    its namespaces).  Nothing runs unsandboxed instead."""
+
+
+class SandboxConfig(BaseModel):
+    """Limits and isolation of one sandboxed command."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    timeout_s: float = Field(30.0, gt=0, le=3600)
+    """Wall-clock limit per command; the whole sandbox is killed past it."""
+    cpu_s: int | None = Field(None, ge=1)
+    """CPU seconds per process (``RLIMIT_CPU``); by default ``timeout_s`` rounded up."""
+    memory_mb: int = Field(1024, ge=64)
+    """Address space per process (``RLIMIT_AS``), in MiB."""
+    max_processes: int = Field(64, ge=4, le=4096)
+    """Processes and threads the command may have at once (``RLIMIT_NPROC``)."""
+    max_output_bytes: int = Field(16_384, ge=256)
+    """Per stream: longer output keeps its first and last halves and says so."""
+    max_file_mb: int = Field(64, ge=1)
+    """Largest file a command may write (``RLIMIT_FSIZE``), in MiB."""
+    max_open_files: int = Field(256, ge=16)
+    """Open files per process (``RLIMIT_NOFILE``)."""
+    tmp_mb: int = Field(256, ge=1)
+    """Size of the private ``/tmp`` (and of the workspace when none is given), in MiB."""
+    network: bool = False
+    """Share the host's network (and its name resolution files).  Off: only
+    an isolated loopback, and no host Unix sockets, abstract ones included."""
+    workspace_mount: str = Field("/workspace", pattern=r"^/[A-Za-z0-9._/-]+$")
+    """Where the workspace appears inside (``/testbed`` for SWE-bench-style tasks)."""
+    read_only_paths: tuple[str, ...] = ()
+    """More host directories to show read-only at the same path (a virtual
+    environment, a toolchain).  Never the daemon's store or a home directory."""
+    env: dict[str, str] = {}
+    """Variables set inside, beyond ``PATH``, ``HOME`` (``/tmp``), ``LANG``
+    and ``TMPDIR``; nothing of the daemon's environment gets in."""
+
+    @field_validator("read_only_paths")
+    @classmethod
+    def _absolute(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        for path in paths:
+            if not os.path.isabs(path) or "\x00" in path:
+                raise ValueError(f"read_only_paths: {path!r} is not an absolute path")
+        return paths
+
+
+class SandboxResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one sandboxed command did.  ``exit_code`` is ``128 + N`` when
+    signal N ended the command (``signal`` names it); ``None`` when the
+    sandbox was killed at the deadline (``timed_out``)."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    signal: str = ""
+    duration_s: float = 0.0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.exit_code == 0
+
+
+@final
+class _CappedBuffer:
+    """Keeps the first and the last half of a stream, counting the rest."""
+
+    __slots__ = ("_head", "_head_cap", "_tail", "_tail_cap", "total")
+
+    def __init__(self, limit: int) -> None:
+        self._head_cap = limit // 2
+        self._tail_cap = limit - self._head_cap
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        take = min(len(chunk), self._head_cap - len(self._head))
+        if take > 0:
+            self._head += chunk[:take]
+            chunk = chunk[take:]
+        if chunk:
+            self._tail += chunk
+            if len(self._tail) > self._tail_cap:
+                del self._tail[: len(self._tail) - self._tail_cap]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self._head_cap + self._tail_cap
+
+    def text(self) -> str:
+        head = self._head.decode("utf-8", errors="replace")
+        tail = self._tail.decode("utf-8", errors="replace")
+        if not self.truncated:
+            return head + tail
+        omitted = self.total - len(self._head) - len(self._tail)
+        return (
+            f"{head}\n[... {omitted} bytes omitted: the output was {self.total} bytes, "
+            f"only the first and last {self._head_cap + self._tail_cap} are kept; "
+            f"redirect long output to a file and read parts of it ...]\n{tail}"
+        )
+
+
+async def _drain(stream: anyio.abc.ByteReceiveStream | None, into: _CappedBuffer) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        async for chunk in stream:
+            into.add(chunk)
+
+
+async def _feed(stream: anyio.abc.ByteSendStream | None, data: bytes) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        if data:
+            await stream.send(data)
+        await stream.aclose()
+
+
+def _kill_group(pgid: int) -> None:
+    # bwrap leads its own session, so its pid is its process group id; the
+    # sandbox's PID 1 (bwrap's child) is in that group too.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _pidfds_of_children(pid: int) -> list[int]:
+    # /proc is not a disk: reading it does not block
+    fds: list[int] = []
+    with contextlib.suppress(OSError, ValueError):
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for child in children:
+            with contextlib.suppress(OSError):
+                fds.append(os.pidfd_open(int(child)))
+    return fds
+
+
+async def _kill_sandbox(pid: int) -> None:
+    """Kill bwrap and wait until its sandbox is empty.  The sandbox's PID 1
+    is bwrap's child, not ours: it is watched through a pidfd, and it is
+    gone only once the kernel has killed and reaped every process of its
+    namespace."""
+    watched = _pidfds_of_children(pid)
+    _kill_group(pid)
+    try:
+        with anyio.move_on_after(_DRAIN_GRACE_S * 5):
+            for fd in watched:
+                await anyio.wait_readable(fd)
+    finally:
+        for fd in watched:
+            os.close(fd)
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None or code <= 128 or code > 128 + 64:
+        return ""
+    with contextlib.suppress(ValueError):
+        return signal.Signals(code - 128).name
+    return f"signal {code - 128}"
+
+
+def _system_view() -> list[str]:
+    """Read-only binds of the system directories programs need."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    return args
+
+
+@final
+class Sandbox:
+    """Runs commands under bubblewrap.
+
+    ::
+
+        sandbox = Sandbox(SandboxConfig(timeout_s=5))
+        result = await sandbox.run(["bash", "-c", "ls"], workspace=Path("ws"))
+
+    Each ``run`` is one ``bwrap`` process: new user, PID, network, IPC, UTS
+    and cgroup namespaces, ``--die-with-parent``, ``--new-session``, no
+    nested user namespaces; the command runs as an unprivileged user with
+    an empty environment plus what the config sets, under ``prlimit``.  The
+    first ``run`` checks that bubblewrap works here and raises
+    ``SandboxUnavailable`` (naming it) when it does not.
+    """
+
+    __slots__ = ("_checked", "_config", "_lock")
+
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self._config = config or SandboxConfig()
+        self._checked: str | None = None  # None: not yet; "": works; else why not
+        self._lock = anyio.Lock()
+
+    @property
+    def config(self) -> SandboxConfig:
+        return self._config
+
+    async def check(self) -> None:
+        """Raise ``SandboxUnavailable`` unless bubblewrap runs here (probed once)."""
+        if self._checked is None:
+            async with self._lock:
+                if self._checked is None:
+                    self._checked = await self._probe()
+        if self._checked:
+            raise SandboxUnavailable(self._checked)
+
+    async def _probe(self) -> str:
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            return (
+                "the sandbox needs bubblewrap (the `bwrap` command), which is not installed; "
+                "install it (Debian/Ubuntu: apt-get install -y bubblewrap). "
+                "Commands never run unsandboxed."
+            )
+        try:
+            with anyio.fail_after(_PROBE_TIMEOUT_S):
+                done = await anyio.run_process(
+                    self.argv(["true"], workspace=None),
+                    check=False,
+                    env={"PATH": _PATH},
+                    stdin=subprocess.DEVNULL,
+                )
+        except (OSError, TimeoutError) as exc:
+            return f"bubblewrap ({bwrap}) could not start a sandbox: {exc}"
+        if done.returncode != 0:
+            why = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+            return (
+                f"bubblewrap ({bwrap}) could not start a sandbox: {why} "
+                "(are unprivileged user namespaces enabled?). Commands never run unsandboxed."
+            )
+        return ""
+
+    def argv(
+        self, command: Sequence[str], *, workspace: Path | None, timeout_s: float | None = None
+    ) -> list[str]:
+        """The full ``bwrap`` command line for ``command`` (for tests and the curious)."""
+        c = self._config
+        timeout = c.timeout_s if timeout_s is None else timeout_s
+        cpu_s = c.cpu_s or max(1, math.ceil(timeout))
+        mount = c.workspace_mount
+        tmp_bytes = str(c.tmp_mb * 1024 * 1024)
+        args = [
+            *_as_sandbox_user(),
+            "bwrap",
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--uid",
+            _INNER_ID,
+            "--gid",
+            _INNER_ID,
+            "--hostname",
+            "sandbox",
+        ]
+        if c.network:
+            args.append("--share-net")
+        args += _system_view()
+        for name in (*_ETC, *(_ETC_NETWORK if c.network else ())):
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", _TMP]
+        for path in c.read_only_paths:
+            args += ["--ro-bind", path, path]
+        if workspace is None:
+            args += ["--perms", "0755", "--size", tmp_bytes, "--tmpfs", mount]
+        else:
+            args += ["--bind", str(workspace), mount]
+        args += ["--chdir", mount, "--clearenv"]
+        env = {
+            "PATH": _PATH,
+            "HOME": _TMP,
+            "TMPDIR": _TMP,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **c.env,
+        }
+        for key, value in env.items():
+            args += ["--setenv", key, value]
+        args += [
+            "--",
+            "prlimit",
+            f"--as={c.memory_mb * 1024 * 1024}",
+            f"--cpu={cpu_s}:{cpu_s + 1}",
+            f"--nproc={c.max_processes}",
+            f"--fsize={c.max_file_mb * 1024 * 1024}",
+            f"--nofile={c.max_open_files}",
+            "--core=0",
+            "--",
+            *command,
+        ]
+        return args
+
+    async def run(
+        self,
+        command: Sequence[str],
+        *,
+        workspace: Path | None = None,
+        stdin: bytes = b"",
+        timeout_s: float | None = None,
+    ) -> SandboxResult:
+        """Run ``command`` (an argv) in a fresh sandbox and wait for it.
+
+        ``workspace``: the host directory shown writable at
+        ``config.workspace_mount`` (it must exist and be writable by
+        ``sandbox_host_uid()``); ``None``: an empty private one, gone after
+        the call.  ``stdin``: what the command reads.  ``timeout_s`` may
+        only shorten the configured limit.  Every process of the sandbox is
+        gone when this returns, also when it is cancelled.  Raises
+        ``SandboxUnavailable`` when bubblewrap cannot run here."""
+        await self.check()
+        c = self._config
+        limit = c.timeout_s if timeout_s is None else min(timeout_s, c.timeout_s)
+        argv = self.argv(command, workspace=workspace, timeout_s=limit)
+        out = _CappedBuffer(c.max_output_bytes)
+        err = _CappedBuffer(c.max_output_bytes)
+        started = time.monotonic()
+        with anyio.CancelScope(shield=True):  # a started process always gets its cleanup
+            process = await anyio.open_process(argv, env={"PATH": _PATH}, start_new_session=True)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_feed, process.stdin, stdin)
+                tg.start_soon(_drain, process.stdout, out)
+                tg.start_soon(_drain, process.stderr, err)
+                with anyio.move_on_after(limit) as deadline:
+                    await process.wait()
+                if deadline.cancelled_caught:
+                    await _kill_sandbox(process.pid)
+                tg.cancel_scope.deadline = anyio.current_time() + _DRAIN_GRACE_S
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _kill_sandbox(process.pid)
+                await process.aclose()
+        timed_out = deadline.cancelled_caught
+        code = None if timed_out else process.returncode
+        if timed_out:
+            _log.info("sandbox.timeout", timeout_s=limit)
+        return SandboxResult(
+            exit_code=code,
+            stdout=out.text(),
+            stderr=err.text(),
+            timed_out=timed_out,
+            signal=_signal_name(code),
+            duration_s=round(time.monotonic() - started, 4),
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+        )
+
+
+def _as_sandbox_user() -> list[str]:
+    """The prefix that starts bwrap as ``sandbox_host_uid()``: ``setpriv``
+    when this process is root (not ``open_process(user=...)``: uvloop's
+    subprocesses do not take it), else nothing."""
+    if os.geteuid() != 0:
+        return []
+    uid = str(SANDBOX_HOST_UID)
+    return ["setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "--"]
+
+
+def render_result(result: SandboxResult, *, timeout_s: float, memory_mb: int, cpu_s: float) -> str:
+    """``result`` as the model reads it: how it ended, then stdout and stderr."""
+    if result.timed_out:
+        lines = [f"Timed out after {timeout_s:g} s; every process of the command was killed."]
+    elif result.signal == "SIGXCPU":
+        lines = [f"Killed: CPU time limit exceeded (SIGXCPU, {cpu_s:g} s)."]
+    elif result.signal:
+        lines = [f"Exit code {result.exit_code}: killed by {result.signal}."]
+    else:
+        lines = [f"Exit code {result.exit_code}."]
+    if "MemoryError" in result.stderr or "Cannot allocate memory" in result.stderr:
+        lines.append(f"Note: the sandbox's memory limit is {memory_mb} MB per process.")
+    if result.stdout:
+        lines += ["--- stdout ---", result.stdout.rstrip("\n")]
+    if result.stderr:
+        lines += ["--- stderr ---", result.stderr.rstrip("\n")]
+    if not result.stdout and not result.stderr:
+        lines.append("(no output)")
+    return "\n".join(lines)

@@ -1,0 +1,333 @@
+"""Per-rollout workspaces: ``Workspaces`` (a directory per rollout under one
+root, created on first use, seeded, released at the rollout's end unless
+kept), ``RolloutWorkspace`` (one of them, with the path confinement the
+editor uses), ``WorkspaceSeed`` and ``copy_directory_seed``.
+
+A rollout's key is its top-level rollout (sub-agent calls share their
+rollout's workspace; a restarted incarnation keeps it), so the directory is
+a pure function of the root and the ids: two ``Workspaces`` over the same
+root (the ``shell`` and ``editor`` of one agent) see the same directory.
+Must not know about sandboxes' internals, agents or the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+from typing import Final, final
+
+import anyio
+import anyio.to_thread
+
+from agentrt.protocols._ids import RolloutId, top_level_id
+from agentrt.runtime.kernel._errors import ConfigError, ToolError
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.sandbox._bwrap import sandbox_host_uid
+
+__all__ = [
+    "RolloutWorkspace",
+    "WorkspaceSeed",
+    "Workspaces",
+    "copy_directory_seed",
+    "default_workspace_root",
+    "rollout_key",
+    "run_seed",
+]
+
+#: Fills a fresh, empty workspace directory (the argument) before its
+#: rollout sees it: a copy of a repository, a checkout, fixture files.
+WorkspaceSeed = Callable[[Path], Awaitable[None]]
+
+_SAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
+#: Edits the editor can undo per file, newest last.
+_UNDO_DEPTH: Final = 20
+
+
+#: Seeds of runs whose task brings the workspace's content (``run_seed``).
+_RUN_SEEDS: dict[str, WorkspaceSeed] = {}
+
+
+@contextmanager
+def run_seed(run_id: str, seed: WorkspaceSeed) -> Iterator[None]:
+    """While inside, a workspace of ``run_id`` that a ``Workspaces`` without
+    a seed of its own creates (the ``shell`` and ``editor`` of a spec) is
+    filled by ``seed``: how a coding task's repository reaches rollouts the
+    task runner cannot name in advance (PDR's refinement rollouts)."""
+    if run_id in _RUN_SEEDS:
+        raise ConfigError(f"run {run_id!r} already has a workspace seed")
+    _RUN_SEEDS[run_id] = seed
+    try:
+        yield
+    finally:
+        del _RUN_SEEDS[run_id]
+
+
+def default_workspace_root() -> Path:
+    """``$TMPDIR/agentrt-workspaces``: where workspaces go unless configured."""
+    return Path(tempfile.gettempdir()) / "agentrt-workspaces"
+
+
+def copy_directory_seed(source: Path) -> WorkspaceSeed:
+    """A seed copying ``source``'s contents (symlinks as symlinks, modes and
+    times kept; ``cp --reflink=auto`` shares blocks where the filesystem
+    can).  ``ConfigError`` now if ``source`` is not a directory."""
+    source = Path(source)
+    if not source.is_dir():
+        raise ConfigError(f"workspace seed {str(source)!r} is not a directory")
+
+    async def seed(into: Path) -> None:
+        done = await anyio.run_process(
+            ["cp", "-a", "--reflink=auto", "--", f"{source}/.", str(into)], check=False
+        )
+        if done.returncode != 0:
+            why = done.stderr.decode(errors="replace").strip()
+            raise ToolError(f"could not copy {str(source)!r} into the workspace: {why}")
+
+    return seed
+
+
+def _safe(part: str) -> str:
+    cleaned = _SAFE.sub("_", part)[:80] or "_"
+    if cleaned != part:  # keep distinct ids distinct after cleaning
+        cleaned += "-" + hashlib.sha256(part.encode()).hexdigest()[:8]
+    return cleaned
+
+
+def rollout_key(run_id: str, rollout_id: str) -> str:
+    """The rollout a workspace belongs to: the top-level rollout's slot,
+    without its incarnation (a restart goes on in the same directory)."""
+    top = top_level_id(rollout_id)
+    if run_id:
+        try:
+            return RolloutId.parse(run_id, top).slot
+        except ValueError:
+            pass
+    return top.split("~", 1)[0]
+
+
+@final
+@dataclass(eq=False, slots=True)
+class RolloutWorkspace:
+    """One rollout's directory: ``path`` on the host, shown inside the
+    sandbox at ``mount``.  ``undo`` is the editor's per-file history."""
+
+    run_id: str
+    key: str
+    path: Path
+    mount: str
+    undo: dict[str, list[bytes | None]] = field(default_factory=dict)
+
+    def relative(self, given: str) -> PurePosixPath:
+        """``given`` (relative to the workspace, or absolute under ``mount``)
+        as a normalised relative path; ``ToolError`` naming the workspace if
+        it leads outside.  (Symlinks are the opener's concern.)"""
+        if not given or "\x00" in given:
+            raise ToolError(f"invalid path {given!r}")
+        path = PurePosixPath(given)
+        if path.is_absolute():
+            mount = PurePosixPath(self.mount)
+            if path != mount and mount not in path.parents:
+                raise ToolError(
+                    f"path {given!r} is outside the workspace; use a path under {self.mount} "
+                    "or one relative to it"
+                )
+            path = path.relative_to(mount)
+        parts: list[str] = []
+        for part in path.parts:
+            if part == "..":
+                if not parts:
+                    raise ToolError(
+                        f"path {given!r} is outside the workspace ({self.mount}); "
+                        "'..' may not leave it"
+                    )
+                parts.pop()
+            elif part not in (".", ""):
+                parts.append(part)
+        return PurePosixPath(*parts) if parts else PurePosixPath(".")
+
+    def shown(self, relative: PurePosixPath) -> str:
+        """How the sandbox names ``relative``."""
+        return str(PurePosixPath(self.mount) / relative)
+
+    def remember(self, relative: PurePosixPath, previous: bytes | None) -> None:
+        """Record a file's content before an edit (``None``: it did not exist)."""
+        history = self.undo.setdefault(str(relative), [])
+        history.append(previous)
+        del history[:-_UNDO_DEPTH]
+
+
+@final
+class Workspaces:
+    """The workspaces of rollouts, one directory each under ``root``.
+
+    ::
+
+        async with Workspaces(root, seed=copy_directory_seed(repo)) as spaces:
+            tools = [ShellTool(spaces), EditorTool(spaces)]
+            ...  # each rollout's calls land in its own copy of ``repo``
+            await spaces.release(run_id, rollout_id)  # at the rollout's end
+
+    ``get`` creates a rollout's directory on first use: ``seed`` fills a
+    staging directory, which is then renamed into place (so concurrent first
+    uses, even from two ``Workspaces`` over one root, agree), and handed to
+    the sandbox's user (chowned when agentrt runs as root).  ``release``
+    deletes it unless ``keep`` (for debugging; ``path_of`` says
+    where).  Leaving the ``async with`` releases what this object
+    created and is still there.
+    """
+
+    __slots__ = ("_closed", "_keep", "_lock", "_mount", "_root", "_seed", "_spaces")
+
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        seed: WorkspaceSeed | None = None,
+        keep: bool = False,
+        mount: str = "/workspace",
+    ) -> None:
+        self._root = Path(root) if root is not None else default_workspace_root()
+        self._seed = seed
+        self._keep = keep
+        self._mount = mount
+        self._spaces: dict[tuple[str, str], RolloutWorkspace] = {}
+        self._lock = anyio.Lock()
+        self._closed = False
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def mount(self) -> str:
+        """Where the sandbox shows a workspace (``SandboxConfig.workspace_mount``)."""
+        return self._mount
+
+    def path_of(self, run_id: str, rollout_id: str) -> Path:
+        """The directory of ``rollout_id``'s workspace (no I/O)."""
+        return self._path(run_id, rollout_key(run_id, rollout_id))
+
+    def _path(self, run_id: str, key: str) -> Path:
+        return self._root / _safe(run_id or "_") / _safe(key)
+
+    async def for_call(self, context: ToolContext) -> RolloutWorkspace:
+        """The workspace of the rollout making this call; ``ToolError`` when
+        the call belongs to no rollout."""
+        if not context.rollout_id:
+            raise ToolError(
+                "this tool works in a rollout's workspace, and the call names no rollout "
+                "(ToolContext.rollout_id is empty)"
+            )
+        return await self.get(context.run_id, context.rollout_id)
+
+    async def get(self, run_id: str, rollout_id: str) -> RolloutWorkspace:
+        """``rollout_id``'s workspace, created (and seeded) on first use."""
+        if self._closed:
+            raise ToolError("the workspaces were closed")
+        key = (run_id, rollout_key(run_id, rollout_id))
+        space = self._spaces.get(key)
+        if space is not None and space.path.is_dir():
+            return space
+        async with self._lock:
+            space = self._spaces.get(key)
+            if space is None or not space.path.is_dir():
+                path = self._path(*key)
+                if not path.is_dir():
+                    await self._create(path, self._seed or _RUN_SEEDS.get(run_id))
+                space = RolloutWorkspace(run_id=run_id, key=key[1], path=path, mount=self._mount)
+                self._spaces[key] = space
+        return space
+
+    async def _create(self, path: Path, seed: WorkspaceSeed | None) -> None:
+        await anyio.to_thread.run_sync(_make_parent, path.parent)
+        staging = Path(
+            await anyio.to_thread.run_sync(
+                lambda: tempfile.mkdtemp(prefix=".staging-", dir=path.parent)
+            )
+        )
+        try:
+            if seed is not None:
+                await seed(staging)
+            await anyio.to_thread.run_sync(_hand_over, staging)
+            await anyio.to_thread.run_sync(_install, staging, path)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_remove, staging)
+
+    async def release(self, run_id: str, rollout_id: str) -> None:
+        """The rollout is over: delete its workspace, unless ``keep``."""
+        await self._release(run_id, rollout_key(run_id, rollout_id))
+
+    async def _release(self, run_id: str, key: str) -> None:
+        self._spaces.pop((run_id, key), None)
+        if not self._keep:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_remove, self._path(run_id, key))
+
+    async def aclose(self) -> None:
+        """Release every workspace this object created (unless ``keep``)."""
+        self._closed = True
+        for run_id, key in list(self._spaces):
+            await self._release(run_id, key)
+
+    async def __aenter__(self) -> Workspaces:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _make_parent(parent: Path) -> None:
+    # The root and run directories must be traversable by the sandbox's
+    # host user (bwrap opens the workspace as that user), not listable.
+    for directory in (parent.parent, parent):
+        directory.mkdir(mode=0o711, exist_ok=True)
+    uid = sandbox_host_uid()
+    if uid == os.geteuid():
+        return
+    for directory in (parent, *parent.parents):
+        info = directory.stat()
+        if info.st_uid != uid and not info.st_mode & stat.S_IXOTH:
+            raise ConfigError(
+                f"the sandbox's user (uid {uid}) cannot reach the workspace root "
+                f"{str(parent.parent)!r}: {str(directory)!r} is not searchable by others "
+                "(chmod o+x it, or choose another root)"
+            )
+
+
+def _install(staging: Path, path: Path) -> None:
+    try:
+        os.rename(staging, path)
+    except OSError:
+        if not path.is_dir():  # not a lost race with another first use: a real failure
+            raise
+
+
+def _hand_over(path: Path) -> None:
+    """Make ``path`` and everything in it the sandbox user's."""
+    uid = sandbox_host_uid()
+    os.chmod(path, 0o755)  # noqa: S103 (the workspace is meant to be read)
+    if uid == os.geteuid():
+        return
+    os.chown(path, uid, uid, follow_symlinks=False)
+    for top, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(top, name), uid, uid, follow_symlinks=False)
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
