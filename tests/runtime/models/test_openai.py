@@ -29,7 +29,7 @@ from agentrt.protocols import (
     ToolSpec,
     UserMessage,
 )
-from agentrt.runtime.errors import (
+from agentrt.runtime.kernel._errors import (
     BackendError,
     BackendTimeout,
     BackendUnavailable,
@@ -37,10 +37,10 @@ from agentrt.runtime.errors import (
     MalformedReply,
     UnknownModelError,
 )
-from agentrt.runtime.models import ModelBackend
-from agentrt.runtime.models.http import HttpClientConfig
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.models.retry import RetryPolicy
+from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.models._retry import RetryPolicy
+from agentrt.runtime.models.http._http_client import HttpClientConfig
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -400,16 +400,15 @@ async def test_a_server_that_does_not_speak_http_is_a_malformed_reply() -> None:
 
 async def test_a_silent_server_times_out() -> None:
     async def hang(request: web.Request) -> web.StreamResponse:
-        await anyio.sleep(30)
+        await anyio.sleep(3600)
         return web.json_response(completion())
 
     http = HttpClientConfig(read_timeout_s=0.2)
     async with serve(hang) as (url, seen), backend(url, http=http) as b:
-        started = time.monotonic()
-        with pytest.raises(BackendTimeout, match="timed out"):
+        # A hang guard: only the read timeout ends the wait for an hour's answer.
+        with anyio.fail_after(60), pytest.raises(BackendTimeout, match="timed out"):
             await b.complete(ask())
-        assert time.monotonic() - started < 2
-        await wait_for(lambda: seen.disconnects == 1)
+        await wait_for(lambda: seen.disconnects == 1)  # the client went away
 
 
 async def never_answers(request: web.Request) -> web.StreamResponse:
@@ -517,8 +516,9 @@ async def test_client_errors_are_not_retried(status: int, error: type[Exception]
     assert len(seen.paths) == 1
 
 
-async def wait_for(condition: Callable[[], bool], within: float = 2.0) -> None:
-    """Poll the test server's plain counters until ``condition`` holds."""
+async def wait_for(condition: Callable[[], bool], within: float = 30.0) -> None:
+    """Poll the test server's plain counters until ``condition`` holds
+    (``within``: a hang guard)."""
     with anyio.fail_after(within):
         while not condition():  # noqa: ASYNC110 - polling counters, not an event
             await anyio.sleep(0.005)

@@ -1,9 +1,12 @@
 """Retry policy, Retry-After, circuit breaker: as units, and through the
-OpenAI backend against in-test aiohttp servers (delays measured)."""
+OpenAI backend against in-test aiohttp servers.  Waits are read from the
+retry counters, never timed; the breaker's cool-down passes on a clock the
+test moves, and the call deadline on one that moves only when it sleeps."""
 
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import random
 import time
@@ -12,19 +15,19 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from aiohttp import web
 
 from agentrt.protocols import ModelRequest, UserMessage
-from agentrt.runtime.errors import (
+from agentrt.runtime.kernel._errors import (
     BackendUnavailable,
     InvalidRequestError,
     MalformedReply,
     RateLimited,
 )
-from agentrt.runtime.models.http import HttpClientConfig
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.models.retry import (
+from agentrt.runtime.models import _retry
+from agentrt.runtime.models._retry import (
     TIMER_SLACK_S,
     BreakerConfig,
     BreakerState,
@@ -35,6 +38,9 @@ from agentrt.runtime.models.retry import (
     call_with_retry,
     parse_retry_after,
 )
+from agentrt.runtime.models.http._http_client import HttpClientConfig
+from agentrt.runtime.models.openai import _openai_backend
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -104,6 +110,36 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def breakers_on(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backends built from now on time their breaker's cool-down on ``clock``."""
+    monkeypatch.setattr(
+        _openai_backend, "CircuitBreaker", functools.partial(CircuitBreaker, clock=clock)
+    )
+
+
+class SleepClock:
+    """Stands in for the ``time`` and ``anyio`` modules inside ``_retry``:
+    its monotonic clock moves only when a retry sleeps, by what was asked,
+    at once; each sleep is kept.  The rest is the real modules'."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = time.monotonic()
+        self.slept: list[float] = []
+        monkeypatch.setattr(_retry, "time", self)
+        monkeypatch.setattr(_retry, "anyio", self)
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await anyio.lowlevel.checkpoint()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name) if hasattr(time, name) else getattr(anyio, name)
 
 
 def test_breaker_opens_probes_and_closes() -> None:
@@ -191,10 +227,13 @@ async def test_retry_after_beyond_the_deadline_gives_up_at_once() -> None:
         raise TransientError(RateLimited("429", retry_after=30), retry_after=30)
 
     policy = RetryPolicy(max_attempts=5, deadline_s=2)
-    started = time.monotonic()
+    counters = RetryCounters()
     with pytest.raises(RateLimited):
-        await call_with_retry(throttled, policy=policy)
-    assert time.monotonic() - started < 0.5
+        await call_with_retry(throttled, policy=policy, counters=counters)
+    stats = counters.snapshot()
+    # One attempt, no wait: not the 30 s asked for, nor a part of it.
+    assert (stats.attempts, stats.retries, stats.gave_up) == (1, 0, 1)
+    assert stats.slept_s == 0
 
 
 # --- through the backend -------------------------------------------------------------
@@ -286,11 +325,16 @@ async def test_retry_after_is_honoured(header: str) -> None:
     script = Script([(429, {"Retry-After": value})])
     policy = RetryPolicy(max_attempts=2, base_delay_s=0.0, deadline_s=10)
     async with serve(script) as url, backend(url, retry=policy) as b:
+        began = time.time()
         await b.complete(ASK)
         assert b.stats.retry_after_waits == 1
+        slept = b.stats.slept_s
+    # Never less than asked (the server saw the retry that much later) and
+    # no more than the spread on top: the wait the retry chose.
     gap = script.arrivals[1] - script.arrivals[0]
     assert gap >= wanted, (gap, wanted)
-    assert gap < wanted + 0.5
+    asked = 0.4 if header == "seconds" else target - began
+    assert slept <= asked * (1 + policy.retry_after_spread) + TIMER_SLACK_S, (slept, asked)
 
 
 @pytest.mark.anyio
@@ -334,7 +378,7 @@ async def test_a_hang_is_retried_after_the_read_timeout() -> None:
             await anyio.sleep(30)
         return web.json_response(OK)
 
-    http = HttpClientConfig(read_timeout_s=0.2)
+    http = HttpClientConfig(read_timeout_s=1.0)  # the second answer comes at once
     async with serve(hang_once) as url, backend(url, http=http) as b:
         reply = await b.complete(ASK)
         assert b.stats.attempts == 2
@@ -342,7 +386,11 @@ async def test_a_hang_is_retried_after_the_read_timeout() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_breaker_opens_fails_fast_probes_and_closes() -> None:
+async def test_the_breaker_opens_fails_fast_probes_and_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    breakers_on(clock, monkeypatch)
     healthy = False
     arrivals = 0
 
@@ -353,7 +401,7 @@ async def test_the_breaker_opens_fails_fast_probes_and_closes() -> None:
             return web.json_response(OK)
         return web.Response(status=500, text="boom")
 
-    breaker = BreakerConfig(failure_threshold=2, cooldown_s=0.3, wait=False)
+    breaker = BreakerConfig(failure_threshold=2, cooldown_s=30, wait=False)
     policy = RetryPolicy(max_attempts=1)
     async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
         for _ in range(2):
@@ -364,15 +412,13 @@ async def test_the_breaker_opens_fails_fast_probes_and_closes() -> None:
             await b.complete(ASK)
         assert arrivals == 2  # failed fast: nothing sent
         assert b.stats.breaker_rejections == 1
-        # uvloop's timers have millisecond resolution and may wake a little
-        # early, so wait a margin past the cooldown.
-        await anyio.sleep(0.35)
+        clock.now += 30  # the cool-down passes
         assert state_of(b.breaker) is BreakerState.HALF_OPEN
         with pytest.raises(BackendUnavailable, match="HTTP 500"):
             await b.complete(ASK)  # the probe fails: open again
         assert state_of(b.breaker) is BreakerState.OPEN
         healthy = True
-        await anyio.sleep(0.35)
+        clock.now += 30
         await b.complete(ASK)  # the probe succeeds: closed
         assert state_of(b.breaker) is BreakerState.CLOSED
         await b.complete(ASK)
@@ -380,10 +426,16 @@ async def test_the_breaker_opens_fails_fast_probes_and_closes() -> None:
 
 
 @pytest.mark.anyio
-async def test_calls_wait_for_an_open_breaker_and_one_probe_goes_first() -> None:
+async def test_calls_wait_for_an_open_breaker_and_one_probe_goes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """By default a call an open breaker refuses waits for the probe: the
     backend's recovery costs the waiting calls time, not an error; while the
     probe is in flight the others hold back, so the server sees one probe."""
+    # The cool-down ends when the test says so; meanwhile the calls look
+    # again every 0.3 s (the rest of the cool-down, on the breaker's clock).
+    clock = Clock()
+    breakers_on(clock, monkeypatch)
     healthy = False
     arrivals = 0
 
@@ -408,11 +460,14 @@ async def test_calls_wait_for_an_open_breaker_and_one_probe_goes_first() -> None
         async def ask() -> None:
             replies.append((await b.complete(ASK)).message.content)
 
-        async with anyio.create_task_group() as tg:
-            for _ in range(5):
-                tg.start_soon(ask)
-            await anyio.sleep(0.1)
-            assert arrivals == 2  # all five wait out the cool-down
+        with anyio.fail_after(30):  # a hang guard
+            async with anyio.create_task_group() as tg:
+                for _ in range(5):
+                    tg.start_soon(ask)
+                while b.stats.breaker_waits < 5:  # noqa: ASYNC110 - watching a counter
+                    await anyio.sleep(0.01)
+                assert arrivals == 2  # all five wait out the cool-down
+                clock.now += 1  # the cool-down is over: they see it at their next look
         assert replies == ["ok"] * 5
         assert arrivals == 7
         assert b.stats.breaker_rejections == 0
@@ -421,7 +476,11 @@ async def test_calls_wait_for_an_open_breaker_and_one_probe_goes_first() -> None
 
 @pytest.mark.anyio
 async def test_a_call_whose_deadline_ends_before_the_probe_is_refused() -> None:
+    arrivals = 0
+
     async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal arrivals
+        arrivals += 1
         return web.Response(status=500, text="boom")
 
     breaker = BreakerConfig(failure_threshold=1, cooldown_s=30)
@@ -429,11 +488,13 @@ async def test_a_call_whose_deadline_ends_before_the_probe_is_refused() -> None:
     async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
         with pytest.raises(BackendUnavailable, match="HTTP 500"):
             await b.complete(ASK)
-        started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="circuit open"):
             await b.complete(ASK)
-        assert time.monotonic() - started < 0.5  # refused at once, not after 1 s
+        # Refused at once: no wait for the probe, no attempt, nothing sent.
         assert b.stats.breaker_rejections == 1
+        assert b.stats.breaker_waits == 0
+        assert b.stats.attempts == 1
+    assert arrivals == 1
 
 
 @pytest.mark.anyio
@@ -461,15 +522,16 @@ async def test_garbage_counts_against_the_breaker_but_429_does_not() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_deadline_stops_retrying() -> None:
+async def test_the_deadline_stops_retrying(monkeypatch: pytest.MonkeyPatch) -> None:
     async def always_503(request: web.Request) -> web.StreamResponse:
         return web.Response(status=503)
 
-    policy = RetryPolicy(max_attempts=50, base_delay_s=0.1, jitter=0, deadline_s=0.5)
+    clock = SleepClock(monkeypatch)  # only the backoff moves the call's clock
+    policy = RetryPolicy(max_attempts=50, base_delay_s=10, max_delay_s=100, jitter=0, deadline_s=60)
     async with serve(always_503) as url, backend(url, retry=policy) as b:
-        started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="HTTP 503"):
             await b.complete(ASK)
-        elapsed = time.monotonic() - started
-        assert elapsed < 0.8  # without the deadline: 0.1 + 0.2 + 0.4 + 0.8 s of backoff, and on
-        assert 2 <= b.stats.attempts < 6
+        # 10 s, then 20 s of backoff; the next 40 s would end past the 60 s
+        # deadline (30 s left): given up after the third attempt, not the 50th.
+        assert clock.slept == [10, 20]
+        assert (b.stats.attempts, b.stats.gave_up) == (3, 1)

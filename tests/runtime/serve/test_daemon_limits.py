@@ -15,8 +15,8 @@ import anyio
 import httpx
 import pytest
 
-from agentrt.runtime.serve.errors import ApiProblem
-from agentrt.runtime.serve.governance import check_json_depth
+from agentrt.runtime.serve._api_problem import ApiProblem
+from agentrt.runtime.serve._governance import check_json_depth
 
 pytestmark = pytest.mark.anyio
 
@@ -110,12 +110,14 @@ async def test_request_limits_answer_4xx_naming_the_key(tmp_path: Path, daemon_k
         big = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 4000 + b"\r\n\r\n"
         status, body, _ = _status_and_body(await anyio.to_thread.run_sync(_raw, port, big))
         assert (status, body["where"]) == (431, "server.max_header_bytes")
-        # Headers never finished: 408 after header_timeout_s, then closed.
+        # Headers never finished: 408 after header_timeout_s, then closed (the
+        # read ends: ``_raw``'s 5 s socket timeout is the hang guard).
         started = time.monotonic()
         half = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         status, body, _ = _status_and_body(await anyio.to_thread.run_sync(_raw, port, half))
         assert (status, body["where"]) == (408, "server.header_timeout_s")
-        assert 0.4 < time.monotonic() - started < 3.0
+        # Not before the deadline (a lower bound: a loaded machine only adds to it).
+        assert time.monotonic() - started > 0.4
         # A body that stops coming: 408 after body_timeout_s.
         partial = (
             b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n"
@@ -195,7 +197,11 @@ async def test_origins_are_exact_and_the_query_token_only_opens_the_event_stream
 ) -> None:
     config = daemon_kit.config(
         tmp_path,
-        server={"token": TOKEN, "allowed_origins": ["https://console.example.com"]},
+        server={
+            "token": TOKEN,
+            "allowed_origins": ["https://console.example.com"],
+            "body_timeout_s": 3600,
+        },
     )
     async with (
         daemon_kit.running(config) as endpoint,
@@ -220,18 +226,18 @@ async def test_origins_are_exact_and_the_query_token_only_opens_the_event_stream
         assert events.status_code == 200
         assert (await client.get(f"/v1/runs/{run_id}/events")).status_code == 401
         # Authentication comes before the body: a huge declared body without
-        # the token is refused at once, none of it sent.
+        # the token is refused, none of it sent.  Waiting for the body first
+        # would wait out the body deadline (an hour here): no answer within
+        # ``_raw``'s 5 s socket timeout, and no 401.
         head = (
             f"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 1000000\r\n\r\n"
         ).encode()
-        started = time.monotonic()
         status, body, _ = _status_and_body(await anyio.to_thread.run_sync(_raw, port, head))
         assert (status, body["where"]) == (401, "Authorization")
-        assert time.monotonic() - started < 2
 
 
 def test_a_bad_origin_entry_is_a_configuration_error(tmp_path: Path, daemon_kit: Any) -> None:
-    from agentrt.runtime.errors import ConfigError
+    from agentrt.runtime.kernel._errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"server\.allowed_origins"):
         daemon_kit.config(tmp_path, server={"allowed_origins": ["https://x.example/app"]})

@@ -8,7 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
+from agentrt.runtime.testing.sim._sim_http import Generation
 from agentrt.testing import SimServer, SimServerConfig
 
 pytestmark = pytest.mark.anyio
@@ -219,15 +221,26 @@ async def test_streamed_tool_calls_arrive_as_deltas() -> None:
     assert len(pieces) > 4  # arguments come in several pieces
 
 
-async def test_latency_follows_ttft_and_token_time() -> None:
+async def test_latency_follows_ttft_and_token_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    held: list[float] = []
+    deliver = Generation.json
+
+    async def recorded(self: Generation, body: bytes, delay_s: float) -> web.StreamResponse:
+        held.append(delay_s)
+        return await deliver(self, body, delay_s)
+
+    monkeypatch.setattr(Generation, "json", recorded)
     cfg = SimServerConfig(ttft_ms=80, token_ms=5, reply_tokens=11)
     async with SimServer(cfg) as srv, httpx.AsyncClient(base_url=srv.url) as client:
         await client.get("/health")
         started = time.perf_counter()
         await client.post("/v1/chat/completions", json=chat(user("time me")))
         elapsed = time.perf_counter() - started
-    # 80 ms + 10 x 5 ms; uvloop's millisecond timers may wake each sleep a little early.
-    assert 0.115 <= elapsed < 0.6
+    # The reply is held 80 ms + 10 x 5 ms...
+    assert held == [pytest.approx(0.080 + 10 * 0.005)]
+    # ...and not sent sooner: a floor, which load only raises (uvloop's
+    # millisecond timers may wake a sleep a little early).
+    assert elapsed >= 0.115
 
 
 async def test_text_completions_and_models() -> None:
