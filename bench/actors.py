@@ -1,6 +1,6 @@
 """Benchmark the actor kernel against raw anyio memory object streams.
 
-    python bench/actors.py [--actors 10000] [--messages 200000] [--quick]
+    python bench/actors.py [--actors 10000] [--messages 200000] [--quick | --smoke]
 
 Each row measures the actor kernel and a raw-stream baseline side by side in
 the same run, repeats, and reports medians with a PASS/MISS column against
@@ -19,6 +19,13 @@ the targets:
    for the feature, which the target row checks.
 
 Runs on uvloop when it is installed (``--no-uvloop`` to compare).
+
+``--smoke`` (what CI runs): 1,000 actors, 20,000 tells, 1,280 asks, one
+sample of each (a few seconds), then checks with loose bounds, exiting 1 when
+one fails: tell throughput >= 0.25x the raw stream's (half the target), memory
+per idle actor (tracemalloc and RSS) <= 10 KB (twice the target), every tell
+and ask counted, every figure finite and positive.  The ask p99 target is a
+wall-clock figure: reported, not checked.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -42,18 +50,19 @@ import psutil
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from agentrt.runtime.actors import (
-    DEFAULT_MAILBOX_CAPACITY,
-    Actor,
-    ActorRef,
-    ActorSystem,
-    run,
-    uvloop_available,
-)
+from agentrt.runtime.kernel._actor import Actor
+from agentrt.runtime.kernel._event_loop import run, uvloop_available
+from agentrt.runtime.kernel._mailbox import DEFAULT_MAILBOX_CAPACITY
+from agentrt.runtime.kernel._ref import ActorRef
+from agentrt.runtime.kernel._system import ActorSystem
 
 TELL_TARGET = 0.5  # actor tell throughput / raw stream throughput
 ASK_P99_TARGET_US = 1000.0
 MEMORY_TARGET_BYTES = 5 * 1024
+SMOKE_SLACK = 2.0
+"""``--smoke``: each target loosened by this factor (small samples are noisy)."""
+SMOKE_SIZES = {"actors": 1_000, "messages": 20_000, "asks": 1_280, "repeats": 1,
+               "memory_repeats": 1}  # fmt: skip
 
 
 class Tick(msgspec.Struct, tag=True, frozen=True):
@@ -362,7 +371,8 @@ def print_table(title: str, rows: Sequence[Row]) -> None:
         )
 
 
-async def timed_benchmarks(args: argparse.Namespace) -> list[Row]:
+async def timed_benchmarks(args: argparse.Namespace, figures: dict[str, float]) -> list[Row]:
+    """The timed rows; their raw medians go to ``figures`` (for ``--smoke``)."""
     rows: list[Row] = []
     repeats: int = args.repeats
     tell_actor: list[float] = []
@@ -372,6 +382,7 @@ async def timed_benchmarks(args: argparse.Namespace) -> list[Row]:
             tell_raw.append(await raw_tell(args.messages))
             tell_actor.append(await actor_tell(system, f"sink-{repeat}", args.messages))
         actor_rate, raw_rate = _median(tell_actor), _median(tell_raw)
+        figures.update({"tell actor/s": actor_rate, "tell raw/s": raw_rate})
         rows.append(
             Row(
                 "tell throughput (1 producer)",
@@ -404,6 +415,9 @@ async def timed_benchmarks(args: argparse.Namespace) -> list[Row]:
                 a99 = _median_of(actor_runs, lambda r: r.p99_us)
                 r99 = _median_of(raw_runs, lambda r: r.p99_us)
                 label = f"ask, {args.actors:,} actors, {concurrency} in flight"
+                figures[f"ask {concurrency} actor/s"] = a_rate
+                figures[f"ask {concurrency} raw/s"] = r_rate
+                figures[f"ask {concurrency} actor p99 us"] = a99
                 rows.append(
                     Row(
                         f"{label}: round trips",
@@ -434,12 +448,14 @@ async def timed_benchmarks(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def memory_rows(args: argparse.Namespace, use_uvloop: bool) -> list[Row]:
+def memory_rows(args: argparse.Namespace, use_uvloop: bool, figures: dict[str, float]) -> list[Row]:
+    """The memory rows; bytes per idle actor go to ``figures`` (for ``--smoke``)."""
     runs = [memory_samples(args.actors, use_uvloop) for _ in range(args.memory_repeats)]
     rows: list[Row] = []
     for metric in ("tracemalloc", "rss"):
         actor = _median([sample["actor"][metric] for sample in runs])
         raw = _median([sample["raw"][metric] for sample in runs])
+        figures[f"memory {metric} B/actor"] = actor
         rows.append(
             Row(
                 f"memory per idle actor ({metric})",
@@ -474,8 +490,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory-repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="fewer messages and repeats")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI's short form: "
+        + ", ".join(f"{k.replace('_', '-')} {v:,}" for k, v in SMOKE_SIZES.items())
+        + f"; exits 1 when tell/raw < {TELL_TARGET / SMOKE_SLACK:.2f}x, memory per idle "
+        f"actor > {MEMORY_TARGET_BYTES * SMOKE_SLACK / 1024:.0f} KB, or a figure is nonsense "
+        "(the targets loosened 2x)",
+    )
     parser.add_argument("--no-uvloop", action="store_true")
     parser.add_argument("--probe", choices=("actor", "service", "raw"), help=argparse.SUPPRESS)
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE_SIZES)  # explicit options still win
     args = parser.parse_args(argv)
     if args.quick:
         args.messages = min(args.messages, 50_000)
@@ -486,16 +513,45 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def smoke_checks(figures: dict[str, float]) -> int:
+    """``--smoke``: the figures are sane and the targets met, loosened by ``SMOKE_SLACK``."""
+    tell = figures["tell actor/s"] / figures["tell raw/s"]
+    tell_bound = TELL_TARGET / SMOKE_SLACK
+    memory_bound = MEMORY_TARGET_BYTES * SMOKE_SLACK
+    checks = [
+        (f"tell actor/raw >= {tell_bound:.2f}x (target {TELL_TARGET:.2f}x)", f"{tell:.2f}x",
+         tell >= tell_bound),
+        *(
+            (f"{name}: finite and > 0", f"{value:,.1f}", math.isfinite(value) and value > 0)
+            for name, value in figures.items()
+            if not name.startswith("memory")
+        ),
+        *(
+            (f"{name} <= {memory_bound / 1024:.0f} KB (target {MEMORY_TARGET_BYTES / 1024:.0f} KB)",
+             f"{figures[name] / 1024:.2f} KB", 0 < figures[name] <= memory_bound)
+            for name in ("memory tracemalloc B/actor", "memory rss B/actor")
+        ),
+    ]  # fmt: skip
+    print(f"\nsmoke checks (loose bounds: targets loosened {SMOKE_SLACK:g}x, small samples are "
+          "noisy; the ask p99 is wall-clock, so not checked)")  # fmt: skip
+    for label, value, ok in checks:
+        print(f"  {label:<58} {value:>14}  {'ok' if ok else 'FAILED'}")
+    failed = sum(not ok for _, _, ok in checks)
+    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     use_uvloop = uvloop_available() and not args.no_uvloop
     if args.probe:
         print(json.dumps(run(memory_probe, args.probe, args.actors, use_uvloop=use_uvloop)))
-        return
+        return 0
     started = time.perf_counter()
-    rows = run(timed_benchmarks, args, use_uvloop=use_uvloop)
+    figures: dict[str, float] = {}
+    rows = run(timed_benchmarks, args, figures, use_uvloop=use_uvloop)
     timed = time.perf_counter() - started
-    rows += memory_rows(args, use_uvloop)
+    rows += memory_rows(args, use_uvloop, figures)
     loop = "uvloop" if use_uvloop else "asyncio"
     title = (
         f"agentrt actor kernel vs raw anyio streams -- {loop}, Python "
@@ -510,7 +566,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"work meanwhile (load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
     )
     print(f"time: {total:.1f} s ({timed:.1f} s timed runs, {total - timed:.1f} s memory probes)")
+    return smoke_checks(figures) if args.smoke else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

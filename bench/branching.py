@@ -1,7 +1,7 @@
 """Partial-rollout branching (ParallelMuse) against plain sampling, on a
 population where branching can fail.
 
-    python bench/branching.py [--tasks 40] [--seed 7] [--steps 4] [--budget 8]
+    python bench/branching.py [--tasks 40] [--seed 7] [--steps 4] [--budget 8] [--smoke]
 
 The workload (a scripted model, no server): each task takes ``--steps`` tool
 steps and an answer.  At every step the model picks an option; it is wrong
@@ -23,6 +23,12 @@ never from a step that only answers).  Rows: accuracy of the voted
 answer, oracle (some rollout right), model calls, completion and prompt
 tokens per task (the scripted backend counts every token; no prefix cache,
 so prompt tokens of a continuation's replayed prefix are counted again).
+
+``--smoke`` (what CI runs): 10 tasks (seconds), then checks, exiting 1 when
+one fails: every strategy ran its budget of rollouts on every task; plain
+sampling made exactly (steps + 1) calls per rollout; accuracy never exceeds
+the oracle; and branching (informative logprobs) spent at most 0.8x plain
+sampling's completion tokens (a loose bound: the full run shows about 0.6x).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import argparse
 import json
 import random
 import re
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,8 +46,8 @@ from typing import Any
 import anyio
 
 from agentrt.agents import Agent, AgentConfig
-from agentrt.agents.branching import BranchingConfig, PartialRolloutBrancher
-from agentrt.aggregators.vote import answer_key
+from agentrt.agents._branching import BranchingConfig, PartialRolloutBrancher
+from agentrt.aggregators._vote import answer_key
 from agentrt.protocols import (
     AssistantMessage,
     ModelRequest,
@@ -50,11 +57,15 @@ from agentrt.protocols import (
     UserMessage,
 )
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 RIGHT = "42"
 WRONG = ("41", "43", "24")
 TASK = re.compile(r"task (\d+): error rate ([0-9.]+)")
+SMOKE_TASKS = 10
+SMOKE_TOKEN_BOUND = 0.8
+"""``--smoke``: branching's completion tokens over plain sampling's at most this
+(loose: 10 tasks are noisy; 400 tasks give about 0.6)."""
 
 
 class Work:
@@ -213,7 +224,31 @@ def row(name: str, t: Tally) -> str:
     )
 
 
-async def main_async(args: argparse.Namespace) -> None:
+def smoke_checks(
+    args: argparse.Namespace, rows: dict[str, tuple[Tally, int]], plain: Tally, branched: Tally
+) -> int:
+    """``--smoke``: every row sane, and branching saving completion tokens."""
+    checks: list[tuple[str, str, bool]] = []
+    for name, (t, budget) in rows.items():
+        ran = t.tasks == args.tasks and all(n == budget for n in t.rollouts)
+        sane = t.right <= t.oracle and min(t.calls, t.completion, t.prompt) > 0
+        checks.append((f"{name}: {budget} rollouts x {args.tasks} tasks, right <= oracle",
+                       f"{sum(t.rollouts)}, {t.right} <= {t.oracle}", ran and sane))  # fmt: skip
+    expected = args.tasks * args.budget * (args.steps + 1)
+    checks.append((f"plain sampling: (steps + 1) x rollouts = {expected} calls", str(plain.calls),
+                   plain.calls == expected))  # fmt: skip
+    ratio = branched.completion / max(plain.completion, 1)
+    checks.append((f"branching / plain completion tokens <= {SMOKE_TOKEN_BOUND}", f"{ratio:.2f}",
+                   ratio <= SMOKE_TOKEN_BOUND))  # fmt: skip
+    print("\nsmoke checks (loose token bound: a few tasks are noisy; the full run shows ~0.6x)")
+    for label, value, ok in checks:
+        print(f"  {label:<70} {value:>12}  {'ok' if ok else 'FAILED'}")
+    failed = sum(not ok for *_, ok in checks)
+    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
+    return 1 if failed else 0
+
+
+async def main_async(args: argparse.Namespace) -> int:
     print(
         f"# branching vs plain sampling: {args.tasks} tasks, {args.steps} steps, "
         f"{args.budget} rollouts per task, majority vote (seed {args.seed})"
@@ -224,18 +259,23 @@ async def main_async(args: argparse.Namespace) -> None:
     )
     print("|---|---|---|---|---|---|")
     results: dict[tuple[bool, bool], Tally] = {}
+    rows: dict[str, tuple[Tally, int]] = {}
     for informative in (True, False):
         for branch in (False, True):
             tally = await measure(args, informative=informative, branch=branch)
             results[informative, branch] = tally
-            label = "informative" if informative else "uninformative"
-            print(row(f"{label} / {'branching' if branch else 'plain'}", tally))
+            label = f"{'informative' if informative else 'uninformative'} / "
+            label += "branching" if branch else "plain"
+            rows[label.replace(" /", "")] = (tally, args.budget)
+            print(row(label, tally))
     plain, branched = results[True, False], results[True, True]
     # Plain sampling at about branching's cost: as many rollouts as its calls buy.
     matched = max(round(branched.calls / max(branched.tasks, 1) / (args.steps + 1)), 1)
     same_cost = await measure(args, informative=True, branch=False, budget=matched)
+    rows["plain at branching's cost"] = (same_cost, matched)
     print(row(f"informative / plain, {matched} rollouts (branching's calls)", same_cost))
     tools_only = await measure(args, informative=True, branch=True, answer_steps=False)
+    rows["branching from tool steps only"] = (tools_only, args.budget)
     print(row("informative / branching from tool steps only (answer_steps=False)", tools_only))
     saved = 1 - branched.completion / max(plain.completion, 1)
     delta = (branched.right - plain.right) / max(plain.tasks, 1)
@@ -245,17 +285,27 @@ async def main_async(args: argparse.Namespace) -> None:
         f"accuracy {delta * 100:+.0f} points vs plain sampling with {args.budget} rollouts, "
         f"{matched_delta * 100:+.0f} points vs plain sampling with {matched}"
     )
+    return smoke_checks(args, rows, plain, branched) if args.smoke else 0
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--tasks", type=int, default=40, help="tasks per strategy")
     parser.add_argument("--steps", type=int, default=4, help="tool steps before the answer")
     parser.add_argument("--budget", type=int, default=8, help="rollouts per task")
     parser.add_argument("--concurrency", type=int, default=4, help="rollouts at once")
     parser.add_argument("--seed", type=int, default=7)
-    anyio.run(main_async, parser.parse_args(argv))
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"CI's short form: {SMOKE_TASKS} tasks; exits 1 when a row did not run its "
+        f"rollouts, or branching spent more than {SMOKE_TOKEN_BOUND}x plain sampling's "
+        "completion tokens (loose: the full run shows ~0.6x)",
+    )
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(tasks=SMOKE_TASKS)  # an explicit --tasks still wins
+    return anyio.run(main_async, parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """The shared memory bank on a workload where it can fail: a model that uses
 the notes it sees only sometimes, and notes that are sometimes wrong.
 
-    python bench/memory.py [--tasks 30] [--rollouts 5] [--flaky 0.15] [--seed 3]
+    python bench/memory.py [--tasks 30] [--rollouts 5] [--flaky 0.15] [--seed 3] [--smoke]
 
 The workload (a scripted model, no server): every task asks for the weights
 of three items (new weights per task).  Each rollout looks them up in its
@@ -18,6 +18,13 @@ otherwise looks it up itself.  So a wrong fact, once stored, can spread.
 Rows per ``use`` and bank on/off: model and tool calls per task, rollouts
 with every weight right, and tasks whose majority answer (over the
 rollouts) is right.
+
+``--smoke`` (what CI runs): 10 tasks (seconds), then checks, exiting 1 when
+one fails: without the bank every rollout makes exactly 7 model calls and 6
+tool calls (three searches, three fetches, the answer); every row ran every
+rollout and no share exceeds 100%; and with the bank at use 100% the model
+calls are at most 0.8x and the tool calls at most 0.7x those without it
+(loose bounds, about half the saving: the full run shows 0.64x and 0.38x).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,16 +42,22 @@ import anyio
 
 from agentrt.agents import Agent, AgentConfig
 from agentrt.protocols import ModelRequest, ToolMessage, ToolSpec, UserMessage
-from agentrt.runtime.memory import NOTE_HEADER, MemoryBank, MemoryView
+from agentrt.runtime.memory._bank import MemoryBank
+from agentrt.runtime.memory._view import NOTE_HEADER, MemoryView
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
-from agentrt.tools.base import Tool, ToolContext, ToolOutput
-from agentrt.tools.memory import memory_tools
+from agentrt.tools._memory_tools import memory_tools
+from agentrt.tools._tool import Tool, ToolContext, ToolOutput
 
 TOPICS = ("alpha", "beta", "gamma")
 FACT = re.compile(r"^fact (\w+): \w+ weighs (\d+) kg", re.MULTILINE)
 DOC = re.compile(r"^doc-(\w+)$")
 KEY = re.compile(r"^- \[(\d+)\] fetch\(.*\) -> fact (\w+):", re.MULTILINE)
 TASK = re.compile(r"^task (\d+):")
+SMOKE_TASKS = 10
+SMOKE_MODEL_BOUND = 0.8
+"""``--smoke``: model calls with the bank (use 100%) over those without, at most."""
+SMOKE_TOOL_BOUND = 0.7
+"""``--smoke``: tool calls with the bank (use 100%) over those without, at most."""
 
 
 class Lookup:
@@ -183,7 +197,43 @@ async def measure(args: argparse.Namespace, use: float, *, bank_on: bool) -> Tal
     return tally
 
 
-async def main_async(args: argparse.Namespace) -> None:
+def smoke_checks(args: argparse.Namespace, rows: dict[str, Tally]) -> int:
+    """``--smoke``: every row sane, and the bank saving calls when it is trusted."""
+    checks: list[tuple[str, str, bool]] = []
+    for name, t in rows.items():
+        sane = (
+            t.tasks == args.tasks
+            and t.rollouts == args.tasks * args.rollouts
+            and t.rollouts_right <= t.rollouts
+            and t.voted_right <= t.tasks
+            and t.model_calls > 0
+        )
+        checks.append((f"{name}: {args.rollouts} rollouts x {args.tasks} tasks ran",
+                       f"{t.rollouts}", sane))  # fmt: skip
+    off = rows["no bank"]
+    # Without notes a rollout searches and fetches each topic, then answers.
+    tools, per = 2 * len(TOPICS), args.tasks * args.rollouts
+    exact = (off.model_calls, off.tool_calls) == ((tools + 1) * per, tools * per)
+    checks.append((f"no bank: {tools + 1} model + {tools} tool calls per rollout",
+                   f"{off.model_calls} + {off.tool_calls}", exact))  # fmt: skip
+    if (on := rows.get("bank, use 100%")) is not None:
+        model = on.model_calls / max(off.model_calls, 1)
+        tool = on.tool_calls / max(off.tool_calls, 1)
+        checks += [
+            (f"bank (use 100%) / no bank: model calls <= {SMOKE_MODEL_BOUND}", f"{model:.2f}",
+             model <= SMOKE_MODEL_BOUND),
+            (f"bank (use 100%) / no bank: tool calls <= {SMOKE_TOOL_BOUND}", f"{tool:.2f}",
+             tool <= SMOKE_TOOL_BOUND),
+        ]  # fmt: skip
+    print("\nsmoke checks (loose bounds, about half the saving the full run shows)")
+    for label, value, ok in checks:
+        print(f"  {label:<58} {value:>12}  {'ok' if ok else 'FAILED'}")
+    failed = sum(not ok for *_, ok in checks)
+    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
+    return 1 if failed else 0
+
+
+async def main_async(args: argparse.Namespace) -> int:
     print(
         f"# shared memory bank: {args.tasks} tasks x {args.rollouts} rollouts, "
         f"flaky source {args.flaky:.0%} (seed {args.seed})"
@@ -193,20 +243,23 @@ async def main_async(args: argparse.Namespace) -> None:
         "| rollouts right | majority right |"
     )
     print("|---|---|---|---|---|---|")
+    rows: dict[str, Tally] = {}
     for use in args.use:
         for bank_on in (False, True):
             if not bank_on and use != args.use[0]:
                 continue  # without a bank the notes are never seen: one row
             t = await measure(args, use, bank_on=bank_on)
+            rows[f"bank, use {use:.0%}" if bank_on else "no bank"] = t
             n = max(t.tasks, 1)
             print(
                 f"| {f'{use:.0%}' if bank_on else '-'} | {'yes' if bank_on else 'no'} | "
                 f"{t.model_calls / n:.1f} | {t.tool_calls / n:.1f} | "
                 f"{t.rollouts_right / max(t.rollouts, 1):.0%} | {t.voted_right / n:.0%} |"
             )
+    return smoke_checks(args, rows) if args.smoke else 0
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--tasks", type=int, default=30)
     parser.add_argument("--rollouts", type=int, default=5, help="rollouts per task")
@@ -219,8 +272,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="chances the model uses a note it sees (one row each)",
     )
     parser.add_argument("--seed", type=int, default=3)
-    anyio.run(main_async, parser.parse_args(argv))
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"CI's short form: {SMOKE_TASKS} tasks; exits 1 when a row did not run, the "
+        "calls without the bank are not 7 + 6 per rollout, or the bank (use 100%%) leaves "
+        f"more than {SMOKE_MODEL_BOUND}x the model calls or {SMOKE_TOOL_BOUND}x the tool "
+        "calls (loose: the full run shows 0.64x and 0.38x)",
+    )
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(tasks=SMOKE_TASKS)  # an explicit --tasks still wins
+    return anyio.run(main_async, parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -38,9 +38,19 @@ default: ~12 minutes on 2 cores).  Then the time of ``import agentrt``,
 ``agentrt --help`` and ``from agentrt import Runtime`` (median of 5 fresh
 interpreters).
 
+``--smoke`` (what CI runs): R = 50, one repetition of each variant (about
+half a minute), start-up times of 3 interpreters, and checks with loose
+bounds, exiting 1 when one fails: for ``runs`` and ``rollouts``, the R =
+1,000 targets loosened 2x (wall / floor <= 2.4, CPU per call / floor <= 3.0,
+peak RSS / floor <= 4.0); for every variant, wall >= S x latency (the
+sim-server's replies cannot come sooner) and CPU > 0.  Every sample already
+fails unless the sim-server counted R x S calls and every rollout answered.
+The start-up targets are wall-clock figures: reported, not checked.
+
     python bench/overhead.py                      # R = 100, 1,000, 3,000
     python bench/overhead.py --repeat-large 1     # 1 repetition at R = 3,000 (quicker)
     python bench/overhead.py --quick              # R = 100 only
+    python bench/overhead.py --smoke              # R = 50, 1 repetition, checks (CI)
     python bench/overhead.py --rollouts 1000 --variants runs agent
     python bench/overhead.py --counts --variants runs rollouts backend   # no clock (R = 200)
     BENCH_PSTATS=/tmp/runs.prof python bench/overhead.py --counts --variants runs
@@ -82,6 +92,9 @@ AGENT_LOOP = ("runs", "rollouts")
 #: (R from which a target applies, wall / floor, CPU per call / floor, peak RSS / floor)
 TARGETS = ((1000, 1.2, 1.5, 2.0), (3000, 1.3, 1.6, 2.0))
 IMPORT_TARGETS = {"import agentrt": 0.3, "agentrt --help": 0.5}
+SMOKE_SLACK = 2.0
+"""``--smoke``: the R = 1,000 targets loosened by this factor (small R is noisy)."""
+SMOKE_SIZES: dict[str, Any] = {"rollouts": [50], "repeat": 1, "repeat_large": 1}
 
 
 def task_text(index: int) -> str:
@@ -158,8 +171,8 @@ async def backend_loop(url: str, rollouts: int, steps: int) -> dict[str, Any]:
         ToolSpec,
         UserMessage,
     )
-    from agentrt.runtime.errors import BackendError
-    from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
+    from agentrt.runtime.kernel._errors import BackendError
+    from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 
     config = OpenAIBackendConfig(name="sim", base_url=f"{url}/v1", models=["sim"])
     tools = [ToolSpec(name="add", description=add.__doc__ or "", parameters=ADD_SCHEMA)]
@@ -445,7 +458,7 @@ def child(
 def start_sim(latency_ms: float, steps: int, cpu: int | None) -> tuple[subprocess.Popen[str], str]:
     # Imported here: the floor's children run this file too and must not
     # carry agentrt in their memory.
-    from agentrt.runtime.errors import BackendUnavailable
+    from agentrt.runtime.kernel._errors import BackendUnavailable
     from agentrt.testing import SimServerConfig, start_sim_server_process
 
     config = SimServerConfig(
@@ -571,8 +584,43 @@ def report(table: Table, steps: int, latency: float) -> None:
     print("near 100% sets that loop's wall time, not the client)\n")
 
 
+def smoke_checks(table: Table, steps: int, latency: float) -> int:
+    """``--smoke``: the figures are sane and the agent loop within the R = 1,000
+    targets loosened by ``SMOKE_SLACK``, at whatever R ran."""
+    _, wall_t, cpu_t, rss_t = TARGETS[0]
+    ideal = steps * latency
+    checks: list[tuple[str, float, str, bool]] = []
+    for r, by in table.items():
+        floor = by["floor"]
+        for name, m in by.items():
+            checks += [
+                (f"R={r} {name}: wall >= S x latency", m["wall"], f">= {ideal:.2f} s",
+                 m["wall"] >= 0.95 * ideal),
+                (f"R={r} {name}: CPU s > 0", m["cpu"], "> 0", m["cpu"] > 0),
+            ]  # fmt: skip
+        for name in AGENT_LOOP:
+            if name not in by:
+                continue
+            m = by[name]
+            for label, value, target in (
+                ("wall / floor", m["wall"] / floor["wall"], wall_t),
+                ("CPU per call / floor", m["cpu"] / floor["cpu"], cpu_t),
+                ("peak RSS / floor", m["peak_rss_mb"] / floor["peak_rss_mb"], rss_t),
+            ):
+                bound = target * SMOKE_SLACK
+                checks.append((f"R={r} {name}: {label} (target {target})", value,
+                               f"<= {bound:.1f}", 0 < value <= bound))  # fmt: skip
+    print(f"\nsmoke checks (loose bounds: the R = 1,000 targets loosened {SMOKE_SLACK:g}x, "
+          "small R is noisy; start-up times are wall-clock, so not checked)")  # fmt: skip
+    for label, value, shown, ok in checks:
+        print(f"  {label:<50} {value:>8.2f} {shown:>9}  {'ok' if ok else 'FAILED'}")
+    failed = sum(not ok for *_, ok in checks)
+    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
+    return 1 if failed else 0
+
+
 def import_times(repeat: int = 5) -> None:
-    """Fresh interpreters: ``import agentrt``, ``agentrt --help``, the facade."""
+    """Fresh interpreters: ``import agentrt``, ``agentrt --help``, the engine."""
     bin_dir = os.path.dirname(sys.executable)
     commands = {
         "import agentrt": [sys.executable, "-c", "import agentrt"],
@@ -627,6 +675,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="R = 100 only")
     parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"CI's short form: R = {SMOKE_SIZES['rollouts'][0]}, 1 repetition; exits 1 when "
+        f"an agent-loop ratio misses its R = 1,000 target loosened {SMOKE_SLACK:g}x "
+        f"(wall <= {TARGETS[0][1] * SMOKE_SLACK:.1f}x, CPU <= {TARGETS[0][2] * SMOKE_SLACK:.1f}x, "
+        f"RSS <= {TARGETS[0][3] * SMOKE_SLACK:.1f}x the floor's) or a figure is nonsense",
+    )
+    parser.add_argument(
         "--rollouts", type=int, nargs="+", help="values of R (default 100 1000 3000)"
     )
     parser.add_argument("--steps", type=int, default=10, help="S, model calls per rollout")
@@ -653,6 +709,8 @@ def main() -> None:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
+    if parser.parse_known_args()[0].smoke:
+        parser.set_defaults(**SMOKE_SIZES)  # explicit options still win
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be at least 2 (S - 1 tool calls, then the answer)")
@@ -686,7 +744,9 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=10)
     report(table, args.steps, args.latency_ms / 1000)
-    import_times()
+    import_times(3 if args.smoke else 5)
+    if args.smoke:
+        raise SystemExit(smoke_checks(table, args.steps, args.latency_ms / 1000))
 
 
 if __name__ == "__main__":

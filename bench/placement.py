@@ -18,19 +18,34 @@ itself inside a network namespace of its own (``unshare --net
 --map-root-user``), where loopback is the only interface, and a PID
 namespace, so that no other Ray on the machine is touched.
 
+``--smoke`` (what CI runs): R = 200 x S = 4 at 50 ms, after an unmeasured
+warm-up run of 20 rollouts per variant (a worker's first run pays its lazy
+imports), and exits 1 when a check fails: every variant succeeds, makes
+exactly R x S model calls and takes at least S x latency; 2 workers reach
+>= 0.5 x the calls/s of 1 (the 1.7 target needs more free cores than a
+2-core machine has, so this only catches a second worker that stalls the
+first); Ray's CPU per call <= 5 x local's (target 1.5: a small run spreads
+Ray's CPU that grows with time, not calls, over few calls, and a loaded
+machine measured 2-3.6 x here).  Without Ray or user namespaces it exits 2
+(0 with ``AGENTRT_BENCH_SKIP_MISSING=1``).
+
     python bench/placement.py              # R = 4,000, S = 10, 200 ms
     python bench/placement.py --rollouts 400 --quick
+    python bench/placement.py --smoke      # about 40 s: the checks CI runs
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from functools import partial
 from typing import Any
 
 import anyio
@@ -41,6 +56,21 @@ from agentrt.agents import AgentConfig
 from agentrt.protocols import ScalingSpec
 from agentrt.testing import SimServerConfig, start_sim_server_process
 from agentrt.tools import tool
+
+SPEEDUP_TARGET = 1.7  # 2 workers' calls/s over 1 worker's
+CPU_TARGET = 1.5  # Ray's CPU per model call over local's
+SMOKE_SPEEDUP_BOUND = 0.5
+"""``--smoke``: 2 workers' calls/s over 1 worker's, at least (see the docstring)."""
+SMOKE_CPU_BOUND = 5.0
+"""``--smoke``: Ray's CPU per model call over local's, at most (see the docstring)."""
+SMOKE_SIZES: dict[str, Any] = {
+    "rollouts": 200,
+    "steps": 4,
+    "latency_ms": 50.0,
+    "warmup": 20,
+    "deadline_s": 300.0,
+}
+SKIP_MISSING = "AGENTRT_BENCH_SKIP_MISSING"
 
 
 @tool
@@ -67,7 +97,7 @@ def _cpu(exclude: int) -> dict[int, tuple[str, float]]:
 
 
 async def measure(
-    variant: str, url: str, rollouts: int, steps: int, sim_pid: int
+    variant: str, url: str, rollouts: int, steps: int, sim_pid: int, *, warmup: int = 0
 ) -> dict[str, Any]:
     placement: dict[str, Any] = {"kind": "local"}
     if variant.startswith("ray"):
@@ -91,6 +121,8 @@ async def measure(
         }
     )
     async with Runtime(config, tools=[add]) as rt:
+        if warmup:  # unmeasured: the workers' first run pays their lazy imports
+            await rt.run("Add 2 and 2.", scaling=ScalingSpec(rollouts=warmup))
         before = _cpu(sim_pid)
         started = time.perf_counter()
         result = await rt.run("Add 1 and 1.", scaling=ScalingSpec(rollouts=rollouts))
@@ -118,6 +150,99 @@ async def measure(
     }
 
 
+def missing(what: str) -> int:
+    """Exit code for a missing prerequisite: 2, or 0 when the caller said
+    missing ones may be skipped (``AGENTRT_BENCH_SKIP_MISSING=1``)."""
+    if os.environ.get(SKIP_MISSING) == "1":
+        print(f"bench/placement.py: skipped ({SKIP_MISSING}=1): {what}")
+        return 0
+    print(f"bench/placement.py: {what}; set {SKIP_MISSING}=1 to skip", file=sys.stderr)
+    return 2
+
+
+def prerequisites() -> str | None:
+    """What is missing for a run, or None."""
+    if importlib.util.find_spec("ray") is None:
+        return "Ray is not installed (pip install 'agentrt[ray]')"
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return "unshare (util-linux) is not installed"
+    probe = subprocess.run(
+        [unshare, "--net", "--map-root-user", "true"], capture_output=True, check=False
+    )
+    if probe.returncode:
+        return f"unshare cannot make a network namespace: {probe.stderr.decode().strip()}"
+    return None
+
+
+def in_namespaces(deadline_s: float) -> int:
+    """Run this command again in namespaces of its own (see the module
+    docstring) and return its exit code; 1 past ``deadline_s`` (0: none),
+    when every process it started is killed."""
+    unshare = shutil.which("unshare")
+    assert unshare is not None
+    # Ray's own temporary directory too: ``ray.init()`` without an address
+    # joins the cluster a ``ray start`` last wrote to /tmp/ray (another
+    # namespace's, on a machine that runs the cluster tests meanwhile).
+    ray_tmp = tempfile.mkdtemp(prefix="agentrt-ray-")
+    env = {
+        **os.environ,
+        "AGENTRT_BENCH_NETNS": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_TMPDIR": ray_tmp,
+    }
+    script = 'ip link set lo up && exec "$0" "$@"'
+    # --kill-child: when unshare dies (killed at the deadline), so does the
+    # namespace's first process, and with it every process in the namespace.
+    namespaces = ["--net", "--map-root-user", "--kill-child", "--pid", "--mount-proc"]
+    argv = [unshare, *namespaces, "bash", "-c", script, sys.executable, *sys.argv]
+    try:
+        return subprocess.run(argv, env=env, timeout=deadline_s or None, check=False).returncode
+    except subprocess.TimeoutExpired:
+        print(f"bench/placement.py: not done in {deadline_s:g} s (--deadline-s)", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def smoke_checks(rows: list[dict[str, Any]], rollouts: int, steps: int, ideal: float) -> int:
+    """``--smoke``: the figures are sane and the ratios within the smoke bounds."""
+    checks: list[tuple[str, str, bool]] = []
+    for row in rows:
+        name = row["variant"]
+        checks += [
+            (f"{name}: status", f"{row['status']} {row['error'] or ''}".strip(),
+             row["status"] == "succeeded"),
+            (f"{name}: model calls == R x S = {rollouts * steps}", str(row["calls"]),
+             row["calls"] == rollouts * steps),
+            (f"{name}: wall >= S x latency = {ideal:.2f} s", f"{row['wall_s']:.2f} s",
+             row["wall_s"] >= 0.95 * ideal),
+            (f"{name}: CPU per call > 0", f"{row['cpu_us_per_call']:.0f} us",
+             row["cpu_us_per_call"] > 0),
+        ]  # fmt: skip
+    by = {r["variant"]: r for r in rows}
+    if "ray-1" in by and "ray-2" in by:
+        speedup = by["ray-2"]["calls_per_s"] / by["ray-1"]["calls_per_s"]
+        bound = SMOKE_SPEEDUP_BOUND
+        checks.append((f"2 workers / 1 worker calls/s >= {bound:g} (target {SPEEDUP_TARGET})",
+                       f"{speedup:.2f}", speedup >= bound))  # fmt: skip
+    if "local" in by:
+        for name in ("ray-1", "ray-2"):
+            if name in by:
+                ratio = by[name]["cpu_us_per_call"] / by["local"]["cpu_us_per_call"]
+                bound = SMOKE_CPU_BOUND
+                checks.append((f"{name} CPU per call / local <= {bound:g} (target {CPU_TARGET})",
+                               f"{ratio:.2f}", ratio <= bound))  # fmt: skip
+    print("\nsmoke checks (loose bounds: a small run on few cores is noisy; the full run "
+          "reports the real targets)")  # fmt: skip
+    for label, value, ok in checks:
+        print(f"  {label:<52} {value:>18}  {'ok' if ok else 'FAILED'}")
+    failed = sum(not ok for _, _, ok in checks)
+    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
+    return 1 if failed else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rollouts", type=int, default=4000)
@@ -126,21 +251,29 @@ def main() -> None:
     parser.add_argument("--variants", default="local,ray-1,ray-2")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--quick", action="store_true", help="R = 400")
+    parser.add_argument(
+        "--warmup", type=int, default=0, help="rollouts of an unmeasured run first, per variant"
+    )
+    parser.add_argument(
+        "--deadline-s", type=float, default=0.0, help="fail after this many seconds (0: never)"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"CI's short form: R = {SMOKE_SIZES['rollouts']}, S = {SMOKE_SIZES['steps']}, "
+        f"{SMOKE_SIZES['latency_ms']:g} ms, a warm-up of {SMOKE_SIZES['warmup']}, a deadline of "
+        f"{SMOKE_SIZES['deadline_s']:g} s; exits 1 when a variant fails or miscounts, 2 workers' "
+        f"speed-up < {SMOKE_SPEEDUP_BOUND:g} (target {SPEEDUP_TARGET}) or Ray's CPU per call > "
+        f"{SMOKE_CPU_BOUND:g} x local's (target {CPU_TARGET}); loose bounds: the module "
+        "docstring says why",
+    )
+    if parser.parse_known_args()[0].smoke:
+        parser.set_defaults(**SMOKE_SIZES)  # explicit options still win
     args = parser.parse_args()
     if os.environ.get("AGENTRT_BENCH_NETNS") != "1":
-        unshare = shutil.which("unshare")
-        if unshare is None:
-            raise SystemExit("bench/placement.py needs unshare (util-linux)")
-        script = 'ip link set lo up && exec "$0" "$@"'
-        env = {
-            **os.environ,
-            "AGENTRT_BENCH_NETNS": "1",
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_AUTH_MODE": "disabled",
-        }
-        namespaces = ["--net", "--map-root-user", "--fork", "--pid", "--mount-proc"]
-        argv = [unshare, *namespaces, "bash", "-c", script, sys.executable]
-        raise SystemExit(subprocess.call([*argv, *sys.argv], env=env))
+        if (what := prerequisites()) is not None:
+            raise SystemExit(missing(what))
+        raise SystemExit(in_namespaces(args.deadline_s))
     rollouts = 400 if args.quick else args.rollouts
     sim = SimServerConfig(
         ttft_ms=args.latency_ms,
@@ -153,9 +286,8 @@ def main() -> None:
     rows = []
     try:
         for variant in args.variants.split(","):
-            row = anyio.run(
-                measure, variant, url, rollouts, args.steps, proc.pid, backend="asyncio"
-            )
+            one = partial(measure, variant, url, rollouts, args.steps, proc.pid, warmup=args.warmup)
+            row = anyio.run(one, backend="asyncio")
             print(json.dumps(row), flush=True)
             rows.append(row)
     finally:
@@ -171,15 +303,17 @@ def main() -> None:
     by = {r["variant"]: r for r in rows}
     if "ray-1" in by and "ray-2" in by:
         speedup = by["ray-2"]["calls_per_s"] / by["ray-1"]["calls_per_s"]
-        print(f"2 workers / 1 worker calls/s: {speedup:.2f} (target >= 1.7)")
+        print(f"2 workers / 1 worker calls/s: {speedup:.2f} (target >= {SPEEDUP_TARGET})")
     if "local" in by:
         for name in ("ray-1", "ray-2"):
             if name in by:
                 ratio = by[name]["cpu_us_per_call"] / by["local"]["cpu_us_per_call"]
-                print(f"{name} CPU per call / local: {ratio:.2f} (target <= 1.5)")
+                print(f"{name} CPU per call / local: {ratio:.2f} (target <= {CPU_TARGET})")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)
+    if args.smoke:
+        raise SystemExit(smoke_checks(rows, rollouts, args.steps, ideal))
 
 
 if __name__ == "__main__":

@@ -45,7 +45,17 @@ agent on ``ScriptedBackend`` too.
 
     python bench/scaling.py               # full grid (about a minute)
     python bench/scaling.py --quick       # fewer trials: rows resolve ~5 points
+    python bench/scaling.py --smoke       # fewest trials, looser rows (CI, seconds)
     python bench/scaling.py --shift 0.03  # predictions 3 points off: rows fail
+
+``--smoke`` (what CI runs): 1,000 populations per grid row (250 for RTV), 100
+PDR runs, 10 early-stop tasks; a row then resolves only an error of about 6
+points, and it disagrees beyond 4 standard errors (two-sided 0.006%) rather
+than 3.29, since small samples are noisy.  The rest is checked as in the
+full run: the engine's early stop changes no answer and the run without it
+skips no rollout; and in every form a figure that cannot be (early stopping
+spending more than the work without it, a rollout of no model calls) counts
+as a disagreement.  Exits 1 on any disagreement.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
@@ -64,7 +75,7 @@ import anyio
 import msgspec
 
 from agentrt.agents import Agent, AgentConfig
-from agentrt.agents.summary import RuleBasedSummarizer
+from agentrt.agents._summary import RuleBasedSummarizer
 from agentrt.aggregators import (
     PDR,
     RTV,
@@ -79,19 +90,43 @@ from agentrt.aggregators import (
     Workspace,
 )
 from agentrt.protocols import ModelRequest, ScalingSpec, ToolSpec, Trajectory, TrajectorySummary
-from agentrt.runtime.budget import BudgetLedger
-from agentrt.runtime.engine import Runtime
-from agentrt.runtime.estimators import wilson_interval
-from agentrt.runtime.log import configure_logging
-from agentrt.runtime.models.base import ModelBackend
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.engine._runtime import Runtime
+from agentrt.runtime.evaluation._estimators import wilson_interval
+from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.observe._log import configure_logging
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.base import ToolContext, ToolOutput
+from agentrt.tools._tool import ToolContext, ToolOutput
 
 WRONG = 3  # distinct wrong answers
 TRUTH = "42"
 BETA = 0.5  # how much a right answer in the workspace helps a conditioned rollout
 Z = 3.29
 RESOLVE = 0.03  # a closed-form row must detect an error this large
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How many trials each section runs, and how far a row may be off."""
+
+    trials: int
+    """Populations per closed-form row."""
+    rtv_trials: int
+    """Of those, the ones RTV runs on (its judge calls are the slow part)."""
+    pdr_trials: int
+    mc_trials: int
+    """Runs of PDR's independent Monte Carlo per row."""
+    tasks: int
+    """Tasks of the engine's early stop."""
+    z: float = Z
+    """A row disagrees beyond this many standard errors."""
+    must_resolve: bool = False
+    """Every closed-form row must resolve a ``RESOLVE`` error (else it counts as a failure)."""
+
+
+FULL = Sizes(16_000, 4000, 800, 20_000, 100, must_resolve=True)
+QUICK = Sizes(4000, 1000, 300, 20_000, 40)
+SMOKE = Sizes(1000, 250, 100, 5000, 10, z=4.0)
 
 # -- exact predictions ------------------------------------------------------------
 
@@ -298,12 +333,15 @@ async def measure_pdr(
     return wins, refined
 
 
-def verdict(k: int, trials: int, pred: float, pred_trials: int | None) -> tuple[str, float]:
-    """``agree`` or ``DISAGREE``, and the error that would just fail."""
+def verdict(
+    k: int, trials: int, pred: float, pred_trials: int | None, bound: float = Z
+) -> tuple[str, float]:
+    """``agree`` or ``DISAGREE`` (beyond ``bound`` standard errors), and the
+    error that would just fail."""
     var = pred * (1 - pred) / trials + (pred * (1 - pred) / pred_trials if pred_trials else 0)
     se = math.sqrt(var)
     z = abs(k / trials - pred) / se if se > 0 else (0.0 if k / trials == pred else 9)
-    return ("agree" if z < Z else "DISAGREE"), Z * se
+    return ("agree" if z < bound else "DISAGREE"), bound * se
 
 
 # -- early stop of the engine's majority vote ---------------------------------------
@@ -442,14 +480,14 @@ async def costs(n: int, v: int) -> list[tuple[str, int, int]]:
 
 
 async def closed_forms(
-    quick: bool, v: int, shift: float
+    sizes: Sizes, v: int, shift: float
 ) -> tuple[int, list[tuple[str, float, float]]]:
     """The closed-form grid; returns the disagreements and, per row, RTV's
     mean judge calls against the full bracket's."""
     ps = [0.35, 0.6]
     q = 0.7
     ns = [3, 4, 5, 6, 7, 8]
-    trials, rtv_trials = (4000, 1000) if quick else (16_000, 4000)
+    trials, rtv_trials = sizes.trials, sizes.rtv_trials
     print(
         f"# oracle, majority and RTV at N = 3..8 (byes at 3, 5, 6, 7), {trials} populations "
         f"each ({rtv_trials} for RTV), vs exact predictions (W={WRONG} wrong answers, judge "
@@ -477,7 +515,7 @@ async def closed_forms(
             k = got[method]
             runs = rtv_trials if method == "rtv" else trials
             lo, hi = wilson_interval(k, runs)
-            result, resolves = verdict(k, runs, pred, None)
+            result, resolves = verdict(k, runs, pred, None, sizes.z)
             disagree += result != "agree"
             unresolved += resolves >= RESOLVE
             picked = pred_picked = ""
@@ -490,15 +528,14 @@ async def closed_forms(
                 f"{pred:>9.3f} {resolves:>8.3f} {picked:>6} {pred_picked:>6} | {result}"
             )
         savings.append((f"rtv p={p:.2f} N={n}", got["rtv calls"] / rtv_trials, float((n - 1) * v)))
-    if unresolved and not quick:
+    if unresolved and sizes.must_resolve:
         print(f"{unresolved} row(s) cannot resolve a {RESOLVE:.0%} error: more trials needed")
         disagree += unresolved
     return disagree, savings
 
 
-async def pdr_rows(quick: bool, v: int) -> tuple[int, list[tuple[str, float, float, str]]]:
-    trials = 300 if quick else 800
-    mc_trials = 20_000
+async def pdr_rows(sizes: Sizes, v: int) -> tuple[int, list[tuple[str, float, float, str]]]:
+    trials, mc_trials = sizes.pdr_trials, sizes.mc_trials
     q = 0.7
     print(
         f"\n# PDR (rounds=2 m=N k=3 beta={BETA}, converged rounds stop) over {trials} runs vs "
@@ -512,7 +549,7 @@ async def pdr_rows(quick: bool, v: int) -> tuple[int, list[tuple[str, float, flo
             p, q, n, rounds=2, k=3, v_sel=4, v=v, trials=mc_trials, seed=10_000 + seed
         )
         lo, hi = wilson_interval(wins, trials)
-        result, resolves = verdict(wins, trials, pred, mc_trials)
+        result, resolves = verdict(wins, trials, pred, mc_trials, sizes.z)
         disagree += result != "agree"
         print(
             f"p={p:.2f} N={n} | pdr {wins / trials:.3f} [{lo:.3f},{hi:.3f}] predicted "
@@ -533,12 +570,13 @@ async def pdr_rows(quick: bool, v: int) -> tuple[int, list[tuple[str, float, flo
     return disagree, rows
 
 
-async def main(quick: bool, shift: float) -> int:
+async def main(sizes: Sizes, shift: float) -> int:
     started = time.perf_counter()
     v = 8
-    disagree, rtv_savings = await closed_forms(quick, v, shift)
-    more, pdr_savings = await pdr_rows(quick, v)
+    disagree, rtv_savings = await closed_forms(sizes, v, shift)
+    more, pdr_savings = await pdr_rows(sizes, v)
     disagree += more
+    impossible: list[str] = []
 
     print("\n# early stopping: what was spent with it, against the same work without it")
     print(f"{'where':<42} {'with':>8} {'without':>8} {'saved':>6}  note")
@@ -547,9 +585,13 @@ async def main(quick: bool, shift: float) -> int:
             f"{name + ': judge calls':<42} {spent:>8.1f} {full:>8.1f} "
             f"{1 - spent / full:>6.0%}  groups whose answers agree need no judge"
         )
+        if not 0 < spent <= full:
+            impossible.append(f"{name}: {spent:.1f} judge calls, the full bracket {full:.0f}")
     for name, spent, full, note in pdr_savings:
         print(f"{name:<42} {spent:>8.2f} {full:>8.2f} {1 - spent / full:>6.0%}  {note}")
-    tasks = 40 if quick else 100
+        if not 0 < spent <= full:
+            impossible.append(f"{name}: {spent:.2f} with the stop, {full:.2f} without")
+    tasks = sizes.tasks
     off, on, adaptive = await engine_early_stop(0.7, 8, tasks, seed=7)
     print(
         f"{'majority p=0.70 N=8: rollout model calls':<42} {on.calls:>8} {off.calls:>8} "
@@ -564,6 +606,8 @@ async def main(quick: bool, shift: float) -> int:
     if off.calls != tasks * 8 or on.changed:
         print("early stop changed an answer, or the run without it skipped rollouts: DISAGREE")
         disagree += 1
+    if not (0 < on.calls <= off.calls and 0 < adaptive.calls <= off.calls):
+        impossible.append("the engine's early stop made more rollout calls than the full vote")
 
     print()
     print(
@@ -576,10 +620,21 @@ async def main(quick: bool, shift: float) -> int:
         f"{'aggregator':<20} {'calls':>6} {'tokens':>8} {'x rollout calls':>16} "
         f"{'x rollout tokens':>17}"
     )
+    if base_calls <= 0 or base_tokens <= 0:
+        impossible.append(f"one rollout made {base_calls} model calls of {base_tokens} tokens")
+        base_calls, base_tokens = max(base_calls, 1), max(base_tokens, 1)
     for name, calls, tokens in rows:
         print(
             f"{name:<20} {calls:>6} {tokens:>8} {calls / base_calls:>16.2f} "
             f"{tokens / base_tokens:>17.2f}"
+        )
+    for what in impossible:
+        print(f"impossible figure: {what}: DISAGREE")
+    disagree += len(impossible)
+    if sizes is SMOKE:
+        print(
+            f"\nsmoke: rows checked at {sizes.z:g} standard errors, not {Z} "
+            "(loose: small samples are noisy); the full run checks the real bound"
         )
     print(f"\n{disagree} disagreement(s); {time.perf_counter() - started:.1f} s")
     return 1 if disagree else 0
@@ -587,7 +642,15 @@ async def main(quick: bool, shift: float) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer trials")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer trials")
+    size.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"CI's short form: {SMOKE.trials:,} populations per row ({SMOKE.rtv_trials} for "
+        f"RTV), {SMOKE.pdr_trials} PDR runs, {SMOKE.tasks} early-stop tasks; rows disagree "
+        f"beyond {SMOKE.z:g} standard errors (not {Z}); exits 1 on a disagreement",
+    )
     parser.add_argument(
         "--shift",
         type=float,
@@ -596,4 +659,5 @@ if __name__ == "__main__":
     )
     args = parser.parse_args()
     configure_logging("WARNING")
-    sys.exit(anyio.run(main, args.quick, args.shift, backend_options={"use_uvloop": True}))
+    sizes = SMOKE if args.smoke else QUICK if args.quick else FULL
+    sys.exit(anyio.run(main, sizes, args.shift, backend_options={"use_uvloop": True}))

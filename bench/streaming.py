@@ -18,6 +18,16 @@ MISS, like the other benches.
 
     python bench/streaming.py                    # 20 runs per surface, 4 at a time
     python bench/streaming.py --runs 50 --concurrent 25
+    python bench/streaming.py --smoke            # 4 runs per surface, checks (CI)
+
+``--smoke`` (what CI runs): 4 runs per surface, all at once (seconds), then
+checks, exiting 1 when one fails: every run's first text reached the client,
+never before the backend produced it (a lag >= 0), and the p95 lag is at
+most half the time the reply takes to stream (``--reply-tokens`` x
+``--token-ms``, 600 ms by default): a surface that buffered the reply would
+show about all of it.  A loose, relative bound (the target, 100 ms, is a
+sixth of the default reply), since a loaded machine moves wall-clock
+figures: the 100 ms target is reported, not checked.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -38,14 +49,17 @@ import anyio
 import httpx
 
 from agentrt.protocols import ModelReply, ModelRequest, RunStarted, TokenDelta
-from agentrt.runtime.engine import Runtime
-from agentrt.runtime.engine.configfile import config_from_mapping
-from agentrt.runtime.models.base import StreamDelta
-from agentrt.runtime.models.openai import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.serve.daemon import DaemonEndpoint, run_daemon
+from agentrt.runtime.config._config_file import config_from_mapping
+from agentrt.runtime.engine._runtime import Runtime
+from agentrt.runtime.models._backend import StreamDelta
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.testing import SimServer, SimServerConfig
 
 TARGET_MS: Final = 100.0
+SMOKE_SHARE: Final = 0.5
+"""``--smoke``: the p95 lag over the reply's streaming time, at most."""
+SMOKE_SIZES: Final = {"runs": 4, "concurrent": 4}
 Via = Callable[["httpx.AsyncClient", "FirstText"], Awaitable[float]]
 TASK: Final = "Say something long."
 
@@ -163,9 +177,14 @@ async def measure(runs: int, concurrent: int, one: Callable[[], Awaitable[float]
     return lags
 
 
+def p95_ms(lags: list[float]) -> float:
+    ms = sorted(x * 1000 for x in lags)
+    return ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+
+
 def row(surface: str, lags: list[float]) -> str:
     ms = sorted(x * 1000 for x in lags)
-    p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+    p95 = p95_ms(lags)
     verdict = "PASS" if p95 <= TARGET_MS else "MISS"
     return (
         f"{surface:>16} {len(ms):>5} {statistics.median(ms):>8.1f} {p95:>8.1f} "
@@ -173,7 +192,30 @@ def row(surface: str, lags: list[float]) -> str:
     )
 
 
-async def main(args: argparse.Namespace) -> None:
+def smoke_checks(args: argparse.Namespace, measured: dict[str, list[float]]) -> int:
+    """``--smoke``: every run measured, lags possible, and the surfaces streaming."""
+    reply_ms = args.reply_tokens * args.token_ms
+    bound = SMOKE_SHARE * reply_ms
+    checks: list[tuple[str, str, bool]] = []
+    for surface, lags in measured.items():
+        p95 = p95_ms(lags) if lags else float("nan")
+        checks += [
+            (f"{surface}: {args.runs} runs, every lag >= 0",
+             f"{len(lags)}, min {min(lags, default=float('nan')) * 1000:.1f} ms",
+             len(lags) == args.runs and min(lags) >= 0),
+            (f"{surface}: p95 lag <= {SMOKE_SHARE:g} x the reply ({bound:.0f} ms)",
+             f"{p95:.1f} ms", p95 <= bound),
+        ]  # fmt: skip
+    print(f"\nsmoke checks (loose: the lag against the reply's {reply_ms:.0f} ms of streaming, "
+          f"not {TARGET_MS:.0f} ms; wall-clock targets are reported, not checked)")  # fmt: skip
+    for label, value, ok in checks:
+        print(f"  {label:<52} {value:>18}  {'ok' if ok else 'FAILED'}")
+    failed = sum(not ok for *_, ok in checks)
+    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
+    return 1 if failed else 0
+
+
+async def main(args: argparse.Namespace) -> int:
     sim = SimServerConfig(
         ttft_ms=args.ttft_ms,
         token_ms=args.token_ms,
@@ -182,6 +224,7 @@ async def main(args: argparse.Namespace) -> None:
         stream_tick_ms=5,
     )
     rows: list[str] = []
+    measured: dict[str, list[float]] = {}
     async with SimServer(sim) as server:
         config = OpenAIBackendConfig(name="sim", base_url=server.url + "/v1", models=["sim"])
         async with OpenAIBackend(config) as inner:
@@ -189,6 +232,7 @@ async def main(args: argparse.Namespace) -> None:
             async with Runtime(backends=[backend]) as rt:
                 lags = await measure(args.runs, args.concurrent, lambda: via_runtime(rt, backend))
                 rows.append(row("Runtime.stream", lags))
+                measured["Runtime.stream"] = lags
             with tempfile.TemporaryDirectory() as tmp:
                 daemon = config_from_mapping(
                     {
@@ -215,6 +259,7 @@ async def main(args: argparse.Namespace) -> None:
                                 args.runs, args.concurrent, partial(via, client, backend)
                             )
                             rows.append(row(surface, lags))
+                            measured[surface] = lags
                     tg.cancel_scope.cancel()
     print(
         f"time to first token: sim-server {args.ttft_ms:g} ms to the first token, "
@@ -225,6 +270,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"{head[0]:>16} {head[1]:>5} " + " ".join(f"{h:>8}" for h in head[2:]) + " result")
     for line in rows:
         print(line)
+    return smoke_checks(args, measured) if args.smoke else 0
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -234,8 +280,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttft-ms", type=float, default=40.0)
     parser.add_argument("--token-ms", type=float, default=20.0)
     parser.add_argument("--reply-tokens", type=int, default=30)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"CI's short form: {SMOKE_SIZES['runs']} runs per surface, all at once; exits 1 "
+        f"when a run's first text is missing or its p95 lag exceeds {SMOKE_SHARE:g} x the "
+        f"reply's streaming time (loose: the {TARGET_MS:.0f} ms target is reported, not checked)",
+    )
+    if parser.parse_known_args(argv)[0].smoke:
+        parser.set_defaults(**SMOKE_SIZES)  # explicit options still win
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    anyio.run(main, parse(), backend="asyncio")
+    sys.exit(anyio.run(main, parse(), backend="asyncio"))
