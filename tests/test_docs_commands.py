@@ -18,13 +18,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BIN = Path(sys.executable).parent
 
 NOT_RUN: dict[str, str] = {
     r"^make (run|test|check|bench)\b": "the Makefile's targets: CI runs them (.ci/run)",
     r"^\.ci/run\b": "CI itself",
+    r"^\.venv/bin/python bench/[a-z]+\.py\b": "a benchmark: minutes of load on every core; "
+    "`make bench` runs each one",
     r"^pip install ": "installs packages",
     r"^claude mcp add ": "needs Claude Code (docs/ide.md); its `mcp add` forms are documented",
     r"^python -m sglang\.": "an SGLang server on 4 GPUs",
@@ -32,14 +36,14 @@ NOT_RUN: dict[str, str] = {
     r"^for r in |^git clone -q |^done$": "clones every SWE-bench Verified repository (network)",
     r"^agentrt eval swe-bench-verified\.jsonl": "SWE-bench Verified on a GPU box",
     r"^\.venv/bin/python examples/swe_tasks/setup_tasks\.py": "downloads PyPI sdists (network); "
-    "tests/runtime/test_coding_tasks.py covers the task set",
+    "tests/runtime/evaluation/test_coding_tasks.py covers the task set",
     r"^head -n 1 /tmp/agentrt-swe-tasks": "needs the downloaded SWE task set above",
     r"^\.venv/bin/agentrt eval /tmp/agentrt-swe-one\.jsonl": "needs the SWE task set above",
     r"--ray-address ray-head:6379|--placement ray$": "a Ray cluster (tests/placement runs one)",
     r"--mcp 'fs=npx": "an embedded-model run with the npm filesystem server; "
-    "tests/runtime/test_cli.py runs --mcp",
+    "tests/runtime/cli/test_cli.py runs --mcp",
     r"solver_verifier_corrector\.yaml$": "five model calls of up to 512 tokens on the embedded "
-    "model: minutes on a CPU; tests/runtime/test_cli.py runs the same spec on a scripted model",
+    "model: minutes on a CPU; tests/runtime/cli/test_cli.py runs the same spec on a scripted model",
     r"^agentrt sim-server ": "a server that runs until stopped; tests/runtime/testing drive it",
     r"^agentrt (serve|mcp) --config examples/agentrt\.toml": "a server on the embedded model "
     "that runs until stopped; tests/runtime/serve start `agentrt serve` and `agentrt mcp` "
@@ -69,7 +73,7 @@ RUN_NPX = (r"^npx -y @modelcontextprotocol/inspector@[0-9.]+ --cli",)
 """The MCP Inspector CLI lines of docs/ide.md, against a daemon and ``agentrt mcp``."""
 
 EVAL_DOCS = r"^agentrt (eval|aggregate) .*pool\.parquet|--from pool\.jsonl"
-"""docs/evaluation.md's commands are run by tests/runtime/test_eval_docs.py."""
+"""docs/evaluation.md's commands are run by tests/runtime/evaluation/test_eval_docs.py."""
 
 
 def documented_commands() -> list[tuple[str, str]]:
