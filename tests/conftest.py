@@ -8,18 +8,13 @@ uvloop as well.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import os
 import shutil
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-
-_PR_SET_CHILD_SUBREAPER = 36
 
 # Property tests judge what is generated, never how fast: no per-example
 # deadline and no "generation is slow" check (both fail on a loaded machine).
@@ -121,32 +116,13 @@ def _reap(leftovers: list[Any]) -> None:
             proc.kill()
 
 
-@pytest.fixture(autouse=True)
-def _no_leftover_processes(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test marked ``process`` leaves no process behind, whether it passed,
-    failed or was stopped by its timeout: whatever it started that is still
-    running after its fixtures are torn down is terminated, then killed."""
-    if request.node.get_closest_marker("process") is None:
-        yield
-        return
-    before = set(_descendants())
-    yield
-    _reap([p for pid, p in _descendants().items() if pid not in before])
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # Orphans of the processes tests start (a server's own children) are
-    # re-parented to this process rather than to init, so the fixture above
-    # and the sweep below see them.
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Nothing a test started outlives the session (in each xdist worker, or
-    in a run without workers; the controller's children are the workers)."""
+    """Nothing a test started outlives the session, whether the test passed,
+    failed or was stopped by its timeout: once the session's fixtures are torn
+    down, whatever is still running below this process is terminated, then
+    killed (in each xdist worker, or in a run without workers; the
+    controller's children are the workers).  Per test this is not done: a
+    session fixture's servers start inside the first test that uses them."""
     is_controller = session.config.pluginmanager.hasplugin("dsession") and not hasattr(
         session.config, "workerinput"
     )
