@@ -55,7 +55,7 @@ from agentrt.runtime.kernel._errors import (
     ToolCrashed,
     UnknownModelError,
 )
-from agentrt.runtime.kernel._task_deadlines import current_task
+from agentrt.runtime.kernel._timers import current_task
 from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.observe._log import get_logger, log_context
 from agentrt.runtime.routing._policies import RolloutRouter
@@ -333,8 +333,7 @@ class Rollout:
     async def _loop(self) -> _Ended:
         """The steps, each: ``_begin`` (prompt, route, reservation), the
         model call, ``_act`` (tools, record); an outcome ends the rollout.
-        (One coroutine for the steps, not one per step alive across the
-        model call.)"""
+        (One coroutine for all steps: docs/design/performance.md.)"""
         limits = self.config.limits
         for index in range(len(self.steps), limits.max_steps):
             if (
@@ -426,8 +425,7 @@ class Rollout:
             return replayed
         reservation = pending.reservation
         try:
-            # The reservation's ``with``, spelled out: no bound ``__exit__``
-            # kept alive on the stack while the call waits.
+            # The reservation's ``with``, spelled out (docs/design/performance.md).
             try:
                 if journal is not None:
                     booked = await journal.reserved(reservation, request.request_id)

@@ -21,7 +21,7 @@ import msgspec
 from agentrt.protocols._messages import ToolCall
 from agentrt.protocols._tools import ToolResult, ToolSpec
 from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError, ToolError
-from agentrt.runtime.kernel._task_deadlines import TaskDeadlines, current_task
+from agentrt.runtime.kernel._timers import TaskDeadlines, current_task
 from agentrt.runtime.observe._log import get_logger
 from agentrt.tools._tool import NotificationSink, Tool, ToolContext, ToolOutput
 from agentrt.tools._tool_registry import ToolRegistry
@@ -67,7 +67,7 @@ CallProgress = Callable[[ToolCall, str, Mapping[str, Any]], Awaitable[None]]
 @final
 class _CallNotifications:
     """A running call's notifications: to ``progress`` with the call, then
-    to ``notify``.  (An object, not a closure: one allocation per call.)"""
+    to ``notify``.  (An object, not a closure: docs/design/performance.md.)"""
 
     __slots__ = ("_call", "_notify", "_progress")
 

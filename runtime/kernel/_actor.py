@@ -108,9 +108,9 @@ class ActorContext(Generic[MsgT, ReplyT]):
         """Stop this actor (as ``stop`` does) once the message in hand is
         handled and its reply given, but not before: the mailbox stays open
         while it is handled, and a crash before the reply is restarted as
-        ever.  For a ``receive`` that returns the awaitable doing the work
-        (a plain method: no frame of its own while the work runs) and can
-        say only before the work that it is the actor's last.  A deferred
+        ever.  For a ``receive`` that is a plain method returning the
+        awaitable doing the work, and can say only before the work that it
+        is the actor's last.  A deferred
         reply is cancelled by the stop: call ``stop`` from its service."""
         self._cell.stop_answered = True
 

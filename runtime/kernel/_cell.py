@@ -216,7 +216,7 @@ class ActorCell(Generic[MsgT, ReplyT]):
         attach_context(instance, ActorContext(self))
         return instance
 
-    async def run(  # noqa: PLR0912, PLR0915 - the message loop is inlined on purpose
+    async def run(  # noqa: PLR0912, PLR0915 - the message loop is written out on purpose
         self,
         restart_error: Exception | None,
         instance: Actor[MsgT, ReplyT],
@@ -226,18 +226,14 @@ class ActorCell(Generic[MsgT, ReplyT]):
         """One incarnation of ``instance`` (``launch``: ``restart_error`` is
         ``None`` when no start hook runs, for a restart too).  Start-hook
         errors propagate to the starter (before readiness); everything after
-        readiness is reported to the supervisor.
-
-        The message loop is inlined here rather than in a helper coroutine:
-        an idle actor parks inside it, and each extra frame on that stack is
-        ~300 bytes per idle actor.
+        readiness is reported to the supervisor.  (An idle actor parks in
+        this frame: docs/design/performance.md, "The idle actor".)
         """
         incarnation = self.incarnation
         if restart_error is not None or type(instance).on_started is not Actor.on_started:
             await self._start(instance, restart_error)
             task_status.started()
-        # Let go of the starter's status (and its future): the frame of an
-        # idle actor would keep them alive for its whole life.
+        # Let go of the starter's status and its future (the idle actor's frame).
         del task_status
         mailbox = self.mailbox
         error: Exception | None = None
@@ -321,10 +317,8 @@ class ActorCell(Generic[MsgT, ReplyT]):
     ) -> None:
         """End an incarnation: services first (so the hook sees the actor
         quiet), then ``on_stopping``.  Their failures are reported when the
-        incarnation itself did not fail, else noted on its error.
-
-        (A helper, not inlined in ``run``: its locals would enlarge the frame
-        every idle actor parks in.)"""
+        incarnation itself did not fail, else noted on its error.  (Not in
+        ``run``: docs/design/performance.md, "The idle actor".)"""
         if self.services is None:  # it started none: nothing to wait for
             self.services = ENDED
             late = None

@@ -2,9 +2,9 @@
 
 ``run(main, *args)`` runs ``main`` with anyio on the asyncio backend, with
 uvloop when it is installed (the default on Linux) and plain asyncio
-otherwise.  The actor kernel needs the asyncio backend (see ``mailbox.py``),
-so there is no trio option.  This module must not import agents, tools or
-aggregators.
+otherwise.  The actor kernel needs the asyncio backend
+(docs/design/event-loop.md), so there is no trio option.  This module must
+not import agents, tools or aggregators.
 """
 
 from __future__ import annotations

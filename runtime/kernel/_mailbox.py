@@ -1,7 +1,6 @@
 """The bounded mailbox of one actor address (``Mailbox``), and the ``ask``
-envelope.  It parks an idle receiver on one loop future rather than an anyio
-stream's receiver (an idle actor stays under 5 KB; see ``bench/actors.py``),
-so it needs the asyncio backend (plain or uvloop).
+envelope.  It parks an idle receiver on one loop future, an asyncio seam
+(docs/design/event-loop.md; why: docs/design/performance.md, "The idle actor").
 
 This module must not import agents, tools or aggregators.
 """
@@ -67,8 +66,7 @@ class Mailbox:
             raise ValueError(f"mailbox capacity must be >= 1, got {capacity}")
         self.address = address
         self.capacity = capacity
-        # Allocated on demand and dropped while the actor idles: an empty deque
-        # costs ~600 bytes, more than the rest of an idle actor's own state.
+        # Allocated on demand, dropped while the actor idles (docs/design/performance.md).
         self._buffer: deque[object] | None = None
         # The parked receiver, if the actor is idle.
         self._receiver: asyncio.Future[object] | None = None
@@ -199,8 +197,8 @@ class Mailbox:
 
     def park_receiver(self) -> asyncio.Future[object]:
         """After ``take_nowait`` found nothing: the future the next item (or
-        :data:`CLOSED`) will be handed to.  Awaiting it directly, rather than
-        through a ``take()`` coroutine, keeps an idle actor one frame smaller."""
+        :data:`CLOSED`) will be handed to, for the caller to await directly
+        (docs/design/performance.md, "The idle actor")."""
         self._buffer = None  # empty: give the deque back while idle
         receiver: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._receiver = receiver

@@ -16,8 +16,8 @@ from collections.abc import Awaitable
 from typing import Any, Final, Generic, TypeVar, cast
 
 from agentrt.runtime.kernel._address import ActorAddress
-from agentrt.runtime.kernel._deadlines import AskDeadlines
 from agentrt.runtime.kernel._mailbox import Ask, Mailbox
+from agentrt.runtime.kernel._timers import AskDeadlines
 
 #: Long enough for an actor that calls a model once, short enough that a lost
 #: request surfaces as an error in a log instead of a hang.  Pass ``timeout``

@@ -29,9 +29,9 @@ from agentrt.runtime.kernel._mailbox import Mailbox
 from agentrt.runtime.observe._log import get_logger
 
 if TYPE_CHECKING:
-    from agentrt.runtime.kernel._deadlines import AskDeadlines
     from agentrt.runtime.kernel._directory import Directory
     from agentrt.runtime.kernel._system import ActorSystem
+    from agentrt.runtime.kernel._timers import AskDeadlines
 
 MsgT = TypeVar("MsgT")
 ReplyT = TypeVar("ReplyT")
@@ -94,8 +94,7 @@ class _Reports:
     reports at most twice (its hook, its end) and is only restarted after
     the report was read, so a child can never flood its supervisor.  A
     report must never block: the reporter is a task that is ending.  (A
-    list and a future, not a memory object stream: an idle supervisor
-    waits on one future.)"""
+    list and a future: docs/design/performance.md, "The idle actor".)"""
 
     __slots__ = ("_items", "_waiter")
 
@@ -427,8 +426,7 @@ class Supervisor:
             self._forget(child, reason)
             if child.handle is handle and handle.status not in _RUNNING:
                 # The ended task's handle keeps its exception, whose traceback
-                # holds the child's frames: a cycle through the child, freed
-                # only by a garbage collection unless the child lets go.
+                # holds the child: let go, or only a collection frees the cycle.
                 child.handle = None
 
     # -- as a child of its own parent ---------------------------------------------

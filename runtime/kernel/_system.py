@@ -29,12 +29,12 @@ from agentrt.runtime.kernel._actor_errors import ActorNotFound, SystemStateError
 from agentrt.runtime.kernel._actor_spec import RestartIntensity, SupervisorSpec
 from agentrt.runtime.kernel._address import ActorAddress, validate_name
 from agentrt.runtime.kernel._cell import ActorCell
-from agentrt.runtime.kernel._deadlines import AskDeadlines
 from agentrt.runtime.kernel._directory import Directory
 from agentrt.runtime.kernel._mailbox import DEFAULT_MAILBOX_CAPACITY
 from agentrt.runtime.kernel._ref import ActorRef
 from agentrt.runtime.kernel._supervisor import Child, Supervisor
 from agentrt.runtime.kernel._supervisor_ref import SupervisorRef
+from agentrt.runtime.kernel._timers import AskDeadlines
 from agentrt.runtime.observe._log import get_logger
 
 MsgT = TypeVar("MsgT")

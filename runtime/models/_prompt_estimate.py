@@ -119,8 +119,7 @@ async def calibrate_chars_per_token(counter: TokenCounter, *, timeout_s: float =
 def message_tokens(message: ChatMessage, estimate: TokenEstimator) -> int:
     """Estimated tokens of one message, template overhead included."""
     if type(estimate) is CharEstimator:
-        # The two messages every step adds, with the usual estimator:
-        # ``CharEstimator.__call__`` inlined (this runs twice a step).
+        # ``CharEstimator.__call__``, written out: this runs twice a step.
         per = estimate.chars_per_token
         if type(message) is ToolMessage:
             return MESSAGE_OVERHEAD + math.ceil(len(message.content) / per)

@@ -1,6 +1,6 @@
 """Retries and circuit breaking for calls to model servers: ``RetryPolicy``,
-``CircuitBreaker``, and ``Retrier``/``call_with_retry`` tying them together
-around one logical call.
+``CircuitBreaker``, and ``Retrier`` tying them together around one logical
+call (each backend drives a ``Retrier`` in its own call loop).
 
 Knows the error tree, nothing about HTTP libraries or specific backends.
 Must not import agents, tools or aggregators.
@@ -13,8 +13,8 @@ import enum
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import NoReturn, TypeVar
+from collections.abc import Callable
+from typing import NoReturn
 
 import anyio
 import msgspec
@@ -38,11 +38,9 @@ __all__ = [
     "RetryPolicy",
     "RetryStats",
     "TransientError",
-    "call_with_retry",
     "parse_retry_after",
 ]
 
-T = TypeVar("T")
 _log = get_logger(__name__)
 
 
@@ -337,9 +335,11 @@ class RetryCounters:
 
 class Retrier:
     """The retry state of one logical call: attempts made, the deadline,
-    and the breaker verdicts.  Use :func:`call_with_retry` for plain calls;
-    streaming backends drive a ``Retrier`` by hand because they may retry
-    only until the first delta has been handed to the caller."""
+    and the breaker verdicts.  A backend's call loop drives it: per attempt
+    ``begin_attempt``, then ``back_off`` on a ``TransientError`` (it raises
+    when the policy gives up), ``failed`` on any other ending, or
+    ``succeeded``; a stream retries only until its first delta was handed
+    to the caller."""
 
     __slots__ = ("_breaker", "_counters", "_policy", "_rng", "attempt", "deadline")
 
@@ -439,45 +439,3 @@ class Retrier:
             error=str(transient.error),
         )
         await anyio.sleep(delay)
-
-
-async def call_with_retry(
-    attempt: Callable[[], Awaitable[T]],
-    *,
-    policy: RetryPolicy,
-    breaker: CircuitBreaker | None = None,
-    counters: RetryCounters | None = None,
-    rng: random.Random | None = None,
-    backend: str = "",
-    endpoint: str = "",
-) -> T:
-    """Run ``attempt`` until it returns, raises a non-transient error, or
-    the policy gives up (then the last ``TransientError.error`` is raised).
-    An attempt asks for a retry by raising ``TransientError`` around the
-    ``BackendError`` to raise if retries run out; any other exception ends
-    the call at once.
-    Each attempt runs under the call's remaining deadline; running out of
-    it raises ``BackendTimeout`` naming ``backend`` and ``endpoint``."""
-    retrier = Retrier(policy, breaker=breaker, counters=counters, rng=rng)
-    while True:
-        await retrier.begin_attempt()
-        try:
-            with anyio.move_on_after(max(0.0, retrier.remaining())) as scope:
-                result = await attempt()
-        except TransientError as transient:
-            await retrier.back_off(transient)
-            continue
-        except BaseException as exc:
-            retrier.failed(exc)
-            raise
-        if scope.cancelled_caught:
-            error = BackendTimeout(
-                f"no reply within the call deadline of {policy.deadline_s:g}s "
-                f"(attempt {retrier.attempt})",
-                backend=backend,
-                endpoint=endpoint,
-            )
-            retrier.failed(error)
-            raise error
-        retrier.succeeded()
-        return result

@@ -68,8 +68,7 @@ class EmbeddedConfig(BaseModel):
     """CPU threads for generation; by default half the cores this process may
     use (at least one), as llama-cpp-python does.  More is not safer: llama.cpp's
     threads spin-wait for each other, so on a busy machine they starve
-    (measured on two shared cores: 2 threads ran 57 tokens/s idle but 3
-    tokens/s while other processes competed; 1 thread 25-39 either way)."""
+    (figures: docs/design/performance.md)."""
     n_batch: int = Field(default=512, ge=1)
     """Prompt tokens evaluated per llama.cpp batch."""
     prefix_cache: bool = True

@@ -221,8 +221,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         # Nothing of the request stays referenced from here while the reply
         # is awaited (httpx's client attaches the request to the response
         # itself, as it does with its own transports), and the header list
-        # dies once aiohttp has copied it: with 1,000 calls in flight, every
-        # object alive across the wait is one more for each collector pass.
+        # dies once aiohttp has copied it (docs/design/performance.md).
         del request, headers, sent
         try:
             response = await sending

@@ -1,11 +1,8 @@
 """The OpenAI-compatible model backend (vLLM, SGLang ``/v1``, llama.cpp,
 OpenAI): ``POST {base_url}/chat/completions``, retried behind a circuit
-breaker.  Per-call CPU matters at 1,000 concurrent rollouts, so requests go
-straight to the transport (``handle_async_request``), messages already sent
-are not re-encoded, replies decode straight into wire Structs, and a call
-keeps few objects alive while it waits for its reply (one attempt frame; its
-deadline shares a loop timer): each is walked by every collection of the
-waiting calls.
+breaker.  Messages already sent are not re-encoded and replies decode
+straight into wire Structs; why ``complete`` is shaped as it is:
+docs/design/performance.md, "The model client".
 
 Must not import agents, tools or aggregators.
 """
@@ -28,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from agentrt.protocols._model import ModelReply, ModelRequest
 from agentrt.runtime.kernel._errors import BackendError, UnknownModelError
-from agentrt.runtime.kernel._task_deadlines import TaskDeadlines, current_task
+from agentrt.runtime.kernel._timers import TaskDeadlines, current_task
 from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models._retry import (
     BreakerConfig,
@@ -247,23 +244,19 @@ class OpenAIBackend:
             value = request_id if request_id.isascii() else _header_value(request_id)
             headers = (*headers, ("x-request-id", value))
         started = time.perf_counter()
-        # ``call_with_retry`` inlined: one closure and two coroutine frames
-        # less per call, which at 1,000 calls in flight is garbage-collector
-        # work saved on every collection.
+        # The retry loop, written out (docs/design/performance.md, "The model client").
         retrier = Retrier(
             self._policy, breaker=self._breaker, counters=self._counters, rng=self._rng
         )
-        # The attempt's deadline cancels this task (``TaskDeadlines``: a
-        # loop timer shared by the calls in its slot, no per-call object).
+        # The attempt's deadline cancels this task (``TaskDeadlines``).
         deadlines = self._deadlines
         task = current_task()
         while True:
             await retrier.begin_attempt()
             armed = deadlines.arm(task, max(0.0, retrier.remaining()))
             try:
-                # One attempt, inlined (a coroutine less alive per call in
-                # flight): the whole reply in one exchange, no httpx request
-                # or response (``AiohttpTransport.post``).
+                # One attempt: the whole reply in one exchange, no httpx
+                # request or response (``AiohttpTransport.post``).
                 try:
                     reply = await post(self._endpoint, body, headers, self._timeouts)
                 except Exception as exc:

@@ -32,10 +32,10 @@ from agentrt.runtime.models._retry import (
     BreakerConfig,
     BreakerState,
     CircuitBreaker,
+    Retrier,
     RetryCounters,
     RetryPolicy,
     TransientError,
-    call_with_retry,
     parse_retry_after,
 )
 from agentrt.runtime.models.http._http_client import HttpClientConfig
@@ -192,44 +192,47 @@ def test_a_failed_probe_reopens_and_a_cancelled_one_frees_the_slot() -> None:
     assert state_of(breaker) is BreakerState.CLOSED
 
 
+async def drive(retrier: Retrier, outcomes: list[Any]) -> str:
+    """A backend's call loop around ``retrier``: each attempt takes the next
+    outcome (a ``TransientError`` is raised as a failed attempt)."""
+    while True:
+        await retrier.begin_attempt()
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, TransientError):
+            await retrier.back_off(outcome)
+            continue
+        retrier.succeeded()
+        return str(outcome)
+
+
 @pytest.mark.anyio
-async def test_call_with_retry_counts_and_gives_up() -> None:
+async def test_a_retrier_counts_and_gives_up() -> None:
     counters = RetryCounters()
+    policy = RetryPolicy(max_attempts=3, base_delay_s=0.01)
     outcomes: list[Any] = [
         TransientError(BackendUnavailable("503")),
         TransientError(RateLimited("429", retry_after=0.01), retry_after=0.01),
         "done",
     ]
-
-    async def attempt() -> str:
-        outcome = outcomes.pop(0)
-        if isinstance(outcome, Exception):
-            raise outcome
-        return str(outcome)
-
-    policy = RetryPolicy(max_attempts=3, base_delay_s=0.01)
-    assert await call_with_retry(attempt, policy=policy, counters=counters) == "done"
+    assert await drive(Retrier(policy, counters=counters), outcomes) == "done"
     stats = counters.snapshot()
     assert (stats.calls, stats.attempts, stats.retries, stats.retry_after_waits) == (1, 3, 2, 1)
 
-    async def always_503() -> str:
-        raise TransientError(BackendUnavailable("still 503"))
-
+    always_503 = [TransientError(BackendUnavailable("still 503")) for _ in range(4)]
     with pytest.raises(BackendUnavailable, match="still 503"):
-        await call_with_retry(always_503, policy=policy, counters=counters)
+        await drive(Retrier(policy, counters=counters), always_503)
     assert counters.snapshot().gave_up == 1
     assert counters.snapshot().attempts == 6
+    assert len(always_503) == 1  # three attempts, the policy's cap
 
 
 @pytest.mark.anyio
 async def test_retry_after_beyond_the_deadline_gives_up_at_once() -> None:
-    async def throttled() -> str:
-        raise TransientError(RateLimited("429", retry_after=30), retry_after=30)
-
     policy = RetryPolicy(max_attempts=5, deadline_s=2)
     counters = RetryCounters()
+    throttled = [TransientError(RateLimited("429", retry_after=30), retry_after=30)] * 5
     with pytest.raises(RateLimited):
-        await call_with_retry(throttled, policy=policy, counters=counters)
+        await drive(Retrier(policy, counters=counters), throttled)
     stats = counters.snapshot()
     # One attempt, no wait: not the 30 s asked for, nor a part of it.
     assert (stats.attempts, stats.retries, stats.gave_up) == (1, 0, 1)

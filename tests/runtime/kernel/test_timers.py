@@ -1,19 +1,53 @@
-"""``TaskDeadlines``: a deadline per await, kept by loop timers shared per
-slot, that cancels the awaiting task, told apart from every other
-cancellation; never early and at most 1/64 of its limit late."""
+"""The timers (``runtime/kernel/_timers.py``).  ``TaskDeadlines``: a deadline
+per await, kept by loop timers shared per slot, that cancels the awaiting
+task, told apart from every other cancellation; never early and at most 1/64
+of its limit late.  ``AskDeadlines``: an ask answered in time leaves no timer
+behind, however long its deadline; one not answered fails with
+``AskTimeout`` when its deadline passes."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
 import anyio
 import pytest
 
-from agentrt.runtime.kernel._task_deadlines import TaskDeadlines, current_task
+from agentrt.runtime.kernel._actor_errors import AskTimeout
+from agentrt.runtime.kernel._address import ActorAddress
+from agentrt.runtime.kernel._timers import (
+    MIN_GRAIN_S,
+    AskDeadlines,
+    TaskDeadlines,
+    current_task,
+    slot_time,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
+
+ADDRESS = ActorAddress("test", "/user/echo")
+MONTH_S = 30 * 24 * 3600.0
+
+
+# --- the slot rule -------------------------------------------------------------
+
+
+def test_a_slot_is_never_early_and_at_most_one_grain_late() -> None:
+    for seconds in (0.0, 1e-6, 0.05, 1.0, 30.0, 300.0, MONTH_S):
+        for when in (0.0, 0.1234567, 1234.5678, 98765.4321):
+            slot = slot_time(when + seconds, seconds)
+            assert slot >= when + seconds
+            assert slot - (when + seconds) <= max(seconds / 64, MIN_GRAIN_S)
+            assert slot_time(slot, seconds) == slot  # a slot is its own slot
+    assert math.ldexp(1.0, -10) == MIN_GRAIN_S
+    # Deadlines set together share a slot; a coarser grain for a longer limit.
+    assert slot_time(100.0001, 30) == slot_time(100.0002, 30)
+    assert slot_time(100.0001, 0.01) != slot_time(100.0011, 0.01)
+
+
+# --- TaskDeadlines -------------------------------------------------------------
 
 
 async def bounded(deadlines: TaskDeadlines, seconds: float | None, wait: float) -> str:
@@ -198,3 +232,35 @@ async def test_deadlines_armed_together_share_a_loop_timer_and_none_fires_early(
     assert min(waited) >= 0.05
     # One timer for the slot all 200 fell in, not one per call.
     assert len(scheduled) == 1
+
+
+# --- AskDeadlines --------------------------------------------------------------
+
+
+async def test_an_answered_ask_leaves_no_timer_behind() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = AskDeadlines()
+    replies = [loop.create_future() for _ in range(3)]
+    slots = [deadlines.watch(loop, reply, MONTH_S, ADDRESS, "ping") for reply in replies]
+    assert len(deadlines) == 3
+    assert deadlines.timers >= 1
+    for reply, slot in zip(replies, slots, strict=True):
+        reply.set_result("pong")
+        deadlines.unwatch(slot, reply)
+    assert len(deadlines) == 0
+    assert deadlines.timers == 0  # before, each bucket's timer waited out its month
+
+
+async def test_an_unanswered_ask_times_out_and_others_in_its_bucket_still_do() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = AskDeadlines()
+    answered, waiting = loop.create_future(), loop.create_future()
+    first = deadlines.watch(loop, answered, 0.05, ADDRESS, "ping")
+    deadlines.watch(loop, waiting, 0.05, ADDRESS, "ping")
+    answered.set_result("pong")
+    deadlines.unwatch(first, answered)
+    with anyio.fail_after(2):
+        with pytest.raises(AskTimeout):
+            await waiting
+    assert deadlines.timers == 0
+    assert len(deadlines) == 0
