@@ -20,7 +20,7 @@ from agentrt.agents._branching import (
     PartialRolloutBrancher,
 )
 from agentrt.agents._context import CharEstimator, ContextWindow, TokenEstimator
-from agentrt.agents._control import RolloutControl, RolloutResult
+from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult, Runnable
 from agentrt.agents._delegation import AgentNode, SubAgentTool
 from agentrt.agents._hierarchy import Hierarchy, build_hierarchy
 from agentrt.agents._pipeline import PipelineNode, PipelineResult
@@ -55,9 +55,11 @@ __all__ = [
     "PipelineNode",
     "PipelineResult",
     "PipelineSpec",
+    "RolloutContext",
     "RolloutControl",
     "RolloutResult",
     "RuleBasedSummarizer",
+    "Runnable",
     "SignalConfig",
     "SignalName",
     "SignalTracker",

@@ -8,18 +8,14 @@ aggregators or the roof.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import final
 
 from agentrt.agents._agent_config import AgentConfig
-from agentrt.agents._agent_loop import Rollout
-from agentrt.agents._control import RolloutControl, RolloutResult
+from agentrt.agents._agent_loop import AgentRollout
+from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult
 from agentrt.agents._recording import EventEmitter, EventSink
 from agentrt.agents._toolbox import Toolbox
-from agentrt.protocols._messages import ChatMessage
-from agentrt.protocols._run import RunOptions
-from agentrt.protocols._trajectory import Step
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
@@ -146,41 +142,33 @@ class Agent:
         ladder = TierLadder([Tier("default", model)], self.prices, degrade_below=None)
         return FixedTierPolicy(ladder, "default", name="single-model")
 
+    @property
+    def resumable(self) -> bool:
+        """An agent's rollout can always go on from its committed steps
+        (``RolloutContext.resume``), as a ``Hierarchy``'s can when its entry
+        node is an agent."""
+        return True
+
     def backend_for(self, model: str) -> ModelBackend:
         """The backend serving ``model`` (checked when the agent was built)."""
         return self._by_model[model]
 
-    async def run(
-        self,
-        task: str,
-        *,
-        run_id: str | None = None,
-        rollout_id: str | None = None,
-        parent_rollout_id: str | None = None,
-        ledger: BudgetLedger | None = None,
-        seed: Sequence[ChatMessage] = (),
-        control: RolloutControl | None = None,
-        resume: Sequence[Step] | None = None,
-        restored: bool = False,
-        charged: bool = False,
-        options: RunOptions | None = None,
-    ) -> RolloutResult:
-        """Run one rollout of ``task`` to its end.  ``seed`` messages follow
-        the task (summaries of earlier rounds, memory hits); ``control``
-        lets another task cancel it.
+    async def run(self, task: str, ctx: RolloutContext | None = None) -> RolloutResult:
+        """Run one rollout of ``task`` to its end, as ``ctx`` says (see
+        ``RolloutContext``; default: a run of its own, charged to the
+        agent's ``ledger`` or a fresh uncapped one).
 
-        ``resume``: continue a parent rollout (partial-rollout branching)
-        after these, its first steps (indices 0..k-1, each with a reply):
-        they are replayed into the context, not re-run, so step k's request
-        repeats the parent's prefix byte for byte (given the same task,
-        seed and agent, and no compaction before step k); the trajectory
-        records ``branch_step=k`` and starts with the copied steps.
-        ``restored``: the ``resume`` steps are this rollout's own, committed
-        by an earlier incarnation of the run (a daemon restart): they are
-        charged to the ledger as spent and no ``branch_step`` is recorded;
-        with ``charged`` they are already on ``ledger`` (the rollout's actor
-        crashed and was restarted in this process): counted in the
-        trajectory's cost, not charged again.
+        ``ctx.resume``: continue a parent rollout (partial-rollout
+        branching) after these, its first steps: they are replayed into the
+        context, not re-run, so step k's request repeats the parent's prefix
+        byte for byte (given the same task, seed and agent, and no
+        compaction before step k); the trajectory records ``branch_step=k``
+        and starts with the copied steps.  With ``ctx.restored`` they are
+        this rollout's own steps, committed by an earlier incarnation of the
+        run (a resumed run): charged to the ledger as spent and no
+        ``branch_step`` is recorded; with ``ctx.charged`` they are already
+        on the ledger (the rollout's actor crashed and was restarted in this
+        process): counted in the trajectory's cost, not charged again.
 
         The rollout ends when a reply has no tool calls (its text is the
         answer), the finish tool is called, a signal in ``config.stop_on``
@@ -189,29 +177,18 @@ class Agent:
         in the result, and a ``RolloutFinished`` event is emitted in every
         case, cancellation included.  Any other exception (a bug) emits a
         fatal ``ErrorRaised`` and propagates.  Cancelling the caller, or
-        ``control.cancel(rollout_id)``, stops it at once, tool and model calls
-        included.
+        ``ctx.control.cancel(rollout_id)``, stops it at once, tool and model
+        calls included.
 
-        ``options``: the run's ``RunOptions`` (sampling over the agent's,
-        the client's tools, the answer's JSON schema); a client tool named
-        like one of the agent's or a bad schema is a ``ConfigError``."""
-        rollout_id = rollout_id or f"rollout-{uuid.uuid4().hex[:12]}"
-        if ledger is None:
-            ledger = self.ledger or BudgetLedger(rollout_id, prices=self.prices)
-        rollout = Rollout(
-            self,
-            task=task,
-            run_id=run_id or f"run-{uuid.uuid4().hex[:12]}",
-            rollout_id=rollout_id,
-            parent_rollout_id=parent_rollout_id,
-            ledger=ledger,
-            seed=seed,
-            resume=resume,
-            restored=restored,
-            charged=charged,
-            options=options,
-        )
-        return await rollout.run(control or RolloutControl())
+        ``ctx.options``: the run's ``RunOptions`` (sampling over the
+        agent's, the client's tools, the answer's JSON schema); a client
+        tool named like one of the agent's or a bad schema is a
+        ``ConfigError``."""
+        if ctx is None:
+            ctx = RolloutContext.new()
+        ledger = ctx.ledger or self.ledger or BudgetLedger(ctx.rollout_id, prices=self.prices)
+        rollout = AgentRollout(self, task=task, ctx=ctx, ledger=ledger)
+        return await rollout.run(ctx.control or RolloutControl())
 
 
 def _by_name(

@@ -1,4 +1,4 @@
-"""The agent loop: ``Rollout``, the state and steps of one rollout of an
+"""The agent loop: ``AgentRollout``, the state and steps of one rollout of an
 ``Agent`` (``Agent.run`` documents when a rollout ends and what it returns).
 
 May import protocols and the runtime floor; never aggregators or the roof.
@@ -17,7 +17,7 @@ import anyio
 
 from agentrt.agents._behaviour_signals import Fired, SignalTracker
 from agentrt.agents._context import ContextWindow, message_tokens
-from agentrt.agents._control import RolloutControl, RolloutResult
+from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult
 from agentrt.agents._run_options import (
     CLIENT_TOOL_STOP,
     check_schema,
@@ -41,7 +41,6 @@ from agentrt.protocols._events import (
 )
 from agentrt.protocols._messages import AssistantMessage, ChatMessage, ToolCall, UserMessage
 from agentrt.protocols._model import ModelReply, ModelRequest
-from agentrt.protocols._run import RunOptions
 from agentrt.protocols._tools import ToolResult
 from agentrt.protocols._trajectory import RoutingDecision, Step, Trajectory, TrajectoryStatus
 from agentrt.protocols._usage import Cost
@@ -107,7 +106,7 @@ class _Pending:
         )
 
 
-class Rollout:
+class AgentRollout:
     """One rollout of ``agent``; ``Agent.run`` builds it and calls ``run`` once.
 
     Each step: the prompt from a ``ContextWindow``; the router picks the tier
@@ -125,27 +124,20 @@ class Rollout:
         agent: Agent,
         *,
         task: str,
-        run_id: str,
-        rollout_id: str,
-        parent_rollout_id: str | None,
+        ctx: RolloutContext,
         ledger: BudgetLedger,
-        seed: Sequence[ChatMessage],
-        resume: Sequence[Step] | None = None,
-        restored: bool = False,
-        charged: bool = False,
-        options: RunOptions | None = None,
     ) -> None:
         config = agent.config
         self.agent = agent
         self.config = config
         self.task = task
-        self.run_id = run_id
-        self.rollout_id = rollout_id
-        self.parent_rollout_id = parent_rollout_id
+        self.run_id = ctx.run_id
+        self.rollout_id = ctx.rollout_id
+        self.parent_rollout_id = ctx.parent_rollout_id
         self.ledger = ledger
         self.router = RolloutRouter(agent.policy)
         # The run's options (``RunOptions``): sampling, client tools, schema.
-        self.options = options = options or RunOptions()
+        self.options = options = ctx.options
         where = f"agent {agent.name!r}"
         self.client_tools = client_tool_names(options, agent.toolbox.specs, where=where)
         instructions = config.instructions
@@ -162,7 +154,7 @@ class Rollout:
                 if options.client_tools
                 else agent.toolbox.specs
             ),
-            seed=seed,
+            seed=ctx.seed,
         )
         emitter = agent.emitter
         # Signals are computed only for a reader: a stop rule, a router that
@@ -193,8 +185,8 @@ class Rollout:
         """The latest observation (tool results or the model's text): what
         memory retrieval is conditioned on."""
         self.branch_step: int | None = None
-        if resume is not None:
-            self._replay(resume, restored=restored, charged=charged)
+        if ctx.resume is not None:
+            self._replay(ctx.resume, restored=ctx.restored, charged=ctx.charged)
 
     def _replay(self, resume: Sequence[Step], *, restored: bool, charged: bool) -> None:
         """Take in earlier steps: their turns enter the context and the

@@ -8,7 +8,6 @@ or the roof.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import final
@@ -17,8 +16,9 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrt.agents._agent import Agent
-from agentrt.agents._control import RolloutResult
+from agentrt.agents._control import RolloutContext, RolloutResult
 from agentrt.agents._uncertainty import UncertaintyKind, step_uncertainty
+from agentrt.protocols._ids import branch_rollout_id, new_run_id
 from agentrt.protocols._messages import ChatMessage
 from agentrt.protocols._trajectory import Step, Trajectory
 from agentrt.runtime.budget._ledger import BudgetLedger
@@ -79,7 +79,7 @@ class PartialRolloutBrancher:
     uncertain steps (by perplexity; steps without logprobs never qualify,
     ties go to the earlier rollout, then step).  A continuation replays the
     parent's history before its branch step through
-    ``Agent.run(resume=...)``, so its first request repeats the parent's
+    ``RolloutContext.resume``, so its first request repeats the parent's
     prefix byte for byte, then re-samples that step; its trajectory has
     ``parent_rollout_id`` and ``branch_step`` set.  Continuations run
     concurrently, at most ``config.concurrency`` at a time.  The agent
@@ -145,22 +145,22 @@ class PartialRolloutBrancher:
         points = self.pick(trajectories)
         available = max(self.config.budget - len(trajectories), 0)
         planned = self.plan(points, available)
-        run = run_id or (trajectories[0].run_id if trajectories else None)
+        run = run_id or (trajectories[0].run_id if trajectories else new_run_id())
         results: list[RolloutResult | None] = [None] * len(planned)
         limiter = anyio.CapacityLimiter(self.config.concurrency)
 
         async def one(slot: int, point: BranchPoint) -> None:
             async with limiter:
                 parent = point.parent
-                results[slot] = await self.agent.run(
-                    task,
+                ctx = RolloutContext(
                     run_id=run,
-                    rollout_id=f"{parent.rollout_id}-b{point.step}-{uuid.uuid4().hex[:6]}",
+                    rollout_id=branch_rollout_id(parent.rollout_id, point.step),
                     parent_rollout_id=parent.rollout_id,
                     ledger=self.ledger,
-                    seed=seed,
-                    resume=parent.steps[: point.step],
+                    seed=tuple(seed),
+                    resume=tuple(parent.steps[: point.step]),
                 )
+                results[slot] = await self.agent.run(task, ctx)
 
         async with anyio.create_task_group() as tg:
             for slot, point in enumerate(planned):
@@ -187,15 +187,14 @@ class PartialRolloutBrancher:
         at least one), concurrently; then ``branch`` from them."""
         config = self.config
         initial_count = max(config.budget - config.branch_steps * config.continuations, 1)
-        run = run_id or f"run-{uuid.uuid4().hex[:12]}"
+        run = run_id or new_run_id()
         initial: list[RolloutResult | None] = [None] * initial_count
         limiter = anyio.CapacityLimiter(config.concurrency)
 
         async def fresh(slot: int) -> None:
             async with limiter:
-                initial[slot] = await self.agent.run(
-                    task, run_id=run, ledger=self.ledger, seed=seed
-                )
+                ctx = RolloutContext.new(run_id=run, index=slot, ledger=self.ledger, seed=seed)
+                initial[slot] = await self.agent.run(task, ctx)
 
         async with anyio.create_task_group() as tg:
             for slot in range(initial_count):

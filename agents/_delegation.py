@@ -8,20 +8,17 @@ May import the runtime floor, the tools base and the rest of
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final, Protocol, final
 
 from agentrt.agents._agent import Agent
-from agentrt.agents._control import RolloutControl, RolloutResult
+from agentrt.agents._control import RolloutContext, RolloutResult, Runnable
 from agentrt.agents._spec import BudgetLimits, budget_slice
-from agentrt.protocols._ids import sub_rollout_id
-from agentrt.protocols._messages import ChatMessage
-from agentrt.protocols._run import Budget, RunOptions
+from agentrt.protocols._ids import call_rollout_id
+from agentrt.protocols._run import Budget
 from agentrt.protocols._tools import ToolSpec
-from agentrt.protocols._trajectory import Step, Trajectory
+from agentrt.protocols._trajectory import Trajectory
 from agentrt.protocols._usage import Cost
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import pico_to_usd
@@ -32,37 +29,9 @@ from agentrt.tools._tool import ToolContent, ToolContext, ToolOutput
 PARTIAL_ANSWER_CHARS: Final = 600
 
 
-class _CallNumbers:
-    """Numbers for the ledger and rollout names of calls: unique in the
-    process, so a ledger reused across runs never sees a child name twice."""
-
-    def __init__(self) -> None:
-        self.counter = itertools.count(1)
-
-
-_numbers = _CallNumbers()
-
-
-def next_call_number() -> int:
-    return next(_numbers.counter)
-
-
-def skip_call_numbers(past: int) -> None:
-    """Make every later ``next_call_number`` exceed ``past``: a run resumed
-    in a new process must not name a sub-agent call (its rollout id) like
-    one an earlier process recorded."""
-    _numbers.counter = itertools.count(max(next(_numbers.counter), past + 1))
-
-
-def new_rollout_id() -> str:
-    return f"rollout-{uuid.uuid4().hex[:12]}"
-
-
-class Node(Protocol):
-    """A unit of a hierarchy: an agent or a pipeline."""
-
-    @property
-    def name(self) -> str: ...
+class Node(Runnable, Protocol):
+    """A unit of a hierarchy: an agent or a pipeline; ``run`` charges its
+    rollout to ``ctx.ledger`` (default: a fresh, uncapped one)."""
 
     @property
     def description(self) -> str: ...
@@ -72,42 +41,28 @@ class Node(Protocol):
         """Its budget slice when called (``budget_share``, ``budget``)."""
         ...
 
-    async def run(
-        self,
-        task: str,
-        *,
-        run_id: str | None = None,
-        rollout_id: str | None = None,
-        parent_rollout_id: str | None = None,
-        ledger: BudgetLedger | None = None,
-        seed: Sequence[ChatMessage] = (),
-        control: RolloutControl | None = None,
-    ) -> RolloutResult:
-        """Run once on ``task``, charged to ``ledger`` (default: a fresh,
-        uncapped one)."""
-        ...
-
 
 @final
 class RolloutScopes:
-    """The ledgers of the hierarchy's running agent rollouts, by rollout id."""
+    """The contexts of the hierarchy's running agent rollouts, by rollout id
+    (each with its ledger set)."""
 
     def __init__(self) -> None:
-        self._ledgers: dict[str, BudgetLedger] = {}
+        self._contexts: dict[str, RolloutContext] = {}
 
-    def enter(self, rollout_id: str, ledger: BudgetLedger) -> None:
-        if rollout_id in self._ledgers:
-            raise ValueError(f"rollout {rollout_id!r} is already running")
-        self._ledgers[rollout_id] = ledger
+    def enter(self, ctx: RolloutContext) -> None:
+        if ctx.rollout_id in self._contexts:
+            raise ValueError(f"rollout {ctx.rollout_id!r} is already running")
+        self._contexts[ctx.rollout_id] = ctx
 
     def exit(self, rollout_id: str) -> None:
-        self._ledgers.pop(rollout_id, None)
+        self._contexts.pop(rollout_id, None)
 
-    def ledger(self, rollout_id: str) -> BudgetLedger | None:
-        return self._ledgers.get(rollout_id)
+    def context(self, rollout_id: str) -> RolloutContext | None:
+        return self._contexts.get(rollout_id)
 
     def __len__(self) -> int:
-        return len(self._ledgers)
+        return len(self._contexts)
 
 
 @final
@@ -136,41 +91,18 @@ class AgentNode:
     def limits(self) -> BudgetLimits:
         return self._limits
 
-    async def run(
-        self,
-        task: str,
-        *,
-        run_id: str | None = None,
-        rollout_id: str | None = None,
-        parent_rollout_id: str | None = None,
-        ledger: BudgetLedger | None = None,
-        seed: Sequence[ChatMessage] = (),
-        control: RolloutControl | None = None,
-        resume: Sequence[Step] | None = None,
-        restored: bool = False,
-        charged: bool = False,
-        options: RunOptions | None = None,
-    ) -> RolloutResult:
-        """``resume``/``restored``/``charged``/``options``: as ``Agent.run``'s."""
-        rollout_id = rollout_id or new_rollout_id()
-        ledger = ledger or BudgetLedger(rollout_id, prices=self.agent.prices)
-        self._scopes.enter(rollout_id, ledger)
+    async def run(self, task: str, ctx: RolloutContext | None = None) -> RolloutResult:
+        """The agent's ``run``, its context recorded while it runs (so its
+        sub-agent calls find their budget and ids)."""
+        if ctx is None:
+            ctx = RolloutContext.new()
+        if ctx.ledger is None:
+            ctx = ctx.replace(ledger=BudgetLedger(ctx.rollout_id, prices=self.agent.prices))
+        self._scopes.enter(ctx)
         try:
-            return await self.agent.run(
-                task,
-                run_id=run_id,
-                rollout_id=rollout_id,
-                parent_rollout_id=parent_rollout_id,
-                ledger=ledger,
-                seed=seed,
-                control=control,
-                resume=resume,
-                restored=restored,
-                charged=charged,
-                options=options,
-            )
+            return await self.agent.run(task, ctx)
         finally:
-            self._scopes.exit(rollout_id)
+            self._scopes.exit(ctx.rollout_id)
 
 
 def left_budget(ledger: BudgetLedger) -> Budget:
@@ -190,12 +122,14 @@ def left_budget(ledger: BudgetLedger) -> Budget:
 
 def sliced_ledger(
     parent: BudgetLedger, name: str, limits: BudgetLimits, *, share: float | None = None
-) -> BudgetLedger:
+) -> tuple[int, BudgetLedger]:
     """A child of ``parent`` capped at ``limits``' slice of what it has left
-    (``left_budget``); ``share`` overrides ``limits.budget_share``."""
+    (``left_budget``; ``share`` overrides ``limits.budget_share``), named
+    ``<name>-<n>`` with ``n`` the tree's next call number; (n, the child)."""
     if share is not None:
         limits = limits.model_copy(update={"budget_share": share})
-    return parent.child(f"{name}-{next_call_number()}", budget_slice(limits, left_budget(parent)))
+    number = parent.call_number()
+    return number, parent.child(f"{name}-{number}", budget_slice(limits, left_budget(parent)))
 
 
 _TASK_SCHEMA: Final[Mapping[str, Any]] = {
@@ -247,20 +181,17 @@ class SubAgentTool:
         task = str(arguments.get("task", "")).strip()
         if not task:
             raise ToolError(f"sub-agent {self.node.name!r} needs a non-empty `task`")
-        parent = self._scopes.ledger(context.rollout_id)
-        if parent is None:
+        caller = self._scopes.context(context.rollout_id)
+        if caller is None or caller.ledger is None:
             raise ToolError(
                 f"sub-agent {self.node.name!r} was called from rollout {context.rollout_id!r}, "
                 "which no hierarchy node runs, so it has no budget to draw on"
             )
-        ledger = sliced_ledger(parent, self.node.name, self.node.limits, share=self._share)
+        name = self.node.name
+        number, ledger = sliced_ledger(caller.ledger, name, self.node.limits, share=self._share)
         try:
             result = await self.node.run(
-                task,
-                run_id=context.run_id or None,
-                rollout_id=sub_rollout_id(context.rollout_id, ledger.name.rsplit("/", 1)[-1]),
-                parent_rollout_id=context.rollout_id,
-                ledger=ledger,
+                task, caller.call(call_rollout_id(caller.rollout_id, name, number), ledger)
             )
         finally:
             ledger.finish()
@@ -320,7 +251,5 @@ __all__ = [
     "SubAgentTool",
     "delegation_output",
     "left_budget",
-    "new_rollout_id",
-    "next_call_number",
     "sliced_ledger",
 ]

@@ -8,21 +8,19 @@ never aggregators or the roof.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, final
 
 from agentrt.agents._agent import Agent
 from agentrt.agents._bindings import resolve_binding
-from agentrt.agents._control import RolloutControl, RolloutResult
+from agentrt.agents._control import RolloutContext, RolloutResult
 from agentrt.agents._delegation import AgentNode, Node, RolloutScopes, SubAgentTool, sliced_ledger
 from agentrt.agents._pipeline import PipelineNode, Stage
 from agentrt.agents._recording import EventEmitter, EventSink
 from agentrt.agents._spec import AgentSpec, McpTools
-from agentrt.agents._spec_loader import ServerConfig, SpecSet, UnitRef
-from agentrt.protocols._messages import ChatMessage
+from agentrt.agents._spec_loader import SpecSet, UnitRef
+from agentrt.tools.mcp._mcp_config import McpServerConfig
 from agentrt.protocols._run import RunOptions
-from agentrt.protocols._trajectory import Step
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
@@ -69,55 +67,31 @@ class Hierarchy:
                 return node
         raise KeyError(f"no node named {name!r}; nodes: {', '.join(r.name for r in self.nodes)}")
 
-    async def run(
-        self,
-        task: str,
-        *,
-        run_id: str | None = None,
-        rollout_id: str | None = None,
-        parent_rollout_id: str | None = None,
-        ledger: BudgetLedger | None = None,
-        seed: Sequence[ChatMessage] = (),
-        control: RolloutControl | None = None,
-        resume: Sequence[Step] | None = None,
-        restored: bool = False,
-        charged: bool = False,
-        options: RunOptions | None = None,
-    ) -> RolloutResult:
+    async def run(self, task: str, ctx: RolloutContext | None = None) -> RolloutResult:
         """Run the entry node once on ``task``, charged to a child of
-        ``ledger`` (default: a fresh uncapped one) capped at its slice.
+        ``ctx.ledger`` (default: a fresh uncapped one) capped at its slice.
         The trajectory's cost counts its own model calls; the ledger's
-        ``spent`` counts the whole tree.  ``resume``/``restored``: as
+        ``spent`` counts the whole tree.  ``ctx.resume``/``restored``: as
         ``Agent.run``'s, for the entry agent's own steps (``resumable``
-        says whether the entry node takes them).  ``options``: the run's
-        ``RunOptions``, for the entry agent (a pipeline takes none: a
-        ``ConfigError``)."""
+        says whether the entry node takes them).  ``ctx.options``: the
+        run's ``RunOptions``, for the entry agent (a pipeline takes none:
+        a ``ConfigError``)."""
+        if ctx is None:
+            ctx = RolloutContext.new()
         root = self.root
-        run: Callable[..., Awaitable[RolloutResult]] = root.run
-        if options is not None and options != RunOptions():
-            if not isinstance(root, AgentNode):
+        if not isinstance(root, AgentNode):
+            if ctx.options != RunOptions():
                 raise ConfigError(
                     f"the entry node {root.name!r} is a pipeline: run options (sampling, "
                     "client tools, a response schema) apply to an agent",
                     where="options",
                 )
-            run = partial(run, options=options)
-        if resume is not None:
-            if not isinstance(root, AgentNode):
+            if ctx.resume is not None:
                 raise ValueError(f"the entry node {root.name!r} is a pipeline: it cannot resume")
-            run = partial(run, resume=resume, restored=restored, charged=charged)
-        parent = ledger or BudgetLedger(f"{root.name}-run", prices=self.prices)
-        sliced = sliced_ledger(parent, root.name, root.limits)
+        parent = ctx.ledger or BudgetLedger(f"{root.name}-run", prices=self.prices)
+        _, sliced = sliced_ledger(parent, root.name, root.limits)
         try:
-            return await run(
-                task,
-                run_id=run_id,
-                rollout_id=rollout_id,
-                parent_rollout_id=parent_rollout_id,
-                ledger=sliced,
-                seed=seed,
-                control=control,
-            )
+            return await root.run(task, ctx.replace(ledger=sliced))
         finally:
             sliced.finish()
 
@@ -192,9 +166,9 @@ def _describe(name: str, instructions: str) -> str:
     return f"Delegate a task to the {name} agent and get its answer. Its instructions: {first}"
 
 
-def used_servers(specs: SpecSet) -> dict[str, ServerConfig]:
+def used_servers(specs: SpecSet) -> dict[str, McpServerConfig]:
     """The MCP servers the units reachable from the entry use."""
-    used: dict[str, ServerConfig] = {}
+    used: dict[str, McpServerConfig] = {}
     for ref in specs.build_order():
         unit = specs.unit(ref)
         if isinstance(unit, AgentSpec):

@@ -17,13 +17,12 @@ from typing import final
 import anyio
 import msgspec
 
-from agentrt.agents._control import RolloutControl, RolloutResult
-from agentrt.agents._delegation import Node, new_rollout_id, sliced_ledger
+from agentrt.agents._control import RolloutContext, RolloutResult
+from agentrt.agents._delegation import Node, sliced_ledger
 from agentrt.agents._recording import EventEmitter
 from agentrt.agents._spec import PipelineLimits, PipelineSpec, StageSpec
 from agentrt.protocols._events import RolloutFinished, RolloutStarted
-from agentrt.protocols._ids import sub_rollout_id
-from agentrt.protocols._messages import ChatMessage
+from agentrt.protocols._ids import stage_path, sub_rollout_id
 from agentrt.protocols._trajectory import Trajectory, TrajectoryStatus
 from agentrt.protocols._usage import Cost
 from agentrt.runtime.budget._ledger import BudgetLedger
@@ -120,26 +119,8 @@ class PipelineNode:
     def limits(self) -> PipelineLimits:
         return self.spec.limits
 
-    async def run(
-        self,
-        task: str,
-        *,
-        run_id: str | None = None,
-        rollout_id: str | None = None,
-        parent_rollout_id: str | None = None,
-        ledger: BudgetLedger | None = None,
-        seed: Sequence[ChatMessage] = (),
-        control: RolloutControl | None = None,
-    ) -> RolloutResult:
-        outcome = await self.run_stages(
-            task,
-            run_id=run_id,
-            rollout_id=rollout_id,
-            parent_rollout_id=parent_rollout_id,
-            ledger=ledger,
-            seed=seed,
-            control=control,
-        )
+    async def run(self, task: str, ctx: RolloutContext | None = None) -> RolloutResult:
+        outcome = await self.run_stages(task, ctx)
         return outcome.result
 
     def _schedule(self) -> Iterator[tuple[int, Stage]]:
@@ -150,22 +131,16 @@ class PipelineNode:
             for stage in self.stages[self._restart :]:
                 yield round_, stage
 
-    async def run_stages(
-        self,
-        task: str,
-        *,
-        run_id: str | None = None,
-        rollout_id: str | None = None,
-        parent_rollout_id: str | None = None,
-        ledger: BudgetLedger | None = None,
-        seed: Sequence[ChatMessage] = (),
-        control: RolloutControl | None = None,
-    ) -> PipelineResult:
-        """Run the pipeline; the result and every stage run.  ``seed``
-        messages go to the first stage."""
-        run_id = run_id or f"run-{new_rollout_id().removeprefix('rollout-')}"
-        rollout_id = rollout_id or new_rollout_id()
-        ledger = ledger or BudgetLedger(rollout_id, prices=self._prices)
+    async def run_stages(self, task: str, ctx: RolloutContext | None = None) -> PipelineResult:
+        """Run the pipeline; the result and every stage run.  ``ctx.seed``
+        messages go to the first stage.  A pipeline takes no ``resume``
+        (its stages cannot be taken up mid-way) and no ``options``."""
+        if ctx is None:
+            ctx = RolloutContext.new()
+        if ctx.resume is not None:
+            raise ValueError(f"pipeline {self.name!r} cannot resume from steps")
+        run_id, rollout_id, parent_rollout_id = ctx.run_id, ctx.rollout_id, ctx.parent_rollout_id
+        ledger = ctx.ledger or BudgetLedger(rollout_id, prices=self._prices)
         started = time.perf_counter()
         await self._emitter.emit(
             RolloutStarted(
@@ -188,36 +163,15 @@ class PipelineNode:
         try:
             with (
                 anyio.CancelScope() as scope,
-                control.attach(rollout_id, scope) if control is not None else nullcontext(),
+                ctx.control.attach(rollout_id, scope) if ctx.control else nullcontext(),
             ):
                 for round_, stage in self._schedule():
-                    name = stage.spec.stage_name
                     stage_task = stage.spec.task.format_map(values)
-                    stage_ledger = sliced_ledger(
-                        ledger, name, stage.node.limits, share=stage.spec.budget_share
+                    outcome = await self._stage(
+                        stage, round_, stage_task, ctx=ctx, ledger=ledger, first=not outcomes
                     )
-                    try:
-                        result = await stage.node.run(
-                            stage_task,
-                            run_id=run_id,
-                            rollout_id=sub_rollout_id(
-                                sub_rollout_id(rollout_id, name), str(round_)
-                            ),
-                            parent_rollout_id=rollout_id,
-                            ledger=stage_ledger,
-                            seed=seed if not outcomes else (),
-                        )
-                    finally:
-                        stage_ledger.finish()
-                    outcomes.append(
-                        StageOutcome(
-                            stage=name,
-                            round=round_,
-                            task=stage_task,
-                            result=result,
-                            cost=stage_ledger.spent,
-                        )
-                    )
+                    outcomes.append(outcome)
+                    name, result = outcome.stage, outcome.result
                     if result.status != "finished":
                         status = result.status
                         reason = f"stage {name} (round {round_}) {result.status}: "
@@ -252,6 +206,52 @@ class PipelineNode:
             stop_reason=reason,
         )
         return PipelineResult(result=RolloutResult(trajectory=trajectory), stages=outcomes)
+
+    async def _stage(
+        self,
+        stage: Stage,
+        round_: int,
+        task: str,
+        *,
+        ctx: RolloutContext,
+        ledger: BudgetLedger,
+        first: bool,
+    ) -> StageOutcome:
+        """Run ``stage`` in round ``round_`` on ``task``, as a child rollout
+        on its slice of ``ledger`` (the pipeline's seed goes to the first
+        stage); or take it up as an earlier incarnation of the run finished
+        it (``ctx.done``: its answer, its cost already on the run's ledger)."""
+        name = stage.spec.stage_name
+        path = stage_path(name, round_)
+        done = ctx.done.get(path)
+        if done is not None and done.status == "finished":
+            trajectory = Trajectory(
+                run_id=ctx.run_id,
+                rollout_id=done.rollout_id,
+                agent=stage.node.name,
+                task=task,
+                answer=done.answer,
+                status="finished",
+                cost=done.cost,
+                parent_rollout_id=ctx.rollout_id,
+                stop_reason=done.stop_reason,
+            )
+            result = RolloutResult(trajectory=trajectory)
+            return StageOutcome(stage=name, round=round_, task=task, result=result, cost=done.cost)
+        _, stage_ledger = sliced_ledger(
+            ledger, name, stage.node.limits, share=stage.spec.budget_share
+        )
+        stage_id = sub_rollout_id(sub_rollout_id(ctx.rollout_id, name), str(round_))
+        seed = ctx.seed if first else ()
+        try:
+            result = await stage.node.run(
+                task, ctx.call(stage_id, stage_ledger, seed=seed, path=path)
+            )
+        finally:
+            stage_ledger.finish()
+        return StageOutcome(
+            stage=name, round=round_, task=task, result=result, cost=stage_ledger.spent
+        )
 
     async def _finish(
         self,

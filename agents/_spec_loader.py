@@ -27,15 +27,13 @@ from agentrt.agents._spec import (
     UnitSpec,
 )
 from agentrt.agents._spec_yaml import Loc, SpecError, SpecProblem, locate, parse_yaml, problems_from
-from agentrt.tools.mcp._mcp_config import HttpServerConfig, StdioServerConfig
+from agentrt.tools.mcp._mcp_config import McpServerConfig
 
 if TYPE_CHECKING:
     import yaml
 
-ServerConfig = StdioServerConfig | HttpServerConfig
-
 _unit_adapter: Final[TypeAdapter[Any]] = TypeAdapter(UnitSpec)
-_servers_adapter: Final[TypeAdapter[dict[str, ServerConfig]]] = TypeAdapter(McpServers)
+_servers_adapter: Final[TypeAdapter[dict[str, McpServerConfig]]] = TypeAdapter(McpServers)
 
 #: Suffixes that make a reference a file path rather than a name.
 SPEC_SUFFIXES: Final = (".yaml", ".yml")
@@ -74,7 +72,7 @@ class SpecFile:
     """``AgentSpec`` or ``PipelineSpec`` by (effective) name, in file order."""
     entry: str
     multi: bool
-    mcp_servers: dict[str, ServerConfig]
+    mcp_servers: dict[str, McpServerConfig]
     root: yaml.Node | None = field(default=None, repr=False)
 
     @property
@@ -103,7 +101,7 @@ class SpecSet:
     root: UnitRef
     files: dict[Path, SpecFile]
     edges: dict[UnitRef, list[Edge]]
-    servers: dict[str, ServerConfig]
+    servers: dict[str, McpServerConfig]
     """Every MCP server any loaded file defines (names are global)."""
 
     @classmethod
@@ -154,7 +152,7 @@ def load_spec(
     path: str | os.PathLike[str],
     *,
     entry: str | None = None,
-    servers: Mapping[str, ServerConfig] | None = None,
+    servers: Mapping[str, McpServerConfig] | None = None,
 ) -> SpecSet:
     """Load the spec file at ``path`` (``file.yaml#name`` picks the entry)
     and every file it references, each once, paths relative to the
@@ -206,7 +204,7 @@ def load_spec(
 # -- one file ---------------------------------------------------------------------
 
 
-def _load_file(path: Path, outside: Mapping[str, ServerConfig]) -> SpecFile:
+def _load_file(path: Path, outside: Mapping[str, McpServerConfig]) -> SpecFile:
     shown = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -249,7 +247,7 @@ def _load_single(path: Path, data: Mapping[Any, Any], root: yaml.Node | None) ->
     body = {k: v for k, v in data.items() if k != "mcp_servers"}
     problems: list[SpecProblem] = []
     unit: Any = None
-    servers: dict[str, ServerConfig] = {}
+    servers: dict[str, McpServerConfig] = {}
     try:
         unit = _unit_adapter.validate_python(body)
     except ValidationError as exc:
@@ -271,7 +269,7 @@ def _load_single(path: Path, data: Mapping[Any, Any], root: yaml.Node | None) ->
     return SpecFile(path, path.resolve(), {name: unit}, name, False, servers, root)
 
 
-def _check_mcp_names(spec_file: SpecFile, outside: Mapping[str, ServerConfig]) -> None:
+def _check_mcp_names(spec_file: SpecFile, outside: Mapping[str, McpServerConfig]) -> None:
     for name, unit in spec_file.units.items():
         if not isinstance(unit, AgentSpec):
             continue
@@ -316,7 +314,7 @@ def _target_file(
     files: dict[Path, SpecFile],
     pending: list[SpecFile],
     *,
-    outside: Mapping[str, ServerConfig],
+    outside: Mapping[str, McpServerConfig],
 ) -> SpecFile:
     if not _is_path(reference):
         if reference not in spec_file.units:
@@ -350,12 +348,12 @@ def _target_unit(spec_file: SpecFile, target: SpecFile, reference: str, where: L
     return UnitRef(target.key, name)
 
 
-def _servers(files: Any, outside: Mapping[str, ServerConfig]) -> dict[str, ServerConfig]:
+def _servers(files: Any, outside: Mapping[str, McpServerConfig]) -> dict[str, McpServerConfig]:
     """Every file's MCP servers, plus the inline ones and those of ``outside``
     the agents name; a name given two different settings is an error."""
-    merged: dict[str, tuple[ServerConfig, str]] = {}
+    merged: dict[str, tuple[McpServerConfig, str]] = {}
 
-    def add(server: ServerConfig, spec_file: SpecFile, loc: Loc) -> None:
+    def add(server: McpServerConfig, spec_file: SpecFile, loc: Loc) -> None:
         seen = merged.get(server.name)
         if seen is None:
             merged[server.name] = (server, spec_file.where(loc))

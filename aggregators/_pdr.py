@@ -27,6 +27,7 @@ from agentrt.aggregators._verdict import VerdictUnparseable
 from agentrt.aggregators._vote import Normalizer, answer_key, default_normalizer
 from agentrt.aggregators._workspace import Rollout, Workspace
 from agentrt.protocols._events import VoteCast
+from agentrt.protocols._ids import crashed_refinement_id
 from agentrt.protocols._trajectory import TrajectorySummary
 from agentrt.protocols._usage import Cost
 from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError
@@ -253,7 +254,7 @@ class ParallelDistillRefine:
                 except Exception as exc:  # a crashed rollout is recorded, not fatal
                     log.warning("pdr rollout failed", round=round_no, index=i, error=repr(exc))
                     out[i] = TrajectorySummary(
-                        rollout_id=f"pdr-r{round_no}-{i}",
+                        rollout_id=crashed_refinement_id(round_no, i),
                         answer=None,
                         failure_modes=[f"rollout crashed: {type(exc).__name__}: {exc}"],
                     )

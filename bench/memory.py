@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from agentrt.agents import Agent, AgentConfig
+from agentrt.agents import Agent, AgentConfig, RolloutContext
 from agentrt.protocols import ModelRequest, ToolMessage, ToolSpec, UserMessage
 from agentrt.runtime.memory._bank import MemoryBank
 from agentrt.runtime.memory._view import NOTE_HEADER, MemoryView
@@ -156,7 +156,7 @@ async def run_task(agent: Agent, task: int, run_id: str, rollouts: int) -> list[
     answers: list[str | None] = []
 
     async def one(rollout: int) -> None:
-        result = await agent.run(prompt, run_id=run_id, rollout_id=f"{run_id}-r{rollout}")
+        result = await agent.run(prompt, RolloutContext.new(run_id=run_id, index=rollout))
         answers.append(result.trajectory.answer)
 
     async with anyio.create_task_group() as tg:

@@ -74,7 +74,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from agentrt.agents import Agent, AgentConfig
+from agentrt.agents import Agent, AgentConfig, RolloutContext
 from agentrt.agents._summary import RuleBasedSummarizer
 from agentrt.aggregators import (
     PDR,
@@ -430,7 +430,13 @@ async def real_population(n: int) -> tuple[list[TrajectorySummary], dict[str, Tr
         agent = Agent(
             AgentConfig(name="worker"), backends=[ScriptedBackend(script)], tools=[Search()]
         )
-        trajs.append((await agent.run("What is the figure?", rollout_id=f"r{i}")).trajectory)
+        trajs.append(
+            (
+                await agent.run(
+                    "What is the figure?", RolloutContext.new(run_id="run-fig", index=i)
+                )
+            ).trajectory
+        )
     rule = RuleBasedSummarizer()
     return [rule.summarize_now(t) for t in trajs], {t.rollout_id: t for t in trajs}
 

@@ -7,13 +7,31 @@ restarts a rollout it cannot take up as incarnation k), and the path of
 sub-agent calls below it (``planner-4``, ``coder-7``).  On the wire it is one
 string, ``<run>-<slot>[~<k>][.<call>]...``; ``RolloutId`` makes and reads it,
 and nothing else does.
+
+Run ids are minted here too (``new_run_id``): a prefix, a dash and
+``RUN_ID_HEX`` random hex digits, whoever starts the run.
 """
 
 from __future__ import annotations
 
-from typing import Self
+import re
+import uuid
+from typing import Final, Self
 
 import msgspec
+
+RUN_ID_HEX: Final = 12
+"""Random hex digits in a minted run id (48 bits)."""
+
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def new_run_id(prefix: str = "run") -> str:
+    """A fresh run id, ``<prefix>-<12 hex digits>``; characters a rollout id
+    cannot carry in ``prefix`` (``.``, ``~``, spaces...) become ``-`` and it
+    is cut to 40 characters, so a task's name can serve as one."""
+    safe = _UNSAFE.sub("-", prefix)[:40].strip("-") or "run"
+    return f"{safe}-{uuid.uuid4().hex[:RUN_ID_HEX]}"
 
 
 class RolloutId(msgspec.Struct, frozen=True, gc=False):
@@ -42,6 +60,11 @@ class RolloutId(msgspec.Struct, frozen=True, gc=False):
         return "".join((text, *(f".{part}" for part in self.path)))
 
     @classmethod
+    def nth(cls, run_id: str, index: int) -> Self:
+        """Rollout ``index`` of the run ``run_id`` (slot ``r<index>``)."""
+        return cls(run_id, f"r{index}")
+
+    @classmethod
     def parse(cls, run_id: str, text: str) -> Self:
         """The id ``text`` of a rollout of ``run_id``; ``ValueError`` if it
         is not one."""
@@ -59,6 +82,12 @@ class RolloutId(msgspec.Struct, frozen=True, gc=False):
         """The top-level rollout this one runs under (itself, at the top)."""
         return RolloutId(self.run_id, self.slot, self.incarnation) if self.path else self
 
+    @property
+    def below(self) -> str:
+        """The path of sub-rollouts under the top-level one, as a string
+        (``coder-7.tester-9``; empty at the top level)."""
+        return ".".join(self.path)
+
     def restarted(self, incarnation: int) -> RolloutId:
         """This top-level rollout started again by the run's ``incarnation``."""
         return RolloutId(self.run_id, self.slot, incarnation)
@@ -71,6 +100,49 @@ class RolloutId(msgspec.Struct, frozen=True, gc=False):
             if tail.isdigit():
                 numbers.append(int(tail))
         return numbers
+
+
+def nth_rollout_id(run_id: str, index: int) -> str:
+    """The id of rollout ``index`` of a run (``<run>-r<index>``)."""
+    return str(RolloutId.nth(run_id, index))
+
+
+def short_rollout_id(run_id: str | None, rollout_id: str) -> str:
+    """``rollout_id`` without its run's id in front (``r3``, ``r0.coder-2``),
+    for display; unchanged when it is not a rollout of ``run_id``."""
+    if not run_id:
+        return rollout_id
+    return rollout_id.removeprefix(f"{run_id}-")
+
+
+def branch_rollout_id(parent: str, step: int) -> str:
+    """A fresh id for a branch of rollout ``parent`` taken after its step
+    ``step`` (partial-rollout branching): ``<parent>-b<step>-<6 hex>``."""
+    return f"{parent}-b{step}-{uuid.uuid4().hex[:6]}"
+
+
+def call_rollout_id(parent: str, callee: str, number: int) -> str:
+    """The id of the sub-agent call number ``number`` to ``callee`` made
+    from rollout ``parent`` (``<parent>.<callee>-<number>``)."""
+    return sub_rollout_id(parent, f"{callee}-{number}")
+
+
+def refine_slot(round_: int, index: int) -> str:
+    """The slot of parallel-distill-refine's ``index``-th refinement rollout
+    of round ``round_`` (``refine1-0``)."""
+    return f"refine{round_}-{index}"
+
+
+def crashed_refinement_id(round_: int, index: int) -> str:
+    """The id a refinement rollout that crashed before it had one is
+    reported under (``pdr-r1-0``)."""
+    return f"pdr-r{round_}-{index}"
+
+
+def stage_path(stage: str, round_: int) -> str:
+    """The path below a pipeline's rollout of its stage ``stage`` in round
+    ``round_`` (``solve.1``)."""
+    return f"{stage}.{round_}"
 
 
 def is_top_level(rollout_id: str) -> bool:
@@ -90,4 +162,18 @@ def sub_rollout_id(parent: str, call: str) -> str:
     return f"{parent}.{call}"
 
 
-__all__ = ["RolloutId", "is_top_level", "sub_rollout_id", "top_level_id"]
+__all__ = [
+    "RUN_ID_HEX",
+    "RolloutId",
+    "branch_rollout_id",
+    "call_rollout_id",
+    "crashed_refinement_id",
+    "is_top_level",
+    "new_run_id",
+    "nth_rollout_id",
+    "refine_slot",
+    "short_rollout_id",
+    "stage_path",
+    "sub_rollout_id",
+    "top_level_id",
+]

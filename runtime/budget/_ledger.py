@@ -333,6 +333,7 @@ class BudgetLedger:
         "_completion",
         "_finished",
         "_lock",
+        "_numbers",
         "_on_update",
         "_overruns",
         "_parent",
@@ -397,6 +398,8 @@ class BudgetLedger:
         self._rates: dict[str, TokenRates] = _parent._rates if _parent is not None else {}
         # Per model: the largest reported/estimated prompt ratio seen (tree-wide).
         self._prompt_scale: dict[str, float] = _parent._prompt_scale if _parent is not None else {}
+        # The tree's last call number (``call_number``), shared by the tree.
+        self._numbers: list[int] = _parent._numbers if _parent is not None else [0]
         self._cap_tokens = budget.max_tokens
         self._cap_pico = None if budget.max_usd is None else usd_to_pico(budget.max_usd)
         self._cap_calls = budget.max_model_calls
@@ -453,6 +456,21 @@ class BudgetLedger:
             )
             self._children[name] = ledger
         return ledger
+
+    def call_number(self) -> int:
+        """A number no other call under this ledger's tree was given (1, 2,
+        ...): a sub-agent call's child ledger and rollout id carry it, so a
+        ledger reused across runs never sees a child name twice."""
+        with self._lock:
+            self._numbers[0] += 1
+            return self._numbers[0]
+
+    def skip_call_numbers(self, past: int) -> None:
+        """Make every later ``call_number`` of the tree exceed ``past``: a
+        rollout resumed from its committed steps must not name a sub-agent
+        call like one its earlier incarnation recorded."""
+        with self._lock:
+            self._numbers[0] = max(self._numbers[0], past)
 
     @property
     def parent(self) -> BudgetLedger | None:

@@ -90,8 +90,10 @@ class Output:
     def run_result(self, result: RunResult, tally: RolloutTally) -> None:
         """Each rollout's answer (or why it has none) and how it got there,
         the chosen answer, then usage and cost."""
+        from agentrt.protocols._ids import short_rollout_id  # not loaded for --help
+
         for summary in result.summaries:
-            rollout = summary.rollout_id.removeprefix(f"{result.run_id}-")
+            rollout = short_rollout_id(result.run_id, summary.rollout_id)
             if summary.answer is None:
                 self.line(f"[{rollout}] failed: {'; '.join(summary.failure_modes)}")
             else:

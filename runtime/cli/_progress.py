@@ -33,7 +33,7 @@ from agentrt.protocols._events import (
     ToolCalled,
     VoteCast,
 )
-from agentrt.protocols._ids import is_top_level
+from agentrt.protocols._ids import is_top_level, short_rollout_id
 from agentrt.runtime.budget._pricing import usd_text
 
 __all__ = [
@@ -188,8 +188,7 @@ class ProgressState:
     def short(self, rollout_id: str) -> str:
         """A rollout id without the run id in front (the engine names
         rollouts ``<run id>-r<i>``)."""
-        prefix = f"{self.run_id}-"
-        return rollout_id.removeprefix(prefix) if self.run_id else rollout_id
+        return short_rollout_id(self.run_id, rollout_id)
 
 
 def render(state: ProgressState) -> RenderableType:
@@ -335,7 +334,7 @@ class TokenPrinter:
             self.run_id = event.run_id
         elif isinstance(event, TokenDelta) and event.text and is_top_level(event.rollout_id):
             if self._at != (event.rollout_id, event.step):
-                label = event.rollout_id.removeprefix(f"{self.run_id}-")
+                label = short_rollout_id(self.run_id, event.rollout_id)
                 lead = "\n" if self._at is not None else ""
                 self.stream.write(f"{lead}[{label}] ")
                 self._at = (event.rollout_id, event.step)

@@ -56,8 +56,9 @@ class RunCheckpoint:
     rollouts: Mapping[RolloutId, RolloutCheckpoint]
     incarnation: int = 1
     """This resumption's number (1 for the first restart): names the
-    rollouts it has to restart from scratch (``<rollout_id>~<incarnation>``:
-    a pipeline's, which cannot be taken up mid-stage)."""
+    rollouts it has to start again (``<rollout_id>~<incarnation>``: a
+    pipeline's, which takes up the stages it finished but not one it was
+    in the middle of)."""
     calls: Sequence[JournaledCall] | None = None
     """The run's journal of model calls, in order, when it was journaled
     (``Runtime.run(journal=True)``, the daemon's runs).  A call not behind a

@@ -61,11 +61,10 @@ class RunRequests:
 
     def _target(self, run_id: str) -> SamplingTarget | None:
         execution = self._runs.get(run_id)
-        ledger = getattr(execution, "ledger", None)  # set once the run executes
-        if execution is None or ledger is None:
+        if execution is None:
             return None
         return SamplingTarget(
-            ledger=ledger, backends=self._backends, default_model=self._default_model()
+            ledger=execution.ledger, backends=self._backends, default_model=self._default_model()
         )
 
     async def _ask(self, question: ElicitationQuestion) -> ElicitationReply:

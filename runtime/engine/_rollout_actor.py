@@ -15,9 +15,9 @@ from typing import Any, final
 import msgspec
 
 from agentrt.agents._agent import Agent
-from agentrt.agents._control import RolloutControl, RolloutResult
+from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult
 from agentrt.agents._hierarchy import Hierarchy
-from agentrt.protocols._events import RolloutRestarted
+from agentrt.protocols._events import RolloutFinished, RolloutRestarted
 from agentrt.protocols._messages import ChatMessage
 from agentrt.protocols._run import RunOptions
 from agentrt.protocols._trajectory import Step
@@ -29,7 +29,10 @@ class RunRollout(msgspec.Struct, frozen=True, kw_only=True, tag="run_rollout"):
     """Run the rollout ``rollout_id`` of ``task`` to its end; the reply is its
     ``RolloutResult``.  ``resume``: the rollout's committed steps, to go on
     from (``charged``: the ledger holds their calls already); ``options``:
-    the run's ``RunOptions``."""
+    the run's ``RunOptions``; ``calls_after``: the highest sub-agent call
+    number an earlier incarnation recorded under it (later calls get higher
+    ones, so no call id is used twice); ``done``: the rollouts below it an
+    earlier incarnation finished (``RolloutContext.done``)."""
 
     task: str
     run_id: str
@@ -39,11 +42,14 @@ class RunRollout(msgspec.Struct, frozen=True, kw_only=True, tag="run_rollout"):
     restored: bool = False
     charged: bool = False
     options: RunOptions = RunOptions()
+    calls_after: int = 0
+    done: dict[str, RolloutFinished] = {}
 
 
 RolloutMessage = RunRollout
 
-Runner = Agent | Hierarchy
+EntryNode = Agent | Hierarchy
+"""What a run's rollouts run: an agent, or a hierarchy (its entry node)."""
 Announce = Callable[[RolloutRestarted], Awaitable[object]]
 
 
@@ -64,7 +70,7 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
 
     def __init__(
         self,
-        runner: Runner,
+        runner: EntryNode,
         ledger: BudgetLedger,
         control: RolloutControl,
         *,
@@ -100,18 +106,22 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
                 # Asked once: it ends with its answer, so nobody has to
                 # stop it (a crash, before that, is restarted as ever).
                 self.context.stop_when_answered()
-                return self._runner.run(
-                    message.task,
+                if message.calls_after:
+                    self._ledger.skip_call_numbers(message.calls_after)
+                resume = message.resume
+                ctx = RolloutContext(
                     run_id=message.run_id,
                     rollout_id=message.rollout_id,
                     ledger=self._ledger,
-                    seed=message.seed,
                     control=self._control,
-                    resume=message.resume,
+                    seed=message.seed,
+                    resume=tuple(resume) if resume is not None else None,
                     restored=message.restored,
                     charged=message.charged,
                     options=message.options,
+                    done=message.done,
                 )
+                return self._runner.run(message.task, ctx)
 
 
-__all__ = ["RolloutActor", "RolloutMessage", "RunRollout", "Runner"]
+__all__ = ["EntryNode", "RolloutActor", "RolloutMessage", "RunRollout"]

@@ -1,7 +1,8 @@
 """One run as supervised actors: an actor per rollout, then summaries and
 the aggregation, all on the run's one ledger.
 
-Owns ``RunExecution``: the run's ledger and event stream, the fan-out of its
+Owns ``RunExecution``: a ``RunPlan`` (``_run_plan.py``) executed with its
+Runtime's ``RunServices``: the run's event stream, the fan-out of its
 rollouts through the Runtime's placement (as ``RolloutActor``s under a
 supervisor, here or on Ray workers, that restarts a crashed one within its
 own restart intensity from its committed steps and records it failed past
@@ -15,7 +16,6 @@ not know which entry point started the run.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections import Counter, defaultdict
@@ -27,27 +27,16 @@ from typing import TYPE_CHECKING, Final, Literal, final
 import anyio
 import msgspec
 
-from agentrt.agents._agent import Agent
-from agentrt.agents._agent_config import AgentConfig
-from agentrt.agents._delegation import AgentNode, skip_call_numbers
-from agentrt.agents._hierarchy import Hierarchy
 from agentrt.agents._recording import EventEmitter, EventSink
-from agentrt.agents._run_options import check_run_options
-from agentrt.agents._summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
 from agentrt.aggregators._aggregator import (
     AggregationContext,
     AggregationResult,
     Aggregator,
     nothing_left,
 )
-from agentrt.aggregators._compose import build_aggregator
-from agentrt.aggregators._rtv import RecursiveTournament
 from agentrt.aggregators._vote import (
     MajorityVote,
-    Normalizer,
-    WeightedVote,
     answer_key,
-    default_normalizer,
 )
 from agentrt.aggregators._workspace import Workspace
 from agentrt.protocols._events import (
@@ -61,22 +50,21 @@ from agentrt.protocols._events import (
     StepRecorded,
     SummaryWritten,
 )
-from agentrt.protocols._ids import RolloutId, is_top_level
+from agentrt.protocols._ids import RolloutId, is_top_level, nth_rollout_id, refine_slot
 from agentrt.protocols._messages import SystemMessage, UserMessage
 from agentrt.protocols._model import ModelRequest, SamplingParams
-from agentrt.protocols._run import Budget, RunOptions, RunResult, RunStatus, ScalingSpec
+from agentrt.protocols._run import RunResult, RunStatus
 from agentrt.protocols._trajectory import Step, Trajectory, TrajectoryStatus, TrajectorySummary
 from agentrt.protocols._usage import Cost
 from agentrt.runtime.budget._ledger import BudgetLedger
-from agentrt.runtime.engine._checkpoint import RolloutCheckpoint, RunCheckpoint
-from agentrt.runtime.engine._journal import EventJournal, restore_journal
-from agentrt.runtime.engine._rollout_actor import Runner, RunRollout
+from agentrt.runtime.engine._checkpoint import RolloutCheckpoint
+from agentrt.runtime.engine._journal import EventJournal
+from agentrt.runtime.engine._rollout_actor import RunRollout
+from agentrt.runtime.engine._run_plan import RunPlan, RunServices
 from agentrt.runtime.kernel._actor_spec import RestartIntensity, SupervisorSpec
-from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError, UnknownModelError
+from agentrt.runtime.kernel._errors import BudgetExceeded
 from agentrt.runtime.kernel._supervisor_ref import SupervisorRef
 from agentrt.runtime.kernel._system import ActorSystem
-from agentrt.runtime.memory._admission import ScoredAdmission
-from agentrt.runtime.memory._view import MemoryView
 from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models._metered import MeteredBackend
 from agentrt.runtime.observe._log import get_logger
@@ -84,24 +72,22 @@ from agentrt.runtime.placement._placement import PlacedRun, RolloutJob
 from agentrt.runtime.placement._placement import RolloutGaveUp as _GaveUp
 
 if TYPE_CHECKING:
-    from agentrt.runtime.engine._runtime import AgentRef, Runtime
+    from anyio.abc import TaskGroup
+
+if TYPE_CHECKING:
+    pass
 
 log = get_logger(__name__)
-
-_names = itertools.count()
-
 
 _UNSCOPED: Final = nullcontext()
 """Where a scope has nothing to do (no deadline, nothing to stop early):
 one shared no-op context, not a scope (or a fresh object) per rollout."""
 
-_AS_CONFIGURED: Final = RunOptions()
-"""A run's options when it is given none (frozen: shared by every run)."""
-
 _STEPS_ONLY: Final = frozenset({StepRecorded})
 
-_RULES: Final = RuleBasedSummarizer()
-"""The rule-based summarizer (stateless: shared by every run)."""
+_RESUMED: Final = "the run was resumed from its checkpoint"
+"""Why a rollout an earlier incarnation left running ended (the entry point
+that resumed the run does not matter here)."""
 
 
 async def spawn_rollout_supervisor(system: ActorSystem, restarts: int) -> SupervisorRef:
@@ -181,7 +167,9 @@ class _Commits:
 
 @final
 class RunExecution:
-    """One run of ``Runtime.run`` (see the module docstring)."""
+    """One run of ``Runtime.run``: its ``RunPlan`` executed with its
+    Runtime's ``RunServices`` (see the module docstring).  ``execute``
+    runs it once."""
 
     # Slots: no attribute dict per run (one object fewer alive per running run).
     __slots__ = (
@@ -195,50 +183,38 @@ class RunExecution:
         "_refines",
         "_scopes",
         "_stopped",
-        "_supervisor",
         "_tg",
-        "agent",
-        "agent_name",
-        "agent_ref",
-        "checkpoint",
-        "confidence",
         "deadline",
         "emitter",
-        "journal",
-        "ledger",
-        "normalize",
-        "options",
-        "rt",
-        "run_id",
-        "runner",
-        "summarizer",
-        "task",
-        "vote",
-        "wall",
+        "plan",
+        "services",
         "window",
     )
 
-    def __init__(
-        self,
-        rt: Runtime,
-        task: str,
-        emitter: EventEmitter,
-        run_id: str,
-        checkpoint: RunCheckpoint | None,
-        *,
-        journal: bool = False,
-    ) -> None:
-        self.rt = rt
-        self.journal = journal
-        self.task = task
-        self.run_id = run_id
-        self.checkpoint = checkpoint
+    def __init__(self, plan: RunPlan, services: RunServices, emitter: EventEmitter) -> None:
+        self.plan = plan
+        self.services = services
         self.emitter = emitter
-        self.options = _AS_CONFIGURED
-        """The run's ``RunOptions``, for every rollout of the run's agent."""
+        n = plan.scaling.rollouts
+        self.window = plan.scaling.min_rollouts if plan.scaling.confidence is not None else n
+        """How many rollouts run at once (adaptive N: fewer, one more as each ends)."""
+        self.deadline = math.inf
+        """When the run's wall-clock cap passes (``anyio.current_time``), set as it starts."""
+        self._name = f"run{next(services.names)}"
         self._refines = 0
         self._placed: PlacedRun | None = None
         self._committed: defaultdict[str, list[Step]] = defaultdict(list)
+        self._outcomes = [_Outcome(i) for i in range(n)]
+        # A rollout's own scope is for stopping it early, when others end
+        # first: a lone rollout has none (nothing ends before it).
+        self._scopes: Sequence[anyio.CancelScope] = (
+            [anyio.CancelScope() for _ in range(n)] if n > 1 else ()
+        )
+        self._finished: list[_Outcome] = []
+        self._pending = n
+        self._stopped = False
+        self._next = self.window  # the next rollout to start (adaptive N)
+        self._tg: TaskGroup | None = None
         outer = emitter.sink
         if outer is None:
             # Nobody reads the run's events but the steps: the agent loop
@@ -248,97 +224,36 @@ class RunExecution:
         else:
             emitter.sink = _CommitSink(outer, self._committed)
 
+    @property
+    def run_id(self) -> str:
+        return self.plan.run_id
+
+    @property
+    def ledger(self) -> BudgetLedger:
+        return self.plan.ledger
+
     # -- the run --------------------------------------------------------------
 
-    def _check_agent(self) -> None:
-        """The run's options suit the agent, and under a USD cap each of its
-        models has a price (it would fail mid-run otherwise): before any call."""
-        check_run_options(
-            self.options,
-            self.agent.toolbox.specs if self.agent is not None else None,
-            where=f"agent {self.agent_name!r}",
-        )
-        if self.agent is None or self.ledger.budget.max_usd is None:
-            return
-        for tier in self.agent.policy.ladder.tiers:
-            try:
-                self.ledger.prices.rates(tier.model)
-            except UnknownModelError as error:
-                raise ConfigError(str(error), where="budget.max_usd") from None
-
-    async def execute(
-        self,
-        agent_ref: AgentRef,
-        scaling: ScalingSpec,
-        budget: Budget | None,
-        aggregator: Aggregator | None,
-    ) -> RunResult:
-        rt = self.rt
+    async def execute(self) -> RunResult:
+        plan = self.plan
         started = time.perf_counter()
-        self.ledger = BudgetLedger(
-            self.run_id,
-            budget,
-            rt.prices,
-            journal=EventJournal(self.emitter.emit, self.run_id) if self.journal else None,
-        )
-        if self.checkpoint is not None and self.checkpoint.calls is not None:
-            replays = restore_journal(self.ledger, self.checkpoint)
-            if isinstance(self.ledger.journal, EventJournal):
-                self.ledger.journal.replays = replays
-        memory = (
-            MemoryView(
-                rt.bank,
-                run_id=self.run_id,
-                admission=ScoredAdmission(rt.config.memory_admission),
-            )
-            if rt.bank is not None
-            else None
-        )
-        self.agent_ref = agent_ref
-        self.runner: Runner = rt.runner(agent_ref, self.emitter, self.ledger, memory)
-        if isinstance(self.runner, Hierarchy):
-            root = self.runner.root
-            self.agent: Agent | None = root.agent if isinstance(root, AgentNode) else None
-            self.agent_name = root.name
-        else:
-            self.agent, self.agent_name = self.runner, self.runner.name
-        self._check_agent()
-        self.summarizer: Summarizer = (
-            ModelSummarizer(MeteredBackend(self._main_backend(), self.ledger))
-            if rt.config.summarizer == "model"
-            else _RULES
-        )
-        chosen = aggregator or build_aggregator(
-            rt.aggregator_config(scaling), judge=rt.judge, where="scaling.aggregate"
-        )
-        # Early stop groups answers exactly as the vote will.
-        self.vote: MajorityVote | None = (
-            chosen if isinstance(chosen, MajorityVote) and rt.config.early_stop else None
-        )
-        # Adaptive N: answers are grouped by the aggregator's own normalizer.
-        self.confidence = scaling.confidence
-        self.window = scaling.min_rollouts if scaling.confidence is not None else scaling.rollouts
-        self.normalize = _normalizer(chosen)
-        if self.checkpoint is None and self.emitter.wants(RunStarted):
+        if plan.checkpoint is None and self.emitter.wants(RunStarted):
             await self.emitter.emit(
                 RunStarted(
-                    run_id=self.run_id,
-                    agent=self.agent_name,
-                    task=self.task,
-                    rollouts=scaling.rollouts,
+                    run_id=plan.run_id,
+                    agent=plan.agent_name,
+                    task=plan.task,
+                    rollouts=plan.scaling.rollouts,
                 )
             )
-        wall = budget.max_wall_seconds if budget is not None else None
         # One deadline for the whole run: warm-up, rollouts, aggregation.
-        self.deadline = math.inf if wall is None else anyio.current_time() + wall
-        self.wall = wall
-        self._name = f"run{next(_names)}"
-        self._supervisor = rt.rollout_supervisor
+        if plan.wall is not None:
+            self.deadline = anyio.current_time() + plan.wall
         try:
-            outcomes = self._plan(scaling.rollouts)
+            outcomes = self._outcomes
             # A lone rollout without a wall-clock cap (nor a warm-up): no
             # scope, and no task (nor task group) for it.
-            lone = self.wall is None and scaling.rollouts == 1
+            lone = plan.wall is None and len(outcomes) == 1
             await (self._one(outcomes[0]) if lone else self._fan_out(outcomes))
             summaries = self._summaries(outcomes)
             trajectories = {
@@ -346,32 +261,32 @@ class RunExecution:
             }
             context = AggregationContext.metered(
                 self._main_backend(),
-                self.ledger,
-                run_id=self.run_id,
+                plan.ledger,
+                run_id=plan.run_id,
                 events=self.emitter,
                 trajectories=trajectories,
                 rollout=self._refine_rollout,
             )
-            agg = await self._aggregate(chosen, summaries, context)
+            agg = await self._aggregate(plan.aggregator, summaries, context)
         except Exception as exc:
             await self.emitter.emit(
-                ErrorRaised(run_id=self.run_id, where="run", message=repr(exc), fatal=True)
+                ErrorRaised(run_id=plan.run_id, where="run", message=repr(exc), fatal=True)
             )
-            await self.emitter.emit(RunFinished(run_id=self.run_id, status="failed"))
+            await self.emitter.emit(RunFinished(run_id=plan.run_id, status="failed"))
             raise
         finally:
-            self.ledger.finish()
+            plan.ledger.finish()
         cost = msgspec.structs.replace(
-            self.ledger.spent, wall_seconds=time.perf_counter() - started
+            plan.ledger.spent, wall_seconds=time.perf_counter() - started
         )
         await self._budget_event()
         status: RunStatus = "succeeded" if agg.answer is not None else "failed"
         if self.emitter.wants(RunFinished):
             await self.emitter.emit(
-                RunFinished(run_id=self.run_id, status=status, answer=agg.answer, cost=cost)
+                RunFinished(run_id=plan.run_id, status=status, answer=agg.answer, cost=cost)
             )
         return RunResult(
-            run_id=self.run_id,
+            run_id=plan.run_id,
             status=status,
             answer=agg.answer,
             rationale=agg.rationale,
@@ -382,10 +297,7 @@ class RunExecution:
         )
 
     def _main_backend(self) -> ModelBackend:
-        """The backend of the agent's first tier (a pipeline's: the first backend)."""
-        if self.agent is None:
-            return next(iter(self.rt.backends.values()))
-        return self.agent.backend_for(self.agent.policy.ladder.tiers[0].model)
+        return self.plan.main_backend(self.services.backends)
 
     # -- the fan-out ------------------------------------------------------------
 
@@ -397,28 +309,14 @@ class RunExecution:
     ) -> AggregationResult:
         """The aggregation, within the run's deadline; when the deadline cuts
         it, a majority vote over the summaries (no model call) decides."""
-        if self.wall is None:
-            return await chosen.aggregate(self.task, summaries, context)
+        task, wall = self.plan.task, self.plan.wall
+        if wall is None:
+            return await chosen.aggregate(task, summaries, context)
         with anyio.CancelScope(deadline=self.deadline):
-            return await chosen.aggregate(self.task, summaries, context)
-        vote = await MajorityVote().aggregate(self.task, summaries, context)
-        why = f"the wall-clock cap ({self.wall:g} s) cut {chosen.name}; a majority vote decided"
+            return await chosen.aggregate(task, summaries, context)
+        vote = await MajorityVote().aggregate(task, summaries, context)
+        why = f"the wall-clock cap ({wall:g} s) cut {chosen.name}; a majority vote decided"
         return msgspec.structs.replace(vote, rationale=f"{why}: {vote.rationale}")
-
-    def _plan(self, n: int) -> list[_Outcome]:
-        """The outcomes of ``n`` rollouts to run, none run yet."""
-        outcomes = [_Outcome(i) for i in range(n)]
-        # A rollout's own scope is for stopping it early, when others end
-        # first: a lone rollout has none (nothing ends before it).
-        self._scopes: Sequence[anyio.CancelScope] = (
-            [anyio.CancelScope() for _ in range(n)] if n > 1 else ()
-        )
-        self._finished: list[_Outcome] = []
-        self._pending = n
-        self._stopped = False
-        self._outcomes = outcomes
-        self._next = self.window  # the next rollout to start (adaptive N)
-        return outcomes
 
     async def _fan_out(self, outcomes: list[_Outcome]) -> None:
         """Every rollout in parallel (adaptive N: ``self.window`` at a time,
@@ -426,13 +324,14 @@ class RunExecution:
         stopped early when the vote is decided (or, adaptive, settled) or the
         budget is spent.  A rollout never started has no outcome."""
         n = len(outcomes)
+        wall = self.plan.wall
         # No wall-clock cap: no scope to carry its deadline.
-        overall = anyio.CancelScope(deadline=self.deadline) if self.wall is not None else None
+        overall = anyio.CancelScope(deadline=self.deadline) if wall is not None else None
         with overall if overall is not None else _UNSCOPED:
             if (
-                self.rt.config.warm_prefix
+                self.services.config.warm_prefix
                 and n > 1
-                and self.agent is not None
+                and self.plan.agent is not None
                 and not self._resumed_with_steps()
             ):
                 await self._warm()
@@ -449,7 +348,7 @@ class RunExecution:
             for outcome in outcomes:
                 if outcome.status == "cancelled":
                     outcome.status = "failed"
-                    outcome.error = _PastDeadline(f"no answer within {self.wall:g} s")
+                    outcome.error = _PastDeadline(f"no answer within {wall:g} s")
 
     def _stop_all(self) -> None:
         self._stopped = True
@@ -471,48 +370,43 @@ class RunExecution:
         if outcome.status == "failed":
             await self.emitter.emit(
                 ErrorRaised(
-                    run_id=self.run_id,
+                    run_id=self.plan.run_id,
                     where=f"rollout {i}",
                     message=repr(outcome.error),
-                    rollout_id=self._rollout_id(i),
+                    rollout_id=nth_rollout_id(self.plan.run_id, i),
                 )
             )
         await self._budget_event()
         if self._pending > 0 and self._should_stop():
             self._stop_all()
-        if self._stopped or nothing_left(self.ledger) is not None:
+        if self._stopped or nothing_left(self.plan.ledger) is not None:
             return  # adaptive N: no rollout starts that could make no call
-        if self._next < len(self._outcomes):
+        if self._next < len(self._outcomes) and self._tg is not None:
             self._next += 1
             self._tg.start_soon(self._one, self._outcomes[self._next - 1])
 
     async def _attempt(self, outcome: _Outcome) -> None:
         """Run rollout ``outcome.index`` in its backend's slot, noting how it ended."""
         i = outcome.index
+        run_id = self.plan.run_id
         backend = self._main_backend().name
-        slot = self.rt.slot(backend)
+        slot = self.services.slot(backend)
         if slot is not None:
-            # Not ``async with``: its bound exit would stay alive for the
-            # whole rollout, in every running rollout's frame.  A free slot
-            # is taken at once: ``acquire`` would add a shielded checkpoint
-            # (a cancel scope and a loop iteration) per rollout, and the
-            # rollout reaches its first await soon after anyway.
+            # Taken without waiting when free; see docs/design/performance.md.
             try:
                 slot.acquire_nowait()
             except anyio.WouldBlock:
                 await self.emitter.emit(
                     RolloutQueued(
-                        run_id=self.run_id,
-                        rollout_id=self._rollout_id(i),
+                        run_id=run_id,
+                        rollout_id=nth_rollout_id(run_id, i),
                         backend=backend,
                         limit=int(slot.total_tokens),
                     )
                 )
                 await slot.acquire()
         try:
-            outcome.value = await self._run_or_resume(
-                RolloutId(self.run_id, f"r{i}"), self.task, ()
-            )
+            outcome.value = await self._run_or_resume(RolloutId.nth(run_id, i), self.plan.task, ())
             outcome.status = "succeeded"
         except BudgetExceeded as exc:
             outcome.status, outcome.error = "failed", exc
@@ -525,41 +419,43 @@ class RunExecution:
                 slot.release()
 
     def _should_stop(self) -> bool:
-        left = self.ledger.headroom().tokens
+        left = self.plan.ledger.headroom().tokens
         if left is not None and left <= 0:
             return True
-        if self.vote is None and self.confidence is None:
+        vote, confidence = self.plan.early_vote, self.plan.scaling.confidence
+        if vote is None and confidence is None:
             return False
-        normalize = self.vote.normalize if self.vote is not None else self.normalize
+        normalize = vote.normalize if vote is not None else self.plan.normalize
         keys = [
             answer_key(o.value.summary.answer, normalize) if o.value else None
             for o in self._finished
         ]
-        if self.vote is not None and _majority_certain(keys, self._pending):
+        if vote is not None and _majority_certain(keys, self._pending):
             return True
-        return self.confidence is not None and _settled(keys) >= self.confidence
+        return confidence is not None and _settled(keys) >= confidence
 
     async def _warm(self) -> None:
         """One request with the prefix every rollout's first request starts
         with (instructions, task, tools), so the server caches it; charged
         to the run's ledger like every call.  A failure is only logged."""
-        agent = self.agent
+        plan = self.plan
+        agent = plan.agent
         assert agent is not None
         model = agent.policy.ladder.tiers[0].model
         request = ModelRequest(
             messages=[
                 SystemMessage(content=agent.config.instructions),
-                UserMessage(content=self.task),
+                UserMessage(content=plan.task),
             ],
             model=model,
             tools=agent.toolbox.specs,
             sampling=SamplingParams(temperature=0.0, max_tokens=1),
-            request_id=f"{self.run_id}-warm",
-            affinity_key=self.run_id,
+            request_id=f"{plan.run_id}-warm",
+            affinity_key=plan.run_id,
         )
-        metered = MeteredBackend(agent.backend_for(model), self.ledger)
+        metered = MeteredBackend(agent.backend_for(model), plan.ledger)
         try:
-            with anyio.fail_after(self.rt.config.warm_timeout_s):
+            with anyio.fail_after(self.services.config.warm_timeout_s):
                 await metered.complete(request)
         except Exception as exc:
             log.warning("warm_prefix_failed", error=repr(exc))
@@ -567,15 +463,12 @@ class RunExecution:
 
     # -- one rollout ----------------------------------------------------------------
 
-    def _rollout_id(self, i: int) -> str:
-        return str(RolloutId(self.run_id, f"r{i}"))
-
     async def _refine_rollout(self, task: str, workspace: Workspace) -> TrajectorySummary:
         """A fresh rollout seeded with PDR's workspace."""
         self._refines += 1
-        slot = f"refine{workspace.round}-{self._refines - 1}"
+        slot = refine_slot(workspace.round, self._refines - 1)
         seed = [UserMessage(content=workspace.render())]
-        done = await self._run_or_resume(RolloutId(self.run_id, slot), task, seed)
+        done = await self._run_or_resume(RolloutId(self.plan.run_id, slot), task, seed)
         return done.summary
 
     async def _run_or_resume(
@@ -586,106 +479,131 @@ class RunExecution:
         unfinished one replays its steps and goes on, and so does a
         hierarchy's whose entry node is an agent (the sub-agent calls its
         committed steps made are charged as spent; the call in flight runs
-        again, under a new id).  A pipeline's (its stages cannot be taken up
-        mid-way) restarts as incarnation k (``id~k``), the interrupted
-        attempt left in the record.  The rollout runs where the Runtime's
-        placement puts it (an actor here, or on a Ray worker); a crashed one
-        goes on from its committed steps (``Placement.run_rollout``)."""
-        ledger = self.ledger.child(base.slot)
+        again, under a new id).  A pipeline's restarts as incarnation k
+        (``id~k``), the interrupted attempt left in the record: the stages
+        that attempt finished are taken up, not run again (``done``), and
+        the stage it was in runs again (a stage is not taken up mid-way).
+        The rollout runs where the Runtime's placement puts it (an actor
+        here, or on a Ray worker); a crashed one goes on from its committed
+        steps (``Placement.run_rollout``)."""
+        plan = self.plan
+        entry = plan.entry
+        ledger = plan.ledger.child(base.slot)
         rollout, saved = self._saved(base)
         resume: list[Step] | None = None
+        calls_after = 0
+        done: dict[str, RolloutFinished] = {}
         if saved is not None:
             ended = saved.finished is not None or bool(
                 saved.steps and saved.steps[-1].reply is None
             )
             if ended or saved.summary is not None:
-                if isinstance(self.runner, Hierarchy):  # its sub-agents spent too
-                    await self._take_over(rollout, ledger, with_itself=False)
+                # Its sub-agents (a hierarchy's) spent too.
+                await self._take_over(rollout, ledger, with_itself=False)
                 return await self._restored(str(rollout), saved, ledger)
-            if isinstance(self.runner, Agent):
-                resume = list(saved.steps) or None
-            elif self.runner.resumable:
+            if entry.resumable:
                 # Its sub-agents' rollouts are taken over even when it has no
                 # step of its own yet: its first call may have been in flight.
-                await self._take_over(rollout, ledger, with_itself=False)
+                calls_after = await self._take_over(rollout, ledger, with_itself=False)
                 resume = list(saved.steps) or None
             else:
-                assert self.checkpoint is not None
-                await self._take_over(rollout, ledger, with_itself=True)
-                rollout = base.restarted(self.checkpoint.incarnation)
+                assert plan.checkpoint is not None
+                calls_after = await self._take_over(rollout, ledger, with_itself=True)
+                done = self._finished_below(rollout)
+                rollout = base.restarted(plan.checkpoint.incarnation)
         rollout_id = str(rollout)
         if resume is not None:
             self._committed[rollout_id] = list(resume)
         message = RunRollout(
             task=task,
-            run_id=self.run_id,
+            run_id=plan.run_id,
             rollout_id=rollout_id,
             seed=tuple(seed),
             resume=resume,
             restored=resume is not None,
-            options=self.options,
+            options=plan.options,
+            calls_after=calls_after,
+            done=done,
         )
         name = f"{self._name}-{base.slot}"
         job = RolloutJob(message, name, ledger, self._committed[rollout_id])
+        services = self.services
         try:
             placed = self._placed or self._place()
-            result = await self.rt.placement.run_rollout(placed, job)
+            result = await services.placement.run_rollout(placed, job)
         finally:
-            if (mcp := self.rt._mcp) is not None and mcp.per_rollout:
+            if services.rollout_finished is not None:
                 with anyio.CancelScope(shield=True):  # its own MCP connections close with it
-                    await mcp.rollout_finished(self.run_id, rollout_id)
+                    await services.rollout_finished(plan.run_id, rollout_id)
         return await self._summarize(result.trajectory)
 
     def _place(self) -> PlacedRun:
         """This run as its placement sees it (made once, ``_placed``)."""
-        agent = self.agent_ref
-        budget = self.ledger.budget
+        plan, services = self.plan, self.services
+        budget = plan.ledger.budget
         self._placed = PlacedRun(
-            run_id=self.run_id,
-            runner=self.runner,
-            agent=agent if isinstance(agent, str | AgentConfig) else None,
-            system=self.rt.system,
-            supervisor=self._supervisor,
+            run_id=plan.run_id,
+            runner=plan.entry,
+            agent=plan.placed_as,
+            system=services.system,
+            supervisor=services.supervisor,
             emit=self.emitter.emit,
-            restarts=self.rt.config.rollout_restarts,
+            restarts=services.config.rollout_restarts,
             capped=budget.max_tokens is not None
             or budget.max_usd is not None
             or budget.max_model_calls is not None,
-            journal=journal if isinstance(journal := self.ledger.journal, EventJournal) else None,
+            journal=journal if isinstance(journal := plan.ledger.journal, EventJournal) else None,
         )
         return self._placed
 
     def _resumed_with_steps(self) -> bool:
         """An earlier incarnation of this run committed steps (its prompt
         prefix was warmed then, and the warm-up is not repeated)."""
-        return self.checkpoint is not None and any(
-            saved.steps for saved in self.checkpoint.rollouts.values()
-        )
+        checkpoint = self.plan.checkpoint
+        return checkpoint is not None and any(saved.steps for saved in checkpoint.rollouts.values())
 
     def _saved(self, base: RolloutId) -> tuple[RolloutId, RolloutCheckpoint | None]:
         """The latest committed incarnation of a rollout: the one restarted
         by incarnation k (``id~k``) before the first; (``base``, None) if none."""
-        if self.checkpoint is None:
+        checkpoint = self.plan.checkpoint
+        if checkpoint is None:
             return base, None
-        saved = self.checkpoint.rollouts
-        for k in range(self.checkpoint.incarnation - 1, -1, -1):
+        saved = checkpoint.rollouts
+        for k in range(checkpoint.incarnation - 1, -1, -1):
             candidate = base.restarted(k)
             if candidate in saved:
                 return candidate, saved[candidate]
         return base, None
 
+    def _finished_below(self, rollout: RolloutId) -> dict[str, RolloutFinished]:
+        """The rollouts under ``rollout`` its earlier incarnation finished
+        (a pipeline's stages), by their path below it: the pipeline takes
+        them up rather than run them again (``RolloutContext.done``)."""
+        checkpoint = self.plan.checkpoint
+        assert checkpoint is not None
+        return {
+            sub.below: saved.finished
+            for sub, saved in checkpoint.rollouts.items()
+            if sub.path
+            and sub.top == rollout
+            and saved.finished is not None
+            and saved.finished.status == "finished"
+        }
+
     async def _take_over(
         self, rollout: RolloutId, ledger: BudgetLedger, *, with_itself: bool
-    ) -> None:
+    ) -> int:
         """Before a hierarchy's rollout goes on, is restored (or, with
         ``with_itself``, restarts): charge ``ledger`` with what an earlier
         incarnation's sub-agent rollouts under it committed (nested ones
         too; and the rollout's own steps, ``with_itself``), so the run keeps
         to its budget; end the ones left unfinished as ``cancelled``
-        (interrupted); keep later sub-agent calls from reusing their numbers."""
-        assert self.checkpoint is not None
+        (interrupted).  The highest sub-agent call number they used: later
+        calls are numbered past it."""
+        checkpoint = self.plan.checkpoint
+        assert checkpoint is not None
         highest = 0
-        for sub, saved in self.checkpoint.rollouts.items():
+        for sub, saved in checkpoint.rollouts.items():
             if sub.top != rollout or (sub == rollout and not with_itself):
                 continue
             highest = max([highest, *sub.call_numbers()])
@@ -693,14 +611,14 @@ class RunExecution:
             if saved.finished is None:
                 await self.emitter.emit(
                     RolloutFinished(
-                        run_id=self.run_id,
+                        run_id=self.plan.run_id,
                         rollout_id=str(sub),
                         status="cancelled",
                         cost=cost,
-                        stop_reason="interrupted: daemon restart",
+                        stop_reason=f"interrupted: {_RESUMED}",
                     )
                 )
-        skip_call_numbers(highest)
+        return highest
 
     async def _restored(
         self, rollout_id: str, saved: RolloutCheckpoint, ledger: BudgetLedger
@@ -712,10 +630,10 @@ class RunExecution:
         end = saved.finished
         last = saved.steps[-1] if saved.steps else None
         trajectory = Trajectory(
-            run_id=self.run_id,
+            run_id=self.plan.run_id,
             rollout_id=rollout_id,
-            agent=self.agent_name,
-            task=self.task,
+            agent=self.plan.agent_name,
+            task=self.plan.task,
             steps=list(saved.steps),
             answer=end.answer if end is not None else None,
             status=_trajectory_status(end.status if end is not None else "failed"),
@@ -723,7 +641,7 @@ class RunExecution:
             stop_reason=(
                 end.stop_reason or "restored"
                 if end is not None
-                else f"interrupted: {last.error if last and last.error else 'daemon restart'}"
+                else f"interrupted: {last.error if last and last.error else _RESUMED}"
             ),
         )
         if saved.summary is not None:
@@ -731,14 +649,14 @@ class RunExecution:
         return await self._summarize(trajectory)
 
     async def _summarize(self, trajectory: Trajectory) -> _Done:
-        summary = await self.summarizer.summarize(trajectory)
+        summary = await self.plan.summarizer.summarize(trajectory)
         if self.emitter.wants(SummaryWritten):  # not built when nobody reads it
-            await self.emitter.emit(SummaryWritten(run_id=self.run_id, summary=summary))
+            await self.emitter.emit(SummaryWritten(run_id=self.plan.run_id, summary=summary))
         return _Done(trajectory, summary)
 
     async def _budget_event(self) -> None:
         if self.emitter.wants(BudgetUpdated):  # no snapshot when nobody reads it
-            await self.emitter.emit(self.ledger.snapshot().to_event(self.run_id))
+            await self.emitter.emit(self.plan.ledger.snapshot().to_event(self.plan.run_id))
 
     def _summaries(self, outcomes: Sequence[_Outcome]) -> list[TrajectorySummary]:
         """A summary per rollout, in rollout order; a crashed one has no
@@ -751,7 +669,9 @@ class RunExecution:
                 known = isinstance(o.error, _GaveUp | _PastDeadline)
                 why = str(o.error) if known else f"crashed: {o.error!r}"
                 out.append(
-                    TrajectorySummary(rollout_id=self._rollout_id(o.index), failure_modes=[why])
+                    TrajectorySummary(
+                        rollout_id=nth_rollout_id(self.plan.run_id, o.index), failure_modes=[why]
+                    )
                 )
         return out
 
@@ -816,14 +736,6 @@ def _settled(keys: Sequence[str | None]) -> float:
     a, b = counts[0], counts[1] if len(counts) > 1 else 0
     trials = a + b + 1
     return sum(math.comb(trials, k) for k in range(a + 1)) / (1 << trials)
-
-
-def _normalizer(chosen: Aggregator) -> Normalizer:
-    """The normalizer ``chosen`` groups answers by (the default for an
-    aggregator that has none of its own)."""
-    if isinstance(chosen, MajorityVote | WeightedVote | RecursiveTournament):
-        return chosen.normalize
-    return default_normalizer
 
 
 def _trajectory_status(status: str) -> TrajectoryStatus:

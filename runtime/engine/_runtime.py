@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
@@ -29,13 +28,15 @@ from agentrt.agents._context import fit_context
 from agentrt.agents._delegation import AgentNode
 from agentrt.agents._hierarchy import Hierarchy, build_hierarchy, used_servers
 from agentrt.agents._recording import EventEmitter, EventSink, stream_sink
-from agentrt.agents._spec_loader import ServerConfig, SpecSet, load_spec
+from agentrt.agents._spec_loader import SpecSet, load_spec
+from agentrt.tools.mcp._mcp_config import McpServerConfig
 from agentrt.agents._token_stream import TokenPacer
 from agentrt.aggregators._aggregator import AggregationContext, Aggregator
 from agentrt.aggregators._compose import AggregatorConfig, build_aggregator, parse_config
 from agentrt.aggregators._judge import Judge
 from agentrt.aggregators._pdr import ParallelDistillRefine
 from agentrt.protocols._events import Event, McpAuthorizationRequired
+from agentrt.protocols._ids import new_run_id
 from agentrt.protocols._run import Budget, RunOptions, RunResult, ScalingSpec
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.runtime.budget._ledger import BudgetLedger
@@ -43,6 +44,7 @@ from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.config._runtime_config import RuntimeConfig
 from agentrt.runtime.engine._checkpoint import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.engine._run_execution import RunExecution, spawn_rollout_supervisor
+from agentrt.runtime.engine._run_plan import RunServices, plan_run
 from agentrt.runtime.kernel._actor_spec import SupervisorSpec
 from agentrt.runtime.kernel._errors import ConfigError, UserError
 from agentrt.runtime.kernel._system import ActorSystem
@@ -287,6 +289,19 @@ class Runtime:
                 bank=self.bank,
             )
         )
+        open_mcp = self._mcp
+        self.run_services = RunServices(
+            config=self.config,
+            backends=self.backends,
+            placement=self.placement,
+            system=self.system,
+            supervisor=self.rollout_supervisor,
+            slot=self.slot,
+            rollout_finished=(
+                open_mcp.rollout_finished if open_mcp is not None and open_mcp.per_rollout else None
+            ),
+        )
+        """What runs use of this Runtime (``RunExecution``)."""
 
     async def _measure_tokenizers(self) -> None:
         """Calibrate each configured backend's characters per token with its
@@ -327,10 +342,10 @@ class Runtime:
             if isinstance(given, SpecSet):
                 self.specs[name] = given
 
-    def _servers(self) -> dict[str, ServerConfig]:
+    def _servers(self) -> dict[str, McpServerConfig]:
         """The MCP servers of ``config.mcp`` and every spec's, each once (a
         name used twice must mean the same server)."""
-        servers: dict[str, ServerConfig] = dict(self.config.mcp)
+        servers: dict[str, McpServerConfig] = dict(self.config.mcp)
         for agent, specs in self.specs.items():
             for name, server in used_servers(specs).items():
                 if name in servers and servers[name] != server:
@@ -546,29 +561,31 @@ class Runtime:
             emitter.tokens = TokenPacer(tokens if callable(tokens) else None)
         if journal and events is None:
             raise ValueError("journal=True needs an events sink to journal the calls to")
-        execution = RunExecution(
-            self,
-            task,
-            emitter,
-            run_id or f"run-{uuid.uuid4().hex[:12]}",
-            checkpoint,
-            journal=journal,
-        )
-        if options is not None:
-            execution.options = options
         if self._mcp is not None:
             await self._mcp.catch_up()  # optional MCP servers that became ready join
             self._join_mcp_tools()
-        self._runs[execution.run_id] = execution
+        plan = plan_run(
+            self,
+            task,
+            emitter,
+            run_id=run_id or new_run_id(),
+            agent=agent,
+            scaling=scaling or self._default_scaling(),
+            budget=budget,
+            aggregator=aggregator,
+            checkpoint=checkpoint,
+            options=options,
+            journal=journal,
+        )
+        execution = RunExecution(plan, self.run_services, emitter)
+        self._runs[plan.run_id] = execution
         try:
-            return await execution.execute(
-                agent, scaling or self._default_scaling(), budget, aggregator
-            )
+            return await execution.execute()
         finally:
-            del self._runs[execution.run_id]
+            del self._runs[plan.run_id]
             if self._mcp is not None:
                 with anyio.CancelScope(shield=True):
-                    await self._mcp.run_finished(execution.run_id)  # no task outlives it
+                    await self._mcp.run_finished(plan.run_id)  # no task outlives it
 
     def answer_elicitation(
         self, question_id: str, reply: ElicitationReply, *, run_id: str | None = None
@@ -688,7 +705,7 @@ class Runtime:
         (``stored_aggregator``), before any model call."""
         self._check_open()
         chosen = stored_aggregator(scaling or self._default_scaling(), judge=self.judge)
-        run_id = run_id or f"agg-{uuid.uuid4().hex[:12]}"
+        run_id = run_id or new_run_id("agg")
         ledger = BudgetLedger(run_id, budget, self.prices)
         runner = self.runner(agent, EventEmitter(), ledger, None)
         node = runner.root if isinstance(runner, Hierarchy) else runner

@@ -13,9 +13,7 @@ SWE-bench file format or the command line.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Final, Protocol, final
@@ -27,6 +25,7 @@ from agentrt.aggregators._aggregator import AggregationContext, AggregationResul
 from agentrt.aggregators._compose import build_aggregator
 from agentrt.aggregators._workspace import Workspace
 from agentrt.protocols._events import ErrorRaised, Event, VerifierRan
+from agentrt.protocols._ids import new_run_id, nth_rollout_id
 from agentrt.protocols._run import RunResult, ScalingSpec
 from agentrt.protocols._trajectory import TrajectorySummary
 from agentrt.runtime.evaluation._task_repo import (
@@ -42,7 +41,6 @@ from agentrt.tools.sandbox._workspaces import Workspaces, default_workspace_root
 __all__ = ["CodingRun", "CodingRunner", "CodingTask", "run_coding_task"]
 
 _log = get_logger(__name__)
-_SAFE: Final = re.compile(r"[^A-Za-z0-9_-]+")
 #: Workspaces seeded, diffs read and verifiers run at once per task.
 _PARALLEL: Final = 4
 
@@ -138,7 +136,7 @@ async def run_coding_task(
             where="aggregate",
         )
     started = time.monotonic()
-    run_id = f"{_SAFE.sub('-', task.id)[:40]}-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id(task.id)
     repo = TaskRepository(Path(task.repo), task.base_commit, cache=cache, task_id=task.id)
 
     async def emit(event: Event) -> None:
@@ -296,7 +294,7 @@ def _failed(task_id: str, run_id: str, why: str, rollouts: int, duration_s: floa
         error=why,
         duration_s=duration_s,
         summaries=[
-            TrajectorySummary(rollout_id=f"{run_id}-r{i}", failure_modes=[why])
+            TrajectorySummary(rollout_id=nth_rollout_id(run_id, i), failure_modes=[why])
             for i in range(rollouts)
         ],
     )
@@ -309,7 +307,7 @@ async def _create_workspaces(
 
     async def create(i: int) -> None:
         async with limiter:
-            await spaces.get(run_id, f"{run_id}-r{i}")
+            await spaces.get(run_id, nth_rollout_id(run_id, i))
 
     problem: BaseException | None = None
     try:

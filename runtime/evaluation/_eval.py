@@ -34,6 +34,7 @@ import anyio
 import msgspec
 
 from agentrt.protocols._events import Event
+from agentrt.protocols._ids import nth_rollout_id
 from agentrt.protocols._run import RunResult, ScalingSpec
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.protocols._usage import Cost
@@ -228,7 +229,7 @@ async def draw_pools(
                 log.warning("eval.run_failed", task=task.id, error=repr(exc))
                 why = f"run failed: {exc!r}"
                 summaries = [
-                    TrajectorySummary(rollout_id=f"{task.id}-r{j}", failure_modes=[why])
+                    TrajectorySummary(rollout_id=nth_rollout_id(task.id, j), failure_modes=[why])
                     for j in range(rollouts)
                 ]
             else:
@@ -760,6 +761,46 @@ def _checked_arguments(args: argparse.Namespace) -> list[AggregateSpec]:
     return aggregates
 
 
+async def evaluate_arguments(
+    args: argparse.Namespace,
+    runner: Runner,
+    pools: Sequence[Pool],
+    aggregates: Sequence[AggregateSpec],
+    *,
+    verifier: str | Verifier,
+    pool_model_calls: int,
+) -> EvalReport:
+    """``evaluate_pools`` with the estimate options of parsed ``eval`` arguments
+    (``--k``, ``--subsets``, ``--compare`` or the default comparisons, ...)."""
+    n = min(len(p.summaries) for p in pools)
+    return await evaluate_pools(
+        runner,
+        pools,
+        aggregates,
+        ks=args.k,
+        subsets=args.subsets,
+        verifier=verifier,
+        compare=[tuple(c) for c in args.compare]
+        if args.compare
+        else default_comparisons(aggregates, n),
+        detect=args.detect,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        pool_model_calls=pool_model_calls,
+    )
+
+
+def note_pool_and_plot(args: argparse.Namespace, report: EvalReport) -> None:
+    """Say where ``--export`` wrote the pool and write the ``--plot``, when asked."""
+    if args.export is not None:
+        sys.stdout.write(f"pool: {args.export}\n")
+    if args.plot is not None:
+        from agentrt.runtime.evaluation._plot import write_svg  # the plot imports this module
+
+        write_svg(report, args.plot)
+        sys.stdout.write(f"plot: {args.plot}\n")
+
+
 async def eval_command(args: argparse.Namespace, open_runner: OpenRunner) -> EvalReport:
     """Run ``agentrt eval`` with parsed ``args``; prints the table (stdout)
     and writes the export, plot and JSON when asked.  Every bad argument is
@@ -786,30 +827,11 @@ async def eval_command(args: argparse.Namespace, open_runner: OpenRunner) -> Eva
             )
         if args.export is not None:
             write_pools(args.export, pools)
-        n = min(len(p.summaries) for p in pools)
-        report = await evaluate_pools(
-            runner,
-            pools,
-            aggregates,
-            ks=args.k,
-            subsets=args.subsets,
-            verifier=args.verifier,
-            compare=[tuple(c) for c in args.compare]
-            if args.compare
-            else default_comparisons(aggregates, n),
-            detect=args.detect,
-            concurrency=args.concurrency,
-            seed=args.seed,
-            pool_model_calls=calls,
+        report = await evaluate_arguments(
+            args, runner, pools, aggregates, verifier=args.verifier, pool_model_calls=calls
         )
     sys.stdout.write(format_table(report) + "\n")
-    if args.export is not None:
-        sys.stdout.write(f"pool: {args.export}\n")
-    if args.plot is not None:
-        from agentrt.runtime.evaluation._plot import write_svg  # the plot imports this module
-
-        write_svg(report, args.plot)
-        sys.stdout.write(f"plot: {args.plot}\n")
+    note_pool_and_plot(args, report)
     if args.json is not None:
         args.json.write_bytes(msgspec.json.format(msgspec.json.encode(report)))
     return report

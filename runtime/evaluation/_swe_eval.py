@@ -23,6 +23,7 @@ import anyio
 import msgspec
 
 from agentrt.aggregators._compose import parse_config
+from agentrt.protocols._ids import nth_rollout_id
 from agentrt.protocols._run import ScalingSpec
 from agentrt.protocols._trajectory import TrajectorySummary
 from agentrt.runtime.evaluation._coding_task import (
@@ -150,7 +151,7 @@ async def draw_coding_pools(
                 log.warning("eval.coding_run_failed", task=task.id, error=repr(exc))
                 why = f"run failed: {exc!r}"
                 summaries = [
-                    TrajectorySummary(rollout_id=f"{task.id}-r{j}", failure_modes=[why])
+                    TrajectorySummary(rollout_id=nth_rollout_id(task.id, j), failure_modes=[why])
                     for j in range(rollouts)
                 ]
                 outcomes[i] = CodingOutcome(
@@ -448,21 +449,8 @@ async def swe_eval_command(
             from agentrt.runtime.evaluation._trajectory_data import write_pools
 
             write_pools(args.export, pools)
-        n = min(len(p.summaries) for p in pools)
-        report = await evaluation.evaluate_pools(
-            runner,
-            pools,
-            aggregates,
-            ks=args.k,
-            subsets=args.subsets,
-            verifier=tests_verifier(pools),
-            compare=[tuple(c) for c in args.compare]
-            if args.compare
-            else evaluation.default_comparisons(aggregates, n),
-            detect=args.detect,
-            concurrency=args.concurrency,
-            seed=args.seed,
-            pool_model_calls=calls,
+        report = await evaluation.evaluate_arguments(
+            args, runner, pools, aggregates, verifier=tests_verifier(pools), pool_model_calls=calls
         )
         first = aggregates[0]
         if in_run is None:
@@ -487,13 +475,7 @@ async def swe_eval_command(
     if args.predictions is not None:
         write_predictions(args.predictions, predictions)
         sys.stdout.write(f"predictions: {args.predictions}\n")
-    if args.export is not None:
-        sys.stdout.write(f"pool: {args.export}\n")
-    if args.plot is not None:
-        from agentrt.runtime.evaluation._plot import write_svg
-
-        write_svg(report, args.plot)
-        sys.stdout.write(f"plot: {args.plot}\n")
+    evaluation.note_pool_and_plot(args, report)
     if args.json is not None:
         whole = SweEvalReport(
             report=report,

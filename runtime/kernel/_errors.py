@@ -26,8 +26,10 @@
     │       ├── SupervisionEscalated  restart intensity exceeded at the root
     │       └── SystemStateError      the actor system is not open
     └── ControlSignal                 not failures: flow control
-        ├── BudgetExceeded            a hard cap would be crossed
-        └── RunCancelled              someone asked the run to stop
+        └── BudgetExceeded            a hard cap would be crossed
+
+A cancelled run is not an error here: it ends by anyio cancellation (the
+caller's cancel scope), as any task does.
 
 Every message says what failed and where (which model, endpoint, file, key
 or actor), so that a log line alone is enough to act on.
@@ -114,7 +116,7 @@ class ToolCrashed(ToolError):
 
 
 class ControlSignal(AgentrtError):
-    """Flow control, not a failure: budgets and cancellation."""
+    """Flow control, not a failure: a budget cap reached."""
 
 
 class BudgetExceeded(ControlSignal):
@@ -124,6 +126,3 @@ class BudgetExceeded(ControlSignal):
         self.limit = limit
         super().__init__(message)
 
-
-class RunCancelled(ControlSignal):
-    """The run was cancelled by its owner."""

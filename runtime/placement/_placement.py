@@ -10,14 +10,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentrt.agents._agent import Agent
 from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._control import RolloutResult
 from agentrt.protocols._events import Event
 from agentrt.protocols._trajectory import Step
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.engine._journal import EventJournal
-from agentrt.runtime.engine._rollout_actor import Runner, RunRollout
+from agentrt.runtime.engine._rollout_actor import EntryNode, RunRollout
 from agentrt.runtime.kernel._errors import RuntimeFailure
 from agentrt.runtime.kernel._supervisor_ref import SupervisorRef
 from agentrt.runtime.kernel._system import ActorSystem
@@ -49,7 +48,7 @@ class PlacedRun:
     run's events, and takes up the replies an earlier incarnation left)."""
 
     run_id: str
-    runner: Runner
+    runner: EntryNode
     agent: str | AgentConfig | None
     system: ActorSystem
     supervisor: SupervisorRef
@@ -61,7 +60,7 @@ class PlacedRun:
     @property
     def resumable(self) -> bool:
         """Whether a rollout of this run can go on from its committed steps."""
-        return isinstance(self.runner, Agent) or self.runner.resumable
+        return self.runner.resumable
 
 
 @dataclass(frozen=True, slots=True)

@@ -409,9 +409,9 @@ class WorkerHost:
         finally:
             shard.committed.pop(rollout.rollout_id, None)
             shard.active -= 1
-            if (mcp := self._runtime()._mcp) is not None and mcp.per_rollout:
+            if (finished := self._runtime().run_services.rollout_finished) is not None:
                 with anyio.CancelScope(shield=True):  # its own MCP connections close with it
-                    await mcp.rollout_finished(rollout.run_id, rollout.rollout_id)
+                    await finished(rollout.run_id, rollout.rollout_id)
             with anyio.CancelScope(shield=True), anyio.move_on_after(DRIVER_TIMEOUT_S):
                 await self._flush()
             if shard.active == 0 and self._shards.get(rollout.run_id) is shard:

@@ -12,7 +12,6 @@ import enum
 import itertools
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -50,6 +49,7 @@ from agentrt.protocols._events import (
     StepRecorded,
     TokenDelta,
 )
+from agentrt.protocols._ids import new_run_id
 from agentrt.protocols._run import RunRequest, RunResult, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.runtime.budget._pricing import PriceTable
@@ -456,7 +456,7 @@ class RunManager:
         if not self.accepting or self._tg is None:
             raise ApiProblem(503, "unavailable", "the daemon is shutting down; retry elsewhere")
         request = self._validate(request)
-        run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
+        run_id = run_id or new_run_id()
         self._reserve_admission()
         try:
             info = await self.store.create_run(run_id, request)

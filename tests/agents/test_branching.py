@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from agentrt.agents import Agent, AgentConfig
+from agentrt.agents import Agent, AgentConfig, RolloutContext
 from agentrt.agents._branching import BranchingConfig, PartialRolloutBrancher
 from agentrt.agents._uncertainty import (
     UncertaintyKind,
@@ -164,7 +164,7 @@ TABLES = {
 
 
 async def _parent(backend: ScriptedBackend, agent: Agent, task: str = "task") -> Trajectory:
-    result = await agent.run(task, rollout_id=f"parent-{task}")
+    result = await agent.run(task, RolloutContext(run_id="run-1", rollout_id=f"parent-{task}"))
     assert result.status == "finished"
     assert len(result.trajectory.steps) == STEPS
     return result.trajectory
@@ -292,7 +292,9 @@ async def test_resume_rejects_steps_out_of_order() -> None:
     agent = _agent(backend)
     parent = await _parent(backend, agent)
     with pytest.raises(ConfigError, match="resume steps"):
-        await agent.run("task", resume=parent.steps[1:])
+        await agent.run(
+            "task", RolloutContext(run_id="run-1", rollout_id="r0", resume=tuple(parent.steps[1:]))
+        )
 
 
 # -- against the sim-server: prefix-cache reuse -----------------------------------

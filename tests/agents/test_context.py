@@ -16,6 +16,7 @@ from agentrt.agents import (
     CharEstimator,
     ContextConfig,
     ContextWindow,
+    RolloutContext,
 )
 from agentrt.agents._context import NOTES_HEADER, estimate_request_tokens
 from agentrt.protocols import (
@@ -83,8 +84,10 @@ async def test_the_prefix_is_byte_identical_across_steps_and_rollouts() -> None:
         backends=[backend],
         tools=[Page("zeta"), Page("alpha")],
     )
-    first = await agent.run("Summarise the pages.", rollout_id="r1")
-    second = await agent.run("Summarise the pages.", rollout_id="r2")
+    first = await agent.run("Summarise the pages.", RolloutContext(run_id="run-1", rollout_id="r1"))
+    second = await agent.run(
+        "Summarise the pages.", RolloutContext(run_id="run-1", rollout_id="r2")
+    )
 
     assert first.status == second.status == "finished"
     requests = backend.requests

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentrt.agents import EventLog
+from agentrt.agents import EventLog, RolloutContext
 from agentrt.agents._delegation import RolloutScopes, SubAgentTool
 from agentrt.agents._hierarchy import build_hierarchy
 from agentrt.agents._pipeline import PipelineNode
@@ -91,7 +91,9 @@ async def test_the_planner_delegates_to_two_workers_in_parallel_with_budget_slic
     hierarchy = build_hierarchy(specs, backends=[backend], events=log)
     run_ledger = BudgetLedger("run")
 
-    result = await hierarchy.run("17 * 23, and a haiku", run_id="run-7", ledger=run_ledger)
+    result = await hierarchy.run(
+        "17 * 23, and a haiku", RolloutContext.new(run_id="run-7", ledger=run_ledger)
+    )
 
     # The planner carried on after the writer stopped, and answered with the
     # arithmetic worker's result.
@@ -163,7 +165,7 @@ async def test_the_solver_verifier_corrector_pipeline_iterates_until_verified() 
     pipeline = hierarchy.root
     assert isinstance(pipeline, PipelineNode)
 
-    outcome = await pipeline.run_stages("Solve 3x + 7 = 25.", run_id="run-p")
+    outcome = await pipeline.run_stages("Solve 3x + 7 = 25.", RolloutContext.new(run_id="run-p"))
 
     assert [(s.stage, s.round) for s in outcome.stages] == [
         ("solve", 1),

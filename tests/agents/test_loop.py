@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from agentrt.agents import Agent, AgentConfig, AgentLimits, EventLog, stream_sink
+from agentrt.agents import Agent, AgentConfig, AgentLimits, EventLog, RolloutContext, stream_sink
 from agentrt.protocols import (
     Budget,
     ErrorRaised,
@@ -137,7 +137,7 @@ async def test_a_task_with_parallel_tool_calls_end_to_end() -> None:
     agent = make_agent(backend, search, read, add, events=log)
 
     with anyio.fail_after(30):  # a hang guard: calls run one after the other never meet
-        result = await agent.run("What is 1 + 2?", run_id="run-1")
+        result = await agent.run("What is 1 + 2?", RolloutContext.new(run_id="run-1"))
 
     traj = result.trajectory
     assert (traj.status, traj.answer, traj.stop_reason) == (

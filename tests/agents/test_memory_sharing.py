@@ -24,7 +24,7 @@ import anyio
 import msgspec
 import pytest
 
-from agentrt.agents import Agent, AgentConfig
+from agentrt.agents import Agent, AgentConfig, RolloutContext
 from agentrt.protocols import ModelRequest, ToolMessage, ToolSpec, UserMessage
 from agentrt.runtime.kernel._errors import ToolError
 from agentrt.runtime.memory._bank import MemoryBank
@@ -132,7 +132,7 @@ async def run_rollouts(
         agent = Agent(AgentConfig(name="weigher"), backends=[backend], tools=tools, memory=view)
 
         async def one(rollout_id: str) -> None:
-            result = await agent.run(TASK, run_id="run-1", rollout_id=rollout_id)
+            result = await agent.run(TASK, RolloutContext(run_id="run-1", rollout_id=rollout_id))
             assert result.trajectory.status == "finished", result.trajectory.stop_reason
             answers[rollout_id] = result.trajectory.answer
 
@@ -204,7 +204,7 @@ async def test_failed_and_memory_tool_results_are_not_offered() -> None:
             tools=[search, *memory_tools(view)],
             memory=view,
         )
-        result = await agent.run("find alpha", run_id="run-2", rollout_id="r0")
+        result = await agent.run("find alpha", RolloutContext(run_id="run-2", rollout_id="r0"))
         assert result.trajectory.answer == "done"
         assert result.trajectory.steps[1].tool_results[0].is_error
         keys = [h.key for h in await bank.keys(view.owners)]

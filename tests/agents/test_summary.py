@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentrt.agents import Agent, AgentConfig, AgentLimits
+from agentrt.agents import Agent, AgentConfig, AgentLimits, RolloutContext
 from agentrt.agents._summary import ModelSummarizer, RuleBasedSummarizer
 from agentrt.protocols import ModelRequest, ToolSpec, Trajectory
 from agentrt.runtime.kernel._errors import ToolError
@@ -46,7 +46,9 @@ async def trajectory() -> Trajectory:
         ]
     )
     agent = Agent(AgentConfig(name="geo"), backends=[backend], tools=[Lookup()])
-    return (await agent.run("capital of France?", rollout_id="r1")).trajectory
+    return (
+        await agent.run("capital of France?", RolloutContext(run_id="run-1", rollout_id="r1"))
+    ).trajectory
 
 
 async def test_rule_based_summary_of_a_real_trajectory() -> None:
@@ -166,7 +168,9 @@ async def test_a_long_trajectory_is_summarized_whole_in_chunks() -> None:
         backends=[backend],
         tools=[Lookup()],
     )
-    traj = (await agent.run("capital of France?", rollout_id="r9")).trajectory
+    traj = (
+        await agent.run("capital of France?", RolloutContext(run_id="run-9", rollout_id="r9"))
+    ).trajectory
     parts = iter(range(100))
 
     def part(request: ModelRequest) -> str:

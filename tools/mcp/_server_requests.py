@@ -61,8 +61,6 @@ _log = get_logger(__name__)
 #: example for a rejected sampling request).
 REFUSED: Final = -1
 
-_ids = itertools.count(1)
-
 
 class ElicitationQuestion(msgspec.Struct, frozen=True, kw_only=True):
     """A server's question for the person behind a run, as that person (or
@@ -167,7 +165,7 @@ async def _ask(
 
 def _question(server: str, caller: Caller, **fields: Any) -> ElicitationQuestion:
     return ElicitationQuestion(
-        id=f"elicit-{next(_ids)}-{uuid.uuid4().hex[:8]}",
+        id=f"elicit-{uuid.uuid4().hex[:12]}",
         server=server,
         run_id=caller.run_id,
         rollout_id=caller.rollout_id,

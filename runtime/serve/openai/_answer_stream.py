@@ -21,7 +21,7 @@ from agentrt.protocols._events import (
     TokenDelta,
     VoteCast,
 )
-from agentrt.protocols._ids import is_top_level
+from agentrt.protocols._ids import is_top_level, short_rollout_id
 
 
 class StreamText(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,8 +59,7 @@ class AnswerStream:
         self._last_step = -1
 
     def _label(self, rollout_id: str) -> str:
-        prefix = f"{self.run_id}-"
-        return rollout_id[len(prefix) :] if rollout_id.startswith(prefix) else rollout_id
+        return short_rollout_id(self.run_id, rollout_id)
 
     def _answering(self, rollout_id: str) -> bool:
         return self.rollouts == 1 and is_top_level(rollout_id)

@@ -21,6 +21,7 @@ from agentrt.protocols import (
     RolloutFinished,
     RolloutId,
     RolloutRestarted,
+    RolloutStarted,
     RunFinished,
     RunStarted,
     ScalingSpec,
@@ -272,6 +273,71 @@ def lead_then_helper(request: ModelRequest) -> ScriptedReply | ScriptedToolCall:
             return ScriptedReply(content="42")
         return ScriptedToolCall("helper", {"task": "the answer"})
     return ScriptedReply(content="42")
+
+
+SOLVE_THEN_CHECK = """
+entry: solve_then_check
+agents:
+  solve_then_check:
+    kind: pipeline
+    description: Solves, then checks.
+    stages:
+      - {agent: solver, name: solve, task: "{task}", output: solution}
+      - {agent: checker, name: check, task: "Check: {solution}", output: review}
+    answer: solution
+  solver:
+    instructions: You are the solver.
+  checker:
+    instructions: You are the checker.
+"""
+
+
+def solver_then_checker(request: ModelRequest) -> ScriptedReply:
+    system = request.messages[0]
+    if isinstance(system, SystemMessage) and "the solver" in system.content:
+        return ScriptedReply(content="42")
+    return ScriptedReply(content="looks right")
+
+
+async def test_a_resumed_pipeline_takes_up_the_stages_it_finished(tmp_path: Path) -> None:
+    """A pipeline's rollout interrupted after its first stage finished runs
+    again as ``<id>~1`` without running that stage again: its answer feeds
+    the next stage, and its cost is counted once."""
+    spec = tmp_path / "pipe.yaml"
+    spec.write_text(SOLVE_THEN_CHECK)
+    backend = Recording(ScriptedBackend(solver_then_checker))
+    log = EventLog()
+    async with runtime(backend, agents={"pipe": str(spec)}, warm_prefix=False) as rt:
+        first = await rt.run("q", agent="pipe", events=log, run_id="run-p")
+        assert first.answer == "42"
+        ended = {e.rollout_id: e for e in log.of_type(RolloutFinished)}
+        steps: dict[str, list[Step]] = {}
+        for event in log.of_type(StepRecorded):
+            steps.setdefault(event.rollout_id, []).append(event.step)
+        solve = "run-p-r0.solve.1"
+        assert set(steps) == {solve, "run-p-r0.check.1"}
+        # Committed before the interruption: the pipeline's start and its
+        # finished first stage; the check had not started.
+        checkpoint = RunCheckpoint(
+            next_seq=len(log.events) + 1,
+            rollouts={
+                RolloutId.parse("run-p", "run-p-r0"): RolloutCheckpoint(),
+                RolloutId.parse("run-p", solve): RolloutCheckpoint(
+                    steps=steps[solve], finished=ended[solve]
+                ),
+            },
+        )
+        calls = backend.calls
+        again_log = EventLog()
+        again = await rt.run(
+            "q", agent="pipe", run_id="run-p", checkpoint=checkpoint, events=again_log
+        )
+    assert again.answer == "42"
+    assert backend.calls == calls + 1  # the checker's call alone
+    started = [e.rollout_id for e in again_log.of_type(RolloutStarted)]
+    assert started == ["run-p-r0~1", "run-p-r0~1.check.1"]
+    assert again.cost.model_calls == first.cost.model_calls
+    assert again.cost.usage == first.cost.usage
 
 
 async def test_an_ended_hierarchy_rollout_is_restored_with_its_sub_agents_cost(

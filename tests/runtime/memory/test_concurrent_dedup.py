@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentrt.agents import Agent, AgentConfig
+from agentrt.agents import Agent, AgentConfig, RolloutContext
 from agentrt.protocols import ModelRequest, ToolMessage
 from agentrt.runtime.memory._admission import Candidate
 from agentrt.runtime.memory._bank import MemoryBank, NewItem
@@ -47,7 +47,7 @@ async def test_many_rollouts_storing_the_same_note_at_once_store_it_once() -> No
         replies: list[str] = []
 
         async def one(i: int) -> None:
-            result = await agent.run("note it", run_id="run-1", rollout_id=f"r{i}")
+            result = await agent.run("note it", RolloutContext.new(run_id="run-1", index=i))
             replies.append(result.trajectory.steps[0].tool_results[0].content)
 
         async with anyio.create_task_group() as tg:

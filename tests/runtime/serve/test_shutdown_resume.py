@@ -5,7 +5,6 @@ within the grace period and refuses new ones meanwhile."""
 
 from __future__ import annotations
 
-import itertools
 import signal
 import sqlite3
 import time
@@ -17,7 +16,6 @@ import anyio
 import httpx
 import pytest
 
-from agentrt.agents import _delegation as delegation
 from agentrt.protocols import (
     ModelRequest,
     RolloutId,
@@ -286,7 +284,7 @@ def _second_helper_answer() -> Callable[[ModelRequest], bool]:
 
 
 async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
-    tmp_path: Path, daemon_kit: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, daemon_kit: Any
 ) -> None:
     """The entry agent's committed steps (each a finished sub-agent call) are
     replayed, not re-run; the call in flight runs again under a new id; the
@@ -297,8 +295,8 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
         tmp_path, server={"shutdown_grace_s": 0.0}, agents={"lead": str(spec)}
     )
     body = {"task": "three parts", "agent": "lead"}
-    # Each daemon is a new process: sub-agent calls are numbered from 1.
-    monkeypatch.setattr(delegation._numbers, "counter", itertools.count(1))
+    # Each run numbers its sub-agent calls from 1 (the resumed one too, but
+    # past the numbers its checkpoint holds).
     # The second helper call's answer never comes: the daemon stops with the
     # lead's first step committed and that call half done.
     first = ScriptedBackend(_stalling(_lead_and_helper, _second_helper_answer()), latency_s=0.01)
@@ -329,7 +327,6 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
     assert (interrupted, 0) in before
     assert (interrupted, 1) not in before
 
-    monkeypatch.setattr(delegation._numbers, "counter", itertools.count(1))
     second = ScriptedBackend(_lead_and_helper, latency_s=0.0)
     async with (
         daemon_kit.running(config, second) as daemon,
