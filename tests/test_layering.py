@@ -4,8 +4,8 @@ The layer of a module is the folder it is in (``runtime/`` holds two layers,
 so its subfolders say which).  From the bottom up::
 
     protocols < floor (runtime/kernel, models, budget, routing, memory,
-    observe, testing) < tools < agents < aggregators < roof (runtime/engine,
-    placement, config, serve, cli, evaluation)
+    observe, testing, wire) < tools < agents < aggregators < roof
+    (runtime/engine, placement, config, serve, cli, evaluation)
 
 A module imports its own layer and the layers below it, never above; the
 public surfaces (``agentrt``, ``agentrt.models``, ``agentrt.actors``,
@@ -33,6 +33,7 @@ RUNTIME = {
     "memory": "floor",
     "observe": "floor",
     "testing": "floor",
+    "wire": "floor",
     "engine": "roof",
     "placement": "roof",
     "config": "roof",

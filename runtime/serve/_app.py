@@ -52,7 +52,7 @@ from agentrt.runtime.serve._governance import (
     too_large,
 )
 from agentrt.runtime.serve._openapi import MAX_EVENT_ID, openapi_document
-from agentrt.runtime.serve.openai._chat_wire import OpenAIError
+from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.tools.hosting._transports import is_loopback
 
 log = get_logger(__name__)

@@ -33,19 +33,13 @@ from agentrt.protocols._api import (
 from agentrt.protocols._events import Event
 from agentrt.protocols._run import RunRequest
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
-from agentrt.runtime.serve.openai._chat_wire import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    ErrorBody,
-    ModelCard,
-    ModelList,
-)
-from agentrt.runtime.serve.openai._responses_events import StreamEvent
-from agentrt.runtime.serve.openai._responses_wire import (
+from agentrt.runtime.wire._chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
+from agentrt.runtime.wire._common import ErrorBody, ModelCard, ModelList
+from agentrt.runtime.wire._responses import (
     LOGPROBS_INCLUDE,
     ResponseObject,
     ResponseRequest,
+    StreamEvent,
 )
 
 #: Event ids are SQLite integers.

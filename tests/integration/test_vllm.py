@@ -28,8 +28,9 @@ from agentrt.protocols import (
     UserMessage,
 )
 from agentrt.runtime.models._backend import StreamDelta
-from agentrt.runtime.models.openai import _client_wire as wire
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.wire._chat_parts import wire_messages
+from agentrt.runtime.wire._common import encoder
 
 pytestmark = [
     pytest.mark.vllm,
@@ -80,7 +81,7 @@ async def prompt_tokens(
         json={
             "model": model,
             # Exactly what the backend sends for these messages.
-            "messages": msgspec.json.decode(wire.encoder.encode(wire.wire_messages(messages))),
+            "messages": msgspec.json.decode(encoder.encode(wire_messages(messages))),
             "add_generation_prompt": True,
         },
     )

@@ -1,8 +1,8 @@
 """The OpenAI-compatible model backend (vLLM, SGLang ``/v1``, llama.cpp,
 OpenAI): ``POST {base_url}/chat/completions``, retried behind a circuit
 breaker.  Messages already sent are not re-encoded and replies decode
-straight into wire Structs; why ``complete`` is shaped as it is:
-docs/design/performance.md, "The model client".
+straight into the Structs of ``agentrt.runtime.wire``; why ``complete`` is
+shaped as it is: docs/design/performance.md, "The model client".
 
 Must not import agents, tools or aggregators.
 """
@@ -44,12 +44,17 @@ from agentrt.runtime.models.http._http_client import (
     make_transport,
     poster,
 )
-from agentrt.runtime.models.openai import _client_wire as wire
 from agentrt.runtime.models.openai._openai_errors import ErrorMapper, error_message, excerpt
 from agentrt.runtime.models.openai._openai_reply import completion_to_reply
 from agentrt.runtime.models.openai._openai_stream import StreamReader
+from agentrt.runtime.wire._chat import RawChatRequest, ReplyCompletion, reply_decoder
+from agentrt.runtime.wire._chat_parts import EncodedParts
+from agentrt.runtime.wire._common import ReplyModelList, StreamOptions, encoder
 
 __all__ = ["OpenAIBackend", "OpenAIBackendConfig"]
+
+#: Every streamed request asks for the final usage chunk.
+_STREAM_OPTIONS = StreamOptions(include_usage=True)
 
 
 class OpenAIBackendConfig(BaseModel):
@@ -133,7 +138,7 @@ class OpenAIBackend:
         self._breaker = CircuitBreaker(config.breaker, endpoint=self._endpoint, backend=self._name)
         self._counters = RetryCounters()
         self._errors = ErrorMapper(backend=self._name, endpoint=self._endpoint, policy=self._policy)
-        self._parts = wire.EncodedParts()
+        self._parts = EncodedParts()
         self._deadlines = TaskDeadlines()  # each attempt's (``complete``)
         self._state = _State.UNOPENED
         self._client: httpx.AsyncClient | None = None
@@ -376,7 +381,7 @@ class OpenAIBackend:
                 endpoint=self._endpoint,
             )
         try:
-            listing = msgspec.json.decode(response.content, type=_ModelList)
+            listing = msgspec.json.decode(response.content, type=ReplyModelList)
         except msgspec.DecodeError as exc:
             raise self._errors.malformed(f"GET {url} reply is not a model list ({exc})") from exc
         return [m.id for m in listing.data]
@@ -414,12 +419,12 @@ class OpenAIBackend:
 
     # -- one attempt -----------------------------------------------------------
 
-    def _completion(self, reply: HttpReply, model: str) -> wire.Completion:
+    def _completion(self, reply: HttpReply, model: str) -> ReplyCompletion:
         data = reply.body
         if reply.status != 200:
             raise self._errors.status(reply.status, reply.headers, data, model)
         try:
-            completion = wire.completion_decoder.decode(data)
+            completion = reply_decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise self._errors.malformed(
                 f"reply is not a chat completion ({exc}): {excerpt(data)}"
@@ -513,8 +518,8 @@ class OpenAIBackend:
         sampling = request.sampling
         tools = request.tools
         top = request.top_logprobs
-        return wire.encoder.encode(
-            wire.ChatRequest(
+        return encoder.encode(
+            RawChatRequest(
                 model=model,
                 messages=self._parts.messages(request.messages),
                 temperature=sampling.temperature,
@@ -528,7 +533,7 @@ class OpenAIBackend:
                 logprobs=request.logprobs or top > 0,
                 top_logprobs=top or None,
                 stream=stream,
-                stream_options=wire.StreamOptions() if stream else None,
+                stream_options=_STREAM_OPTIONS if stream else None,
             )
         )
 
@@ -536,11 +541,3 @@ class OpenAIBackend:
 def _header_value(text: str) -> str:
     """``text`` as a header value: ASCII on the wire, anything else escaped."""
     return text if text.isascii() else text.encode("ascii", "backslashreplace").decode()
-
-
-class _ModelEntry(msgspec.Struct):
-    id: str
-
-
-class _ModelList(msgspec.Struct):
-    data: list[_ModelEntry]

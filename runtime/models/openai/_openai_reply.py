@@ -6,7 +6,7 @@ joined per choice, tool-call deltas joined by index, usage from the final
 chunk).  Tool-call arguments stay the raw text the model produced.
 
 Pure data: no I/O.  Imports ``agentrt.protocols``, the wire Structs of
-:mod:`agentrt.runtime.models.openai._client_wire` and ``StreamDelta``.
+:mod:`agentrt.runtime.wire` and ``StreamDelta``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from agentrt.protocols._messages import AssistantMessage, FunctionCall, ToolCall
 from agentrt.protocols._model import Choice, FinishReason, ModelReply, TokenLogprob, TopLogprob
 from agentrt.protocols._usage import Usage
 from agentrt.runtime.models._backend import StreamDelta
-from agentrt.runtime.models.openai._client_wire import (
-    Chunk,
-    Completion,
-    LogprobsWire,
-    ToolCallWire,
-    UsageWire,
-    encoder,
+from agentrt.runtime.wire._chat import (
+    ReplyChunk,
+    ReplyCompletion,
+    ReplyLogprobs,
+    ReplyToolCall,
+    ReplyUsage,
 )
+from agentrt.runtime.wire._common import encoder
 
 __all__ = ["StreamAssembly", "completion_to_reply"]
 
@@ -51,7 +51,7 @@ def _arguments(value: str | dict[str, Any] | None) -> str:
     return encoder.encode(value).decode()
 
 
-def _logprobs(wire_logprobs: LogprobsWire | None) -> list[TokenLogprob]:
+def _logprobs(wire_logprobs: ReplyLogprobs | None) -> list[TokenLogprob]:
     if wire_logprobs is None or not wire_logprobs.content:
         return []
     return [
@@ -64,7 +64,7 @@ def _logprobs(wire_logprobs: LogprobsWire | None) -> list[TokenLogprob]:
     ]
 
 
-def _usage(wire_usage: UsageWire | None) -> Usage:
+def _usage(wire_usage: ReplyUsage | None) -> Usage:
     if wire_usage is None:
         return Usage()
     details = wire_usage.prompt_tokens_details
@@ -76,7 +76,7 @@ def _usage(wire_usage: UsageWire | None) -> Usage:
 
 
 def completion_to_reply(
-    completion: Completion,
+    completion: ReplyCompletion,
     *,
     model: str,
     latency_s: float,
@@ -149,7 +149,7 @@ class _ChoiceParts:
         self.logprobs: list[TokenLogprob] | None = None
         self.finish_reason: str | None = None
 
-    def add_logprobs(self, wire_logprobs: LogprobsWire) -> list[TokenLogprob]:
+    def add_logprobs(self, wire_logprobs: ReplyLogprobs) -> list[TokenLogprob]:
         logprobs = _logprobs(wire_logprobs)
         if self.logprobs is None:
             self.logprobs = []
@@ -168,9 +168,9 @@ class StreamAssembly:
         self._choices: dict[int, _ChoiceParts] = {}
         self._model = ""
         self._id = ""
-        self._usage: UsageWire | None = None
+        self._usage: ReplyUsage | None = None
 
-    def add(self, chunk: Chunk) -> list[StreamDelta]:
+    def add(self, chunk: ReplyChunk) -> list[StreamDelta]:
         if chunk.model:
             self._model = chunk.model
         if chunk.id:
@@ -202,7 +202,7 @@ class StreamAssembly:
         return out
 
     @staticmethod
-    def _tool_delta(index: int, parts: _ChoiceParts, tc: ToolCallWire) -> StreamDelta:
+    def _tool_delta(index: int, parts: _ChoiceParts, tc: ReplyToolCall) -> StreamDelta:
         slot_index = tc.index
         if slot_index is None:
             # No index (a few servers): a new id opens a new call, anything

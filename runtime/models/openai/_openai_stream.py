@@ -1,7 +1,7 @@
 """Reading one streamed chat completion (``text/event-stream``).
 
 Owns :class:`StreamReader`: it pulls body chunks from an open response,
-frames them into SSE events, decodes each event into a wire ``Chunk``,
+frames them into SSE events, decodes each event into a ``ReplyChunk``,
 feeds a :class:`~agentrt.runtime.models.openai._openai_reply.StreamAssembly`,
 recognises ``[DONE]``, drains the body to its end afterwards (so the
 connection is kept alive), treats an end before ``[DONE]`` as a cut stream
@@ -22,9 +22,9 @@ import msgspec
 
 from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models.http._sse import SSEDecoder
-from agentrt.runtime.models.openai import _client_wire as wire
 from agentrt.runtime.models.openai._openai_errors import ErrorMapper, excerpt
 from agentrt.runtime.models.openai._openai_reply import StreamAssembly
+from agentrt.runtime.wire._chat import ReplyChunk, reply_chunk_decoder
 
 __all__ = ["StreamReader"]
 
@@ -74,9 +74,9 @@ class StreamReader:
             if out:
                 return out
 
-    def _decode(self, data: bytes) -> wire.Chunk:
+    def _decode(self, data: bytes) -> ReplyChunk:
         try:
-            chunk = wire.chunk_decoder.decode(data)
+            chunk = reply_chunk_decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise self._errors.malformed(
                 f"stream event is not a chat-completion chunk ({exc}): {excerpt(data)}"

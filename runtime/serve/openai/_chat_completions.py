@@ -23,31 +23,13 @@ from agentrt.protocols._model import TokenLogprob
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._bridge import RunService
 from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
-from agentrt.runtime.serve.openai._chat_wire import (
-    AssistantOut,
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    ChoiceOut,
-    ChunkChoice,
-    Delta,
-    Extension,
-    FinishReasonOut,
-    FunctionCallOut,
-    LogprobsOut,
-    ModelCard,
-    ModelList,
-    OpenAIError,
-    TokenLogprobOut,
-    ToolCallDelta,
-    ToolCallOut,
-    TopLogprobOut,
-    UsageOut,
+from agentrt.runtime.serve.openai._chat_translate import (
     build_task,
     decode_request,
     extension_of,
     usage_of,
 )
+from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, chat_requested, labels
 from agentrt.runtime.serve.openai._openai_runs import (
     CANCEL_GRACE_S,
@@ -61,6 +43,24 @@ from agentrt.runtime.serve.openai._openai_runs import (
     sse_data,
 )
 from agentrt.runtime.serve.openai._responses import responses_routes
+from agentrt.runtime.wire._chat import (
+    AssistantOut,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChoiceOut,
+    ChunkChoice,
+    Delta,
+    FinishReasonOut,
+    FunctionCallOut,
+    LogprobsOut,
+    TokenLogprobOut,
+    ToolCallDelta,
+    ToolCallOut,
+    TopLogprobOut,
+    UsageOut,
+)
+from agentrt.runtime.wire._common import Extension, ModelCard, ModelList
 
 log = get_logger(__name__)
 

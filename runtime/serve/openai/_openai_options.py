@@ -15,12 +15,9 @@ import msgspec
 
 from agentrt.protocols._run import Budget, RunOptions, ScalingSpec
 from agentrt.protocols._tools import ToolSpec
-from agentrt.runtime.serve.openai._chat_wire import (
-    ChatCompletionRequest,
-    OpenAIError,
-    ScalingIn,
-    decode_error,
-)
+from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
+from agentrt.runtime.wire._chat import ChatCompletionRequest
+from agentrt.runtime.wire._common import ScalingIn
 
 ToolChoiceMode = Literal["auto", "none", "required"]
 
@@ -53,7 +50,7 @@ class Sampling(msgspec.Struct, kw_only=True):
     top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
 
 
-class FunctionTool(msgspec.Struct, frozen=True, kw_only=True):
+class ClientTool(msgspec.Struct, frozen=True, kw_only=True):
     """A client tool, whichever endpoint declared it."""
 
     name: str
@@ -130,7 +127,7 @@ def requested(
     scaling_in: Scaling,
     sampling: Sampling,
     *,
-    tools: list[FunctionTool],
+    tools: list[ClientTool],
     tools_param: str,
     tool_choice: ToolChoiceMode,
     schema: dict[str, Any] | None,
@@ -243,7 +240,7 @@ def chat_requested(
         )
     if chat.top_logprobs and not chat.logprobs:
         raise OpenAIError(400, "top_logprobs needs `logprobs: true`", param="top_logprobs")
-    tools: list[FunctionTool] = []
+    tools: list[ClientTool] = []
     for index, tool in enumerate(chat.tools or []):
         if tool.type != "function" or tool.function is None or tool.custom is not None:
             raise refuse(
@@ -251,7 +248,7 @@ def chat_requested(
                 f"only function tools are supported, got {tool.type!r}",
             )
         tools.append(
-            FunctionTool(
+            ClientTool(
                 name=tool.function.name,
                 description=tool.function.description,
                 parameters=tool.function.parameters,
@@ -320,7 +317,7 @@ def param_for(where: str | None, fields: dict[str, str]) -> str | None:
 
 
 __all__ = [
-    "FunctionTool",
+    "ClientTool",
     "Requested",
     "Sampling",
     "Scaling",

@@ -30,7 +30,7 @@ from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._api_problem import ApiProblem
 from agentrt.runtime.serve._bridge import RunService
 from agentrt.runtime.serve._governance import DEFAULT_JSON_DEPTH, check_json_depth
-from agentrt.runtime.serve.openai._chat_wire import OpenAIError
+from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, param_for
 
 log = get_logger(__name__)

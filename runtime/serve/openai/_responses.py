@@ -22,7 +22,8 @@ from starlette.types import Receive, Scope, Send
 from agentrt.protocols._api import AgentInfo, RunInfo
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve.openai._answer_stream import AnswerStream
-from agentrt.runtime.serve.openai._chat_wire import OpenAIError, build_task, extension_of
+from agentrt.runtime.serve.openai._chat_translate import build_task, extension_of
+from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, labels
 from agentrt.runtime.serve.openai._openai_runs import (
     OpenAIRuns,
@@ -33,39 +34,39 @@ from agentrt.runtime.serve.openai._openai_runs import (
     run_error,
     send_stream,
 )
-from agentrt.runtime.serve.openai._responses_events import (
-    ArgumentsDelta,
-    ArgumentsDone,
-    ContentPartAdded,
-    ContentPartDone,
-    OutputItemAdded,
-    OutputItemDone,
-    OutputTextDelta,
-    OutputTextDone,
-    ResponseCompleted,
-    ResponseCreated,
-    ResponseFailed,
-    ResponseInProgress,
-    StreamEvent,
-)
-from agentrt.runtime.serve.openai._responses_wire import (
-    FunctionCallItem,
-    InputDetails,
-    OutputDetails,
-    OutputItem,
-    OutputMessage,
-    OutputText,
-    ResponseError,
-    ResponseObject,
-    ResponseRequest,
-    ResponseStatus,
-    ResponseUsage,
+from agentrt.runtime.serve.openai._responses_translate import (
     decode_response_request,
     echo,
     input_messages,
     logprobs_out,
     output_items,
     responses_requested,
+)
+from agentrt.runtime.wire._responses import (
+    ArgumentsDelta,
+    ArgumentsDone,
+    ContentPartAdded,
+    ContentPartDone,
+    FunctionCallItem,
+    InputDetails,
+    OutputDetails,
+    OutputItem,
+    OutputItemAdded,
+    OutputItemDone,
+    OutputMessage,
+    OutputText,
+    OutputTextDelta,
+    OutputTextDone,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseError,
+    ResponseFailed,
+    ResponseInProgress,
+    ResponseObject,
+    ResponseRequest,
+    ResponseStatus,
+    ResponseUsage,
+    StreamEvent,
 )
 
 log = get_logger(__name__)

@@ -1,6 +1,7 @@
-"""The sim-server's SGLang-native endpoints (``NativeEndpoints``).
+"""The sim-server's SGLang-native endpoints (``NativeEndpoints``) and the
+``/generate`` request they read (``GenerateRequest``: not OpenAI's wire).
 
-Imports the engine, model, wire shapes and HTTP helpers of the sim-server.
+Imports the engine, model and HTTP helpers of the sim-server.
 """
 
 from __future__ import annotations
@@ -22,18 +23,48 @@ from agentrt.runtime.testing._tokens import (
     token_id,
 )
 from agentrt.runtime.testing.sim._sim_engine import SimEngine
-from agentrt.runtime.testing.sim._sim_http import Frame, Generation, error_response, json_response
-from agentrt.runtime.testing.sim._sim_model import SimChoice, view_from_text
-from agentrt.runtime.testing.sim._sim_wire import (
+from agentrt.runtime.testing.sim._sim_http import (
     SSE_DONE,
-    GenerateRequest,
-    GenerateSampling,
+    Frame,
+    Generation,
     encoder,
-    generate_decoder,
+    error_response,
+    json_response,
     sse,
 )
+from agentrt.runtime.testing.sim._sim_model import SimChoice, view_from_text
 
 MAX_N = 128
+
+
+class GenerateSampling(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``sampling_params`` of ``/generate`` that change the simulation;
+    the others (``top_p``, ``top_k``, penalties, ``stop``...) are accepted
+    and ignored."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    n: int = 1
+    sampling_seed: int | None = None
+
+
+class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /generate`` (SGLang's ``GenerateReqInput``: ``text`` or
+    ``input_ids``, ``sampling_params``, ``rid``, logprob options, ``stream``).
+    Unknown fields are ignored, as SGLang does."""
+
+    text: str | list[str] | None = None
+    input_ids: list[Any] | None = None
+    sampling_params: GenerateSampling | None = None
+    rid: str | list[str] | None = None
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    stream: bool = False
+
+
+generate_decoder = msgspec.json.Decoder(GenerateRequest)
 
 
 def _triples(pieces: list[str], ids: list[int], salt: int, text: bool, first: int = 0) -> list[Any]:

@@ -10,7 +10,11 @@ the id and name first and the arguments in pieces,
 ``POST /v1/completions``: a prompt (or a list), ``n``, legacy ``logprobs``
 (an int), ``stream``.  ``GET /v1/models`` lists the one served model.
 
-Imports the engine, model, wire shapes and HTTP helpers of the sim-server.
+Requests decode into the types the model client encodes them with
+(``RawChatRequest``); usage, logprobs, tool calls and the model list are
+written with the daemon's types (``agentrt.runtime.wire``), byte for byte
+what the daemon writes.  Imports the engine, model and HTTP helpers of the
+sim-server.
 """
 
 from __future__ import annotations
@@ -30,50 +34,69 @@ from agentrt.runtime.testing._tokens import (
     tokenize,
 )
 from agentrt.runtime.testing.sim._sim_engine import SimEngine
-from agentrt.runtime.testing.sim._sim_http import Frame, Generation, error_response, json_response
-from agentrt.runtime.testing.sim._sim_model import SimChoice, view_from_text
-from agentrt.runtime.testing.sim._sim_wire import (
+from agentrt.runtime.testing.sim._sim_http import (
     SSE_DONE,
-    chat_decoder,
-    completion_decoder,
+    Frame,
+    Generation,
     encoder,
+    error_response,
+    json_response,
     sse,
 )
+from agentrt.runtime.testing.sim._sim_model import SimChoice, view_from_text
+from agentrt.runtime.wire._chat import (
+    Delta,
+    FunctionCallOut,
+    PromptDetails,
+    TokenLogprobOut,
+    ToolCallDelta,
+    ToolCallOut,
+    TopLogprobOut,
+    UsageOut,
+    raw_chat_decoder,
+)
+from agentrt.runtime.wire._common import ModelCard, ModelList
+from agentrt.runtime.wire._completions import completion_request_decoder
 
 MAX_N = 128
 DEFAULT_MAX_TOKENS = 4096
 
 
-def _lp_entry(piece: str, pos: int, k: int, salt: int) -> dict[str, Any]:
-    return {
-        "token": piece,
-        "logprob": synthetic_logprob(piece, pos, salt),
-        "bytes": list(piece.encode()),
-        "top_logprobs": [
-            {"token": t, "logprob": lp, "bytes": list(t.encode())}
+#: The first delta of every streamed choice.
+_ROLE_DELTA = encoder.encode(Delta(role="assistant", content=""))
+
+
+def _lp_entry(piece: str, pos: int, k: int, salt: int) -> TokenLogprobOut:
+    return TokenLogprobOut(
+        token=piece,
+        logprob=synthetic_logprob(piece, pos, salt),
+        bytes=list(piece.encode()),
+        top_logprobs=[
+            TopLogprobOut(token=t, logprob=lp, bytes=list(t.encode()))
             for t, lp in synthetic_top(piece, pos, k, salt)
         ],
-    }
+    )
 
 
-def _chat_logprobs(pieces: list[str], k: int, salt: int) -> list[dict[str, Any]]:
+def _chat_logprobs(pieces: list[str], k: int, salt: int) -> list[TokenLogprobOut]:
     return [_lp_entry(piece, pos, k, salt) for pos, piece in enumerate(pieces)]
 
 
-def _usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
-    }
+def _usage(prompt: int, completion: int, cached: int) -> UsageOut:
+    return UsageOut(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        prompt_tokens_details=PromptDetails(cached_tokens=cached),
+    )
 
 
 def _message(choice: SimChoice) -> dict[str, Any]:
+    """As vLLM writes it: ``tool_calls`` only when there are some."""
     message: dict[str, Any] = {"role": "assistant", "content": choice.content}
     if choice.tool_calls:
         message["tool_calls"] = [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            ToolCallOut(id=cid, function=FunctionCallOut(name=name, arguments=args))
             for cid, name, args in choice.tool_calls
         ]
     return message
@@ -93,14 +116,12 @@ def _chat_frames(
     the chunk's JSON before and after its ``choices`` list.  Frames are
     spliced from bytes (one ``encode`` per piece): streams are the hot path."""
     enc = encoder.encode
-    deltas: list[bytes] = [b'{"role":"assistant","content":""}']
+    deltas: list[bytes] = [_ROLE_DELTA]
     logprobs: list[bytes] = [b"null"]
     if choice.tool_calls:
         for k, (cid, name, args) in enumerate(choice.tool_calls):
-            head = {"index": k, "id": cid, "type": "function"}
-            deltas.append(
-                enc({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]})
-            )
+            head = ToolCallDelta(index=k, id=cid, function=FunctionCallOut(name=name, arguments=""))
+            deltas.append(enc(Delta(tool_calls=[head])))
             logprobs.append(b"null")
             prefix = b'{"tool_calls":[{"index":%d,"function":{"arguments":' % k
             for piece in tokenize(args):
@@ -123,6 +144,12 @@ def _chat_frames(
     end = {"index": index, "delta": {}, "logprobs": None, "finish_reason": choice.finish_reason}
     frames.append((frames[-1][0], before + enc(end) + after))
     return frames
+
+
+def _tools_raw(tools: list[msgspec.Raw] | None) -> msgspec.Raw:
+    """A request's tools as one JSON array (empty when it offers none): the
+    key of the prompt cache's tools entry."""
+    return msgspec.Raw(b"[" + b",".join(tools) + b"]") if tools else msgspec.Raw()
 
 
 def _envelope(chunk_head: dict[str, Any]) -> tuple[bytes, bytes]:
@@ -156,14 +183,13 @@ class OpenAIEndpoints:
     async def models(self, request: web.Request) -> web.Response:
         self.engine.requests["/v1/models"] += 1
         cfg = self.engine.config
-        card = {"id": cfg.model, "object": "model", "created": int(self.engine.started_at)}
-        card["owned_by"] = "agentrt-sim"
-        return json_response(encoder.encode({"object": "list", "data": [card]}))
+        card = ModelCard(id=cfg.model, created=int(self.engine.started_at), owned_by="agentrt-sim")
+        return json_response(encoder.encode(ModelList(data=[card])))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         engine = self.engine
         try:
-            req = chat_decoder.decode(await request.read())
+            req = raw_chat_decoder.decode(await request.read())
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             engine.requests["/v1/chat/completions"] += 1
             return self._bad_request(f"invalid chat completion request: {exc}")
@@ -183,7 +209,9 @@ class OpenAIEndpoints:
             if early is not None:
                 return early
             try:
-                view, prompt = engine.chats.prompt(req.messages, req.tools, req.tool_choice_name())
+                view, prompt = engine.chats.prompt(
+                    req.messages, _tools_raw(req.tools), req.tool_choice_name()
+                )
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 return self._bad_request(f"invalid chat completion request: {exc}")
             prompt_ids = prompt.ids
@@ -254,7 +282,7 @@ class OpenAIEndpoints:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         engine = self.engine
         try:
-            req = completion_decoder.decode(await request.read())
+            req = completion_request_decoder.decode(await request.read())
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             engine.requests["/v1/completions"] += 1
             return self._bad_request(f"invalid completion request: {exc}")

@@ -12,8 +12,7 @@ from aiohttp import web
 from agentrt.runtime.testing.sim._native_endpoints import NativeEndpoints
 from agentrt.runtime.testing.sim._openai_endpoints import OpenAIEndpoints
 from agentrt.runtime.testing.sim._sim_engine import SimEngine
-from agentrt.runtime.testing.sim._sim_http import json_response
-from agentrt.runtime.testing.sim._sim_wire import encoder
+from agentrt.runtime.testing.sim._sim_http import encoder, json_response
 
 #: Large prompts are fine; absurd ones are a client bug.
 MAX_REQUEST_BYTES = 64 * 1024 * 1024

@@ -36,7 +36,7 @@ from agentrt.runtime.models.sglang._sglang_template import (
 )
 from agentrt.runtime.testing._tokens import EncodedPrompt, encode
 from agentrt.runtime.testing.sim._sim_model import PromptView
-from agentrt.runtime.testing.sim._sim_wire import ToolDef
+from agentrt.runtime.wire._chat_parts import ToolDef
 
 _message_decoder = msgspec.json.Decoder(ChatMessage)
 _tools_decoder = msgspec.json.Decoder(list[ToolDef])

@@ -1,6 +1,6 @@
 """HTTP delivery for the sim-server, shared by its OpenAI and SGLang endpoints:
-JSON replies, timed SSE streams (``stream_frames``) and request-level faults
-(``Generation``).
+JSON replies, OpenAI-shaped error bodies, SSE events (``sse``), timed SSE
+streams (``stream_frames``) and request-level faults (``Generation``).
 
 Uses aiohttp.web and anyio; knows nothing about reply contents.
 """
@@ -12,15 +12,29 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 import anyio
+import msgspec
 from aiohttp import web
 
 from agentrt.runtime.testing.sim._sim_config import FaultKind
 from agentrt.runtime.testing.sim._sim_engine import SimEngine
-from agentrt.runtime.testing.sim._sim_wire import openai_error
 
 Frame = tuple[float, bytes]  # (seconds after the start of the reply, SSE bytes)
 
 _JSON = "application/json"
+
+encoder = msgspec.json.Encoder()
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def openai_error(message: str, kind: str, code: int) -> bytes:
+    """An OpenAI-shaped error body."""
+    return encoder.encode({"error": {"message": message, "type": kind, "code": code}})
+
+
+def sse(payload: object) -> bytes:
+    """One server-sent event carrying ``payload`` as JSON."""
+    return b"data: " + encoder.encode(payload) + b"\n\n"
 
 
 def json_response(body: bytes, status: int = 200) -> web.Response:

@@ -22,7 +22,8 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.models.http._http_client import TransportFailure, classify_transport_error
 from agentrt.runtime.models.http._sse import SSEDecoder
-from agentrt.runtime.models.openai import _client_wire as wire
+from agentrt.runtime.wire._chat_parts import EncodedParts, wire_messages
+from agentrt.runtime.wire._common import encoder
 
 
 def test_sse_events_split_anywhere_come_out_whole() -> None:
@@ -69,9 +70,9 @@ CONVERSATION: list[ChatMessage] = [
 
 
 def test_encoded_parts_match_the_plain_conversion() -> None:
-    parts = wire.EncodedParts()
+    parts = EncodedParts()
     raw = parts.messages(CONVERSATION)
-    plain = msgspec.json.decode(wire.encoder.encode(wire.wire_messages(CONVERSATION)))
+    plain = msgspec.json.decode(encoder.encode(wire_messages(CONVERSATION)))
     assert [msgspec.json.decode(r) for r in raw] == plain
     assert plain[4] == {"role": "assistant", "content": ""}
     assert "name" not in plain[0]
@@ -84,7 +85,7 @@ def test_encoded_parts_match_the_plain_conversion() -> None:
 
 
 def test_encoded_parts_reuse_by_identity_and_stay_bounded() -> None:
-    parts = wire.EncodedParts(max_entries=10)
+    parts = EncodedParts(max_entries=10)
     first = parts.messages(CONVERSATION)
     again = parts.messages(CONVERSATION)
     assert all(a is b for a, b in zip(first, again, strict=True))
@@ -94,7 +95,7 @@ def test_encoded_parts_reuse_by_identity_and_stay_bounded() -> None:
     for i in range(50):
         parts.messages([UserMessage(f"m{i}")])
     assert len(parts) <= 10
-    by_size = wire.EncodedParts(max_bytes=2_000)
+    by_size = EncodedParts(max_bytes=2_000)
     for i in range(50):
         by_size.messages([UserMessage("x" * 300 + str(i))])
     assert 0 < by_size.encoded_bytes <= 2_000

@@ -27,7 +27,9 @@ from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIB
 from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve._metrics import DaemonMetrics
 from agentrt.runtime.serve._run_manager import RunManager
-from agentrt.runtime.serve.openai._chat_wire import MessageIn, OpenAIError, build_task
+from agentrt.runtime.serve.openai._chat_translate import build_task
+from agentrt.runtime.serve.openai._openai_error import OpenAIError
+from agentrt.runtime.wire._chat import MessageIn
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
 
 pytestmark = pytest.mark.anyio

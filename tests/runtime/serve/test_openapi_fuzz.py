@@ -44,7 +44,7 @@ import msgspec
 import pytest
 
 from agentrt.protocols._api import ApiError
-from agentrt.runtime.serve.openai._chat_wire import ErrorBody
+from agentrt.runtime.wire._common import ErrorBody
 
 pytestmark = pytest.mark.process
 

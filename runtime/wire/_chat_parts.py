@@ -1,8 +1,9 @@
-"""The OpenAI chat-completions wire format, as msgspec Structs, with decoders
-and an encoder built once, and agentrt messages in the request shape
-(``EncodedParts`` encodes each message once).  Replies decode leniently:
-vLLM, SGLang, llama.cpp and OpenAI each omit or add different fields.
-Every Struct is ``gc=False`` (no cycles; spares the collector per call).
+"""agentrt messages and tool specs in a chat request's shape, and
+``EncodedParts``, which encodes each of them once.
+
+The model client sends these; the sim-server reads the tools back with the
+same ``ToolDef``.  Every Struct is ``gc=False`` (no cycles; spares the
+collector per call).
 
 Pure data: no I/O.  Imports only ``agentrt.protocols``.
 """
@@ -26,21 +27,9 @@ from agentrt.protocols._messages import (
     UserMessage,
 )
 from agentrt.protocols._tools import ToolSpec
+from agentrt.runtime.wire._common import encoder
 
-__all__ = [
-    "ChatRequest",
-    "Chunk",
-    "Completion",
-    "EncodedParts",
-    "StreamOptions",
-    "UsageWire",
-    "chunk_decoder",
-    "completion_decoder",
-    "encoder",
-    "wire_messages",
-]
-
-# --- request -----------------------------------------------------------------
+__all__ = ["EncodedParts", "FunctionDef", "ToolDef", "wire_messages"]
 
 
 class _System(msgspec.Struct, gc=False, tag="system", tag_field="role", omit_defaults=True):
@@ -94,14 +83,24 @@ def wire_messages(messages: list[ChatMessage]) -> list[_WireMessage]:
     return [to_wire[type(m)](m) for m in messages]
 
 
-class _FunctionSpec(msgspec.Struct, gc=False, omit_defaults=True):
+def _no_parameters() -> dict[str, Any]:
+    return {"type": "object", "properties": {}}
+
+
+class FunctionDef(msgspec.Struct, gc=False, omit_defaults=True):
+    """The ``function`` of a tool in a chat request, as clients send it and a
+    lenient server (the sim-server) reads it; the daemon's strict reading is
+    ``FunctionDefIn``."""
+
     name: str
-    parameters: dict[str, Any]
+    parameters: dict[str, Any] = msgspec.field(default_factory=_no_parameters)
     description: str = ""
 
 
-class _ToolSpecWire(msgspec.Struct, gc=False):
-    function: _FunctionSpec
+class ToolDef(msgspec.Struct, gc=False):
+    """A tool of a chat request's ``tools`` (see ``FunctionDef``)."""
+
+    function: FunctionDef
     type: str = "function"
 
 
@@ -141,8 +140,7 @@ class EncodedParts:
         """Each tool spec in the request's ``tools`` shape."""
         get = self._raw.get
         return [
-            get(id(t))
-            or self._store(t, _ToolSpecWire(_FunctionSpec(t.name, t.parameters, t.description)))
+            get(id(t)) or self._store(t, ToolDef(FunctionDef(t.name, t.parameters, t.description)))
             for t in tools
         ]
 
@@ -166,120 +164,3 @@ class EncodedParts:
 
     def __len__(self) -> int:
         return len(self._raw)
-
-
-class StreamOptions(msgspec.Struct, gc=False):
-    include_usage: bool = True
-
-
-class ChatRequest(msgspec.Struct, gc=False, omit_defaults=True, kw_only=True):
-    """The body of ``POST /chat/completions``."""
-
-    model: str
-    messages: list[msgspec.Raw]
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    n: int = 1
-    stop: list[str] | None = None
-    seed: int | None = None
-    tools: list[msgspec.Raw] | None = None
-    tool_choice: str | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-
-
-# --- replies -----------------------------------------------------------------
-
-
-class TopLogprobWire(msgspec.Struct, gc=False):
-    token: str
-    logprob: float
-
-
-class TokenLogprobWire(msgspec.Struct, gc=False):
-    token: str
-    logprob: float
-    top_logprobs: list[TopLogprobWire] | None = None
-
-
-class LogprobsWire(msgspec.Struct, gc=False):
-    content: list[TokenLogprobWire] | None = None
-
-
-class FunctionWire(msgspec.Struct, gc=False):
-    name: str | None = None
-    # Some servers send parsed arguments (an object) instead of JSON text.
-    arguments: str | dict[str, Any] | None = None
-
-
-class ToolCallWire(msgspec.Struct, gc=False):
-    index: int | None = None
-    id: str | None = None
-    type: str | None = None
-    function: FunctionWire | None = None
-
-
-class MessageWire(msgspec.Struct, gc=False):
-    content: str | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[ToolCallWire] | None = None
-
-
-class ChoiceWire(msgspec.Struct, gc=False):
-    index: int = 0
-    message: MessageWire | None = None
-    finish_reason: str | None = None
-    logprobs: LogprobsWire | None = None
-
-
-class PromptTokensDetails(msgspec.Struct, gc=False):
-    cached_tokens: int | None = None
-
-
-class UsageWire(msgspec.Struct, gc=False):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    prompt_tokens_details: PromptTokensDetails | None = None
-
-
-class Completion(msgspec.Struct, gc=False):
-    """A non-streaming reply."""
-
-    choices: list[ChoiceWire]
-    id: str = ""
-    model: str = ""
-    usage: UsageWire | None = None
-
-
-class DeltaWire(msgspec.Struct, gc=False):
-    content: str | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    tool_calls: list[ToolCallWire] | None = None
-
-
-class ChunkChoiceWire(msgspec.Struct, gc=False):
-    index: int = 0
-    delta: DeltaWire | None = None
-    finish_reason: str | None = None
-    logprobs: LogprobsWire | None = None
-
-
-class Chunk(msgspec.Struct, gc=False):
-    """One SSE event of a streaming reply.  ``error`` is set when the server
-    reports a failure inside the stream (vLLM and SGLang do)."""
-
-    id: str = ""
-    model: str = ""
-    choices: list[ChunkChoiceWire] = []
-    usage: UsageWire | None = None
-    error: Any = None
-
-
-encoder = msgspec.json.Encoder()
-completion_decoder = msgspec.json.Decoder(Completion)
-chunk_decoder = msgspec.json.Decoder(Chunk)
