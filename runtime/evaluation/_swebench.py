@@ -18,6 +18,7 @@ import msgspec
 from pydantic import ValidationError
 
 from agentrt.runtime.evaluation._coding_task import CodingTask
+from agentrt.runtime.evaluation._task_sets import jsonl_objects
 from agentrt.runtime.evaluation._test_verifier import TestVerifierConfig
 from agentrt.runtime.kernel._errors import ConfigError
 
@@ -98,16 +99,7 @@ def load_instances(
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read it: {exc}", where=str(path)) from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            raw = msgspec.json.decode(line)
-        except msgspec.DecodeError as exc:
-            raise ConfigError(f"not JSON: {exc}", where=where) from None
-        if not isinstance(raw, dict):
-            raise ConfigError("each line must be a JSON object", where=where)
+    for _, where, raw in jsonl_objects(path, lines):
         fields = {k: raw[k] for k in SweInstance.__struct_fields__ if k in raw}
         for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
             if key in fields:

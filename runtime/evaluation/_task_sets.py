@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -38,10 +39,13 @@ Verifier = Callable[[str | None, EvalTask], bool]
 # -- task files ---------------------------------------------------------------
 
 
-def load_tasks(path: str | Path) -> list[EvalTask]:
-    """Read a JSONL task file; a bad line is a ``ConfigError`` naming it."""
-    tasks: list[EvalTask] = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+def jsonl_objects(
+    path: str | Path, lines: Iterable[str]
+) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """Each non-blank line of the JSONL file ``path`` as ``(number, where,
+    object)``, ``where`` being ``path:number``; ``ConfigError`` naming it for
+    a line that is not a JSON object."""
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -51,6 +55,15 @@ def load_tasks(path: str | Path) -> list[EvalTask]:
             raise ConfigError(f"not JSON: {exc}", where=where) from None
         if not isinstance(raw, dict):
             raise ConfigError("each line must be a JSON object", where=where)
+        yield number, where, raw
+
+
+def load_tasks(path: str | Path) -> list[EvalTask]:
+    """Read a JSONL task file; a bad line is a ``ConfigError`` naming it."""
+    tasks: list[EvalTask] = []
+    for number, where, raw in jsonl_objects(
+        path, Path(path).read_text(encoding="utf-8").splitlines()
+    ):
         text = raw.get("task") or raw.get("question") or raw.get("prompt")
         if not isinstance(text, str) or not text.strip():
             raise ConfigError("needs a `task` (or `question`/`prompt`) string", where=where)

@@ -60,18 +60,13 @@ class RoutingPolicy(Protocol):
         ...
 
 
-@final
-class FixedTierPolicy:
-    """Always the same tier (budget permitting).  ``always_small`` and
-    ``always_large`` build the two boundary policies of the frontier."""
+class _LadderPolicy:
+    """The part of a ``RoutingPolicy`` every policy here shares: its name
+    and the tiers it chooses from, read-only once built."""
 
-    reads_signals = False
-    """The tier is fixed: no signal changes it (see ``RoutingPolicy``)."""
-
-    def __init__(self, ladder: TierLadder, tier: str, *, name: str | None = None) -> None:
+    def __init__(self, ladder: TierLadder, name: str) -> None:
         self._ladder = ladder
-        self._wanted = ladder.index(tier)
-        self._name = name or f"always-{tier}"
+        self._name = name
 
     @property
     def name(self) -> str:
@@ -80,6 +75,19 @@ class FixedTierPolicy:
     @property
     def ladder(self) -> TierLadder:
         return self._ladder
+
+
+@final
+class FixedTierPolicy(_LadderPolicy):
+    """Always the same tier (budget permitting).  ``always_small`` and
+    ``always_large`` build the two boundary policies of the frontier."""
+
+    reads_signals = False
+    """The tier is fixed: no signal changes it (see ``RoutingPolicy``)."""
+
+    def __init__(self, ladder: TierLadder, tier: str, *, name: str | None = None) -> None:
+        super().__init__(ladder, name or f"always-{tier}")
+        self._wanted = ladder.index(tier)
 
     def route(self, ctx: StepContext) -> RoutingDecision:
         tier = self._ladder.tiers[self._wanted]
@@ -98,7 +106,7 @@ def always_large(ladder: TierLadder) -> FixedTierPolicy:
 
 
 @final
-class CascadePolicy:
+class CascadePolicy(_LadderPolicy):
     """Start on ``start_tier``; escalate one tier whenever an enabled signal
     fires; optionally step back down after ``deescalate_after`` steps on a
     higher tier whose latest signals are clear."""
@@ -125,21 +133,12 @@ class CascadePolicy:
                 f"deescalate_after must be >= 1, got {deescalate_after}",
                 where=f"routing.{name}.deescalate_after",
             )
-        self._ladder = ladder
+        super().__init__(ladder, name)
         self._start = 0 if start_tier is None else ladder.index(start_tier)
         self._on = frozenset(escalate_on)
         self._min_logprob = min_mean_logprob
         self._max_disagreement = max_judge_disagreement
         self._deescalate_after = deescalate_after
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def ladder(self) -> TierLadder:
-        return self._ladder
 
     def triggers(self, ctx: StepContext) -> list[str]:
         """The enabled signals that fire in ``ctx``, described for a reason."""
@@ -297,7 +296,7 @@ class SignalDifficulty:
 
 
 @final
-class ThresholdPolicy:
+class ThresholdPolicy(_LadderPolicy):
     """Tier by difficulty: ``thresholds`` are the increasing cut points
     between consecutive tiers (one fewer than tiers); a score at or above
     the k-th cut point goes to tier k+1 or higher."""
@@ -318,18 +317,9 @@ class ThresholdPolicy:
             )
         if any(b <= a for a, b in itertools.pairwise(thresholds)):
             raise ConfigError(f"thresholds must increase, got {list(thresholds)}", where=where)
-        self._ladder = ladder
+        super().__init__(ladder, name)
         self._cuts = tuple(thresholds)
         self._scorer = scorer
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def ladder(self) -> TierLadder:
-        return self._ladder
 
     def route(self, ctx: StepContext) -> RoutingDecision:
         score = self._scorer.score(ctx)

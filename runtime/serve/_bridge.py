@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar, final
 
 from agentrt.protocols._api import AgentInfo, ElicitationAnswer, RunDetail, RunInfo, RunPage
-from agentrt.protocols._events import Event, McpAuthorizationRequired, TokenDelta
+from agentrt.protocols._events import Event, McpAuthorizationRequired
 from agentrt.protocols._run import RunRequest, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.runtime.config._daemon_config import DaemonConfig
 from agentrt.runtime.models._backend_health import BackendHealth
-from agentrt.runtime.serve._run_manager import RunManager
+from agentrt.runtime.serve._run_manager import EventBatch, RunManager, follow_batches
 from agentrt.runtime.serve._turns import Turns
 
 T = TypeVar("T")
@@ -190,26 +190,17 @@ class ManagerBridge:
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:  # noqa: ASYNC109
         return await self._on_run_loop(lambda: self.manager.wait(run_id, timeout=timeout))
 
-    async def follow(
-        self, run_id: str, *, after: int = 0, tokens: bool = False
-    ) -> AsyncIterator[Event]:
+    def follow(self, run_id: str, *, after: int = 0, tokens: bool = False) -> AsyncIterator[Event]:
         """Batches of events fetched on the run loop (each call waits there
         until there is something new or the run is over); ``tokens``: as
         ``RunManager.follow``."""
-        cursor = 0 if tokens else None
-        while True:
-            batch = await self._on_run_loop(
-                lambda after=after, cursor=cursor: self.manager.next_batch(  # type: ignore[misc]
-                    run_id, after=after, tokens_after=cursor
-                )
+
+        async def next_batch(after: int, cursor: int | None) -> EventBatch:
+            return await self._on_run_loop(
+                lambda: self.manager.next_batch(run_id, after=after, tokens_after=cursor)
             )
-            cursor = batch.tokens_cursor
-            for event in batch.events:
-                if type(event) is not TokenDelta:
-                    after = event.seq
-                yield event
-            if batch.done:
-                return
+
+        return follow_batches(next_batch, after=after, tokens=tokens)
 
 
 __all__ = ["ManagerBridge", "RunService"]

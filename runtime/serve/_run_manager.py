@@ -13,7 +13,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -109,6 +109,25 @@ class EventBatch:
     events: list[Event]
     done: bool
     tokens_cursor: int | None = None
+
+
+async def follow_batches(
+    next_batch: Callable[[int, int | None], Awaitable[EventBatch]], *, after: int, tokens: bool
+) -> AsyncIterator[Event]:
+    """The events of successive ``next_batch(after, tokens_after)`` calls
+    until a batch says the run is over: ``after`` moves past each stored
+    event (a ``TokenDelta`` is never stored), ``tokens_after`` follows each
+    batch's token cursor (``None`` unless ``tokens``)."""
+    cursor = 0 if tokens else None
+    while True:
+        batch = await next_batch(after, cursor)
+        cursor = batch.tokens_cursor
+        for event in batch.events:
+            if type(event) is not TokenDelta:
+                after = event.seq
+            yield event
+        if batch.done:
+            return
 
 
 @dataclass(slots=True)
@@ -728,24 +747,17 @@ class RunManager:
             raise ApiProblem(404, "not_found", f"no run {run_id!r}", where="run_id")
         return info
 
-    async def follow(
-        self, run_id: str, *, after: int = 0, tokens: bool = False
-    ) -> AsyncIterator[Event]:
+    def follow(self, run_id: str, *, after: int = 0, tokens: bool = False) -> AsyncIterator[Event]:
         """The run's events with ``seq > after``: stored ones, then live ones
         as they are committed; ends when the run is terminal and all are out.
         With ``tokens``, the run's model calls stream while this is followed
         and its ``TokenDelta`` events come too (never stored: a follower
         that comes late gets those still kept, ``TOKEN_BACKLOG``)."""
-        cursor = 0 if tokens else None
-        while True:
-            batch = await self.next_batch(run_id, after=after, tokens_after=cursor)
-            cursor = batch.tokens_cursor
-            for event in batch.events:
-                if type(event) is not TokenDelta:
-                    after = event.seq
-                yield event
-            if batch.done:
-                return
+        return follow_batches(
+            lambda after, cursor: self.next_batch(run_id, after=after, tokens_after=cursor),
+            after=after,
+            tokens=tokens,
+        )
 
     async def next_events(
         self, run_id: str, *, after: int = 0, wait_s: float = 15.0
@@ -832,4 +844,4 @@ class RunManager:
         return depths
 
 
-__all__ = ["TOKEN_GRACE_S", "EventBatch", "EventObserver", "RunManager"]
+__all__ = ["TOKEN_GRACE_S", "EventBatch", "EventObserver", "RunManager", "follow_batches"]

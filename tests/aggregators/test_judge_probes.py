@@ -13,9 +13,8 @@ import pytest
 from agentrt.aggregators import (
     RTV,
     AggregationContext,
+    Judge,
     ModelJudge,
-    Score,
-    Verdict,
     build_aggregator,
 )
 from agentrt.aggregators._verdict import parse_score, parse_verdict
@@ -141,22 +140,8 @@ async def test_a_position_biased_judge_makes_each_of_8_win_with_probability_one_
     assert chi2(biased, ids, 50) > CHI2_999[7]
 
 
-class Uninformative:
-    """Abstains on every comparison: every comparison is a tie."""
-
-    async def score(
-        self, task: str, summary: TrajectorySummary, context: AggregationContext
-    ) -> Score:
-        raise AssertionError("not used")
-
-    async def compare(
-        self, task: str, candidates: Sequence[TrajectorySummary], context: AggregationContext
-    ) -> Verdict:
-        return Verdict(winner=None)
-
-
 @pytest.mark.parametrize("n", [3, 5, 8])
-async def test_ties_and_byes_favour_no_candidate(n: int) -> None:
+async def test_ties_and_byes_favour_no_candidate(n: int, abstaining_judge: Judge) -> None:
     """Ties go to a seeded coin and byes to a seeded place in the bracket:
     with a judge that never decides, each of N (3 and 5 have byes) wins
     1/N of the time; the old rule (the first wins a tie) fails the test."""
@@ -166,9 +151,9 @@ async def test_ties_and_byes_favour_no_candidate(n: int) -> None:
     trials = 300 * n
     wins: Counter[str] = Counter()
     for seed in range(trials):
-        rtv = RTV(Uninformative(), v=2, seed=seed)
+        rtv = RTV(abstaining_judge, v=2, seed=seed)
         wins[str((await rtv.aggregate("t", group, context(backend))).winner)] += 1
-    first = RTV(Uninformative(), v=2, tie="first", shuffle=False)
+    first = RTV(abstaining_judge, v=2, tie="first", shuffle=False)
     assert (await first.aggregate("t", group, context(backend))).winner == "r0"
     dof = n - 1
     critical = CHI2_999[dof] if dof in CHI2_999 else CHI2_999[4]

@@ -3,8 +3,6 @@ workspace."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import anyio
 import anyio.lowlevel
 import pytest
@@ -15,10 +13,9 @@ from agentrt.aggregators import (
     PDR,
     RTV,
     AggregationContext,
+    Judge,
     Rollout,
-    Score,
     SimulatedJudge,
-    Verdict,
     Workspace,
 )
 from agentrt.protocols import Cost, TrajectorySummary, Usage, VoteCast
@@ -95,30 +92,16 @@ async def test_odd_count_gets_byes_and_n_minus_1_comparisons() -> None:
     assert [len(v.candidates) for v in groups_of_3.trace] == [3, 2, 2]
 
 
-class Abstaining:
-    """A judge that never gives a usable verdict: every comparison is a tie."""
-
-    async def score(
-        self, task: str, summary: TrajectorySummary, context: AggregationContext
-    ) -> Score:
-        raise AssertionError("not used")
-
-    async def compare(
-        self, task: str, candidates: Sequence[TrajectorySummary], context: AggregationContext
-    ) -> Verdict:
-        return Verdict(winner=None)
-
-
-async def test_tie_rules() -> None:
+async def test_tie_rules(abstaining_judge: Judge) -> None:
     summaries = [s("big", "a", tokens=900), s("small", "b", tokens=100)]
-    first = await RTV(Abstaining(), v=4, tie="first", shuffle=False).aggregate(
+    first = await RTV(abstaining_judge, v=4, tie="first", shuffle=False).aggregate(
         "t", summaries, context()
     )
-    cheapest = await RTV(Abstaining(), v=4, tie="cheapest").aggregate("t", summaries, context())
+    cheapest = await RTV(abstaining_judge, v=4, tie="cheapest").aggregate("t", summaries, context())
     assert (first.winner, cheapest.winner) == ("big", "small")
     assert first.trace[0].votes == {"big": 0, "small": 0}
     with pytest.raises(ConfigError, match="group size g must be >= 2"):
-        RTV(Abstaining(), g=1)
+        RTV(abstaining_judge, g=1)
     with pytest.raises(ConfigError, match=r"rtv.v: votes per comparison v must be .* <= 64"):
         RTV(v=100_000)
 

@@ -268,6 +268,18 @@ def one_process_each() -> dict[str, int]:
     return {server: pids[0] for server, pids in seen.items()}
 
 
+async def assert_runs_share_one_process_per_server(
+    backend: GatedBackend, run: Callable[[str], Awaitable[str]]
+) -> None:
+    """Two runs at once through ``run`` answer right, and while both were in
+    flight each server had one process: the one it had before, and still has."""
+    started = one_process_each()
+    answers, during = await two_runs_at_once(backend, run)
+    assert one_process_each() == started
+    assert answers == ANSWERS
+    assert during == {server: [pid] for server, pid in started.items()}
+
+
 @pytest.fixture(autouse=True)
 def no_server_left_behind() -> Iterator[None]:
     """Whoever started the servers stopped them when it closed."""
@@ -342,17 +354,13 @@ async def test_runtime_runs_share_one_process_per_server(
     with anyio.fail_after(60):
         async with Runtime(config, backends=[backend]) as rt:
             assert rt.mcp_failures == {}
-            started = one_process_each()
 
             async def run(name: str) -> str:
                 result = await rt.run(task_for(name), agent="lead")
                 assert result.status == "succeeded", result.error
                 return result.answer or ""
 
-            answers, during = await two_runs_at_once(backend, run)
-            assert one_process_each() == started
-    assert answers == ANSWERS
-    assert during == {server: [pid] for server, pid in started.items()}
+            await assert_runs_share_one_process_per_server(backend, run)
     assert_tool_results_reached_the_model(backend.requests, list(FILES))
 
 
@@ -529,11 +537,7 @@ async def test_daemon_rest_runs_share_one_process_per_server(
         httpx.AsyncClient(base_url=url, timeout=30) as http,
     ):
         assert manager.runtime.mcp_failures == {}
-        started = one_process_each()
-        answers, during = await two_runs_at_once(backend, lambda name: rest_run(http, name))
-        assert one_process_each() == started
-    assert answers == ANSWERS
-    assert during == {server: [pid] for server, pid in started.items()}
+        await assert_runs_share_one_process_per_server(backend, lambda name: rest_run(http, name))
     assert_tool_results_reached_the_model(backend.requests, list(FILES))
 
 

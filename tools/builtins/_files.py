@@ -191,14 +191,35 @@ def _list(root: FileRoot, path: str, max_entries: int) -> str:
     return "\n".join(lines) if lines else "(empty directory)"
 
 
+class _FileTool:
+    """What the file tools share: the root they are confined to and the
+    function tool that offers them to the model."""
+
+    __slots__ = ("_root", "_tool")
+
+    _tool: FunctionTool[..., Any]
+
+    def __init__(self, root: str | os.PathLike[str] | FileRoot) -> None:
+        self._root = root if isinstance(root, FileRoot) else FileRoot(root)
+
+    @property
+    def root(self) -> FileRoot:
+        return self._root
+
+    @property
+    def spec(self) -> ToolSpec:
+        """Name, description and JSON schema offered to the model."""
+        return self._tool.spec
+
+
 @final
-class ReadFileTool:
+class ReadFileTool(_FileTool):
     """The ``read_file`` tool: a text file under the root, whole or a line
     range, at most ``max_bytes`` per read (a longer file is cut at a line
     boundary with a note on reading on with ``start_line``/``end_line``).
     Binary files are refused."""
 
-    __slots__ = ("_max_bytes", "_root", "_tool")
+    __slots__ = ("_max_bytes",)
 
     def __init__(
         self,
@@ -207,7 +228,7 @@ class ReadFileTool:
         max_bytes: int = 256 * 1024,
         name: str = "read_file",
     ) -> None:
-        self._root = root if isinstance(root, FileRoot) else FileRoot(root)
+        super().__init__(root)
         self._max_bytes = max_bytes
         self._tool = FunctionTool.from_callable(
             self._read,
@@ -231,26 +252,17 @@ class ReadFileTool:
             _read, self._root, path, start_line, end_line, self._max_bytes
         )
 
-    @property
-    def root(self) -> FileRoot:
-        return self._root
-
-    @property
-    def spec(self) -> ToolSpec:
-        """Name, description and JSON schema offered to the model."""
-        return self._tool.spec
-
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
         """Read ``arguments["path"]``; a refused path is an error output."""
         return await self._tool.call(arguments, context)
 
 
 @final
-class ListDirectoryTool:
+class ListDirectoryTool(_FileTool):
     """The ``list_directory`` tool: a directory under the root, sorted by
     name, directories marked with ``/``, files with their size."""
 
-    __slots__ = ("_max_entries", "_root", "_tool")
+    __slots__ = ("_max_entries",)
 
     def __init__(
         self,
@@ -259,7 +271,7 @@ class ListDirectoryTool:
         max_entries: int = 500,
         name: str = "list_directory",
     ) -> None:
-        self._root = root if isinstance(root, FileRoot) else FileRoot(root)
+        super().__init__(root)
         self._max_entries = max_entries
         self._tool = FunctionTool.from_callable(
             self._list,
@@ -273,15 +285,6 @@ class ListDirectoryTool:
         self, path: Annotated[str, Field(description="Directory relative to the root.")] = "."
     ) -> str:
         return await anyio.to_thread.run_sync(_list, self._root, path, self._max_entries)
-
-    @property
-    def root(self) -> FileRoot:
-        return self._root
-
-    @property
-    def spec(self) -> ToolSpec:
-        """Name, description and JSON schema offered to the model."""
-        return self._tool.spec
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
         """List ``arguments["path"]``; a refused path is an error output."""

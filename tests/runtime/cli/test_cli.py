@@ -18,26 +18,12 @@ import yaml
 from agentrt import __version__
 from agentrt.protocols import RunResult, decode
 from agentrt.runtime.cli._main import main
-from agentrt.runtime.observe._log import configure_logging, reset_logging
 
 pytestmark = pytest.mark.process
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PLANNER = str(EXAMPLES / "planner_workers.yaml")
 PIPELINE = str(EXAMPLES / "solver_verifier_corrector.yaml")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_logging() -> Iterator[None]:
-    # main() configures logging once per process, against the stderr of the
-    # moment, and module-level loggers cache that stream on first use.
-    # Configure it here, before capsys swaps in a stream it closes after the
-    # test, so that a logger first used in a test here never writes to a
-    # closed file in a later test.  Output() still prints to capsys's stderr.
-    reset_logging()
-    configure_logging("WARNING")
-    yield
-    reset_logging()
 
 
 def _config(tmp_path: Path, body: str, name: str = "agentrt.toml") -> str:

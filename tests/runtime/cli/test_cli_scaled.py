@@ -4,40 +4,12 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agentrt.protocols import RunResult, decode
 from agentrt.runtime.cli._main import main
-from agentrt.runtime.observe._log import configure_logging, reset_logging
-
-SCRIPTED = """
-[models]
-default = "fake"
-
-[models.backends.fake]
-kind = "scripted"
-models = ["fake-1"]
-replies = ["Paris", "Paris", "Lyon", "Paris"]
-"""
-
-
-@pytest.fixture(autouse=True)
-def _fresh_logging() -> Iterator[None]:
-    # As in test_cli.py: configure logging before capsys swaps stderr.
-    reset_logging()
-    configure_logging("WARNING")
-    yield
-    reset_logging()
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> str:
-    path = tmp_path / "agentrt.toml"
-    path.write_text(SCRIPTED)
-    return str(path)
 
 
 def test_run_with_rtv_records_the_whole_bracket(
@@ -126,11 +98,11 @@ def test_run_exports_its_trajectories_for_aggregate(
 
 
 def test_run_with_confidence_stops_once_the_answer_is_settled(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    config: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Every rollout answers "Paris": adaptive N stops well before the cap.
-    path = tmp_path / "agentrt.toml"
-    path.write_text(SCRIPTED.replace('["Paris", "Paris", "Lyon", "Paris"]', '["Paris"]'))
+    path = Path(config)
+    path.write_text(path.read_text().replace('["Paris", "Paris", "Lyon", "Paris"]', '["Paris"]'))
     argv = ["run", "Capital of France?", "--rollouts", "16", "--confidence", "0.95"]
     argv += ["--min-rollouts", "2", "--json", "--config", str(path)]
     assert main(argv) == 0

@@ -4,8 +4,6 @@ rendering, the live redraws and the CLI's ``--progress`` switch."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import pytest
@@ -31,19 +29,8 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.cli._progress import ProgressState, live_progress, render
-from agentrt.runtime.observe._log import configure_logging, reset_logging
 
 RUN = "run-abc"
-
-SCRIPTED = """
-[models]
-default = "fake"
-
-[models.backends.fake]
-kind = "scripted"
-models = ["fake-1"]
-replies = ["Paris", "Paris", "Lyon", "Paris"]
-"""
 
 
 def _step(index: int, prompt: int, completion: int) -> Step:
@@ -195,21 +182,6 @@ async def test_off_a_terminal_only_the_final_frame_is_printed() -> None:
 
 
 # -- the CLI ------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _fresh_logging() -> Iterator[None]:
-    reset_logging()
-    configure_logging("WARNING")
-    yield
-    reset_logging()
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> str:
-    path = tmp_path / "agentrt.toml"
-    path.write_text(SCRIPTED)
-    return str(path)
 
 
 def test_run_with_progress_shows_the_bracket_and_the_budget(

@@ -74,6 +74,38 @@ def npx() -> str:
     return found
 
 
+#: The MCP conformance suite the client scenarios run (0.1.14+ needs Node 22).
+CONFORMANCE = "@modelcontextprotocol/conformance@0.1.13"
+
+
+@pytest.fixture
+def conformance_client(npx: str) -> Callable[[Path, str], tuple[int, str]]:
+    """``conformance_client(client, scenario)``: the conformance suite's
+    client ``scenario`` run against the Python script ``client``; its exit
+    code and its output (stdout, then stderr)."""
+
+    def run(client: Path, scenario: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [
+                npx,
+                "-y",
+                CONFORMANCE,
+                "client",
+                "--command",
+                f"{sys.executable} {client}",
+                "--scenario",
+                scenario,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        return done.returncode, done.stdout + done.stderr
+
+    return run
+
+
 @pytest.fixture(params=[pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio+uvloop")])
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     """MCP tests run on uvloop (the production loop on Linux) only: each one

@@ -13,13 +13,11 @@ lacks the path, which the SDK refuses (RFC 8414 section 3.3).
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-CONFORMANCE = "@modelcontextprotocol/conformance@0.1.13"
 ROOT = Path(__file__).resolve().parents[3]
 AGENTRT_CLIENT = ROOT / "examples" / "mcp_conformance_auth_client.py"
 SDK_CLIENT = Path(__file__).with_name("conformance_sdk_auth_client.py")
@@ -51,26 +49,6 @@ SDK_REFUSES = {"auth/metadata-var2", "auth/metadata-var3"}
 pytestmark = [pytest.mark.slow, pytest.mark.process]  # each scenario starts the suite twice (~5 s)
 
 
-def _run(npx: str, client: Path, scenario: str) -> tuple[int, str]:
-    done = subprocess.run(
-        [
-            npx,
-            "-y",
-            CONFORMANCE,
-            "client",
-            "--command",
-            f"{sys.executable} {client}",
-            "--scenario",
-            scenario,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    return done.returncode, done.stdout + done.stderr
-
-
 def _counts(output: str) -> tuple[int, int, int]:
     found = re.search(r"Passed: (\d+)/(\d+), (\d+) failed, (\d+) warnings", output)
     assert found is not None, output[-2000:]
@@ -78,9 +56,11 @@ def _counts(output: str) -> tuple[int, int, int]:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_auth_scenarios_match_the_sdk_client(npx: str, scenario: str) -> None:
-    code, output = _run(npx, AGENTRT_CLIENT, scenario)
-    sdk_code, sdk_output = _run(npx, SDK_CLIENT, scenario)
+def test_auth_scenarios_match_the_sdk_client(
+    conformance_client: Callable[[Path, str], tuple[int, str]], scenario: str
+) -> None:
+    code, output = conformance_client(AGENTRT_CLIENT, scenario)
+    sdk_code, sdk_output = conformance_client(SDK_CLIENT, scenario)
     passed, total, warnings = _counts(output)
     assert _counts(sdk_output) == (passed, total, warnings), (output[-3000:], sdk_output[-3000:])
     if scenario in SDK_REFUSES:

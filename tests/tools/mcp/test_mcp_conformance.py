@@ -8,38 +8,19 @@ to the OAuth tests."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-CONFORMANCE = "@modelcontextprotocol/conformance@0.1.13"
 ROOT = Path(__file__).resolve().parents[3]
 AGENTRT_CLIENT = ROOT / "examples" / "mcp_conformance_client.py"
 SDK_CLIENT = Path(__file__).with_name("conformance_sdk_client.py")
 
+Runner = Callable[[Path, str], tuple[int, str]]
+"""The ``conformance_client`` fixture: ``(client, scenario) -> (code, output)``."""
+
 pytestmark = [pytest.mark.slow, pytest.mark.process]  # each scenario starts the suite twice (~12 s)
-
-
-def _run(npx: str, client: Path, scenario: str) -> tuple[int, str]:
-    done = subprocess.run(
-        [
-            npx,
-            "-y",
-            CONFORMANCE,
-            "client",
-            "--command",
-            f"{sys.executable} {client}",
-            "--scenario",
-            scenario,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    return done.returncode, done.stdout + done.stderr
 
 
 _GET_BEFORE_CLOSE = re.compile(r"reconnected too early \(-\d+ms")
@@ -51,14 +32,14 @@ the reconnection (a negative delay).  A real early reconnection comes after
 the close (a delay between 0 and the retry field)."""
 
 
-def _scenario(npx: str, client: Path, scenario: str) -> tuple[int, str]:
+def _scenario(run: Runner, client: Path, scenario: str) -> tuple[int, str]:
     """Run ``scenario`` with ``client``; again (at most twice) when the
     suite's own race above decided it."""
     for _ in range(2):
-        code, output = _run(npx, client, scenario)
+        code, output = run(client, scenario)
         if code == 0 or not _GET_BEFORE_CLOSE.search(output):
             return code, output
-    return _run(npx, client, scenario)
+    return run(client, scenario)
 
 
 def _passed(output: str) -> tuple[int, int]:
@@ -70,9 +51,9 @@ def _passed(output: str) -> tuple[int, int]:
 @pytest.mark.parametrize(
     "scenario", ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"]
 )
-def test_client_scenarios_match_the_sdk_client(npx: str, scenario: str) -> None:
-    code, output = _scenario(npx, AGENTRT_CLIENT, scenario)
-    sdk_code, sdk_output = _scenario(npx, SDK_CLIENT, scenario)
+def test_client_scenarios_match_the_sdk_client(conformance_client: Runner, scenario: str) -> None:
+    code, output = _scenario(conformance_client, AGENTRT_CLIENT, scenario)
+    sdk_code, sdk_output = _scenario(conformance_client, SDK_CLIENT, scenario)
     assert code == 0, output[-3000:]
     passed, total = _passed(output)
     assert passed == total > 0
