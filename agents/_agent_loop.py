@@ -712,4 +712,4 @@ class AgentRollout:
             self.raised.append(event)
 
 
-__all__ = ["FINAL_EVENTS_TIMEOUT_S", "Rollout"]
+__all__ = ["FINAL_EVENTS_TIMEOUT_S", "AgentRollout"]

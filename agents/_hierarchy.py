@@ -19,13 +19,13 @@ from agentrt.agents._pipeline import PipelineNode, Stage
 from agentrt.agents._recording import EventEmitter, EventSink
 from agentrt.agents._spec import AgentSpec, McpTools
 from agentrt.agents._spec_loader import SpecSet, UnitRef
-from agentrt.tools.mcp._mcp_config import McpServerConfig
 from agentrt.protocols._run import RunOptions
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.models._backend import ModelBackend
 from agentrt.tools._tool import Tool
+from agentrt.tools.mcp._mcp_config import McpServerConfig
 
 if TYPE_CHECKING:  # the MCP SDK loads when a connection opens, not with the agents
     from agentrt.tools.mcp._servers import McpToolSource

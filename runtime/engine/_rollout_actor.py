@@ -99,8 +99,8 @@ class RolloutActor(Actor[RolloutMessage, RolloutResult]):
         )
 
     def receive(self, message: RolloutMessage) -> Coroutine[Any, Any, RolloutResult]:
-        """The rollout's own coroutine, which the actor awaits (no frame of
-        this actor's in every await of the rollout's)."""
+        """The rollout's own coroutine, which the actor awaits
+        (docs/design/performance.md, "The engine")."""
         match message:
             case RunRollout():
                 # Asked once: it ends with its answer, so nobody has to

@@ -80,8 +80,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 _UNSCOPED: Final = nullcontext()
-"""Where a scope has nothing to do (no deadline, nothing to stop early):
-one shared no-op context, not a scope (or a fresh object) per rollout."""
+"""Where a scope has nothing to do (no deadline, nothing to stop early)."""
 
 _STEPS_ONLY: Final = frozenset({StepRecorded})
 
@@ -93,10 +92,9 @@ that resumed the run does not matter here)."""
 async def spawn_rollout_supervisor(system: ActorSystem, restarts: int) -> SupervisorRef:
     """The supervisor every run's rollout actors live under (the Runtime
     spawns it once, when it opens): each rollout restarted at most
-    ``restarts`` times, then recorded failed.  One for all runs, not one per
-    run: a per-run supervisor's task, task group, spawn and stop cost every
-    run, and a run's rollout actors are stopped with it anyway (by the
-    placement; each is named after its run)."""
+    ``restarts`` times, then recorded failed.  One for all runs
+    (docs/design/performance.md, "The engine"); a run's rollout actors are
+    stopped with it by the placement (each is named after its run)."""
     return await system.spawn_supervisor(
         SupervisorSpec(
             "rollouts",
@@ -132,9 +130,7 @@ class _CommitSink:
     """The run's event sink: the caller's, then the top-level rollouts'
     committed steps noted (a sub-agent's are not resumed).  Committed steps
     are seen after the caller's sink took them (the daemon's store): a
-    restart never resumes from an uncommitted step.  (An object, not a
-    closure over the run: no reference cycle keeps a finished run's objects
-    alive until the next garbage collection.)"""
+    restart never resumes from an uncommitted step."""
 
     __slots__ = ("_committed", "_outer")
 
@@ -160,7 +156,6 @@ class _Commits:
         self._committed = committed
 
     async def __call__(self, event: Event) -> None:
-        # ``is_top_level``, inlined: this runs once a step.
         if type(event) is StepRecorded and "." not in (rollout_id := event.rollout_id):
             self._committed[rollout_id].append(event.step)
 
@@ -171,7 +166,6 @@ class RunExecution:
     Runtime's ``RunServices`` (see the module docstring).  ``execute``
     runs it once."""
 
-    # Slots: no attribute dict per run (one object fewer alive per running run).
     __slots__ = (
         "_committed",
         "_finished",

@@ -29,7 +29,6 @@ from agentrt.agents._delegation import AgentNode
 from agentrt.agents._hierarchy import Hierarchy, build_hierarchy, used_servers
 from agentrt.agents._recording import EventEmitter, EventSink, stream_sink
 from agentrt.agents._spec_loader import SpecSet, load_spec
-from agentrt.tools.mcp._mcp_config import McpServerConfig
 from agentrt.agents._token_stream import TokenPacer
 from agentrt.aggregators._aggregator import AggregationContext, Aggregator
 from agentrt.aggregators._compose import AggregatorConfig, build_aggregator, parse_config
@@ -60,6 +59,7 @@ from agentrt.runtime.placement._local import LocalPlacement
 from agentrt.runtime.placement._open import open_placement
 from agentrt.runtime.placement._placement import Placement
 from agentrt.tools._tool import Tool
+from agentrt.tools.mcp._mcp_config import McpServerConfig
 
 if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
     from agentrt.runtime.engine._mcp_requests import ElicitationHandler, RunRequests

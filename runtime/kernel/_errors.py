@@ -125,4 +125,3 @@ class BudgetExceeded(ControlSignal):
     def __init__(self, message: str, *, limit: str = "") -> None:
         self.limit = limit
         super().__init__(message)
-

@@ -19,9 +19,7 @@ from agentrt.runtime.placement._placement import PlacedRun, RolloutGaveUp, Rollo
 
 @final
 class _Incarnations:
-    """A rollout actor's factory: a fresh ``RolloutActor`` per incarnation.
-    (One object; not a closure, whose cells the frame would share, nor a
-    partial with its argument tuple and keyword dict.)"""
+    """A rollout actor's factory: a fresh ``RolloutActor`` per incarnation."""
 
     __slots__ = ("_control", "_job", "_run")
 
