@@ -40,14 +40,15 @@ venv-local: $(VENV)/.local-installed
 run: $(VENV)/.local-installed
 	$(BIN)/agentrt run "$(TASK)"
 
-# The suite on two workers (one per core).  test-fast leaves out every test
+# The suite on two workers (one per core), slow tests first, the tests of
+# one costly shared server (vLLM) on one worker.  test-fast leaves out every test
 # that starts a process (servers, subprocesses, sandboxes, clusters) or is
 # marked slow: the loop to run on every change.
 test: $(VENV)/.dev-installed
-	$(BIN)/pytest -n 2
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 test-fast: $(VENV)/.dev-installed
-	$(BIN)/pytest -n 2 -m "not process and not slow"
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not process and not slow"
 
 fmt: $(VENV)/.dev-installed
 	$(BIN)/ruff format .

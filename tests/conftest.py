@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,16 +37,65 @@ PROCESS_FIXTURES = frozenset(
 )
 
 
+#: Session fixtures too costly to start once per xdist worker: the tests
+#: that use one form an ``xdist_group``, so one worker runs them all and
+#: starts it once (the vLLM server: a minute of CPU to start, 700 MB, and
+#: CPU while idle).
+SHARED_FIXTURE_GROUPS = {"vllm_server": "vllm"}
+
+
+def _heaviest_first(item: pytest.Item) -> tuple[bool, float]:
+    """Slow tests first, the longest declared timeout first among them: in
+    a parallel run the long ones start at once, beside the short ones,
+    instead of ending the run alone on one worker.  (``sort`` is stable:
+    tests of one key keep their collection order.)"""
+    timeout = item.get_closest_marker("timeout")
+    seconds = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
+    return (item.get_closest_marker("slow") is None, -seconds)
+
+
+def _groups_file(controller_pid: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"agentrt-xdist-groups-{controller_pid}.json"
+
+
+def _write_groups(items: list[pytest.Item]) -> None:
+    """Tell the controller (this worker's parent) each test's ``xdist_group``."""
+    groups = {}
+    for item in items:
+        names = sorted(
+            {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+        )
+        if names:
+            groups[item.nodeid] = "_".join(names)
+    target = _groups_file(os.getppid())
+    partial = target.with_name(f"{target.name}.{os.getpid()}")
+    partial.write_text(json.dumps(groups))
+    partial.replace(target)  # every worker writes the same map
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that use a process-starting fixture are marked ``process``.
+    """Tests that use a process-starting fixture are marked ``process``;
+    tests that share a costly session fixture are grouped; under xdist the
+    slow tests are scheduled first.
 
     Tests marked ``embedded`` need the ``local`` extra.  Without it they
     skip, unless ``AGENTRT_REQUIRE_EMBEDDED=1`` (CI sets it): then they run
     and fail, so a missing install step cannot hide behind a skip."""
     for item in items:
-        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = getattr(item, "fixturenames", ())
+        if PROCESS_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.process)
+        for fixture, group in SHARED_FIXTURE_GROUPS.items():
+            if fixture in fixtures:
+                item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike
+        items.sort(key=_heaviest_first)
+        if config.getvalue("loadgroup"):
+            _write_groups(items)
     if _embedded_model_installed() or os.environ.get("AGENTRT_REQUIRE_EMBEDDED") == "1":
         return
     skip = pytest.mark.skip(
@@ -53,6 +105,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("embedded"):
             item.add_marker(skip)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` that groups: pytest-xdist 3.8 passes a test's
+    ``xdist_group`` to the controller by rewriting ``item._nodeid``, which
+    pytest 9.2 no longer reads (pytest-dev/pytest-xdist#1386), so every
+    test would be scheduled alone.  Here the workers write the groups to a
+    file (``_write_groups``) and the controller reads them when it first
+    splits the collection into work units.  Otherwise xdist's scheduling:
+    one unit (a test, or a whole group) at a time to whichever worker is
+    nearly idle, largest groups first, then in collection order."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
+
+    class _FileGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]  # xdist is untyped
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                path = _groups_file(os.getpid())
+                try:
+                    self.groups = json.loads(path.read_text())
+                    path.unlink()
+                except (OSError, ValueError):
+                    self.groups = {}
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return _FileGroupScheduling(config, log)
 
 
 #: The two event loops a loop-sensitive test runs on.
@@ -128,3 +210,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     )
     if not is_controller:
         _reap(list(_descendants().values()))
+    else:  # the groups file, when no scheduling read it (a collection error)
+        _groups_file(os.getpid()).unlink(missing_ok=True)
