@@ -11,6 +11,7 @@ scripted backend replays the known fixes through the mini-SWE-agent spec's
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib.util
 import json
 import os
@@ -87,9 +88,15 @@ def _setup_module() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def task_set() -> Path:
-    """The task set's cache (built once; PyPI on the first build)."""
+    """The task set's cache (built once; PyPI on the first build; .ci/run
+    builds it before the suite).  Each xdist worker has this fixture: a file
+    lock makes the second wait for the first's build instead of racing it
+    (two ``pip download``s and ``git checkout``s in one folder)."""
     cache = Path(os.environ.get("AGENTRT_SWE_TASKS", "/tmp/agentrt-swe-tasks"))
-    _setup_module().build(cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with (cache.parent / f"{cache.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _setup_module().build(cache)
     return cache
 
 
