@@ -243,17 +243,20 @@ def _phoenix_command() -> str | None:
     return str(cached) if cached.exists() else shutil.which("phoenix")
 
 
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A ``phoenix serve`` on free loopback ports (its own SQLite store);
-    skips (or fails under AGENTRT_REQUIRE_PHOENIX=1) when Phoenix is absent."""
-    command = _phoenix_command()
-    if command is None:
-        if os.environ.get("AGENTRT_REQUIRE_PHOENIX") == "1":
-            pytest.fail("AGENTRT_REQUIRE_PHOENIX=1 but `phoenix` (arize-phoenix) is not installed")
-        pytest.skip("needs Arize Phoenix (`phoenix serve`; .ci/run installs it)")
-    pytest.importorskip("phoenix.client")
-    home = tmp_path_factory.mktemp("phoenix")
+def _phoenix_template(command: str) -> Path | None:
+    """Where a freshly migrated, empty Phoenix database is kept for this
+    Phoenix version (``~/.cache/agentrt/phoenix-db/<version>``), or None
+    when the version cannot be told (then every start migrates)."""
+    venv = Path(command).resolve().parents[1]
+    found = sorted(venv.glob("lib/python*/site-packages/arize_phoenix-*.dist-info"))
+    if not found:
+        return None
+    return Path.home() / ".cache" / "agentrt" / "phoenix-db" / found[-1].name / "phoenix.db"
+
+
+def _serve_phoenix(command: str, home: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``phoenix serve`` on free loopback ports with ``home`` as its working
+    directory, once it answers ``/healthz``; its process and URL."""
     port = _free_port()
     env = {
         **os.environ,
@@ -262,8 +265,8 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "PHOENIX_PORT": str(port),
         "PHOENIX_GRPC_PORT": str(_free_port()),
     }
-    log = (home / "phoenix.log").open("w")
-    proc = subprocess.Popen([command, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    with (home / "phoenix.log").open("a") as log:
+        proc = subprocess.Popen([command, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -272,19 +275,54 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             assert time.monotonic() < deadline, "Phoenix was not up in 120 s"
             try:
                 if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
+                    return proc, url
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
+    except BaseException:
+        _stop_phoenix(proc)
+        raise
+
+
+def _stop_phoenix(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``phoenix serve`` on free loopback ports (its own SQLite store);
+    skips (or fails under AGENTRT_REQUIRE_PHOENIX=1) when Phoenix is absent.
+
+    Its store starts as a copy of an empty database this Phoenix version
+    migrated once (made by a first start and a clean stop, then kept):
+    the migrations are half of a start's CPU."""
+    command = _phoenix_command()
+    if command is None:
+        if os.environ.get("AGENTRT_REQUIRE_PHOENIX") == "1":
+            pytest.fail("AGENTRT_REQUIRE_PHOENIX=1 but `phoenix` (arize-phoenix) is not installed")
+        pytest.skip("needs Arize Phoenix (`phoenix serve`; .ci/run installs it)")
+    pytest.importorskip("phoenix.client")
+    home = tmp_path_factory.mktemp("phoenix")
+    template = _phoenix_template(command)
+    if template is not None and template.is_file():
+        shutil.copyfile(template, home / "phoenix.db")
+    proc, url = _serve_phoenix(command, home)
+    if template is not None and not template.is_file():
+        _stop_phoenix(proc)  # migrated and still empty: keep a copy
+        template.parent.mkdir(parents=True, exist_ok=True)
+        partial = template.with_name(f"{template.name}.{os.getpid()}")
+        shutil.copyfile(home / "phoenix.db", partial)
+        partial.replace(template)
+        proc, url = _serve_phoenix(command, home)
+    try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        _stop_phoenix(proc)
 
 
 @pytest.mark.slow
