@@ -4,6 +4,7 @@ leaves a server process behind."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -75,11 +76,38 @@ def npx() -> str:
 
 
 #: The MCP conformance suite the client scenarios run (0.1.14+ needs Node 22).
-CONFORMANCE = "@modelcontextprotocol/conformance@0.1.13"
+CONFORMANCE_VERSION = "0.1.13"
+CONFORMANCE = f"@modelcontextprotocol/conformance@{CONFORMANCE_VERSION}"
+
+
+@pytest.fixture(scope="session")
+def conformance_bin(npx: str) -> str:
+    """The suite's ``conformance`` command, installed once where
+    ``.ci/mcp-conformance.sh`` installs it (``$AGENTRT_CACHE/npm``): run with
+    plain node, each scenario run skips ``npx``'s own npm start (about a
+    second of CPU, twice per scenario).  A lock makes a second xdist worker
+    wait for the first's install."""
+    cache = Path(os.environ.get("AGENTRT_CACHE") or Path.home() / ".cache" / "agentrt")
+    prefix = cache / "npm" / f"conformance-{CONFORMANCE_VERSION}"
+    command = prefix / "node_modules" / ".bin" / "conformance"
+    npm = Path(npx).with_name("npm")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with (prefix.parent / f"{prefix.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not command.exists():
+            subprocess.run(
+                [
+                    *(npm, "install", "--no-save", "--no-audit", "--no-fund"),
+                    *("--loglevel=error", "--prefix", str(prefix), CONFORMANCE),
+                ],
+                check=True,
+                timeout=300,
+            )
+    return str(command)
 
 
 @pytest.fixture
-def conformance_client(npx: str) -> Callable[[Path, str], tuple[int, str]]:
+def conformance_client(conformance_bin: str) -> Callable[[Path, str], tuple[int, str]]:
     """``conformance_client(client, scenario)``: the conformance suite's
     client ``scenario`` run against the Python script ``client``; its exit
     code and its output (stdout, then stderr)."""
@@ -87,9 +115,7 @@ def conformance_client(npx: str) -> Callable[[Path, str], tuple[int, str]]:
     def run(client: Path, scenario: str) -> tuple[int, str]:
         done = subprocess.run(
             [
-                npx,
-                "-y",
-                CONFORMANCE,
+                conformance_bin,
                 "client",
                 "--command",
                 f"{sys.executable} {client}",
