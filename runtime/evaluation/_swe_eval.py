@@ -216,7 +216,7 @@ async def predict(
             result = await aggregate(
                 pool.task, pool.summaries, scaling=scaling, trajectories=pool.trajectories
             )
-            patch, rationale = result.answer or "", result.rationale
+            patch, rationale = result.raw_answer or "", result.rationale
         except UserError:
             raise
         except Exception as exc:
