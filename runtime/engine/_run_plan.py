@@ -150,8 +150,15 @@ def plan_run(
         replays = restore_journal(ledger, checkpoint)
         if isinstance(ledger.journal, EventJournal):
             ledger.journal.replays = replays
+    admission = rt.config.memory_admission
     memory = (
-        MemoryView(rt.bank, run_id=run_id, admission=ScoredAdmission(rt.config.memory_admission))
+        MemoryView(
+            rt.bank,
+            run_id=run_id,
+            admission=ScoredAdmission(admission),
+            corroborate=admission.corroborate,
+            verifiers=admission.verifiers,
+        )
         if rt.bank is not None
         else None
     )
