@@ -23,11 +23,12 @@ def weighs(kg: int) -> str:
     return f"fact alpha: alpha weighs {kg} kg (source: registry entry alpha)"
 
 
-async def offer(view: MemoryView, rollout: str, kg: int, tool: str = "fetch") -> int | None:
+async def offer(view: MemoryView, rollout: str, kg: int, tool: str = "fetch") -> int:
     candidate = view.tool_candidate(tool, CALL, weighs(kg), rollout_id=rollout, step=1)
     assert candidate is not None
     decision, item_id = await view.offer(candidate)
     assert decision.admitted, decision.reason
+    assert item_id is not None
     return item_id
 
 
@@ -36,7 +37,6 @@ async def test_a_result_is_shared_once_two_rollouts_got_it() -> None:
         view = MemoryView(bank, run_id="run")
         first = await offer(view, "r0", 42)
         assert await bank.keys(view.owners) == []  # one rollout's word is not shared
-        assert first is not None
         assert await view.get(first) is None
         assert await offer(view, "r0", 42) == first  # the same rollout again: no support
         assert await bank.keys(view.owners) == []
