@@ -122,6 +122,8 @@ def voted_answer(answer: str, normalize: Normalizer = default_normalizer) -> str
     >>> voted_answer("ANSWER: 42", NORMALIZERS["none"])
     'ANSWER: 42'
     """
+    if extract_answer(answer) is answer:
+        return answer  # no marker: nothing was extracted (a patch keeps its last newline)
     extracted = extract_answer(answer).strip()
     return extracted if extracted and normalize(extracted) == normalize(answer) else answer
 

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from agentrt.agents import EventLog
+from agentrt.aggregators._vote import voted_answer
 from agentrt.protocols import ModelRequest, ScalingSpec, SummaryWritten
 from agentrt.runtime.engine._runtime import Runtime, RuntimeConfig
 from agentrt.testing import ScriptedBackend
@@ -89,3 +90,12 @@ async def test_the_answer_is_what_the_vote_compared_and_the_text_stays() -> None
     assert whole.answer in texts
     assert again.answer == "Paris"
     assert again.raw_answer in texts[:2]
+
+
+def test_an_answer_without_a_marker_is_kept_whole() -> None:
+    """Nothing to extract (a patch): the answer is the text as written, its
+    last newline included, whatever the vote's normalizer does to it."""
+    patch = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n"
+    assert voted_answer(patch) == patch
+    assert voted_answer("  Paris. ") == "  Paris. "
+    assert voted_answer("ANSWER: Paris.\n") == "Paris."
