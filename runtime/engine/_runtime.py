@@ -34,6 +34,7 @@ from agentrt.aggregators._aggregator import AggregationContext, Aggregator
 from agentrt.aggregators._compose import AggregatorConfig, build_aggregator, parse_config
 from agentrt.aggregators._judge import Judge
 from agentrt.aggregators._pdr import ParallelDistillRefine
+from agentrt.aggregators._vote import voted_answer
 from agentrt.protocols._events import Event, McpAuthorizationRequired
 from agentrt.protocols._ids import new_run_id
 from agentrt.protocols._run import Budget, RunOptions, RunResult, ScalingSpec
@@ -43,7 +44,7 @@ from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.config._runtime_config import RuntimeConfig
 from agentrt.runtime.engine._checkpoint import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.engine._run_execution import RunExecution, spawn_rollout_supervisor
-from agentrt.runtime.engine._run_plan import RunServices, plan_run
+from agentrt.runtime.engine._run_plan import RunServices, chosen_normalizer, plan_run
 from agentrt.runtime.kernel._actor_spec import SupervisorSpec
 from agentrt.runtime.kernel._errors import ConfigError, UserError
 from agentrt.runtime.kernel._system import ActorSystem
@@ -725,7 +726,10 @@ class Runtime:
         return RunResult(
             run_id=run_id,
             status="succeeded" if agg.answer is not None else "failed",
-            answer=agg.answer,
+            answer=voted_answer(agg.answer, chosen_normalizer(chosen))
+            if agg.answer is not None
+            else None,
+            raw_answer=agg.answer,
             rationale=agg.rationale,
             summaries=list(summaries),
             aggregation_trace=[msgspec.to_builtins(v) for v in agg.trace],

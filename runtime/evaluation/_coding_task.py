@@ -214,7 +214,7 @@ async def run_coding_task(
         duration_s=time.monotonic() - started,
         verify_s=sum(verify_s),
         refined=refined,
-        answer=result.answer if aggregator is not None else None,
+        answer=(result.raw_answer or result.answer) if aggregator is not None else None,
         rationale=result.rationale or "" if aggregator is not None else "",
     )
 
