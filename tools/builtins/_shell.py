@@ -100,7 +100,10 @@ class ShellTool:
         limit = c.timeout_s if not isinstance(timeout, int | float) else min(timeout, c.timeout_s)
         workspace = await self._workspaces.for_call(context)
         result = await self._sandbox.run(
-            ["bash", "-c", command], workspace=workspace.path, timeout_s=limit
+            ["bash", "-c", command],
+            workspace=workspace.path,
+            timeout_s=limit,
+            environment=workspace.environment,
         )
         text = render_result(
             result,
