@@ -280,10 +280,21 @@ def test_judges_read_a_candidates_test_verdict() -> None:
         TrajectorySummary(
             rollout_id="a",
             answer="diff",
-            verification=Verification(passed=False, command="pytest -q", exit_code=1),
+            verification=Verification(
+                passed=False,
+                command="pytest -q",
+                exit_code=1,
+                fail_to_pass={"t.py::test_a": "failed"},
+                pass_to_pass={"t.py::test_b": "passed", "t.py::test_c": "passed"},
+                error="no result for 1 test id(s)",
+            ),
         )
     )
-    assert "tests (pytest -q): failed (exit 1)" in text.splitlines()
+    lines = text.splitlines()
+    assert "tests (pytest -q): failed (exit 1)" in lines
+    assert "FAIL_TO_PASS: 0/1 passed" in lines
+    assert "PASS_TO_PASS: 2/2 passed" in lines
+    assert "tests error: no result for 1 test id(s)" in lines
 
 
 # -- the task set end to end ------------------------------------------------------------
