@@ -50,6 +50,7 @@ class ShellTool:
         self._sandbox = Sandbox(config)
         self._workspaces = workspaces
         network = "with network access" if config.network else "no network"
+        total = f", {config.total_memory_mb} MB in all" if config.total_memory_mb else ""
         self._spec = ToolSpec(
             name=name,
             description=(
@@ -58,7 +59,7 @@ class ShellTool:
                 "is a fresh sandboxed shell: files in the workspace persist, nothing else "
                 "does (no cd, variables or background processes carry over). "
                 f"{network.capitalize()}; limits: {config.timeout_s:g} s per command, "
-                f"{config.memory_mb} MB per process, {config.max_processes} processes. "
+                f"{config.memory_mb} MB per process, {config.process_cap} processes{total}. "
                 "Long output keeps its beginning and end."
             ),
             parameters={

@@ -21,12 +21,12 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, final
+from typing import Final, Self, final
 
 import anyio
 import anyio.abc
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrt.runtime.kernel._errors import ToolError
 from agentrt.runtime.observe._log import get_logger
@@ -122,6 +122,12 @@ class SandboxConfig(BaseModel):
     """Address space per process (``RLIMIT_AS``), in MiB."""
     max_processes: int = Field(64, ge=4, le=4096)
     """Processes and threads the command may have at once (``RLIMIT_NPROC``)."""
+    total_memory_mb: int | None = Field(None, ge=64)
+    """A bound on the whole sandbox's memory, in MiB (``None``: only the
+    per-process ``memory_mb``).  Without a cgroup of its own, it is kept as
+    ``memory_mb`` per process times a process cap of ``total_memory_mb //
+    memory_mb``, which must allow at least 4 processes; the private ``/tmp``
+    and ``/dev/shm`` come on top (``tmp_mb``, ``shm_mb``)."""
     max_output_bytes: int = Field(16_384, ge=256)
     """Per stream: longer output keeps its first and last halves and says so."""
     max_file_mb: int = Field(64, ge=1)
@@ -153,6 +159,23 @@ class SandboxConfig(BaseModel):
             if not os.path.isabs(path) or "\x00" in path:
                 raise ValueError(f"read_only_paths: {path!r} is not an absolute path")
         return paths
+
+    @model_validator(mode="after")
+    def _total_allows_a_few_processes(self) -> Self:
+        if self.total_memory_mb is not None and self.total_memory_mb // self.memory_mb < 4:
+            raise ValueError(
+                f"total_memory_mb ({self.total_memory_mb}) must allow 4 processes of "
+                f"memory_mb ({self.memory_mb}): lower memory_mb or raise the total"
+            )
+        return self
+
+    @property
+    def process_cap(self) -> int:
+        """The ``RLIMIT_NPROC`` a command gets: ``max_processes``, lowered so
+        that ``process_cap * memory_mb`` stays within ``total_memory_mb``."""
+        if self.total_memory_mb is None:
+            return self.max_processes
+        return min(self.max_processes, self.total_memory_mb // self.memory_mb)
 
 
 class SandboxEnvironment(msgspec.Struct, frozen=True, kw_only=True):
@@ -433,7 +456,7 @@ class Sandbox:
             "prlimit",
             f"--as={c.memory_mb * 1024 * 1024}",
             f"--cpu={cpu_s}:{cpu_s + 1}",
-            f"--nproc={c.max_processes}",
+            f"--nproc={c.process_cap}",
             f"--fsize={c.max_file_mb * 1024 * 1024}",
             f"--nofile={c.max_open_files}",
             "--core=0",

@@ -45,6 +45,47 @@ async def test_root_and_dev_are_read_only_and_every_tmpfs_is_sized() -> None:
     assert f"tmp {4 * 1024 * 1024}" in lines
 
 
+_ALLOCATORS = """
+import os, time
+held = refused = 0
+kids = []
+for _ in range(8):
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except BlockingIOError:
+        refused += 1
+        continue
+    if pid == 0:
+        try:
+            block = bytearray(150 * 1024 * 1024)
+            os.write(w, b"1")
+        except MemoryError:
+            os.write(w, b"0")
+        time.sleep(2)
+        os._exit(0)
+    kids.append(r)
+held = sum(os.read(r, 1) == b"1" for r in kids)
+print(held, refused)
+"""
+
+
+async def test_many_allocating_processes_stay_within_the_total_memory() -> None:
+    """Without a cgroup, ``total_memory_mb`` caps the processes so that
+    their address spaces together stay within it: 8 forks that each hold
+    150 MiB, under 1024 MiB in all at 256 MiB a process, get at most 3
+    children beside the parent (4 processes), the rest refused."""
+    config = SandboxConfig(timeout_s=30, memory_mb=256, total_memory_mb=1024)
+    assert config.process_cap == 4
+    result = await Sandbox(config).run(["python3", "-c", _ALLOCATORS])
+    held, refused = map(int, result.stdout.split())
+    assert 1 <= held <= 3, result
+    assert held + refused == 8, result
+    assert (held + 1) * config.memory_mb <= 1024
+    with pytest.raises(ValueError, match="must allow 4 processes"):
+        SandboxConfig(memory_mb=512, total_memory_mb=1024)
+
+
 async def test_a_workspace_is_readable_by_its_sandbox_user_only(open_dir: Path) -> None:
     async with Workspaces(open_dir / "ws") as spaces:
         space = await spaces.get("run", "run-0")
