@@ -61,6 +61,7 @@ from agentrt.runtime.placement._open import open_placement
 from agentrt.runtime.placement._placement import Placement
 from agentrt.tools._tool import Tool
 from agentrt.tools.mcp._mcp_config import McpServerConfig
+from agentrt.tools.sandbox._workspaces import release_run
 
 if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
     from agentrt.runtime.engine._mcp_requests import ElicitationHandler, RunRequests
@@ -584,6 +585,7 @@ class Runtime:
             return await execution.execute()
         finally:
             del self._runs[plan.run_id]
+            await release_run(plan.run_id)  # its rollouts' workspaces (shell, editor)
             if self._mcp is not None:
                 with anyio.CancelScope(shield=True):
                     await self._mcp.run_finished(plan.run_id)  # no task outlives it
