@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp_types as types
+import msgspec
 from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -106,8 +107,10 @@ class McpConnection:
     that cannot be found); its message names the server and its URL or
     command.  A line on stdout that is not JSON-RPC is logged and skipped
     (as the SDK does).  A server that dies later is restarted with backoff
-    (``config.restart``): meanwhile calls answer with an error output saying
-    so, and calls in flight fail with "connection lost".
+    (``config.restart``): meanwhile a call waits for it within its own
+    deadline, then runs (one the server stays down for answers with an
+    error output saying why), and calls in flight fail with "connection
+    lost".
     ``notifications/tools/list_changed`` re-lists and re-checks pins.
     ``on_notification`` gets ``(kind, payload)`` with kind ``progress``,
     ``log`` or ``state``; progress also goes to the caller's
@@ -225,6 +228,19 @@ class McpConnection:
         more on the new session when the tool is read-only or idempotent."""
         context = context or ToolContext()
         shown = display_name or remote_name
+        if (live := self._live) is not None and live.ended.is_set():
+            # The server hung up and the session has not noticed yet.
+            self._mark_down(live, live.lost or "the connection was lost")
+        if self._health.state in (ConnectionState.CONNECTING, ConnectionState.RESTARTING):
+            # A server coming back is waited for within the call's own
+            # deadline: the model should not spend a step on "restarting".
+            started = anyio.current_time()
+            timeout = min(self.config.call_timeout_s, context.timeout_s or math.inf)
+            down = await self._await_return(timeout)
+            if down is not None:
+                return ToolOutput.of_text(down, is_error=True)
+            left = max(0.0, timeout - (anyio.current_time() - started))
+            context = msgspec.structs.replace(context, timeout_s=left)
         caller = Caller(
             run_id=context.run_id,
             rollout_id=context.rollout_id,
@@ -255,6 +271,20 @@ class McpConnection:
             text = self._lost_text(f"during a call to {shown!r}")
             return ToolOutput.of_text(text, is_error=True)
         return output
+
+    async def _await_return(self, timeout_s: float) -> str | None:
+        """Wait up to ``timeout_s`` for a (re)starting server to be ready;
+        None once it is, else why the call cannot run (it stayed down)."""
+        try:
+            await self._health.wait_ready(timeout_s)
+        except McpServerError:
+            return self._health.unavailable()
+        except TimeoutError:
+            return (
+                f"MCP server {self.name!r} did not come back within the call's "
+                f"{timeout_s:g} s ({self._health.reason})"
+            )
+        return None
 
     async def _admit(
         self, remote_name: str, arguments: Mapping[str, Any], caller: Caller
