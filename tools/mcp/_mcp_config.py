@@ -169,8 +169,9 @@ class _ServerBase(BaseModel):
     """Ask the server for log messages at this level and above; None keeps
     the server's default."""
     required: bool = True
-    """A run waits for a required server to be ready (up to
-    ``connect_timeout_s``); an optional one starts in the background and
+    """A required server must start (within ``connect_timeout_s``): the
+    ``Runtime`` that cannot start it fails to open, saying why.  An
+    optional one starts in the background without delaying the open, and
     its tools join the runs that begin once it is ready."""
     elicitation: ElicitationPolicy = Field(default_factory=ElicitationPolicy)
     """How the server's questions for the user are answered."""
