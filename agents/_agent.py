@@ -15,6 +15,7 @@ from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._agent_loop import AgentRollout
 from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult
 from agentrt.agents._recording import EventEmitter, EventSink
+from agentrt.agents._resource_notes import ResourceNote
 from agentrt.agents._toolbox import Toolbox
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable
@@ -47,6 +48,7 @@ class Agent:
         policy: RoutingPolicy | None = None,
         prices: PriceTable | None = None,
         memory: MemoryView | None = None,
+        resources: Sequence[ResourceNote] = (),
     ) -> None:
         """``backends``: by name, or a list (named by ``backend.name``);
         ``tools``: the tool objects (or a registry), of which
@@ -58,7 +60,8 @@ class Agent:
         backend's first model); ``prices``: for the
         routing ladder when there is no ledger (default: every model free);
         ``memory``: a run's shared memory bank: each step shows its top keys
-        after the history and offers successful tool results to it.
+        after the history and offers successful tool results to it;
+        ``resources``: MCP resources each step shows, current, after the history.
         """
         where = f"agent {config.name!r}"
         self.config = config
@@ -83,6 +86,7 @@ class Agent:
                 )
         self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         self.memory = memory
+        self.resources = tuple(resources)
         #: Whether ``RolloutResult.signals`` lists the signals a rollout
         #: raised.  When nothing reads them (this off, no ``stop_on``, a
         #: router that does not read them, no sink of ``SignalRaised``
@@ -119,6 +123,7 @@ class Agent:
         )
         agent.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         agent.memory = memory
+        agent.resources = self.resources
         agent.report_signals = report_signals
         return agent
 

@@ -358,6 +358,10 @@ class AgentRollout:
             if note is not None:
                 messages.append(note)
                 prompt_tokens += message_tokens(note, self.window.estimate_text)
+        for resource in self.agent.resources:
+            shown = await resource.message()
+            messages.append(shown)
+            prompt_tokens += message_tokens(shown, self.window.estimate_text)
         if prompt_tokens > budget:
             return "exhausted", (
                 f"context: the prompt needs about {prompt_tokens:,} tokens after compaction, "

@@ -17,6 +17,7 @@ from agentrt.agents._control import RolloutContext, RolloutResult
 from agentrt.agents._delegation import AgentNode, Node, RolloutScopes, SubAgentTool, sliced_ledger
 from agentrt.agents._pipeline import PipelineNode, Stage
 from agentrt.agents._recording import EventEmitter, EventSink
+from agentrt.agents._resource_notes import ResourceNote
 from agentrt.agents._spec import AgentSpec, McpTools
 from agentrt.agents._spec_loader import SpecSet, UnitRef
 from agentrt.protocols._run import RunOptions
@@ -28,7 +29,7 @@ from agentrt.tools._tool import Tool
 from agentrt.tools.mcp._mcp_config import McpServerConfig
 
 if TYPE_CHECKING:  # the MCP SDK loads when a connection opens, not with the agents
-    from agentrt.tools.mcp._servers import McpToolSource
+    from agentrt.tools.mcp._servers import McpServerTools, McpToolSource
 
 Backends = Mapping[str, ModelBackend] | Sequence[ModelBackend]
 
@@ -139,8 +140,23 @@ def build_hierarchy(
                 for edge in callees
             ]
             config = unit.agent_config(ref.name, model=default_model)
+            resources = [
+                ResourceNote(
+                    a.mcp,
+                    _server(mcp, a.mcp, where=specs.where(ref, ("resources", i))),
+                    a.resolved_uri,
+                )
+                for i, a in enumerate(unit.resources)
+            ]
             try:
-                agent = Agent(config, backends=backends, tools=tools, events=emitter, prices=prices)
+                agent = Agent(
+                    config,
+                    backends=backends,
+                    tools=tools,
+                    events=emitter,
+                    prices=prices,
+                    resources=resources,
+                )
             except ConfigError as exc:
                 raise ConfigError(str(exc), where=specs.where(ref)) from exc
             nodes[ref] = AgentNode(
@@ -156,6 +172,14 @@ def build_hierarchy(
             ]
             nodes[ref] = PipelineNode(ref.name, unit, stages, emitter=emitter, prices=prices)
     return Hierarchy(specs, nodes, emitter=emitter, prices=prices)
+
+
+def _server(mcp: McpToolSource | None, name: str, *, where: str) -> McpServerTools:
+    """The open MCP server an attached resource is read from."""
+    server = mcp.connections.get(name) if mcp is not None else None
+    if server is None:
+        raise ConfigError(f"MCP server {name!r} is not open", where=where)
+    return server
 
 
 def _describe(name: str, instructions: str) -> str:
@@ -175,6 +199,8 @@ def used_servers(specs: SpecSet) -> dict[str, McpServerConfig]:
             for binding in unit.tools:
                 if isinstance(binding, McpTools):
                     used[binding.server_name] = specs.servers[binding.server_name]
+            for attached in unit.resources:
+                used[attached.mcp] = specs.servers[attached.mcp]
     return used
 
 

@@ -31,6 +31,7 @@ from agentrt.agents._spec_tools import (
     McpServers,
     McpTools,
     PythonTool,
+    ResourceAttachment,
     SpecModel,
     ToolBinding,
     check_keys,
@@ -161,6 +162,9 @@ class AgentSpec(SpecModel):
     or inline ``{mcp: {...}}``)."""
     sub_agents: list[SubAgentRef] = Field(default_factory=list)
     """Agents (or pipelines) it may call as tools, each with its own budget slice."""
+    resources: list[ResourceAttachment] = Field(default_factory=list)
+    """MCP resources shown to it at every step, kept current (``{mcp: NAME,
+    uri: ...}`` or ``{mcp: NAME, template: ..., arguments: {...}}``)."""
     limits: SpecLimits = SpecLimits()
     """Steps, tokens, timeouts and its budget slice."""
     context: ContextConfig = ContextConfig()

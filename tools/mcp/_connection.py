@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +22,13 @@ import mcp_types as types
 import msgspec
 from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from agentrt._version import __version__
+from agentrt.protocols._tools import ToolSpec
 from agentrt.runtime.kernel._backoff import RestartBackoff
 from agentrt.runtime.kernel._errors import AgentrtError
 from agentrt.runtime.observe._log import get_logger
@@ -48,8 +51,16 @@ from agentrt.tools.mcp._mcp_errors import (
     malformed_detail,
     session_forgotten,
 )
-from agentrt.tools.mcp._mcp_tool import McpTool
+from agentrt.tools.mcp._mcp_tool import McpTool, namespaced_names
 from agentrt.tools.mcp._pinning import MemoryPinStore, PinDecision, PinStore
+from agentrt.tools.mcp._resources import (
+    LIST,
+    RESOURCE_TOOLS,
+    TEMPLATES,
+    listing_text,
+    read_text,
+    templates_text,
+)
 from agentrt.tools.mcp._server_health import ConnectionState, Health
 from agentrt.tools.mcp._server_requests import (
     Caller,
@@ -96,6 +107,10 @@ class _Live:
     """The server no longer knows the session (a call may be retried)."""
     rejected: list[int] = field(default_factory=list)
     """HTTP 400/404 answers to requests that carried the session id."""
+    capabilities: types.ServerCapabilities | None = None
+    """What the server said it offers in the handshake."""
+    updated: set[str] = field(default_factory=set)
+    """Attached resources the server said changed, not yet read again."""
 
 
 @final
@@ -142,6 +157,8 @@ class McpConnection:
         self._tg: anyio.abc.TaskGroup | None = None
         self._forgotten = False
         """The last session ended because the server forgot it."""
+        self._attached: dict[str, str] = {}
+        """Resources agents attached as context, by URI: their text as last read."""
         self.restarts = 0
         """How many times the server was restarted."""
 
@@ -251,6 +268,8 @@ class McpConnection:
         live, tool = self._live, self._catalog.tools.get(remote_name)
         if refusal is not None or live is None or tool is None:
             return ToolOutput.of_text(refusal or self._health.unavailable(), is_error=True)
+        if remote_name in RESOURCE_TOOLS:
+            return await self._resource_tool(live, remote_name, arguments, shown)
         support = self._catalog.task_support.get(remote_name)
         if support == "required" or (support == "optional" and self.config.tasks.prefer):
             return await live.tasks.call(
@@ -434,6 +453,76 @@ class McpConnection:
         result = await self._request(live, live.session.read_resource(uri))
         return resource_contents(result.contents)
 
+    async def attached(self, uri: str) -> str:
+        """The resource ``uri`` as an agent's context shows it (``read_text``),
+        kept up to date: the first call reads it and subscribes to it (when
+        the server offers subscriptions); after a ``notifications/resources/
+        updated`` for it (or a new session) the next call reads it again.
+        Raises ``McpServerError`` when it cannot be read."""
+        if uri not in self._attached:
+            with contextlib.suppress(TimeoutError):  # then _require_live says why
+                await self._health.wait_ready(self.config.connect_timeout_s)
+            live = self._require_live()
+            self._attached[uri] = await self._read_attached(live, uri)
+            await self._subscribe(live, uri)
+        elif (live := self._live) is not None and uri in live.updated:
+            # Changed since it was read (the server said so): read it again.
+            live.updated.discard(uri)
+            self._attached[uri] = await self._read_attached(live, uri)
+            await self._emit("resource_updated", {"server": self.name, "uri": uri})
+        return self._attached[uri]
+
+    async def _read_attached(self, live: _Live, uri: str) -> str:
+        result = await self._request(live, live.session.read_resource(uri))
+        contents = resource_contents(result.contents)
+        return read_text(contents, max_chars=self.config.resources.max_chars)
+
+    async def _subscribe(self, live: _Live, uri: str) -> None:
+        """``resources/subscribe``, when the server offers it.  The SDK marks
+        it deprecated: 2026-07-28 servers take ``subscriptions/listen``
+        instead, and do not offer ``subscribe`` on this handshake."""
+        resources = live.capabilities.resources if live.capabilities is not None else None
+        if resources is None or not resources.subscribe:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            request = live.session.subscribe_resource(uri)
+        await self._request(live, request)
+
+    async def _resubscribe(self, live: _Live) -> None:
+        """A new session knows nothing of the old one's subscriptions:
+        subscribe again, and read each attached resource afresh when next
+        asked for it."""
+        for uri in list(self._attached):
+            live.updated.add(uri)
+            try:
+                await self._subscribe(live, uri)
+            except McpServerError as exc:
+                _log.warning(
+                    "mcp.resource.subscribe_failed", server=self.name, uri=uri, error=str(exc)
+                )
+
+    async def _resource_tool(
+        self, live: _Live, remote: str, arguments: Mapping[str, Any], shown: str
+    ) -> ToolOutput:
+        """One call of a resource tool (``resources``)."""
+        cursor = arguments.get("cursor")
+        params = types.PaginatedRequestParams(cursor=cursor) if isinstance(cursor, str) else None
+        try:
+            if remote == LIST:
+                page = await self._request(live, live.session.list_resources(params=params))
+                text = listing_text(page)
+            elif remote == TEMPLATES:
+                templates = await self._request(
+                    live, live.session.list_resource_templates(params=params)
+                )
+                text = templates_text(templates)
+            else:
+                text = await self._read_attached(live, str(arguments.get("uri", "")))
+        except McpServerError as exc:
+            return ToolOutput.of_text(f"MCP tool {shown!r}: {exc.detail}", is_error=True)
+        return ToolOutput.of_text(text)
+
     # -- supervision ----------------------------------------------------
 
     async def _supervise(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -511,7 +600,7 @@ class McpConnection:
 
             # Our own dispatcher: task-augmented calls go out on it (see ``tasks``).
             dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(
-                EndWatchingStream(read, ended), write
+                EndWatchingStream(read, ended, on_message=self._on_wire), write
             )
             session = ClientSession(
                 logging_callback=self._on_log,
@@ -544,6 +633,7 @@ class McpConnection:
                 self._requests.on_roots_changed = self._roots_changed
                 await self._handshake(live)
                 await self._refresh(live)
+                await self._resubscribe(live)
                 self._live = live
                 self._health.set(ConnectionState.READY)
                 await self._emit("state", self._health.payload())
@@ -563,6 +653,7 @@ class McpConnection:
             wait = self._auth.wait_s if self._auth is not None else 0.0
             with anyio.fail_after(self.config.connect_timeout_s + wait):
                 result = await live.session.initialize()
+                live.capabilities = result.capabilities
                 if self.config.log_level is not None and result.capabilities.logging:
                     await live.session.send_request(
                         types.SetLevelRequest(
@@ -618,6 +709,7 @@ class McpConnection:
                 await self._emit(
                     "log", {"server": self.name, "level": "warning", "data": decision.message}
                 )
+        self._offer_resource_tools(live, catalog)
         self._catalog = catalog
         _log.info(
             "mcp.tools.listed",
@@ -625,6 +717,25 @@ class McpConnection:
             offered=len(catalog.tools),
             blocked=len(catalog.blocked),
         )
+
+    def _offer_resource_tools(self, live: _Live, catalog: Catalog) -> None:
+        """The resource tools (``resources.tools``), when the server has resources."""
+        offers = live.capabilities is not None and live.capabilities.resources is not None
+        if not (self.config.resources.tools and offers):
+            return
+        taken = {t.spec.name for t in catalog.tools.values()}
+        for remote, name in namespaced_names(self.name, RESOURCE_TOOLS).items():
+            if name in taken:  # the server has a tool of that name: it keeps it
+                _log.warning("mcp.resource_tool.shadowed", server=self.name, tool=name)
+                continue
+            description, schema = RESOURCE_TOOLS[remote]
+            spec = ToolSpec(
+                name=name,
+                description=description,
+                parameters=schema,
+                annotations={"readOnlyHint": True},
+            )
+            catalog.tools[remote] = McpTool(self, remote_name=remote, spec=spec, digest="")
 
     async def _relist_on_change(self, live: _Live) -> None:
         while True:
@@ -667,6 +778,26 @@ class McpConnection:
             )
         elif isinstance(message, types.ToolListChangedNotification):
             live.relist.set()
+        elif isinstance(message, types.ResourceListChangedNotification):
+            # The resource tools list afresh on every call; whoever shows a
+            # catalog of them hears it changed.
+            await self._emit("resources_changed", {"server": self.name})
+
+    def _on_wire(self, message: object) -> None:
+        """Each message as read, in order: a change of an attached resource
+        is noted before a reply the server sent after it is delivered, so the
+        next ``attached`` reads it again."""
+        if not isinstance(message, SessionMessage):
+            return
+        note = message.message
+        if (
+            isinstance(note, types.JSONRPCNotification)
+            and note.method == "notifications/resources/updated"
+            and isinstance(note.params, dict)
+            and (uri := note.params.get("uri")) in self._attached
+            and (live := self._live) is not None
+        ):
+            live.updated.add(str(uri))
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self._emit(

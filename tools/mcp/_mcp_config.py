@@ -41,6 +41,7 @@ __all__ = [
     "ElicitationPolicy",
     "HttpServerConfig",
     "McpServerConfig",
+    "ResourcePolicy",
     "RestartPolicy",
     "SamplingPolicy",
     "StdioServerConfig",
@@ -127,6 +128,22 @@ class SamplingPolicy(BaseModel):
     """Cap on the completion tokens of one request (a larger ask is cut)."""
 
 
+class ResourcePolicy(BaseModel):
+    """What agents get of the server's resources."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tools: bool = False
+    """Offer the model three tools, ``<server>__resources_list``,
+    ``<server>__resources_templates_list`` and ``<server>__resources_read``
+    (one page per call, with a cursor for the next), when the server has
+    resources."""
+    max_chars: int = Field(default=20_000, ge=1)
+    """A read shows the model at most this many characters of text (the
+    rest is cut, saying how much); binary contents are never inlined, only
+    named (URI, MIME type, size)."""
+
+
 class TaskPolicy(BaseModel):
     """Task-augmented tool calls (MCP tasks): for tools that declare
     ``taskSupport: required`` (and, with ``prefer``, ``optional``)."""
@@ -198,6 +215,8 @@ class _ServerBase(BaseModel):
     refuse them (they are not offered)."""
     tasks: TaskPolicy = Field(default_factory=TaskPolicy)
     """Task-augmented calls of long-running tools."""
+    resources: ResourcePolicy = Field(default_factory=ResourcePolicy)
+    """The server's resources as tools of the model, and how much of a read it sees."""
 
     @field_validator("name")
     @classmethod

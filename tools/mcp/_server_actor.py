@@ -43,6 +43,7 @@ __all__ = [
     "McpServerStatus",
     "McpToolInfo",
     "McpToolList",
+    "ReadAttached",
     "Reconnect",
     "SetRolloutRoots",
     "SetRoots",
@@ -97,6 +98,13 @@ class EndRollout(msgspec.Struct, tag=True, frozen=True):
     rollout_id: str
 
 
+class ReadAttached(msgspec.Struct, tag=True, frozen=True):
+    """The text of resource ``uri`` as an agent's context shows it, kept
+    current by subscription (``McpConnection.attached``)."""
+
+    uri: str
+
+
 class SetRoots(msgspec.Struct, tag=True, frozen=True):
     """Offer ``paths`` as roots for ``owner`` on the shared connection
     (every run's calls go there; empty: withdraw them)."""
@@ -123,6 +131,7 @@ McpServerRequest = (
     | EndRollout
     | SetRoots
     | SetRolloutRoots
+    | ReadAttached
 )
 
 
@@ -280,6 +289,8 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
         match message:
             case CallTool():
                 return self.context.defer(self._call, message, name="call")
+            case ReadAttached(uri=uri):
+                return self.context.defer(self._attached, uri, name="attached")
             case ListTools():
                 return self._listing()
             case GetStatus():
@@ -355,6 +366,15 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             context=context,
             display_name=message.display_name or None,
         )
+
+    async def _attached(self, uri: str) -> McpServerReply:
+        connection = self._connection
+        if connection is None:
+            return ToolOutput.of_text(self._unavailable(), is_error=True)
+        try:
+            return ToolOutput.of_text(await connection.attached(uri))
+        except McpServerError as exc:
+            return ToolOutput.of_text(str(exc), is_error=True)
 
     def _relay(self, route: str) -> NotificationSink | None:
         sink = self._sink

@@ -41,6 +41,7 @@ from agentrt.tools.mcp._server_actor import (
     McpServerRequest,
     McpServerStatus,
     McpToolList,
+    ReadAttached,
     Reconnect,
     SetRolloutRoots,
     SetRoots,
@@ -57,7 +58,7 @@ __all__ = [
 
 _log = get_logger(__name__)
 
-_ReplyT = TypeVar("_ReplyT", McpToolList, McpServerStatus)
+_ReplyT = TypeVar("_ReplyT", McpToolList, McpServerStatus, ToolOutput)
 
 #: Past the server's own deadline for a call (which already has a guard of
 #: its own), how long the caller waits for the actor before giving up on it.
@@ -67,10 +68,15 @@ _SPAWN_SLACK_S: Final = 10.0
 
 
 class McpServerTools(Protocol):
-    """One server's tools as an agent binding reads them."""
+    """One server's tools as an agent binding reads them, and its resources
+    as an agent's context attaches them."""
 
     def tools(self) -> Sequence[McpTool]:
         """The tools offered, sorted by namespaced name."""
+        ...
+
+    async def attached(self, uri: str) -> str:
+        """Resource ``uri``'s text as last read, kept current (``McpServerHandle.attached``)."""
         ...
 
 
@@ -161,6 +167,17 @@ class McpServerHandle:
         )
         self._blocked = list(listing.blocked)
         return self.tools()
+
+    async def attached(self, uri: str) -> str:
+        """Resource ``uri`` as an agent's context shows it: text (clipped at
+        ``resources.max_chars``), binary contents named.  Read and subscribed
+        to on first use, read again whenever the server says it changed.
+        Raises ``McpServerError`` when it cannot be read."""
+        deadline = self.config.connect_timeout_s + self.config.request_timeout_s
+        reply = await self._ask(ReadAttached(uri), ToolOutput, timeout_s=deadline)
+        if reply.is_error:
+            raise McpServerError(self.name, f"cannot attach {uri!r}: {reply.text}")
+        return reply.text
 
     async def status(self) -> McpServerStatus:
         """The connection's state; ``McpServerError`` when the actor does not answer."""
@@ -254,9 +271,11 @@ class McpServerHandle:
                 self._progress.close(route)
         return ToolOutput.of_text(text, is_error=True)
 
-    async def _ask(self, message: McpServerRequest, expected: type[_ReplyT]) -> _ReplyT:
+    async def _ask(
+        self, message: McpServerRequest, expected: type[_ReplyT], *, timeout_s: float | None = None
+    ) -> _ReplyT:
         try:
-            reply = await self.ref.ask(message, timeout=self.config.request_timeout_s)
+            reply = await self.ref.ask(message, timeout=timeout_s or self.config.request_timeout_s)
         except (AskTimeout, ActorCrashed, ActorStopped) as exc:
             raise McpServerError(self.name, f"its actor did not answer: {exc}") from exc
         if not isinstance(reply, expected):
