@@ -15,9 +15,9 @@ from agentrt.agents._agent import Agent
 from agentrt.agents._bindings import resolve_binding
 from agentrt.agents._control import RolloutContext, RolloutResult
 from agentrt.agents._delegation import AgentNode, Node, RolloutScopes, SubAgentTool, sliced_ledger
+from agentrt.agents._mcp_context import PromptStart, ResourceNote
 from agentrt.agents._pipeline import PipelineNode, Stage
 from agentrt.agents._recording import EventEmitter, EventSink
-from agentrt.agents._resource_notes import ResourceNote
 from agentrt.agents._spec import AgentSpec, McpTools
 from agentrt.agents._spec_loader import SpecSet, UnitRef
 from agentrt.protocols._run import RunOptions
@@ -148,6 +148,17 @@ def build_hierarchy(
                 )
                 for i, a in enumerate(unit.resources)
             ]
+            start = unit.prompt
+            prompt = (
+                None
+                if start is None
+                else PromptStart(
+                    _server(mcp, start.mcp, where=specs.where(ref, ("prompt",))),
+                    start.name,
+                    start.arguments,
+                    start.complete,
+                )
+            )
             try:
                 agent = Agent(
                     config,
@@ -156,6 +167,7 @@ def build_hierarchy(
                     events=emitter,
                     prices=prices,
                     resources=resources,
+                    prompt=prompt,
                 )
             except ConfigError as exc:
                 raise ConfigError(str(exc), where=specs.where(ref)) from exc
@@ -199,8 +211,8 @@ def used_servers(specs: SpecSet) -> dict[str, McpServerConfig]:
             for binding in unit.tools:
                 if isinstance(binding, McpTools):
                     used[binding.server_name] = specs.servers[binding.server_name]
-            for attached in unit.resources:
-                used[attached.mcp] = specs.servers[attached.mcp]
+            for server in unit.mcp_context_servers():
+                used[server] = specs.servers[server]
     return used
 
 

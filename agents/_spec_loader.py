@@ -282,6 +282,8 @@ def _check_mcp_names(spec_file: SpecFile, outside: Mapping[str, McpServerConfig]
             ((*spec_file.unit_loc(name), "resources", index, "mcp"), attached.mcp)
             for index, attached in enumerate(unit.resources)
         ]
+        if unit.prompt is not None:
+            named.append(((*spec_file.unit_loc(name), "prompt", "mcp"), unit.prompt.mcp))
         for loc, server in named:
             if server not in spec_file.mcp_servers and server not in outside:
                 defined = ", ".join(spec_file.mcp_servers) or "none"
@@ -381,7 +383,7 @@ def _servers(files: Any, outside: Mapping[str, McpServerConfig]) -> dict[str, Mc
             if not isinstance(unit, AgentSpec):
                 continue
             names = [b.mcp for b in unit.tools if isinstance(b, McpTools)]
-            names += [a.mcp for a in unit.resources]
+            names += unit.mcp_context_servers()
             for named in names:
                 if isinstance(named, str) and named not in merged and named in outside:
                     merged[named] = (outside[named], "the configuration's [mcp]")

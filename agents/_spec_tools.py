@@ -203,6 +203,22 @@ class ResourceAttachment(SpecModel):
         return self.uri or ""
 
 
+class PromptStartSpec(SpecModel):
+    """An MCP prompt a rollout starts from: ``{mcp: NAME, name: PROMPT,
+    arguments: {...}, complete: [ARG, ...]}``."""
+
+    mcp: str = Field(min_length=1)
+    """The server (of ``mcp_servers``, or the configuration's ``[mcp]``)."""
+    name: str = Field(min_length=1)
+    """The prompt's name on the server."""
+    arguments: dict[str, str] = Field(default_factory=dict)
+    """The prompt's arguments."""
+    complete: list[str] = Field(default_factory=list)
+    """Arguments whose given value is completed by the server first (its
+    first ``completion/complete`` suggestion, in this order, each with the
+    arguments before it as context)."""
+
+
 def _tool_kind(value: Any) -> str | None:
     if isinstance(value, str):
         return "python-tool" if ":" in value else "builtin-tool"
@@ -262,6 +278,7 @@ __all__ = [
     "InlineServer",
     "McpServers",
     "McpTools",
+    "PromptStartSpec",
     "PythonTool",
     "ResourceAttachment",
     "SpecModel",

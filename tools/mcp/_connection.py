@@ -53,6 +53,8 @@ from agentrt.tools.mcp._mcp_errors import (
 )
 from agentrt.tools.mcp._mcp_tool import McpTool, namespaced_names
 from agentrt.tools.mcp._pinning import MemoryPinStore, PinDecision, PinStore
+from agentrt.tools.mcp._prompts import LIST as PROMPTS_LIST
+from agentrt.tools.mcp._prompts import PROMPT_TOOLS, prompt_messages, prompts_text
 from agentrt.tools.mcp._resources import (
     LIST,
     RESOURCE_TOOLS,
@@ -268,8 +270,8 @@ class McpConnection:
         live, tool = self._live, self._catalog.tools.get(remote_name)
         if refusal is not None or live is None or tool is None:
             return ToolOutput.of_text(refusal or self._health.unavailable(), is_error=True)
-        if remote_name in RESOURCE_TOOLS:
-            return await self._resource_tool(live, remote_name, arguments, shown)
+        if remote_name in RESOURCE_TOOLS or remote_name in PROMPT_TOOLS:
+            return await self._client_tool(live, remote_name, arguments, shown)
         support = self._catalog.task_support.get(remote_name)
         if support == "required" or (support == "optional" and self.config.tasks.prefer):
             return await live.tasks.call(
@@ -502,6 +504,63 @@ class McpConnection:
                     "mcp.resource.subscribe_failed", server=self.name, uri=uri, error=str(exc)
                 )
 
+    async def prompt(
+        self, name: str, arguments: Mapping[str, str], *, complete: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """Prompt ``name``'s messages as (role, text) pairs, with
+        ``arguments``; each argument named in ``complete`` first takes the
+        server's first completion of its given value (``completion/complete``,
+        with the arguments before it as context).  Raises ``McpServerError``
+        when the server has no such prompt or no completion."""
+        with contextlib.suppress(TimeoutError):  # then _require_live says why
+            await self._health.wait_ready(self.config.connect_timeout_s)
+        live = self._require_live()
+        filled = dict(arguments)
+        for argument in complete:
+            value = filled.get(argument, "")
+            context = {k: v for k, v in filled.items() if k != argument} or None
+            result = await self._request(
+                live,
+                live.session.complete(
+                    types.PromptReference(name=name),
+                    {"name": argument, "value": value},
+                    context_arguments=context,
+                ),
+            )
+            if not result.completion.values:
+                raise McpServerError(
+                    self.name, f"prompt {name!r}: no completion of {argument}={value!r}"
+                )
+            filled[argument] = result.completion.values[0]
+        got = await self._request(live, live.session.get_prompt(name, filled))
+        return prompt_messages(got)
+
+    async def _client_tool(
+        self, live: _Live, remote: str, arguments: Mapping[str, Any], shown: str
+    ) -> ToolOutput:
+        """One call of a resource or prompt tool (``resources``, ``prompts``)."""
+        if remote in RESOURCE_TOOLS:
+            return await self._resource_tool(live, remote, arguments, shown)
+        try:
+            if remote == PROMPTS_LIST:
+                cursor = arguments.get("cursor")
+                params = (
+                    types.PaginatedRequestParams(cursor=cursor) if isinstance(cursor, str) else None
+                )
+                text = prompts_text(
+                    await self._request(live, live.session.list_prompts(params=params))
+                )
+            else:
+                given = arguments.get("arguments") or {}
+                filled = {str(k): str(v) for k, v in given.items()}
+                got = await self._request(
+                    live, live.session.get_prompt(str(arguments.get("name", "")), filled)
+                )
+                text = "\n\n".join(f"{role}: {body}" for role, body in prompt_messages(got))
+        except McpServerError as exc:
+            return ToolOutput.of_text(f"MCP tool {shown!r}: {exc.detail}", is_error=True)
+        return ToolOutput.of_text(text)
+
     async def _resource_tool(
         self, live: _Live, remote: str, arguments: Mapping[str, Any], shown: str
     ) -> ToolOutput:
@@ -709,7 +768,7 @@ class McpConnection:
                 await self._emit(
                     "log", {"server": self.name, "level": "warning", "data": decision.message}
                 )
-        self._offer_resource_tools(live, catalog)
+        self._offer_client_tools(live, catalog)
         self._catalog = catalog
         _log.info(
             "mcp.tools.listed",
@@ -718,17 +777,21 @@ class McpConnection:
             blocked=len(catalog.blocked),
         )
 
-    def _offer_resource_tools(self, live: _Live, catalog: Catalog) -> None:
-        """The resource tools (``resources.tools``), when the server has resources."""
-        offers = live.capabilities is not None and live.capabilities.resources is not None
-        if not (self.config.resources.tools and offers):
-            return
+    def _offer_client_tools(self, live: _Live, catalog: Catalog) -> None:
+        """The resource tools (``resources.tools``) and prompt tools
+        (``prompts.tools``), when the server has resources or prompts."""
+        capabilities = live.capabilities
+        offered: dict[str, tuple[str, dict[str, Any]]] = {}
+        if self.config.resources.tools and capabilities and capabilities.resources is not None:
+            offered.update(RESOURCE_TOOLS)
+        if self.config.prompts.tools and capabilities and capabilities.prompts is not None:
+            offered.update(PROMPT_TOOLS)
         taken = {t.spec.name for t in catalog.tools.values()}
-        for remote, name in namespaced_names(self.name, RESOURCE_TOOLS).items():
+        for remote, name in namespaced_names(self.name, offered).items():
             if name in taken:  # the server has a tool of that name: it keeps it
-                _log.warning("mcp.resource_tool.shadowed", server=self.name, tool=name)
+                _log.warning("mcp.client_tool.shadowed", server=self.name, tool=name)
                 continue
-            description, schema = RESOURCE_TOOLS[remote]
+            description, schema = offered[remote]
             spec = ToolSpec(
                 name=name,
                 description=description,
@@ -782,6 +845,9 @@ class McpConnection:
             # The resource tools list afresh on every call; whoever shows a
             # catalog of them hears it changed.
             await self._emit("resources_changed", {"server": self.name})
+        elif isinstance(message, types.PromptListChangedNotification):
+            # Likewise: the prompt tools list afresh, a prompt is got per rollout.
+            await self._emit("prompts_changed", {"server": self.name})
 
     def _on_wire(self, message: object) -> None:
         """Each message as read, in order: a change of an attached resource

@@ -41,6 +41,7 @@ __all__ = [
     "ElicitationPolicy",
     "HttpServerConfig",
     "McpServerConfig",
+    "PromptPolicy",
     "ResourcePolicy",
     "RestartPolicy",
     "SamplingPolicy",
@@ -144,6 +145,17 @@ class ResourcePolicy(BaseModel):
     named (URI, MIME type, size)."""
 
 
+class PromptPolicy(BaseModel):
+    """What agents get of the server's prompts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tools: bool = False
+    """Offer the model ``<server>__prompts_list`` (one page per call, with
+    a cursor for the next) and ``<server>__prompts_get`` (a prompt's
+    messages, filled in with its arguments), when the server has prompts."""
+
+
 class TaskPolicy(BaseModel):
     """Task-augmented tool calls (MCP tasks): for tools that declare
     ``taskSupport: required`` (and, with ``prefer``, ``optional``)."""
@@ -217,6 +229,8 @@ class _ServerBase(BaseModel):
     """Task-augmented calls of long-running tools."""
     resources: ResourcePolicy = Field(default_factory=ResourcePolicy)
     """The server's resources as tools of the model, and how much of a read it sees."""
+    prompts: PromptPolicy = Field(default_factory=PromptPolicy)
+    """The server's prompts as tools of the model."""
 
     @field_validator("name")
     @classmethod

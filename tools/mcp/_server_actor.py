@@ -35,8 +35,10 @@ __all__ = [
     "CallTool",
     "CancelRunTasks",
     "EndRollout",
+    "GetPrompt",
     "GetStatus",
     "ListTools",
+    "McpPrompt",
     "McpServerActor",
     "McpServerReply",
     "McpServerRequest",
@@ -105,6 +107,14 @@ class ReadAttached(msgspec.Struct, tag=True, frozen=True):
     uri: str
 
 
+class GetPrompt(msgspec.Struct, tag=True, frozen=True, kw_only=True):
+    """Prompt ``name``'s messages (``McpConnection.prompt``)."""
+
+    name: str
+    arguments: dict[str, str]
+    complete: tuple[str, ...] = ()
+
+
 class SetRoots(msgspec.Struct, tag=True, frozen=True):
     """Offer ``paths`` as roots for ``owner`` on the shared connection
     (every run's calls go there; empty: withdraw them)."""
@@ -132,6 +142,7 @@ McpServerRequest = (
     | SetRoots
     | SetRolloutRoots
     | ReadAttached
+    | GetPrompt
 )
 
 
@@ -167,7 +178,13 @@ class McpServerStatus(msgspec.Struct, frozen=True, kw_only=True):
     rollouts: int = 0
 
 
-McpServerReply = McpToolList | ToolOutput | McpServerStatus
+class McpPrompt(msgspec.Struct, frozen=True, kw_only=True):
+    """The reply to ``GetPrompt``: its messages as (role, text) pairs."""
+
+    messages: tuple[tuple[str, str], ...]
+
+
+McpServerReply = McpToolList | ToolOutput | McpServerStatus | McpPrompt
 
 
 @final
@@ -289,8 +306,8 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
         match message:
             case CallTool():
                 return self.context.defer(self._call, message, name="call")
-            case ReadAttached(uri=uri):
-                return self.context.defer(self._attached, uri, name="attached")
+            case ReadAttached() | GetPrompt():
+                return self.context.defer(self._context_of, message, name="context")
             case ListTools():
                 return self._listing()
             case GetStatus():
@@ -367,14 +384,21 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             display_name=message.display_name or None,
         )
 
-    async def _attached(self, uri: str) -> McpServerReply:
+    async def _context_of(self, message: ReadAttached | GetPrompt) -> McpServerReply:
+        """An attached resource's text, or a prompt's messages; failures
+        are error outputs saying why."""
         connection = self._connection
         if connection is None:
             return ToolOutput.of_text(self._unavailable(), is_error=True)
         try:
-            return ToolOutput.of_text(await connection.attached(uri))
+            if isinstance(message, ReadAttached):
+                return ToolOutput.of_text(await connection.attached(message.uri))
+            got = await connection.prompt(
+                message.name, message.arguments, complete=message.complete
+            )
         except McpServerError as exc:
             return ToolOutput.of_text(str(exc), is_error=True)
+        return McpPrompt(messages=tuple(got))
 
     def _relay(self, route: str) -> NotificationSink | None:
         sink = self._sink

@@ -34,8 +34,10 @@ from agentrt.tools.mcp._server_actor import (
     CallTool,
     CancelRunTasks,
     EndRollout,
+    GetPrompt,
     GetStatus,
     ListTools,
+    McpPrompt,
     McpServerActor,
     McpServerReply,
     McpServerRequest,
@@ -58,7 +60,7 @@ __all__ = [
 
 _log = get_logger(__name__)
 
-_ReplyT = TypeVar("_ReplyT", McpToolList, McpServerStatus, ToolOutput)
+_ReplyT = TypeVar("_ReplyT", McpToolList, McpServerStatus, ToolOutput, McpPrompt)
 
 #: Past the server's own deadline for a call (which already has a guard of
 #: its own), how long the caller waits for the actor before giving up on it.
@@ -77,6 +79,12 @@ class McpServerTools(Protocol):
 
     async def attached(self, uri: str) -> str:
         """Resource ``uri``'s text as last read, kept current (``McpServerHandle.attached``)."""
+        ...
+
+    async def prompt(
+        self, name: str, arguments: Mapping[str, str], *, complete: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """Prompt ``name``'s messages (``McpServerHandle.prompt``)."""
         ...
 
 
@@ -174,10 +182,21 @@ class McpServerHandle:
         to on first use, read again whenever the server says it changed.
         Raises ``McpServerError`` when it cannot be read."""
         deadline = self.config.connect_timeout_s + self.config.request_timeout_s
-        reply = await self._ask(ReadAttached(uri), ToolOutput, timeout_s=deadline)
-        if reply.is_error:
-            raise McpServerError(self.name, f"cannot attach {uri!r}: {reply.text}")
+        reply = await self._ask(ReadAttached(uri), ToolOutput, timeout_s=deadline, errors=True)
         return reply.text
+
+    async def prompt(
+        self, name: str, arguments: Mapping[str, str], *, complete: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """Prompt ``name`` of the server, filled in with ``arguments``: its
+        messages as (role, text) pairs.  Each argument named in ``complete``
+        first takes the server's first completion of its given value
+        (``completion/complete``).  Raises ``McpServerError`` when the server
+        has no such prompt, no completion, or does not answer."""
+        deadline = self.config.connect_timeout_s + 2 * self.config.request_timeout_s
+        request = GetPrompt(name=name, arguments=dict(arguments), complete=tuple(complete))
+        reply = await self._ask(request, McpPrompt, timeout_s=deadline, errors=True)
+        return [tuple(m) for m in reply.messages]  # type: ignore[misc]
 
     async def status(self) -> McpServerStatus:
         """The connection's state; ``McpServerError`` when the actor does not answer."""
@@ -272,12 +291,21 @@ class McpServerHandle:
         return ToolOutput.of_text(text, is_error=True)
 
     async def _ask(
-        self, message: McpServerRequest, expected: type[_ReplyT], *, timeout_s: float | None = None
+        self,
+        message: McpServerRequest,
+        expected: type[_ReplyT],
+        *,
+        timeout_s: float | None = None,
+        errors: bool = False,
     ) -> _ReplyT:
+        """Ask the actor; with ``errors``, an error output it answers with
+        is raised as ``McpServerError`` (it says why)."""
         try:
             reply = await self.ref.ask(message, timeout=timeout_s or self.config.request_timeout_s)
         except (AskTimeout, ActorCrashed, ActorStopped) as exc:
             raise McpServerError(self.name, f"its actor did not answer: {exc}") from exc
+        if errors and isinstance(reply, ToolOutput) and reply.is_error:
+            raise McpServerError(self.name, reply.text.removeprefix(f"MCP server {self.name!r}: "))
         if not isinstance(reply, expected):
             raise McpServerError(
                 self.name, f"its actor answered {type(message).__name__} with {reply!r}"
