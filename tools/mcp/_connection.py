@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -22,9 +21,8 @@ import mcp_types as types
 import msgspec
 from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
-from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from agentrt._version import __version__
@@ -53,16 +51,7 @@ from agentrt.tools.mcp._mcp_errors import (
 )
 from agentrt.tools.mcp._mcp_tool import McpTool, namespaced_names
 from agentrt.tools.mcp._pinning import MemoryPinStore, PinDecision, PinStore
-from agentrt.tools.mcp._prompts import LIST as PROMPTS_LIST
-from agentrt.tools.mcp._prompts import PROMPT_TOOLS, prompt_messages, prompts_text
-from agentrt.tools.mcp._resources import (
-    LIST,
-    RESOURCE_TOOLS,
-    TEMPLATES,
-    listing_text,
-    read_text,
-    templates_text,
-)
+from agentrt.tools.mcp._server_content import Request, ServerContent
 from agentrt.tools.mcp._server_health import ConnectionState, Health
 from agentrt.tools.mcp._server_requests import (
     Caller,
@@ -111,8 +100,6 @@ class _Live:
     """HTTP 400/404 answers to requests that carried the session id."""
     capabilities: types.ServerCapabilities | None = None
     """What the server said it offers in the handshake."""
-    updated: set[str] = field(default_factory=set)
-    """Attached resources the server said changed, not yet read again."""
 
 
 @final
@@ -159,8 +146,7 @@ class McpConnection:
         self._tg: anyio.abc.TaskGroup | None = None
         self._forgotten = False
         """The last session ended because the server forgot it."""
-        self._attached: dict[str, str] = {}
-        """Resources agents attached as context, by URI: their text as last read."""
+        self._content = ServerContent(config, self._emit)
         self.restarts = 0
         """How many times the server was restarted."""
 
@@ -270,8 +256,9 @@ class McpConnection:
         live, tool = self._live, self._catalog.tools.get(remote_name)
         if refusal is not None or live is None or tool is None:
             return ToolOutput.of_text(refusal or self._health.unavailable(), is_error=True)
-        if remote_name in RESOURCE_TOOLS or remote_name in PROMPT_TOOLS:
-            return await self._client_tool(live, remote_name, arguments, shown)
+        if self._content.is_client_tool(remote_name):
+            request = self._requester(live)
+            return await self._content.call(live.session, request, remote_name, arguments, shown)
         support = self._catalog.task_support.get(remote_name)
         if support == "required" or (support == "optional" and self.config.tasks.prefer):
             return await live.tasks.call(
@@ -456,131 +443,34 @@ class McpConnection:
         return resource_contents(result.contents)
 
     async def attached(self, uri: str) -> str:
-        """The resource ``uri`` as an agent's context shows it (``read_text``),
-        kept up to date: the first call reads it and subscribes to it (when
-        the server offers subscriptions); after a ``notifications/resources/
-        updated`` for it (or a new session) the next call reads it again.
-        Raises ``McpServerError`` when it cannot be read."""
-        if uri not in self._attached:
-            with contextlib.suppress(TimeoutError):  # then _require_live says why
-                await self._health.wait_ready(self.config.connect_timeout_s)
-            live = self._require_live()
-            self._attached[uri] = await self._read_attached(live, uri)
-            await self._subscribe(live, uri)
-        elif (live := self._live) is not None and uri in live.updated:
-            # Changed since it was read (the server said so): read it again.
-            live.updated.discard(uri)
-            self._attached[uri] = await self._read_attached(live, uri)
-            await self._emit("resource_updated", {"server": self.name, "uri": uri})
-        return self._attached[uri]
-
-    async def _read_attached(self, live: _Live, uri: str) -> str:
-        result = await self._request(live, live.session.read_resource(uri))
-        contents = resource_contents(result.contents)
-        return read_text(contents, max_chars=self.config.resources.max_chars)
-
-    async def _subscribe(self, live: _Live, uri: str) -> None:
-        """``resources/subscribe``, when the server offers it.  The SDK marks
-        it deprecated: 2026-07-28 servers take ``subscriptions/listen``
-        instead, and do not offer ``subscribe`` on this handshake."""
-        resources = live.capabilities.resources if live.capabilities is not None else None
-        if resources is None or not resources.subscribe:
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MCPDeprecationWarning)
-            request = live.session.subscribe_resource(uri)
-        await self._request(live, request)
-
-    async def _resubscribe(self, live: _Live) -> None:
-        """A new session knows nothing of the old one's subscriptions:
-        subscribe again, and read each attached resource afresh when next
-        asked for it."""
-        for uri in list(self._attached):
-            live.updated.add(uri)
-            try:
-                await self._subscribe(live, uri)
-            except McpServerError as exc:
-                _log.warning(
-                    "mcp.resource.subscribe_failed", server=self.name, uri=uri, error=str(exc)
-                )
+        """The resource ``uri`` as an agent's context shows it, kept current
+        (``ServerContent.attached``).  Raises ``McpServerError`` when it
+        cannot be read."""
+        live = await self._ready_live()
+        return await self._content.attached(live.session, self._requester(live), uri)
 
     async def prompt(
         self, name: str, arguments: Mapping[str, str], *, complete: Sequence[str] = ()
     ) -> list[tuple[str, str]]:
         """Prompt ``name``'s messages as (role, text) pairs, with
-        ``arguments``; each argument named in ``complete`` first takes the
-        server's first completion of its given value (``completion/complete``,
-        with the arguments before it as context).  Raises ``McpServerError``
-        when the server has no such prompt or no completion."""
+        ``arguments``, those in ``complete`` completed by the server first
+        (``ServerContent.prompt``).  Raises ``McpServerError`` when the
+        server has no such prompt or no completion."""
+        live = await self._ready_live()
+        return await self._content.prompt(
+            live.session, self._requester(live), name, arguments, complete
+        )
+
+    async def _ready_live(self) -> _Live:
         with contextlib.suppress(TimeoutError):  # then _require_live says why
             await self._health.wait_ready(self.config.connect_timeout_s)
-        live = self._require_live()
-        filled = dict(arguments)
-        for argument in complete:
-            value = filled.get(argument, "")
-            context = {k: v for k, v in filled.items() if k != argument} or None
-            result = await self._request(
-                live,
-                live.session.complete(
-                    types.PromptReference(name=name),
-                    {"name": argument, "value": value},
-                    context_arguments=context,
-                ),
-            )
-            if not result.completion.values:
-                raise McpServerError(
-                    self.name, f"prompt {name!r}: no completion of {argument}={value!r}"
-                )
-            filled[argument] = result.completion.values[0]
-        got = await self._request(live, live.session.get_prompt(name, filled))
-        return prompt_messages(got)
+        return self._require_live()
 
-    async def _client_tool(
-        self, live: _Live, remote: str, arguments: Mapping[str, Any], shown: str
-    ) -> ToolOutput:
-        """One call of a resource or prompt tool (``resources``, ``prompts``)."""
-        if remote in RESOURCE_TOOLS:
-            return await self._resource_tool(live, remote, arguments, shown)
-        try:
-            if remote == PROMPTS_LIST:
-                cursor = arguments.get("cursor")
-                params = (
-                    types.PaginatedRequestParams(cursor=cursor) if isinstance(cursor, str) else None
-                )
-                text = prompts_text(
-                    await self._request(live, live.session.list_prompts(params=params))
-                )
-            else:
-                given = arguments.get("arguments") or {}
-                filled = {str(k): str(v) for k, v in given.items()}
-                got = await self._request(
-                    live, live.session.get_prompt(str(arguments.get("name", "")), filled)
-                )
-                text = "\n\n".join(f"{role}: {body}" for role, body in prompt_messages(got))
-        except McpServerError as exc:
-            return ToolOutput.of_text(f"MCP tool {shown!r}: {exc.detail}", is_error=True)
-        return ToolOutput.of_text(text)
+    def _requester(self, live: _Live) -> Request:
+        async def request(awaitable: Awaitable[Any]) -> Any:
+            return await self._request(live, awaitable)
 
-    async def _resource_tool(
-        self, live: _Live, remote: str, arguments: Mapping[str, Any], shown: str
-    ) -> ToolOutput:
-        """One call of a resource tool (``resources``)."""
-        cursor = arguments.get("cursor")
-        params = types.PaginatedRequestParams(cursor=cursor) if isinstance(cursor, str) else None
-        try:
-            if remote == LIST:
-                page = await self._request(live, live.session.list_resources(params=params))
-                text = listing_text(page)
-            elif remote == TEMPLATES:
-                templates = await self._request(
-                    live, live.session.list_resource_templates(params=params)
-                )
-                text = templates_text(templates)
-            else:
-                text = await self._read_attached(live, str(arguments.get("uri", "")))
-        except McpServerError as exc:
-            return ToolOutput.of_text(f"MCP tool {shown!r}: {exc.detail}", is_error=True)
-        return ToolOutput.of_text(text)
+        return request
 
     # -- supervision ----------------------------------------------------
 
@@ -659,7 +549,7 @@ class McpConnection:
 
             # Our own dispatcher: task-augmented calls go out on it (see ``tasks``).
             dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(
-                EndWatchingStream(read, ended, on_message=self._on_wire), write
+                EndWatchingStream(read, ended, on_message=self._content.on_wire), write
             )
             session = ClientSession(
                 logging_callback=self._on_log,
@@ -692,7 +582,9 @@ class McpConnection:
                 self._requests.on_roots_changed = self._roots_changed
                 await self._handshake(live)
                 await self._refresh(live)
-                await self._resubscribe(live)
+                await self._content.new_session(
+                    live.session, live.capabilities, self._requester(live)
+                )
                 self._live = live
                 self._health.set(ConnectionState.READY)
                 await self._emit("state", self._health.payload())
@@ -778,14 +670,8 @@ class McpConnection:
         )
 
     def _offer_client_tools(self, live: _Live, catalog: Catalog) -> None:
-        """The resource tools (``resources.tools``) and prompt tools
-        (``prompts.tools``), when the server has resources or prompts."""
-        capabilities = live.capabilities
-        offered: dict[str, tuple[str, dict[str, Any]]] = {}
-        if self.config.resources.tools and capabilities and capabilities.resources is not None:
-            offered.update(RESOURCE_TOOLS)
-        if self.config.prompts.tools and capabilities and capabilities.prompts is not None:
-            offered.update(PROMPT_TOOLS)
+        """The resource and prompt tools, as configured (``ServerContent``)."""
+        offered = self._content.client_tools(live.capabilities)
         taken = {t.spec.name for t in catalog.tools.values()}
         for remote, name in namespaced_names(self.name, offered).items():
             if name in taken:  # the server has a tool of that name: it keeps it
@@ -848,22 +734,6 @@ class McpConnection:
         elif isinstance(message, types.PromptListChangedNotification):
             # Likewise: the prompt tools list afresh, a prompt is got per rollout.
             await self._emit("prompts_changed", {"server": self.name})
-
-    def _on_wire(self, message: object) -> None:
-        """Each message as read, in order: a change of an attached resource
-        is noted before a reply the server sent after it is delivered, so the
-        next ``attached`` reads it again."""
-        if not isinstance(message, SessionMessage):
-            return
-        note = message.message
-        if (
-            isinstance(note, types.JSONRPCNotification)
-            and note.method == "notifications/resources/updated"
-            and isinstance(note.params, dict)
-            and (uri := note.params.get("uri")) in self._attached
-            and (live := self._live) is not None
-        ):
-            live.updated.add(str(uri))
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self._emit(
