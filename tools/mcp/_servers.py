@@ -196,7 +196,7 @@ class McpServerHandle:
         deadline = self.config.connect_timeout_s + 2 * self.config.request_timeout_s
         request = GetPrompt(name=name, arguments=dict(arguments), complete=tuple(complete))
         reply = await self._ask(request, McpPrompt, timeout_s=deadline, errors=True)
-        return [tuple(m) for m in reply.messages]  # type: ignore[misc]
+        return list(reply.messages)
 
     async def status(self) -> McpServerStatus:
         """The connection's state; ``McpServerError`` when the actor does not answer."""

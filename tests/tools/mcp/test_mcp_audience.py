@@ -10,7 +10,7 @@ from agentrt import Runtime
 from agentrt.agents import AgentConfig, EventLog
 from agentrt.agents._context import clip
 from agentrt.protocols import ModelRequest, StepRecorded, ToolMessage
-from agentrt.testing import ScriptedBackend, ScriptedToolCall
+from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
 from agentrt.tools._tool import ToolContent, ToolOutput
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
 
@@ -38,7 +38,7 @@ def test_the_model_sees_its_blocks_most_important_first() -> None:
 async def test_a_block_for_the_user_is_in_the_events_not_the_request(
     everything: StdioServerConfig,
 ) -> None:
-    def script(request: ModelRequest) -> object:
+    def script(request: ModelRequest) -> ReplySpec:
         if not any(isinstance(m, ToolMessage) for m in request.messages):
             return ScriptedToolCall("everything__get-annotated-message", {"messageType": "success"})
         return "done"
