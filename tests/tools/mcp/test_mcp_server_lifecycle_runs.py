@@ -5,6 +5,7 @@ stderr quoted; an optional one does not delay it."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ import pytest
 from agentrt import Runtime
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest, ToolMessage
+from agentrt.runtime.config._config_file import load_config
+from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.mcp._mcp_errors import McpServerError
 from tests.tools.mcp.conftest import FIXTURE_SERVER
@@ -83,3 +86,17 @@ async def test_an_optional_server_does_not_delay_the_open() -> None:
             assert (await rt.mcp_status())["late"].state == "connecting"
             result = await rt.run("go")
     assert result.answer == "answered"
+
+
+async def test_the_daemon_does_not_start_without_its_required_server(tmp_path: Path) -> None:
+    toml = tmp_path / "agentrt.toml"
+    missing = tmp_path / "no-such-description.txt"
+    server = _fixture("--description-file", str(missing))
+    toml.write_text(
+        f"[store]\npath = '{tmp_path / 'runs.db'}'\n\n[mcp.fx]\n"
+        f"command = {json.dumps(server['command'])}\nargs = {json.dumps(server['args'])}\n"
+    )
+    backend = ScriptedBackend(["never asked"])
+    with anyio.fail_after(60), pytest.raises(McpServerError, match="FileNotFoundError"):
+        async with RunManager(load_config(toml), backends=[backend]):
+            pass
