@@ -590,6 +590,8 @@ class McpConnection:
                 await self._emit("state", self._health.payload())
                 ready()
                 tg.start_soon(self._relist_on_change, live)
+                if self.config.keepalive_s is not None:
+                    tg.start_soon(self._keepalive, live, self.config.keepalive_s)
                 await ended.wait()
                 if self._tail is not None:
                     self._tail.drain()  # the last words of a dying server, before they are quoted
@@ -694,6 +696,21 @@ class McpConnection:
                 await self._refresh(live)
             except (McpServerError, MCPError, TimeoutError, ValidationError) as exc:
                 _log.warning("mcp.tools.relist_failed", server=self.name, error=describe(exc))
+
+    async def _keepalive(self, live: _Live, interval_s: float) -> None:
+        """Ping every ``interval_s``; a ping that fails ends the session, so
+        it is replaced now rather than when a call finds it dead."""
+        while True:
+            await anyio.sleep(interval_s)
+            try:
+                await self._request(live, live.session.send_ping())
+            except McpServerError as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, MCPError) and self._session_gone(live, cause)):
+                    live.lost = live.lost or f"no answer to a ping: {exc.detail}"
+                _log.warning("mcp.server.ping_failed", server=self.name, reason=live.lost)
+                live.ended.set()
+                return
 
     async def _request(self, live: _Live, request: Any) -> Any:
         """Await an SDK request with the configured deadline; failures become

@@ -184,6 +184,11 @@ class _ServerBase(BaseModel):
     expiry the server is sent an MCP cancellation."""
     request_timeout_s: float = Field(default=30.0, gt=0)
     """Deadline for other requests: listings, resource reads, pings."""
+    keepalive_s: float | None = Field(default=None, gt=0)
+    """Ping the server this often (seconds) while connected, so a session
+    it lost (an HTTP server that restarted and forgot it, a server that
+    stopped answering) is found and replaced before a call needs it; None
+    sends no pings."""
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     """Backoff for bringing back a server that died."""
     approved: dict[str, str] = Field(default_factory=dict)
