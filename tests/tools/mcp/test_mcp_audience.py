@@ -14,6 +14,8 @@ from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
 from agentrt.tools._tool import ToolContent, ToolOutput
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
 
+pytestmark = pytest.mark.process  # the unit test here is cheap; the other starts a server
+
 
 def test_the_model_sees_its_blocks_most_important_first() -> None:
     output = ToolOutput(
@@ -34,7 +36,6 @@ def test_the_model_sees_its_blocks_most_important_first() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.process
 async def test_a_block_for_the_user_is_in_the_events_not_the_request(
     everything: StdioServerConfig,
 ) -> None:

@@ -22,6 +22,8 @@ from agentrt.tools._tool import ToolContent
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
 from agentrt.tools.mcp._resources import expand_template, read_text
 
+pytestmark = pytest.mark.process  # the unit tests here are cheap; most start servers
+
 RESOURCE_SERVER = Path(__file__).with_name("resource_server.py")
 
 
@@ -71,7 +73,6 @@ def test_a_read_clips_text_and_names_binary_contents() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.process
 async def test_the_model_lists_and_reads_resources_and_a_template() -> None:
     backend = ScriptedBackend(
         _steps(
@@ -105,7 +106,6 @@ async def test_the_model_lists_and_reads_resources_and_a_template() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.process
 async def test_resource_tools_are_offered_only_when_asked_for() -> None:
     backend = ScriptedBackend(["done"])
     async with Runtime(
@@ -124,7 +124,6 @@ def _attached(request: ModelRequest) -> list[str]:
 
 
 @pytest.mark.anyio
-@pytest.mark.process
 async def test_an_attached_resource_is_kept_current_by_its_subscription(tmp_path: Path) -> None:
     spec = tmp_path / "agent.yaml"
     spec.write_text(
@@ -153,7 +152,6 @@ async def test_an_attached_resource_is_kept_current_by_its_subscription(tmp_path
 
 
 @pytest.mark.anyio
-@pytest.mark.process
 async def test_resources_of_server_everything(
     everything: StdioServerConfig, tmp_path: Path
 ) -> None:
