@@ -12,15 +12,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from agentrt import Runtime
 from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
-from agentrt.tools._tool import ToolContent
-from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from agentrt.tools._tool import ToolContent, ToolContext
+from agentrt.tools.mcp._connection import McpConnection
+from agentrt.tools.mcp._mcp_config import HttpServerConfig, StdioServerConfig
 from agentrt.tools.mcp._resources import expand_template, read_text
+from tests.tools.mcp.test_mcp_reference_servers import _free_port, _serve_everything, _stop
 
 pytestmark = pytest.mark.process  # the unit tests here are cheap; most start servers
 
@@ -193,3 +196,28 @@ async def test_resources_of_server_everything(
         "Attached resource demo://resource/dynamic/blob/3 (MCP server 'everything'):\n"
         "Resource 3: This is a base64 blob created at "
     )
+
+
+@pytest.mark.anyio
+async def test_resources_of_server_everything_over_http(npx: str) -> None:
+    port = _free_port()
+    server = _serve_everything(npx, port)
+    uri = "demo://resource/dynamic/text/5"
+    try:
+        config = HttpServerConfig(
+            name="ev", url=f"http://127.0.0.1:{port}/mcp", resources={"tools": True}
+        )
+        async with McpConnection(config) as conn:
+            tools = {t.remote_name: t for t in conn.tools()}
+            read = await tools["resources/read"].call({"uri": uri}, ToolContext())
+            assert read.text.startswith("Resource 5: This is a plaintext resource created at ")
+            first = await conn.attached(uri)
+            # The server sends updates of subscribed resources every 5 s once asked;
+            # each read stamps the time, so a read after an update differs.
+            await tools["toggle-subscriber-updates"].call({}, ToolContext())
+            with anyio.fail_after(30):
+                while (now := await conn.attached(uri)) == first:  # noqa: ASYNC110 - the server's clock
+                    await anyio.sleep(0.1)
+            assert now.startswith("Resource 5: This is a plaintext resource created at ")
+    finally:
+        _stop(server)
