@@ -16,6 +16,7 @@ from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._agent_loop import AgentRollout
 from agentrt.agents._bindings import builtin_tool
 from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult
+from agentrt.agents._mcp_context import PromptStart, ResourceNote
 from agentrt.agents._recording import EventEmitter, EventSink
 from agentrt.agents._spec_tools import BuiltinTool
 from agentrt.agents._toolbox import Toolbox
@@ -50,6 +51,8 @@ class Agent:
         policy: RoutingPolicy | None = None,
         prices: PriceTable | None = None,
         memory: MemoryView | None = None,
+        resources: Sequence[ResourceNote] = (),
+        prompt: PromptStart | None = None,
     ) -> None:
         """``backends``: by name, or a list (named by ``backend.name``);
         ``tools``: the tool objects (or a registry), of which
@@ -61,7 +64,10 @@ class Agent:
         backend's first model); ``prices``: for the
         routing ladder when there is no ledger (default: every model free);
         ``memory``: a run's shared memory bank: each step shows its top keys
-        after the history and offers successful tool results to it.
+        after the history and offers successful tool results to it;
+        ``resources``: MCP resources each step shows, current, after the
+        history; ``prompt``: an MCP prompt each rollout starts from (got
+        at its first step, shown after the instructions).
         """
         where = f"agent {config.name!r}"
         self.config = config
@@ -86,6 +92,8 @@ class Agent:
                 )
         self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         self.memory = memory
+        self.resources = tuple(resources)
+        self.prompt = prompt
         #: Whether ``RolloutResult.signals`` lists the signals a rollout
         #: raised.  When nothing reads them (this off, no ``stop_on``, a
         #: router that does not read them, no sink of ``SignalRaised``
@@ -122,6 +130,8 @@ class Agent:
         )
         agent.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         agent.memory = memory
+        agent.resources = self.resources
+        agent.prompt = self.prompt
         agent.report_signals = report_signals
         return agent
 

@@ -18,6 +18,7 @@ import anyio
 from agentrt.agents._behaviour_signals import Fired, SignalTracker
 from agentrt.agents._context import ContextWindow, message_tokens
 from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult
+from agentrt.agents._mcp_context import RolloutMcpContext
 from agentrt.agents._run_options import (
     CLIENT_TOOL_STOP,
     check_schema,
@@ -52,6 +53,7 @@ from agentrt.runtime.kernel._errors import (
     InvalidRequestError,
     MalformedReply,
     ToolCrashed,
+    ToolError,
     UnknownModelError,
 )
 from agentrt.runtime.kernel._timers import current_task
@@ -185,6 +187,7 @@ class AgentRollout:
         """The latest observation (tool results or the model's text): what
         memory retrieval is conditioned on."""
         self.branch_step: int | None = None
+        self.mcp_context = RolloutMcpContext(agent.prompt, agent.resources)
         if ctx.resume is not None:
             self._replay(ctx.resume, restored=ctx.restored, charged=ctx.charged)
 
@@ -358,6 +361,11 @@ class AgentRollout:
             if note is not None:
                 messages.append(note)
                 prompt_tokens += message_tokens(note, self.window.estimate_text)
+        try:
+            added = await self.mcp_context.add_to(messages)
+        except ToolError as exc:  # the MCP prompt the rollout starts from
+            return "failed", str(exc)
+        prompt_tokens += sum(message_tokens(m, self.window.estimate_text) for m in added)
         if prompt_tokens > budget:
             return "exhausted", (
                 f"context: the prompt needs about {prompt_tokens:,} tokens after compaction, "

@@ -30,7 +30,9 @@ from agentrt.agents._spec_tools import (
     BuiltinTool,
     McpServers,
     McpTools,
+    PromptStartSpec,
     PythonTool,
+    ResourceAttachment,
     SpecModel,
     ToolBinding,
     check_keys,
@@ -161,6 +163,13 @@ class AgentSpec(SpecModel):
     or inline ``{mcp: {...}}``)."""
     sub_agents: list[SubAgentRef] = Field(default_factory=list)
     """Agents (or pipelines) it may call as tools, each with its own budget slice."""
+    resources: list[ResourceAttachment] = Field(default_factory=list)
+    """MCP resources shown to it at every step, kept current (``{mcp: NAME,
+    uri: ...}`` or ``{mcp: NAME, template: ..., arguments: {...}}``)."""
+    prompt: PromptStartSpec | None = None
+    """An MCP prompt each rollout starts from, after the instructions and
+    before the task (``{mcp: NAME, name: PROMPT, arguments: {...},
+    complete: [...]}``)."""
     limits: SpecLimits = SpecLimits()
     """Steps, tokens, timeouts and its budget slice."""
     context: ContextConfig = ContextConfig()
@@ -177,6 +186,11 @@ class AgentSpec(SpecModel):
         if self.model is not None and self.routing is not None:
             return [(("routing",), "set `model` or `routing`, not both")]
         return []
+
+    def mcp_context_servers(self) -> list[str]:
+        """The MCP servers its ``resources`` and ``prompt`` read from."""
+        names = [a.mcp for a in self.resources]
+        return names if self.prompt is None else [*names, self.prompt.mcp]
 
     def agent_config(self, name: str, *, model: str | None) -> AgentConfig:
         """The loop's configuration (``tools=None``: every tool it is handed)."""

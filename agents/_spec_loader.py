@@ -273,18 +273,24 @@ def _check_mcp_names(spec_file: SpecFile, outside: Mapping[str, McpServerConfig]
     for name, unit in spec_file.units.items():
         if not isinstance(unit, AgentSpec):
             continue
-        for index, binding in enumerate(unit.tools):
-            if (
-                isinstance(binding, McpTools)
-                and isinstance(binding.mcp, str)
-                and binding.mcp not in spec_file.mcp_servers
-                and binding.mcp not in outside
-            ):
+        named: list[tuple[Loc, str]] = [
+            ((*spec_file.unit_loc(name), "tools", index, "mcp"), binding.mcp)
+            for index, binding in enumerate(unit.tools)
+            if isinstance(binding, McpTools) and isinstance(binding.mcp, str)
+        ]
+        named += [
+            ((*spec_file.unit_loc(name), "resources", index, "mcp"), attached.mcp)
+            for index, attached in enumerate(unit.resources)
+        ]
+        if unit.prompt is not None:
+            named.append(((*spec_file.unit_loc(name), "prompt", "mcp"), unit.prompt.mcp))
+        for loc, server in named:
+            if server not in spec_file.mcp_servers and server not in outside:
                 defined = ", ".join(spec_file.mcp_servers) or "none"
                 configured = ", ".join(outside) or "none"
                 raise spec_file.error(
-                    (*spec_file.unit_loc(name), "tools", index, "mcp"),
-                    f"no MCP server named {binding.mcp!r} in this file's `mcp_servers` "
+                    loc,
+                    f"no MCP server named {server!r} in this file's `mcp_servers` "
                     f"(defined: {defined}) or the configuration's [mcp] (configured: "
                     f"{configured})",
                 )
@@ -376,8 +382,9 @@ def _servers(files: Any, outside: Mapping[str, McpServerConfig]) -> dict[str, Mc
         for unit in spec_file.units.values():
             if not isinstance(unit, AgentSpec):
                 continue
-            for binding in unit.tools:
-                named = binding.mcp if isinstance(binding, McpTools) else None
+            names = [b.mcp for b in unit.tools if isinstance(b, McpTools)]
+            names += unit.mcp_context_servers()
+            for named in names:
                 if isinstance(named, str) and named not in merged and named in outside:
                     merged[named] = (outside[named], "the configuration's [mcp]")
     return {name: server for name, (server, _) in merged.items()}

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from agentrt.tools.mcp._mcp_config import McpServerConfig
+from agentrt.tools.mcp._resources import expand_template
 
 #: Agent, pipeline and stage names become tool names: what model APIs accept.
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -176,6 +177,61 @@ class McpTools(SpecModel):
         return self.mcp if isinstance(self.mcp, str) else self.mcp.name
 
 
+class ResourceAttachment(SpecModel):
+    """A resource of an MCP server shown to the agent at every step (after
+    the history): ``{mcp: NAME, uri: ...}`` or ``{mcp: NAME, template: ...,
+    arguments: {...}}``.  Read when the first step needs it, and read again
+    whenever the server says it changed (a subscription)."""
+
+    mcp: str = Field(min_length=1)
+    """The server (of ``mcp_servers``, or the configuration's ``[mcp]``)."""
+    uri: str | None = None
+    """The resource's URI."""
+    template: str | None = None
+    """A resource URI template of the server (RFC 6570, e.g.
+    ``demo://resource/dynamic/text/{resourceId}``), filled in with ``arguments``."""
+    arguments: dict[str, str] = Field(default_factory=dict)
+    """The template's variables."""
+
+    @model_validator(mode="after")
+    def _one_resource(self) -> Self:
+        if (self.uri is None) == (self.template is None):
+            raise ValueError("give `uri` or `template` (with `arguments`), not both or neither")
+        if self.uri is not None and self.arguments:
+            raise ValueError("`arguments` fill a `template`; a `uri` takes none")
+        if self.template is not None:
+            try:
+                expand_template(self.template, self.arguments)
+            except KeyError as exc:
+                raise ValueError(
+                    f"template {self.template!r} needs an argument {exc.args[0]!r}"
+                ) from None
+        return self
+
+    @property
+    def resolved_uri(self) -> str:
+        """The URI to read: ``uri``, or ``template`` filled in."""
+        if self.template is not None:
+            return expand_template(self.template, self.arguments)
+        return self.uri or ""
+
+
+class PromptStartSpec(SpecModel):
+    """An MCP prompt a rollout starts from: ``{mcp: NAME, name: PROMPT,
+    arguments: {...}, complete: [ARG, ...]}``."""
+
+    mcp: str = Field(min_length=1)
+    """The server (of ``mcp_servers``, or the configuration's ``[mcp]``)."""
+    name: str = Field(min_length=1)
+    """The prompt's name on the server."""
+    arguments: dict[str, str] = Field(default_factory=dict)
+    """The prompt's arguments."""
+    complete: list[str] = Field(default_factory=list)
+    """Arguments whose given value is completed by the server first (its
+    first ``completion/complete`` suggestion, in this order, each with the
+    arguments before it as context)."""
+
+
 def _tool_kind(value: Any) -> str | None:
     if isinstance(value, str):
         return "python-tool" if ":" in value else "builtin-tool"
@@ -235,7 +291,9 @@ __all__ = [
     "InlineServer",
     "McpServers",
     "McpTools",
+    "PromptStartSpec",
     "PythonTool",
+    "ResourceAttachment",
     "SpecModel",
     "ToolBinding",
     "check_keys",

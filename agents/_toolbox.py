@@ -312,7 +312,7 @@ class Toolbox:
         armed = deadlines.arm(task, timeout)
         try:
             output = await tool.call(prepared.arguments, context)
-            text, is_error = output.text, output.is_error
+            text, is_error, for_user = output.text, output.is_error, output.user_text
         except asyncio.CancelledError:
             if not await deadlines.expired(task, armed):
                 raise
@@ -356,6 +356,7 @@ class Toolbox:
             content=text,
             is_error=is_error,
             duration_s=time.perf_counter() - started,
+            for_user=for_user,
         )
 
 

@@ -44,3 +44,7 @@ class ToolResult(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     content: str
     is_error: bool = False
     duration_s: float = 0.0
+    for_user: str = ""
+    """What the tool meant for the person behind the run (MCP content
+    annotated ``audience: ["user"]``): shown in the run's events; the model
+    sees it only when it was meant for the model too."""

@@ -17,7 +17,7 @@ aggregators.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
 
@@ -41,8 +41,21 @@ class ToolContent(msgspec.Struct, frozen=True, kw_only=True):
     ``annotations.priority``); None when the tool does not say."""
 
 
+#: The priority of a block that states none, when others do (MCP: 0 to 1).
+_UNSTATED_PRIORITY: Final = 0.5
+
+
+def _shown(content: ToolContent) -> str:
+    if content.kind == "text":
+        return content.text
+    if content.kind == "resource":
+        return content.text or f"[resource {content.uri}]"
+    return f"[{content.kind} {content.mime_type}, {len(content.data)} bytes]"
+
+
 class ToolOutput(msgspec.Struct, frozen=True, kw_only=True):
-    """What a tool returned.  ``text`` is what the model sees."""
+    """What a tool returned.  ``text`` is what the model sees, ``user_text``
+    what is meant for the person behind the run."""
 
     content: list[ToolContent] = []
     is_error: bool = False
@@ -50,15 +63,24 @@ class ToolOutput(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def text(self) -> str:
-        parts = []
-        for c in self.content:
-            if c.kind == "text":
-                parts.append(c.text)
-            elif c.kind == "resource":
-                parts.append(c.text or f"[resource {c.uri}]")
-            else:
-                parts.append(f"[{c.kind} {c.mime_type}, {len(c.data)} bytes]")
-        return "\n".join(parts)
+        """The blocks meant for the model (no ``audience``, or one with
+        ``"assistant"``), most important first when any states a
+        ``priority`` (highest first; one without counts as 0.5), so a
+        clipped result keeps what matters.  A result meant only for the
+        person says so."""
+        blocks = [c for c in self.content if not c.audience or "assistant" in c.audience]
+        if not blocks and self.content:
+            return "[the tool's result is meant for the user and was shown to them]"
+        if any(c.priority is not None for c in blocks):
+            blocks.sort(
+                key=lambda c: -(c.priority if c.priority is not None else _UNSTATED_PRIORITY)
+            )
+        return "\n".join(_shown(c) for c in blocks)
+
+    @property
+    def user_text(self) -> str:
+        """The blocks whose ``audience`` names ``"user"`` (empty if none)."""
+        return "\n".join(_shown(c) for c in self.content if "user" in c.audience)
 
     @classmethod
     def of_text(cls, text: str, *, is_error: bool = False) -> ToolOutput:

@@ -385,7 +385,6 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
         confidence=args.confidence,
         min_rollouts=args.min_rollouts,
     )
-    failures: dict[str, str] = {}
     tallies: list[RolloutTally] = []
 
     # With --json the display goes to stderr: stdout stays one JSON document.
@@ -403,7 +402,6 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
         tally = RolloutTally(events)
         tallies.append(tally)
         async with open_runtime(config, agent) as rt:
-            failures.update(rt.mcp_failures)
             return await rt.run(
                 args.task, scaling=scaling, budget=budget, events=tally, tokens=stream
             )
@@ -415,8 +413,6 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
             return await execute(display)
 
     result = anyio.run(runner, backend="asyncio", backend_options=_loop_options())
-    for server, reason in failures.items():
-        out.problem(f"MCP server {server!r} could not be started; ran without it: {reason}")
     if args.export is not None:
         export_run(args.export, args.task, result, recorders[0])
     if args.json:

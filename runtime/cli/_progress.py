@@ -50,6 +50,7 @@ EventSink = Callable[[Event], Awaitable[None]]
 _BAR_WIDTH = 24
 _ANSWER_WIDTH = 32
 _MAX_ERRORS = 3
+_MAX_FOR_USER = 3
 _TEXT_TAIL = 400
 _TEXT_WIDTH = 100
 _MAX_TEXTS = 4
@@ -104,6 +105,8 @@ class ProgressState:
     status: str = "running"
     answer: str | None = None
     errors: list[str] = dataclasses.field(default_factory=list)
+    for_user: list[str] = dataclasses.field(default_factory=list)
+    """What tools meant for the person (``ToolResult.for_user``), by tool."""
     _from_steps: _Spend = dataclasses.field(default_factory=_Spend)
     _from_rollouts: _Spend = dataclasses.field(default_factory=_Spend)
     _from_ledger: _Spend = dataclasses.field(default_factory=_Spend)
@@ -150,6 +153,9 @@ class ProgressState:
             case StepRecorded(step=step):
                 row.steps += 1
                 row.text = ""
+                self.for_user += [
+                    f"{r.name}: {r.for_user}" for r in step.tool_results if r.for_user
+                ]
                 if step.reply is not None:
                     tokens = step.reply.usage.total_tokens
                     row.tokens += tokens
@@ -202,6 +208,8 @@ def render(state: ProgressState) -> RenderableType:
     if state.votes:
         parts.append(_bracket(state))
     parts.append(_budget(state))
+    for note in state.for_user[-_MAX_FOR_USER:]:
+        parts.append(Text(f"for you {_clip(note, 90)}", style="green"))
     for error in state.errors[-_MAX_ERRORS:]:
         parts.append(Text(f"error {_clip(error, 90)}", style="red"))
     if state.status != "running":

@@ -21,7 +21,7 @@ from agentrt.agents._spec import AgentSpec, McpTools, default_agent
 from agentrt.agents._spec_loader import SPEC_SUFFIXES, SpecSet, load_spec
 from agentrt.runtime.config._config_file import AgentrtConfig
 from agentrt.runtime.engine._runtime import Runtime
-from agentrt.runtime.kernel._errors import ConfigError, ToolError
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.tools.mcp._mcp_config import parse_server_spec
 
 __all__ = ["CLI_AGENT", "agent_specs", "eval_runner", "open_runtime"]
@@ -116,12 +116,8 @@ async def open_runtime(config: AgentrtConfig, agent: SpecSet | str) -> AsyncIter
     name = agent if isinstance(agent, str) else CLI_AGENT
     given = {} if isinstance(agent, str) else {CLI_AGENT: agent}
     runtime_config = config.runtime.model_copy(update={"default_agent": name})
+    # A required MCP server (``--mcp`` ones are) that does not start fails the open.
     async with Runtime(runtime_config, tools=config.tools.build(), agents=given) as rt:
-        # A required MCP server (``--mcp`` ones are) that did not start fails the command.
-        servers = {**config.runtime.mcp, **(rt.specs[name].servers if name in rt.specs else {})}
-        for server, reason in rt.mcp_failures.items():
-            if server in servers and servers[server].required:
-                raise ToolError(f"a required MCP server did not start: {reason}")
         yield rt
 
 

@@ -119,7 +119,10 @@ class Runtime:
     Raises ``ConfigError`` on entry for an agent spec that does not load, an
     agent naming a tool or MCP server nobody provides, a bad model section,
     or a Ray placement that cannot start (``open_placement``): before any
-    model call."""
+    model call.  A required MCP server (``required``, the default) that
+    cannot start fails the entry with ``McpServerError`` saying why (its
+    stderr quoted); an optional one starts in the background and does not
+    delay it."""
 
     def __init__(
         self,
@@ -192,8 +195,6 @@ class Runtime:
         self.backends: dict[str, ModelBackend] = {}
         self.specs: dict[str, SpecSet] = {}
         """Every agent given as a spec, by name, loaded on entry."""
-        self.mcp_failures: dict[str, str] = {}
-        """MCP servers that could not be started (their agents run without them)."""
         self.bank: MemoryBank | None = None
         self.default_model: str | None = None
         """The model agents that name none use (``config.models.default``)."""
@@ -271,10 +272,11 @@ class Runtime:
                 list(servers.values()),
                 parent=services,
                 hooks=dataclasses.replace(requests.hooks(), authorize=self.on_mcp_authorization),
+                # A required server that cannot start fails the open with its reason.
+                require_all=True,
             )
             self._stack.push_async_callback(mcp.stop)
             self._mcp = mcp
-            self.mcp_failures = {name: str(exc) for name, exc in mcp.failures.items()}
             # Inline agents name MCP tools as ``<server>__<tool>`` in ``tools``.
             self._join_mcp_tools()
         if self.config.memory:

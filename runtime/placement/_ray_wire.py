@@ -45,7 +45,6 @@ class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
     pid: int
     version: str
     error: str | None = None
-    mcp_failures: dict[str, str] = {}
 
 
 class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):

@@ -525,15 +525,12 @@ class RolloutWorker:
 
     async def ready(self) -> bytes:
         """Where this worker runs, or why it could not start."""
-        rt = self._host.rt
-        failures = rt.mcp_failures if rt is not None and self._error is None else {}
         return ENCODER.encode(
             WorkerReady(
                 node_id=ray.get_runtime_context().get_node_id(),
                 pid=os.getpid(),
                 version=__version__,
                 error=self._error,
-                mcp_failures=failures,
             )
         )
 

@@ -168,5 +168,12 @@ def test_to_builtins_gives_lists_for_a_steps_tuples() -> None:
     plain = p.to_builtins(_STEP)
     assert isinstance(plain["messages"], list)
     assert plain["tool_results"] == [
-        {"call_id": "call_1", "name": "add", "content": "3", "is_error": False, "duration_s": 0.0}
+        {
+            "call_id": "call_1",
+            "name": "add",
+            "content": "3",
+            "is_error": False,
+            "duration_s": 0.0,
+            "for_user": "",
+        }
     ]

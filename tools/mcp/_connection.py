@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import httpx2
 import mcp_types as types
+import msgspec
 from mcp.client.session import ClientSession
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -25,6 +26,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from pydantic import ValidationError
 
 from agentrt._version import __version__
+from agentrt.protocols._tools import ToolSpec
 from agentrt.runtime.kernel._backoff import RestartBackoff
 from agentrt.runtime.kernel._errors import AgentrtError
 from agentrt.runtime.observe._log import get_logger
@@ -47,8 +49,9 @@ from agentrt.tools.mcp._mcp_errors import (
     malformed_detail,
     session_forgotten,
 )
-from agentrt.tools.mcp._mcp_tool import McpTool
+from agentrt.tools.mcp._mcp_tool import McpTool, namespaced_names
 from agentrt.tools.mcp._pinning import MemoryPinStore, PinDecision, PinStore
+from agentrt.tools.mcp._server_content import Request, ServerContent
 from agentrt.tools.mcp._server_health import ConnectionState, Health
 from agentrt.tools.mcp._server_requests import (
     Caller,
@@ -95,6 +98,8 @@ class _Live:
     """The server no longer knows the session (a call may be retried)."""
     rejected: list[int] = field(default_factory=list)
     """HTTP 400/404 answers to requests that carried the session id."""
+    capabilities: types.ServerCapabilities | None = None
+    """What the server said it offers in the handshake."""
 
 
 @final
@@ -106,8 +111,10 @@ class McpConnection:
     that cannot be found); its message names the server and its URL or
     command.  A line on stdout that is not JSON-RPC is logged and skipped
     (as the SDK does).  A server that dies later is restarted with backoff
-    (``config.restart``): meanwhile calls answer with an error output saying
-    so, and calls in flight fail with "connection lost".
+    (``config.restart``): meanwhile a call waits for it within its own
+    deadline, then runs (one the server stays down for answers with an
+    error output saying why), and calls in flight fail with "connection
+    lost".
     ``notifications/tools/list_changed`` re-lists and re-checks pins.
     ``on_notification`` gets ``(kind, payload)`` with kind ``progress``,
     ``log`` or ``state``; progress also goes to the caller's
@@ -139,6 +146,7 @@ class McpConnection:
         self._tg: anyio.abc.TaskGroup | None = None
         self._forgotten = False
         """The last session ended because the server forgot it."""
+        self._content = ServerContent(config, self._emit)
         self.restarts = 0
         """How many times the server was restarted."""
 
@@ -225,6 +233,19 @@ class McpConnection:
         more on the new session when the tool is read-only or idempotent."""
         context = context or ToolContext()
         shown = display_name or remote_name
+        if (live := self._live) is not None and live.ended.is_set():
+            # The server hung up and the session has not noticed yet.
+            self._mark_down(live, live.lost or "the connection was lost")
+        if self._health.state in (ConnectionState.CONNECTING, ConnectionState.RESTARTING):
+            # A server coming back is waited for within the call's own
+            # deadline: the model should not spend a step on "restarting".
+            started = anyio.current_time()
+            timeout = min(self.config.call_timeout_s, context.timeout_s or math.inf)
+            down = await self._await_return(timeout)
+            if down is not None:
+                return ToolOutput.of_text(down, is_error=True)
+            left = max(0.0, timeout - (anyio.current_time() - started))
+            context = msgspec.structs.replace(context, timeout_s=left)
         caller = Caller(
             run_id=context.run_id,
             rollout_id=context.rollout_id,
@@ -235,6 +256,9 @@ class McpConnection:
         live, tool = self._live, self._catalog.tools.get(remote_name)
         if refusal is not None or live is None or tool is None:
             return ToolOutput.of_text(refusal or self._health.unavailable(), is_error=True)
+        if self._content.is_client_tool(remote_name):
+            request = self._requester(live)
+            return await self._content.call(live.session, request, remote_name, arguments, shown)
         support = self._catalog.task_support.get(remote_name)
         if support == "required" or (support == "optional" and self.config.tasks.prefer):
             return await live.tasks.call(
@@ -255,6 +279,20 @@ class McpConnection:
             text = self._lost_text(f"during a call to {shown!r}")
             return ToolOutput.of_text(text, is_error=True)
         return output
+
+    async def _await_return(self, timeout_s: float) -> str | None:
+        """Wait up to ``timeout_s`` for a (re)starting server to be ready;
+        None once it is, else why the call cannot run (it stayed down)."""
+        try:
+            await self._health.wait_ready(timeout_s)
+        except McpServerError:
+            return self._health.unavailable()
+        except TimeoutError:
+            return (
+                f"MCP server {self.name!r} did not come back within the call's "
+                f"{timeout_s:g} s ({self._health.reason})"
+            )
+        return None
 
     async def _admit(
         self, remote_name: str, arguments: Mapping[str, Any], caller: Caller
@@ -404,6 +442,36 @@ class McpConnection:
         result = await self._request(live, live.session.read_resource(uri))
         return resource_contents(result.contents)
 
+    async def attached(self, uri: str) -> str:
+        """The resource ``uri`` as an agent's context shows it, kept current
+        (``ServerContent.attached``).  Raises ``McpServerError`` when it
+        cannot be read."""
+        live = await self._ready_live()
+        return await self._content.attached(live.session, self._requester(live), uri)
+
+    async def prompt(
+        self, name: str, arguments: Mapping[str, str], *, complete: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """Prompt ``name``'s messages as (role, text) pairs, with
+        ``arguments``, those in ``complete`` completed by the server first
+        (``ServerContent.prompt``).  Raises ``McpServerError`` when the
+        server has no such prompt or no completion."""
+        live = await self._ready_live()
+        return await self._content.prompt(
+            live.session, self._requester(live), name, arguments, complete
+        )
+
+    async def _ready_live(self) -> _Live:
+        with contextlib.suppress(TimeoutError):  # then _require_live says why
+            await self._health.wait_ready(self.config.connect_timeout_s)
+        return self._require_live()
+
+    def _requester(self, live: _Live) -> Request:
+        async def request(awaitable: Awaitable[Any]) -> Any:
+            return await self._request(live, awaitable)
+
+        return request
+
     # -- supervision ----------------------------------------------------
 
     async def _supervise(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -481,7 +549,7 @@ class McpConnection:
 
             # Our own dispatcher: task-augmented calls go out on it (see ``tasks``).
             dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(
-                EndWatchingStream(read, ended), write
+                EndWatchingStream(read, ended, on_message=self._content.on_wire), write
             )
             session = ClientSession(
                 logging_callback=self._on_log,
@@ -514,11 +582,16 @@ class McpConnection:
                 self._requests.on_roots_changed = self._roots_changed
                 await self._handshake(live)
                 await self._refresh(live)
+                await self._content.new_session(
+                    live.session, live.capabilities, self._requester(live)
+                )
                 self._live = live
                 self._health.set(ConnectionState.READY)
                 await self._emit("state", self._health.payload())
                 ready()
                 tg.start_soon(self._relist_on_change, live)
+                if self.config.keepalive_s is not None:
+                    tg.start_soon(self._keepalive, live, self.config.keepalive_s)
                 await ended.wait()
                 if self._tail is not None:
                     self._tail.drain()  # the last words of a dying server, before they are quoted
@@ -533,6 +606,7 @@ class McpConnection:
             wait = self._auth.wait_s if self._auth is not None else 0.0
             with anyio.fail_after(self.config.connect_timeout_s + wait):
                 result = await live.session.initialize()
+                live.capabilities = result.capabilities
                 if self.config.log_level is not None and result.capabilities.logging:
                     await live.session.send_request(
                         types.SetLevelRequest(
@@ -588,6 +662,7 @@ class McpConnection:
                 await self._emit(
                     "log", {"server": self.name, "level": "warning", "data": decision.message}
                 )
+        self._offer_client_tools(live, catalog)
         self._catalog = catalog
         _log.info(
             "mcp.tools.listed",
@@ -595,6 +670,23 @@ class McpConnection:
             offered=len(catalog.tools),
             blocked=len(catalog.blocked),
         )
+
+    def _offer_client_tools(self, live: _Live, catalog: Catalog) -> None:
+        """The resource and prompt tools, as configured (``ServerContent``)."""
+        offered = self._content.client_tools(live.capabilities)
+        taken = {t.spec.name for t in catalog.tools.values()}
+        for remote, name in namespaced_names(self.name, offered).items():
+            if name in taken:  # the server has a tool of that name: it keeps it
+                _log.warning("mcp.client_tool.shadowed", server=self.name, tool=name)
+                continue
+            description, schema = offered[remote]
+            spec = ToolSpec(
+                name=name,
+                description=description,
+                parameters=schema,
+                annotations={"readOnlyHint": True},
+            )
+            catalog.tools[remote] = McpTool(self, remote_name=remote, spec=spec, digest="")
 
     async def _relist_on_change(self, live: _Live) -> None:
         while True:
@@ -604,6 +696,21 @@ class McpConnection:
                 await self._refresh(live)
             except (McpServerError, MCPError, TimeoutError, ValidationError) as exc:
                 _log.warning("mcp.tools.relist_failed", server=self.name, error=describe(exc))
+
+    async def _keepalive(self, live: _Live, interval_s: float) -> None:
+        """Ping every ``interval_s``; a ping that fails ends the session, so
+        it is replaced now rather than when a call finds it dead."""
+        while True:
+            await anyio.sleep(interval_s)
+            try:
+                await self._request(live, live.session.send_ping())
+            except McpServerError as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, MCPError) and self._session_gone(live, cause)):
+                    live.lost = live.lost or f"no answer to a ping: {exc.detail}"
+                _log.warning("mcp.server.ping_failed", server=self.name, reason=live.lost)
+                live.ended.set()
+                return
 
     async def _request(self, live: _Live, request: Any) -> Any:
         """Await an SDK request with the configured deadline; failures become
@@ -637,6 +744,13 @@ class McpConnection:
             )
         elif isinstance(message, types.ToolListChangedNotification):
             live.relist.set()
+        elif isinstance(message, types.ResourceListChangedNotification):
+            # The resource tools list afresh on every call; whoever shows a
+            # catalog of them hears it changed.
+            await self._emit("resources_changed", {"server": self.name})
+        elif isinstance(message, types.PromptListChangedNotification):
+            # Likewise: the prompt tools list afresh, a prompt is got per rollout.
+            await self._emit("prompts_changed", {"server": self.name})
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         await self._emit(

@@ -41,6 +41,8 @@ __all__ = [
     "ElicitationPolicy",
     "HttpServerConfig",
     "McpServerConfig",
+    "PromptPolicy",
+    "ResourcePolicy",
     "RestartPolicy",
     "SamplingPolicy",
     "StdioServerConfig",
@@ -127,6 +129,33 @@ class SamplingPolicy(BaseModel):
     """Cap on the completion tokens of one request (a larger ask is cut)."""
 
 
+class ResourcePolicy(BaseModel):
+    """What agents get of the server's resources."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tools: bool = False
+    """Offer the model three tools, ``<server>__resources_list``,
+    ``<server>__resources_templates_list`` and ``<server>__resources_read``
+    (one page per call, with a cursor for the next), when the server has
+    resources."""
+    max_chars: int = Field(default=20_000, ge=1)
+    """A read shows the model at most this many characters of text (the
+    rest is cut, saying how much); binary contents are never inlined, only
+    named (URI, MIME type, size)."""
+
+
+class PromptPolicy(BaseModel):
+    """What agents get of the server's prompts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tools: bool = False
+    """Offer the model ``<server>__prompts_list`` (one page per call, with
+    a cursor for the next) and ``<server>__prompts_get`` (a prompt's
+    messages, filled in with its arguments), when the server has prompts."""
+
+
 class TaskPolicy(BaseModel):
     """Task-augmented tool calls (MCP tasks): for tools that declare
     ``taskSupport: required`` (and, with ``prefer``, ``optional``)."""
@@ -155,6 +184,11 @@ class _ServerBase(BaseModel):
     expiry the server is sent an MCP cancellation."""
     request_timeout_s: float = Field(default=30.0, gt=0)
     """Deadline for other requests: listings, resource reads, pings."""
+    keepalive_s: float | None = Field(default=None, gt=0)
+    """Ping the server this often (seconds) while connected, so a session
+    it lost (an HTTP server that restarted and forgot it, a server that
+    stopped answering) is found and replaced before a call needs it; None
+    sends no pings."""
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     """Backoff for bringing back a server that died."""
     approved: dict[str, str] = Field(default_factory=dict)
@@ -169,8 +203,9 @@ class _ServerBase(BaseModel):
     """Ask the server for log messages at this level and above; None keeps
     the server's default."""
     required: bool = True
-    """A run waits for a required server to be ready (up to
-    ``connect_timeout_s``); an optional one starts in the background and
+    """A required server must start (within ``connect_timeout_s``): the
+    ``Runtime`` that cannot start it fails to open, saying why.  An
+    optional one starts in the background without delaying the open, and
     its tools join the runs that begin once it is ready."""
     elicitation: ElicitationPolicy = Field(default_factory=ElicitationPolicy)
     """How the server's questions for the user are answered."""
@@ -197,6 +232,10 @@ class _ServerBase(BaseModel):
     refuse them (they are not offered)."""
     tasks: TaskPolicy = Field(default_factory=TaskPolicy)
     """Task-augmented calls of long-running tools."""
+    resources: ResourcePolicy = Field(default_factory=ResourcePolicy)
+    """The server's resources as tools of the model, and how much of a read it sees."""
+    prompts: PromptPolicy = Field(default_factory=PromptPolicy)
+    """The server's prompts as tools of the model."""
 
     @field_validator("name")
     @classmethod

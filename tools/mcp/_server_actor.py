@@ -7,6 +7,7 @@ choice.  Must not import agents or aggregators.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, final
@@ -34,14 +35,17 @@ __all__ = [
     "CallTool",
     "CancelRunTasks",
     "EndRollout",
+    "GetPrompt",
     "GetStatus",
     "ListTools",
+    "McpPrompt",
     "McpServerActor",
     "McpServerReply",
     "McpServerRequest",
     "McpServerStatus",
     "McpToolInfo",
     "McpToolList",
+    "ReadAttached",
     "Reconnect",
     "SetRolloutRoots",
     "SetRoots",
@@ -96,6 +100,21 @@ class EndRollout(msgspec.Struct, tag=True, frozen=True):
     rollout_id: str
 
 
+class ReadAttached(msgspec.Struct, tag=True, frozen=True):
+    """The text of resource ``uri`` as an agent's context shows it, kept
+    current by subscription (``McpConnection.attached``)."""
+
+    uri: str
+
+
+class GetPrompt(msgspec.Struct, tag=True, frozen=True, kw_only=True):
+    """Prompt ``name``'s messages (``McpConnection.prompt``)."""
+
+    name: str
+    arguments: dict[str, str]
+    complete: tuple[str, ...] = ()
+
+
 class SetRoots(msgspec.Struct, tag=True, frozen=True):
     """Offer ``paths`` as roots for ``owner`` on the shared connection
     (every run's calls go there; empty: withdraw them)."""
@@ -122,6 +141,8 @@ McpServerRequest = (
     | EndRollout
     | SetRoots
     | SetRolloutRoots
+    | ReadAttached
+    | GetPrompt
 )
 
 
@@ -157,7 +178,13 @@ class McpServerStatus(msgspec.Struct, frozen=True, kw_only=True):
     rollouts: int = 0
 
 
-McpServerReply = McpToolList | ToolOutput | McpServerStatus
+class McpPrompt(msgspec.Struct, frozen=True, kw_only=True):
+    """The reply to ``GetPrompt``: its messages as (role, text) pairs."""
+
+    messages: tuple[tuple[str, str], ...]
+
+
+McpServerReply = McpToolList | ToolOutput | McpServerStatus | McpPrompt
 
 
 @final
@@ -183,6 +210,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
 
     __slots__ = (
         "_config",
+        "_connected",
         "_connection",
         "_down",
         "_hold_scope",
@@ -212,6 +240,8 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
         self._down: str | None = None
         self._hold_scope: anyio.CancelScope | None = None
         self._rollouts: RolloutConnections | None = None
+        #: Set once the connection is open or its start failed (calls wait on it).
+        self._connected: anyio.Event | None = None
 
     @property
     def name(self) -> str:
@@ -220,6 +250,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
     # -- life -------------------------------------------------------------------
 
     async def on_started(self) -> None:
+        self._connected = anyio.Event()
         self._open_rollouts()
         # Ready once connected and listed; a failed first start raises here,
         # so spawning the actor fails with the server's own error.
@@ -229,6 +260,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             self.context.start_soon_service(self._hold_or_note, name="connection")
 
     async def on_restarted(self, error: Exception) -> None:
+        self._connected = anyio.Event()
         self._open_rollouts()  # the old incarnation's were closed with its services
         # Must return promptly (the supervisor waits): connect in the background.
         self.context.start_soon_service(self._hold_or_note, name="connection")
@@ -252,6 +284,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             )
             async with connection:
                 self._connection, self._down = connection, None
+                self._wake()
                 task_status.started()
                 try:
                     await anyio.sleep_forever()
@@ -264,6 +297,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             await self._hold()
         except AgentrtError as exc:  # stays down; calls and GetStatus say why
             self._down = exc.detail if isinstance(exc, McpServerError) else str(exc)
+            self._wake()
             _log.error("mcp.server.not_started", server=self.name, error=str(exc))
 
     # -- requests ---------------------------------------------------------------
@@ -272,6 +306,8 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
         match message:
             case CallTool():
                 return self.context.defer(self._call, message, name="call")
+            case ReadAttached() | GetPrompt():
+                return self.context.defer(self._context_of, message, name="context")
             case ListTools():
                 return self._listing()
             case GetStatus():
@@ -280,6 +316,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
                 if self._hold_scope is not None:
                     self._hold_scope.cancel()
                 self._connection, self._down = None, None
+                self._connected = anyio.Event()
                 self.context.start_soon_service(self._hold_or_note, name="connection")
                 return msgspec.structs.replace(
                     self._status(), state=ConnectionState.CONNECTING, reason="reconnecting"
@@ -321,6 +358,15 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             except McpServerError as exc:
                 shown = message.display_name or message.tool
                 return ToolOutput.of_text(f"MCP tool {shown!r}: {exc}", is_error=True)
+        timeout_s = message.timeout_s
+        if connection is None and self._down is None and self._connected is not None:
+            # (Re)connecting: wait for it within the call's deadline.
+            started = anyio.current_time()
+            timeout = min(self._config.call_timeout_s, timeout_s or math.inf)
+            with anyio.move_on_after(timeout):
+                await self._connected.wait()
+            connection = self._connection
+            timeout_s = max(0.0, timeout - (anyio.current_time() - started))
         if connection is None:
             return ToolOutput.of_text(self._unavailable(), is_error=True)
         context = ToolContext(
@@ -328,7 +374,7 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             rollout_id=message.rollout_id,
             call_id=message.call_id,
             idempotency_key=message.idempotency_key,
-            timeout_s=message.timeout_s,
+            timeout_s=timeout_s,
             notify=self._relay(message.route) if message.route else None,
         )
         return await connection.call_tool(
@@ -337,6 +383,22 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             context=context,
             display_name=message.display_name or None,
         )
+
+    async def _context_of(self, message: ReadAttached | GetPrompt) -> McpServerReply:
+        """An attached resource's text, or a prompt's messages; failures
+        are error outputs saying why."""
+        connection = self._connection
+        if connection is None:
+            return ToolOutput.of_text(self._unavailable(), is_error=True)
+        try:
+            if isinstance(message, ReadAttached):
+                return ToolOutput.of_text(await connection.attached(message.uri))
+            got = await connection.prompt(
+                message.name, message.arguments, complete=message.complete
+            )
+        except McpServerError as exc:
+            return ToolOutput.of_text(str(exc), is_error=True)
+        return McpPrompt(messages=tuple(got))
 
     def _relay(self, route: str) -> NotificationSink | None:
         sink = self._sink
@@ -385,7 +447,11 @@ class McpServerActor(Actor[McpServerRequest, McpServerReply]):
             rollouts=len(self._rollouts or ()),
         )
 
+    def _wake(self) -> None:
+        if self._connected is not None:
+            self._connected.set()
+
     def _unavailable(self) -> str:
         if self._down is not None:
             return f"MCP server {self.name!r} is down: {self._down}"
-        return f"MCP server {self.name!r} is (re)connecting; try again shortly"
+        return f"MCP server {self.name!r} did not connect within the call's deadline"

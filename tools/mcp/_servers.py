@@ -34,13 +34,16 @@ from agentrt.tools.mcp._server_actor import (
     CallTool,
     CancelRunTasks,
     EndRollout,
+    GetPrompt,
     GetStatus,
     ListTools,
+    McpPrompt,
     McpServerActor,
     McpServerReply,
     McpServerRequest,
     McpServerStatus,
     McpToolList,
+    ReadAttached,
     Reconnect,
     SetRolloutRoots,
     SetRoots,
@@ -57,7 +60,7 @@ __all__ = [
 
 _log = get_logger(__name__)
 
-_ReplyT = TypeVar("_ReplyT", McpToolList, McpServerStatus)
+_ReplyT = TypeVar("_ReplyT", McpToolList, McpServerStatus, ToolOutput, McpPrompt)
 
 #: Past the server's own deadline for a call (which already has a guard of
 #: its own), how long the caller waits for the actor before giving up on it.
@@ -67,10 +70,21 @@ _SPAWN_SLACK_S: Final = 10.0
 
 
 class McpServerTools(Protocol):
-    """One server's tools as an agent binding reads them."""
+    """One server's tools as an agent binding reads them, and its resources
+    as an agent's context attaches them."""
 
     def tools(self) -> Sequence[McpTool]:
         """The tools offered, sorted by namespaced name."""
+        ...
+
+    async def attached(self, uri: str) -> str:
+        """Resource ``uri``'s text as last read, kept current (``McpServerHandle.attached``)."""
+        ...
+
+    async def prompt(
+        self, name: str, arguments: Mapping[str, str], *, complete: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """Prompt ``name``'s messages (``McpServerHandle.prompt``)."""
         ...
 
 
@@ -161,6 +175,28 @@ class McpServerHandle:
         )
         self._blocked = list(listing.blocked)
         return self.tools()
+
+    async def attached(self, uri: str) -> str:
+        """Resource ``uri`` as an agent's context shows it: text (clipped at
+        ``resources.max_chars``), binary contents named.  Read and subscribed
+        to on first use, read again whenever the server says it changed.
+        Raises ``McpServerError`` when it cannot be read."""
+        deadline = self.config.connect_timeout_s + self.config.request_timeout_s
+        reply = await self._ask(ReadAttached(uri), ToolOutput, timeout_s=deadline, errors=True)
+        return reply.text
+
+    async def prompt(
+        self, name: str, arguments: Mapping[str, str], *, complete: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """Prompt ``name`` of the server, filled in with ``arguments``: its
+        messages as (role, text) pairs.  Each argument named in ``complete``
+        first takes the server's first completion of its given value
+        (``completion/complete``).  Raises ``McpServerError`` when the server
+        has no such prompt, no completion, or does not answer."""
+        deadline = self.config.connect_timeout_s + 2 * self.config.request_timeout_s
+        request = GetPrompt(name=name, arguments=dict(arguments), complete=tuple(complete))
+        reply = await self._ask(request, McpPrompt, timeout_s=deadline, errors=True)
+        return list(reply.messages)
 
     async def status(self) -> McpServerStatus:
         """The connection's state; ``McpServerError`` when the actor does not answer."""
@@ -254,11 +290,22 @@ class McpServerHandle:
                 self._progress.close(route)
         return ToolOutput.of_text(text, is_error=True)
 
-    async def _ask(self, message: McpServerRequest, expected: type[_ReplyT]) -> _ReplyT:
+    async def _ask(
+        self,
+        message: McpServerRequest,
+        expected: type[_ReplyT],
+        *,
+        timeout_s: float | None = None,
+        errors: bool = False,
+    ) -> _ReplyT:
+        """Ask the actor; with ``errors``, an error output it answers with
+        is raised as ``McpServerError`` (it says why)."""
         try:
-            reply = await self.ref.ask(message, timeout=self.config.request_timeout_s)
+            reply = await self.ref.ask(message, timeout=timeout_s or self.config.request_timeout_s)
         except (AskTimeout, ActorCrashed, ActorStopped) as exc:
             raise McpServerError(self.name, f"its actor did not answer: {exc}") from exc
+        if errors and isinstance(reply, ToolOutput) and reply.is_error:
+            raise McpServerError(self.name, reply.text.removeprefix(f"MCP server {self.name!r}: "))
         if not isinstance(reply, expected):
             raise McpServerError(
                 self.name, f"its actor answered {type(message).__name__} with {reply!r}"

@@ -114,11 +114,20 @@ class StderrTail:
 
 class EndWatchingStream(Generic[T]):
     """A read stream that sets ``ended`` when the underlying one ends or is
-    closed: the moment the SDK's dispatcher sees the server hang up."""
+    closed: the moment the SDK's dispatcher sees the server hang up.
+    ``on_message`` (synchronous) sees each message as it is read, in the
+    order the server sent them (the SDK handles notifications in tasks of
+    their own, which may run after a later reply is delivered)."""
 
-    def __init__(self, inner: ReadStream[T], ended: anyio.Event) -> None:
+    def __init__(
+        self,
+        inner: ReadStream[T],
+        ended: anyio.Event,
+        on_message: Callable[[T], None] | None = None,
+    ) -> None:
         self._inner = inner
         self._ended = ended
+        self._on_message = on_message
 
     @property
     def last_context(self) -> Any:
@@ -127,10 +136,13 @@ class EndWatchingStream(Generic[T]):
 
     async def receive(self) -> T:
         try:
-            return await self._inner.receive()
+            message = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._ended.set()
             raise
+        if self._on_message is not None:
+            self._on_message(message)
+        return message
 
     def __aiter__(self) -> Self:
         return self

@@ -233,11 +233,13 @@ def test_a_required_mcp_server_that_does_not_start_fails_the_command(
 ) -> None:
     config = _config(tmp_path, SCRIPTED)
     code = main(["run", "hi", "--config", config, "--mcp", "/nonexistent/mcp-server --stdio"])
-    assert code == 1
+    assert code == 2  # the Runtime did not open: a configuration error
     captured = capsys.readouterr()
     assert "[r0] Paris" not in captured.out
-    assert "a required MCP server did not start" in captured.err
-    assert "mcp server 'mcp-server' (/nonexistent/mcp-server --stdio)" in captured.err
+    assert captured.err.strip().splitlines()[-1] == (
+        "agentrt: mcp server 'mcp-server' (/nonexistent/mcp-server --stdio): "
+        "command '/nonexistent/mcp-server' does not exist or is not executable"
+    )
 
 
 def test_rollouts_past_their_deadline_fail_the_run_promptly(

@@ -24,6 +24,7 @@ from agentrt.protocols import (
     Step,
     StepRecorded,
     ToolCalled,
+    ToolResult,
     Usage,
     VoteCast,
 )
@@ -122,6 +123,22 @@ def test_the_state_follows_rollouts_bracket_and_budget() -> None:
     state.apply(script[16])  # RunFinished's cost is exact and final
     assert (state.status, state.answer) == ("succeeded", "4")
     assert (state.spent_tokens, state.model_calls, state.spent_usd) == (530, 7, 0.003)
+
+
+def test_what_a_tool_meant_for_the_person_is_shown() -> None:
+    step = Step(
+        index=0,
+        messages=(),
+        tool_results=(
+            ToolResult(call_id="c1", name="ev__note", content="[...]", for_user="Saved."),
+            ToolResult(call_id="c2", name="calculator", content="4"),
+        ),
+    )
+    state = ProgressState().apply(StepRecorded(run_id=RUN, rollout_id=f"{RUN}-r0", step=step))
+    assert state.for_user == ["ev__note: Saved."]
+    shown = Console(file=io.StringIO(), width=120, force_terminal=False)
+    shown.print(render(state))
+    assert "for you ev__note: Saved." in shown.file.getvalue()  # type: ignore[attr-defined]
 
 
 def test_the_cap_comes_from_the_ledger_when_not_given() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentrt import Runtime
+from agentrt import ConfigError, Runtime
 from agentrt.agents import EventLog, load_spec
 from agentrt.protocols import (
     ModelRequest,
@@ -117,7 +117,6 @@ async def test_mcp_tools_from_a_spec_reach_the_agent(tmp_path: Path) -> None:
         async with Runtime(
             agents={"mcp_user": load_spec(tmp_path / "agent.yaml")}, backends=[backend]
         ) as rt:
-            assert rt.mcp_failures == {}
 
             async def run() -> None:
                 results.append(await rt.run("use the server", agent="mcp_user", events=log))
@@ -135,9 +134,13 @@ async def test_mcp_tools_from_a_spec_reach_the_agent(tmp_path: Path) -> None:
     assert all(tool_names(r) == {"conf__test_simple_text"} for r in backend.requests)
 
 
-async def test_an_mcp_server_that_cannot_start_leaves_its_agent_running(tmp_path: Path) -> None:
+async def test_an_optional_mcp_server_that_cannot_start_leaves_its_agent_running(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "agent.yaml").write_text(
-        "name: a\ntools: [calculator, {mcp: {name: gone, command: /nonexistent/mcp-server}}]\n"
+        "name: a\n"
+        "tools: [calculator, {mcp: {name: gone, command: /nonexistent/mcp-server, "
+        "required: false}}]\n"
     )
     backend = ScriptedBackend(["still here"])
     with anyio.fail_after(60):
@@ -145,7 +148,20 @@ async def test_an_mcp_server_that_cannot_start_leaves_its_agent_running(tmp_path
             {"agents": {"a": str(tmp_path / "agent.yaml")}}, backends=[backend]
         ) as rt:
             result = await rt.run("t", agent="a")
-    assert list(rt.mcp_failures) == ["gone"]
-    assert "/nonexistent/mcp-server" in rt.mcp_failures["gone"]
+            while (status := await rt.mcp_status())["gone"].state == "connecting":  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+    assert status["gone"].state == "failed"
+    assert "/nonexistent/mcp-server" in status["gone"].reason
     assert (result.status, result.answer) == ("succeeded", "still here")
     assert tool_names(backend.requests[0]) == {"calculator"}
+
+
+async def test_a_required_mcp_server_that_cannot_start_fails_the_open(tmp_path: Path) -> None:
+    (tmp_path / "agent.yaml").write_text(
+        "name: a\ntools: [calculator, {mcp: {name: gone, command: /nonexistent/mcp-server}}]\n"
+    )
+    backend = ScriptedBackend(["never asked"])
+    with anyio.fail_after(60), pytest.raises(ConfigError, match="/nonexistent/mcp-server"):
+        async with Runtime({"agents": {"a": str(tmp_path / "agent.yaml")}}, backends=[backend]):
+            pass
+    assert backend.requests == []

@@ -110,7 +110,7 @@ async def test_timeout_and_cancellation_reach_the_server_and_the_session_stays_u
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", BOTH_BACKENDS)
-async def test_a_dead_server_is_restarted_and_calls_meanwhile_get_a_clear_error(
+async def test_a_call_to_a_restarting_server_waits_for_it_and_runs(
     fixture_server: Factory,
 ) -> None:
     sink = RecordingSink()
@@ -120,18 +120,29 @@ async def test_a_dead_server_is_restarted_and_calls_meanwhile_get_a_clear_error(
         out = await tools["crash"].call({}, ToolContext())
         assert out.is_error
         assert "connection lost during a call to 'fx__crash'" in out.text
-        state = await sink.wait_for("state", lambda p: p["state"] == "restarting", 5)
-        assert "exited" in state["reason"]
-        assert "crashing on purpose" in state["reason"]
-        meanwhile = await tools["lookup"].call({"key": "a"}, ToolContext())
-        assert meanwhile.is_error
-        assert "MCP server 'fx' is restarting" in meanwhile.text
-        assert "crashing on purpose" in meanwhile.text
-        assert "try again shortly" in meanwhile.text
-        await conn.wait_ready(20)
-        after = await tools["lookup"].call({"key": "b"}, ToolContext())
-        assert (after.text, after.is_error) == ("value-of-b", False)
+        # At once, before the restart: the call waits for the new session.
+        meanwhile = await tools["lookup"].call({"key": "a"}, ToolContext(timeout_s=60))
+        assert (meanwhile.text, meanwhile.is_error) == ("value-of-a", False)
+        state = sink.of("state")
+        assert [s["state"] for s in state] == ["ready", "restarting", "ready"]
+        assert "exited" in state[1]["reason"]
+        assert "crashing on purpose" in state[1]["reason"]
         assert conn.restarts == 1
+
+
+@pytest.mark.anyio
+async def test_a_server_that_stays_down_fails_the_call_with_its_reason(
+    fixture_server: Factory,
+) -> None:
+    # The restart waits a minute: the call's deadline passes first.
+    config = fixture_server("fx", restart={"initial_delay_s": 60, "jitter": 0.0})
+    async with McpConnection(config) as conn:
+        await _tools(conn)["crash"].call({}, ToolContext())
+        out = await _tools(conn)["lookup"].call({"key": "a"}, ToolContext(timeout_s=0.2))
+        assert conn.state is ConnectionState.RESTARTING
+    assert out.is_error
+    assert "MCP server 'fx' did not come back within the call's 0.2 s" in out.text
+    assert "crashing on purpose" in out.text  # the reason, from its stderr
 
 
 @pytest.mark.anyio

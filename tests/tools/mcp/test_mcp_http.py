@@ -21,6 +21,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agentrt.testing import RecordingSink
 from agentrt.tools._tool import ToolContext
 from agentrt.tools.mcp._connection import McpConnection
 from agentrt.tools.mcp._mcp_config import HttpServerConfig
@@ -235,3 +236,31 @@ async def test_a_server_that_went_away_is_reconnected() -> None:
             assert (await echo.call({"word": "five"}, ToolContext())).text == "five"
             assert conn.restarts > restarts
         await third.shutdown()
+
+
+@pytest.mark.anyio
+async def test_keepalive_finds_a_forgotten_session_before_a_call_needs_it() -> None:
+    seen = Seen()
+    fast = {"initial_delay_s": 0.1, "max_delay_s": 0.3, "jitter": 0.0, "max_failures": 50}
+    sink = RecordingSink()
+    async with anyio.create_task_group() as tg:
+        first = Background(build_server(seen, MemoryEventStore()))
+        url = await tg.start(first.run, 0)
+        port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+        config = HttpServerConfig(name="remote", url=url, restart=fast, keepalive_s=0.2)
+        async with McpConnection(config, on_notification=sink) as conn:
+            echo = {t.spec.name: t for t in conn.tools()}["remote__echo"]
+            assert (await echo.call({"word": "one"}, ToolContext())).text == "one"
+            # Replaced while we are idle: the new server never heard of our session.
+            await first.shutdown()
+            second = Background(build_server(seen, MemoryEventStore()))
+            await tg.start(second.run, port)
+            # A ping finds out and the connection is replaced, with no call made.
+            await sink.wait_for("state", lambda p: p["state"] == "restarting", 15)
+            await conn.wait_ready(15)
+            assert conn.restarts >= 1
+            # So the next call goes to a live session (echo is not idempotent:
+            # on a dead one it would have failed with "connection lost").
+            out = await echo.call({"word": "two"}, ToolContext())
+            assert (out.text, out.is_error) == ("two", False)
+        await second.shutdown()

@@ -151,6 +151,9 @@ async def test_a_server_given_up_stays_down_until_reconnected(fixture_server: Fa
 
         reply = await handle.reconnect()
         assert reply.state is ConnectionState.CONNECTING
+        # A call while the new connection opens waits for it.
+        during = await tools["lookup"].call({"key": "r"}, ToolContext())
+        assert (during.text, during.is_error) == ("value-of-r", False)
         status = await _status_until(handle, lambda s: s.state is ConnectionState.READY, 20)
         assert status.restarts == 0  # a fresh connection
         assert (await tools["lookup"].call({"key": "b"}, ToolContext())).text == "value-of-b"
