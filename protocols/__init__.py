@@ -71,12 +71,13 @@ from agentrt.protocols._trajectory import (
     TrajectorySummary,
     Verification,
 )
-from agentrt.protocols._usage import Cost, Usage
+from agentrt.protocols._usage import BudgetStop, Cost, Usage
 
 __all__ = [
     "SCHEMA_VERSION",
     "AssistantMessage",
     "Budget",
+    "BudgetStop",
     "BudgetUpdated",
     "CallReserved",
     "CallSettled",

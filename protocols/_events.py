@@ -13,7 +13,7 @@ import msgspec
 
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._trajectory import SCHEMA_VERSION, Step, TrajectorySummary, Verification
-from agentrt.protocols._usage import Cost, Usage
+from agentrt.protocols._usage import BudgetStop, Cost, Usage
 
 
 class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -33,6 +33,8 @@ class RunFinished(_EventBase, frozen=True, tag="run_finished"):
     status: str
     answer: str | None = None
     cost: Cost = Cost()
+    stopped: BudgetStop | None = None
+    """Set when a budget cap cut the run short (``RunResult.stopped``)."""
 
 
 class RolloutStarted(_EventBase, frozen=True, tag="rollout_started"):
@@ -103,8 +105,9 @@ class BudgetUpdated(_EventBase, frozen=True, tag="budget"):
     spent: Cost
     reserved_tokens: int = 0
     cancelled_calls: int = 0
-    """Calls cancelled in flight (early stop, a deadline), charged as
-    reserved: their usage is unknown, so ``spent`` is an upper bound."""
+    """Calls cancelled in flight (early stop, a deadline): charged their
+    prompt and the tokens streamed before the cancellation when these were
+    counted, else as reserved (an upper bound)."""
     left_tokens: int | None = None
     left_usd: float | None = None
 

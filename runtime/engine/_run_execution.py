@@ -17,6 +17,7 @@ not know which entry point started the run.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -55,7 +56,7 @@ from agentrt.protocols._messages import SystemMessage, UserMessage
 from agentrt.protocols._model import ModelRequest, SamplingParams
 from agentrt.protocols._run import RunResult, RunStatus
 from agentrt.protocols._trajectory import Step, Trajectory, TrajectoryStatus, TrajectorySummary
-from agentrt.protocols._usage import Cost
+from agentrt.protocols._usage import BudgetStop, Cost
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.engine._checkpoint import RolloutCheckpoint
 from agentrt.runtime.engine._journal import EventJournal
@@ -81,6 +82,9 @@ log = get_logger(__name__)
 
 _UNSCOPED: Final = nullcontext()
 """Where a scope has nothing to do (no deadline, nothing to stop early)."""
+
+_CAP_NAMED: Final = re.compile(r"max_(?:tokens|usd|model_calls|wall_seconds)")
+"""The cap a refusal names (``BudgetExceeded``'s message, a stop reason)."""
 
 _STEPS_ONLY: Final = frozenset({StepRecorded})
 
@@ -167,6 +171,7 @@ class RunExecution:
     runs it once."""
 
     __slots__ = (
+        "_budget_spent",
         "_committed",
         "_finished",
         "_name",
@@ -207,6 +212,18 @@ class RunExecution:
         self._finished: list[_Outcome] = []
         self._pending = n
         self._stopped = False
+        self._budget_spent = False  # the run was stopped, or kept from starting one, by a cap
+        budget = plan.ledger.budget
+        # Rollouts this run may stop in flight stream their calls, so that a
+        # stopped call is charged what it consumed (``BudgetLedger``).
+        plan.ledger.stream_calls = n > 1 and (
+            plan.early_vote is not None
+            or plan.scaling.confidence is not None
+            or plan.wall is not None
+            or budget.max_tokens is not None
+            or budget.max_usd is not None
+            or budget.max_model_calls is not None
+        )
         self._next = self.window  # the next rollout to start (adaptive N)
         self._tg: TaskGroup | None = None
         outer = emitter.sink
@@ -275,9 +292,16 @@ class RunExecution:
         )
         await self._budget_event()
         status: RunStatus = "succeeded" if agg.answer is not None else "failed"
+        stopped = self._budget_stop(outcomes)
         if self.emitter.wants(RunFinished):
             await self.emitter.emit(
-                RunFinished(run_id=plan.run_id, status=status, answer=agg.answer, cost=cost)
+                RunFinished(
+                    run_id=plan.run_id,
+                    status=status,
+                    answer=agg.answer,
+                    cost=cost,
+                    stopped=stopped,
+                )
             )
         return RunResult(
             run_id=plan.run_id,
@@ -288,7 +312,38 @@ class RunExecution:
             aggregation_trace=[msgspec.to_builtins(v) for v in agg.trace],
             cost=cost,
             error=None if agg.answer is not None else _no_answer(agg.rationale, outcomes),
+            stopped=stopped,
         )
+
+    def _budget_stop(self, outcomes: Sequence[_Outcome]) -> BudgetStop | None:
+        """How a cap cut the rollouts short, or ``None`` when none did: a
+        rollout ended for want of budget, or the spent budget stopped the
+        run (and kept the rest from running)."""
+        finished = cut = 0
+        limit: str | None = None
+        for o in outcomes:
+            trajectory = o.value.trajectory if o.value is not None else None
+            if trajectory is not None and trajectory.answer is not None:
+                finished += 1
+            why = (
+                trajectory.stop_reason
+                if trajectory is not None and trajectory.status == "exhausted"
+                else str(o.error)
+                if isinstance(o.error, BudgetExceeded)
+                else ""
+            )
+            if why.startswith("budget:") or isinstance(o.error, BudgetExceeded):
+                cut += 1
+                named = _CAP_NAMED.search(why)
+                limit = limit or (named.group(0) if named else None)
+            elif o.value is None and o.status == "cancelled" and self._budget_spent:
+                cut += 1  # stopped (or never started) once the budget was spent
+        if not cut:
+            return None
+        if limit is None:
+            room = self.plan.ledger.headroom()
+            limit = room.shortfall(1, 1) or "max_tokens"
+        return BudgetStop(limit=limit, rollouts=len(outcomes), finished=finished, cut=cut)
 
     def _main_backend(self) -> ModelBackend:
         return self.plan.main_backend(self.services.backends)
@@ -373,7 +428,10 @@ class RunExecution:
         await self._budget_event()
         if self._pending > 0 and self._should_stop():
             self._stop_all()
-        if self._stopped or nothing_left(self.plan.ledger) is not None:
+        if self._stopped:
+            return
+        if nothing_left(self.plan.ledger) is not None:
+            self._budget_spent = True
             return  # adaptive N: no rollout starts that could make no call
         if self._next < len(self._outcomes) and self._tg is not None:
             self._next += 1
@@ -404,6 +462,7 @@ class RunExecution:
             outcome.status = "succeeded"
         except BudgetExceeded as exc:
             outcome.status, outcome.error = "failed", exc
+            self._budget_spent = True
             self._stop_all()
         except Exception as exc:
             log.warning("rollout_failed", index=i, error=repr(exc))
@@ -413,8 +472,8 @@ class RunExecution:
                 slot.release()
 
     def _should_stop(self) -> bool:
-        left = self.plan.ledger.headroom().tokens
-        if left is not None and left <= 0:
+        if nothing_left(self.plan.ledger) is not None:
+            self._budget_spent = True
             return True
         vote, confidence = self.plan.early_vote, self.plan.scaling.confidence
         if vote is None and confidence is None:
@@ -526,6 +585,8 @@ class RunExecution:
             placed = self._placed or self._place()
             result = await services.placement.run_rollout(placed, job)
         finally:
+            # An ended rollout no longer shares in what the run has left.
+            ledger.finish()
             if services.rollout_finished is not None:
                 with anyio.CancelScope(shield=True):  # its own MCP connections close with it
                     await services.rollout_finished(plan.run_id, rollout_id)

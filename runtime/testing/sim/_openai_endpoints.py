@@ -235,6 +235,11 @@ class OpenAIEndpoints:
             lp = (req.top_logprobs or 0) if req.logprobs else -1
             cid = engine.next_id("chatcmpl-sim")
             created = int(time.time())
+            step = engine.config.token_ms / 1000
+            gen.generating(
+                len(prompt_ids),
+                sorted(ttft + k * step for c in choices for k in range(len(c.pieces))),
+            )
             if not req.stream:
                 body = {
                     "id": cid,
@@ -265,7 +270,6 @@ class OpenAIEndpoints:
                 "model": engine.config.model,
             }
             envelope = _envelope(head)
-            step = engine.config.token_ms / 1000
             frames = [
                 f
                 for i, c in enumerate(choices)
