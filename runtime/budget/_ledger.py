@@ -262,9 +262,13 @@ class Reservation:
         if self.streamed is None:
             return self.charge_reserved()
         ratio = self._ledger._prompt_ratio.get(self.model)
-        prompt = self.prompt_tokens if ratio is None else math.ceil(self.estimate * ratio)
+        # Rounded: the ratio of a prompt like this one gives it back exactly.
+        prompt = self.prompt_tokens if ratio is None else round(self.estimate * ratio)
         completion = min(self.streamed, self.n * self.max_tokens)
-        usage = Usage(prompt_tokens=min(prompt, self.prompt_tokens), completion_tokens=completion)
+        usage = Usage(prompt_tokens=prompt, completion_tokens=completion)
+        if usage.total_tokens > self.tokens or self._rates.cost_pico(usage) > self.pico:
+            # Never more than was reserved (and admitted under the caps).
+            usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion)
         return self._ledger._settle(self, usage, self._rates, calibrate=False, cancelled=True)
 
     def end(self, exc: BaseException | None) -> None:
@@ -365,6 +369,7 @@ class BudgetLedger:
         "_children",
         "_clock",
         "_completion",
+        "_expected",
         "_finished",
         "_lock",
         "_numbers",
@@ -430,6 +435,7 @@ class BudgetLedger:
         root's ``journal``; a child shares its root's), or ``None``."""
         self._chain: tuple[BudgetLedger, ...] = (self, *(_parent._chain if _parent else ()))
         self._children: dict[str, BudgetLedger] = {}
+        self._expected = 0
         # Per-model rates, resolved once per tree (the price table is frozen).
         self._rates: dict[str, TokenRates] = _parent._rates if _parent is not None else {}
         # Per model: the largest reported/estimated prompt ratio seen (tree-wide).
@@ -498,6 +504,13 @@ class BudgetLedger:
             self._children[name] = ledger
         return ledger
 
+    def expect_children(self, count: int) -> None:
+        """Say that ``count`` children (the run's rollouts) are about to be
+        made: until they are, the fair share of a call that does not fit
+        (``reserve(min_tokens=...)``) counts them among those who share."""
+        with self._lock:
+            self._expected = count
+
     def call_number(self) -> int:
         """A number no other call under this ledger's tree was given (1, 2,
         ...): a sub-agent call's child ledger and rollout id carry it, so a
@@ -557,7 +570,8 @@ class BudgetLedger:
         (``Reservation.max_tokens``: ask the server for no more): the fair
         share of what is left, i.e. the headroom split among the capped
         ledger's open children with no call in flight (the rollouts about to
-        ask), and at least ``min_tokens`` per sample while that fits at all.
+        ask, and those ``expect_children`` announced and not yet made), and
+        at least ``min_tokens`` per sample while that fits at all.
         Only a call that cannot get ``min_tokens`` per sample is refused.
 
         Raises ``BudgetExceeded`` if it would cross a cap of this ledger or
@@ -625,9 +639,12 @@ class BudgetLedger:
 
     def _fit(self, rates: TokenRates, prompt: int, max_tokens: int, n: int, floor: int) -> int:
         """The completion tokens per sample a call may book (lock held): its
-        ``max_tokens`` where the worst case fits, else the fair share of
-        the tightest token or money cap on the chain, at least ``floor``
-        (``_admit`` then refuses the call if even that does not fit)."""
+        ``max_tokens`` where the worst case fits each sharer's part of a
+        cap, else its fair share of the tightest token or money cap on the
+        chain, at least ``floor`` (``_admit`` then refuses the call if even
+        that does not fit).  The sharers of a cap are the capped ledger's
+        open children with no call in flight, the ones announced and not
+        yet made, and the caller's."""
         per = max_tokens
         below: BudgetLedger | None = None  # the chain's node under ``node``
         for node in self._chain:
@@ -646,14 +663,22 @@ class BudgetLedger:
                     rates.completion,
                 ),
             ):
-                if cap is None or unit <= 0 or need_prompt + n * per * unit <= left:
+                if cap is None or unit <= 0:
                     continue
+                need = need_prompt + n * per * unit
+                children = node._children
+                unseen = max(node._expected - len(children), 0)  # announced, not made yet
+                if need * (1 + len(children) + unseen) <= left:
+                    continue  # fits however many share it (no count needed)
                 if not sharers:
-                    sharers = 1 + sum(
+                    sharers = 1 + unseen
+                    sharers += sum(
                         1
-                        for child in node._children.values()
+                        for child in children.values()
                         if child is not below and child._finished is None and not child._res_calls
                     )
+                if need * sharers <= left:
+                    continue
                 share = (left // sharers - need_prompt) // (n * unit)
                 most = (left - need_prompt) // (n * unit)
                 per = min(per, max(share, min(floor, most)), most)

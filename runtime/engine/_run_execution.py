@@ -225,6 +225,7 @@ class RunExecution:
             or budget.max_model_calls is not None
         )
         self._next = self.window  # the next rollout to start (adaptive N)
+        plan.ledger.expect_children(self.window)  # they share what the budget leaves
         self._tg: TaskGroup | None = None
         outer = emitter.sink
         if outer is None:

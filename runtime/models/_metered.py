@@ -47,7 +47,9 @@ class MeteredBackend:
     when the call would cross a cap of ``ledger`` or an ancestor;
     ``UnknownModelError`` when the model has no price (or the backend names
     no model); ``InvalidRequestError`` for a finished ledger.  A call that
-    fails or is cancelled releases its reservation and costs nothing; a
+    fails releases its reservation and costs nothing; one cancelled in
+    flight is charged as reserved (``complete``: its usage is unknown) or
+    what it consumed (``stream``: the tokens received are counted); a
     reply whose usage exceeds the reservation is charged in full (see
     ``runtime.budget``).
 
@@ -166,9 +168,12 @@ class MeteredBackend:
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta, None]:
         """Reserve when iteration starts; charge when the final delta (the one
         carrying the reply) arrives, before it is yielded.  Abandoning the
-        stream early releases the reservation (close the iterator, e.g. with
-        ``contextlib.aclosing``)."""
+        stream early (closing the iterator, e.g. with ``contextlib.aclosing``,
+        or a cancellation) charges what the call consumed: its prompt and
+        the tokens received (``Reservation.charge_consumed``); a failure
+        releases it."""
         reservation = self._reserve(request)
+        reservation.streamed = counted = 0
         journal = self._ledger.journal
         handle = ""
         if journal is not None:
@@ -181,7 +186,10 @@ class MeteredBackend:
         usage: Usage | None = None
         try:
             async for delta in deltas:
-                if delta.reply is not None and reservation.state == "active":
+                if delta.reply is None:
+                    counted += len(delta.logprobs) or 1  # one delta a token
+                    reservation.streamed = counted
+                elif reservation.state == "active":
                     self._charge(reservation, delta.reply)
                     usage = delta.reply.usage
                     if journal is not None:
@@ -191,6 +199,10 @@ class MeteredBackend:
             if journal is not None and usage is None:
                 reservation.release()
                 await journal.settled(handle, None)
+            raise
+        except BaseException:
+            # Abandoned (``GeneratorExit``) or cancelled: it was served this far.
+            self._spent += reservation.charge_consumed()
             raise
         finally:
             reservation.release()  # a no-op once charged

@@ -95,7 +95,11 @@ class Generation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        cancelled = exc_type is not None and issubclass(exc_type, anyio.get_cancelled_exc_class())
+        # The client went away: the handler is cancelled, or a write finds
+        # the connection reset.
+        cancelled = exc_type is not None and issubclass(
+            exc_type, (anyio.get_cancelled_exc_class(), ConnectionResetError)
+        )
         if cancelled and self._since:
             done = bisect.bisect_right(self._due, anyio.current_time() - self._since)
             self.engine.abandoned_prompt_tokens += self._prompt

@@ -1,0 +1,169 @@
+"""Issue 28, item 2: a call cancelled in flight is charged what it
+consumed (its prompt and the tokens it streamed), not its reservation, so
+that stopping early never costs more than running every rollout."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import anyio
+import httpx
+import pytest
+
+from agentrt import Runtime
+from agentrt.agents import AgentConfig, AgentLimits
+from agentrt.models import OpenAIBackend, OpenAIBackendConfig
+from agentrt.protocols import ModelRequest, RunResult, ScalingSpec
+from agentrt.runtime.models.http._http_client import make_transport
+from agentrt.runtime.testing._scripted import ReplySpec
+from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
+
+pytestmark = pytest.mark.anyio
+
+SLOW_MS = 300
+
+
+class SlowRollouts(httpx.AsyncBaseTransport):
+    """Asks the sim-server to take ``SLOW_MS`` more before the first token
+    of the requests of the rollouts named (request ids ``...-r<i>-<step>``)."""
+
+    def __init__(self, slow: set[int]) -> None:
+        self._inner = make_transport()
+        self._slow = tuple(f"-r{i}-" for i in slow)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if any(s in request.headers.get("x-request-id", "") for s in self._slow):
+            request.headers["x-sim-delay-ms"] = str(SLOW_MS)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def solver() -> AgentConfig:
+    return AgentConfig(
+        name="solver",
+        model="m0",
+        stop_on=[],
+        limits=AgentLimits(max_steps=2, max_tokens_per_step=512),
+    )
+
+
+async def five_rollouts(*, early_stop: bool) -> tuple[RunResult, dict[str, int]]:
+    """5 one-step rollouts on the sim-server: r0..r2 answer at once, r3 and
+    r4 only after ``SLOW_MS``; what the run reported and the server counted."""
+    sim = SimServerConfig(
+        model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0, reply_tokens=40
+    )
+    async with SimServer(sim) as server:
+        model = OpenAIBackend(
+            OpenAIBackendConfig(name="sim", base_url=f"{server.url}/v1", models=["m0"]),
+            transport=SlowRollouts({3, 4}),
+        )
+        config = {"agents": {"solver": solver()}, "early_stop": early_stop, "warm_prefix": False}
+        async with model, Runtime(config, backends=[model]) as rt:
+            with anyio.fail_after(30):
+                result = await rt.run(
+                    "What is 2 + 3?", agent="solver", scaling=ScalingSpec(rollouts=5)
+                )
+        for _ in range(1000):  # an abandoned request is counted once its handler ends
+            stats = server.stats()
+            if not stats["in_flight"]:
+                break
+            await anyio.sleep(0.005)
+        tokens = stats["tokens"]
+        generations = stats["generations"]
+    return result, {**tokens, **generations}
+
+
+async def test_early_stop_is_charged_within_10_percent_of_what_the_server_counted() -> None:
+    full, full_counted = await five_rollouts(early_stop=False)
+    early, counted = await five_rollouts(early_stop=True)
+    where = f"early {early.cost}, the server counted {counted}; all {full.cost}, {full_counted}"
+    assert early.answer is not None, where
+    assert early.answer == full.answer, where
+    # r3 and r4 were cancelled waiting for their first token: the server had
+    # their prompts and generated nothing for them.
+    assert (counted["completed"], counted["abandoned"]) == (3, 2), where
+    assert counted["abandoned_completion"] == 0, where
+    served = sum(counted[k] for k in ("prompt", "completion", "abandoned_prompt"))
+    charged = early.cost.usage.total_tokens
+    assert abs(charged - served) <= served / 10, where
+    assert early.cost.model_calls == 5, where
+    # Stopping early costs less than running every rollout, never more.
+    assert charged < full.cost.usage.total_tokens, where
+    assert full.cost.usage.total_tokens == full_counted["prompt"] + full_counted["completion"]
+
+
+@dataclass
+class Plan:
+    """One randomized run: per rollout, its delay and its answer; every
+    reply is ``length`` tokens long."""
+
+    delays: list[float]
+    answers: list[str]
+    length: int
+    seen: list[str] = field(default_factory=list)
+
+
+def planned_script(plans: dict[str, Plan]) -> ReplySpec:
+    def script(request: ModelRequest) -> ScriptedReply:
+        plan = plans[request.affinity_key or ""]
+        rid = request.request_id or ""
+        index = int(rid.rsplit("-r", 1)[1].split("-")[0])
+        words = " ".join(["so"] * plan.length)
+        return ScriptedReply(
+            content=f"{words}\nANSWER: {plan.answers[index]}", delay_s=plan.delays[index]
+        )
+
+    return script  # type: ignore[return-value]
+
+
+async def test_over_200_randomized_runs_early_stop_never_charges_more() -> None:
+    rng = random.Random(28)
+    plans: dict[str, Plan] = {}
+    backend = ScriptedBackend(planned_script(plans), models=["m0"])
+    agents = {"solver": solver()}
+    stopped_early = cheaper = 0
+    async with (
+        backend,
+        Runtime(
+            {"agents": agents, "early_stop": True, "warm_prefix": False}, backends=[backend]
+        ) as early_rt,
+        Runtime(
+            {"agents": agents, "early_stop": False, "warm_prefix": False}, backends=[backend]
+        ) as full_rt,
+    ):
+        for k in range(200):
+            n = rng.randint(3, 7)
+            plan = Plan(
+                delays=[rng.choice([0.0, 0.0, 0.001, 0.005, 0.02]) for _ in range(n)],
+                answers=[rng.choice(["5", "5", "5", "6"]) for _ in range(n)],
+                length=rng.randint(1, 60),
+            )
+            plans[f"e{k}"] = plans[f"f{k}"] = plan
+            with anyio.fail_after(30):
+                early = await early_rt.run(
+                    "What is 2 + 3?",
+                    agent="solver",
+                    scaling=ScalingSpec(rollouts=n),
+                    run_id=f"e{k}",
+                )
+                full = await full_rt.run(
+                    "What is 2 + 3?",
+                    agent="solver",
+                    scaling=ScalingSpec(rollouts=n),
+                    run_id=f"f{k}",
+                )
+            where = f"run {k}: {plan}; early {early.cost}; all {full.cost}"
+            assert full.cost.model_calls == n, where
+            assert early.cost.usage.total_tokens <= full.cost.usage.total_tokens, where
+            assert early.cost.usage.completion_tokens <= full.cost.usage.completion_tokens, where
+            if early.cost.usage.total_tokens < full.cost.usage.total_tokens:
+                cheaper += 1
+            if len(early.summaries) < n:  # a rollout stopped early has none
+                stopped_early += 1
+    # Early stop did happen, and saved tokens, in a good share of the runs.
+    assert stopped_early >= 20, (stopped_early, cheaper)
+    assert cheaper >= 20, (stopped_early, cheaper)
