@@ -16,6 +16,7 @@ from agentrt.protocols._events import (
     ErrorRaised,
     Event,
     McpAuthorizationRequired,
+    ModelCalled,
     RolloutFinished,
     RolloutQueued,
     RolloutRestarted,
@@ -71,13 +72,13 @@ from agentrt.protocols._trajectory import (
     TrajectorySummary,
     Verification,
 )
-from agentrt.protocols._usage import BudgetStop, Cost, Usage
+from agentrt.protocols._usage import BudgetCut, Cost, Usage
 
 __all__ = [
     "SCHEMA_VERSION",
     "AssistantMessage",
     "Budget",
-    "BudgetStop",
+    "BudgetCut",
     "BudgetUpdated",
     "CallReserved",
     "CallSettled",
@@ -92,6 +93,7 @@ __all__ = [
     "FunctionCall",
     "ImagePart",
     "McpAuthorizationRequired",
+    "ModelCalled",
     "ModelReply",
     "ModelRequest",
     "RolloutFinished",

@@ -13,7 +13,7 @@ import msgspec
 
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._trajectory import SCHEMA_VERSION, Step, TrajectorySummary, Verification
-from agentrt.protocols._usage import BudgetStop, Cost, Usage
+from agentrt.protocols._usage import BudgetCut, Cost, Usage
 
 
 class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -33,7 +33,7 @@ class RunFinished(_EventBase, frozen=True, tag="run_finished"):
     status: str
     answer: str | None = None
     cost: Cost = Cost()
-    stopped: BudgetStop | None = None
+    stopped: BudgetCut | None = None
     """Set when a budget cap cut the run short (``RunResult.stopped``)."""
 
 
@@ -99,6 +99,26 @@ class VoteCast(_EventBase, frozen=True, tag="vote"):
     candidates: list[str]
     winner: str | None
     votes: dict[str, int] = {}
+
+
+class ModelCalled(_EventBase, frozen=True, kw_only=True, tag="model_called"):
+    """A model call made outside a rollout's steps (a step's call is in its
+    ``StepRecorded``), as its reply reported it: a summary's, a judge's or
+    an aggregation agent's, or the warm-up.  Charged on the run's ledger
+    (a ``BudgetUpdated`` follows); traces give it a span."""
+
+    purpose: str
+    """``summary``, ``aggregation`` or ``warm-up``."""
+    aggregator: str | None = None
+    """The aggregator that made it (``rtv``, ``aggagent``...), for ``aggregation``."""
+    model: str
+    """The model asked for."""
+    response_model: str = ""
+    backend: str = ""
+    request_id: str | None = None
+    usage: Usage = Usage()
+    latency_s: float = 0.0
+    finish_reasons: list[str] = []
 
 
 class BudgetUpdated(_EventBase, frozen=True, tag="budget"):
@@ -238,6 +258,7 @@ Event = (
     | SummaryWritten
     | VoteCast
     | BudgetUpdated
+    | ModelCalled
     | SignalRaised
     | CallReserved
     | CallSettled

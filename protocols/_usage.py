@@ -53,7 +53,7 @@ class Cost(msgspec.Struct, frozen=True, gc=False, kw_only=True):
         )
 
 
-class BudgetStop(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+class BudgetCut(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """How a budget cap cut a run short: the cap and how far the run got.
     A run with an answer still ``succeeded``; this says it is the answer of
     fewer rollouts than asked for."""
@@ -67,10 +67,16 @@ class BudgetStop(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Rollouts that ended with an answer."""
     cut: int
     """Rollouts the cap ended before they answered, or kept from starting."""
+    aggregation: bool = False
+    """The cap stopped the aggregation before it decided: the answer is the
+    best it had (its rationale says how it was chosen)."""
 
     def describe(self) -> str:
-        """One line for people: ``cut short by max_tokens: 2 of 8 rollouts finished``."""
-        return (
-            f"cut short by {self.limit}: {self.finished} of {self.rollouts} rollouts finished"
-            f" ({self.cut} stopped by the cap)"
-        )
+        """One line for people: ``cut short by max_tokens: 2 of 8 rollouts
+        finished (6 stopped by the cap)``."""
+        text = f"cut short by {self.limit}: {self.finished} of {self.rollouts} rollouts finished"
+        if self.cut:
+            text += f" ({self.cut} stopped by the cap)"
+        if self.aggregation:
+            text += ", and the aggregation was stopped before it decided"
+        return text

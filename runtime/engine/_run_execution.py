@@ -56,10 +56,11 @@ from agentrt.protocols._messages import SystemMessage, UserMessage
 from agentrt.protocols._model import ModelRequest, SamplingParams
 from agentrt.protocols._run import RunResult, RunStatus
 from agentrt.protocols._trajectory import Step, Trajectory, TrajectoryStatus, TrajectorySummary
-from agentrt.protocols._usage import BudgetStop, Cost
+from agentrt.protocols._usage import BudgetCut, Cost
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.engine._checkpoint import RolloutCheckpoint
 from agentrt.runtime.engine._journal import EventJournal
+from agentrt.runtime.engine._model_calls import reporting
 from agentrt.runtime.engine._rollout_actor import RunRollout
 from agentrt.runtime.engine._run_plan import RunPlan, RunServices
 from agentrt.runtime.kernel._actor_spec import RestartIntensity, SupervisorSpec
@@ -85,6 +86,9 @@ _UNSCOPED: Final = nullcontext()
 
 _CAP_NAMED: Final = re.compile(r"max_(?:tokens|usd|model_calls|wall_seconds)")
 """The cap a refusal names (``BudgetExceeded``'s message, a stop reason)."""
+
+_AGGREGATION_CUT: Final = re.compile(r"stopped at the budget cap \((max_\w+)\)")
+"""An aggregation's rationale when the cap stopped it (``BudgetStop.why``)."""
 
 _STEPS_ONLY: Final = frozenset({StepRecorded})
 
@@ -278,6 +282,13 @@ class RunExecution:
                 events=self.emitter,
                 trajectories=trajectories,
                 rollout=self._refine_rollout,
+                after_call=reporting(
+                    self.emitter,
+                    plan.ledger,
+                    run_id=plan.run_id,
+                    purpose="aggregation",
+                    aggregator=plan.aggregator.name,
+                ),
             )
             agg = await self._aggregate(plan.aggregator, summaries, context)
         except Exception as exc:
@@ -293,7 +304,7 @@ class RunExecution:
         )
         await self._budget_event()
         status: RunStatus = "succeeded" if agg.answer is not None else "failed"
-        stopped = self._budget_stop(outcomes)
+        stopped = self._budget_stop(outcomes, agg)
         if self.emitter.wants(RunFinished):
             await self.emitter.emit(
                 RunFinished(
@@ -316,10 +327,13 @@ class RunExecution:
             stopped=stopped,
         )
 
-    def _budget_stop(self, outcomes: Sequence[_Outcome]) -> BudgetStop | None:
-        """How a cap cut the rollouts short, or ``None`` when none did: a
-        rollout ended for want of budget, or the spent budget stopped the
-        run (and kept the rest from running)."""
+    def _budget_stop(
+        self, outcomes: Sequence[_Outcome], agg: AggregationResult
+    ) -> BudgetCut | None:
+        """How a cap cut the run short, or ``None`` when none did: a rollout
+        ended for want of budget, the spent budget stopped the run (and kept
+        the rest from running), or it stopped the aggregation (which says
+        so in its rationale: ``BudgetStop.why``)."""
         finished = cut = 0
         limit: str | None = None
         for o in outcomes:
@@ -339,12 +353,21 @@ class RunExecution:
                 limit = limit or (named.group(0) if named else None)
             elif o.value is None and o.status == "cancelled" and self._budget_spent:
                 cut += 1  # stopped (or never started) once the budget was spent
-        if not cut:
+        aggregation = _AGGREGATION_CUT.search(agg.rationale)
+        if not cut and aggregation is None:
             return None
+        if aggregation is not None:
+            limit = limit or aggregation.group(1)
         if limit is None:
             room = self.plan.ledger.headroom()
             limit = room.shortfall(1, 1) or "max_tokens"
-        return BudgetStop(limit=limit, rollouts=len(outcomes), finished=finished, cut=cut)
+        return BudgetCut(
+            limit=limit,
+            rollouts=len(outcomes),
+            finished=finished,
+            cut=cut,
+            aggregation=aggregation is not None,
+        )
 
     def _main_backend(self) -> ModelBackend:
         return self.plan.main_backend(self.services.backends)
@@ -507,13 +530,17 @@ class RunExecution:
             request_id=f"{plan.run_id}-warm",
             affinity_key=plan.run_id,
         )
-        metered = MeteredBackend(agent.backend_for(model), plan.ledger)
+        metered = MeteredBackend(
+            agent.backend_for(model),
+            plan.ledger,
+            after_call=reporting(self.emitter, plan.ledger, run_id=plan.run_id, purpose="warm-up"),
+        )
         try:
             with anyio.fail_after(self.services.config.warm_timeout_s):
                 await metered.complete(request)
         except Exception as exc:
             log.warning("warm_prefix_failed", error=repr(exc))
-        await self._budget_event()
+            await self._budget_event()  # a call cut by the timeout was charged
 
     # -- one rollout ----------------------------------------------------------------
 

@@ -13,7 +13,7 @@ aggregators.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from types import TracebackType
 from typing import Self, final
 
@@ -27,6 +27,9 @@ from agentrt.runtime.models._prompt_estimate import (
     TokenEstimator,
     estimate_request_tokens,
 )
+
+AfterCall = Callable[[ModelRequest, ModelReply], Awaitable[None]]
+"""What ``MeteredBackend`` awaits after each call is charged."""
 
 
 @final
@@ -53,11 +56,15 @@ class MeteredBackend:
     reply whose usage exceeds the reservation is charged in full (see
     ``runtime.budget``).
 
+    ``after_call``, when given, is awaited with the request and the reply
+    after each call is charged (the run's live budget events and the spans
+    of calls made outside a rollout's steps).
+
     ``async with`` on it is allowed and does nothing: the wrapped backend
     is neither opened nor closed here.
     """
 
-    __slots__ = ("_backend", "_estimate", "_ledger", "_model", "_spent")
+    __slots__ = ("_after", "_backend", "_estimate", "_ledger", "_model", "_spent")
 
     def __init__(
         self,
@@ -66,8 +73,10 @@ class MeteredBackend:
         *,
         model: str | None = None,
         estimator: TokenEstimator | None = None,
+        after_call: AfterCall | None = None,
     ) -> None:
         self._backend = backend
+        self._after = after_call
         self._ledger = ledger
         self._model = model
         self._estimate: TokenEstimator = estimator or CharEstimator()
@@ -141,6 +150,8 @@ class MeteredBackend:
         async with self._reserve(request) as reservation:
             reply = await self._backend.complete(request)
             self._charge(reservation, reply)
+        if self._after is not None:
+            await self._after(request, reply)
         return reply
 
     async def _complete_journaled(self, request: ModelRequest, journal: CallJournal) -> ModelReply:
@@ -163,6 +174,8 @@ class MeteredBackend:
                 raise
             self._charge(reservation, reply)
         await journal.settled(handle, reply.usage, reply)
+        if self._after is not None:
+            await self._after(request, reply)
         return reply
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta, None]:
@@ -194,6 +207,8 @@ class MeteredBackend:
                     usage = delta.reply.usage
                     if journal is not None:
                         await journal.settled(handle, usage)
+                    if self._after is not None:
+                        await self._after(request, delta.reply)
                 yield delta
         except Exception:
             if journal is not None and usage is None:
@@ -227,4 +242,4 @@ class MeteredBackend:
         return f"MeteredBackend({self._backend.name!r}, ledger={self._ledger.name!r})"
 
 
-__all__ = ["MeteredBackend"]
+__all__ = ["AfterCall", "MeteredBackend"]
