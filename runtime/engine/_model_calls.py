@@ -42,7 +42,7 @@ def reporting(
                     request_id=reply.request_id,
                     usage=reply.usage,
                     latency_s=reply.latency_s,
-                    finish_reasons=[c.finish_reason or "" for c in reply.choices],
+                    finish_reasons=[c.finish_reason for c in reply.choices],
                 )
             )
         if emitter.wants(BudgetUpdated):

@@ -341,7 +341,7 @@ class RunExecution:
             if trajectory is not None and trajectory.answer is not None:
                 finished += 1
             why = (
-                trajectory.stop_reason
+                trajectory.stop_reason or ""
                 if trajectory is not None and trajectory.status == "exhausted"
                 else str(o.error)
                 if isinstance(o.error, BudgetExceeded)

@@ -339,7 +339,7 @@ class _RunSpans:
                     backend=reply.backend,
                     request_id=reply.request_id,
                     usage=reply.usage,
-                    finish_reasons=[c.finish_reason or "" for c in reply.choices],
+                    finish_reasons=[c.finish_reason for c in reply.choices],
                     latency_s=reply.latency_s,
                 ),
                 **{

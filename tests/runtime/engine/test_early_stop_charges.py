@@ -5,6 +5,7 @@ that stopping early never costs more than running every rollout."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -107,8 +108,10 @@ class Plan:
     seen: list[str] = field(default_factory=list)
 
 
-def planned_script(plans: dict[str, Plan]) -> ReplySpec:
-    def script(request: ModelRequest) -> ScriptedReply:
+def planned_script(plans: dict[str, Plan]) -> Callable[[ModelRequest], ReplySpec]:
+    """Each run's replies from its plan (found by the run id the requests carry)."""
+
+    def script(request: ModelRequest) -> ReplySpec:
         plan = plans[request.affinity_key or ""]
         rid = request.request_id or ""
         index = int(rid.rsplit("-r", 1)[1].split("-")[0])
@@ -117,7 +120,7 @@ def planned_script(plans: dict[str, Plan]) -> ReplySpec:
             content=f"{words}\nANSWER: {plan.answers[index]}", delay_s=plan.delays[index]
         )
 
-    return script  # type: ignore[return-value]
+    return script
 
 
 async def test_over_200_randomized_runs_early_stop_never_charges_more() -> None:

@@ -388,9 +388,9 @@ async def test_phoenix_receives_a_tournament_as_one_trace(phoenix: str) -> None:
     async with Runtime(config, backends=[backend], tools=[Calculator()]) as rt:
         tracer = rt.tracer
         assert tracer is not None
-        result = await rt.run(
-            "6*7?", agent="solver", scaling=ScalingSpec(rollouts=4, aggregate="rtv")
-        )
+        # Judge the rollouts although they agree: the judges' calls get spans too.
+        scaling = ScalingSpec(rollouts=4, aggregate="rtv", options={"skip_agreeing": False})
+        result = await rt.run("6*7?", agent="solver", scaling=scaling)
     assert result.status == "succeeded"
     assert tracer.dropped == 0
     client = Client(base_url=phoenix)
