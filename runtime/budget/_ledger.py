@@ -273,11 +273,13 @@ class Reservation:
 
     def end(self, exc: BaseException | None) -> None:
         """What leaving ``with reservation:`` does: a no-op once charged;
-        else a cancellation (``exc``) charges what the call consumed
-        (``charge_consumed``) and anything else releases it."""
+        else a cancellation (``exc``), or a failure after tokens were
+        received (``streamed``: a deadline, a cut stream), charges what the
+        call consumed (``charge_consumed``), and anything else releases it
+        (a call that failed before a token came cost nothing)."""
         if self.state != "active":
             return  # charged (the usual end), or released already
-        if isinstance(exc, _CANCELLED):
+        if isinstance(exc, _CANCELLED) or (exc is not None and self.streamed):
             self.charge_consumed()
         else:
             self.release()

@@ -183,8 +183,8 @@ class MeteredBackend:
         carrying the reply) arrives, before it is yielded.  Abandoning the
         stream early (closing the iterator, e.g. with ``contextlib.aclosing``,
         or a cancellation) charges what the call consumed: its prompt and
-        the tokens received (``Reservation.charge_consumed``); a failure
-        releases it."""
+        the tokens received (``Reservation.charge_consumed``); so does a
+        failure after tokens came, and one before releases it."""
         reservation = self._reserve(request)
         reservation.streamed = counted = 0
         journal = self._ledger.journal
@@ -203,17 +203,13 @@ class MeteredBackend:
                     counted += len(delta.logprobs) or 1  # one delta a token
                     reservation.streamed = counted
                 elif reservation.state == "active":
-                    self._charge(reservation, delta.reply)
-                    usage = delta.reply.usage
-                    if journal is not None:
-                        await journal.settled(handle, usage)
-                    if self._after is not None:
-                        await self._after(request, delta.reply)
+                    usage = await self._settle_stream(request, reservation, delta.reply, handle)
                 yield delta
-        except Exception:
-            if journal is not None and usage is None:
-                reservation.release()
-                await journal.settled(handle, None)
+        except Exception as exc:
+            if usage is None:
+                reservation.end(exc)  # charged what it consumed once tokens came
+                if journal is not None:
+                    await journal.settled(handle, None)
             raise
         except BaseException:
             # Abandoned (``GeneratorExit``) or cancelled: it was served this far.
@@ -224,6 +220,18 @@ class MeteredBackend:
             aclose = getattr(deltas, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    async def _settle_stream(
+        self, request: ModelRequest, reservation: Reservation, reply: ModelReply, handle: str
+    ) -> Usage:
+        """A stream's final reply: charged, journaled, reported."""
+        self._charge(reservation, reply)
+        journal = self._ledger.journal
+        if journal is not None:
+            await journal.settled(handle, reply.usage)
+        if self._after is not None:
+            await self._after(request, reply)
+        return reply.usage
 
     # -- lifetime: the wrapped backend's owner opens and closes it -----------
 

@@ -210,6 +210,23 @@ async def test_a_counted_call_cancelled_in_flight_is_charged_what_it_consumed() 
     assert (snap.spent.model_calls, snap.cancelled_calls, snap.in_flight) == (2, 1, 0)
 
 
+def test_a_streamed_call_that_fails_after_tokens_came_is_charged_them() -> None:
+    ledger = BudgetLedger("run", Budget(max_tokens=2000))
+
+    def fail(streamed: int, error: Exception) -> None:
+        with ledger.reserve("m", 100, 400) as reservation:
+            reservation.streamed = streamed
+            raise error
+
+    with pytest.raises(TimeoutError):
+        fail(30, TimeoutError())  # the call's deadline, mid-stream
+    with pytest.raises(ConnectionError):
+        fail(0, ConnectionError())  # before a token came: it cost nothing
+    snap = ledger.snapshot()
+    assert snap.spent.usage == Usage(prompt_tokens=100, completion_tokens=30)
+    assert (snap.spent.model_calls, snap.cancelled_calls, snap.in_flight) == (1, 1, 0)
+
+
 def test_a_call_that_does_not_fit_is_lowered_to_its_fair_share() -> None:
     """8 rollouts announced under 4,000 tokens: each call gets 500 (its
     prompt and 400 of the 1,000 asked for) while the others have not asked;
