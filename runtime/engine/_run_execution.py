@@ -440,6 +440,10 @@ class RunExecution:
             return  # stopped early: no outcome
         self._pending -= 1
         self._finished.append(outcome)
+        # Decided before any await: a rollout waiting for the slot this one
+        # freed is stopped before its call is sent.
+        if self._pending > 0 and self._should_stop():
+            self._stop_all()
         if outcome.status == "failed":
             await self.emitter.emit(
                 ErrorRaised(
@@ -450,8 +454,6 @@ class RunExecution:
                 )
             )
         await self._budget_event()
-        if self._pending > 0 and self._should_stop():
-            self._stop_all()
         if self._stopped:
             return
         if nothing_left(self.plan.ledger) is not None:

@@ -15,8 +15,8 @@ import pytest
 from agentrt import Runtime
 from agentrt.agents import AgentConfig, AgentLimits
 from agentrt.models import OpenAIBackend, OpenAIBackendConfig
-from agentrt.protocols import ModelRequest, RunResult, ScalingSpec
-from agentrt.runtime.models.http._http_client import make_transport
+from agentrt.protocols import Budget, Event, ModelRequest, RolloutQueued, RunResult, ScalingSpec
+from agentrt.runtime.models.http._http_client import HttpClientConfig, make_transport
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
 
@@ -170,3 +170,82 @@ async def test_over_200_randomized_runs_early_stop_never_charges_more() -> None:
     # Early stop did happen, and saved tokens, in a good share of the runs.
     assert stopped_early >= 20, (stopped_early, cheaper)
     assert cheaper >= 20, (stopped_early, cheaper)
+
+
+async def test_early_stop_cancels_queued_rollouts_before_their_calls_are_sent() -> None:
+    # The backend takes 3 requests at once: r0..r2 run and agree (3 of 5
+    # decide the vote); r3 and r4 wait for a slot.  One may get the slot of
+    # the first to answer (before the vote is decided) and be stopped in
+    # flight; one still waiting when the vote is decided is stopped there,
+    # never sent and never charged.
+    sim = SimServerConfig(
+        model="m0", ttft_ms=50, token_ms=0, answer="answer", tool_rounds=0, reply_tokens=20
+    )
+    events: list[Event] = []
+
+    async def record(event: Event) -> None:
+        events.append(event)
+
+    async with SimServer(sim) as server:
+        model = OpenAIBackend(
+            OpenAIBackendConfig(
+                name="sim",
+                base_url=f"{server.url}/v1",
+                models=["m0"],
+                http=HttpClientConfig(max_connections=3),
+            )
+        )
+        config = {"agents": {"solver": solver()}, "early_stop": True, "warm_prefix": False}
+        async with model, Runtime(config, backends=[model]) as rt:
+            with anyio.fail_after(30):
+                result = await rt.run(
+                    "What is 2 + 3?",
+                    agent="solver",
+                    scaling=ScalingSpec(rollouts=5),
+                    events=record,
+                )
+        seen = server.stats()["requests"].get("/v1/chat/completions", 0)
+    queued = {e.rollout_id for e in events if isinstance(e, RolloutQueued)}
+    where = f"{result.cost}, the server saw {seen}, queued {queued}"
+    assert len(queued) == 2, where
+    assert result.answer is not None, where
+    assert len(result.summaries) == 3, where
+    # A call is charged if and only if it was sent.
+    assert result.cost.model_calls == seen, where
+
+
+async def test_a_spent_budget_stops_the_queued_rollouts_and_the_run_says_so() -> None:
+    # One request at a time, one model call allowed: r0's call spends the
+    # budget; r1 and r2, waiting for the slot r0 frees, are stopped there,
+    # never sent nor charged, and the result says the cap cut them.
+    sim = SimServerConfig(
+        model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0, reply_tokens=20
+    )
+    async with SimServer(sim) as server:
+        model = OpenAIBackend(
+            OpenAIBackendConfig(
+                name="sim",
+                base_url=f"{server.url}/v1",
+                models=["m0"],
+                http=HttpClientConfig(max_connections=1),
+            )
+        )
+        config = {"agents": {"solver": solver()}, "early_stop": False, "warm_prefix": False}
+        async with model, Runtime(config, backends=[model]) as rt:
+            with anyio.fail_after(30):
+                result = await rt.run(
+                    "What is 2 + 3?",
+                    agent="solver",
+                    scaling=ScalingSpec(rollouts=3),
+                    budget=Budget(max_model_calls=1),
+                )
+        seen = server.stats()["requests"].get("/v1/chat/completions", 0)
+    where = f"{result.cost}, the server saw {seen}, stopped {result.stopped}"
+    assert result.cost.model_calls == seen == 1, where
+    assert result.answer is not None, where
+    assert result.stopped is not None, where
+    assert (result.stopped.limit, result.stopped.finished, result.stopped.cut) == (
+        "max_model_calls",
+        1,
+        2,
+    ), where
