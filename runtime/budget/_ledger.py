@@ -343,8 +343,11 @@ class BudgetLedger:
     before it, off by the estimator's error on a model's first call), and
     the completion counts stream deltas as tokens (a server that sends
     several tokens per chunk is undercounted, unless the deltas carry
-    logprobs), missing the few tokens generated between the last delta
-    received and the server's abort when the connection closed.  The
+    logprobs, and so is text a backend holds back, such as SGLang's native
+    stream while a tool call may be starting), missing the tokens generated
+    between the last delta received and the server's abort when the
+    connection closed (a reply the network still held: a fast server's
+    whole reply, at worst).  The
     worst-case charge is an upper bound on what a call cost unless its
     prompt was longer than the estimate (a model's first call).  Accounting
     never awaits and one lock covers the tree, so it is atomic under anyio
