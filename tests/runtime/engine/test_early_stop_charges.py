@@ -22,20 +22,22 @@ from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServer
 
 pytestmark = pytest.mark.anyio
 
-SLOW_MS = 300
+SLOW_MS = 60_000
+"""Long enough that a slow rollout can only end by being stopped."""
 
 
 class SlowRollouts(httpx.AsyncBaseTransport):
-    """Asks the sim-server to take ``SLOW_MS`` more before the first token
+    """Asks the sim-server to take ``slow_ms`` more before the first token
     of the requests of the rollouts named (request ids ``...-r<i>-<step>``)."""
 
-    def __init__(self, slow: set[int]) -> None:
+    def __init__(self, slow: set[int], slow_ms: int) -> None:
         self._inner = make_transport()
         self._slow = tuple(f"-r{i}-" for i in slow)
+        self._ms = slow_ms
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if any(s in request.headers.get("x-request-id", "") for s in self._slow):
-            request.headers["x-sim-delay-ms"] = str(SLOW_MS)
+            request.headers["x-sim-delay-ms"] = str(self._ms)
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -52,15 +54,17 @@ def solver() -> AgentConfig:
 
 
 async def five_rollouts(*, early_stop: bool) -> tuple[RunResult, dict[str, int]]:
-    """5 one-step rollouts on the sim-server: r0..r2 answer at once, r3 and
-    r4 only after ``SLOW_MS``; what the run reported and the server counted."""
+    """5 one-step rollouts on the sim-server: r0..r2 answer at once; with
+    ``early_stop``, r3 and r4 would answer only after ``SLOW_MS`` (without
+    it, at once: each call costs the same whenever it answers); what the
+    run reported and the server counted."""
     sim = SimServerConfig(
         model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0, reply_tokens=40
     )
     async with SimServer(sim) as server:
         model = OpenAIBackend(
             OpenAIBackendConfig(name="sim", base_url=f"{server.url}/v1", models=["m0"]),
-            transport=SlowRollouts({3, 4}),
+            transport=SlowRollouts({3, 4}, SLOW_MS if early_stop else 0),
         )
         config = {"agents": {"solver": solver()}, "early_stop": early_stop, "warm_prefix": False}
         async with model, Runtime(config, backends=[model]) as rt:
