@@ -73,6 +73,8 @@ log = get_logger(__name__)
 _Ended = tuple[TrajectoryStatus, str]
 """How a rollout ended: its status and the stop reason."""
 
+_NO_COST: Final = Cost()
+
 _MODEL_CALL_FAILURES = (BackendError, InvalidRequestError, UnknownModelError, TimeoutError)
 
 
@@ -422,6 +424,7 @@ class AgentRollout:
             pending.reply = replayed
             return replayed
         reservation = pending.reservation
+        ended = _NO_COST  # what a call that failed was charged
         try:
             # The reservation's ``with``, spelled out (docs/design/performance.md).
             try:
@@ -446,13 +449,16 @@ class AgentRollout:
                     await journal.settled(booked, reply.usage, reply)
                     booked = ""
             except BaseException as exc:
-                reservation.end(exc)
+                # A call stopped after tokens came is charged what it consumed.
+                ended = reservation.end(exc)
+                self.spent += ended
                 raise
             if not reply.choices:
                 raise MalformedReply("the reply has no choices", backend=backend.name)
         except _MODEL_CALL_FAILURES as exc:
             if journal is not None and booked:
-                await journal.settled(booked, None)  # released: it cost nothing
+                # Released (it cost nothing), or charged what it consumed.
+                await journal.settled(booked, ended.usage if ended.model_calls else None)
             text = (
                 f"no reply within {limits.model_timeout_s:g} s"
                 if isinstance(exc, TimeoutError)

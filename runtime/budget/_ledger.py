@@ -271,18 +271,19 @@ class Reservation:
             usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion)
         return self._ledger._settle(self, usage, self._rates, calibrate=False, cancelled=True)
 
-    def end(self, exc: BaseException | None) -> None:
+    def end(self, exc: BaseException | None) -> Cost:
         """What leaving ``with reservation:`` does: a no-op once charged;
         else a cancellation (``exc``), or a failure after tokens were
         received (``streamed``: a deadline, a cut stream), charges what the
         call consumed (``charge_consumed``), and anything else releases it
-        (a call that failed before a token came cost nothing)."""
+        (a call that failed before a token came cost nothing).  Returns
+        what it charged here (``Cost()`` when nothing)."""
         if self.state != "active":
-            return  # charged (the usual end), or released already
+            return Cost()  # charged (the usual end), or released already
         if isinstance(exc, _CANCELLED) or (exc is not None and self.streamed):
-            self.charge_consumed()
-        else:
-            self.release()
+            return self.charge_consumed()
+        self.release()
+        return Cost()
 
     def __enter__(self) -> Reservation:
         return self

@@ -15,7 +15,15 @@ import pytest
 from agentrt import Runtime
 from agentrt.agents import AgentConfig, AgentLimits
 from agentrt.models import OpenAIBackend, OpenAIBackendConfig
-from agentrt.protocols import Budget, Event, ModelRequest, RolloutQueued, RunResult, ScalingSpec
+from agentrt.protocols import (
+    Budget,
+    Event,
+    ModelRequest,
+    RolloutQueued,
+    RunResult,
+    ScalingSpec,
+    Usage,
+)
 from agentrt.runtime.models.http._http_client import HttpClientConfig, make_transport
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
@@ -253,3 +261,33 @@ async def test_a_spent_budget_stops_the_queued_rollouts_and_the_run_says_so() ->
         1,
         2,
     ), where
+
+
+async def test_a_call_past_its_deadline_after_tokens_came_is_charged_them() -> None:
+    # Two rollouts under a cap stream their calls; each reply is 400 slow
+    # tokens and the call's deadline cuts it: the tokens received are
+    # charged (to the ledger and to the rollout's own cost), not dropped.
+    words = " ".join(["so"] * 400)
+    backend = ScriptedBackend(
+        [ScriptedReply(content=words)], token_delay_s=0.002, on_exhausted="repeat_last"
+    )
+    agent = AgentConfig(
+        name="solver", stop_on=[], limits=AgentLimits(max_steps=1, model_timeout_s=0.1)
+    )
+    config = {"agents": {"solver": agent}, "early_stop": False, "warm_prefix": False}
+    async with Runtime(config, backends=[backend]) as rt:
+        with anyio.fail_after(30):
+            result = await rt.run(
+                "What is 2 + 3?",
+                agent="solver",
+                scaling=ScalingSpec(rollouts=2),
+                budget=Budget(max_tokens=100_000),
+            )
+    where = f"{result.cost}; {[s.failure_modes for s in result.summaries]}"
+    assert result.answer is None, where
+    assert all("no reply within" in " ".join(s.failure_modes) for s in result.summaries), where
+    usage = result.cost.usage
+    assert 0 < usage.completion_tokens < 2 * 400, where
+    assert usage.prompt_tokens > 0, where
+    assert result.cost.model_calls == 2, where
+    assert usage == sum((s.cost.usage for s in result.summaries), Usage()), where
