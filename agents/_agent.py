@@ -9,12 +9,15 @@ aggregators or the roof.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import final
+from pathlib import Path
+from typing import Final, final
 
 from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._agent_loop import AgentRollout
+from agentrt.agents._bindings import builtin_tool
 from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult
 from agentrt.agents._recording import EventEmitter, EventSink
+from agentrt.agents._spec_tools import BuiltinTool
 from agentrt.agents._toolbox import Toolbox
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable
@@ -207,12 +210,25 @@ def _by_name(
     return named
 
 
+#: Built-ins an agent that names them gets even when the runtime offers none of
+#: that name: each runs in the sandbox, in the rollout's workspace.
+_ON_DEMAND: Final = ("shell", "editor", "python")
+
+
 def _select(tools: Sequence[Tool] | ToolRegistry, config: AgentConfig, where: str) -> list[Tool]:
     if isinstance(tools, ToolRegistry):
         tools = [tools.get(name) for name in tools.names()]
     if config.tools is None:
         return list(tools)
     by_name = {t.spec.name: t for t in tools}
+    for name in config.tools:  # the sandboxed built-ins need no [tools] entry
+        if name not in by_name and name in _ON_DEMAND:
+            by_name[name] = builtin_tool(
+                BuiltinTool(builtin=name),
+                base_dir=Path.cwd(),
+                where=f"{where}.tools",
+                tool_timeout_s=config.limits.tool_timeout_s,
+            )
     missing = [n for n in config.tools if n not in by_name]
     if missing:
         raise ConfigError(

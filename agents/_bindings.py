@@ -33,31 +33,49 @@ Binding = BuiltinTool | PythonTool | McpTools
 
 
 def resolve_binding(
-    binding: Binding, *, base_dir: Path, where: str, mcp: McpToolSource | None = None
+    binding: Binding,
+    *,
+    base_dir: Path,
+    where: str,
+    mcp: McpToolSource | None = None,
+    tool_timeout_s: float | None = None,
 ) -> list[Tool]:
-    """The tools ``binding`` stands for (``where``: its place in the spec)."""
+    """The tools ``binding`` stands for (``where``: its place in the spec;
+    ``tool_timeout_s``: the agent's, the sandboxed commands' default limit)."""
     if isinstance(binding, BuiltinTool):
-        return [builtin_tool(binding, base_dir=base_dir, where=where)]
+        return [
+            builtin_tool(binding, base_dir=base_dir, where=where, tool_timeout_s=tool_timeout_s)
+        ]
     if isinstance(binding, PythonTool):
         return [python_tool(binding, base_dir=base_dir, where=where)]
     return mcp_tools(binding, mcp, where=where)
 
 
-def builtin_tool(binding: BuiltinTool, *, base_dir: Path, where: str) -> Tool:
+def builtin_tool(
+    binding: BuiltinTool, *, base_dir: Path, where: str, tool_timeout_s: float | None = None
+) -> Tool:
     """One built-in tool: ``calculator``, ``python`` (``PythonSandbox``, a
     fresh directory per call), ``shell``/``editor`` (``ShellTool``,
     ``EditorTool``: the rollout's directory under ``Workspaces()``'s default
     root, shared by the two), or
     ``read_file``/``list_directory`` confined to ``root`` (relative to
-    ``base_dir``, the spec file's directory; default: that directory)."""
+    ``base_dir``, the spec file's directory; default: that directory).
+    A sandboxed command's limit is the binding's ``timeout_s``, else
+    ``tool_timeout_s`` (the agent's), else the sandbox's default."""
     name = binding.name or binding.builtin
+    timeout = binding.timeout_s or (min(tool_timeout_s, 3600.0) if tool_timeout_s else None)
+    sandboxed: dict[str, Any] = {
+        "network": binding.network,
+        "read_only_paths": binding.read_only_paths,
+        **({"timeout_s": timeout} if timeout is not None else {}),
+    }
     match binding.builtin:
         case "calculator":
             return Calculator(name=name)
         case "python":
-            return PythonSandbox(PythonSandboxConfig(network=binding.network), name=name)
+            return PythonSandbox(PythonSandboxConfig(**sandboxed), name=name)
         case "shell":
-            return ShellTool(Workspaces(), SandboxConfig(network=binding.network), name=name)
+            return ShellTool(Workspaces(), SandboxConfig(**sandboxed), name=name)
         case "editor":
             return EditorTool(Workspaces(), name=name)
         case "read_file" | "list_directory":

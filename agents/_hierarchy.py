@@ -128,6 +128,7 @@ def build_hierarchy(
                     base_dir=specs.file(ref).base_dir,
                     where=specs.where(ref, ("tools", index)),
                     mcp=mcp,
+                    tool_timeout_s=unit.limits.tool_timeout_s,
                 )
             tools += [
                 SubAgentTool(

@@ -38,6 +38,8 @@ NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
 BuiltinName = Literal["calculator", "python", "read_file", "list_directory", "shell", "editor"]
 FILE_TOOLS: tuple[BuiltinName, ...] = ("read_file", "list_directory")
+#: The built-ins that run commands in the sandbox.
+SANDBOXED_COMMANDS: tuple[BuiltinName, ...] = ("python", "shell")
 
 
 def check_keys(cls: type[BaseModel], data: Any) -> None:
@@ -95,6 +97,13 @@ class BuiltinTool(SpecModel):
     network: bool = False
     """For ``python`` and ``shell``: let sandboxed commands use the network
     (default: none)."""
+    read_only_paths: tuple[str, ...] = ()
+    """For ``python`` and ``shell``: more host directories (absolute paths)
+    sandboxed commands see read-only at the same path: a virtualenv, a
+    toolchain."""
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    """For ``python`` and ``shell``: the limit of one command (default: the
+    agent's ``limits.tool_timeout_s``)."""
 
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
@@ -104,8 +113,12 @@ class BuiltinTool(SpecModel):
     def _root_for_file_tools(self) -> Self:
         if self.root is not None and self.builtin not in FILE_TOOLS:
             raise ValueError(f"`root` applies to {' and '.join(FILE_TOOLS)} only")
-        if self.network and self.builtin not in ("python", "shell"):
-            raise ValueError("`network` applies to python and shell only")
+        for key in ("network", "read_only_paths", "timeout_s"):
+            if getattr(self, key) and self.builtin not in SANDBOXED_COMMANDS:
+                raise ValueError(f"`{key}` applies to python and shell only")
+        for path in self.read_only_paths:
+            if not path.startswith("/"):
+                raise ValueError(f"read_only_paths: {path!r} is not an absolute path")
         return self
 
 

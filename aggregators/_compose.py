@@ -15,16 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from agentrt.aggregators._aggagent import MAX_AGENT_TOKENS, MAX_TURNS, AggregationAgent
 from agentrt.aggregators._aggregator import Aggregator
 from agentrt.aggregators._compressed import MAX_REPORT_CHARS, CompressedReasoning
-from agentrt.aggregators._judge import MAX_RETRIES, BestOfN, Judge, ModelJudge
+from agentrt.aggregators._judge import MAX_JUDGE_TOKENS, MAX_RETRIES, BestOfN, Judge, ModelJudge
 from agentrt.aggregators._pdr import MAX_K, MAX_M, MAX_ROUNDS, ParallelDistillRefine
 from agentrt.aggregators._rtv import MAX_GROUP, MAX_VOTES, RecursiveTournament
 from agentrt.aggregators._verified import VerifiedFirst
 from agentrt.aggregators._vote import NORMALIZERS, MajorityVote, Normalizer, WeightedVote, chain
 from agentrt.protocols._codec import whole_numbers
 from agentrt.runtime.kernel._errors import ConfigError
-
-#: Most tokens a judge reply may take.
-MAX_JUDGE_TOKENS = 32_768
 
 
 class _Config(BaseModel):
@@ -41,8 +38,10 @@ class JudgeConfig(_Config):
     """Sampling temperature (> 0: repeated votes differ)."""
     retries: int = Field(default=1, ge=0, le=MAX_RETRIES)
     """Asks again after a reply with no readable verdict, 0..5."""
-    structured: bool = False
-    """Offer a ``verdict(reasoning, verdict)`` tool the model must call."""
+    structured: bool = True
+    """Offer a ``verdict(reasoning, verdict)`` tool the model must call (the
+    reply's text is still read when it does not; a backend that refuses
+    tools is asked in text)."""
     seed: int = 0
     """Seeds the order candidates are shown in."""
 

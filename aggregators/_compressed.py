@@ -29,7 +29,7 @@ from agentrt.aggregators._aggregator import (
     usable,
 )
 from agentrt.aggregators._judge import report_unreadable
-from agentrt.aggregators._verdict import VerdictUnparseable, parse_verdict
+from agentrt.aggregators._verdict import VerdictUnparseable, cut_off, parse_verdict
 from agentrt.aggregators._vote import plurality
 from agentrt.aggregators._workspace import render_summary
 from agentrt.protocols._events import VoteCast
@@ -213,7 +213,9 @@ class CompressedReasoning:
             return await self._result(kept, chosen, why, cost, excluded=excluded, context=context)
         cost = cost + Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
         text = reply.choices[0].message.content or "" if reply.choices else ""
-        shown = parse_verdict(text, len(kept))
+        finish = reply.choices[0].finish_reason if reply.choices else None
+        # A reply cut off before it finished is no pick, whatever it says so far.
+        shown = None if cut_off(text, finish) else parse_verdict(text, len(kept))
         if shown is None:
             model = self.model or context.model or context.backend.default_model
             error = VerdictUnparseable(

@@ -30,7 +30,12 @@ from agentrt.aggregators._aggregator import (
     empty_result,
     usable,
 )
-from agentrt.aggregators._verdict import VerdictUnparseable, parse_score, parse_verdict
+from agentrt.aggregators._verdict import (
+    VerdictUnparseable,
+    cut_off,
+    parse_score,
+    parse_verdict,
+)
 from agentrt.aggregators._vote import Normalizer, default_normalizer, plurality
 from agentrt.aggregators._workspace import render_summary
 from agentrt.protocols._events import ErrorRaised, VoteCast
@@ -39,7 +44,12 @@ from agentrt.protocols._model import ModelRequest, SamplingParams
 from agentrt.protocols._tools import ToolSpec
 from agentrt.protocols._trajectory import TrajectorySummary
 from agentrt.protocols._usage import Cost, Usage
-from agentrt.runtime.kernel._errors import BackendError, BudgetExceeded, ConfigError
+from agentrt.runtime.kernel._errors import (
+    BackendError,
+    BudgetExceeded,
+    ConfigError,
+    InvalidRequestError,
+)
 from agentrt.runtime.observe._log import get_logger
 
 _T = TypeVar("_T")
@@ -87,6 +97,9 @@ _JUDGE_SYSTEM = (
 _RETRY = "Your reply had no verdict I could read. Reply with only the line '{line}' ({what})."
 #: Most retries of an unparseable reply.
 MAX_RETRIES: Final = 5
+#: Most tokens a judge reply may take (a retry after a cut-off reply doubles
+#: its bound up to this).
+MAX_JUDGE_TOKENS: Final = 32_768
 
 
 def _verdict_tool(n: int) -> ToolSpec:
@@ -104,6 +117,33 @@ def _verdict_tool(n: int) -> ToolSpec:
             "additionalProperties": False,
         },
     )
+
+
+def _score_tool() -> ToolSpec:
+    """Structured output: the score as a tool call's arguments."""
+    return ToolSpec(
+        name="verdict",
+        description="Give your score after reasoning.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "reasoning": {"type": "string"},
+                "score": {"type": "integer", "minimum": 0, "maximum": 10},
+            },
+            "required": ["reasoning", "score"],
+            "additionalProperties": False,
+        },
+    )
+
+
+class _Reply(msgspec.Struct, frozen=True, kw_only=True):
+    """One judge reply: its text, the verdict tool's arguments (when it
+    called the tool), whether it was cut off, and its cost."""
+
+    text: str
+    arguments: str | None
+    truncated: bool
+    cost: Cost
 
 
 async def report_unreadable(
@@ -132,31 +172,39 @@ class ModelJudge:
     ``compare`` shows the candidates in an order drawn from a seeded RNG
     (``shuffle``), so a judge that prefers a position (first, last) picks
     each candidate equally often; it asks the model to reason and end with
-    ``VERDICT: <n>`` and reads the last explicit verdict
-    (``agentrt.aggregators._verdict.parse_verdict``: JSON, markdown, verdict
-    first or last).  ``score`` asks for ``SCORE: <0-10>`` the same way.
+    ``VERDICT: <n>``.  ``score`` asks for ``SCORE: <0-10>`` the same way.
+    With ``structured`` (the default) the request also offers a ``verdict``
+    tool the model must call (``{"reasoning", "verdict"}``, or ``"score"``);
+    its arguments are read first, the text when it did not call it, so a
+    backend that ignores tools still works, and one that rejects them is
+    asked without the tool from then on.  Text is read by
+    ``agentrt.aggregators.parse_verdict`` / ``parse_score`` (the last
+    explicit verdict, in any common phrasing; scores on the scale the reply
+    used, normalized to [0, 1]).
 
-    The failure rule: a reply with no readable verdict (a refusal, a tie, a
-    number out of range, a reply cut at ``max_tokens``) is asked again, up
-    to ``retries`` times, with the reply and a request for the verdict
-    line; if none of them parses, ``VerdictUnparseable`` is raised (it
-    names the model and the last reply).  Aggregators count such a vote as
-    an abstention; when *no* vote of a comparison (no score of a best-of-N)
-    parsed, they report it as a non-fatal ``ErrorRaised`` event naming the
-    comparison and the reply, decide it without the judge (RTV: the
-    seeded coin; best-of-N: a plurality vote) and say so in the rationale
-    (``report_unreadable``).  A call that fails or
-    times out (``BackendError``) counts as an abstention (``compare``) or a
-    zero (``score``); ``BudgetExceeded`` propagates.
+    The failure rules: a reply cut off before it finished (finish reason
+    ``length``, or a ``<think>`` block never closed: ``cut_off``) is no
+    verdict, whatever it says so far; the same question is asked again with
+    twice the ``max_tokens`` (at most 32,768).  A reply with no readable
+    verdict (a refusal, a tie, a number out of range) is asked again with
+    the reply and a request for the verdict line.  Both count against
+    ``retries``; if no reply is readable, ``VerdictUnparseable`` is raised
+    (it names the model and the last reply, and says whether it was cut
+    off).  Aggregators count such a vote as an abstention; when *no* vote of
+    a comparison (no score of a best-of-N) parsed, they report it as a
+    non-fatal ``ErrorRaised`` event naming the comparison and the reply,
+    decide it without the judge (RTV: the seeded coin; best-of-N: a
+    plurality vote) and say so in the rationale (``report_unreadable``).  A
+    call that fails or times out (``BackendError``) counts as an abstention
+    (``compare``) or a zero (``score``); ``BudgetExceeded`` propagates.
 
     ``model``: the model to ask (``None``: the context's, else the
     backend's first); ``temperature`` > 0 makes repeated votes (RTV's V)
     differ; ``max_tokens``: each reply's bound, room to reason (what the
     ledger reserves; default 1024); ``timeout_s``: each call's deadline;
     ``retries``: 0..5; ``seed``: the presentation order's RNG;
-    ``structured``: offer a ``verdict(reasoning, verdict)`` tool the model
-    must call (for backends with tool calling; the text is still read when
-    it does not).  Raises ``ConfigError`` naming an option out of bounds."""
+    ``structured``: offer the verdict tool.  Raises ``ConfigError`` naming
+    an option out of bounds."""
 
     def __init__(
         self,
@@ -168,11 +216,12 @@ class ModelJudge:
         retries: int = 1,
         seed: int = 0,
         shuffle: bool = True,
-        structured: bool = False,
+        structured: bool = True,
     ) -> None:
-        if max_tokens < 1:
+        if not 1 <= max_tokens <= MAX_JUDGE_TOKENS:
             raise ConfigError(
-                f"max_tokens must be >= 1, got {max_tokens}", where="judge.max_tokens"
+                f"max_tokens must be >= 1 and <= {MAX_JUDGE_TOKENS}, got {max_tokens}",
+                where="judge.max_tokens",
             )
         if not 0 <= retries <= MAX_RETRIES:
             raise ConfigError(
@@ -186,25 +235,40 @@ class ModelJudge:
         self.shuffle = shuffle
         self.structured = structured
         self._rng = random.Random(seed)
+        # Backends (by name) that rejected a request offering the tool.
+        self._no_tools: set[str] = set()
 
     async def _ask(
         self,
         messages: list[ChatMessage],
         context: AggregationContext,
         tool: ToolSpec | None,
-    ) -> tuple[str, str | None, Cost] | None:
-        """(text, the verdict tool's arguments, cost); ``None``: the call failed."""
+        max_tokens: int,
+    ) -> _Reply | None:
+        """One call; ``None``: it failed."""
+        backend = context.backend
+        if tool is not None and backend.name in self._no_tools:
+            tool = None
         request = ModelRequest(
             messages=messages,
             model=self.model or context.model,
             tools=[tool] if tool is not None else [],
             tool_choice="required" if tool is not None else "auto",
-            sampling=SamplingParams(temperature=self.temperature, max_tokens=self.max_tokens),
+            sampling=SamplingParams(temperature=self.temperature, max_tokens=max_tokens),
         )
-        backend = context.backend
         try:
             with anyio.fail_after(self.timeout_s):
                 reply = await backend.complete(request)
+        except InvalidRequestError as error:
+            if tool is None:
+                raise
+            # A server without tool calling (or without "required") refuses
+            # the request: ask in text, now and from then on.
+            get_logger(__name__).warning(
+                "judge_tools_refused", backend=backend.name, error=str(error)
+            )
+            self._no_tools.add(backend.name)
+            return await self._ask(messages, context, None, max_tokens)
         except (TimeoutError, BackendError) as error:
             # One failed judgement must not sink an aggregation over rollouts
             # that already ran: it counts as an abstention (compare) or a
@@ -215,13 +279,16 @@ class ModelJudge:
             return None
         cost = Cost(usage=reply.usage, model_calls=1, wall_seconds=reply.latency_s)
         if not reply.choices:
-            return "", None, cost
-        message = reply.choices[0].message
+            return _Reply(text="", arguments=None, truncated=False, cost=cost)
+        choice = reply.choices[0]
+        message = choice.message
         arguments = next(
             (c.function.arguments for c in message.tool_calls if c.function.name == "verdict"),
             None,
         )
-        return message.content or "", arguments, cost
+        text = message.content or ""
+        truncated = cut_off(text, choice.finish_reason)
+        return _Reply(text=text, arguments=arguments, truncated=truncated, cost=cost)
 
     async def _until_parsed(
         self,
@@ -233,34 +300,45 @@ class ModelJudge:
         tool: ToolSpec | None,
         parse: Callable[[str], _T | None],
     ) -> tuple[_T | None, Cost]:
-        """Ask, and ask again on an unparseable reply; ``(None, cost)`` when a
-        call failed.  Raises ``VerdictUnparseable`` past the retries."""
-        messages: list[ChatMessage] = [
+        """Ask, and ask again on a cut-off or unparseable reply; ``(None,
+        cost)`` when a call failed.  Raises ``VerdictUnparseable`` past the
+        retries."""
+        asked: list[ChatMessage] = [
             SystemMessage(content=_JUDGE_SYSTEM),
             UserMessage(content=user),
         ]
+        messages = asked
+        max_tokens = self.max_tokens
         cost = Cost()
         last = ""
+        truncated = False
         for _ in range(1 + self.retries):
-            got = await self._ask(messages, context, tool)
+            got = await self._ask(messages, context, tool, max_tokens)
             if got is None:
                 return None, cost
-            text, arguments, spent = got
-            cost = cost + spent
-            for candidate in (arguments, text):
+            cost = cost + got.cost
+            last = got.text or (got.arguments or "")
+            truncated = got.truncated
+            if truncated:
+                # Not a verdict, whatever it says so far: the same question
+                # again, with room to finish.
+                messages = asked
+                max_tokens = min(2 * max_tokens, MAX_JUDGE_TOKENS)
+                continue
+            for candidate in (got.arguments, got.text):
                 value = parse(candidate) if candidate is not None else None
                 if value is not None:
                     return value, cost
-            last = text or (arguments or "")
             messages = [
-                *messages,
+                *asked,
                 AssistantMessage(content=last),
                 UserMessage(content=_RETRY.format(line=line, what=what)),
             ]
         model = self.model or context.model or context.backend.default_model
+        why = "cut off before it finished" if truncated else "unreadable"
         raise VerdictUnparseable(
             f"no readable verdict ({what}) in {1 + self.retries} replies; "
-            f"the last: {last[-200:]!r}",
+            f"the last ({why}): {last[-200:]!r}",
             where=f"judge (model {model!r})",
             reply=last,
             cost=cost,
@@ -276,7 +354,7 @@ class ModelJudge:
             context,
             what="an integer from 0 to 10",
             line="SCORE: <number>",
-            tool=None,
+            tool=_score_tool() if self.structured else None,
             parse=parse_score,
         )
         return Score(value=value if value is not None else 0.0, cost=cost)
@@ -524,6 +602,7 @@ class BestOfN:
 
 
 __all__ = [
+    "MAX_JUDGE_TOKENS",
     "MAX_RETRIES",
     "BestOfN",
     "Judge",

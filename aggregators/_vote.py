@@ -111,6 +111,23 @@ def answer_key(answer: str | None, normalize: Normalizer = default_normalizer) -
     return normalize(answer)
 
 
+def voted_answer(answer: str, normalize: Normalizer = default_normalizer) -> str:
+    """The part of ``answer`` a vote compared: the text after its last
+    ``ANSWER:`` marker (``extract_answer``) when ``normalize`` groups it
+    with the whole answer (the vote's normalizer extracts), else the whole
+    ``answer`` (a normalizer that does not extract compared all of it).
+
+    >>> voted_answer("6 x 7 is 42.\\nANSWER: 42")
+    '42'
+    >>> voted_answer("ANSWER: 42", NORMALIZERS["none"])
+    'ANSWER: 42'
+    """
+    if extract_answer(answer) is answer:
+        return answer  # no marker: nothing was extracted (a patch keeps its last newline)
+    extracted = extract_answer(answer).strip()
+    return extracted if extracted and normalize(extracted) == normalize(answer) else answer
+
+
 def verified_facts_weight(summary: TrajectorySummary) -> float:
     """A vote's weight, in [0.5, 2.5]: 1, plus 0.75 per verified fact (a tool
     result that supports the answer; at most two count, so a rollout cannot
@@ -258,4 +275,5 @@ __all__ = [
     "plurality",
     "strip",
     "verified_facts_weight",
+    "voted_answer",
 ]

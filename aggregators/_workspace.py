@@ -30,6 +30,12 @@ def render_summary(summary: TrajectorySummary, *, item_chars: int = 200) -> str:
     if v is not None:  # the task's tests ran on this answer: judges weigh it
         ran = "timed out" if v.timed_out else f"exit {v.exit_code}"
         lines.append(f"tests ({clip(v.command)}): {'passed' if v.passed else 'failed'} ({ran})")
+        for name, results in (("FAIL_TO_PASS", v.fail_to_pass), ("PASS_TO_PASS", v.pass_to_pass)):
+            if results:
+                good = sum(1 for r in results.values() if r == "passed")
+                lines.append(f"{name}: {good}/{len(results)} passed")
+        if v.error:
+            lines.append(f"tests error: {clip(v.error)}")
     for f in summary.facts:
         mark = "verified" if f.verified else "unverified"
         lines.append(f"fact ({mark}; {f.evidence}): {clip(f.claim)}")

@@ -78,7 +78,10 @@ class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     time one ends another starts, until the leading answer is settled (the
     probability that it is more common than the runner-up, from their
     counts with a uniform prior, reaches ``confidence``), the cap is reached
-    or the budget ends; rollouts still running then are cancelled."""
+    or the budget ends; rollouts still running then are cancelled and left
+    out, so the vote is over exactly the rollouts the rule counted.
+    ``confidence`` says the leader beats the runner-up, not that it is
+    correct: rollouts agreeing on a wrong answer settle as fast."""
     min_rollouts: Annotated[int, Meta(ge=1)] = 4
     """Adaptive N: rollouts started at first and kept in flight."""
 
@@ -169,9 +172,17 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished run.  ``answer`` is the answer the aggregation chose, as
+    the vote compared it (the text after the winning rollout's ``ANSWER:``
+    marker when the vote's normalizer extracts it: ``42``, not ``ANSWER:
+    42``); ``raw_answer`` is the winning rollout's answer as it wrote it.
+    ``summaries``: one per rollout that ended (adaptive N and early stop
+    leave out the rollouts they stopped)."""
+
     run_id: str
     status: RunStatus
     answer: str | None = None
+    raw_answer: str | None = None
     rationale: str = ""
     summaries: list[TrajectorySummary] = []
     aggregation_trace: list[dict[str, Any]] = []

@@ -91,9 +91,11 @@ class Fact(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Verification(msgspec.Struct, frozen=True, kw_only=True):
-    """A task's test command run on a rollout's result (its workspace):
-    ``passed`` when it exited 0 in time; ``error`` when it could not run
-    (a workspace gone, a patch that does not apply, no sandbox)."""
+    """A task's tests run on a rollout's answer (its diff, applied to a
+    fresh checkout of the base): ``passed`` when every named test passed
+    (without named tests: the command exited 0) in time; ``error`` when
+    it could not run (a patch that does not apply, no sandbox) or a test
+    had no result."""
 
     passed: bool
     command: str
@@ -101,8 +103,12 @@ class Verification(msgspec.Struct, frozen=True, kw_only=True):
     timed_out: bool = False
     duration_s: float = 0.0
     output: str = ""
-    """The command's stdout and stderr, truncated head-and-tail."""
+    """The end of the command's stdout and stderr."""
     error: str = ""
+    fail_to_pass: dict[str, str] = {}
+    """Each FAIL_TO_PASS test id's result: ``passed``, ``failed`` or ``not run``."""
+    pass_to_pass: dict[str, str] = {}
+    """Each PASS_TO_PASS test id's result, likewise."""
 
 
 class TrajectorySummary(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,8 +6,10 @@ then for each task commits a known bug on top of it: that commit is the
 task's base_commit, the reverse diff its gold ``patch``, and the project's
 own tests that the bug breaks its FAIL_TO_PASS.  Writes
 ``CACHE/instances.jsonl`` (SWE-bench format plus agentrt's
-``test_command``), the clones under ``CACHE/repos/pypi__<project>`` and
-pytest for the tests under ``CACHE/pytest`` (mount it with ``--test-path``).
+``test_command`` and ``environment``), the clones under
+``CACHE/repos/pypi__<project>``, pytest under ``CACHE/pytest`` and each
+project's virtualenv under ``CACHE/envs/<project>`` (the environment the
+agent's shell and the tests run in, shown read-only).
 
     .venv/bin/python examples/swe_tasks/setup_tasks.py --cache /tmp/agentrt-swe-tasks
 
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PYTEST = "pytest==8.3.5"
+#: Every task's tests, in its environment (its virtualenv); -rA: each test's result.
+TEST_COMMAND = "python -m pytest -q -rA -p no:cacheprovider {tests}"
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,12 @@ class Bug:
     old: str
     new: str
     tests: tuple[str, ...]
+    """FAIL_TO_PASS: the project's tests the bug breaks."""
     problem: str
+    keep: tuple[str, ...]
+    """PASS_TO_PASS: tests near the bug that pass with and without it."""
+    test_edit: tuple[str, str, str] | None = None
+    """``(file, old, new)``: the task's ``test_patch`` (tests the fix needs)."""
 
 
 PROJECTS = {
@@ -91,6 +100,11 @@ BUGS = (
         ("test_inflection.py::test_ordinal", "test_inflection.py::test_ordinalize"),
         "inflection.ordinalize(11) returns '11st' and ordinalize(112) returns '112nd'; "
         "numbers ending in 11, 12 or 13 should take 'th' ('11th', '112th').",
+        (
+            "test_inflection.py::test_dasherize",
+            "test_inflection.py::test_tableize",
+            "test_inflection.py::test_camelize_with_underscores",
+        ),
     ),
     Bug(
         "inflection-dasherize-all",
@@ -101,6 +115,11 @@ BUGS = (
         ("test_inflection.py::test_dasherize",),
         "inflection.dasherize('street_address_line') returns 'street-address_line': only "
         "the first underscore becomes a dash. Every underscore should.",
+        (
+            "test_inflection.py::test_ordinal",
+            "test_inflection.py::test_underscore",
+            "test_inflection.py::test_tableize",
+        ),
     ),
     Bug(
         "cachetools-lru-evicts-newest",
@@ -113,6 +132,11 @@ BUGS = (
         ("tests/test_lru.py::LRUCacheTest::test_lru",),
         "cachetools.LRUCache evicts the most recently used item when it is full, not the "
         "least recently used one: after c[1]=1; c[2]=2; c[3]=3 with maxsize 2, key 3 is gone.",
+        (
+            "tests/test_lru.py::LRUCacheTest::test_lru_getsizeof",
+            "tests/test_lru.py::LRUCacheTest::test_insert",
+            "tests/test_lru.py::LRUCacheTest::test_delete",
+        ),
     ),
     Bug(
         "cachetools-typedkey-first-arg",
@@ -123,6 +147,11 @@ BUGS = (
         ("tests/test_keys.py::CacheKeysTest::test_typedkey",),
         "cachetools.keys.typedkey(1, 2) == typedkey(1.0, 2.0): the types of positional "
         "arguments are not part of the key, so cached(typed=True) mixes 1 and 1.0.",
+        (
+            "tests/test_keys.py::CacheKeysTest::test_hashkey",
+            "tests/test_keys.py::CacheKeysTest::test_addkeys",
+            "tests/test_keys.py::CacheKeysTest::test_pickle",
+        ),
     ),
     Bug(
         "more-itertools-last-iterator",
@@ -133,6 +162,11 @@ BUGS = (
         ("tests/test_more.py::LastTests",),
         "more_itertools.last(iter([1, 2, 3])) returns 2: for an iterator (no __reversed__) "
         "it returns the second-to-last item instead of the last.",
+        (
+            "tests/test_more.py::FirstTests",
+            "tests/test_more.py::ChunkedTests",
+            "tests/test_more.py::AdjacentTests",
+        ),
     ),
     Bug(
         "toolz-partition-all-tail",
@@ -143,6 +177,11 @@ BUGS = (
         ("toolz/tests/test_itertoolz.py::test_partition_all",),
         "toolz.partition_all(2, [1, 2, 3, 4, 5]) ends with a wrong last chunk: for a "
         "sequence whose length is not a multiple of n the tail is cut at the wrong place.",
+        (
+            "toolz/tests/test_itertoolz.py::test_partition",
+            "toolz/tests/test_itertoolz.py::test_interpose",
+            "toolz/tests/test_itertoolz.py::test_sliding_window",
+        ),
     ),
     Bug(
         "toolz-interpose-leading-sep",
@@ -153,6 +192,11 @@ BUGS = (
         ("toolz/tests/test_itertoolz.py::test_interpose",),
         "list(toolz.interpose('a', [1, 2, 3])) is ['a', 1, 'a', 2, 'a', 3]: it starts with "
         "the separator. It should be [1, 'a', 2, 'a', 3].",
+        (
+            "toolz/tests/test_itertoolz.py::test_partition_all",
+            "toolz/tests/test_itertoolz.py::test_concat",
+            "toolz/tests/test_itertoolz.py::test_frequencies",
+        ),
     ),
     Bug(
         "six-ensure-str-bytes",
@@ -166,9 +210,17 @@ BUGS = (
         "    elif not isinstance(s, (text_type, binary_type)):\n"
         "        raise TypeError(\"not expecting type '%s'\" % type(s))\n    return s\n\n\n"
         "def ensure_text",
-        ("test_six.py::EnsureTests::test_ensure_str",),
+        ("test_six.py::TestEnsure::test_ensure_str",),
         "On Python 3, six.ensure_str(b'abc') returns \"b'abc'\" instead of decoding the "
         "bytes to 'abc'.",
+        (
+            "test_six.py::TestEnsure::test_ensure_text",
+            "test_six.py::TestEnsure::test_ensure_binary_raise",
+            "test_six.py::test_BytesIO",
+        ),
+        # six 1.16.0 names the class EnsureTests, which pytest does not collect
+        # (python_classes is Test*): the test patch renames it so that it runs
+        test_edit=("test_six.py", "class EnsureTests:", "class TestEnsure:"),
     ),
     Bug(
         "boltons-parse-int-list-range-end",
@@ -179,6 +231,27 @@ BUGS = (
         ("tests/test_strutils.py::test_parse_int_list",),
         "boltons.strutils.parse_int_list('5-8') returns [5, 6, 7]: a range leaves out its "
         "last number. It should be [5, 6, 7, 8].",
+        (
+            "tests/test_strutils.py::test_format_int_list",
+            "tests/test_strutils.py::test_asciify",
+            "tests/test_strutils.py::TestMultiReplace::test_simple_substitutions",
+        ),
+    ),
+    Bug(
+        "boltons-format-int-list-after-range",
+        "boltons",
+        "boltons/strutils.py",
+        "                contig_range.clear()\n                contig_range.append(x)\n",
+        "                contig_range.clear()\n",
+        ("tests/test_strutils.py::test_format_int_list",),
+        "boltons.strutils.format_int_list([1, 3, 5, 6, 7, 8, 10, 11, 15]) returns "
+        "'1,3,5-8,11,15': the number right after a range (10) is lost. It should be "
+        "'1,3,5-8,10-11,15'.",
+        (
+            "tests/test_strutils.py::test_parse_int_list",
+            "tests/test_strutils.py::test_indent",
+            "tests/test_strutils.py::test_is_uuid",
+        ),
     ),
 )
 
@@ -239,22 +312,34 @@ def make_repo(project: Project, cache: Path) -> tuple[Path, str]:
     return repo, git("rev-parse", "upstream", cwd=repo)
 
 
-def add_bug(bug: Bug, repo: Path, upstream: str) -> tuple[str, str]:
-    """Commit ``bug`` on top of upstream (tag ``task/<id>``); its sha and the fix."""
+def _commit_edit(repo: Path, start: str, tag: str, edit: tuple[str, str, str]) -> None:
+    """Commit ``edit`` (file, old text, new text) on ``start`` as ``tag``, once."""
+    if git("tag", "--list", tag, cwd=repo):
+        return
+    name, old, new = edit
+    git("checkout", "-q", "--detach", start, cwd=repo)
+    path = repo / name
+    text = path.read_text()
+    if text.count(old) != 1:
+        raise SystemExit(f"{tag}: the text to change occurs {text.count(old)} times")
+    path.write_text(text.replace(old, new))
+    git("commit", "-q", "-am", tag, cwd=repo)
+    git("tag", tag, cwd=repo)
+    git("checkout", "-q", "main", cwd=repo)
+
+
+def add_bug(bug: Bug, repo: Path, upstream: str) -> tuple[str, str, str]:
+    """Commit ``bug`` on top of upstream (tag ``task/<id>``), and its test
+    edit on top of that (``task/<id>-tests``); its sha, the fix and the test patch."""
     tag = f"task/{bug.id}"
-    if not git("tag", "--list", tag, cwd=repo):
-        git("checkout", "-q", "--detach", upstream, cwd=repo)
-        path = repo / bug.file
-        text = path.read_text()
-        if text.count(bug.old) != 1:
-            raise SystemExit(f"{bug.id}: the text to change occurs {text.count(bug.old)} times")
-        path.write_text(text.replace(bug.old, bug.new))
-        git("commit", "-q", "-am", f"{bug.id}: introduce the bug", cwd=repo)
-        git("tag", tag, cwd=repo)
-        git("checkout", "-q", "main", cwd=repo)
+    _commit_edit(repo, upstream, tag, (bug.file, bug.old, bug.new))
     base = git("rev-parse", f"{tag}^{{commit}}", cwd=repo)
     fix = git("diff", "--no-color", "--no-renames", base, upstream, cwd=repo, strip=False)
-    return base, fix
+    test_patch = ""
+    if bug.test_edit is not None:
+        _commit_edit(repo, base, f"{tag}-tests", bug.test_edit)
+        test_patch = git("diff", "--no-color", base, f"{tag}-tests", cwd=repo, strip=False)
+    return base, fix, test_patch
 
 
 def install_pytest(cache: Path) -> Path:
@@ -267,6 +352,31 @@ def install_pytest(cache: Path) -> Path:
     return target
 
 
+def make_environment(project: Project, cache: Path, pytest_dir: Path) -> dict[str, object]:
+    """The project's environment: a virtualenv of the sandbox's Python
+    (``/usr/bin/python3``) under ``CACHE/envs/<name>`` that imports the
+    project from the workspace and has pytest; what a sandbox needs to
+    use it (the instance's ``environment``: read-only paths and variables)."""
+    venv = cache / "envs" / project.name
+    if not (venv / "agentrt-ready").is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        # the system's Python: the sandbox shows /usr, not this interpreter's prefix
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)  # noqa: S603
+        site = subprocess.run(  # noqa: S603
+            [str(venv / "bin" / "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        source = f"/workspace/{project.source}" if project.source else "/workspace"
+        Path(site, "agentrt-task.pth").write_text(f"{source}\n{pytest_dir}\n")
+        (venv / "agentrt-ready").write_text("")
+    return {
+        "read_only_paths": [str(venv), str(pytest_dir)],
+        "env": {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv)},
+    }
+
+
 def build(cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     os.chmod(cache, 0o755)  # noqa: S103 (the sandbox's user reads the snapshots and pytest)
@@ -275,12 +385,7 @@ def build(cache: Path) -> Path:
     for bug in BUGS:
         project = PROJECTS[bug.project]
         repo, upstream = make_repo(project, cache)
-        base, fix = add_bug(bug, repo, upstream)
-        source = f"/workspace/{project.source}" if project.source else "/workspace"
-        command = (
-            f"PYTHONPATH={source}:{pytest_dir} python3 -m pytest -q -x -p no:cacheprovider "
-            "{tests}"
-        )
+        base, fix, test_patch = add_bug(bug, repo, upstream)
         lines.append(
             {
                 "instance_id": bug.id,
@@ -288,14 +393,15 @@ def build(cache: Path) -> Path:
                 "base_commit": base,
                 "problem_statement": bug.problem,
                 "FAIL_TO_PASS": json.dumps(list(bug.tests)),
-                "PASS_TO_PASS": "[]",
+                "PASS_TO_PASS": json.dumps(list(bug.keep)),
                 "patch": fix,
-                "test_patch": "",
+                "test_patch": test_patch,
                 "version": project.version,
                 "environment_setup_commit": base,
                 "created_at": "2026-01-01T00:00:00Z",
                 "hints_text": "",
-                "test_command": command,
+                "test_command": TEST_COMMAND,
+                "environment": make_environment(project, cache, pytest_dir),
             }
         )
     out = cache / "instances.jsonl"
@@ -314,7 +420,7 @@ def main() -> None:
     out = build(args.cache.resolve())
     print(f"{len(BUGS)} tasks: {out}")
     print(f"repositories: {args.cache.resolve() / 'repos'}")
-    print(f"pytest for the tests (--test-path): {args.cache.resolve() / 'pytest'}")
+    print(f"environments (virtualenvs, shown read-only): {args.cache.resolve() / 'envs'}")
 
 
 if __name__ == "__main__":

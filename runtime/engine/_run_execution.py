@@ -38,6 +38,7 @@ from agentrt.aggregators._aggregator import (
 from agentrt.aggregators._vote import (
     MajorityVote,
     answer_key,
+    voted_answer,
 )
 from agentrt.aggregators._workspace import Workspace
 from agentrt.protocols._events import (
@@ -184,6 +185,7 @@ class RunExecution:
         "_pending",
         "_placed",
         "_refines",
+        "_rule_met",
         "_scopes",
         "_stopped",
         "_tg",
@@ -216,6 +218,7 @@ class RunExecution:
         self._finished: list[_Outcome] = []
         self._pending = n
         self._stopped = False
+        self._rule_met = False
         self._budget_spent = False  # the run was stopped, or kept from starting one, by a cap
         budget = plan.ledger.budget
         # Rollouts this run may stop in flight stream their calls, so that a
@@ -305,12 +308,14 @@ class RunExecution:
         await self._budget_event()
         status: RunStatus = "succeeded" if agg.answer is not None else "failed"
         stopped = self._budget_stop(outcomes, agg)
+        # What the vote compared (``42``); the rollout's own text stays on the result.
+        answer = voted_answer(agg.answer, plan.normalize) if agg.answer is not None else None
         if self.emitter.wants(RunFinished):
             await self.emitter.emit(
                 RunFinished(
                     run_id=plan.run_id,
                     status=status,
-                    answer=agg.answer,
+                    answer=answer,
                     cost=cost,
                     stopped=stopped,
                 )
@@ -318,7 +323,8 @@ class RunExecution:
         return RunResult(
             run_id=plan.run_id,
             status=status,
-            answer=agg.answer,
+            answer=answer,
+            raw_answer=agg.answer,
             rationale=agg.rationale,
             summaries=summaries,
             aggregation_trace=[msgspec.to_builtins(v) for v in agg.trace],
@@ -439,11 +445,24 @@ class RunExecution:
         if scope is not None and scope.cancelled_caught:
             return  # stopped early: no outcome
         self._pending -= 1
+        if self._rule_met:
+            # Adaptive N: the rollouts that had ended before this one settled
+            # the vote, and the rule stops at them; this one is left out as
+            # if it had been stopped in time.
+            outcome.status, outcome.value = "cancelled", None
+            return
         self._finished.append(outcome)
-        # Decided before any await: a rollout waiting for the slot this one
-        # freed is stopped before its call is sent.
-        if self._pending > 0 and self._should_stop():
-            self._stop_all()
+        # The rules are checked as each rollout ends, before anything awaits,
+        # so no other rollout's end slips in between (which made adaptive N
+        # overshoot its own rule), and a rollout waiting for the slot this
+        # one freed is stopped before its call is sent.
+        if self._pending > 0:
+            decided = self._vote_decided()
+            if decided is not None:
+                self._rule_met = decided == "settled"
+                self._stop_all()
+            elif self._should_stop():
+                self._stop_all()
         if outcome.status == "failed":
             await self.emitter.emit(
                 ErrorRaised(
@@ -498,20 +517,31 @@ class RunExecution:
                 slot.release()
 
     def _should_stop(self) -> bool:
+        """Whether the budget is spent (no further call could be admitted)."""
         if nothing_left(self.plan.ledger) is not None:
             self._budget_spent = True
             return True
+        return False
+
+    def _vote_decided(self) -> Literal["certain", "settled"] | None:
+        """Whether the rollouts ended so far decide the vote: ``certain``
+        (early stop: no pending rollout can change the plurality; one that
+        ends anyway still counts) or ``settled`` (adaptive N: the leader
+        beats the runner-up with probability ``confidence``; the rule's N
+        is the rollouts ended so far)."""
         vote, confidence = self.plan.early_vote, self.plan.scaling.confidence
         if vote is None and confidence is None:
-            return False
+            return None
         normalize = vote.normalize if vote is not None else self.plan.normalize
         keys = [
             answer_key(o.value.summary.answer, normalize) if o.value else None
             for o in self._finished
         ]
+        if confidence is not None and _settled(keys) >= confidence:
+            return "settled"
         if vote is not None and _majority_certain(keys, self._pending):
-            return True
-        return confidence is not None and _settled(keys) >= confidence
+            return "certain"
+        return None
 
     async def _warm(self) -> None:
         """One request with the prefix every rollout's first request starts

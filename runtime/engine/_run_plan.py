@@ -151,8 +151,15 @@ def plan_run(
         replays = restore_journal(ledger, checkpoint)
         if isinstance(ledger.journal, EventJournal):
             ledger.journal.replays = replays
+    admission = rt.config.memory_admission
     memory = (
-        MemoryView(rt.bank, run_id=run_id, admission=ScoredAdmission(rt.config.memory_admission))
+        MemoryView(
+            rt.bank,
+            run_id=run_id,
+            admission=ScoredAdmission(admission),
+            corroborate=admission.corroborate,
+            verifiers=admission.verifiers,
+        )
         if rt.bank is not None
         else None
     )
@@ -195,7 +202,7 @@ def plan_run(
         # Early stop groups answers exactly as the vote will.
         early_vote=chosen if isinstance(chosen, MajorityVote) and rt.config.early_stop else None,
         # Adaptive N: answers are grouped by the aggregator's own normalizer.
-        normalize=_normalizer(chosen),
+        normalize=chosen_normalizer(chosen),
         checkpoint=checkpoint,
     )
 
@@ -215,7 +222,7 @@ def _check_agent(agent: Agent | None, name: str, options: RunOptions, ledger: Bu
             raise ConfigError(str(error), where="budget.max_usd") from None
 
 
-def _normalizer(chosen: Aggregator) -> Normalizer:
+def chosen_normalizer(chosen: Aggregator) -> Normalizer:
     """The normalizer ``chosen`` groups answers by (the default for an
     aggregator that has none of its own)."""
     if isinstance(chosen, MajorityVote | WeightedVote | RecursiveTournament):
@@ -223,4 +230,4 @@ def _normalizer(chosen: Aggregator) -> Normalizer:
     return default_normalizer
 
 
-__all__ = ["RunPlan", "RunServices", "plan_run"]
+__all__ = ["RunPlan", "RunServices", "chosen_normalizer", "plan_run"]

@@ -34,6 +34,7 @@ from agentrt.aggregators._aggregator import AggregationContext, Aggregator
 from agentrt.aggregators._compose import AggregatorConfig, build_aggregator, parse_config
 from agentrt.aggregators._judge import Judge
 from agentrt.aggregators._pdr import ParallelDistillRefine
+from agentrt.aggregators._vote import voted_answer
 from agentrt.protocols._events import Event, McpAuthorizationRequired
 from agentrt.protocols._ids import new_run_id
 from agentrt.protocols._run import Budget, RunOptions, RunResult, ScalingSpec
@@ -43,7 +44,7 @@ from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.config._runtime_config import RuntimeConfig
 from agentrt.runtime.engine._checkpoint import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.engine._run_execution import RunExecution, spawn_rollout_supervisor
-from agentrt.runtime.engine._run_plan import RunServices, plan_run
+from agentrt.runtime.engine._run_plan import RunServices, chosen_normalizer, plan_run
 from agentrt.runtime.kernel._actor_spec import SupervisorSpec
 from agentrt.runtime.kernel._errors import ConfigError, UserError
 from agentrt.runtime.kernel._system import ActorSystem
@@ -60,6 +61,7 @@ from agentrt.runtime.placement._open import open_placement
 from agentrt.runtime.placement._placement import Placement
 from agentrt.tools._tool import Tool
 from agentrt.tools.mcp._mcp_config import McpServerConfig
+from agentrt.tools.sandbox._workspaces import release_run
 
 if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
     from agentrt.runtime.engine._mcp_requests import ElicitationHandler, RunRequests
@@ -583,6 +585,7 @@ class Runtime:
             return await execution.execute()
         finally:
             del self._runs[plan.run_id]
+            await release_run(plan.run_id)  # its rollouts' workspaces (shell, editor)
             if self._mcp is not None:
                 with anyio.CancelScope(shield=True):
                     await self._mcp.run_finished(plan.run_id)  # no task outlives it
@@ -725,7 +728,10 @@ class Runtime:
         return RunResult(
             run_id=run_id,
             status="succeeded" if agg.answer is not None else "failed",
-            answer=agg.answer,
+            answer=voted_answer(agg.answer, chosen_normalizer(chosen))
+            if agg.answer is not None
+            else None,
+            raw_answer=agg.answer,
             rationale=agg.rationale,
             summaries=list(summaries),
             aggregation_trace=[msgspec.to_builtins(v) for v in agg.trace],

@@ -2,8 +2,8 @@
 repository at a base commit, an optional test command) and
 ``run_coding_task``, which gives each of N rollouts its own copy of the
 repository, runs them, reads each workspace's diff back as that rollout's
-answer, runs the task's tests on each workspace (``VerifierRan`` events;
-the result on the summary) and cleans the workspaces up.
+answer, grades that diff on a fresh checkout of the base (``VerifierRan``
+events; the result on the summary) and cleans the workspaces up.
 
 A broken task (its repository or base commit missing) fails its rollouts
 with the reason, never the caller.  Must not know about aggregators, the
@@ -27,7 +27,7 @@ from agentrt.aggregators._workspace import Workspace
 from agentrt.protocols._events import ErrorRaised, Event, VerifierRan
 from agentrt.protocols._ids import new_run_id, nth_rollout_id
 from agentrt.protocols._run import RunResult, ScalingSpec
-from agentrt.protocols._trajectory import TrajectorySummary
+from agentrt.protocols._trajectory import TrajectorySummary, Verification
 from agentrt.runtime.evaluation._task_repo import (
     TaskRepository,
     TaskRepositoryError,
@@ -36,7 +36,13 @@ from agentrt.runtime.evaluation._task_repo import (
 from agentrt.runtime.evaluation._test_verifier import TestVerifier, TestVerifierConfig
 from agentrt.runtime.kernel._errors import RuntimeFailure
 from agentrt.runtime.observe._log import get_logger
-from agentrt.tools.sandbox._workspaces import Workspaces, default_workspace_root, run_seed
+from agentrt.tools.sandbox._bwrap import SandboxEnvironment
+from agentrt.tools.sandbox._workspaces import (
+    Workspaces,
+    default_workspace_root,
+    release_run,
+    run_seed,
+)
 
 __all__ = ["CodingRun", "CodingRunner", "CodingTask", "run_coding_task"]
 
@@ -70,6 +76,9 @@ class CodingTask(msgspec.Struct, frozen=True, kw_only=True):
     repo: str
     base_commit: str
     tests: TestVerifierConfig | None = None
+    environment: SandboxEnvironment | None = None
+    """What the repository's commands need (its virtualenv), read-only, for
+    the agent's tools; the tests have theirs in ``tests``."""
 
 
 class CodingRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,10 +155,8 @@ async def run_coding_task(
     def failed(why: str) -> CodingRun:
         return _failed(task.id, run_id, why, rollouts, time.monotonic() - started)
 
-    try:
-        await repo.prepare()
-    except (TaskRepositoryError, OSError) as exc:
-        why = str(exc)
+    why = await _unavailable(task, repo)
+    if why:
         _log.warning("coding.task_unavailable", task=task.id, error=why)
         await emit(ErrorRaised(run_id=run_id, where="task repository", message=why, fatal=True))
         return failed(why)
@@ -162,18 +169,18 @@ async def run_coding_task(
             why = f"could not create the workspaces: {problem}"
             await emit(ErrorRaised(run_id=run_id, where="workspaces", message=why, fatal=True))
             return failed(why)
-        verifier = TestVerifier(task.tests) if task.tests is not None else None
+        grade = _grader(task, spaces, run_id)
         done: dict[str, TrajectorySummary] = {}
         verify_s: list[float] = []
 
         async def read(summary: TrajectorySummary) -> TrajectorySummary:
-            """The rollout's diff and tests, once per rollout."""
+            """The rollout's diff and its grade, once per rollout."""
             if summary.rollout_id in done:
                 return done[summary.rollout_id]
             async with limiter:
                 t0 = time.monotonic()
                 path = spaces.path_of(run_id, summary.rollout_id)
-                read_back = await _read_back(summary, path, verifier)
+                read_back = await _read_back(summary, path, grade)
                 verify_s.append(time.monotonic() - t0)
             done[summary.rollout_id] = read_back
             if read_back.verification is not None:
@@ -186,7 +193,9 @@ async def run_coding_task(
                 )
             return read_back
 
-        with run_seed(run_id, repo.seed()):  # rollouts started later (PDR) get the repo too
+        with run_seed(
+            run_id, repo.seed(), task.environment
+        ):  # rollouts started later (PDR) get the repo too
             result = await runner.run(
                 task_prompt(task),
                 scaling=ScalingSpec(rollouts=rollouts, aggregate="majority"),
@@ -206,6 +215,9 @@ async def run_coding_task(
         refined = [s for rid, s in done.items() if rid not in listed]  # PDR's rollouts
         for rid in done:  # the tools created the refinement rollouts' workspaces
             await spaces.release(run_id, rid)
+    if not keep:
+        for run in (run_id, f"{run_id}.grading"):
+            await release_run(run, root, owned=True)
     return CodingRun(
         task_id=task.id,
         run_id=run_id,
@@ -214,16 +226,50 @@ async def run_coding_task(
         duration_s=time.monotonic() - started,
         verify_s=sum(verify_s),
         refined=refined,
-        answer=result.answer if aggregator is not None else None,
+        answer=(result.raw_answer or result.answer) if aggregator is not None else None,
         rationale=result.rationale or "" if aggregator is not None else "",
     )
 
 
+async def _unavailable(task: CodingTask, repo: TaskRepository) -> str:
+    """Why ``task`` cannot run (its repository, its base commit, its
+    environment); empty when it can."""
+    try:
+        await repo.prepare()
+    except (TaskRepositoryError, OSError) as exc:
+        return str(exc)
+    problem = task.environment.problem() if task.environment is not None else ""
+    return f"task {task.id!r}: its environment: {problem}" if problem else ""
+
+
+Grade = Callable[[str, str | None], Awaitable[Verification | None]]
+
+
+def _grader(task: CodingTask, spaces: Workspaces, run_id: str) -> Grade:
+    """Grades a rollout's diff on a fresh checkout of the base (a workspace
+    of its own, deleted after), never on the rollout's workspace."""
+    verifier = TestVerifier(task.tests) if task.tests is not None else None
+    grading = f"{run_id}.grading"
+
+    async def grade(rollout_id: str, diff: str | None) -> Verification | None:
+        if verifier is None:
+            return None
+        checkout = await spaces.get(grading, rollout_id)
+        try:
+            return await verifier.grade(diff, checkout.path)
+        finally:
+            await spaces.release(grading, rollout_id)
+
+    return grade
+
+
 async def _read_back(
-    summary: TrajectorySummary, path: Path, verifier: TestVerifier | None
+    summary: TrajectorySummary,
+    path: Path,
+    grade: Grade,
 ) -> TrajectorySummary:
     """``summary`` with its workspace's diff as the answer (the model's last
-    message kept as a conclusion) and the verifier's result."""
+    message kept as a conclusion) and that diff's grade."""
     failures = list(summary.failure_modes)
     conclusions = list(summary.conclusions)
     if summary.answer:
@@ -236,7 +282,7 @@ async def _read_back(
             failures.append(str(exc))
     else:
         failures.append(f"no workspace at {str(path)!r} to read the diff from")
-    verification = await verifier.verify(path) if verifier is not None else None
+    verification = await grade(summary.rollout_id, diff)
     return msgspec.structs.replace(
         summary,
         answer=diff or None,

@@ -443,7 +443,10 @@ async def _aggregate_at(
                 log.warning("eval.aggregate_failed", task=pool.group, k=k, error=repr(exc))
                 done[i, j] = (False, 0, 0.0, 0)
                 return
-        ok = result.answer is not None and bool(verify[i](result.answer, tasks[i]))
+        # The verifier reads the rollout's own text (a patch whole; an answer's
+        # marker the verifier extracts itself), when the runner kept it.
+        text = result.raw_answer if result.raw_answer is not None else result.answer
+        ok = text is not None and bool(verify[i](text, tasks[i]))
         cost: Cost = result.cost
         done[i, j] = (ok, cost.usage.total_tokens, cost.usd, cost.model_calls)
 

@@ -216,7 +216,8 @@ async def predict(
             result = await aggregate(
                 pool.task, pool.summaries, scaling=scaling, trajectories=pool.trajectories
             )
-            patch, rationale = result.answer or "", result.rationale
+            patch = result.raw_answer if result.raw_answer is not None else result.answer
+            patch, rationale = patch or "", result.rationale
         except UserError:
             raise
         except Exception as exc:

@@ -9,7 +9,6 @@ Must not know about aggregators or the command line.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from agentrt.runtime.evaluation._coding_task import CodingTask
 from agentrt.runtime.evaluation._task_sets import jsonl_objects
 from agentrt.runtime.evaluation._test_verifier import TestVerifierConfig
 from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.tools.sandbox._bwrap import SandboxEnvironment
 
 __all__ = [
     "Prediction",
@@ -36,7 +36,8 @@ class SweInstance(msgspec.Struct, frozen=True, kw_only=True):
     by the file, not here).  ``FAIL_TO_PASS``/``PASS_TO_PASS`` are lists of
     test ids, or JSON strings of them as the published datasets have.
     ``test_command`` (agentrt's extension) runs the tests here; ``{tests}``
-    in it becomes the quoted test ids."""
+    in it becomes the quoted test ids, and it prints pytest's ``-rA``
+    summary (``python -m pytest -rA {tests}``)."""
 
     instance_id: str
     repo: str
@@ -47,6 +48,9 @@ class SweInstance(msgspec.Struct, frozen=True, kw_only=True):
     patch: str = ""
     test_patch: str = ""
     test_command: str | None = None
+    environment: SandboxEnvironment | None = None
+    """agentrt's extension: the repository's prepared environment (a
+    virtualenv built at setup), for the agent's tools and the tests."""
 
 
 class Prediction(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,7 +94,10 @@ def load_instances(
     with the instance's ``test_command``, else ``test_command`` (``{tests}``:
     FAIL_TO_PASS and PASS_TO_PASS, quoted), with ``test_settings``
     (``TestVerifierConfig`` fields: ``timeout_s``, ``read_only_paths``,
-    ``env``...); no command: no verifier.  A missing repository is not an
+    ``env``..., added to the instance's ``environment``); no command: no
+    verifier.  Its tests are graded on a fresh checkout: the answer, the
+    instance's test files reset, its ``test_patch``, FAIL_TO_PASS and
+    PASS_TO_PASS each passing.  A missing repository is not an
     error here (its rollouts record it).  ``ConfigError`` naming the file
     and line for a malformed line or a duplicate ``instance_id``."""
     out: list[tuple[SweInstance, CodingTask]] = []
@@ -112,12 +119,24 @@ def load_instances(
             raise ConfigError(f"instance_id {instance.instance_id!r} appears twice", where=where)
         seen.add(instance.instance_id)
         command = instance.test_command or test_command
+        environment = instance.environment or SandboxEnvironment()
         tests = None
         if command:
-            ids = " ".join(shlex.quote(t) for t in (*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS))
+            settings = dict(test_settings or {})
             try:
                 tests = TestVerifierConfig(
-                    command=command.replace("{tests}", ids), **dict(test_settings or {})
+                    command=command,
+                    fail_to_pass=tuple(instance.FAIL_TO_PASS),
+                    pass_to_pass=tuple(instance.PASS_TO_PASS),
+                    test_patch=instance.test_patch,
+                    **{
+                        **settings,
+                        "read_only_paths": (
+                            *environment.read_only_paths,
+                            *settings.get("read_only_paths", ()),
+                        ),
+                        "env": {**environment.env, **settings.get("env", {})},
+                    },
                 )
             except ValidationError as exc:
                 raise ConfigError(f"test settings: {exc}", where=where) from None
@@ -127,6 +146,7 @@ def load_instances(
             repo=str(repo_directory(repos, instance.repo)),
             base_commit=instance.base_commit,
             tests=tests,
+            environment=instance.environment,
         )
         out.append((instance, task))
     if not out:

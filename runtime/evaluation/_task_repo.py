@@ -189,12 +189,23 @@ def _git_in_sandbox(script: str) -> list[str]:
     return ["bash", "-c", script]
 
 
+#: The diff of a workspace, written by the sandbox as text: a file that is
+#: not UTF-8 on either side (a Latin-1 source) goes in as a binary patch, so
+#: that the answer applies byte for byte; no textconv or external diff.
 _DIFF: Final = (
     "set -e; "
     "if [ ! -d .git ]; then echo 'the workspace has no .git any more' >&2; exit 3; fi; "
     "G='git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c core.pager=cat'; "
     "$G add -A . >/dev/null; "
-    f"$G diff --cached --binary --no-color --no-ext-diff --no-renames {BASE_REF}"
+    "utf8() { iconv -f UTF-8 -t UTF-8 >/dev/null 2>&1; }; "
+    f"$G diff --cached --name-only -z {BASE_REF} | while IFS= read -r -d '' f; do "
+    f'  if {{ [ -f "$f" ] && ! utf8 < "$f"; }} || '
+    f'     {{ $G cat-file -e {BASE_REF}:"$f" 2>/dev/null && '
+    f'        ! $G cat-file blob {BASE_REF}:"$f" | utf8; }}; then '
+    "    printf '/%s -diff\\n' \"$f\" >> .git/info/attributes; fi; "
+    "done; "
+    "$G diff --cached --binary --no-color --no-ext-diff --no-textconv --no-renames "
+    f"{BASE_REF}"
 )
 
 

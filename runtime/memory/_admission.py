@@ -51,6 +51,11 @@ class Candidate(msgspec.Struct, frozen=True, kw_only=True):
     step: int = -1
     verified: bool = False
     """The value is a successful tool result (not the model's own claim)."""
+    claim: str = ""
+    """What the value answers (the tool call): values of one claim are
+    versions of each other, not duplicates; ``""`` for a note."""
+    confirmed: bool = False
+    """A verifying tool's result: shared without waiting for other rollouts."""
 
 
 class Admission(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,6 +117,14 @@ class AdmissionConfig(BaseModel):
     """Most admissions per rollout within ``window_s``."""
     window_s: float = Field(default=60.0, gt=0.0)
     """The rate limit's sliding window, seconds."""
+    corroborate: int = Field(default=2, ge=1)
+    """Rollouts that must get the same result of the same tool call before
+    the other rollouts see it (1: the first result is shared at once, and a
+    wrong one spreads).  Until then it is kept, with its sources, but not
+    shown; a different result of the same call is kept as another version."""
+    verifiers: list[str] = []
+    """Tools whose successful results are confirmed facts (a test run, a
+    checked lookup): shared at once, without corroboration."""
 
     @field_validator("reject_patterns")
     @classmethod

@@ -6,6 +6,7 @@ Must not import agents, tools or aggregators (runtime floor).
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ VALUE_WEIGHT: Final = 1.0
 
 _T = TypeVar("_T")
 
-_SCHEMA = """
+_TABLE = """
 CREATE TABLE IF NOT EXISTS items (
     id INTEGER PRIMARY KEY,
     scope TEXT NOT NULL,
@@ -47,14 +48,34 @@ CREATE TABLE IF NOT EXISTS items (
     created_at REAL NOT NULL,
     expires_at REAL,
     hits INTEGER NOT NULL DEFAULT 0,
-    bytes INTEGER NOT NULL
+    bytes INTEGER NOT NULL,
+    claim TEXT NOT NULL DEFAULT '',
+    digest TEXT NOT NULL DEFAULT '',
+    support INTEGER NOT NULL DEFAULT 1,
+    sources TEXT NOT NULL DEFAULT '',
+    shared INTEGER NOT NULL DEFAULT 1
 );
+"""
+#: Columns added since the first schema: a file from before gets them on open.
+_ADDED: Final = (
+    ("claim", "TEXT NOT NULL DEFAULT ''"),
+    ("digest", "TEXT NOT NULL DEFAULT ''"),
+    ("support", "INTEGER NOT NULL DEFAULT 1"),
+    ("sources", "TEXT NOT NULL DEFAULT ''"),
+    ("shared", "INTEGER NOT NULL DEFAULT 1"),
+)
+
+_SCHEMA = """
 CREATE INDEX IF NOT EXISTS items_owner ON items(scope, owner, score, created_at);
 CREATE INDEX IF NOT EXISTS items_expiry ON items(expires_at);
--- One item per key and owner: concurrent rollouts (or processes sharing the
--- file) that store the same key meet here, not in a check-then-insert race.
-DELETE FROM items WHERE id NOT IN (SELECT MIN(id) FROM items GROUP BY scope, owner, key);
-CREATE UNIQUE INDEX IF NOT EXISTS items_key ON items(scope, owner, key);
+CREATE INDEX IF NOT EXISTS items_claim ON items(scope, owner, claim);
+-- One item per key, value (digest; empty for notes, which have one value per
+-- key) and owner: concurrent rollouts (or processes sharing the file) that
+-- store the same thing meet here, not in a check-then-insert race.
+DROP INDEX IF EXISTS items_key;
+DELETE FROM items WHERE id NOT IN
+    (SELECT MIN(id) FROM items GROUP BY scope, owner, key, digest);
+CREATE UNIQUE INDEX IF NOT EXISTS items_version ON items(scope, owner, key, digest);
 CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
     key, value, content='items', content_rowid='id', tokenize='porter unicode61'
 );
@@ -66,6 +87,12 @@ CREATE TRIGGER IF NOT EXISTS items_ad AFTER DELETE ON items BEGIN
         VALUES ('delete', old.id, old.key, old.value);
 END;
 """
+
+#: How many rollouts' results, in all versions, answer an item's claim.
+_ASKED = (
+    "(SELECT COALESCE(SUM(j.support), 0) FROM items AS j WHERE i.claim != '' "
+    "AND j.scope = i.scope AND j.owner = i.owner AND j.claim = i.claim)"
+)
 
 
 def _default_ttl() -> dict[Scope, float | None]:
@@ -106,6 +133,13 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float = 0.0
     expires_at: float | None = None
     hits: int = 0
+    claim: str = ""
+    """What the value answers (a tool call); ``""`` for a note."""
+    support: int = 1
+    """How many rollouts stored this value (``sources`` names them)."""
+    asked: int = 0
+    """How many rollouts' results answer ``claim``, this value or another."""
+    sources: list[str] = []
 
 
 class MemoryHit(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,6 +150,12 @@ class MemoryHit(msgspec.Struct, frozen=True, kw_only=True):
     rank: float
     scope: Scope
     verified: bool = False
+    claim: str = ""
+    support: int = 1
+    """How many rollouts stored this value."""
+    asked: int = 0
+    """How many rollouts' results answer its claim, this value or another
+    (``support / asked``: how far they agree; 0 for a note)."""
 
 
 class NewItem(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,6 +171,14 @@ class NewItem(msgspec.Struct, frozen=True, kw_only=True):
     source_step: int = -1
     verified: bool = False
     score: float = 0.0
+    claim: str = ""
+    """What the value answers (a tool call): values of one claim are kept as
+    versions, each with the rollouts that stored it; ``""`` (a note): one
+    value per key."""
+    min_support: int = 1
+    """Rollouts that must store this value before readers see it."""
+    confirmed: bool = False
+    """A verifying tool confirmed the value: readers see it at once."""
 
 
 Owners = Sequence[tuple[Scope, str]]
@@ -219,6 +267,11 @@ class MemoryBank:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
                 conn.execute("PRAGMA busy_timeout=5000")
+            conn.executescript(_TABLE)
+            have = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
+            for column, kind in _ADDED:
+                if column not in have:  # a file from before: the columns since
+                    conn.execute(f"ALTER TABLE items ADD COLUMN {column} {kind}")
             conn.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             raise ConfigError(f"cannot open memory bank: {exc}", where=where) from exc
@@ -236,13 +289,17 @@ class MemoryBank:
     # -- writing ---------------------------------------------------------------
 
     async def put(self, item: NewItem) -> int:
-        """Store ``item``; returns its id.  Keys are unique per scope and
-        owner (whitespace collapsed): storing a key that is there already
-        stores nothing new and returns the existing item's id, keeping the
-        higher score and marking it verified if either was -- atomic, so
-        rollouts storing the same note at once get one item.  Expired items
-        go first, then the owner's caps are enforced (the new item may
-        itself be evicted when it has the lowest score)."""
+        """Store ``item``; returns its id.  An item is one value of a key
+        (with a ``claim``, values of one key are kept apart as versions;
+        without, one value per key, whitespace collapsed).  Storing a value
+        that is there already stores nothing new and returns the existing
+        item's id: it adds the storing rollout to the item's sources (its
+        ``support``), keeps the higher score and marks it verified if either
+        was -- atomic, so rollouts storing the same value at once get one
+        item.  Readers see an item once ``min_support`` rollouts stored it
+        or it is ``confirmed``.  Expired items go first, then the owner's
+        caps are enforced (the new item may itself be evicted when it has
+        the lowest score)."""
         conn = self._db()
         return await self._run(lambda: self._put(conn, item))
 
@@ -254,19 +311,37 @@ class MemoryBank:
             value = value.encode()[:limit].decode(errors="ignore")
         ttl = self.limits.ttl_s.get(item.scope)
         key = normal_key(item.key)
+        digest = hashlib.sha256(value.encode()).hexdigest()[:16] if item.claim else ""
         size = len(key.encode()) + len(value.encode())
         with conn:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(
                 "DELETE FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
             )
+            row = conn.execute(
+                "SELECT id, support, sources, shared FROM items "
+                "WHERE scope = ? AND owner = ? AND key = ? AND digest = ?",
+                (item.scope, item.owner, key, digest),
+            ).fetchone()
+            if row is not None:
+                item_id, support, sources, shared = row
+                names = sources.split("\n") if sources else []
+                if item.source_rollout not in names:
+                    support += 1
+                    names.append(item.source_rollout)
+                shown = bool(shared) or item.confirmed or support >= item.min_support
+                conn.execute(
+                    "UPDATE items SET support = ?, sources = ?, shared = ?, "
+                    "verified = MAX(verified, ?), score = MAX(score, ?) WHERE id = ?",
+                    (support, "\n".join(names), int(shown), int(item.verified), item.score,
+                     item_id),
+                )  # fmt: skip
+                return int(item_id)
             cur = conn.execute(
                 "INSERT INTO items (scope, owner, key, value, run_id, task_id, source_rollout, "
-                "source_step, verified, score, created_at, expires_at, hits, bytes) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) "
-                "ON CONFLICT (scope, owner, key) DO UPDATE SET "
-                "verified = MAX(verified, excluded.verified), score = MAX(score, excluded.score) "
-                "RETURNING id",
+                "source_step, verified, score, created_at, expires_at, hits, bytes, claim, "
+                "digest, support, sources, shared) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, 1, ?, ?) RETURNING id",
                 (
                     item.scope,
                     item.owner,
@@ -281,6 +356,10 @@ class MemoryBank:
                     now,
                     None if ttl is None else now + ttl,
                     size,
+                    item.claim,
+                    digest,
+                    item.source_rollout,
+                    int(item.confirmed or item.min_support <= 1),
                 ),
             )
             new_id = int(cur.fetchone()[0])
@@ -317,8 +396,8 @@ class MemoryBank:
         min_hits: int = 1,
         verified_only: bool = True,
     ) -> int:
-        """Copy the items of ``source`` that were used (``min_hits``) and,
-        with ``verified_only``, verified, to ``target`` -- e.g. a finished
+        """Copy the items of ``source`` that readers see, were used
+        (``min_hits``) and, with ``verified_only``, verified, to ``target`` -- e.g. a finished
         run's useful findings into the global experience library.  Keys
         already present in ``target`` are skipped; caps and the target
         scope's expiry apply.  Returns how many were copied."""
@@ -339,13 +418,14 @@ class MemoryBank:
             conn.execute("BEGIN IMMEDIATE")
             cur = conn.execute(
                 "INSERT INTO items (scope, owner, key, value, run_id, task_id, source_rollout, "
-                "source_step, verified, score, created_at, expires_at, hits, bytes) "
+                "source_step, verified, score, created_at, expires_at, hits, bytes, claim, "
+                "digest, support, sources, shared) "
                 "SELECT ?, ?, key, value, run_id, task_id, source_rollout, source_step, verified, "
-                "score, ?, ?, 0, bytes FROM items AS s "
+                "score, ?, ?, 0, bytes, claim, digest, support, sources, shared FROM items AS s "
                 "WHERE s.scope = ? AND s.owner = ? AND s.hits >= ? AND s.verified >= ? "
-                "AND (s.expires_at IS NULL OR s.expires_at > ?) AND NOT EXISTS "
-                "(SELECT 1 FROM items AS t WHERE t.scope = ? AND t.owner = ? AND t.key = s.key) "
-                "ORDER BY s.id",
+                "AND s.shared = 1 AND (s.expires_at IS NULL OR s.expires_at > ?) AND NOT EXISTS "
+                "(SELECT 1 FROM items AS t WHERE t.scope = ? AND t.owner = ? AND t.key = s.key "
+                "AND t.digest = s.digest) ORDER BY s.id",
                 (
                     *target,
                     now,
@@ -391,8 +471,9 @@ class MemoryBank:
     # -- reading ---------------------------------------------------------------
 
     async def search(self, match: str, owners: Owners, *, k: int = 5) -> list[MemoryHit]:
-        """The ``k`` best items for an FTS5 ``match`` expression (see
-        ``retrieval.build_query``) among ``owners``, best first."""
+        """The ``k`` best items readers see for an FTS5 ``match``
+        expression (see ``retrieval.build_query``) among ``owners``, best
+        first."""
         if not match or not owners or k <= 0:
             return []
         conn = self._db()
@@ -409,33 +490,46 @@ class MemoryBank:
         # Only constants and "?" placeholders are formatted into the SQL.
         rows = conn.execute(
             f"SELECT i.id, i.key, bm25(items_fts, {KEY_WEIGHT}, {VALUE_WEIGHT}), i.scope, "  # noqa: S608
-            "i.verified FROM items_fts JOIN items i ON i.id = items_fts.rowid "
-            f"WHERE items_fts MATCH ? AND ({where}) "
+            f"i.verified, i.claim, i.support, {_ASKED} "
+            "FROM items_fts JOIN items i ON i.id = items_fts.rowid "
+            f"WHERE items_fts MATCH ? AND ({where}) AND i.shared = 1 "
             "AND (i.expires_at IS NULL OR i.expires_at > ?) "
             f"ORDER BY bm25(items_fts, {KEY_WEIGHT}, {VALUE_WEIGHT}) LIMIT ?",
             params,
         ).fetchall()
         # bm25() is lower-is-better (negative); flip it so a rank reads naturally.
         return [
-            MemoryHit(id=i, key=key, rank=-bm, scope=scope, verified=bool(v))
-            for i, key, bm, scope, v in rows
+            MemoryHit(
+                id=i,
+                key=key,
+                rank=-bm,
+                scope=scope,
+                verified=bool(v),
+                claim=claim,
+                support=support,
+                asked=asked,
+            )
+            for i, key, bm, scope, v, claim, support, asked in rows
         ]
 
     async def get(
         self, item_id: int, owners: Owners, *, count_hit: bool = True
     ) -> MemoryItem | None:
-        """The item ``item_id`` if one of ``owners`` holds it and it has not
-        expired; a fetch counts as a hit and raises its score."""
+        """The item ``item_id`` if one of ``owners`` holds it, readers see
+        it and it has not expired; a fetch counts as a hit and raises its
+        score."""
         conn = self._db()
         return await self._run(lambda: self._get(conn, item_id, owners, count_hit))
 
     def _get(
         self, conn: sqlite3.Connection, item_id: int, owners: Owners, count_hit: bool
     ) -> MemoryItem | None:
+        # Only constants and "?" placeholders are formatted into the SQL.
         row = conn.execute(
-            "SELECT id, scope, owner, key, value, run_id, task_id, source_rollout, source_step, "
-            "verified, score, created_at, expires_at, hits FROM items "
-            "WHERE id = ? AND (expires_at IS NULL OR expires_at > ?)",
+            "SELECT id, scope, owner, key, value, run_id, task_id, source_rollout, "  # noqa: S608
+            "source_step, verified, score, created_at, expires_at, hits, claim, support, "
+            f"{_ASKED}, sources FROM items AS i WHERE id = ? AND shared = 1 "
+            "AND (expires_at IS NULL OR expires_at > ?)",
             (item_id, self.clock()),
         ).fetchone()
         if row is None or (row[1], row[2]) not in {(s, o) for s, o in owners}:
@@ -453,7 +547,7 @@ class MemoryBank:
         )
 
     async def keys(self, owners: Owners) -> list[MemoryHit]:
-        """Every live item of ``owners`` (id, key), newest first."""
+        """Every live item of ``owners`` that readers see (id, key), newest first."""
         if not owners:
             return []
         conn = self._db()
@@ -464,13 +558,23 @@ class MemoryBank:
             params.append(self.clock())
             # Only "?" placeholders are formatted into the SQL.
             rows = conn.execute(
-                f"SELECT id, key, scope, verified FROM items WHERE ({where}) "  # noqa: S608
+                f"SELECT id, key, scope, verified, claim, support, {_ASKED} "  # noqa: S608
+                f"FROM items AS i WHERE ({where}) AND shared = 1 "
                 "AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at DESC, id DESC",
                 params,
             ).fetchall()
             return [
-                MemoryHit(id=i, key=key, rank=0.0, scope=s, verified=bool(v))
-                for i, key, s, v in rows
+                MemoryHit(
+                    id=i,
+                    key=key,
+                    rank=0.0,
+                    scope=s,
+                    verified=bool(v),
+                    claim=claim,
+                    support=support,
+                    asked=asked,
+                )
+                for i, key, s, v, claim, support, asked in rows
             ]
 
         return await self._run(select)
@@ -510,6 +614,10 @@ def _item(row: tuple[object, ...]) -> MemoryItem:
         created,
         expires,
         hits,
+        claim,
+        support,
+        asked,
+        sources,
     ) = row
     return MemoryItem(
         id=int(i),  # type: ignore[call-overload]
@@ -526,6 +634,10 @@ def _item(row: tuple[object, ...]) -> MemoryItem:
         created_at=float(created),  # type: ignore[arg-type]
         expires_at=None if expires is None else float(expires),  # type: ignore[arg-type]
         hits=int(hits),  # type: ignore[call-overload]
+        claim=str(claim),
+        support=int(support),  # type: ignore[call-overload]
+        asked=int(asked),  # type: ignore[call-overload]
+        sources=str(sources).split("\n") if sources else [],
     )
 
 

@@ -56,6 +56,15 @@ class MemoryView:
     ``read``: the scopes searched; ``write``: the scope new items go to;
     ``k``: keys shown per step; ``skip_tools``: tools whose results are not
     offered (the memory tools always are skipped).
+
+    Tool results are facts with a *claim* (the call): one becomes shared
+    (shown to other rollouts) only once ``corroborate`` rollouts got the
+    same result, or at once when the tool is one of ``verifiers``; a
+    different result of the same call is kept as another version with its
+    sources, not refused as a near-duplicate, and the note shows how far
+    the rollouts that made the call agree (``2 of 3 rollouts agree``).
+    Notes the model stores itself (``memory_store``) have no claim and are
+    shared at once, marked unverified.
     """
 
     def __init__(
@@ -71,7 +80,11 @@ class MemoryView:
         k: int = 5,
         key_chars: int = 160,
         skip_tools: Collection[str] = (),
+        corroborate: int = 2,
+        verifiers: Collection[str] = (),
     ) -> None:
+        if corroborate < 1:
+            raise ValueError(f"MemoryView corroborate must be >= 1, got {corroborate}")
         self.bank = bank
         self.run_id = run_id
         self.task_id = task_id
@@ -81,6 +94,8 @@ class MemoryView:
         self.k = k
         self.key_chars = key_chars
         self.skip_tools = MEMORY_TOOLS | frozenset(skip_tools)
+        self.corroborate = corroborate
+        self.verifiers = frozenset(verifiers)
         self.owners: Owners = [(s, self.owner(s)) for s in read]
         self.offered = 0
         self.admitted = 0
@@ -108,7 +123,7 @@ class MemoryView:
         if not hits:
             return ""
         lines = [NOTE_HEADER]
-        lines.extend(f"- [{h.id}] {h.key}{'' if h.verified else ' (unverified)'}" for h in hits)
+        lines.extend(f"- [{h.id}] {h.key}{_standing(h)}" for h in hits)
         return "\n".join(lines)
 
     # -- writing ---------------------------------------------------------------
@@ -126,7 +141,12 @@ class MemoryView:
         async with self._offering:
             match = build_query(candidate.key)
             neighbours = await self.bank.search(match, self.owners, k=5) if match else []
-            decision = self.admission.decide(candidate, [n.key for n in neighbours])
+            # Results of the same call are versions (agreeing or not), never
+            # near-duplicates: the bank keeps each with its sources.
+            others = [
+                n.key for n in neighbours if not candidate.claim or n.claim != candidate.claim
+            ]
+            decision = self.admission.decide(candidate, others)
             if not decision.admitted:
                 log.debug("memory_rejected", key=candidate.key[:80], reason=decision.reason)
                 return decision, None
@@ -147,6 +167,9 @@ class MemoryView:
                 source_step=candidate.step,
                 verified=candidate.verified,
                 score=decision.score,
+                claim=candidate.claim,
+                min_support=self.corroborate if candidate.claim else 1,
+                confirmed=candidate.confirmed,
             )
         )
 
@@ -172,7 +195,28 @@ class MemoryView:
             return None
         call = f"{tool}({_one_line(arguments, self.key_chars // 2)})"
         key = f"{call} -> {_one_line(result, max(self.key_chars - len(call), 16))}"
-        return Candidate(key=key, value=result, rollout_id=rollout_id, step=step, verified=True)
+        return Candidate(
+            key=key,
+            value=result,
+            rollout_id=rollout_id,
+            step=step,
+            verified=True,
+            claim=call,
+            confirmed=tool in self.verifiers,
+        )
+
+
+def _standing(hit: MemoryHit) -> str:
+    """What a reader should know of an item beside its key: a note is
+    unverified; a tool result says how many rollouts that made the call
+    agree with it."""
+    if not hit.verified:
+        return " (unverified)"
+    if hit.asked > hit.support:
+        return f" ({hit.support} of {hit.asked} rollouts agree)"
+    if hit.support > 1:
+        return f" ({hit.support} rollouts agree)"
+    return ""
 
 
 __all__ = ["MEMORY_TOOLS", "NOTE_HEADER", "MemoryView"]

@@ -460,6 +460,8 @@ class WorkerHost:
                 DriverBank(self._outbox),
                 run_id=run_id,
                 admission=ScoredAdmission(rt.config.memory_admission),
+                corroborate=rt.config.memory_admission.corroborate,
+                verifiers=rt.config.memory_admission.verifiers,
             )
             if placed.memory
             else None

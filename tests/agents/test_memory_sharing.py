@@ -197,7 +197,8 @@ async def test_failed_and_memory_tool_results_are_not_offered() -> None:
     )
     search = LookupTool("search", "topic", lookup)
     async with MemoryBank() as bank:
-        view = MemoryView(bank, run_id="run-2")
+        # Shown at once (no corroboration): this checks what is offered.
+        view = MemoryView(bank, run_id="run-2", corroborate=1)
         agent = Agent(
             AgentConfig(name="offers"),
             backends=[backend],

@@ -57,6 +57,17 @@ CHI2_999 = {2: 13.816, 4: 18.467, 7: 24.322}
         ("Neither attempt 1 nor attempt 2 is better; it is a tie.", 2, None),
         ("VERDICT: 7", 2, None),
         ("", 2, None),
+        # written after the parser, as a check on what the corpus did not cover
+        ("I would not choose Attempt 1.", 2, None),
+        ("I would not choose Attempt 1. VERDICT: 2", 2, 1),
+        ("The winner is clearly Attempt 2!", 2, 1),
+        ("Both attempts reach the same answer. VERDICT: both", 2, None),
+        ("Attempt 2 is better supported. VERDICT: 1", 2, 0),
+        ('{"winner": "tie"}', 2, None),
+        ("Attempt 1 passes 3/4 tests; attempt 2 passes 4/4. VERDICT: 2", 2, 1),
+        ("Attempt 1 is better written, but Attempt 2 is correct.", 2, None),
+        ("Verdict: Attempt 1 is wrong, so Attempt 2.", 2, None),
+        ("Final Answer: Attempt 2", 2, 1),
     ],
 )
 def test_verdict_styles_are_read_as_meant(reply: str, n: int, expected: int | None) -> None:
@@ -73,10 +84,18 @@ def test_verdict_styles_are_read_as_meant(reply: str, n: int, expected: int | No
         ("7", 0.7),
         ("Score: 11", None),
         ("I cannot score this.", None),
+        # written after the parser, as a check on what the corpus did not cover
+        ("Passed 3/4 tests.", None),
+        ("Overall: 7/10", 0.7),
+        ("Score (0-10): 7", 0.7),
+        ("Rating: 3 stars out of 5", 0.6),
+        ("Score: 7\n\n(Note: 9/10 of the steps were verified.)", 0.7),
+        ("Confidence: high", None),
+        ("Likelihood of being correct: 80%", 0.8),
     ],
 )
 def test_score_styles_are_read_as_meant(reply: str, expected: float | None) -> None:
-    assert parse_score(reply) == expected
+    assert parse_score(reply) == (None if expected is None else pytest.approx(expected))
 
 
 def s(rid: str, answer: str) -> TrajectorySummary:

@@ -36,7 +36,7 @@ from agentrt.protocols import ErrorRaised, Fact, ModelRequest, TrajectorySummary
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.models._backend import ModelBackend
-from agentrt.testing import ScriptedBackend
+from agentrt.testing import ScriptedBackend, ScriptedReply
 
 pytestmark = pytest.mark.anyio
 
@@ -160,6 +160,14 @@ async def test_compressed_reasoning_writes_a_report_per_rollout_then_picks() -> 
     assert unreadable.winner == "a"  # plurality (a tie: the first seen)
     assert "compressed (picking call): no readable verdict" in unreadable.rationale
     assert [e.where for e in log.of_type(ErrorRaised)] == ["compressed (picking call)"]
+    # A picking reply cut at max_tokens is no pick, whatever it said so far.
+    cut = ScriptedReply(content="VERDICT: 2\n\nReport 2 rests on", finish_reason="length")
+    ctx = AggregationContext.metered(
+        ScriptedBackend(["Planning: x", "Planning: x", cut]), BudgetLedger("agg")
+    )
+    cut_off = await CompressedReasoning().aggregate("t", [s("a", "x"), s("b", "y")], ctx)
+    assert cut_off.winner == "a"
+    assert "compressed (picking call): no readable verdict" in cut_off.rationale
 
 
 def test_rouge_l_on_known_pairs() -> None:

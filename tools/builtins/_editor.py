@@ -206,11 +206,15 @@ def _list_into(fd: int, shown: PurePosixPath, depth: int, lines: list[str]) -> N
                 os.close(child)
 
 
-def _text(space: RolloutWorkspace, rel: PurePosixPath, data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ToolError(f"{space.shown(rel)} is not UTF-8 text") from None
+def _text(data: bytes) -> str:
+    """A file's bytes as text to edit: bytes that are not UTF-8 (a Latin-1
+    file) become lone surrogates, which ``_bytes`` turns back into the same
+    bytes, so an edit changes only what it replaces."""
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", errors="surrogateescape")
 
 
 def _numbered(text: str, first: int = 1) -> str:
@@ -284,14 +288,15 @@ class EditorTool:
             return f"{verb} {shown} ({len(content.splitlines())} lines)."
         if before is None:
             raise ToolError(f"{shown} does not exist (create it first)")
-        old = _text(space, rel, before)
+        old = _text(before)
         if command == "str_replace":
             new, first = _replace(old, args, shown)
         else:
             new, first = _insert(old, args, shown)
-        _write(space, rel, new.encode())
+        _write(space, rel, _bytes(new))
         space.remember(rel, before)
-        return f"Edited {shown}. The changed region now reads:\n" + self._snippet(new, first)
+        shown_text = _bytes(new).decode("utf-8", errors="replace")  # no lone surrogates out
+        return f"Edited {shown}. The changed region now reads:\n" + self._snippet(shown_text, first)
 
     def _snippet(self, text: str, first: int, context: int = 4) -> str:
         lines = text.split("\n")

@@ -166,13 +166,15 @@ class PythonSandbox:
             raise ToolError(
                 f"the program is {len(code)} characters; the limit is {c.max_code_chars}"
             )
-        workspace = None
+        workspace = environment = None
         if self._workspaces is not None:
-            workspace = (await self._workspaces.for_call(context or ToolContext())).path
+            space = await self._workspaces.for_call(context or ToolContext())
+            workspace, environment = space.path, space.environment
         flags = ["-I", "-B", "-u", "-X", "utf8"] + ([] if c.site_packages else ["-S"])
         return await self._sandbox.run(
             [c.python, *flags, "-c", _BOOTSTRAP, _SCRIPT],
             workspace=workspace,
             stdin=code.encode("utf-8", errors="surrogatepass"),
             timeout_s=timeout_s,
+            environment=environment,
         )

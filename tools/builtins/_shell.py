@@ -50,6 +50,7 @@ class ShellTool:
         self._sandbox = Sandbox(config)
         self._workspaces = workspaces
         network = "with network access" if config.network else "no network"
+        total = f", {config.total_memory_mb} MB in all" if config.total_memory_mb else ""
         self._spec = ToolSpec(
             name=name,
             description=(
@@ -58,7 +59,7 @@ class ShellTool:
                 "is a fresh sandboxed shell: files in the workspace persist, nothing else "
                 "does (no cd, variables or background processes carry over). "
                 f"{network.capitalize()}; limits: {config.timeout_s:g} s per command, "
-                f"{config.memory_mb} MB per process, {config.max_processes} processes. "
+                f"{config.memory_mb} MB per process, {config.process_cap} processes{total}. "
                 "Long output keeps its beginning and end."
             ),
             parameters={
@@ -100,7 +101,10 @@ class ShellTool:
         limit = c.timeout_s if not isinstance(timeout, int | float) else min(timeout, c.timeout_s)
         workspace = await self._workspaces.for_call(context)
         result = await self._sandbox.run(
-            ["bash", "-c", command], workspace=workspace.path, timeout_s=limit
+            ["bash", "-c", command],
+            workspace=workspace.path,
+            timeout_s=limit,
+            environment=workspace.environment,
         )
         text = render_result(
             result,

@@ -21,12 +21,12 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, final
+from typing import Final, Self, final
 
 import anyio
 import anyio.abc
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrt.runtime.kernel._errors import ToolError
 from agentrt.runtime.observe._log import get_logger
@@ -35,6 +35,7 @@ __all__ = [
     "SANDBOX_HOST_UID",
     "Sandbox",
     "SandboxConfig",
+    "SandboxEnvironment",
     "SandboxResult",
     "SandboxUnavailable",
     "render_result",
@@ -54,6 +55,8 @@ _DRAIN_GRACE_S: Final = 1.0
 _PROBE_TIMEOUT_S: Final = 10.0
 #: The sandbox's private tmpfs (not the host's /tmp), also its HOME.
 _TMP: Final = "/tmp"  # noqa: S108
+#: The sandbox's private, sized ``/dev/shm``.
+_SHM: Final = "/dev/shm"  # noqa: S108
 _PATH: Final = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
 #: What of ``/etc`` a command sees: what programs need to start, resolve
 #: users and find certificates; never ``shadow``, ``ssh`` host keys,
@@ -119,6 +122,12 @@ class SandboxConfig(BaseModel):
     """Address space per process (``RLIMIT_AS``), in MiB."""
     max_processes: int = Field(64, ge=4, le=4096)
     """Processes and threads the command may have at once (``RLIMIT_NPROC``)."""
+    total_memory_mb: int | None = Field(None, ge=64)
+    """A bound on the whole sandbox's memory, in MiB (``None``: only the
+    per-process ``memory_mb``).  Without a cgroup of its own, it is kept as
+    ``memory_mb`` per process times a process cap of ``total_memory_mb //
+    memory_mb``, which must allow at least 4 processes; the private ``/tmp``
+    and ``/dev/shm`` come on top (``tmp_mb``, ``shm_mb``)."""
     max_output_bytes: int = Field(16_384, ge=256)
     """Per stream: longer output keeps its first and last halves and says so."""
     max_file_mb: int = Field(64, ge=1)
@@ -127,6 +136,10 @@ class SandboxConfig(BaseModel):
     """Open files per process (``RLIMIT_NOFILE``)."""
     tmp_mb: int = Field(256, ge=1)
     """Size of the private ``/tmp`` (and of the workspace when none is given), in MiB."""
+    shm_mb: int = Field(64, ge=1)
+    """Size of the private ``/dev/shm``, in MiB.  ``/`` and ``/dev`` are
+    read-only: ``/tmp``, ``/dev/shm`` and the workspace are all a command
+    can write."""
     network: bool = False
     """Share the host's network (and its name resolution files).  Off: only
     an isolated loopback, and no host Unix sockets, abstract ones included."""
@@ -146,6 +159,43 @@ class SandboxConfig(BaseModel):
             if not os.path.isabs(path) or "\x00" in path:
                 raise ValueError(f"read_only_paths: {path!r} is not an absolute path")
         return paths
+
+    @model_validator(mode="after")
+    def _total_allows_a_few_processes(self) -> Self:
+        if self.total_memory_mb is not None and self.total_memory_mb // self.memory_mb < 4:
+            raise ValueError(
+                f"total_memory_mb ({self.total_memory_mb}) must allow 4 processes of "
+                f"memory_mb ({self.memory_mb}): lower memory_mb or raise the total"
+            )
+        return self
+
+    @property
+    def process_cap(self) -> int:
+        """The ``RLIMIT_NPROC`` a command gets: ``max_processes``, lowered so
+        that ``process_cap * memory_mb`` stays within ``total_memory_mb``."""
+        if self.total_memory_mb is None:
+            return self.max_processes
+        return min(self.max_processes, self.total_memory_mb // self.memory_mb)
+
+
+class SandboxEnvironment(msgspec.Struct, frozen=True, kw_only=True):
+    """What one task's commands need beyond the sandbox's configuration:
+    its repository's prepared environment (a virtualenv built at setup),
+    given per run rather than per tool.  Added to the config's own."""
+
+    read_only_paths: tuple[str, ...] = ()
+    """Host directories shown read-only at the same path."""
+    env: dict[str, str] = {}
+    """Variables set inside (``PATH`` with the virtualenv's ``bin`` first...)."""
+
+    def problem(self) -> str:
+        """Why a sandbox cannot use it (empty: it can)."""
+        for path in self.read_only_paths:
+            if not os.path.isabs(path) or "\x00" in path:
+                return f"read_only_paths: {path!r} is not an absolute path"
+            if not os.path.exists(path):
+                return f"read_only_paths: {path!r} does not exist"
+        return ""
 
 
 class SandboxResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -342,10 +392,16 @@ class Sandbox:
         return ""
 
     def argv(
-        self, command: Sequence[str], *, workspace: Path | None, timeout_s: float | None = None
+        self,
+        command: Sequence[str],
+        *,
+        workspace: Path | None,
+        timeout_s: float | None = None,
+        environment: SandboxEnvironment | None = None,
     ) -> list[str]:
         """The full ``bwrap`` command line for ``command`` (for tests and the curious)."""
         c = self._config
+        extra = environment or SandboxEnvironment()
         timeout = c.timeout_s if timeout_s is None else timeout_s
         cpu_s = c.cpu_s or max(1, math.ceil(timeout))
         mount = c.workspace_mount
@@ -371,13 +427,17 @@ class Sandbox:
         for name in (*_ETC, *(_ETC_NETWORK if c.network else ())):
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev"]
+        shm = str(c.shm_mb * 1024 * 1024)
+        args += ["--perms", "1777", "--size", shm, "--tmpfs", _SHM]
         args += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", _TMP]
-        for path in c.read_only_paths:
+        for path in (*c.read_only_paths, *extra.read_only_paths):
             args += ["--ro-bind", path, path]
         if workspace is None:
             args += ["--perms", "0755", "--size", tmp_bytes, "--tmpfs", mount]
         else:
             args += ["--bind", str(workspace), mount]
+        # bwrap's root and /dev are unsized tmpfs mounts: nothing may be written there
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--chdir", mount, "--clearenv"]
         env = {
             "PATH": _PATH,
@@ -386,6 +446,7 @@ class Sandbox:
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
+            **extra.env,
             **c.env,
         }
         for key, value in env.items():
@@ -395,7 +456,7 @@ class Sandbox:
             "prlimit",
             f"--as={c.memory_mb * 1024 * 1024}",
             f"--cpu={cpu_s}:{cpu_s + 1}",
-            f"--nproc={c.max_processes}",
+            f"--nproc={c.process_cap}",
             f"--fsize={c.max_file_mb * 1024 * 1024}",
             f"--nofile={c.max_open_files}",
             "--core=0",
@@ -411,6 +472,7 @@ class Sandbox:
         workspace: Path | None = None,
         stdin: bytes = b"",
         timeout_s: float | None = None,
+        environment: SandboxEnvironment | None = None,
     ) -> SandboxResult:
         """Run ``command`` (an argv) in a fresh sandbox and wait for it.
 
@@ -418,13 +480,14 @@ class Sandbox:
         ``config.workspace_mount`` (it must exist and be writable by
         ``sandbox_host_uid()``); ``None``: an empty private one, gone after
         the call.  ``stdin``: what the command reads.  ``timeout_s`` may
-        only shorten the configured limit.  Every process of the sandbox is
+        only shorten the configured limit.  ``environment``: more read-only
+        paths and variables for this command (a task's).  Every process of the sandbox is
         gone when this returns, also when it is cancelled.  Raises
         ``SandboxUnavailable`` when bubblewrap cannot run here."""
         await self.check()
         c = self._config
         limit = c.timeout_s if timeout_s is None else min(timeout_s, c.timeout_s)
-        argv = self.argv(command, workspace=workspace, timeout_s=limit)
+        argv = self.argv(command, workspace=workspace, timeout_s=limit, environment=environment)
         out = _CappedBuffer(c.max_output_bytes)
         err = _CappedBuffer(c.max_output_bytes)
         started = time.monotonic()

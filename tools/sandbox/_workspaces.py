@@ -31,7 +31,7 @@ import anyio.to_thread
 from agentrt.protocols._ids import RolloutId, top_level_id
 from agentrt.runtime.kernel._errors import ConfigError, ToolError
 from agentrt.tools._tool import ToolContext
-from agentrt.tools.sandbox._bwrap import sandbox_host_uid
+from agentrt.tools.sandbox._bwrap import SandboxEnvironment, sandbox_host_uid
 
 __all__ = [
     "RolloutWorkspace",
@@ -39,6 +39,7 @@ __all__ = [
     "Workspaces",
     "copy_directory_seed",
     "default_workspace_root",
+    "release_run",
     "rollout_key",
     "run_seed",
 ]
@@ -52,23 +53,40 @@ _SAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
 _UNDO_DEPTH: Final = 20
 
 
-#: Seeds of runs whose task brings the workspace's content (``run_seed``).
-_RUN_SEEDS: dict[str, WorkspaceSeed] = {}
+#: Seeds and environments of runs whose task brings them (``run_seed``).
+_RUN_SEEDS: dict[str, tuple[WorkspaceSeed, SandboxEnvironment | None]] = {}
 
 
 @contextmanager
-def run_seed(run_id: str, seed: WorkspaceSeed) -> Iterator[None]:
+def run_seed(
+    run_id: str, seed: WorkspaceSeed, environment: SandboxEnvironment | None = None
+) -> Iterator[None]:
     """While inside, a workspace of ``run_id`` that a ``Workspaces`` without
     a seed of its own creates (the ``shell`` and ``editor`` of a spec) is
     filled by ``seed``: how a coding task's repository reaches rollouts the
-    task runner cannot name in advance (PDR's refinement rollouts)."""
+    task runner cannot name in advance (PDR's refinement rollouts).
+    ``environment``: what the task's commands need (its virtualenv), given
+    to every command run in the run's workspaces (``RolloutWorkspace.environment``)."""
     if run_id in _RUN_SEEDS:
         raise ConfigError(f"run {run_id!r} already has a workspace seed")
-    _RUN_SEEDS[run_id] = seed
+    _RUN_SEEDS[run_id] = (seed, environment)
     try:
         yield
     finally:
         del _RUN_SEEDS[run_id]
+
+
+async def release_run(run_id: str, root: Path | None = None, *, owned: bool = False) -> None:
+    """The run is over: delete its workspaces under ``root`` (default:
+    ``default_workspace_root()``), those of the ``shell`` and ``editor`` of
+    a spec included.  A run with a ``run_seed`` belongs to its task runner,
+    which reads the workspaces after the run and releases them itself
+    (``owned=True``)."""
+    if run_id in _RUN_SEEDS and not owned:
+        return
+    path = (root or default_workspace_root()) / _safe(run_id or "_")
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(_remove, path)
 
 
 def default_workspace_root() -> Path:
@@ -125,6 +143,8 @@ class RolloutWorkspace:
     path: Path
     mount: str
     undo: dict[str, list[bytes | None]] = field(default_factory=dict)
+    environment: SandboxEnvironment | None = None
+    """The task's environment for commands run here (``run_seed``)."""
 
     def relative(self, given: str) -> PurePosixPath:
         """``given`` (relative to the workspace, or absolute under ``mount``)
@@ -241,9 +261,16 @@ class Workspaces:
             space = self._spaces.get(key)
             if space is None or not space.path.is_dir():
                 path = self._path(*key)
+                run_seeded, environment = _RUN_SEEDS.get(run_id, (None, None))
                 if not path.is_dir():
-                    await self._create(path, self._seed or _RUN_SEEDS.get(run_id))
-                space = RolloutWorkspace(run_id=run_id, key=key[1], path=path, mount=self._mount)
+                    await self._create(path, self._seed or run_seeded)
+                space = RolloutWorkspace(
+                    run_id=run_id,
+                    key=key[1],
+                    path=path,
+                    mount=self._mount,
+                    environment=environment,
+                )
                 self._spaces[key] = space
         return space
 
@@ -320,7 +347,7 @@ def _install(staging: Path, path: Path) -> None:
 def _hand_over(path: Path) -> None:
     """Make ``path`` and everything in it the sandbox user's."""
     uid = sandbox_host_uid()
-    os.chmod(path, 0o755)  # noqa: S103 (the workspace is meant to be read)
+    os.chmod(path, 0o700)  # the sandbox's user only: no other local user reads it
     if uid == os.geteuid():
         return
     os.chown(path, uid, uid, follow_symlinks=False)

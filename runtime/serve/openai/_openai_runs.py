@@ -256,7 +256,11 @@ class OpenAIRuns:
         none are a 400."""
         detail = await self.manager.detail(info.run_id)
         rollouts = detail.rollouts if detail is not None else []
-        text = info.answer or ""
+        # A chat client gets the reply the model wrote (the winning rollout's
+        # answer as written), not the part the vote compared.
+        result = detail.result if detail is not None else None
+        raw = result.raw_answer if result is not None else None
+        text = (raw if raw is not None else info.answer) or ""
         options = requested.options
         if not (requested.client_tools or options.logprobs):
             return Outcome(info, rollouts, text)

@@ -328,7 +328,8 @@ def test_run_against_a_model_server_in_another_process(
     assert main([*argv, "--config", config]) == 0
     result = decode(capsys.readouterr().out, RunResult)
     assert result.status == "succeeded"
-    assert result.answer == "ANSWER: 5"
+    assert result.answer == "5"  # what the vote compared
+    assert result.raw_answer == "ANSWER: 5"  # what the rollout wrote
     # Each rollout: one step calling the calculator (twice), one answering.
     assert result.cost.model_calls == 4 * 2
     assert result.cost.usage.completion_tokens == sum(

@@ -36,9 +36,9 @@ class EventLog:
 
 
 async def test_an_rtv_stopped_by_its_cap_keeps_its_bracket_and_its_cost_is_live() -> None:
-    # Judges that never give a readable verdict (the sim answers "ANSWER: 5")
-    # are asked again until the cap of 50 calls refuses them: no comparison
-    # is decided, and each stays in the trace, undecided.
+    # Judges that seldom give a readable verdict (the sim answers "ANSWER:
+    # 5") are asked again until the cap of 50 calls refuses them: a
+    # comparison none of whose judges answered stays in the trace, undecided.
     sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, answer="answer")
     log = EventLog()
     async with SimServer(sim) as server:
@@ -61,10 +61,13 @@ async def test_an_rtv_stopped_by_its_cap_keeps_its_bracket_and_its_cost_is_live(
     where = f"{result.rationale}; {result.cost}; stopped {result.stopped}"
     assert "stopped at the budget cap (max_model_calls)" in result.rationale, where
     assert result.cost.model_calls == served == 50, where
-    # The bracket so far: level 1's four comparisons, none decided.
+    # The bracket so far: level 1's four comparisons, decided or not.
     assert len(result.aggregation_trace) == 4, where
-    assert all(v["winner"] is None for v in result.aggregation_trace), where
     assert all(len(v["candidates"]) == 2 for v in result.aggregation_trace), where
+    undecided = [v for v in result.aggregation_trace if v["winner"] is None]
+    assert all(set(v["votes"].values()) == {0} for v in undecided), where
+    left = int(result.rationale.split(" with ")[1].split()[0])  # "... with 7 candidates left"
+    assert left == 4 + len(undecided), where
     votes = [e for e in log.events if isinstance(e, VoteCast)]
     assert len(votes) == 4, where
     # The run says the cap stopped its aggregation.

@@ -391,7 +391,7 @@ async def test_an_rtv_tournament_with_v_64_makes_at_most_50_calls() -> None:
     check_run("rtv v=64 under 50 calls", budget, result, counted, log)
     assert counted.seen == 50  # level 1 alone asks for 4 * 64 judgements
     assert "stopped at the budget cap (max_model_calls)" in result.rationale
-    assert result.answer == "ANSWER: 5"
+    assert result.answer == "5"
 
 
 # -- calls cancelled in flight and the wall clock ------------------------------------
@@ -551,7 +551,7 @@ async def test_a_call_cancelled_in_flight_is_charged_what_it_consumed(
                     events=log,
                 )
         counted = await Counted.of(server)
-    assert result.answer == "ANSWER: 5"
+    assert result.answer == "5"
     assert len(transport.held) == 1, transport.held
     assert transport.held[0].endswith(last), transport.held
     cancelled = check_run("a call cancelled in flight", budget, result, counted, log)
@@ -718,7 +718,7 @@ async def test_aggregation_calls_stop_at_the_wall_clock_cap() -> None:
     check_cut_calls(
         "judges past the wall-clock cap", result, counted, cancelled, transport.cut, streamed=False
     )
-    assert result.answer == "ANSWER: 5"
+    assert result.answer == "5"
     assert result.rationale.startswith(
         f"the wall-clock cap ({cap:g} s) cut best_of_n; a majority vote decided"
     ), result.rationale

@@ -264,10 +264,15 @@ async def test_without_a_journal_nothing_is_journaled() -> None:
 # -- aggregation: judge verdicts are replayed, not asked again ----------------------
 
 
+def is_judging(request: ModelRequest) -> bool:
+    """A judge call: it offers only the verdict tool (agent steps offer theirs)."""
+    return [t.name for t in request.tools] == ["verdict"]
+
+
 def answer_by_rollout(request: ModelRequest) -> ReplySpec:
-    """Agent steps (they offer tools): rollout i answers i.  Judge calls
-    (no tools): always prefer the first candidate."""
-    if not request.tools:
+    """Agent steps: rollout i answers i.  Judge calls: always prefer the
+    first candidate."""
+    if is_judging(request):
         return "Both are plausible. VERDICT: 1"
     rid = request.request_id or ""
     if sum(isinstance(m, ToolMessage) for m in request.messages) == 0:
@@ -276,7 +281,7 @@ def answer_by_rollout(request: ModelRequest) -> ReplySpec:
 
 
 def judge_calls(backend: ScriptedBackend) -> int:
-    return sum(not r.tools for r in backend.requests)
+    return sum(is_judging(r) for r in backend.requests)
 
 
 async def test_judge_calls_settled_before_a_crash_are_not_made_again() -> None:
@@ -292,7 +297,7 @@ async def test_judge_calls_settled_before_a_crash_are_not_made_again() -> None:
 
     def crash_on_the_final(request: ModelRequest) -> ReplySpec:
         nonlocal seen
-        if not request.tools:
+        if is_judging(request):
             seen += 1
             if seen == total:  # the final's judge call: the process dies
                 store.dead = True
@@ -334,7 +339,7 @@ async def test_judge_calls_settled_before_a_crash_are_not_made_again() -> None:
     assert result.answer == expected.answer
     # The verdict on record was taken up; only the rest were asked.
     assert judge_calls(second) == total - settled_judging
-    assert not [r for r in second.requests if r.tools]  # no agent step asked again
+    assert all(is_judging(r) for r in second.requests)  # no agent step asked again
 
 
 async def test_the_warm_up_is_not_repeated_for_a_resumed_run() -> None:

@@ -15,9 +15,11 @@ import fcntl
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from agentrt import Runtime
@@ -51,11 +54,18 @@ from agentrt.runtime.evaluation._eval import build_parser, eval_command
 from agentrt.runtime.evaluation._swe_eval import SweEvalReport
 from agentrt.runtime.evaluation._swe_eval import check_swe_arguments as _checked
 from agentrt.runtime.evaluation._swebench import load_instances
-from agentrt.runtime.evaluation._task_repo import TaskRepositoryError, apply_patch
+from agentrt.runtime.evaluation._task_repo import (
+    TaskRepository,
+    TaskRepositoryError,
+    apply_patch,
+    workspace_diff,
+)
 from agentrt.runtime.evaluation._test_verifier import TestVerifierConfig
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.testing._scripted import ScriptedBackend, ScriptedToolCall
-from agentrt.tools.sandbox._workspaces import default_workspace_root
+from agentrt.tools import EditorTool, ToolContext
+from agentrt.tools.sandbox._bwrap import SandboxEnvironment
+from agentrt.tools.sandbox._workspaces import Workspaces, default_workspace_root
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 ROOT = Path(__file__).resolve().parents[3]
@@ -126,9 +136,9 @@ def _opener(rt: Runtime) -> Callable[[argparse.Namespace], Any]:
     return open_runner
 
 
-def _git_repo(path: Path) -> str:
+def _git_repo(path: Path, name: str = "a.py", content: bytes = b"x = 0\n") -> str:
     path.mkdir()
-    (path / "a.py").write_text("x = 0\n")
+    (path / name).write_bytes(content)
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "base"]):
         subprocess.run(
             ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=path, check=True
@@ -169,7 +179,8 @@ async def test_eight_parallel_rollouts_each_diff_holds_only_its_own_edits(
         files = [line for line in diff.splitlines() if line.startswith("+++ b/r")]
         assert files == [f"+++ b/r{own}.txt"], diff
         assert "-x = 0" in diff
-    assert not list((default_workspace_root() / run.run_id).glob("*")), "removed after the run"
+    assert not (default_workspace_root() / run.run_id).exists(), "removed after the run"
+    assert not (default_workspace_root() / f"{run.run_id}.grading").exists()
 
 
 async def test_keep_leaves_the_workspaces_and_a_missing_repository_is_recorded(
@@ -218,6 +229,25 @@ async def test_a_patch_that_does_not_apply_is_an_error_naming_why(tmp_path: Path
         await apply_patch(tmp_path / "repo", bad)
 
 
+async def test_a_latin1_file_edited_with_the_editor_comes_back_byte_exact(tmp_path: Path) -> None:
+    """The editor keeps bytes that are not UTF-8, and the diff carries such
+    a file as a binary patch: applied to a fresh checkout, the same bytes."""
+    repo = tmp_path / "repo"
+    base = _git_repo(repo, "l1.py", b"# caf\xe9\nx = 1\n")
+    source = TaskRepository(repo, base, cache=tmp_path / "cache", task_id="latin1")
+    async with Workspaces(seed=source.seed()) as spaces:
+        editor = EditorTool(spaces)
+        edit = {"command": "str_replace", "path": "l1.py", "old_str": "x = 1", "new_str": "x = 2"}
+        await editor.call(edit, ToolContext(run_id="latin1", rollout_id="latin1-0"))
+        edited = await spaces.get("latin1", "latin1-0")
+        assert (edited.path / "l1.py").read_bytes() == b"# caf\xe9\nx = 2\n"
+        diff = await workspace_diff(edited.path)
+        assert "\ufffd" not in diff
+        fresh = await spaces.get("latin1", "latin1-1")
+        await apply_patch(fresh.path, diff)
+        assert (fresh.path / "l1.py").read_bytes() == b"# caf\xe9\nx = 2\n"
+
+
 # -- the verified aggregator ----------------------------------------------------------
 
 
@@ -250,10 +280,21 @@ def test_judges_read_a_candidates_test_verdict() -> None:
         TrajectorySummary(
             rollout_id="a",
             answer="diff",
-            verification=Verification(passed=False, command="pytest -q", exit_code=1),
+            verification=Verification(
+                passed=False,
+                command="pytest -q",
+                exit_code=1,
+                fail_to_pass={"t.py::test_a": "failed"},
+                pass_to_pass={"t.py::test_b": "passed", "t.py::test_c": "passed"},
+                error="no result for 1 test id(s)",
+            ),
         )
     )
-    assert "tests (pytest -q): failed (exit 1)" in text.splitlines()
+    lines = text.splitlines()
+    assert "tests (pytest -q): failed (exit 1)" in lines
+    assert "FAIL_TO_PASS: 0/1 passed" in lines
+    assert "PASS_TO_PASS: 2/2 passed" in lines
+    assert "tests error: no result for 1 test id(s)" in lines
 
 
 # -- the task set end to end ------------------------------------------------------------
@@ -264,9 +305,11 @@ def _instances(task_set: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-def _replay(instances: list[dict[str, Any]], fixed: set[str]) -> Callable[[ModelRequest], Any]:
-    """Rollout 0 of a task in ``fixed`` applies the known fix; every other
-    rollout makes an edit that fixes nothing."""
+def _replay(instances: list[dict[str, Any]]) -> Callable[[ModelRequest], Any]:
+    """Rollout 0 of every task applies the known fix; rollout 1 of every
+    other task hides that fix from the diff (``git update-index
+    --skip-worktree``) and changes a README line, and of the rest makes an
+    edit that fixes nothing."""
     by_problem = {i["problem_statement"]: i for i in instances}
     seen: dict[str, int] = {}
 
@@ -277,8 +320,10 @@ def _replay(instances: list[dict[str, Any]], fixed: set[str]) -> Callable[[Model
         instance = next(v for k, v in by_problem.items() if k in text)
         n = seen.get(instance["instance_id"], 0)
         seen[instance["instance_id"]] = n + 1
-        if n == 0 and instance["instance_id"] in fixed:
-            command = f"git apply <<'AGENTRT_PATCH'\n{instance['patch']}AGENTRT_PATCH"
+        if n == 0:
+            command = _apply(instance["patch"])
+        elif instances.index(instance) % 2:
+            command = _hidden_fix(instance["patch"])
         else:
             command = f"echo '# looked at it ({n})' >> NOTES.txt"
         return ScriptedToolCall("shell", {"command": command})
@@ -286,13 +331,64 @@ def _replay(instances: list[dict[str, Any]], fixed: set[str]) -> Callable[[Model
     return script
 
 
-async def test_task_set_replayed_fixes_verify_and_predictions_load_in_swebench(
+def _apply(patch: str) -> str:
+    return f"git apply <<'AGENTRT_PATCH'\n{patch}AGENTRT_PATCH"
+
+
+def _hidden_fix(patch: str) -> str:
+    """Fix the bug in the workspace, hide the fix from ``git add``/``git
+    diff`` and change a README line: the diff is the README line only."""
+    files = sorted(set(re.findall(r"^\+\+\+ b/(\S+)$", patch, re.MULTILINE)))
+    return (
+        f"{_apply(patch)}\ngit update-index --skip-worktree {' '.join(files)} && "
+        "for f in README*; do echo 'See the docs.' >> \"$f\"; break; done"
+    )
+
+
+def _graded_independently(task_set: Path, instance: dict[str, Any], diff: str | None) -> bool:
+    """A grading that shares no code with agentrt's: a fresh clone at the
+    base commit, ``git apply`` the answer, the instance's test files put
+    back, ``git apply`` its test_patch, pytest on the host."""
+    repo = task_set / "repos" / instance["repo"].replace("/", "__")
+    ids = [*json.loads(instance["FAIL_TO_PASS"]), *json.loads(instance["PASS_TO_PASS"])]
+    tests = {t.split("::")[0] for t in ids}
+    tests |= set(re.findall(r"^\+\+\+ b/(\S+)$", instance["test_patch"], re.MULTILINE))
+    with tempfile.TemporaryDirectory() as checkout:
+
+        def git(*args: str, stdin: str | None = None) -> None:
+            subprocess.run(["git", "-C", checkout, *args], input=stdin, text=True, check=True)
+
+        subprocess.run(["git", "clone", "-q", str(repo), checkout], check=True)
+        git("checkout", "-q", instance["base_commit"])
+        if diff:
+            git("apply", "-", stdin=diff)
+        git("checkout", instance["base_commit"], "--", *sorted(tests))
+        if instance["test_patch"]:
+            git("apply", "-", stdin=instance["test_patch"])
+        source = Path(checkout, "src") if Path(checkout, "src").is_dir() else Path(checkout)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids],
+            cwd=checkout,
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": f"{source}:{task_set / 'pytest'}"},
+            capture_output=True,
+            check=False,
+        )
+        return done.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # 20 rollouts, 20 gradings and 15 regradings on 2 loaded cores
+async def test_task_set_gold_patches_pass_and_an_independent_grading_agrees(
     task_set: Path, tmp_path: Path
 ) -> None:
+    """Every task's gold patch passes (FAIL_TO_PASS and PASS_TO_PASS); no
+    change and a fix hidden from the diff fail FAIL_TO_PASS and keep
+    PASS_TO_PASS; a grading with plain git and pytest agrees on every
+    prediction and every hidden fix; ``verified`` picks the passing ones; the predictions load in
+    ``swebench``.  The tests run in each task's own environment."""
     instances = _instances(task_set)
-    assert len(instances) >= 9
-    fixed = {i["instance_id"] for i in instances[::2]}
-    backend = ScriptedBackend(_replay(instances, fixed))
+    assert len(instances) == 10
+    backend = ScriptedBackend(_replay(instances))
     predictions = tmp_path / "preds.jsonl"
     report_file = tmp_path / "report.json"
     args = build_parser().parse_args(
@@ -300,7 +396,7 @@ async def test_task_set_replayed_fixes_verify_and_predictions_load_in_swebench(
             str(task_set / "instances.jsonl"),
             *("--swe", "--repos", str(task_set / "repos"), "--rollouts", "2"),
             *("--aggregate", "verified", "--aggregate", "majority"),
-            *("--test-path", str(task_set / "pytest"), "--test-timeout", "60"),
+            *("--test-timeout", "60", "--concurrency", "2"),
             *("--predictions", str(predictions), "--json", str(report_file)),
             *("--repo-cache", str(tmp_path / "cache"), "--model-name", "scripted-replay"),
             *("--export", str(tmp_path / "pool.jsonl")),
@@ -313,14 +409,45 @@ async def test_task_set_replayed_fixes_verify_and_predictions_load_in_swebench(
     for instance in instances:
         o = outcomes[instance["instance_id"]]
         assert o["error"] is None
-        # the verifier passes exactly for the rollout that applied the fix
-        assert o["passed"] == (1 if instance["instance_id"] in fixed else 0), o
-        assert o["prediction_passed"] is (instance["instance_id"] in fixed), o
+        assert o["passed"] == 1, o  # the gold patch, not the hidden fix or the note
+        assert o["prediction_passed"] is True, o
     verified = report.aggregators[0]
     assert verified.aggregate == "verified"
     (at_n,) = [p for p in verified.points if p.k == 2]
     assert at_n.picked == 1.0  # whenever a passing candidate exists, verified picks it
-    assert report.curve[0].pass_at.value == pytest.approx(len(fixed) / len(instances) / 2)
+    assert report.curve[0].pass_at.value == pytest.approx(0.5)
+
+    # each rollout's grade names each test's result, and plain git + pytest agree
+    by_id = {i["instance_id"]: i for i in instances}
+    records = [json.loads(x) for x in (tmp_path / "pool.jsonl").read_text().splitlines()]
+    assert len(records) == 20
+    graded: list[tuple[dict[str, Any], str | None, bool]] = []
+    for record in records:
+        instance = by_id[record["group"]]
+        summary = record["summary"]
+        v = summary["verification"]
+        gold = (summary["answer"] or "").strip() == instance["patch"].strip()
+        assert v["passed"] is gold, (record["group"], v)
+        assert set(v["fail_to_pass"].values()) == {"passed" if gold else "failed"}, v
+        assert set(v["pass_to_pass"].values()) == {"passed"}, v
+        assert len(v["pass_to_pass"]) == len(json.loads(instance["PASS_TO_PASS"])) >= 1
+        if not gold and by_id[record["group"]] in instances[1::2]:
+            assert "README" in summary["answer"]
+            assert instance["patch"].splitlines()[0] not in summary["answer"]
+        graded.append((instance, summary["answer"], v["passed"]))
+    limiter = anyio.CapacityLimiter(2)
+
+    async def regrade(instance: dict[str, Any], diff: str | None, passed: bool) -> None:
+        again = await anyio.to_thread.run_sync(
+            _graded_independently, task_set, instance, diff, limiter=limiter
+        )
+        assert again is passed, instance["instance_id"]
+
+    async with anyio.create_task_group() as tg:
+        for instance, diff, passed in graded:
+            if diff is not None and "+++ b/NOTES.txt" in diff:
+                continue  # a new notes file only: nothing two gradings could differ on
+            tg.start_soon(regrade, instance, diff, passed)
 
     from swebench.harness.run_evaluation import (  # type: ignore[import-untyped]
         get_dataset_from_preds,
@@ -330,7 +457,7 @@ async def test_task_set_replayed_fixes_verify_and_predictions_load_in_swebench(
     )
 
     loaded = get_predictions_from_file(str(predictions), str(task_set / "instances.jsonl"), "test")
-    assert {p["instance_id"] for p in loaded} == {i["instance_id"] for i in instances}
+    assert {p["instance_id"] for p in loaded} == set(by_id)
     assert all(p["model_name_or_path"] == "scripted-replay" for p in loaded)
     dataset = get_dataset_from_preds(
         str(task_set / "instances.jsonl"),
@@ -342,13 +469,89 @@ async def test_task_set_replayed_fixes_verify_and_predictions_load_in_swebench(
         exclude_completed=False,
     )
     assert len(dataset) == len(instances)
-    gold = {i["instance_id"]: i["patch"] for i in instances}
     for p in loaded:
-        if p["instance_id"] in fixed:
-            assert p["model_patch"].strip() == gold[p["instance_id"]].strip()
-    # the pool's export carries each rollout's diff and verification
-    records = [json.loads(x) for x in (tmp_path / "pool.jsonl").read_text().splitlines()]
-    assert all("verification" in r["summary"] for r in records)
+        assert p["model_patch"].strip() == by_id[p["instance_id"]]["patch"].strip()
+
+
+async def test_tampering_rollouts_are_graded_failing(task_set: Path, tmp_path: Path) -> None:
+    """A rollout that makes the failing tests' asserts vacuous (and fixes
+    nothing) and one that hides its fix from the diff both pass the tests
+    in their own workspaces, yet their answers fail; ``verified`` picks
+    the honest fix, and plain git + pytest agree on all three."""
+    instance = next(
+        i for i in _instances(task_set) if i["instance_id"] == "inflection-ordinal-teens"
+    )
+    repo = task_set / "repos" / instance["repo"].replace("/", "__")
+    vacuous = (
+        "sed -i 's/^    assert ordinalized == /    assert True or ordinalized == /' "
+        "test_inflection.py"
+    )
+    commands = iter([vacuous, _hidden_fix(instance["patch"]), _apply(instance["patch"])])
+    check = "python -m pytest -q -rf -p no:cacheprovider test_inflection.py::test_ordinal"
+    in_workspace: list[str] = []
+
+    def script(request: ModelRequest) -> Any:
+        answered = [m for m in request.messages if isinstance(m, ToolMessage)]
+        if len(answered) == 1:
+            return ScriptedToolCall("shell", {"command": next(commands)})
+        if len(answered) == 3:
+            in_workspace.extend(str(answered[i].content) for i in (0, 2))
+            return "fixed"
+        # the rollout runs the repository's tests in its sandbox, before and after
+        return ScriptedToolCall("shell", {"command": check})
+
+    environment = instance["environment"]
+    task = CodingTask(
+        id="tamper",
+        problem=instance["problem_statement"],
+        repo=str(repo),
+        base_commit=instance["base_commit"],
+        environment=SandboxEnvironment(
+            read_only_paths=tuple(environment["read_only_paths"]), env=environment["env"]
+        ),
+        tests=TestVerifierConfig(
+            command=instance["test_command"],
+            fail_to_pass=tuple(json.loads(instance["FAIL_TO_PASS"])),
+            pass_to_pass=tuple(json.loads(instance["PASS_TO_PASS"])),
+            read_only_paths=tuple(environment["read_only_paths"]),
+            env=environment["env"],
+            timeout_s=60,
+        ),
+    )
+    async with _runtime(ScriptedBackend(script)) as rt:
+        run = await run_coding_task(
+            rt,
+            task,
+            rollouts=3,
+            cache=tmp_path / "cache",
+            aggregator=VerifiedFirst(MajorityVote()),
+        )
+    before, after = in_workspace[0::2], in_workspace[1::2]
+    assert len(before) == len(after) == 3
+    assert all("FAILED test_inflection.py::test_ordinal[" in text for text in before), before
+    # each looked fixed to itself
+    assert all("61 passed" in text and "failed" not in text for text in after), after
+    by_kind: dict[str, TrajectorySummary] = {}
+    for s in run.summaries:
+        assert s.answer is not None
+        kind = (
+            "vacuous"
+            if "test_inflection.py" in s.answer
+            else "hidden"
+            if "README" in s.answer
+            else "gold"
+        )
+        by_kind[kind] = s
+    assert sorted(by_kind) == ["gold", "hidden", "vacuous"]
+    for kind, summary in by_kind.items():
+        v = summary.verification
+        assert v is not None
+        assert v.passed is (kind == "gold"), (kind, v)
+        expected = "passed" if kind == "gold" else "failed"
+        assert set(v.fail_to_pass.values()) == {expected}, (kind, v.fail_to_pass)
+        assert set(v.pass_to_pass.values()) == {"passed"}, (kind, v.pass_to_pass)
+        assert _graded_independently(task_set, instance, summary.answer) is v.passed, kind
+    assert run.answer == by_kind["gold"].answer
 
 
 async def test_bad_input_is_recorded_and_the_run_goes_on(task_set: Path, tmp_path: Path) -> None:
@@ -358,10 +561,14 @@ async def test_bad_input_is_recorded_and_the_run_goes_on(task_set: Path, tmp_pat
     no_repo = dict(instances[2], instance_id="no-repo", repo="pypi/not-cloned")
     no_commit = dict(instances[3], instance_id="no-commit", base_commit="0" * 40)
     outside = dict(instances[4], instance_id="outside")
+    missing_venv = {"read_only_paths": [str(tmp_path / "no-venv")], "env": {}}
+    no_env = dict(instances[5], instance_id="no-env", environment=missing_venv)
+    no_test = json.dumps(["toolz/tests/test_itertoolz.py::test_no_such_test"])
+    bad_id = dict(instances[5], instance_id="bad-id", PASS_TO_PASS=no_test)
+    bad_patch = dict(instances[6], instance_id="bad-test-patch", test_patch="not a diff\n")
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(
-        "".join(json.dumps(i) + "\n" for i in (good, hangs, no_repo, no_commit, outside))
-    )
+    every = (good, hangs, no_repo, no_commit, outside, no_env, bad_id, bad_patch)
+    tasks.write_text("".join(json.dumps(i) + "\n" for i in every))
 
     def script(request: ModelRequest) -> Any:
         if _answered(request):
@@ -378,8 +585,8 @@ async def test_bad_input_is_recorded_and_the_run_goes_on(task_set: Path, tmp_pat
             str(tasks),
             *("--swe", "--repos", str(task_set / "repos"), "--rollouts", "1"),
             *("--aggregate", "verified", "--test-path", str(task_set / "pytest")),
-            *("--test-timeout", "2", "--repo-cache", str(tmp_path / "cache")),
-            *("--json", str(tmp_path / "r.json"), "--concurrency", "5"),
+            *("--test-timeout", "10", "--repo-cache", str(tmp_path / "cache")),
+            *("--json", str(tmp_path / "r.json"), "--concurrency", "4"),
             *("--export", str(tmp_path / "pool.jsonl")),
         ]
     )
@@ -412,6 +619,19 @@ async def test_bad_input_is_recorded_and_the_run_goes_on(task_set: Path, tmp_pat
     hung = records["hangs"]["summary"]["verification"]
     assert hung["timed_out"] is True
     assert hung["passed"] is False
+    assert "its environment: read_only_paths" in outcomes["no-env"]["error"]
+    assert "does not exist" in outcomes["no-env"]["error"]
+    unknown = records["bad-id"]["summary"]["verification"]
+    # pytest runs nothing when an id does not exist: every id is "not run"
+    assert unknown["error"].startswith("no result for 2 test id(s) in the output: ")
+    assert "toolz/tests/test_itertoolz.py::test_no_such_test" in unknown["error"]
+    assert "ERROR: not found" in unknown["output"]
+    assert unknown["pass_to_pass"] == {
+        "toolz/tests/test_itertoolz.py::test_no_such_test": "not run"
+    }
+    unapplied = records["bad-test-patch"]["summary"]["verification"]
+    assert unapplied["error"].startswith("the task's test_patch: the patch does not apply")
+    assert outcomes["bad-test-patch"]["passed"] == 0
     assert SweEvalReport.__struct_fields__ == ("report", "tasks", "predictions")
 
 
@@ -513,10 +733,10 @@ async def test_pdr_refinement_rollouts_work_on_the_repository_and_are_tested(
         repo=str(repo),
         base_commit=instance["base_commit"],
         tests=TestVerifierConfig(
-            command=instance["test_command"].replace(
-                "{tests}", " ".join(json.loads(instance["FAIL_TO_PASS"]))
-            ),
-            read_only_paths=(str(task_set / "pytest"),),
+            command=instance["test_command"],
+            fail_to_pass=tuple(json.loads(instance["FAIL_TO_PASS"])),
+            read_only_paths=tuple(instance["environment"]["read_only_paths"]),
+            env=instance["environment"]["env"],
             timeout_s=60,
         ),
     )
@@ -532,7 +752,7 @@ async def test_pdr_refinement_rollouts_work_on_the_repository_and_are_tested(
     assert len(refined) == 2, sorted(by_slot)
     assert all(s.verification is not None and not s.verification.passed for s in first)
     assert all(s.verification is not None and s.verification.passed for s in refined)
-    assert not list((default_workspace_root() / run.run_id).glob("*")), "all removed"
+    assert not (default_workspace_root() / run.run_id).exists(), "all removed"
 
 
 async def test_eval_run_aggregate_pdr_predicts_the_refinement_that_passes(
@@ -555,7 +775,7 @@ async def test_eval_run_aggregate_pdr_predicts_the_refinement_that_passes(
             str(tasks),
             *("--swe", "--repos", str(task_set / "repos"), "--rollouts", "2"),
             *("--run-aggregate", "pdr:rounds=2,m=2,k=1,stop_on_agreement=false"),
-            *("--test-path", str(task_set / "pytest"), "--repo-cache", str(tmp_path / "c")),
+            *("--repo-cache", str(tmp_path / "c")),
             *("--predictions", str(predictions), "--json", str(tmp_path / "r.json")),
         ]
     )
@@ -603,7 +823,8 @@ def test_instances_load_with_their_tests_and_bad_lines_name_themselves(tmp_path:
     assert instance.FAIL_TO_PASS == ["t.py::test_a"]
     assert task.repo == str(tmp_path / "repos" / "o__r")
     assert task.tests is not None
-    assert task.tests.command == "pytest t.py::test_a 't.py::test b'"
+    assert task.tests.command_line() == "pytest t.py::test_a 't.py::test b'"
+    assert task.tests.test_files() == ("t.py",)
     (no_tests,) = load_instances(good, repos=tmp_path / "repos")
     assert no_tests[1].tests is None
     twice = tmp_path / "twice.jsonl"

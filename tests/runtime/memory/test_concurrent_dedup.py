@@ -115,7 +115,7 @@ async def test_a_file_with_duplicates_from_before_is_deduplicated_on_open(
         await bank.put(NewItem(scope="run", owner="o", key=KEY, value=VALUE))
     # What a bank without the unique key could leave behind.
     conn = sqlite3.connect(path)
-    conn.execute("DROP INDEX items_key")
+    conn.execute("DROP INDEX items_version")
     conn.execute(
         "INSERT INTO items (scope, owner, key, value, created_at, bytes) "
         "SELECT scope, owner, key, value, created_at, bytes FROM items"

@@ -133,6 +133,31 @@ async def test_chat_completion_answers_from_a_run(tmp_path: Path) -> None:
         assert again.choices[0].message.content == "42"
 
 
+def marked(request: ModelRequest) -> str:
+    """Answers with reasoning and an ``ANSWER:`` line; rollout 1 says 41."""
+    found = _ROLLOUT.search(request.request_id or "")
+    value = "41" if found and found.group(1) == "1" else "42"
+    return f"6 x 7 is {value}.\nANSWER: {value}"
+
+
+async def test_each_surface_shows_the_answer_it_promises(tmp_path: Path) -> None:
+    """The run's answer is what the vote compared (``42``) in the daemon's
+    API; a chat client gets the winning rollout's reply as the model wrote
+    it, and the result keeps that text as ``raw_answer``."""
+    async with daemon(tmp_path, marked) as d, d.openai() as client, d.http() as http:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "6 x 7?"}],
+            extra_body={"rollouts": 3},
+        )
+        assert reply.choices[0].message.content == "6 x 7 is 42.\nANSWER: 42"
+        run_id = (reply.model_extra or {})["agentrt"]["run_id"]
+        detail = (await http.get(f"/v1/runs/{run_id}")).json()
+        assert detail["run"]["answer"] == "42"
+        assert detail["result"]["answer"] == "42"
+        assert detail["result"]["raw_answer"] == "6 x 7 is 42.\nANSWER: 42"
+
+
 async def test_extra_body_scales_the_run(tmp_path: Path) -> None:
     async with daemon(tmp_path, votes) as d, d.openai() as client, d.http() as http:
         reply = await client.chat.completions.create(

@@ -28,10 +28,22 @@ def test_the_spec_in_the_doc_loads(tmp_path: Path) -> None:
     tools = []
     for binding in coder.tools:
         assert isinstance(binding, BuiltinTool)
-        tools.append(builtin_tool(binding, base_dir=tmp_path, where="coder"))
-    shell, editor, python = tools
+        tools.append(
+            builtin_tool(
+                binding,
+                base_dir=tmp_path,
+                where="coder",
+                tool_timeout_s=coder.limits.tool_timeout_s,
+            )
+        )
+    shell, editor, python, sh = tools
     assert isinstance(shell, ShellTool)
     assert not shell.sandbox.config.network
+    assert shell.sandbox.config.timeout_s == 120  # the agent's tool_timeout_s
+    assert isinstance(sh, ShellTool)
+    assert sh.spec.name == "sh"
+    assert sh.sandbox.config.read_only_paths == ("/opt/venv",)
+    assert sh.sandbox.config.timeout_s == 300
     assert isinstance(editor, EditorTool)
     assert isinstance(python, PythonSandbox)
     assert python.config.network
