@@ -57,6 +57,12 @@ class AgentLimits(_Config):
     max_tokens_per_step: int = Field(default=1024, ge=1)
     """Completion cap of each model call (``max_tokens``); also what the
     budget ledger reserves as the call's worst case."""
+    min_tokens_per_step: int | None = Field(default=32, ge=1)
+    """When the budget cannot fund a step's ``max_tokens_per_step``, the
+    call still runs with ``max_tokens`` lowered to its share of what is
+    left, but never below this: a step that cannot get it ends the rollout
+    as ``exhausted`` (``budget: ...``).  ``None``: never lowered (a step
+    whose worst case does not fit ends the rollout)."""
     max_rollout_tokens: int | None = Field(default=None, ge=1)
     """Tokens (prompt + completion, as the servers reported) one rollout may
     use; once used, the rollout ends as ``exhausted``.  ``None``: no limit

@@ -10,10 +10,12 @@ import asyncio
 import math
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+import msgspec
 
 from agentrt.agents._behaviour_signals import Fired, SignalTracker
 from agentrt.agents._context import ContextWindow, message_tokens
@@ -72,6 +74,8 @@ log = get_logger(__name__)
 
 _Ended = tuple[TrajectoryStatus, str]
 """How a rollout ended: its status and the stop reason."""
+
+_NO_COST: Final = Cost()
 
 _MODEL_CALL_FAILURES = (BackendError, InvalidRequestError, UnknownModelError, TimeoutError)
 
@@ -383,6 +387,7 @@ class AgentRollout:
                 NO_SIGNALS if signals is None else signals.routing_signals(),
                 prompt_tokens=prompt_tokens,
                 max_tokens=self.sampling.max_tokens,
+                min_tokens=self.config.limits.min_tokens_per_step,
             )
         except BudgetExceeded as exc:
             await self._exhausted(index, f"budget: {exc}")
@@ -406,7 +411,10 @@ class AgentRollout:
             model=decision.model,
             tools=self.window.tools,
             tool_choice=self.options.tool_choice,
-            sampling=self.sampling,
+            # Lowered by the ledger when the budget could not fund it in full.
+            sampling=self.sampling
+            if pending.reservation.max_tokens == self.sampling.max_tokens
+            else msgspec.structs.replace(self.sampling, max_tokens=pending.reservation.max_tokens),
             logprobs=self.config.logprobs or self.options.logprobs,
             top_logprobs=self.options.top_logprobs,
             request_id=f"{self.rollout_id}-{pending.index}",
@@ -424,6 +432,7 @@ class AgentRollout:
             pending.reply = replayed
             return replayed
         reservation = pending.reservation
+        ended = _NO_COST  # what a call that failed was charged
         try:
             # The reservation's ``with``, spelled out (docs/design/performance.md).
             try:
@@ -434,9 +443,11 @@ class AgentRollout:
                 # itself; a second one would only add work.
                 own: float | None = getattr(backend, "call_deadline_s", None)
                 pacer = self.agent.emitter.tokens
-                if pacer is not None and pacer.wanted():
+                if (pacer is not None and pacer.wanted()) or self.ledger.stream_calls:
                     deadline = None if own is not None and own <= timeout else timeout
-                    reply = await self._streamed(backend, request, pending.index, pacer, deadline)
+                    reply = await self._streamed(
+                        backend, request, pending.index, pacer, deadline, reservation=reservation
+                    )
                 elif own is not None and own <= timeout:
                     reply = await backend.complete(request)
                 else:
@@ -446,13 +457,16 @@ class AgentRollout:
                     await journal.settled(booked, reply.usage, reply)
                     booked = ""
             except BaseException as exc:
-                reservation.end(exc)
+                # A call stopped after tokens came is charged what it consumed.
+                ended = reservation.end(exc)
+                self.spent += ended
                 raise
             if not reply.choices:
                 raise MalformedReply("the reply has no choices", backend=backend.name)
         except _MODEL_CALL_FAILURES as exc:
             if journal is not None and booked:
-                await journal.settled(booked, None)  # released: it cost nothing
+                # Released (it cost nothing), or charged what it consumed.
+                await journal.settled(booked, ended.usage if ended.model_calls else None)
             text = (
                 f"no reply within {limits.model_timeout_s:g} s"
                 if isinstance(exc, TimeoutError)
@@ -495,29 +509,50 @@ class AgentRollout:
         backend: ModelBackend,
         request: ModelRequest,
         index: int,
-        pacer: TokenPacer,
+        pacer: TokenPacer | None,
         limit_s: float | None,
+        *,
+        reservation: Reservation,
     ) -> ModelReply:
-        """The model call as a stream, its first sample's text sent on as
-        ``TokenDelta`` events (``TokenBuffer``) while it is generated;
-        ``limit_s``: the call's time limit, when the backend keeps none."""
+        """The model call as a stream, the tokens received counted on
+        ``reservation`` (a call cancelled in flight is charged what it
+        consumed) and, with a ``pacer`` that wants them, its first sample's
+        text sent on as ``TokenDelta`` events (``TokenBuffer``) while it is
+        generated; ``limit_s``: the call's time limit, when the backend
+        keeps none."""
         deadline = math.inf if limit_s is None else anyio.current_time() + limit_s
         reply: ModelReply | None = None
+        reservation.streamed = counted = 0
+        paced = pacer is not None and pacer.wanted()
         with anyio.CancelScope(deadline=deadline) as scope:
-            buffer = TokenBuffer(
-                pacer,
-                self.agent.emitter,
-                run_id=self.run_id,
-                rollout_id=self.rollout_id,
-                step=index,
-            )
-            async with buffer:
+            async with AsyncExitStack() as stack:
+                buffer = (
+                    await stack.enter_async_context(
+                        TokenBuffer(
+                            pacer,
+                            self.agent.emitter,
+                            run_id=self.run_id,
+                            rollout_id=self.rollout_id,
+                            step=index,
+                        )
+                    )
+                    if paced and pacer is not None
+                    else None
+                )
                 deltas = backend.stream(request)
                 try:
                     async for delta in deltas:
                         if delta.reply is not None:
                             reply = delta.reply
-                        elif delta.index == 0 and (delta.content or delta.reasoning):
+                            continue
+                        # One delta a token (a server's chunk), or its logprobs'.
+                        counted += len(delta.logprobs) or 1
+                        reservation.streamed = counted
+                        if (
+                            buffer is not None
+                            and delta.index == 0
+                            and (delta.content or delta.reasoning)
+                        ):
                             await buffer.add(delta.content, delta.reasoning)
                 finally:
                     close = getattr(deltas, "aclose", None)

@@ -28,7 +28,7 @@ from agentrt.protocols._usage import Cost
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError
 from agentrt.runtime.models._backend import ModelBackend
-from agentrt.runtime.models._metered import MeteredBackend
+from agentrt.runtime.models._metered import AfterCall, MeteredBackend
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,10 +87,12 @@ class AggregationContext:
         trajectories: Mapping[str, Trajectory] | None = None,
         rollout: Rollout | None = None,
         model: str | None = None,
+        after_call: AfterCall | None = None,
     ) -> AggregationContext:
         """A context whose backend is ``backend`` metered on ``ledger``
         (wrapped in a ``MeteredBackend``, unless it already is one on
-        ``ledger``).  The other parameters are the fields'.  Raises
+        ``ledger``), ``after_call`` awaited after each of its calls (see
+        ``MeteredBackend``).  The other parameters are the fields'.  Raises
         ``ConfigError`` for a backend metered on another ledger (wrapping it
         again would charge every call twice)."""
         if isinstance(backend, MeteredBackend):
@@ -101,7 +103,7 @@ class AggregationContext:
                     where=f"AggregationContext.metered(run_id={run_id!r})",
                 )
         else:
-            backend = MeteredBackend(backend, ledger, model=model)
+            backend = MeteredBackend(backend, ledger, model=model, after_call=after_call)
         return cls(
             run_id=run_id,
             ledger=ledger,

@@ -278,7 +278,17 @@ class RecursiveTournament:
             where = f"rtv level {level}, comparison of {ids}"
             unreadable.append(await report_unreadable(context, unread[-1], where))
         if not cast and stop.hit:
-            return group, None, spent  # undecided: every candidate stays in
+            # Undecided (the cap refused its judges): every candidate stays
+            # in, and the trace keeps the comparison, with no winner.
+            undecided = VoteCast(
+                run_id="",
+                aggregator=self.name,
+                round=level,
+                candidates=ids,
+                winner=None,
+                votes=dict.fromkeys(ids, 0),
+            )
+            return group, undecided, spent
         tally = [0] * len(group)
         for verdict in cast:
             if verdict.winner is not None and 0 <= verdict.winner < len(group):

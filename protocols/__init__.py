@@ -16,6 +16,7 @@ from agentrt.protocols._events import (
     ErrorRaised,
     Event,
     McpAuthorizationRequired,
+    ModelCalled,
     RolloutFinished,
     RolloutQueued,
     RolloutRestarted,
@@ -71,12 +72,13 @@ from agentrt.protocols._trajectory import (
     TrajectorySummary,
     Verification,
 )
-from agentrt.protocols._usage import Cost, Usage
+from agentrt.protocols._usage import BudgetCut, Cost, Usage
 
 __all__ = [
     "SCHEMA_VERSION",
     "AssistantMessage",
     "Budget",
+    "BudgetCut",
     "BudgetUpdated",
     "CallReserved",
     "CallSettled",
@@ -91,6 +93,7 @@ __all__ = [
     "FunctionCall",
     "ImagePart",
     "McpAuthorizationRequired",
+    "ModelCalled",
     "ModelReply",
     "ModelRequest",
     "RolloutFinished",

@@ -13,7 +13,7 @@ import msgspec
 
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._trajectory import SCHEMA_VERSION, Step, TrajectorySummary, Verification
-from agentrt.protocols._usage import Cost, Usage
+from agentrt.protocols._usage import BudgetCut, Cost, Usage
 
 
 class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -33,6 +33,8 @@ class RunFinished(_EventBase, frozen=True, tag="run_finished"):
     status: str
     answer: str | None = None
     cost: Cost = Cost()
+    stopped: BudgetCut | None = None
+    """Set when a budget cap cut the run short (``RunResult.stopped``)."""
 
 
 class RolloutStarted(_EventBase, frozen=True, tag="rollout_started"):
@@ -99,12 +101,33 @@ class VoteCast(_EventBase, frozen=True, tag="vote"):
     votes: dict[str, int] = {}
 
 
+class ModelCalled(_EventBase, frozen=True, kw_only=True, tag="model_called"):
+    """A model call made outside a rollout's steps (a step's call is in its
+    ``StepRecorded``), as its reply reported it: a summary's, a judge's or
+    an aggregation agent's, or the warm-up.  Charged on the run's ledger
+    (a ``BudgetUpdated`` follows); traces give it a span."""
+
+    purpose: str
+    """``summary``, ``aggregation`` or ``warm-up``."""
+    aggregator: str | None = None
+    """The aggregator that made it (``rtv``, ``aggagent``...), for ``aggregation``."""
+    model: str
+    """The model asked for."""
+    response_model: str = ""
+    backend: str = ""
+    request_id: str | None = None
+    usage: Usage = Usage()
+    latency_s: float = 0.0
+    finish_reasons: list[str] = []
+
+
 class BudgetUpdated(_EventBase, frozen=True, tag="budget"):
     spent: Cost
     reserved_tokens: int = 0
     cancelled_calls: int = 0
-    """Calls cancelled in flight (early stop, a deadline), charged as
-    reserved: their usage is unknown, so ``spent`` is an upper bound."""
+    """Calls cancelled in flight (early stop, a deadline): charged their
+    prompt and the tokens streamed before the cancellation when these were
+    counted, else as reserved (an upper bound)."""
     left_tokens: int | None = None
     left_usd: float | None = None
 
@@ -235,6 +258,7 @@ Event = (
     | SummaryWritten
     | VoteCast
     | BudgetUpdated
+    | ModelCalled
     | SignalRaised
     | CallReserved
     | CallSettled

@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from agentrt.protocols._tools import ToolSpec
 from agentrt.protocols._trajectory import SCHEMA_VERSION, TrajectorySummary
-from agentrt.protocols._usage import Cost
+from agentrt.protocols._usage import BudgetCut, Cost
 
 RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 
@@ -188,4 +188,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     aggregation_trace: list[dict[str, Any]] = []
     cost: Cost = Cost()
     error: str | None = None
+    stopped: BudgetCut | None = None
+    """Set when a budget cap cut the run short (rollouts ended or never
+    started for want of budget); ``None`` when every rollout ran its course."""
     schema_version: int = SCHEMA_VERSION

@@ -51,3 +51,32 @@ class Cost(msgspec.Struct, frozen=True, gc=False, kw_only=True):
             model_calls=self.model_calls + other.model_calls,
             wall_seconds=self.wall_seconds + other.wall_seconds,
         )
+
+
+class BudgetCut(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """How a budget cap cut a run short: the cap and how far the run got.
+    A run with an answer still ``succeeded``; this says it is the answer of
+    fewer rollouts than asked for."""
+
+    limit: str
+    """The cap that stopped the rollouts: ``max_tokens``, ``max_usd``,
+    ``max_model_calls`` or ``max_wall_seconds``."""
+    rollouts: int
+    """Rollouts the run asked for."""
+    finished: int
+    """Rollouts that ended with an answer."""
+    cut: int
+    """Rollouts the cap ended before they answered, or kept from starting."""
+    aggregation: bool = False
+    """The cap stopped the aggregation before it decided: the answer is the
+    best it had (its rationale says how it was chosen)."""
+
+    def describe(self) -> str:
+        """One line for people: ``cut short by max_tokens: 2 of 8 rollouts
+        finished (6 stopped by the cap)``."""
+        text = f"cut short by {self.limit}: {self.finished} of {self.rollouts} rollouts finished"
+        if self.cut:
+            text += f" ({self.cut} stopped by the cap)"
+        if self.aggregation:
+            text += ", and the aggregation was stopped before it decided"
+        return text

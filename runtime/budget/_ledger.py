@@ -133,7 +133,8 @@ class BudgetSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     in_flight: int
     overruns: int
     cancelled_calls: int
-    """Calls cancelled in flight, charged as reserved (their usage unknown)."""
+    """Calls cancelled in flight (charged what they consumed when counted,
+    else as reserved: ``BudgetLedger``)."""
     left_tokens: int | None
     left_usd: float | None
     left_calls: int | None
@@ -167,8 +168,10 @@ def _fmt(cap: str, amount: float) -> str:
 class Reservation:
     """The booked worst case of one model call.  Charge it with the reply's
     usage, or release it; as a (sync or async) context manager it is released
-    on exit unless charged when an exception ends the block, and charged as
-    reserved when a cancellation does (the call may have been served)."""
+    on exit unless charged when an exception ends the block, and charged
+    when a cancellation does (the call may have been served): what it
+    consumed when its caller counted the streamed tokens (``streamed``),
+    else as reserved."""
 
     __slots__ = (
         "_at",
@@ -182,6 +185,7 @@ class Reservation:
         "pico",
         "prompt_tokens",
         "state",
+        "streamed",
         "tokens",
     )
 
@@ -212,6 +216,10 @@ class Reservation:
         self.max_tokens = max_tokens
         self.n = n
         self.state: ReservationState = "active"
+        self.streamed: int | None = None
+        """Completion tokens received so far, counted by a caller that
+        streams the call (``None``: not counted).  A counted call cancelled
+        in flight is charged its prompt and these, not its worst case."""
         self._handle = 0
 
     @property
@@ -243,16 +251,39 @@ class Reservation:
         usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.n * self.max_tokens)
         return self._ledger._settle(self, usage, self._rates, calibrate=False, cancelled=True)
 
-    def end(self, exc: BaseException | None) -> None:
-        """What leaving ``with reservation:`` does: a no-op once charged;
-        else a cancellation (``exc``) charges the whole reservation
-        (``charge_reserved``) and anything else releases it."""
+    def charge_consumed(self) -> Cost:
+        """Charge a call cancelled in flight what it consumed: its prompt
+        (the caller's estimate scaled by the reported/estimated ratio the
+        tree last saw for the model) and the ``streamed`` completion tokens;
+        the whole reservation when nobody counted (``charge_reserved``).
+        A no-op returning ``Cost()`` unless active."""
         if self.state != "active":
-            return  # charged (the usual end), or released already
-        if isinstance(exc, _CANCELLED):
-            self.charge_reserved()
-        else:
-            self.release()
+            return Cost()
+        if self.streamed is None:
+            return self.charge_reserved()
+        ratio = self._ledger._prompt_ratio.get(self.model)
+        # Rounded: the ratio of a prompt like this one gives it back exactly.
+        prompt = self.prompt_tokens if ratio is None else round(self.estimate * ratio)
+        completion = min(self.streamed, self.n * self.max_tokens)
+        usage = Usage(prompt_tokens=prompt, completion_tokens=completion)
+        if usage.total_tokens > self.tokens or self._rates.cost_pico(usage) > self.pico:
+            # Never more than was reserved (and admitted under the caps).
+            usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion)
+        return self._ledger._settle(self, usage, self._rates, calibrate=False, cancelled=True)
+
+    def end(self, exc: BaseException | None) -> Cost:
+        """What leaving ``with reservation:`` does: a no-op once charged;
+        else a cancellation (``exc``), or a failure after tokens were
+        received (``streamed``: a deadline, a cut stream), charges what the
+        call consumed (``charge_consumed``), and anything else releases it
+        (a call that failed before a token came cost nothing).  Returns
+        what it charged here (``Cost()`` when nothing)."""
+        if self.state != "active":
+            return Cost()  # charged (the usual end), or released already
+        if isinstance(exc, _CANCELLED) or (exc is not None and self.streamed):
+            return self.charge_consumed()
+        self.release()
+        return Cost()
 
     def __enter__(self) -> Reservation:
         return self
@@ -303,10 +334,23 @@ class BudgetLedger:
     usage the server reported, exactly (integer tokens, integer pico-USD).
     The only way spent can exceed a cap is a server reporting more than was
     reserved: it is charged in full, counted in ``overruns``, and every
-    later reservation fails.  A call cancelled in flight reports nothing: it
-    is charged as reserved (``cancelled_calls`` counts them), an upper bound
-    on what it cost unless its prompt was longer than the estimate (a
-    model's first call, before calibration has seen a reply).  Accounting
+    later reservation fails.  A call cancelled in flight reports nothing
+    (``cancelled_calls`` counts them): when its caller streamed it and
+    counted the tokens received (``Reservation.streamed``), it is charged
+    its prompt and those tokens (``charge_consumed``), else its whole
+    reservation.  What remains uncertain in the first case: the prompt is
+    an estimate (the caller's, scaled by the reported/estimated ratio last
+    seen for the model on this tree: exact for a prompt like the ones
+    before it, off by the estimator's error on a model's first call), and
+    the completion counts stream deltas as tokens (a server that sends
+    several tokens per chunk is undercounted, unless the deltas carry
+    logprobs, and so is text a backend holds back, such as SGLang's native
+    stream while a tool call may be starting), missing the tokens generated
+    between the last delta received and the server's abort when the
+    connection closed (a reply the network still held: a fast server's
+    whole reply, at worst).  The
+    worst-case charge is an upper bound on what a call cost unless its
+    prompt was longer than the estimate (a model's first call).  Accounting
     never awaits and one lock covers the tree, so it is atomic under anyio
     and safe from worker threads.
     ``on_update`` gets a ``BudgetSnapshot`` on every change (e.g. to emit
@@ -331,6 +375,7 @@ class BudgetLedger:
         "_children",
         "_clock",
         "_completion",
+        "_expected",
         "_finished",
         "_lock",
         "_numbers",
@@ -339,12 +384,14 @@ class BudgetLedger:
         "_parent",
         "_pico",
         "_prompt",
+        "_prompt_ratio",
         "_prompt_scale",
         "_rates",
         "_res_calls",
         "_res_pico",
         "_res_tokens",
         "_started",
+        "_streaming",
         "_uncapped",
         "_unpriced_free",
         "_upstream",
@@ -394,12 +441,18 @@ class BudgetLedger:
         root's ``journal``; a child shares its root's), or ``None``."""
         self._chain: tuple[BudgetLedger, ...] = (self, *(_parent._chain if _parent else ()))
         self._children: dict[str, BudgetLedger] = {}
+        self._expected = 0
         # Per-model rates, resolved once per tree (the price table is frozen).
         self._rates: dict[str, TokenRates] = _parent._rates if _parent is not None else {}
         # Per model: the largest reported/estimated prompt ratio seen (tree-wide).
         self._prompt_scale: dict[str, float] = _parent._prompt_scale if _parent is not None else {}
+        # Per model: the reported/estimated prompt ratio last seen (tree-wide),
+        # for the prompt of a call cancelled before its usage came.
+        self._prompt_ratio: dict[str, float] = _parent._prompt_ratio if _parent is not None else {}
         # The tree's last call number (``call_number``), shared by the tree.
         self._numbers: list[int] = _parent._numbers if _parent is not None else [0]
+        # ``stream_calls``, shared by the tree.
+        self._streaming: list[bool] = _parent._streaming if _parent is not None else [False]
         self._cap_tokens = budget.max_tokens
         self._cap_pico = None if budget.max_usd is None else usd_to_pico(budget.max_usd)
         self._cap_calls = budget.max_model_calls
@@ -457,6 +510,13 @@ class BudgetLedger:
             self._children[name] = ledger
         return ledger
 
+    def expect_children(self, count: int) -> None:
+        """Say that ``count`` children (the run's rollouts) are about to be
+        made: until they are, the fair share of a call that does not fit
+        (``reserve(min_tokens=...)``) counts them among those who share."""
+        with self._lock:
+            self._expected = count
+
     def call_number(self) -> int:
         """A number no other call under this ledger's tree was given (1, 2,
         ...): a sub-agent call's child ledger and rollout id carry it, so a
@@ -473,6 +533,19 @@ class BudgetLedger:
             self._numbers[0] = max(self._numbers[0], past)
 
     @property
+    def stream_calls(self) -> bool:
+        """Whether the tree's calls may be cancelled in flight by someone
+        else (a run that stops rollouts early): then whoever makes a call
+        streams it and counts the tokens received (``Reservation.streamed``),
+        so a cancelled call is charged what it consumed.  Shared by the tree;
+        ``False`` unless set."""
+        return self._streaming[0]
+
+    @stream_calls.setter
+    def stream_calls(self, value: bool) -> None:
+        self._streaming[0] = value
+
+    @property
     def parent(self) -> BudgetLedger | None:
         return self._parent
 
@@ -483,7 +556,13 @@ class BudgetLedger:
     # -- reserving and charging --------------------------------------------
 
     def reserve(
-        self, model: str, prompt_tokens: int, max_tokens: int, *, n: int = 1
+        self,
+        model: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        *,
+        n: int = 1,
+        min_tokens: int | None = None,
     ) -> Reservation:
         """Book the worst case of one call to ``model`` (``n`` samples of up
         to ``max_tokens`` each on a prompt of about ``prompt_tokens``):
@@ -492,13 +571,23 @@ class BudgetLedger:
         prompt ratio the tree has seen for ``model``, so one underestimate
         is not repeated.
 
+        With ``min_tokens``, a call whose worst case does not fit a token
+        or money cap is not refused but booked with fewer completion tokens
+        (``Reservation.max_tokens``: ask the server for no more): the fair
+        share of what is left, i.e. the headroom split among the capped
+        ledger's open children with no call in flight (the rollouts about to
+        ask, and those ``expect_children`` announced and not yet made), and
+        at least ``min_tokens`` per sample while that fits at all.
+        Only a call that cannot get ``min_tokens`` per sample is refused.
+
         Raises ``BudgetExceeded`` if it would cross a cap of this ledger or
         an ancestor, ``UnknownModelError`` if ``model`` has no price, and
         ``InvalidRequestError`` on negative sizes or a finished ledger."""
-        if prompt_tokens < 0 or max_tokens < 0 or n < 1:
+        if prompt_tokens < 0 or max_tokens < 0 or n < 1 or (min_tokens or 0) < 0:
             raise InvalidRequestError(
                 f"cannot reserve prompt_tokens={prompt_tokens}, max_tokens={max_tokens}, "
-                f"n={n} on ledger {self.name!r}: sizes must be >= 0 and n >= 1"
+                f"n={n}, min_tokens={min_tokens} on ledger {self.name!r}: sizes must be "
+                ">= 0 and n >= 1"
             )
         # ``_rates_for`` and ``worst_case_pico``, inlined for the usual hit
         # (this runs once a model call).
@@ -512,6 +601,13 @@ class BudgetLedger:
         pico = prompt_tokens * rates.prompt + completion * rates.completion
         now = self._clock()
         with self._lock:
+            if min_tokens is not None and not self._uncapped:
+                fitted = self._fit(rates, prompt_tokens, max_tokens, n, min(min_tokens, max_tokens))
+                if fitted < max_tokens:
+                    max_tokens = fitted
+                    completion = n * max_tokens
+                    tokens = prompt_tokens + completion
+                    pico = prompt_tokens * rates.prompt + completion * rates.completion
             for node in self._chain:
                 if node._capped or node._finished is not None:  # else nothing to check
                     node._admit(tokens, pico, now)
@@ -546,6 +642,58 @@ class BudgetLedger:
                 self._release(reservation, notify=False)
                 raise
         return reservation
+
+    def _fit(self, rates: TokenRates, prompt: int, max_tokens: int, n: int, floor: int) -> int:
+        """The completion tokens per sample a call may book (lock held): its
+        ``max_tokens`` where the worst case fits each sharer's part of a
+        cap, else its fair share of the tightest token or money cap on the
+        chain, at least ``floor`` (``_admit`` then refuses the call if even
+        that does not fit).  The sharers of a cap are the capped ledger's
+        open children with no call in flight, the ones announced and not
+        yet made, and the caller's."""
+        per = max_tokens
+        below: BudgetLedger | None = None  # the chain's node under ``node``
+        for node in self._chain:
+            sharers = 0
+            for cap, left, need_prompt, unit in (
+                (
+                    node._cap_tokens,
+                    (node._cap_tokens or 0) - node._tokens_spent() - node._res_tokens,
+                    prompt,
+                    1,
+                ),
+                (
+                    node._cap_pico,
+                    (node._cap_pico or 0) - node._pico - node._res_pico,
+                    prompt * rates.prompt,
+                    rates.completion,
+                ),
+            ):
+                if cap is None or unit <= 0:
+                    continue
+                need = need_prompt + n * per * unit
+                children = node._children
+                unseen = max(node._expected - len(children), 0)  # announced, not made yet
+                if need * (1 + len(children) + unseen) <= left:
+                    continue  # fits however many share it (no count needed)
+                if not sharers:
+                    sharers = 1 + unseen
+                    sharers += sum(
+                        1
+                        for child in children.values()
+                        if child is not below and child._finished is None and not child._res_calls
+                    )
+                if need * sharers <= left:
+                    continue
+                share = (left // sharers - need_prompt) // (n * unit)
+                most = (left - need_prompt) // (n * unit)
+                per = min(per, max(share, min(floor, most)), most)
+            below = node
+        if self._upstream is not None:
+            far = self._upstream.headroom()
+            if far is not None and far.tokens is not None and prompt + n * per > far.tokens:
+                per = (far.tokens - prompt) // n
+        return max(per, floor)
 
     def _admit(self, tokens: int, pico: int, now: float) -> None:
         """Raise unless a call needing ``tokens``/``pico`` fits (lock held)."""
@@ -607,6 +755,7 @@ class BudgetLedger:
                 # and at most _MAX_PROMPT_SCALE: a tokenizer or a template
                 # explains a factor like 1.5, not a server's odd count.
                 ratio = usage.prompt_tokens / reservation.estimate
+                self._prompt_ratio[reservation.model] = ratio
                 scale = min(ratio * 1.05, _MAX_PROMPT_SCALE)
                 if ratio > 1 and scale > self._prompt_scale.get(reservation.model, 1.0):
                     self._prompt_scale[reservation.model] = scale
@@ -622,7 +771,9 @@ class BudgetLedger:
                 node._overruns += overrun
                 node._cancelled += cancelled
         if self._upstream is not None:
-            self._upstream.charge(reservation._handle, None if cancelled else usage)
+            # ``None``: charged as reserved (the upstream books the same).
+            whole = cancelled and reservation.streamed is None
+            self._upstream.charge(reservation._handle, None if whole else usage)
         if self._watched:
             self._notify()
         return Cost(

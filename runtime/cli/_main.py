@@ -108,6 +108,8 @@ class Output:
                 )
         if len(result.summaries) > 1 and result.answer is not None:
             self.line(f"answer: {result.answer}")
+        if result.stopped is not None:
+            self.line(f"run {result.status}, {result.stopped.describe()}")
         from agentrt.runtime.budget._pricing import usd_text
 
         cost = result.cost

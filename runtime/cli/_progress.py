@@ -34,6 +34,7 @@ from agentrt.protocols._events import (
     VoteCast,
 )
 from agentrt.protocols._ids import is_top_level, short_rollout_id
+from agentrt.protocols._usage import BudgetCut
 from agentrt.runtime.budget._pricing import usd_text
 
 __all__ = [
@@ -107,6 +108,8 @@ class ProgressState:
     errors: list[str] = dataclasses.field(default_factory=list)
     for_user: list[str] = dataclasses.field(default_factory=list)
     """What tools meant for the person (``ToolResult.for_user``), by tool."""
+    stopped: BudgetCut | None = None
+    """How a budget cap cut the run short (``RunFinished.stopped``)."""
     _from_steps: _Spend = dataclasses.field(default_factory=_Spend)
     _from_rollouts: _Spend = dataclasses.field(default_factory=_Spend)
     _from_ledger: _Spend = dataclasses.field(default_factory=_Spend)
@@ -136,8 +139,8 @@ class ProgressState:
                     self.cap_tokens = spent.usage.total_tokens + reserved + left
             case ErrorRaised(where=where, message=message):
                 self.errors.append(f"{where}: {message}")
-            case RunFinished(status=status, answer=answer, cost=cost):
-                self.status, self.answer = status, answer
+            case RunFinished(status=status, answer=answer, cost=cost, stopped=stopped):
+                self.status, self.answer, self.stopped = status, answer, stopped
                 self._final = _Spend(cost.usage.total_tokens, cost.usd, cost.model_calls)
             case _:
                 pass
@@ -215,6 +218,8 @@ def render(state: ProgressState) -> RenderableType:
     if state.status != "running":
         answer = f": {_clip(state.answer, 60)}" if state.answer is not None else ""
         parts.append(Text(f"run {state.status}{answer}", style="bold"))
+        if state.stopped is not None:
+            parts.append(Text(state.stopped.describe(), style="yellow"))
     return Group(*parts)
 
 

@@ -17,6 +17,7 @@ not know which entry point started the run.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -56,10 +57,11 @@ from agentrt.protocols._messages import SystemMessage, UserMessage
 from agentrt.protocols._model import ModelRequest, SamplingParams
 from agentrt.protocols._run import RunResult, RunStatus
 from agentrt.protocols._trajectory import Step, Trajectory, TrajectoryStatus, TrajectorySummary
-from agentrt.protocols._usage import Cost
+from agentrt.protocols._usage import BudgetCut, Cost
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.engine._checkpoint import RolloutCheckpoint
 from agentrt.runtime.engine._journal import EventJournal
+from agentrt.runtime.engine._model_calls import reporting
 from agentrt.runtime.engine._rollout_actor import RunRollout
 from agentrt.runtime.engine._run_plan import RunPlan, RunServices
 from agentrt.runtime.kernel._actor_spec import RestartIntensity, SupervisorSpec
@@ -82,6 +84,12 @@ log = get_logger(__name__)
 
 _UNSCOPED: Final = nullcontext()
 """Where a scope has nothing to do (no deadline, nothing to stop early)."""
+
+_CAP_NAMED: Final = re.compile(r"max_(?:tokens|usd|model_calls|wall_seconds)")
+"""The cap a refusal names (``BudgetExceeded``'s message, a stop reason)."""
+
+_AGGREGATION_CUT: Final = re.compile(r"stopped at the budget cap \((max_\w+)\)")
+"""An aggregation's rationale when the cap stopped it (``BudgetStop.why``)."""
 
 _STEPS_ONLY: Final = frozenset({StepRecorded})
 
@@ -168,6 +176,7 @@ class RunExecution:
     runs it once."""
 
     __slots__ = (
+        "_budget_spent",
         "_committed",
         "_finished",
         "_name",
@@ -210,7 +219,20 @@ class RunExecution:
         self._pending = n
         self._stopped = False
         self._rule_met = False
+        self._budget_spent = False  # the run was stopped, or kept from starting one, by a cap
+        budget = plan.ledger.budget
+        # Rollouts this run may stop in flight stream their calls, so that a
+        # stopped call is charged what it consumed (``BudgetLedger``).
+        plan.ledger.stream_calls = n > 1 and (
+            plan.early_vote is not None
+            or plan.scaling.confidence is not None
+            or plan.wall is not None
+            or budget.max_tokens is not None
+            or budget.max_usd is not None
+            or budget.max_model_calls is not None
+        )
         self._next = self.window  # the next rollout to start (adaptive N)
+        plan.ledger.expect_children(self.window)  # they share what the budget leaves
         self._tg: TaskGroup | None = None
         outer = emitter.sink
         if outer is None:
@@ -263,6 +285,13 @@ class RunExecution:
                 events=self.emitter,
                 trajectories=trajectories,
                 rollout=self._refine_rollout,
+                after_call=reporting(
+                    self.emitter,
+                    plan.ledger,
+                    run_id=plan.run_id,
+                    purpose="aggregation",
+                    aggregator=plan.aggregator.name,
+                ),
             )
             agg = await self._aggregate(plan.aggregator, summaries, context)
         except Exception as exc:
@@ -278,11 +307,18 @@ class RunExecution:
         )
         await self._budget_event()
         status: RunStatus = "succeeded" if agg.answer is not None else "failed"
+        stopped = self._budget_stop(outcomes, agg)
         # What the vote compared (``42``); the rollout's own text stays on the result.
         answer = voted_answer(agg.answer, plan.normalize) if agg.answer is not None else None
         if self.emitter.wants(RunFinished):
             await self.emitter.emit(
-                RunFinished(run_id=plan.run_id, status=status, answer=answer, cost=cost)
+                RunFinished(
+                    run_id=plan.run_id,
+                    status=status,
+                    answer=answer,
+                    cost=cost,
+                    stopped=stopped,
+                )
             )
         return RunResult(
             run_id=plan.run_id,
@@ -294,6 +330,49 @@ class RunExecution:
             aggregation_trace=[msgspec.to_builtins(v) for v in agg.trace],
             cost=cost,
             error=None if agg.answer is not None else _no_answer(agg.rationale, outcomes),
+            stopped=stopped,
+        )
+
+    def _budget_stop(
+        self, outcomes: Sequence[_Outcome], agg: AggregationResult
+    ) -> BudgetCut | None:
+        """How a cap cut the run short, or ``None`` when none did: a rollout
+        ended for want of budget, the spent budget stopped the run (and kept
+        the rest from running), or it stopped the aggregation (which says
+        so in its rationale: ``BudgetStop.why``)."""
+        finished = cut = 0
+        limit: str | None = None
+        for o in outcomes:
+            trajectory = o.value.trajectory if o.value is not None else None
+            if trajectory is not None and trajectory.answer is not None:
+                finished += 1
+            why = (
+                trajectory.stop_reason or ""
+                if trajectory is not None and trajectory.status == "exhausted"
+                else str(o.error)
+                if isinstance(o.error, BudgetExceeded)
+                else ""
+            )
+            if why.startswith("budget:") or isinstance(o.error, BudgetExceeded):
+                cut += 1
+                named = _CAP_NAMED.search(why)
+                limit = limit or (named.group(0) if named else None)
+            elif o.value is None and o.status == "cancelled" and self._budget_spent:
+                cut += 1  # stopped (or never started) once the budget was spent
+        aggregation = _AGGREGATION_CUT.search(agg.rationale)
+        if not cut and aggregation is None:
+            return None
+        if aggregation is not None:
+            limit = limit or aggregation.group(1)
+        if limit is None:
+            room = self.plan.ledger.headroom()
+            limit = room.shortfall(1, 1) or "max_tokens"
+        return BudgetCut(
+            limit=limit,
+            rollouts=len(outcomes),
+            finished=finished,
+            cut=cut,
+            aggregation=aggregation is not None,
         )
 
     def _main_backend(self) -> ModelBackend:
@@ -375,11 +454,14 @@ class RunExecution:
         self._finished.append(outcome)
         # The rules are checked as each rollout ends, before anything awaits,
         # so no other rollout's end slips in between (which made adaptive N
-        # overshoot its own rule).
+        # overshoot its own rule), and a rollout waiting for the slot this
+        # one freed is stopped before its call is sent.
         if self._pending > 0:
             decided = self._vote_decided()
             if decided is not None:
                 self._rule_met = decided == "settled"
+                self._stop_all()
+            elif self._should_stop():
                 self._stop_all()
         if outcome.status == "failed":
             await self.emitter.emit(
@@ -391,9 +473,10 @@ class RunExecution:
                 )
             )
         await self._budget_event()
-        if self._pending > 0 and self._should_stop():
-            self._stop_all()
-        if self._stopped or nothing_left(self.plan.ledger) is not None:
+        if self._stopped:
+            return
+        if nothing_left(self.plan.ledger) is not None:
+            self._budget_spent = True
             return  # adaptive N: no rollout starts that could make no call
         if self._next < len(self._outcomes) and self._tg is not None:
             self._next += 1
@@ -424,6 +507,7 @@ class RunExecution:
             outcome.status = "succeeded"
         except BudgetExceeded as exc:
             outcome.status, outcome.error = "failed", exc
+            self._budget_spent = True
             self._stop_all()
         except Exception as exc:
             log.warning("rollout_failed", index=i, error=repr(exc))
@@ -433,8 +517,11 @@ class RunExecution:
                 slot.release()
 
     def _should_stop(self) -> bool:
-        left = self.plan.ledger.headroom().tokens
-        return left is not None and left <= 0
+        """Whether the budget is spent (no further call could be admitted)."""
+        if nothing_left(self.plan.ledger) is not None:
+            self._budget_spent = True
+            return True
+        return False
 
     def _vote_decided(self) -> Literal["certain", "settled"] | None:
         """Whether the rollouts ended so far decide the vote: ``certain``
@@ -475,13 +562,17 @@ class RunExecution:
             request_id=f"{plan.run_id}-warm",
             affinity_key=plan.run_id,
         )
-        metered = MeteredBackend(agent.backend_for(model), plan.ledger)
+        metered = MeteredBackend(
+            agent.backend_for(model),
+            plan.ledger,
+            after_call=reporting(self.emitter, plan.ledger, run_id=plan.run_id, purpose="warm-up"),
+        )
         try:
             with anyio.fail_after(self.services.config.warm_timeout_s):
                 await metered.complete(request)
         except Exception as exc:
             log.warning("warm_prefix_failed", error=repr(exc))
-        await self._budget_event()
+            await self._budget_event()  # a call cut by the timeout was charged
 
     # -- one rollout ----------------------------------------------------------------
 
@@ -554,6 +645,8 @@ class RunExecution:
             placed = self._placed or self._place()
             result = await services.placement.run_rollout(placed, job)
         finally:
+            # An ended rollout no longer shares in what the run has left.
+            ledger.finish()
             if services.rollout_finished is not None:
                 with anyio.CancelScope(shield=True):  # its own MCP connections close with it
                     await services.rollout_finished(plan.run_id, rollout_id)

@@ -35,6 +35,7 @@ from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.config._runtime_config import RuntimeConfig
 from agentrt.runtime.engine._checkpoint import RunCheckpoint
 from agentrt.runtime.engine._journal import EventJournal, restore_journal
+from agentrt.runtime.engine._model_calls import reporting
 from agentrt.runtime.engine._rollout_actor import EntryNode
 from agentrt.runtime.kernel._errors import ConfigError, UnknownModelError
 from agentrt.runtime.kernel._supervisor_ref import SupervisorRef
@@ -172,7 +173,13 @@ def plan_run(
         entry_agent, agent_name = entry, entry.name
     _check_agent(entry_agent, agent_name, options, ledger)
     summarizer: Summarizer = (
-        ModelSummarizer(MeteredBackend(_main_backend(entry_agent, rt.backends), ledger))
+        ModelSummarizer(
+            MeteredBackend(
+                _main_backend(entry_agent, rt.backends),
+                ledger,
+                after_call=reporting(emitter, ledger, run_id=run_id, purpose="summary"),
+            )
+        )
         if rt.config.summarizer == "model"
         else _RULES
     )

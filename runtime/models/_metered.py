@@ -13,7 +13,7 @@ aggregators.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from types import TracebackType
 from typing import Self, final
 
@@ -27,6 +27,9 @@ from agentrt.runtime.models._prompt_estimate import (
     TokenEstimator,
     estimate_request_tokens,
 )
+
+AfterCall = Callable[[ModelRequest, ModelReply], Awaitable[None]]
+"""What ``MeteredBackend`` awaits after each call is charged."""
 
 
 @final
@@ -47,15 +50,21 @@ class MeteredBackend:
     when the call would cross a cap of ``ledger`` or an ancestor;
     ``UnknownModelError`` when the model has no price (or the backend names
     no model); ``InvalidRequestError`` for a finished ledger.  A call that
-    fails or is cancelled releases its reservation and costs nothing; a
+    fails releases its reservation and costs nothing; one cancelled in
+    flight is charged as reserved (``complete``: its usage is unknown) or
+    what it consumed (``stream``: the tokens received are counted); a
     reply whose usage exceeds the reservation is charged in full (see
     ``runtime.budget``).
+
+    ``after_call``, when given, is awaited with the request and the reply
+    after each call is charged (the run's live budget events and the spans
+    of calls made outside a rollout's steps).
 
     ``async with`` on it is allowed and does nothing: the wrapped backend
     is neither opened nor closed here.
     """
 
-    __slots__ = ("_backend", "_estimate", "_ledger", "_model", "_spent")
+    __slots__ = ("_after", "_backend", "_estimate", "_ledger", "_model", "_spent")
 
     def __init__(
         self,
@@ -64,8 +73,10 @@ class MeteredBackend:
         *,
         model: str | None = None,
         estimator: TokenEstimator | None = None,
+        after_call: AfterCall | None = None,
     ) -> None:
         self._backend = backend
+        self._after = after_call
         self._ledger = ledger
         self._model = model
         self._estimate: TokenEstimator = estimator or CharEstimator()
@@ -139,6 +150,8 @@ class MeteredBackend:
         async with self._reserve(request) as reservation:
             reply = await self._backend.complete(request)
             self._charge(reservation, reply)
+        if self._after is not None:
+            await self._after(request, reply)
         return reply
 
     async def _complete_journaled(self, request: ModelRequest, journal: CallJournal) -> ModelReply:
@@ -161,14 +174,19 @@ class MeteredBackend:
                 raise
             self._charge(reservation, reply)
         await journal.settled(handle, reply.usage, reply)
+        if self._after is not None:
+            await self._after(request, reply)
         return reply
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta, None]:
         """Reserve when iteration starts; charge when the final delta (the one
         carrying the reply) arrives, before it is yielded.  Abandoning the
-        stream early releases the reservation (close the iterator, e.g. with
-        ``contextlib.aclosing``)."""
+        stream early (closing the iterator, e.g. with ``contextlib.aclosing``,
+        or a cancellation) charges what the call consumed: its prompt and
+        the tokens received (``Reservation.charge_consumed``); so does a
+        failure after tokens came, and one before releases it."""
         reservation = self._reserve(request)
+        reservation.streamed = counted = 0
         journal = self._ledger.journal
         handle = ""
         if journal is not None:
@@ -181,22 +199,39 @@ class MeteredBackend:
         usage: Usage | None = None
         try:
             async for delta in deltas:
-                if delta.reply is not None and reservation.state == "active":
-                    self._charge(reservation, delta.reply)
-                    usage = delta.reply.usage
-                    if journal is not None:
-                        await journal.settled(handle, usage)
+                if delta.reply is None:
+                    counted += len(delta.logprobs) or 1  # one delta a token
+                    reservation.streamed = counted
+                elif reservation.state == "active":
+                    usage = await self._settle_stream(request, reservation, delta.reply, handle)
                 yield delta
-        except Exception:
-            if journal is not None and usage is None:
-                reservation.release()
-                await journal.settled(handle, None)
+        except Exception as exc:
+            if usage is None:
+                reservation.end(exc)  # charged what it consumed once tokens came
+                if journal is not None:
+                    await journal.settled(handle, None)
+            raise
+        except BaseException:
+            # Abandoned (``GeneratorExit``) or cancelled: it was served this far.
+            self._spent += reservation.charge_consumed()
             raise
         finally:
             reservation.release()  # a no-op once charged
             aclose = getattr(deltas, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    async def _settle_stream(
+        self, request: ModelRequest, reservation: Reservation, reply: ModelReply, handle: str
+    ) -> Usage:
+        """A stream's final reply: charged, journaled, reported."""
+        self._charge(reservation, reply)
+        journal = self._ledger.journal
+        if journal is not None:
+            await journal.settled(handle, reply.usage)
+        if self._after is not None:
+            await self._after(request, reply)
+        return reply.usage
 
     # -- lifetime: the wrapped backend's owner opens and closes it -----------
 
@@ -215,4 +250,4 @@ class MeteredBackend:
         return f"MeteredBackend({self._backend.name!r}, ledger={self._ledger.name!r})"
 
 
-__all__ = ["MeteredBackend"]
+__all__ = ["AfterCall", "MeteredBackend"]

@@ -29,6 +29,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from agentrt.protocols._events import (
     ErrorRaised,
     Event,
+    ModelCalled,
     RolloutFinished,
     RolloutStarted,
     RunFinished,
@@ -37,6 +38,7 @@ from agentrt.protocols._events import (
     ToolCalled,
     VoteCast,
 )
+from agentrt.protocols._usage import Usage
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.observe._tracing_config import TracingSettings
@@ -306,6 +308,8 @@ class _RunSpans:
                 self._last_finish = max(self._last_finish, event.ts)
             case VoteCast():
                 self._vote(event)
+            case ModelCalled():
+                self._model_called(event)
             case ErrorRaised(fatal=True) if self._run is not None:
                 self._run.set_status(Status(StatusCode.ERROR, event.message[:_TEXT_ATTR]))
             case RunFinished():
@@ -329,17 +333,16 @@ class _RunSpans:
                 f"chat {requested}",
                 span,
                 step.started_at,
+                **_chat_attributes(
+                    requested,
+                    served=reply.model,
+                    backend=reply.backend,
+                    request_id=reply.request_id,
+                    usage=reply.usage,
+                    finish_reasons=[c.finish_reason for c in reply.choices],
+                    latency_s=reply.latency_s,
+                ),
                 **{
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.request.model": requested,
-                    "gen_ai.response.model": reply.model,
-                    "gen_ai.provider.name": reply.backend or None,
-                    "gen_ai.response.id": reply.request_id,
-                    "gen_ai.usage.input_tokens": reply.usage.prompt_tokens,
-                    "gen_ai.usage.output_tokens": reply.usage.completion_tokens,
-                    "gen_ai.usage.cached_input_tokens": reply.usage.cached_prompt_tokens,
-                    "gen_ai.response.finish_reasons": [c.finish_reason for c in reply.choices],
-                    "agentrt.latency_s": reply.latency_s,
                     "agentrt.routing.policy": step.routing.policy if step.routing else None,
                     "agentrt.routing.reason": step.routing.reason if step.routing else None,
                 },
@@ -379,16 +382,48 @@ class _RunSpans:
             span.set_status(Status(StatusCode.ERROR, event.stop_reason or event.status))
         span.end(_ns(event.ts))
 
-    def _vote(self, event: VoteCast) -> None:
+    def _aggregating(self, aggregator: str, ts: float) -> Span | None:
+        """The run's aggregation span, started (at the last rollout's end)
+        by the first of its votes or model calls."""
         if self._aggregation is None:
-            start = self._last_finish or event.ts
+            start = min(self._last_finish or ts, ts)
             self._aggregation = self._child(
-                f"aggregate {event.aggregator}",
+                f"aggregate {aggregator}",
                 self._run,
                 start,
-                **{"agentrt.aggregator": event.aggregator},
+                **{"agentrt.aggregator": aggregator},
             )
             self._last_vote = start
+        return self._aggregation
+
+    def _model_called(self, event: ModelCalled) -> None:
+        """A summary's, judge's, aggregation agent's or the warm-up's call:
+        a ``chat`` span under the aggregation (or the run)."""
+        start = event.ts - event.latency_s
+        parent = (
+            self._aggregating(event.aggregator or "", start)
+            if event.purpose == "aggregation"
+            else self._run
+        )
+        span = self._child(
+            f"chat {event.model}",
+            parent,
+            start,
+            **_chat_attributes(
+                event.model,
+                served=event.response_model,
+                backend=event.backend,
+                request_id=event.request_id,
+                usage=event.usage,
+                finish_reasons=event.finish_reasons,
+                latency_s=event.latency_s,
+            ),
+            **{"agentrt.purpose": event.purpose, "agentrt.aggregator": event.aggregator},
+        )
+        span.end(_ns(event.ts))
+
+    def _vote(self, event: VoteCast) -> None:
+        self._aggregating(event.aggregator, event.ts)
         judge = self._child(
             f"judge {event.aggregator} round {event.round}",
             self._aggregation,
@@ -430,6 +465,31 @@ class _RunSpans:
             run.set_status(Status(StatusCode.ERROR, event.status))
         run.end(_ns(event.ts))
         self._run = None
+
+
+def _chat_attributes(
+    requested: str,
+    *,
+    served: str,
+    backend: str,
+    request_id: str | None,
+    usage: Usage,
+    finish_reasons: list[str],
+    latency_s: float,
+) -> dict[str, Any]:
+    """A model call's GenAI semantic-convention attributes."""
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": requested,
+        "gen_ai.response.model": served,
+        "gen_ai.provider.name": backend or None,
+        "gen_ai.response.id": request_id,
+        "gen_ai.usage.input_tokens": usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": usage.completion_tokens,
+        "gen_ai.usage.cached_input_tokens": usage.cached_prompt_tokens,
+        "gen_ai.response.finish_reasons": finish_reasons,
+        "agentrt.latency_s": latency_s,
+    }
 
 
 __all__ = ["EventObserver", "RunTracer", "SpanQueue"]

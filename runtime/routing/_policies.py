@@ -356,6 +356,7 @@ class RolloutRouter:
         prompt_tokens: int,
         max_tokens: int,
         n: int = 1,
+        min_tokens: int | None = None,
     ) -> StepContext:
         """The ``StepContext`` for the next step, history filled in."""
         return StepContext(
@@ -365,6 +366,7 @@ class RolloutRouter:
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             n=n,
+            min_tokens=min_tokens,
             previous_tier=self._previous,
             steps_on_tier=self._on_tier,
         )
@@ -401,12 +403,17 @@ class RolloutRouter:
         prompt_tokens: int,
         max_tokens: int,
         n: int = 1,
+        min_tokens: int | None = None,
     ) -> tuple[RoutingDecision, Reservation]:
         """Route on the ledger's headroom and reserve the chosen call.
 
-        Parallel rollouts may take the headroom between the two; then the
-        step is routed again on the fresh headroom (at most once per tier),
-        so a cheaper tier is tried before ``BudgetExceeded`` propagates."""
+        With ``min_tokens``, a call whose worst case does not fit is booked
+        with ``max_tokens`` lowered to its share of what is left (read it on
+        the reservation), and refused only when not even ``min_tokens``
+        fit (``BudgetLedger.reserve``).  Parallel rollouts may take the
+        headroom between the two; then the step is routed again on the
+        fresh headroom (at most once per tier), so a cheaper tier is tried
+        before ``BudgetExceeded`` propagates."""
         retries_left: int | None = None  # counted on the first refusal only
         while True:
             ctx = self.context(
@@ -416,10 +423,13 @@ class RolloutRouter:
                 prompt_tokens=prompt_tokens,
                 max_tokens=max_tokens,
                 n=n,
+                min_tokens=min_tokens,
             )
             decision = self.policy.route(ctx)
             try:
-                reservation = ledger.reserve(decision.model, prompt_tokens, max_tokens, n=n)
+                reservation = ledger.reserve(
+                    decision.model, prompt_tokens, max_tokens, n=n, min_tokens=min_tokens
+                )
             except BudgetExceeded:
                 if retries_left is None:
                     retries_left = len(self.policy.ladder) - 1

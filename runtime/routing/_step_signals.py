@@ -56,6 +56,10 @@ class StepContext(msgspec.Struct, frozen=True, kw_only=True):
     """Completion cap of the call about to be made."""
     n: int = 1
     """Samples the call asks for."""
+    min_tokens: int | None = None
+    """The fewest completion tokens per sample a call may be lowered to
+    when its worst case does not fit the budget (``None``: never lowered;
+    a call that does not fit is refused)."""
     previous_tier: str | None = None
     """Tier that served the previous step (``None`` on the first step)."""
     steps_on_tier: int = 0

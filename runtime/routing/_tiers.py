@@ -139,6 +139,31 @@ class TierLadder:
             if first_miss is None:
                 first_miss = (cap, tokens, pico)
             chosen -= 1
+        if chosen < 0 and ctx.min_tokens is not None:
+            # No tier fits in full: the cheapest runs with fewer tokens
+            # (the ledger lowers ``max_tokens`` to its share), if it can
+            # still do useful work.
+            tokens = ctx.prompt_tokens + ctx.n * ctx.min_tokens
+            if (
+                room.shortfall(
+                    tokens,
+                    self.rates[0].worst_case_pico(ctx.prompt_tokens, tokens - ctx.prompt_tokens),
+                )
+                is None
+            ):
+                tier = self.tiers[0]
+                notes.append(
+                    f"{tier.name} with max_tokens lowered to fit the "
+                    f"{self._left(first_miss[0] if first_miss else 'max_tokens', ctx)} left"
+                )
+                return RoutingDecision(
+                    model=tier.model,
+                    policy=policy,
+                    reason="; ".join(notes),
+                    tier=tier.name,
+                    budget_left_usd=room.usd,
+                    budget_left_tokens=room.tokens,
+                )
         if chosen < 0:
             raise BudgetExceeded(self._unaffordable(ctx), limit=first_miss[0] if first_miss else "")
         if first_miss is not None:

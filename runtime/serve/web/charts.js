@@ -142,10 +142,12 @@ function matchBox(vote, label, runId) {
   });
   // Say why a winner went through when no vote decided it: a bye, the same
   // answer on every side (nothing to judge), or no verdict the judge gave
-  // could be read (every count 0: the tie rule chose).
+  // could be read (every count 0: the tie rule chose); or why none did: the
+  // budget cap stopped the judges first (no winner, all stay in).
   const counts = vote.votes ? Object.values(vote.votes) : [];
   let note = null;
-  if (vote.candidates.length === 1) note = 'bye';
+  if (!vote.winner && vote.candidates.length > 1) note = 'budget cap: not decided';
+  else if (vote.candidates.length === 1) note = 'bye';
   else if (!counts.length) note = 'same answer: not judged';
   else if (counts.every((c) => c === 0)) note = 'no verdict parsed: tie broken';
   return h(

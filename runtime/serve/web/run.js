@@ -262,6 +262,7 @@ export class RunView {
         this.notes.push({ kind: ev.fatal ? 'fatal' : 'error', text: `${ev.where}: ${ev.message}`, rollout: ev.rollout_id });
         break;
       case 'run_finished':
+        this.stopped = ev.stopped || null;
         if (this.info) {
           this.info = { ...this.info, status: ev.status, answer: ev.answer, cost: ev.cost };
         }
@@ -323,6 +324,7 @@ export class RunView {
       row('Cost', this.costText(info), 'run-cost'),
       row('Answer', info.answer, 'run-answer'),
       row('Why', this.result ? this.result.rationale : null, 'run-rationale'),
+      row('Cut short', cutText(this.stopped || (this.result && this.result.stopped)), 'run-stopped'),
       row('Error', info.error, 'run-error'),
       info.resumed ? row('Resumed', `${info.resumed}×`, 'run-resumed') : null,
     );
@@ -487,4 +489,13 @@ export class RunView {
     }
     this.schedule();
   }
+}
+
+/** How a budget cap cut the run short (`BudgetCut.describe`), or null. */
+function cutText(cut) {
+  if (!cut) return null;
+  let text = `by ${cut.limit}: ${cut.finished} of ${cut.rollouts} rollouts finished`;
+  if (cut.cut) text += ` (${cut.cut} stopped by the cap)`;
+  if (cut.aggregation) text += ', and the aggregation was stopped before it decided';
+  return text;
 }

@@ -6,6 +6,8 @@
 the id and name first and the arguments in pieces,
 ``stream_options.include_usage`` adding a final usage chunk, then
 ``data: [DONE]``).  Usage carries ``prompt_tokens_details.cached_tokens``.
+A request header ``X-Sim-Delay-Ms`` delays that request's first token by as
+much more (a test's slow request among fast ones).
 
 ``POST /v1/completions``: a prompt (or a list), ``n``, legacy ``logprobs``
 (an int), ``stream``.  ``GET /v1/models`` lists the one served model.
@@ -216,6 +218,7 @@ class OpenAIEndpoints:
                 return self._bad_request(f"invalid chat completion request: {exc}")
             prompt_ids = prompt.ids
             cached, ttft = engine.prefill(prompt_ids)
+            ttft += _extra_delay(request)
             temperature = 1.0 if req.temperature is None else req.temperature
             choices = [
                 engine.reply(
@@ -235,6 +238,11 @@ class OpenAIEndpoints:
             lp = (req.top_logprobs or 0) if req.logprobs else -1
             cid = engine.next_id("chatcmpl-sim")
             created = int(time.time())
+            step = engine.config.token_ms / 1000
+            gen.generating(
+                len(prompt_ids),
+                sorted(ttft + k * step for c in choices for k in range(len(c.pieces))),
+            )
             if not req.stream:
                 body = {
                     "id": cid,
@@ -265,7 +273,6 @@ class OpenAIEndpoints:
                 "model": engine.config.model,
             }
             envelope = _envelope(head)
-            step = engine.config.token_ms / 1000
             frames = [
                 f
                 for i, c in enumerate(choices)
@@ -375,6 +382,16 @@ class OpenAIEndpoints:
             response = await gen.stream(frames, SSE_DONE)
             engine.complete(full, prompt_tokens, completion, cached_total)
             return response
+
+
+def _extra_delay(request: web.Request) -> float:
+    """Seconds ``X-Sim-Delay-Ms`` adds before the first token (0 without it
+    or when it is not a number >= 0)."""
+    try:
+        ms = float(request.headers.get("X-Sim-Delay-Ms", "0"))
+    except ValueError:
+        return 0.0
+    return ms / 1000 if ms >= 0 else 0.0
 
 
 def _legacy_logprobs(pieces: list[str], k: int, salt: int, first: int = 0) -> dict[str, Any]:

@@ -51,6 +51,10 @@ class SimEngine:
         self.max_in_flight = self.in_flight
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        # What the abandoned requests got through: their prompts, and the
+        # tokens generated before the client went away.
+        self.abandoned_prompt_tokens = 0
+        self.abandoned_completion_tokens = 0
         self.cached_tokens = 0
         self.completed = 0
         self.abandoned = 0
@@ -160,6 +164,8 @@ class SimEngine:
                 "prompt": self.prompt_tokens,
                 "completion": self.completion_tokens,
                 "cached": self.cached_tokens,
+                "abandoned_prompt": self.abandoned_prompt_tokens,
+                "abandoned_completion": self.abandoned_completion_tokens,
             },
             "cache": {
                 "query_requests": c.query_requests,

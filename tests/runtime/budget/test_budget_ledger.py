@@ -184,6 +184,96 @@ async def test_a_call_cancelled_in_flight_is_charged_as_reserved() -> None:
     assert ledger.snapshot().spent.model_calls == 2
 
 
+@pytest.mark.anyio
+async def test_a_counted_call_cancelled_in_flight_is_charged_what_it_consumed() -> None:
+    """A caller that streamed the call and counted 7 tokens: the cancelled
+    call is charged its prompt as the last reply reported prompts like it
+    (here 80 of an estimated 100) and those 7, not its 400."""
+    ledger = BudgetLedger("run", Budget(max_tokens=2000))
+    with ledger.reserve("m", 100, 10) as first:
+        first.charge(Usage(prompt_tokens=80, completion_tokens=5))
+    started = anyio.Event()
+
+    async def call() -> None:
+        async with ledger.reserve("m", 100, 400) as reservation:
+            reservation.streamed = 7
+            started.set()
+            await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        with anyio.fail_after(5):
+            await started.wait()
+        tg.cancel_scope.cancel()
+    snap = ledger.snapshot()
+    assert snap.spent.usage == Usage(prompt_tokens=160, completion_tokens=12)
+    assert (snap.spent.model_calls, snap.cancelled_calls, snap.in_flight) == (2, 1, 0)
+
+
+def test_a_streamed_call_that_fails_after_tokens_came_is_charged_them() -> None:
+    ledger = BudgetLedger("run", Budget(max_tokens=2000))
+
+    def fail(streamed: int, error: Exception) -> None:
+        with ledger.reserve("m", 100, 400) as reservation:
+            reservation.streamed = streamed
+            raise error
+
+    with pytest.raises(TimeoutError):
+        fail(30, TimeoutError())  # the call's deadline, mid-stream
+    with pytest.raises(ConnectionError):
+        fail(0, ConnectionError())  # before a token came: it cost nothing
+    snap = ledger.snapshot()
+    assert snap.spent.usage == Usage(prompt_tokens=100, completion_tokens=30)
+    assert (snap.spent.model_calls, snap.cancelled_calls, snap.in_flight) == (1, 1, 0)
+
+
+def test_a_call_that_does_not_fit_is_lowered_to_its_fair_share() -> None:
+    """8 rollouts announced under 4,000 tokens: each call gets 500 (its
+    prompt and 400 of the 1,000 asked for) while the others have not asked;
+    a finished rollout no longer shares; only a call that cannot get
+    ``min_tokens`` is refused, and no cap is crossed."""
+    run = BudgetLedger("run", Budget(max_tokens=4000))
+    run.expect_children(8)
+    rollouts = [run.child(f"r{i}") for i in range(8)]
+    first = rollouts[0].reserve("m", 100, 1000, min_tokens=32)
+    assert (first.max_tokens, first.tokens) == (400, 500)
+    # Without ``min_tokens`` a call is never lowered: it fits or is refused.
+    strict = rollouts[1].reserve("m", 100, 1000)
+    assert strict.max_tokens == 1000
+    strict.release()
+    held = [r.reserve("m", 100, 1000, min_tokens=32) for r in rollouts[1:]]
+    assert [h.max_tokens for h in held] == [400] * 7
+    assert run.snapshot().left_tokens == 0
+    with pytest.raises(BudgetExceeded, match="max_tokens"):
+        rollouts[0].reserve("m", 100, 1000, min_tokens=32)
+    # Four rollouts end having used little; the four left share what is free.
+    for reservation in [first, *held[:3]]:
+        reservation.charge(Usage(prompt_tokens=100, completion_tokens=20))
+    for ledger in rollouts[:4]:
+        ledger.finish()
+    for h in held[3:6]:
+        h.charge(Usage(prompt_tokens=100, completion_tokens=20))
+    # 4 x 120 + 3 x 120 spent, one call (500) in flight: 2,660 left, and 3
+    # rollouts (r4..r6) with none in flight share it with nobody else.
+    again = rollouts[4].reserve("m", 100, 1000, min_tokens=32)
+    assert again.max_tokens == 2660 // 3 - 100
+    # A prompt that leaves less than ``min_tokens`` is refused.
+    with pytest.raises(BudgetExceeded):
+        rollouts[5].reserve("m", 2660 - again.tokens - 10, 1000, min_tokens=32)
+    assert run.snapshot().spent.usage.total_tokens + run.snapshot().reserved_tokens <= 4000
+
+
+def test_a_usd_cap_lowers_a_call_to_what_its_share_can_pay() -> None:
+    run = BudgetLedger("run", Budget(max_usd=0.001), PRICES)  # 1e9 pico
+    run.expect_children(2)
+    a, b = run.child("a"), run.child("b")
+    # Half of $0.001 is 5e8 pico: 100 prompt tokens (1e8) leave 2e8 completion tokens'
+    # worth at 2e6 pico each: 200 tokens.
+    got = a.reserve("m", 100, 1000, min_tokens=8)
+    assert got.max_tokens == 200
+    assert b.reserve("m", 100, 1000, min_tokens=8).max_tokens == 200
+
+
 def test_prompt_estimates_are_calibrated_by_what_the_server_reported() -> None:
     ledger = BudgetLedger("run")
     with ledger.reserve("m", 100, 10) as first:

@@ -1,4 +1,5 @@
-"""Property: many concurrent rollouts never push a ledger over its caps, and
+"""Property: many concurrent rollouts never push a ledger over its caps
+(whether a call that does not fit is refused or lowered to its share), and
 the ledger's totals equal the sum of the usage servers reported, exactly."""
 
 from __future__ import annotations
@@ -134,8 +135,11 @@ async def run_plan(
     async def rollout(index: int, calls: list[Call]) -> None:
         ledger = tasks[index % TASKS]
         for model, estimate, max_tokens, n, p_share, c_share, hit_share, pauses in calls:
+            # Half the rollouts take a call lowered to their share of what
+            # is left (``min_tokens``) rather than a refusal.
+            fitted = 16 if index % 2 else None
             try:
-                reservation = ledger.reserve(model, estimate, max_tokens, n=n)
+                reservation = ledger.reserve(model, estimate, max_tokens, n=n, min_tokens=fitted)
             except BudgetExceeded:
                 outcome.refused += 1
                 continue
@@ -145,7 +149,7 @@ async def run_plan(
                 prompt = int(estimate * p_share)
                 usage = Usage(
                     prompt_tokens=prompt,
-                    completion_tokens=int(n * max_tokens * c_share),
+                    completion_tokens=int(n * reservation.max_tokens * c_share),
                     cached_prompt_tokens=int(prompt * hit_share),
                 )
                 reservation.charge(usage)

@@ -139,6 +139,25 @@ def test_run_prints_each_answer_how_it_ended_the_plurality_and_usage(
     assert "$" not in lines[-1]  # no price for fake-1: no cost shown, rather than $0
 
 
+def test_run_says_when_a_budget_cap_cut_it_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 3 rollouts, a token cap for about one call: the first answers, the
+    # others cannot get the fewest tokens a step may have.
+    config = _config(tmp_path, SCRIPTED)
+    argv = ["run", "Capital?", "--rollouts", "3", "--budget-tokens", "130", "--config", config]
+    code = main([*argv, "--json"])
+    result = decode(capsys.readouterr().out, RunResult)
+    assert result.stopped is not None, result
+    assert result.stopped.limit == "max_tokens"
+    assert result.stopped.rollouts == 3
+    assert result.stopped.cut == 3 - result.stopped.finished >= 1
+    assert code == (0 if result.answer is not None else 1)
+    main(argv)
+    out = capsys.readouterr().out.splitlines()
+    assert f"run {result.status}, {result.stopped.describe()}" in out, out
+
+
 def test_run_json_is_a_run_result_with_exact_usage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,6 +28,7 @@ from agentrt.protocols import (
     Usage,
     VoteCast,
 )
+from agentrt.protocols._usage import BudgetCut
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.cli._progress import ProgressState, live_progress, render
 
@@ -169,6 +170,17 @@ def test_render_shows_rows_bracket_and_budget() -> None:
     assert "error rollout 2: boom" in lines
     state.apply(script[-1])
     assert "run succeeded: 4" in _text(state).splitlines()
+
+
+def test_a_run_a_cap_cut_short_says_so() -> None:
+    state = ProgressState(cap_tokens=1000)
+    for event in _script()[:-1]:
+        state.apply(event)
+    stopped = BudgetCut(limit="max_tokens", rollouts=3, finished=2, cut=1)
+    state.apply(RunFinished(run_id=RUN, status="succeeded", answer="4", stopped=stopped))
+    lines = _text(state).splitlines()
+    assert "run succeeded: 4" in lines
+    assert "cut short by max_tokens: 2 of 3 rollouts finished (1 stopped by the cap)" in lines
 
 
 @pytest.mark.anyio

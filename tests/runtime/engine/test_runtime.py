@@ -93,8 +93,13 @@ class Recording:
         self.calls += 1
         return reply
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
-        return self.inner.stream(request)
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+        # A run that may stop its rollouts early streams their calls.
+        async for delta in self.inner.stream(request):
+            if delta.reply is not None:
+                self.usage = self.usage + delta.reply.usage
+                self.calls += 1
+            yield delta
 
     async def __aenter__(self) -> Self:
         return self

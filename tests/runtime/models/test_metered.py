@@ -1,5 +1,5 @@
 """``MeteredBackend``: every call reserved on the ledger first, charged
-after, released when it fails, is cancelled or is abandoned."""
+after, released when it fails, charged what it consumed when abandoned."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ async def test_a_failed_call_is_released_and_a_cancelled_one_charged_as_reserved
     assert backend.in_flight == 0
 
 
-async def test_a_stream_is_charged_on_its_final_delta_and_released_when_abandoned() -> None:
+async def test_a_stream_is_charged_on_its_final_delta_and_what_it_consumed_when_abandoned() -> None:
     backend = ScriptedBackend(["one two three four", "five six seven"])
     ledger = BudgetLedger("run")
     metered = MeteredBackend(backend, ledger)
@@ -122,8 +122,13 @@ async def test_a_stream_is_charged_on_its_final_delta_and_released_when_abandone
             assert delta.content
             assert ledger.snapshot().in_flight == 1
             break
+    # One delta received: the abandoned call is charged its prompt (scaled
+    # as the first call's was reported) and that token, not its 50.
     snap = ledger.snapshot()
-    assert (snap.in_flight, snap.spent.model_calls) == (0, 1)
+    assert (snap.in_flight, snap.spent.model_calls, snap.cancelled_calls) == (0, 2, 1)
+    abandoned = snap.spent.usage.completion_tokens - final.usage.completion_tokens
+    assert abandoned == 1
+    assert snap.spent.usage.prompt_tokens == 2 * final.usage.prompt_tokens
 
 
 async def test_the_model_priced_is_the_requests_or_the_backends_first() -> None:

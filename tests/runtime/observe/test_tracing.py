@@ -130,6 +130,52 @@ async def test_a_run_is_one_trace_nested_run_rollout_step_call() -> None:
     assert tracer.dropped == 0
 
 
+def judged_or_42(request: ModelRequest) -> ReplySpec:
+    text = str(request.messages[-1].content or "")
+    if "Attempt" in text or "attempt" in text:  # a judge of the tournament
+        return ScriptedReply(content="The first attempt is right.\nVERDICT: 1")
+    if "Summarize" in text or "summar" in text.lower():  # a model summary
+        return ScriptedReply(content='{"answer": "42", "confidence": 0.9}')
+    return one_tool_then_42(request)
+
+
+@pytest.mark.anyio
+async def test_every_model_call_has_a_span_summaries_and_judges_too() -> None:
+    exporter = InMemorySpanExporter()
+    tracer = RunTracer(_settings("http://127.0.0.1:9/v1/traces"), exporter=exporter)
+    backend = ScriptedBackend(judged_or_42, models=["gpt-4o-mini"])
+    config = {"agents": AGENTS, "summarizer": "model"}
+    async with Runtime(config, backends=[backend], tools=[Calculator()]) as rt:
+        rt.tracer = tracer
+        options = {"skip_agreeing": False}
+        result = await rt.run(
+            "6*7?",
+            agent="solver",
+            scaling=ScalingSpec(rollouts=4, aggregate="rtv", options=options),
+        )
+    tracer.close()
+    assert result.status == "succeeded"
+    spans = list(exporter.get_finished_spans())
+    index = _by_id(spans)
+    chats = [s for s in spans if s.name == "chat gpt-4o-mini"]
+    assert len(chats) == len(backend.requests) == result.cost.model_calls
+    parents = [_parent_name(s, index) or "" for s in chats]
+    assert sum(1 for p in parents if p.startswith("step ")) == 8
+    assert parents.count("invoke_agent solver") == 4  # a summary per rollout
+    judged = parents.count("aggregate rtv")
+    assert judged >= 3  # a judge call per comparison at least
+    for span in chats:
+        attrs = span.attributes
+        assert attrs is not None
+        assert attrs["gen_ai.operation.name"] == "chat"
+        assert attrs["gen_ai.request.model"] == "gpt-4o-mini"
+        assert isinstance(attrs["gen_ai.usage.input_tokens"], int)
+        assert attrs["gen_ai.usage.input_tokens"] > 0
+    purposes = sorted(str((s.attributes or {}).get("agentrt.purpose", "step")) for s in chats)
+    assert purposes.count("aggregation") == judged
+    assert purposes.count("summary") == 4
+
+
 @pytest.mark.anyio
 async def test_sampled_out_runs_record_nothing() -> None:
     exporter = InMemorySpanExporter()
@@ -342,9 +388,9 @@ async def test_phoenix_receives_a_tournament_as_one_trace(phoenix: str) -> None:
     async with Runtime(config, backends=[backend], tools=[Calculator()]) as rt:
         tracer = rt.tracer
         assert tracer is not None
-        result = await rt.run(
-            "6*7?", agent="solver", scaling=ScalingSpec(rollouts=4, aggregate="rtv")
-        )
+        # Judge the rollouts although they agree: the judges' calls get spans too.
+        scaling = ScalingSpec(rollouts=4, aggregate="rtv", options={"skip_agreeing": False})
+        result = await rt.run("6*7?", agent="solver", scaling=scaling)
     assert result.status == "succeeded"
     assert tracer.dropped == 0
     client = Client(base_url=phoenix)
@@ -370,9 +416,11 @@ async def test_phoenix_receives_a_tournament_as_one_trace(phoenix: str) -> None:
     judges = [s for s in spans if s["name"].startswith("judge rtv")]
     assert judges
     assert {parent(s) for s in judges} == {"aggregate rtv"}
+    # One model-call span per call the model saw: the steps', the judges'.
     chats = [s for s in spans if s["name"] == "chat gpt-4o-mini"]
-    assert len(chats) == 8
-    assert all(parent(s).startswith("step ") for s in chats)
+    assert len(chats) == len(backend.requests)
+    assert sum(1 for s in chats if parent(s).startswith("step ")) == 8
+    assert {parent(s) for s in chats if not parent(s).startswith("step ")} == {"aggregate rtv"}
     usage = chats[0]["attributes"]
     assert usage["gen_ai.request.model"] == "gpt-4o-mini"
     assert usage["gen_ai.usage.input_tokens"] > 0
