@@ -45,6 +45,7 @@ __all__ = [
     "ServerConfig",
     "StoreConfig",
     "ToolsConfig",
+    "WebhookConfig",
     "config_from_mapping",
     "default_store_path",
     "exact_origin",
