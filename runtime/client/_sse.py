@@ -61,7 +61,7 @@ class SseReader:
 
 def reconnect_wait(attempt: int) -> float:
     """The wait before reconnection number ``attempt`` (1, 2...)."""
-    return min(RECONNECT_WAIT_S * 2 ** (attempt - 1), MAX_RECONNECT_WAIT_S)
+    return min(RECONNECT_WAIT_S * 2.0 ** (attempt - 1), MAX_RECONNECT_WAIT_S)
 
 
 def request_body(request: RunRequest | str) -> bytes:

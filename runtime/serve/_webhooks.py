@@ -95,6 +95,8 @@ class _Job:
     url: str
     event: WebhookEvent
     created_at: float
+    tried: int = 0
+    """Tries made before (by a daemon that stopped before the last one)."""
 
 
 class _State(enum.Enum):
@@ -147,7 +149,37 @@ class WebhookSender:
         for _ in range(self.config.senders):
             self._tg.start_soon(self._work, receive.clone())
         receive.close()
+        await self._resume()
         return self
+
+    async def _resume(self) -> None:
+        """Queue again the deliveries an earlier daemon left ``pending``
+        (they go on with the tries left; past the queue's room, they wait
+        for the next start)."""
+        assert self._send is not None
+        for delivery in await self.store.pending_deliveries():
+            run = await self.store.run_info(delivery.run_id)
+            if run is None:
+                continue
+            event = WebhookEvent(
+                delivery_id=delivery.delivery_id, kind=delivery.kind, run=run, ts=time.time()
+            )
+            job = _Job(
+                url=delivery.url,
+                event=event,
+                created_at=delivery.created_at,
+                tried=delivery.attempts,
+            )
+            try:
+                self._send.send_nowait(job)
+            except anyio.WouldBlock:
+                return
+            log.info(
+                "webhook_resumed",
+                run_id=delivery.run_id,
+                receiver=_host(delivery.url),
+                tried=delivery.attempts,
+            )
 
     async def __aexit__(
         self,
@@ -161,7 +193,8 @@ class WebhookSender:
         assert self._send is not None
         self._send.close()
         # Deliveries still waiting for a try are not waited for: shutdown
-        # stays prompt, and their records say ``pending``.
+        # stays prompt; their records say ``pending`` and the next start
+        # queues them again (``_resume``).
         self._tg.cancel_scope.cancel()
         try:
             await self._tg.__aexit__(None, None, None)
@@ -231,7 +264,7 @@ class WebhookSender:
         assert self._secret is not None
         body = msgspec.json.encode(job.event)
         config = self.config
-        for attempt in range(1, config.attempts + 1):
+        for attempt in range(job.tried + 1, max(config.attempts, job.tried + 1) + 1):
             status: int | None = None
             try:
                 headers = {
@@ -257,7 +290,7 @@ class WebhookSender:
                 error = f"no answer within {config.timeout_s} s (server.webhook.timeout_s)"
             except httpx.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"
-            last = attempt == config.attempts
+            last = attempt >= config.attempts
             await self._record(job, "failed" if last else "pending", attempt, status, error)
             log.warning(
                 "webhook_attempt_failed",

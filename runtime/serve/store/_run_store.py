@@ -713,6 +713,13 @@ class RunStore:
         )
         return [msgspec.json.decode(body, type=WebhookDelivery) for (body,) in rows]
 
+    async def pending_deliveries(self) -> list[WebhookDelivery]:
+        """Webhook deliveries not yet delivered nor given up (an earlier
+        daemon stopped before their last try), oldest first."""
+        rows = await self._read("SELECT body FROM webhook_deliveries ORDER BY rowid")
+        found = [msgspec.json.decode(body, type=WebhookDelivery) for (body,) in rows]
+        return [d for d in found if d.status == "pending"]
+
     async def integrity_check(self) -> str:
         rows = await self._read("PRAGMA integrity_check")
         return str(rows[0][0])

@@ -203,3 +203,33 @@ async def test_a_daemon_without_a_secret_takes_no_webhook(tmp_path: Path, daemon
         document = (await http.get("/openapi.json")).json()
         schema = document["components"]["schemas"]["RunRequestBody"]["properties"]["webhook"]
         assert schema["type"] == "null"
+
+
+async def test_a_delivery_pending_at_shutdown_is_tried_again_on_the_next_start(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    db = tmp_path / "runs.db"
+    with receiver(fail=1) as rec:
+        # A long wait after the failed first try: the daemon stops during it.
+        waiting = _config(daemon_kit, tmp_path, url=rec.url, backoff_s=600)
+        async with (
+            daemon_kit.running(waiting, daemon_kit.scripted(steps=1)) as daemon,
+            AsyncClient(daemon.url) as client,
+        ):
+            run = await client.create_run("t")
+            with anyio.fail_after(20):
+                while True:
+                    found = _deliveries(db)
+                    if found and found[0]["attempts"] == 1:
+                        break
+                    await anyio.sleep(0.02)
+        assert [(d["status"], d["attempts"], d["last_status"]) for d in _deliveries(db)] == [
+            ("pending", 1, 500)
+        ]
+        async with daemon_kit.running(_config(daemon_kit, tmp_path, url=rec.url)):
+            delivered = await _until_delivery(db, "delivered")
+    assert delivered["run_id"] == run.run_id
+    assert delivered["attempts"] == 2  # the second try, counted on from the first daemon
+    assert len(rec.requests) == 2
+    event = verify_webhook(rec.requests[-1][1], rec.requests[-1][0], SECRET)
+    assert event.run.status == "succeeded"
