@@ -5,16 +5,18 @@ connection is cut."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
 from agentrt import InvalidRequestError, RuntimeFailure, UserError
 from agentrt.client import (
     AsyncClient,
+    Client,
     DaemonUnavailable,
     NotFound,
     RequestRefused,
@@ -51,6 +53,50 @@ class _CutStream(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class _SyncCutStream(httpx.SyncByteStream):
+    """``_CutStream`` for the blocking client."""
+
+    def __init__(self, inner: httpx.SyncByteStream, events: int) -> None:
+        self.inner = inner
+        self.events = events
+
+    def __iter__(self) -> Iterator[bytes]:
+        seen = 0
+        for chunk in self.inner:
+            yield chunk
+            seen += chunk.count(b"\nid: ") + chunk.startswith(b"id: ")
+            if seen >= self.events:
+                raise httpx.RemoteProtocolError("peer closed connection (cut by the test)")
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class SyncCuttingTransport(httpx.BaseTransport):
+    """``CuttingTransport`` for the blocking client."""
+
+    def __init__(self, events: int) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.events = events
+        self.cut = False
+        self.requests: list[tuple[str, str, str | None]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(
+            (request.method, request.url.path, request.headers.get("last-event-id"))
+        )
+        response = self.inner.handle_request(request)
+        streaming = "text/event-stream" in response.headers.get("content-type", "")
+        if streaming and not self.cut:
+            self.cut = True
+            assert isinstance(response.stream, httpx.SyncByteStream)
+            response.stream = _SyncCutStream(response.stream, self.events)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class CuttingTransport(httpx.AsyncBaseTransport):
@@ -218,3 +264,87 @@ async def test_a_closed_or_unopened_client_says_so() -> None:
         await client.list_runs()
     with pytest.raises(RuntimeError, match="Cannot open"):
         await client.__aenter__()
+
+
+async def test_the_blocking_client_resumes_a_cut_create_and_follow(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    config = daemon_kit.config(tmp_path)
+    transport = SyncCuttingTransport(events=3)
+
+    def session(url: str) -> tuple[str | None, list[int], int, str]:
+        with Client(url, transport=transport) as client:
+            with client.create_and_follow(_request()) as events:
+                seqs = [event.seq for event in events]
+            assert events.run_id is not None
+            status = client.get_run(events.run_id).run.status
+            with pytest.raises(NotFound) as missing:
+                client.cancel_run("run-nope")
+            assert missing.value.where == "run_id"
+        return events.run_id, seqs, events.reconnects, status
+
+    async with daemon_kit.running(config, daemon_kit.scripted(steps=2, latency_s=0.02)) as daemon:
+        run_id, seqs, reconnects, status = await anyio.to_thread.run_sync(session, daemon.url)
+    assert transport.cut
+    assert reconnects == 1
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert status == "succeeded"
+    assert [(m, p) for m, p, _ in transport.requests[:2]] == [
+        ("POST", "/v1/runs"),
+        ("GET", f"/v1/runs/{run_id}/events"),
+    ]
+    assert int(transport.requests[1][2] or 0) >= 3
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind", "where"),
+    [
+        (
+            422,
+            b'{"error":"invalid_request","message":"bad","where":"task","status":422}',
+            RequestRefused,
+            "task",
+        ),
+        (
+            404,
+            b'{"error":"not_found","message":"no run","where":"run_id","status":404}',
+            NotFound,
+            "run_id",
+        ),
+        (
+            401,
+            b'{"error":"unauthorized","message":"no","where":"Authorization","status":401}',
+            Unauthorized,
+            "Authorization",
+        ),
+        (
+            429,
+            b'{"error":"too_many_runs","message":"full","where":"server.max_pending_runs",'
+            b'"status":429}',
+            DaemonUnavailable,
+            "server.max_pending_runs",
+        ),
+        (502, b"<html>bad gateway</html>", DaemonUnavailable, None),
+    ],
+)
+def test_each_refusal_becomes_its_exception(
+    status: int, body: bytes, kind: type[Exception], where: str | None
+) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body, headers={"retry-after": "3"})
+
+    with (
+        Client("http://daemon.test", transport=httpx.MockTransport(answer)) as client,
+        pytest.raises(kind) as raised,
+    ):
+        client.list_runs()
+    error = raised.value
+    assert type(error) is kind
+    assert isinstance(error, RequestRefused | DaemonUnavailable)
+    assert error.where == where
+    assert error.status == status
+    assert "GET /v1/runs" in str(error)
+    if isinstance(error, DaemonUnavailable):
+        assert error.retry_after == 3.0
+    if status == 502:
+        assert "bad gateway" in str(error)
