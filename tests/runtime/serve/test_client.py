@@ -157,6 +157,12 @@ async def test_create_and_follow_gives_the_daemons_own_events(
         page = await client.list_runs(status="succeeded")
         assert [r.run_id for r in page.runs] == [events.run_id]
 
+        # The document says POST /v1/runs may answer as the stream.
+        async with httpx.AsyncClient(base_url=daemon.url) as http:
+            document = (await http.get("/openapi.json")).json()
+        created = document["paths"]["/v1/runs"]["post"]["responses"]["201"]
+        assert sorted(created["content"]) == ["application/json", "text/event-stream"]
+
         # Following a finished run replays its stored events, from ``after``.
         async with client.follow(events.run_id, after=3) as again:
             replay = [e async for e in again]

@@ -22,6 +22,7 @@ import anyio
 import httpx
 import pytest
 
+from agentrt import ConfigError
 from agentrt.client import AsyncClient, RequestRefused, WebhookRejected, verify_webhook
 from agentrt.protocols import RunFinished, RunRequest
 
@@ -233,3 +234,17 @@ async def test_a_delivery_pending_at_shutdown_is_tried_again_on_the_next_start(
     assert len(rec.requests) == 2
     event = verify_webhook(rec.requests[-1][1], rec.requests[-1][0], SECRET)
     assert event.run.status == "succeeded"
+
+
+def test_a_configured_webhook_needs_a_secret_and_hides_it(tmp_path: Path, daemon_kit: Any) -> None:
+    with pytest.raises(ConfigError) as missing:
+        daemon_kit.config(tmp_path, server={"webhook": {"url": "https://hooks.example/x"}})
+    assert "server.webhook" in str(missing.value)
+    assert "secret" in str(missing.value)
+    with pytest.raises(ConfigError) as not_http:
+        daemon_kit.config(
+            tmp_path, server={"webhook": {"url": "ftp://hooks.example/x", "secret": SECRET}}
+        )
+    assert "server.webhook.url" in str(not_http.value)
+    config = _config(daemon_kit, tmp_path, url="https://hooks.example/x")
+    assert SECRET not in repr(config) + str(config)
