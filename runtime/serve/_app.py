@@ -416,8 +416,8 @@ def routes(manager: RunService) -> list[BaseRoute]:
             token=manager.config.server.resolved_token() is not None,
             models=[a.model for a in manager.agents()],
             max_rollouts=manager.config.server.max_rollouts,
-            usd_caps=manager.usd_caps,
             webhooks=takes_webhooks(manager.config.server.webhook),
+            usd_caps=manager.usd_caps,
         )
     )
 

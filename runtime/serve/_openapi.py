@@ -382,14 +382,14 @@ def openapi_document(
     token: bool,
     models: list[str] | None = None,
     max_rollouts: int | None = None,
-    usd_caps: bool = True,
     webhooks: bool = True,
+    usd_caps: bool = True,
 ) -> dict[str, Any]:
-    """The document served at ``/openapi.json`` (``models``: the model names
+    """The document served at ``/openapi.json`` (``webhooks``: whether runs
+    may name a ``webhook``, which needs a signing secret; ``models``: the model names
     of the agents, given as examples; ``max_rollouts``: the daemon's limit
     on a run's rollouts; ``usd_caps``: whether it takes ``max_usd``, which
-    needs model prices; ``webhooks``: whether it takes a run's ``webhook``,
-    which needs a signing secret)."""
+    needs model prices)."""
     (schemas, components) = msgspec.json.schema_components(
         _TYPES, ref_template="#/components/schemas/{name}"
     )
