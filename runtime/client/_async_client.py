@@ -26,8 +26,10 @@ from agentrt.runtime.client._sse import (
     decode_as,
     failure,
     gave_up,
+    not_a_stream,
     reconnect_wait,
     request_body,
+    run_location,
     stream_headers,
     unreachable,
 )
@@ -252,8 +254,10 @@ class AsyncClient:
                 ) as response:
                     if response.status_code >= 300:
                         raise failure(response, await response.aread())
-                    if events.run_id is None:
-                        events.run_id = response.headers.get("location", "").rsplit("/", 1)[-1]
+                    wrong = not_a_stream(response)
+                    if wrong is not None:
+                        raise wrong
+                    events.run_id = events.run_id or run_location(response)
                     reader = SseReader()
                     async for line in response.aiter_lines():
                         item = reader.line(line)

@@ -84,6 +84,27 @@ def failure(response: httpx.Response, body: bytes) -> Exception:
     return refusal(response.status_code, body, endpoint, response.headers.get("retry-after"))
 
 
+def not_a_stream(response: httpx.Response) -> DaemonUnavailable | None:
+    """``DaemonUnavailable`` when a success is not an event stream (a daemon
+    that does not stream ``POST /v1/runs``, or a proxy's page)."""
+    kind = response.headers.get("content-type", "")
+    if kind.startswith("text/event-stream"):
+        return None
+    endpoint = f"{response.request.method} {response.request.url.path}"
+    return DaemonUnavailable(
+        f"the answer is {kind or 'untyped'}, not an event stream (a daemon older than "
+        "this client?)",
+        endpoint,
+        status=response.status_code,
+    )
+
+
+def run_location(response: httpx.Response) -> str:
+    """The run id in a streamed ``POST /v1/runs``'s ``Location``."""
+    location: str = response.headers.get("location", "")
+    return location.rsplit("/", 1)[-1]
+
+
 def unreachable(exc: httpx.TransportError, method: str, path: str) -> DaemonUnavailable:
     """The exception for a request that got no answer."""
     kind = "no answer in time" if isinstance(exc, httpx.TimeoutException) else "no connection"
@@ -115,8 +136,10 @@ __all__ = [
     "decode_as",
     "failure",
     "gave_up",
+    "not_a_stream",
     "reconnect_wait",
     "request_body",
+    "run_location",
     "stream_headers",
     "unreachable",
 ]

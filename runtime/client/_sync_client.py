@@ -33,8 +33,10 @@ from agentrt.runtime.client._sse import (
     decode_as,
     failure,
     gave_up,
+    not_a_stream,
     reconnect_wait,
     request_body,
+    run_location,
     stream_headers,
     unreachable,
 )
@@ -212,8 +214,10 @@ class Client:
                 ) as response:
                     if response.status_code >= 300:
                         raise failure(response, response.read())
-                    if events.run_id is None:
-                        events.run_id = response.headers.get("location", "").rsplit("/", 1)[-1]
+                    wrong = not_a_stream(response)
+                    if wrong is not None:
+                        raise wrong
+                    events.run_id = events.run_id or run_location(response)
                     reader = SseReader()
                     for line in response.iter_lines():
                         item = reader.line(line)

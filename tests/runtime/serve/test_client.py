@@ -354,3 +354,16 @@ def test_each_refusal_becomes_its_exception(
         assert error.retry_after == 3.0
     if status == 502:
         assert "bad gateway" in str(error)
+
+
+def test_an_answer_that_is_not_a_stream_is_not_taken_for_an_empty_run() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:  # a daemon that does not stream
+        return httpx.Response(201, json={"run_id": "run-1"})
+
+    with (
+        Client("http://daemon.test", transport=httpx.MockTransport(answer)) as client,
+        pytest.raises(DaemonUnavailable, match="not an event stream") as raised,
+        client.create_and_follow("t") as events,
+    ):
+        list(events)
+    assert raised.value.endpoint == "POST /v1/runs"
