@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .typecheck
 mkdir -p .typecheck/agentrt
-for f in __init__.py __main__.py _version.py actors.py models.py testing.py py.typed; do
+for f in __init__.py __main__.py _version.py actors.py client.py models.py testing.py py.typed; do
   [ -e "$f" ] && ln -s "../../$f" ".typecheck/agentrt/$f"
 done
 for d in protocols runtime tools agents aggregators; do

@@ -156,6 +156,10 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     budget: Budget = Budget()
     options: RunOptions = RunOptions()
     metadata: dict[str, str] = {}
+    webhook: str | None = None
+    """An ``http(s)`` URL the daemon posts a signed ``WebhookEvent`` to when
+    the run ends (over ``server.webhook.url``); the daemon needs a
+    ``server.webhook.secret`` for it."""
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -34,6 +34,7 @@ RUNTIME = {
     "observe": "floor",
     "testing": "floor",
     "wire": "floor",
+    "client": "floor",
     "engine": "roof",
     "placement": "roof",
     "config": "roof",
@@ -43,7 +44,13 @@ RUNTIME = {
 }
 TOPS = ("protocols", "runtime", "tools", "agents", "aggregators")
 #: The top-level surface modules: they re-export and nothing imports them.
-SURFACE_MODULES = ("agentrt", "agentrt.models", "agentrt.actors", "agentrt.testing")
+SURFACE_MODULES = (
+    "agentrt",
+    "agentrt.models",
+    "agentrt.actors",
+    "agentrt.testing",
+    "agentrt.client",
+)
 
 
 def layer_of_path(rel: str) -> str:

@@ -27,7 +27,15 @@ PINNED: dict[str, tuple[str, ...]] = {
     for name, table in tomllib.loads((ROOT / "tests" / "public_surface.toml").read_text()).items()
 }
 #: Top-level files: the surfaces, ``python -m agentrt`` and the version.
-TOP_LEVEL = {"__init__.py", "__main__.py", "_version.py", "actors.py", "models.py", "testing.py"}
+TOP_LEVEL = {
+    "__init__.py",
+    "__main__.py",
+    "_version.py",
+    "actors.py",
+    "client.py",
+    "models.py",
+    "testing.py",
+}
 #: Packages whose ``__init__`` is a surface (the rest hold a docstring only).
 SURFACE_PACKAGES = {"protocols", "agents", "aggregators", "tools"}
 LAYERED = ("protocols", "runtime", "tools", "agents", "aggregators")

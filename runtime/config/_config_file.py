@@ -30,6 +30,7 @@ from pydantic_core import ErrorDetails
 from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._spec_loader import load_spec
 from agentrt.aggregators._compose import parse_config
+from agentrt.protocols._webhooks import WEBHOOK_URL_PATTERN
 from agentrt.runtime.config._runtime_config import PlacementConfig, RuntimeConfig
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.models._model_registry import ModelRegistry
@@ -44,6 +45,7 @@ __all__ = [
     "ServerConfig",
     "StoreConfig",
     "ToolsConfig",
+    "WebhookConfig",
     "config_from_mapping",
     "default_store_path",
     "exact_origin",
@@ -93,6 +95,61 @@ def exact_origin(text: str) -> str:
     host = parts.hostname.lower()
     shown = f"[{host}]" if ":" in host else host
     return f"{parts.scheme}://{shown}:{port or _DEFAULT_PORTS[parts.scheme]}"
+
+
+class WebhookConfig(BaseModel):
+    """``[server.webhook]``: where and how the daemon tells of runs that end
+    (``POST`` of a signed ``WebhookEvent``; see docs/daemon.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    url: str | None = Field(default=None, pattern=WEBHOOK_URL_PATTERN)
+    """The webhook of every run that names none (``RunRequest.webhook``); ``None``: none."""
+    secret: str | None = Field(default=None, min_length=16, repr=False)
+    """The shared secret every delivery is signed with (HMAC-SHA256 over the
+    timestamp and the body); ``secret_env`` reads it from the environment.
+    A run may name a webhook only when the daemon has a secret."""
+    secret_env: str | None = None
+    """The environment variable holding the secret (instead of ``secret``)."""
+    attempts: int = Field(default=5, ge=1, le=20)
+    """Tries per delivery: a non-2xx answer, no connection or no answer
+    within ``timeout_s`` is tried again, after a growing wait."""
+    backoff_s: float = Field(default=1.0, gt=0)
+    """The wait before the second try; it doubles each time, up to ``max_backoff_s``."""
+    max_backoff_s: float = Field(default=60.0, gt=0)
+    """The longest wait between two tries."""
+    timeout_s: float = Field(default=10.0, gt=0)
+    """The deadline of each try (connecting, sending and the receiver's answer)."""
+    queue: int = Field(default=256, ge=1)
+    """Deliveries waiting to be sent at once; past it, a delivery is recorded
+    as ``dropped`` (the runs never wait for their webhooks)."""
+    senders: int = Field(default=4, ge=1, le=64)
+    """Deliveries in flight at once."""
+
+    def resolved_secret(self) -> str | None:
+        """The secret (``secret``, else ``secret_env``'s value), if any.
+
+        Raises ``ConfigError`` when ``secret_env`` names an unset variable."""
+        if self.secret is not None:
+            return self.secret
+        if self.secret_env is not None:
+            value = os.environ.get(self.secret_env)
+            if not value:
+                raise ConfigError(
+                    f"environment variable {self.secret_env} is unset or empty",
+                    where="server.webhook.secret_env",
+                )
+            return value
+        return None
+
+    @model_validator(mode="after")
+    def _url_needs_secret(self) -> WebhookConfig:
+        if self.url is not None and not (self.secret or self.secret_env):
+            raise ValueError(
+                "a webhook url needs a secret to sign deliveries with: set "
+                "server.webhook.secret (16+ characters) or server.webhook.secret_env"
+            )
+        return self
 
 
 class ServerConfig(BaseModel):
@@ -147,6 +204,8 @@ class ServerConfig(BaseModel):
     """Time a connection has to send a request's headers (408, then closed)."""
     body_timeout_s: float = Field(default=30.0, gt=0)
     """Time a request has to send its whole body, once its headers are in (408)."""
+    webhook: WebhookConfig = WebhookConfig()
+    """Webhooks: the daemon's default one, the signing secret, retries."""
 
     @field_validator("allowed_origins")
     @classmethod

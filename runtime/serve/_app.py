@@ -1,7 +1,8 @@
 """The daemon's ASGI application: routes, guards, errors.
 
 Owns ``build_app``: the REST API over runs and agents (``/v1/runs``...),
-Server-Sent Events of a run's events (resumable with ``Last-Event-ID``),
+Server-Sent Events of a run's events (resumable with ``Last-Event-ID``;
+``POST /v1/runs`` with ``Accept: text/event-stream`` creates and follows),
 ``/openapi.json``, ``/healthz`` and ``/readyz``, plus the routes of the
 other interfaces (OpenAI-compatible, MCP, metrics, the web page) handed in
 by ``daemon``.  Every request passes ``Guard`` first, before its body is
@@ -52,6 +53,7 @@ from agentrt.runtime.serve._governance import (
     too_large,
 )
 from agentrt.runtime.serve._openapi import MAX_EVENT_ID, openapi_document
+from agentrt.runtime.serve._webhooks import takes_webhooks
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.tools.hosting._transports import is_loopback
 
@@ -340,6 +342,8 @@ def routes(manager: RunService) -> list[BaseRoute]:
             request, RunRequest, max_depth=manager.config.server.max_json_depth
         )
         info = await manager.submit(body)
+        if _wants_stream(request):  # create and follow in one call
+            return _RunStreamResponse(events, info.run_id)
         return json_response(info, 201)
 
     async def list_runs(request: Request) -> Response:
@@ -361,6 +365,8 @@ def routes(manager: RunService) -> list[BaseRoute]:
             raise invalid(f"not a cursor this daemon issued: {cursor!r}", where="query.cursor")
         page = await manager.list(status=typed, limit=limit, cursor=cursor)
         return json_response(page)
+
+    events = EventStream(manager)
 
     async def runs(request: Request) -> Response:
         return await (create_run if request.method == "POST" else list_runs)(request)
@@ -410,6 +416,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
             token=manager.config.server.resolved_token() is not None,
             models=[a.model for a in manager.agents()],
             max_rollouts=manager.config.server.max_rollouts,
+            webhooks=takes_webhooks(manager.config.server.webhook),
             usd_caps=manager.usd_caps,
         )
     )
@@ -423,7 +430,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
         Route("/v1/runs/{run_id}", _handled(get_run), methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", _handled(cancel_run), methods=["POST"]),
         _elicitation_route(manager),
-        Route("/v1/runs/{run_id}/events", EventStream(manager), methods=["GET"]),
+        Route("/v1/runs/{run_id}/events", events, methods=["GET"]),
         Route("/v1/runs/{run_id}/summaries", _handled(summaries), methods=["GET"]),
         Route("/v1/runs/{run_id}/rollouts/{rollout_id}", _handled(trajectory), methods=["GET"]),
         Route("/v1/agents", _handled(agents), methods=["GET"]),
@@ -457,14 +464,28 @@ class EventStream:
         except ApiProblem as problem:
             await problem_response(problem)(scope, receive, send)
             return
+        await self.stream(run_id, after, receive, send)
+
+    async def stream(
+        self,
+        run_id: str,
+        after: int,
+        receive: Receive,
+        send: Send,
+        *,
+        status: int = 200,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
+        """Send the events of ``run_id`` after ``after`` as the response."""
         await send(
             {
                 "type": "http.response.start",
-                "status": 200,
+                "status": status,
                 "headers": [
                     (b"content-type", b"text/event-stream; charset=utf-8"),
                     (b"cache-control", b"no-cache"),
                     (b"x-accel-buffering", b"no"),
+                    *headers,
                 ],
             }
         )
@@ -520,6 +541,30 @@ class EventStream:
                 continue
             after = _event_id(raw, where, header=where == "Last-Event-ID")
         return after
+
+
+def _wants_stream(request: Request) -> bool:
+    """Whether ``POST /v1/runs`` asked for the run's events (``Accept:
+    text/event-stream``) rather than its ``RunInfo``."""
+    accept = request.headers.get("accept", "")
+    return any(part.split(";")[0].strip() == "text/event-stream" for part in accept.split(","))
+
+
+class _RunStreamResponse(Response):
+    """``POST /v1/runs`` answered as a stream: 201, ``Location`` naming the
+    run (a client that loses the connection resumes at its ``/events``),
+    then the run's events as ``GET /v1/runs/{run_id}/events`` sends them."""
+
+    def __init__(self, events: EventStream, run_id: str) -> None:
+        super().__init__(status_code=201)
+        self.events = events
+        self.run_id = run_id
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        location = f"/v1/runs/{self.run_id}".encode()
+        await self.events.stream(
+            self.run_id, 0, receive, send, status=201, headers=[(b"location", location)]
+        )
 
 
 def _event_id(raw: str, where: str, *, header: bool) -> int:

@@ -33,6 +33,7 @@ from agentrt.protocols._api import (
 from agentrt.protocols._events import Event
 from agentrt.protocols._run import RunRequest
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
+from agentrt.protocols._webhooks import WEBHOOK_URL_MAX, WEBHOOK_URL_PATTERN
 from agentrt.runtime.wire._chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from agentrt.runtime.wire._common import ErrorBody, ModelCard, ModelList
 from agentrt.runtime.wire._responses import (
@@ -381,9 +382,11 @@ def openapi_document(
     token: bool,
     models: list[str] | None = None,
     max_rollouts: int | None = None,
+    webhooks: bool = True,
     usd_caps: bool = True,
 ) -> dict[str, Any]:
-    """The document served at ``/openapi.json`` (``models``: the model names
+    """The document served at ``/openapi.json`` (``webhooks``: whether runs
+    may name a ``webhook``, which needs a signing secret; ``models``: the model names
     of the agents, given as examples; ``max_rollouts``: the daemon's limit
     on a run's rollouts; ``usd_caps``: whether it takes ``max_usd``, which
     needs model prices)."""
@@ -394,6 +397,23 @@ def openapi_document(
         for request in ("ChatCompletionRequest", "ResponseRequest"):
             components[request]["properties"]["model"]["examples"] = list(models)
     _scaling(components, max_rollouts)
+    body = components["RunRequestBody"]
+    webhook: dict[str, Any] = (
+        {
+            "anyOf": [
+                {"type": "string", "pattern": WEBHOOK_URL_PATTERN, "maxLength": WEBHOOK_URL_MAX},
+                {"type": "null"},
+            ],
+            "default": None,
+        }
+        if webhooks
+        else {
+            "type": "null",
+            "description": "Refused: this daemon has no webhook secret to sign with",
+            "default": None,
+        }
+    )
+    body["properties"] = {**body["properties"], "webhook": webhook}
     _openai_refusals(components)
     if not usd_caps:
         components["Budget"]["properties"]["max_usd"] = {
@@ -464,8 +484,24 @@ def openapi_document(
                     "required": True,
                     "content": {"application/json": {"schema": _ref("RunRequestBody")}},
                 },
+                "description": "With `Accept: text/event-stream` the answer is the run's "
+                "events (as `GET /v1/runs/{run_id}/events` sends them), `Location` naming "
+                "the run; else its `RunInfo`.",
                 "responses": {
-                    "201": {**_json(_ref("RunInfo"), "The run, admitted"), "links": run_links},
+                    "201": {
+                        "description": "The run, admitted",
+                        "headers": {
+                            "Location": {
+                                "description": "The run (sent with the event stream)",
+                                "schema": {"type": "string"},
+                            }
+                        },
+                        "content": {
+                            "application/json": {"schema": _ref("RunInfo")},
+                            "text/event-stream": {"schema": sse_event},
+                        },
+                        "links": run_links,
+                    },
                     **_errors(400, 401, 404, 422, 503),
                 },
             },

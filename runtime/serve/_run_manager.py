@@ -60,6 +60,7 @@ from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models._backend_health import BackendHealth, probe_backend
 from agentrt.runtime.observe._log import get_logger, log_context
 from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem, invalid
+from agentrt.runtime.serve._webhooks import WebhookSender, check_webhook
 from agentrt.runtime.serve.store._run_store import RunStore
 from agentrt.runtime.serve.store._store_sql import rollout_error
 from agentrt.tools._tool import ElicitationReply, Tool
@@ -276,6 +277,8 @@ class RunManager:
         self._authorizations: dict[str, tuple[float, McpAuthorizationRequired]] = {}
         """Per MCP server: the approval it waits for (and when that ends)."""
         self.observer = observer
+        self.webhooks = WebhookSender(config.server.webhook, self.store)
+        """Posts each ended run's webhook (``RunRequest.webhook``, ``server.webhook``)."""
         self._lock = threading.Lock()
         self._live: dict[str, _Live] = {}
         self._finished: dict[str, RunDetail] = {}
@@ -303,6 +306,7 @@ class RunManager:
             async with AsyncExitStack() as stack:
                 await _enter_closing_cleanly(stack, self.store)
                 await stack.enter_async_context(self.runtime)
+                await stack.enter_async_context(self.webhooks)
                 self._tg = await _enter_closing_cleanly(stack, anyio.create_task_group())
                 # Runs first detach, then the task group waits for them
                 # (callbacks unwind in reverse).
@@ -462,6 +466,7 @@ class RunManager:
             )
         except ConfigError as exc:
             raise invalid(str(exc.args[0]) if exc.args else str(exc), where=exc.where) from None
+        check_webhook(request.webhook, self.config.server.webhook)
         budget = request.budget  # its caps are >= 0 and finite (``Budget`` checks)
         if budget.max_usd is not None and self.runtime.prices is None:
             raise invalid(
@@ -608,6 +613,7 @@ class RunManager:
                 with anyio.CancelScope(shield=True):
                     if await self._settle(live, status, result, error):
                         self._remember(live, result)
+                        await self.webhooks.run_ended(live.info, live.request)
             live.done.set()
             live.notify()
             with self._lock:

@@ -36,6 +36,7 @@ from agentrt.protocols._ids import RolloutId
 from agentrt.protocols._run import RunRequest, RunResult, RunStatus
 from agentrt.protocols._trajectory import Step, Trajectory, TrajectorySummary
 from agentrt.protocols._usage import Cost, Usage
+from agentrt.protocols._webhooks import WebhookDelivery
 from agentrt.runtime.engine._checkpoint import JournaledCall
 from agentrt.runtime.engine._runtime import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.kernel._errors import AgentrtError, ConfigError
@@ -691,6 +692,33 @@ class RunStore:
                 )
             )
         return calls
+
+    async def record_delivery(self, delivery: WebhookDelivery) -> None:
+        """Write a webhook delivery's current state (one row per delivery)."""
+        await self._write(
+            [
+                (
+                    "INSERT INTO webhook_deliveries (delivery_id, run_id, body) VALUES (?, ?, ?) "
+                    "ON CONFLICT (delivery_id) DO UPDATE SET body = excluded.body",
+                    (delivery.delivery_id, delivery.run_id, msgspec.json.encode(delivery)),
+                )
+            ],
+            what=f"run {delivery.run_id} webhook delivery {delivery.delivery_id}",
+        )
+
+    async def deliveries(self, run_id: str) -> list[WebhookDelivery]:
+        """The run's webhook deliveries, in the order they were made."""
+        rows = await self._read(
+            "SELECT body FROM webhook_deliveries WHERE run_id = ? ORDER BY rowid", (run_id,)
+        )
+        return [msgspec.json.decode(body, type=WebhookDelivery) for (body,) in rows]
+
+    async def pending_deliveries(self) -> list[WebhookDelivery]:
+        """Webhook deliveries not yet delivered nor given up (an earlier
+        daemon stopped before their last try), oldest first."""
+        rows = await self._read("SELECT body FROM webhook_deliveries ORDER BY rowid")
+        found = [msgspec.json.decode(body, type=WebhookDelivery) for (body,) in rows]
+        return [d for d in found if d.status == "pending"]
 
     async def integrity_check(self) -> str:
         rows = await self._read("PRAGMA integrity_check")

@@ -86,6 +86,12 @@ CREATE TABLE IF NOT EXISTS usage (
     usd REAL NOT NULL,
     model_calls INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    delivery_id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_by_run ON webhook_deliveries (run_id);
 """
 
 #: Columns added after a store file may have been created: (table, column, type).

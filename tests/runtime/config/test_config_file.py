@@ -14,6 +14,7 @@ from agentrt.runtime.config._config_file import (
     ServerConfig,
     StoreConfig,
     ToolsConfig,
+    WebhookConfig,
     config_from_mapping,
     key_line,
     load_config,
@@ -251,6 +252,7 @@ def test_a_bad_spec_file_is_reported_with_the_agent_naming_it(tmp_path: Path) ->
         ToolsConfig,
         PlacementConfig,
         WorkerResources,
+        WebhookConfig,
     ],
 )
 def test_docs_describe_every_key(section: type[AgentrtConfig]) -> None:

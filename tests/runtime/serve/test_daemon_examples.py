@@ -1,6 +1,6 @@
 """The daemon's examples stay true: ``examples/agentrt.toml`` loads as the
-daemon reads it, and ``examples/openai_client.py`` gets an answer from
-``agentrt serve``."""
+daemon reads it, and ``examples/openai_client.py`` and
+``examples/rest_client.py`` get an answer from ``agentrt serve``."""
 
 from __future__ import annotations
 
@@ -76,6 +76,57 @@ instructions = "Solve the task."
             timeout=5,
         ).json()["runs"]
         assert [(r["rollouts"], r["status"]) for r in runs] == [(4, "succeeded")]
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+
+
+@pytest.mark.slow
+def test_the_rest_client_example_follows_a_run_of_agentrt_serve(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    port = daemon_kit.free_port()
+    config = tmp_path / "agentrt.toml"
+    config.write_text(
+        f"""
+[server]
+port = {port}
+token = "example-token-0123456789"
+
+[store]
+path = "runs.db"
+
+[models.backends.s]
+kind = "scripted"
+replies = ["391"]
+
+[agents.solver]
+instructions = "Solve the task."
+"""
+    )
+    daemon = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
+    try:
+        env = {
+            **os.environ,
+            "AGENTRT_URL": f"http://127.0.0.1:{port}",
+            "AGENTRT_TOKEN": "example-token-0123456789",
+        }
+        out = subprocess.run(
+            [sys.executable, "-W", "error", str(ROOT / "examples" / "rest_client.py")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert sorted(line for line in lines if " step " in line) == [
+            f"{run}-r{i} step 0" for run in [lines[-2].split()[0]] for i in range(3)
+        ]
+        assert "succeeded: 391" in lines
+        assert lines[-2].endswith("cost 3 model calls")
+        assert lines[-1] == "not found: run_id"
     finally:
         daemon.terminate()
         daemon.wait(30)

@@ -1,0 +1,283 @@
+"""``AsyncClient``: the daemon's REST + SSE API from async code (anyio), and
+``AsyncRunEvents``, a run's events as they come.
+
+Imports protocols, the kernel's error tree and httpx; nothing of the daemon.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar, final
+
+import anyio
+import httpx
+import msgspec
+
+from agentrt.protocols._api import ElicitationAnswer, RunDetail, RunInfo, RunPage
+from agentrt.protocols._events import Event
+from agentrt.protocols._run import RunRequest, RunStatus
+from agentrt.runtime.client._sse import (
+    CUT,
+    RECONNECTS,
+    SseReader,
+    decode_as,
+    failure,
+    gave_up,
+    not_a_stream,
+    reconnect_wait,
+    request_body,
+    run_location,
+    stream_headers,
+    unreachable,
+)
+
+T = TypeVar("T")
+
+DEFAULT_URL: Final = "http://127.0.0.1:8765"
+"""The daemon's default address (``agentrt serve``)."""
+TIMEOUT_S: Final = 30.0
+"""The deadline of a request (connect, send, answer)."""
+STREAM_IDLE_S: Final = 60.0
+"""How long an event stream may stay silent (the daemon sends a keep-alive
+every ``server.sse_keepalive_s``, 15 s by default) before it reconnects."""
+
+
+class _State(enum.Enum):
+    UNOPENED = "unopened"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+@final
+class AsyncRunEvents:
+    """A run's events, in order, as the daemon's own types (``agentrt.protocols``:
+    ``RunStarted``, ``StepRecorded``... ``RunFinished``, then the iteration
+    ends).  A connection that is cut or goes quiet is opened again with
+    ``Last-Event-ID``: nothing is missed or repeated (``token`` events, which
+    the daemon does not store, may be).  ``run_id`` is the run (known once
+    the daemon answered); ``last_event_id`` the ``seq`` of the last stored
+    event received.  Raises ``DaemonUnavailable`` after ``RECONNECTS`` cuts
+    in a row, and the errors of ``AsyncClient`` for a refusal."""
+
+    def __init__(
+        self,
+        run_id: str | None,
+        *,
+        after: int,
+        tokens: bool,
+        read: Callable[[AsyncRunEvents], AsyncGenerator[Event, None]],
+    ) -> None:
+        self.run_id = run_id
+        self.last_event_id = after
+        self.tokens = tokens
+        self.reconnects = 0
+        """Connections opened again after a cut, in all."""
+        self._events = read(self)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Event:
+        return await anext(self._events)
+
+    async def aclose(self) -> None:
+        """Close the connection (``follow`` does it when its block ends)."""
+        await self._events.aclose()
+
+
+@final
+class AsyncClient:
+    """The daemon's REST + SSE API (``agentrt serve``), async.
+
+    ``base_url``: the daemon (``http://127.0.0.1:8765``); ``token``: its
+    bearer token (``server.token``), if it has one; ``timeout_s``: each
+    request's deadline; ``transport``: an httpx transport (tests, proxies).
+
+    An async context manager, opened once: ``async with AsyncClient(url) as
+    client:``.  Every method raises ``RequestRefused`` (``NotFound``,
+    ``Unauthorized``) when the daemon refuses the request, naming the field
+    or header at fault, and ``DaemonUnavailable`` for a 5xx or 429 (with
+    ``retry_after``) or no answer in time.  Raises ``RuntimeError`` when
+    opened twice or used while not open."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        timeout_s: float = TIMEOUT_S,
+        stream_idle_s: float = STREAM_IDLE_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=auth_headers(token),
+            timeout=timeout_s,
+            transport=transport,
+        )
+        self._stream_timeout = httpx.Timeout(timeout_s, read=stream_idle_s)
+        self._state = _State.UNOPENED
+
+    async def __aenter__(self) -> Self:
+        if self._state is not _State.UNOPENED:
+            raise RuntimeError(f"Cannot open an AsyncClient that is {self._state.value}.")
+        await self._http.__aenter__()
+        self._state = _State.OPEN
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._state = _State.CLOSED
+        await self._http.__aexit__(exc_type, exc, tb)
+
+    def _check_open(self) -> None:
+        if self._state is not _State.OPEN:
+            raise RuntimeError(
+                f"The AsyncClient is {self._state.value}: use it inside `async with`."
+            )
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        type_: type[T],
+        *,
+        content: bytes | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> T:
+        self._check_open()
+        headers = {"content-type": "application/json"} if content is not None else None
+        try:
+            response = await self._http.request(
+                method, path, content=content, params=params, headers=headers
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(exc, method, path) from exc
+        if response.status_code >= 300:
+            raise failure(response, response.content)
+        return decode_as(response.content, type_, f"{method} {path}")
+
+    # -- runs ------------------------------------------------------------------
+
+    async def create_run(self, request: RunRequest | str) -> RunInfo:
+        """Start a run (``POST /v1/runs``): a ``RunRequest``, or a task for
+        the default agent.  Returns it as admitted (``pending``)."""
+        return await self._call("POST", "/v1/runs", RunInfo, content=request_body(request))
+
+    async def get_run(self, run_id: str) -> RunDetail:
+        """The run in full: request, rollouts and (once ended) the result."""
+        return await self._call("GET", f"/v1/runs/{run_id}", RunDetail)
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+    ) -> RunPage:
+        """A page of runs, newest first (``next_cursor`` for the next page)."""
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status
+        if cursor is not None:
+            params["cursor"] = cursor
+        return await self._call("GET", "/v1/runs", RunPage, params=params)
+
+    async def cancel_run(self, run_id: str) -> RunInfo:
+        """Cancel the run; returns it once it has stopped (terminal)."""
+        return await self._call("POST", f"/v1/runs/{run_id}/cancel", RunInfo)
+
+    async def answer_elicitation(
+        self, run_id: str, question_id: str, answer: ElicitationAnswer
+    ) -> RunInfo:
+        """Answer the question a run's ``ElicitationRequested`` event asked
+        (``accept`` with the form's content, ``decline`` or ``cancel``)."""
+        path = f"/v1/runs/{run_id}/elicitations/{question_id}"
+        content = msgspec.json.encode(answer)
+        return await self._call("POST", path, RunInfo, content=content)
+
+    @asynccontextmanager
+    async def follow(
+        self, run_id: str, *, after: int = 0, tokens: bool = False
+    ) -> AsyncIterator[AsyncRunEvents]:
+        """The run's events after ``after`` (0: from the start), until it
+        ends: ``async with client.follow(run_id) as events: async for event
+        in events: ...``.  ``tokens``: the model's text as it streams
+        (``TokenDelta`` events) too."""
+        self._check_open()
+        events = AsyncRunEvents(
+            run_id, after=after, tokens=tokens, read=lambda e: self._stream(e, None)
+        )
+        try:
+            yield events
+        finally:
+            await events.aclose()
+
+    @asynccontextmanager
+    async def create_and_follow(
+        self, request: RunRequest | str, *, tokens: bool = False
+    ) -> AsyncIterator[AsyncRunEvents]:
+        """Start a run and follow it in one request (``POST /v1/runs`` with
+        ``Accept: text/event-stream``); ``events.run_id`` names the run once
+        the daemon answered.  A cut after that resumes as ``follow`` does; a
+        cut before it raises ``DaemonUnavailable`` (the run may exist:
+        ``list_runs`` tells)."""
+        self._check_open()
+        body = request_body(request)
+        events = AsyncRunEvents(None, after=0, tokens=tokens, read=lambda e: self._stream(e, body))
+        try:
+            yield events
+        finally:
+            await events.aclose()
+
+    async def _stream(
+        self, events: AsyncRunEvents, create: bytes | None
+    ) -> AsyncGenerator[Event, None]:
+        cuts = 0
+        while True:
+            if events.run_id is None:
+                method, path, content = "POST", "/v1/runs", create
+                headers = {**stream_headers(0), "content-type": "application/json"}
+            else:
+                method, path, content = "GET", f"/v1/runs/{events.run_id}/events", None
+                headers = stream_headers(events.last_event_id)
+            try:
+                async with self._http.stream(
+                    method, path, content=content, headers=headers, timeout=self._stream_timeout
+                ) as response:
+                    if response.status_code >= 300:
+                        raise failure(response, await response.aread())
+                    wrong = not_a_stream(response)
+                    if wrong is not None:
+                        raise wrong
+                    events.run_id = events.run_id or run_location(response)
+                    reader = SseReader()
+                    async for line in response.aiter_lines():
+                        item = reader.line(line)
+                        if item is None:
+                            continue
+                        seq, event = item
+                        if seq is not None:
+                            events.last_event_id, cuts = seq, 0
+                        elif not events.tokens:
+                            continue
+                        yield event
+                    return
+            except CUT as exc:
+                if not events.run_id:  # no answer to the POST: the run is unknown
+                    raise unreachable(exc, method, path) from exc
+                cuts += 1
+                if cuts > RECONNECTS:
+                    raise gave_up(exc, path, cuts - 1) from exc
+                events.reconnects += 1
+                await anyio.sleep(reconnect_wait(cuts))
+
+
+__all__ = ["DEFAULT_URL", "STREAM_IDLE_S", "TIMEOUT_S", "AsyncClient", "AsyncRunEvents"]
