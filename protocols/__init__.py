@@ -54,6 +54,7 @@ from agentrt.protocols._model import (
 )
 from agentrt.protocols._run import (
     Budget,
+    RequiredTool,
     RunOptions,
     RunRequest,
     RunResult,
@@ -93,6 +94,7 @@ __all__ = [
     "McpAuthorizationRequired",
     "ModelReply",
     "ModelRequest",
+    "RequiredTool",
     "RolloutFinished",
     "RolloutId",
     "RolloutQueued",

@@ -272,7 +272,7 @@ class ResponseObject(msgspec.Struct, frozen=True, kw_only=True):
     output: list[OutputItem] = []
     instructions: str | None = None
     tools: list[FunctionToolOut] = []
-    tool_choice: str = "auto"
+    tool_choice: str | NamedChoice = "auto"
     parallel_tool_calls: bool = True
     temperature: float | None = None
     top_p: float | None = None

@@ -24,7 +24,7 @@ from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._bridge import RunService
 from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
 from agentrt.runtime.serve.openai._chat_translate import (
-    build_task,
+    chat_asked,
     decode_request,
     extension_of,
     usage_of,
@@ -104,7 +104,7 @@ class _Endpoints:
                 default_options=dict(defaults.aggregate_options),
             )
             info = await self.runs.submit(
-                task=build_task(chat.messages),
+                asked=chat_asked(chat.messages),
                 agent=agent,
                 requested=wanted,
                 metadata=labels(

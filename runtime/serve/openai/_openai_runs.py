@@ -30,6 +30,7 @@ from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._api_problem import ApiProblem
 from agentrt.runtime.serve._bridge import RunService
 from agentrt.runtime.serve._governance import DEFAULT_JSON_DEPTH, check_json_depth
+from agentrt.runtime.serve.openai._chat_translate import Asked
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, param_for
 
@@ -192,21 +193,34 @@ class OpenAIRuns:
     async def submit(
         self,
         *,
-        task: str,
+        asked: Asked,
         agent: AgentInfo,
         requested: Requested,
         metadata: dict[str, str],
         task_param: str,
     ) -> RunInfo:
+        """Admit the run ``asked`` (its conversation, instructions and task)
+        with what the request ``requested``; a refusal is the OpenAI error
+        naming the request's field."""
         run = RunRequest(
-            task=task,
+            task=asked.task,
             agent=agent.name,
             scaling=requested.scaling,
             budget=requested.budget,
-            options=requested.options,
+            options=msgspec.structs.replace(
+                requested.options,
+                instructions=asked.instructions,
+                conversation=asked.conversation,
+            ),
             metadata=metadata,
         )
-        fields = {**requested.fields, "task": task_param, "agent": "model"}
+        fields = {
+            **requested.fields,
+            "task": task_param,
+            "agent": "model",
+            "options.tool_choice": "tool_choice",
+            "options.conversation": task_param,
+        }
         try:
             return await self.manager.submit(run)
         except ApiProblem as problem:

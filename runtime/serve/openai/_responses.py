@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 from agentrt.protocols._api import AgentInfo, RunInfo
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve.openai._answer_stream import AnswerStream
-from agentrt.runtime.serve.openai._chat_translate import build_task, extension_of
+from agentrt.runtime.serve.openai._chat_translate import extension_of
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, labels
 from agentrt.runtime.serve.openai._openai_runs import (
@@ -37,9 +37,9 @@ from agentrt.runtime.serve.openai._openai_runs import (
 from agentrt.runtime.serve.openai._responses_translate import (
     decode_response_request,
     echo,
-    input_messages,
     logprobs_out,
     output_items,
+    responses_asked,
     responses_requested,
 )
 from agentrt.runtime.wire._responses import (
@@ -101,7 +101,7 @@ class _Responses:
                 body, defaults.rollouts, defaults.aggregate, defaults.aggregate_options
             )
             info = await self.runs.submit(
-                task=build_task(input_messages(body)),
+                asked=responses_asked(body),
                 agent=agent,
                 requested=wanted,
                 metadata=labels(

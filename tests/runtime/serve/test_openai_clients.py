@@ -24,13 +24,22 @@ import msgspec
 import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam
+from openai.types.responses import ToolChoiceFunction
 from pydantic import BaseModel
 from pydantic_ai import Agent as PaiAgent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider as PaiProvider
 
 from agentrt.agents import AgentConfig
-from agentrt.protocols import ModelReply, ModelRequest, UserMessage
+from agentrt.protocols import (
+    AssistantMessage,
+    ChatMessage,
+    ModelReply,
+    ModelRequest,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
 from agentrt.runtime.engine._runtime import RuntimeConfig
 from agentrt.runtime.models._backend import StreamDelta
@@ -123,13 +132,17 @@ def task_of(request: ModelRequest) -> str:
     return next(str(m.content) for m in request.messages if isinstance(m, UserMessage))
 
 
+def roles(messages: list[ChatMessage]) -> list[str]:
+    return [type(m).__struct_config__.tag for m in messages]  # type: ignore[misc]
+
+
 def tool_names(request: ModelRequest) -> list[str]:
     return [t.name for t in request.tools]
 
 
 def weather_script(request: ModelRequest) -> Reply:
-    """Calls the client's ``get_weather`` until a result for it is in the task."""
-    if "Tool result of get_weather" in task_of(request):
+    """Calls the client's ``get_weather`` until its result is in the conversation."""
+    if any(isinstance(m, ToolMessage) for m in request.messages):
         return "It is sunny in Paris."
     if "get_weather" in tool_names(request):
         return ScriptedToolCall("get_weather", {"city": "Paris"}, id="call_w1")
@@ -213,10 +226,15 @@ async def test_a_client_tool_call_round_trip(tmp_path: Path) -> None:
         )
         assert second.choices[0].finish_reason == "stop"
         assert second.choices[0].message.content == "It is sunny in Paris."
-        task = task_of(model.requests[-1])
-        assert "get_weather" in task
-        assert "call_w1" in task
-        assert "sunny, 24 C" in task
+        # the model got the conversation as it is, not retold
+        assert roles(model.requests[-1].messages) == ["system", "user", "assistant", "tool"]
+        _, user, assistant, result = model.requests[-1].messages
+        assert user == UserMessage(content="Weather in Paris?")
+        assert isinstance(assistant, AssistantMessage)
+        assert [(c.id, c.function.name) for c in assistant.tool_calls] == [
+            ("call_w1", "get_weather")
+        ]
+        assert result == ToolMessage(content="sunny, 24 C", tool_call_id="call_w1")
 
 
 async def test_client_tools_stream_their_calls(tmp_path: Path) -> None:
@@ -236,17 +254,83 @@ async def test_client_tools_stream_their_calls(tmp_path: Path) -> None:
         assert finishes[-1] == "tool_calls"
 
 
-async def test_required_tool_choice_reaches_the_model(tmp_path: Path) -> None:
-    model = Model(weather_script)
+def calculator_first_script(request: ModelRequest) -> Reply:
+    """Uses the agent's own calculator, then answers in text, unless a
+    client tool call is required: then it calls the first one offered."""
+    if request.tool_choice == "required":
+        return ScriptedToolCall(request.tools[0].name, {"city": "Paris"}, id="call_forced")
+    if not any(isinstance(m, ToolMessage) for m in request.messages):
+        return ScriptedToolCall("calculator", {"expression": "6 * 7"}, id="call_calc")
+    return "42, and no tool of yours needed."
+
+
+GET_TIME_TOOL: ChatCompletionFunctionToolParam = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": WEATHER_PARAMETERS},
+}
+
+
+async def test_required_tool_choice_ends_the_turn_on_a_client_call(tmp_path: Path) -> None:
+    model = Model(calculator_first_script)
     async with daemon(tmp_path, model) as d, d.openai() as client:
         reply = await client.chat.completions.create(
             model="agentrt/solver",
             messages=[{"role": "user", "content": "Weather?"}],
-            tools=[WEATHER_TOOL],
+            tools=[WEATHER_TOOL, GET_TIME_TOOL],
             tool_choice="required",
         )
-        assert reply.choices[0].finish_reason == "tool_calls"
-        assert model.requests[-1].tool_choice == "required"
+    assert reply.choices[0].finish_reason == "tool_calls"
+    calls = reply.choices[0].message.tool_calls or []
+    assert [c.id for c in calls] == ["call_forced"]
+    # the agent used its own tool under `auto` (a required choice it could
+    # satisfy would loop), answered, and was asked once more for a client call
+    asked = [(r.tool_choice, sorted(tool_names(r))) for r in model.requests]
+    assert asked == [
+        ("auto", ["calculator", "get_time", "get_weather"]),
+        ("auto", ["calculator", "get_time", "get_weather"]),
+        ("required", ["get_time", "get_weather"]),
+    ]
+    assert roles(model.requests[1].messages)[-2:] == ["assistant", "tool"]  # the calculator ran
+
+
+async def test_a_named_tool_choice_calls_that_tool(tmp_path: Path) -> None:
+    model = Model(calculator_first_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "What time is it in Paris?"}],
+            tools=[WEATHER_TOOL, GET_TIME_TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_time"}},
+        )
+        calls = reply.choices[0].message.tool_calls or []
+        assert [(c.id, c.function.name) for c in calls] == [("call_forced", "get_time")]
+        assert [sorted(tool_names(r)) for r in model.requests] == [
+            ["calculator", "get_time"],  # the named tool only, beside the agent's own
+            ["calculator", "get_time"],
+            ["get_time"],
+        ]
+        # the Responses API's spelling of it
+        response = await client.responses.create(
+            model="agentrt/solver",
+            input="What time is it in Paris?",
+            tools=[{"type": "function", "name": "get_time", "parameters": WEATHER_PARAMETERS}],
+            tool_choice={"type": "function", "name": "get_time"},
+        )
+        assert [i.type for i in response.output] == ["function_call"]
+        assert response.tool_choice == ToolChoiceFunction(type="function", name="get_time")
+
+
+async def test_tool_choice_none_hides_the_client_tools(tmp_path: Path) -> None:
+    model = Model(calculator_first_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "6 x 7?"}],
+            tools=[WEATHER_TOOL],
+            tool_choice="none",
+        )
+    assert reply.choices[0].message.content == "42, and no tool of yours needed."
+    assert [tool_names(r) for r in model.requests] == [["calculator"], ["calculator"]]
 
 
 async def test_response_format_is_validated_and_retried(tmp_path: Path) -> None:
@@ -384,7 +468,14 @@ async def test_logprobs_a_backend_does_not_give_are_a_400(tmp_path: Path) -> Non
         ({"n": 2}, "n"),
         ({"extra_body": {"rolouts": 2}}, "rolouts"),
         ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
-        ({"tool_choice": {"type": "function", "function": {"name": "x"}}}, "tool_choice"),
+        (
+            {
+                "tools": [WEATHER_TOOL],
+                "tool_choice": {"type": "function", "function": {"name": "x"}},
+            },
+            "tool_choice.function.name",
+        ),
+        ({"tool_choice": "required"}, "tool_choice"),
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"response_format": {"type": "json_schema"}}, "response_format"),
@@ -426,7 +517,8 @@ async def test_responses_create_and_stream(tmp_path: Path) -> None:
         assert response.usage is not None
         assert response.usage.total_tokens > 0
         assert model.requests[-1].sampling.max_tokens == 16
-        assert "Be exact." in task_of(model.requests[-1])
+        system = model.requests[-1].messages[0]
+        assert system == SystemMessage(content="Answer briefly.\n\nBe exact.")
 
         events = [
             event
@@ -595,7 +687,15 @@ async def test_pydantic_ai_output_type(tmp_path: Path) -> None:
         )
         result = await agent.run("Weather in Paris?")
         assert result.output == Weather(city="Paris", temp=24)
-        assert model.requests[-1].tool_choice == "required"
+        assert len(model.requests) == 1  # the model called the output tool at once
+        # a model that answers in text first is asked once more, for the output tool
+        model.script = lambda r: (
+            final_result_script(r) if r.tool_choice == "required" else "Paris, 24 C"
+        )
+        result = await agent.run("Weather in Paris?")
+        assert result.output == Weather(city="Paris", temp=24)
+        asked = [(r.tool_choice, sorted(tool_names(r))) for r in model.requests[1:]]
+        assert asked == [("auto", ["calculator", "final_result"]), ("required", ["final_result"])]
 
 
 async def test_pydantic_ai_tools_and_streaming(tmp_path: Path) -> None:
