@@ -146,13 +146,14 @@ def _native(message: MessageIn, param: str) -> ChatMessage:
             )
 
 
-def asked_of(messages: list[Tagged], where: str) -> Asked:
+def asked_of(messages: list[Tagged], where: str, call_id_field: str = "tool_call_id") -> Asked:
     """The run ``messages`` ask for: system (and developer) messages become
     its instructions; the rest reach the agent's model as they are (user,
     assistant with its tool calls, tool results, in order), its last user
     message being the task.  A tool result for a call no earlier assistant
     message made is a 400 naming it (``where``: the field of the whole
-    conversation, for problems of no one message)."""
+    conversation, for problems of no one message; ``call_id_field``: what
+    the request calls a result's call id)."""
     instructions = [_text(m, p) for p, m in messages if m.role in _SYSTEM_ROLES]
     turns = [(p, _native(m, p)) for p, m in messages if m.role not in _SYSTEM_ROLES]
     users = [(p, m) for p, m in turns if isinstance(m, UserMessage)]
@@ -166,6 +167,7 @@ def asked_of(messages: list[Tagged], where: str) -> Asked:
     problem = conversation_problem(native)
     if problem is not None:
         index, name, reason = problem
+        name = call_id_field if name == "tool_call_id" else name
         raise OpenAIError(400, reason, param=f"{turns[index][0]}.{name}")
     return Asked(
         task=task,

@@ -135,7 +135,7 @@ def input_messages(request: ResponseRequest) -> list[Tagged]:
 
 def responses_asked(request: ResponseRequest) -> Asked:
     """What a Responses request's ``instructions`` and ``input`` ask (``asked_of``)."""
-    return asked_of(input_messages(request), "input")
+    return asked_of(input_messages(request), "input", "call_id")
 
 
 def responses_requested(

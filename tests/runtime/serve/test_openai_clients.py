@@ -590,6 +590,36 @@ async def test_responses_function_call_round_trip(tmp_path: Path) -> None:
         assert second.output_text == "It is sunny in Paris."
 
 
+async def test_a_result_for_an_unknown_call_is_a_400_naming_it(tmp_path: Path) -> None:
+    model = Model(weather_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.responses.create(
+                model="agentrt/solver",
+                input=[
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"type": "function_call_output", "call_id": "call_nope", "output": "sunny"},
+                ],
+            )
+        body = caught.value.body
+        assert isinstance(body, dict)
+        assert body["param"] == "input[1].call_id"
+        assert "'call_nope'" in body["message"]
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(
+                model="agentrt/solver",
+                messages=[
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"role": "tool", "tool_call_id": "call_nope", "content": "sunny"},
+                ],
+            )
+        body = caught.value.body
+        assert isinstance(body, dict)
+        assert body["param"] == "messages[1].tool_call_id"
+        assert "'call_nope'" in body["message"]
+    assert model.requests == []
+
+
 async def test_responses_refusals_have_openai_shape(tmp_path: Path) -> None:
     async with daemon(tmp_path, Model(lambda _request: "42")) as d, d.openai() as client:
         with pytest.raises(openai.BadRequestError) as caught:
@@ -668,6 +698,76 @@ async def test_openai_agents_sdk_structured_output(tmp_path: Path) -> None:
         assert '"temp"' in str(model.requests[-1].messages[0].content)  # the schema, told
 
 
+def two_tools_script(request: ModelRequest) -> Reply:
+    """Each user turn: the client's ``get_weather``, then its ``get_time``,
+    then an answer from both results (ids numbered by turn)."""
+    messages = request.messages
+    turn = sum(isinstance(m, UserMessage) for m in messages)
+    last_user = max(i for i, m in enumerate(messages) if isinstance(m, UserMessage))
+    results = [m for m in messages[last_user:] if isinstance(m, ToolMessage)]
+    if not results:
+        return ScriptedToolCall("get_weather", {"city": "Paris"}, id=f"call_w{turn}")
+    if len(results) == 1:
+        return ScriptedToolCall("get_time", {"city": "Paris"}, id=f"call_t{turn}")
+    return f"Turn {turn}: {results[0].content} at {results[1].content}."
+
+
+NATIVE_TURN = ["user", "assistant", "tool", "assistant", "tool"]
+"""The roles of one user turn's messages: the question, a call and its
+result twice (then, in the next turn's prompt, the answer)."""
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_openai_agents_sdk_multi_tool_conversation(tmp_path: Path, api: str) -> None:
+    ran: list[str] = []
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(f"weather {city}")
+        return "sunny"
+
+    def clock(city: str) -> str:
+        """The time in a city."""
+        ran.append(f"time {city}")
+        return "noon"
+
+    tools = [
+        sdk.function_tool(weather, name_override="get_weather"),
+        sdk.function_tool(clock, name_override="get_time"),
+    ]
+    model = Model(two_tools_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        config = sdk.RunConfig(
+            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
+            tracing_disabled=True,
+        )
+        chosen: Any = (
+            "solver"
+            if api == "responses"
+            else sdk.OpenAIChatCompletionsModel(model="solver", openai_client=client)
+        )
+        agent = sdk.Agent(name="travel", model=chosen, tools=tools)
+        first = await sdk.Runner.run(agent, "Weather and time in Paris?", run_config=config)
+        assert first.final_output == "Turn 1: sunny at noon."
+        assert ran == ["weather Paris", "time Paris"]  # each tool ran once
+        assert len(model.requests) == 3  # two calls and the answer: no loop
+        last = model.requests[-1].messages
+        assert roles(last) == ["system", *NATIVE_TURN]
+        assert [m.tool_call_id for m in last if isinstance(m, ToolMessage)] == [
+            "call_w1",
+            "call_t1",
+        ]
+        # the next turn: the conversation so far, then a new question
+        follow_up = [*first.to_input_list(), {"role": "user", "content": "And tomorrow?"}]
+        second = await sdk.Runner.run(agent, follow_up, run_config=config)
+        assert second.final_output == "Turn 2: sunny at noon."
+        assert len(ran) == 4
+        assert len(model.requests) == 6
+        last = model.requests[-1].messages
+        assert roles(last) == ["system", *NATIVE_TURN, "assistant", *NATIVE_TURN]
+        assert last[6] == AssistantMessage(content="Turn 1: sunny at noon.")
+
+
 # -- pydantic-ai (chat completions) --------------------------------------------------
 
 
@@ -719,6 +819,34 @@ async def test_pydantic_ai_tools_and_streaming(tmp_path: Path) -> None:
             text = await stream.get_output()
         assert text == "It is sunny in Paris."
         assert ran == ["Paris", "Paris"]
+
+
+# -- langchain-openai (chat completions) ----------------------------------------------
+
+
+async def test_langchain_structured_output_through_function_calling(tmp_path: Path) -> None:
+    from langchain_openai import ChatOpenAI
+
+    def script(request: ModelRequest) -> Reply:
+        # an answer in prose first: the named tool choice asks once more
+        if request.tool_choice != "required":
+            return "It is sunny and 24 C in Paris."
+        return ScriptedToolCall(request.tools[0].name, {"city": "Paris", "temp": 24})
+
+    model = Model(script)
+    async with daemon(tmp_path, model) as d, httpx.AsyncClient(timeout=20.0) as http:
+        chat = ChatOpenAI(
+            model="agentrt/solver",
+            base_url=d.url + "/v1",
+            api_key="x",
+            max_retries=0,
+            http_async_client=http,
+        )
+        structured = chat.with_structured_output(Weather, method="function_calling")
+        answer = await structured.ainvoke("Weather in Paris?")
+    assert answer == Weather(city="Paris", temp=24)
+    asked = [(r.tool_choice, sorted(tool_names(r))) for r in model.requests]
+    assert asked == [("auto", ["Weather", "calculator"]), ("required", ["Weather"])]
 
 
 # -- strict REST ------------------------------------------------------------------
