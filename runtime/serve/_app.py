@@ -339,6 +339,14 @@ def routes(manager: RunService) -> list[BaseRoute]:
         body: RunRequest = await read_json(
             request, RunRequest, max_depth=manager.config.server.max_json_depth
         )
+        if body.options.conversation:
+            raise ApiProblem(
+                400,
+                "unsupported_field",
+                "a conversation reaches a run through /v1/chat/completions or /v1/responses "
+                "(as messages or input items); here, send the task alone",
+                where="options.conversation",
+            )
         info = await manager.submit(body)
         return json_response(info, 201)
 

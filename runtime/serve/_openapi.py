@@ -254,7 +254,8 @@ def _scaling(components: dict[str, Any], max_rollouts: int | None) -> None:
     """``RunRequestBody``: a ``RunRequest`` as the daemon takes it, its
     ``ScalingSpecBody`` at most ``max_rollouts`` rollouts and one variant
     per aggregator, its ``options`` that aggregator's configuration
-    (without ``aggregate``: majority's).  ``RunRequest`` stays what a run
+    (without ``aggregate``: majority's), its ``RunOptionsBody`` without a
+    conversation.  ``RunRequest`` stays what a run
     was asked with, as the daemon reports it."""
     spec = components["ScalingSpec"]
     common = dict(spec["properties"])
@@ -297,9 +298,22 @@ def _scaling(components: dict[str, Any], max_rollouts: int | None) -> None:
         "description": spec["description"],
         "anyOf": variants,
     }
+    run_options = dict(components["RunOptions"])
+    run_options["properties"] = {
+        **run_options["properties"],
+        "conversation": {
+            "type": "array",
+            "maxItems": 0,
+            "default": [],
+            "description": "Empty here: a conversation reaches a run through "
+            "/v1/chat/completions or /v1/responses (a 400 otherwise)",
+        },
+    }
+    components["RunOptionsBody"] = run_options
     body = dict(components["RunRequest"])
     scaling = {**body["properties"]["scaling"], **_ref("ScalingSpecBody")}
-    body["properties"] = {**body["properties"], "scaling": scaling}
+    options = {**body["properties"]["options"], **_ref("RunOptionsBody")}
+    body["properties"] = {**body["properties"], "scaling": scaling, "options": options}
     components["RunRequestBody"] = body
 
 
@@ -346,7 +360,7 @@ what each may be (anything else is a 400 naming it)."""
 
 def _openai_refusals(components: dict[str, Any]) -> None:
     """The OpenAI requests as agentrt takes them: neutral values only for
-    what it refuses, function tools, no named tool choice, logprobs the only
+    what it refuses, function tools, logprobs the only
     thing a response may include."""
     chat_tool = components["ToolIn"]
     chat_tool["properties"].update(
@@ -364,7 +378,13 @@ def _openai_refusals(components: dict[str, Any]) -> None:
     }
     for request in ("ChatCompletionRequest", "ResponseRequest"):
         properties = components[request]["properties"]
-        properties["tool_choice"] = {"enum": ["auto", "none", "required", None], "default": None}
+        properties["tool_choice"] = {
+            "anyOf": [
+                {"enum": ["auto", "none", "required", None]},
+                _ref("NamedToolChoice" if request == "ChatCompletionRequest" else "NamedChoice"),
+            ],
+            "default": None,
+        }
         for name, allowed in _ONLY_NEUTRAL.items():
             if name in properties:
                 properties[name] = {

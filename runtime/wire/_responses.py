@@ -41,6 +41,7 @@ __all__ = [
     "OutputText",
     "OutputTextDelta",
     "OutputTextDone",
+    "ReasoningItem",
     "ResponseCompleted",
     "ResponseCreated",
     "ResponseError",
@@ -53,6 +54,11 @@ __all__ = [
     "ResponseTopLogprob",
     "ResponseUsage",
     "StreamEvent",
+    "SummaryPartAdded",
+    "SummaryPartDone",
+    "SummaryText",
+    "SummaryTextDelta",
+    "SummaryTextDone",
     "TextIn",
     "TextOut",
 ]
@@ -77,7 +83,8 @@ class InputPart(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class InputItem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """An item of ``input``: a message (``type`` ``message`` or left out), a
-    ``function_call`` the model made earlier, or its ``function_call_output``."""
+    ``function_call`` the model made earlier, or its ``function_call_output``
+    (a ``reasoning`` item, agentrt's progress sent back, is skipped)."""
 
     type: str = "message"
     role: Literal["user", "system", "developer", "assistant"] | None = None
@@ -89,6 +96,9 @@ class InputItem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str | None = None
     arguments: str | None = None
     output: str | list[InputPart] | None = None
+    summary: list[Any] | None = None
+    """Of a ``reasoning`` item (progress a client sends back: skipped)."""
+    encrypted_content: str | None = None
 
 
 class FunctionToolIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -215,7 +225,22 @@ class FunctionCallItem(
     status: Literal["in_progress", "completed"] = "completed"
 
 
-OutputItem = OutputMessage | FunctionCallItem
+class SummaryText(msgspec.Struct, frozen=True, kw_only=True):
+    type: Literal["summary_text"] = "summary_text"
+    text: str
+
+
+class ReasoningItem(msgspec.Struct, frozen=True, kw_only=True, tag="reasoning", tag_field="type"):
+    """agentrt's progress while several rollouts run (rollouts started and
+    finished, the aggregation's rounds), as a reasoning summary a client
+    shows apart from the answer; sent back in ``input``, it is skipped."""
+
+    id: str
+    summary: list[SummaryText] = []
+    status: Literal["in_progress", "completed"] = "completed"
+
+
+OutputItem = OutputMessage | FunctionCallItem | ReasoningItem
 
 
 class FunctionToolOut(msgspec.Struct, frozen=True, kw_only=True):
@@ -364,6 +389,42 @@ class ArgumentsDone(_Event, frozen=True, kw_only=True, tag="response.function_ca
     arguments: str
 
 
+class SummaryPartAdded(
+    _Event, frozen=True, kw_only=True, tag="response.reasoning_summary_part.added"
+):
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
+
+
+class SummaryPartDone(
+    _Event, frozen=True, kw_only=True, tag="response.reasoning_summary_part.done"
+):
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
+
+
+class SummaryTextDelta(
+    _Event, frozen=True, kw_only=True, tag="response.reasoning_summary_text.delta"
+):
+    item_id: str
+    output_index: int
+    summary_index: int
+    delta: str
+
+
+class SummaryTextDone(
+    _Event, frozen=True, kw_only=True, tag="response.reasoning_summary_text.done"
+):
+    item_id: str
+    output_index: int
+    summary_index: int
+    text: str
+
+
 StreamEvent = (
     ResponseCreated
     | ResponseInProgress
@@ -377,4 +438,8 @@ StreamEvent = (
     | OutputTextDone
     | ArgumentsDelta
     | ArgumentsDone
+    | SummaryPartAdded
+    | SummaryPartDone
+    | SummaryTextDelta
+    | SummaryTextDone
 )

@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentrt.protocols._api import AgentInfo, RunInfo
 from agentrt.runtime.observe._log import get_logger
-from agentrt.runtime.serve.openai._answer_stream import AnswerStream
+from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
 from agentrt.runtime.serve.openai._chat_translate import extension_of
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, labels
@@ -57,6 +57,7 @@ from agentrt.runtime.wire._responses import (
     OutputText,
     OutputTextDelta,
     OutputTextDone,
+    ReasoningItem,
     ResponseCompleted,
     ResponseCreated,
     ResponseError,
@@ -67,13 +68,20 @@ from agentrt.runtime.wire._responses import (
     ResponseStatus,
     ResponseUsage,
     StreamEvent,
+    SummaryPartAdded,
+    SummaryPartDone,
+    SummaryText,
+    SummaryTextDelta,
+    SummaryTextDone,
 )
 
 log = get_logger(__name__)
 
 _encode = msgspec.json.Encoder().encode
-#: Why 16: answer text only; a slow client should push back on the follower.
+#: Why 16: a slow client should push back on the follower (and the run).
 _TEXT_BUFFER: Final = 16
+_QUIET: Final = StreamText()
+"""Nothing came within the keep-alive interval."""
 
 
 def _usage(info: RunInfo) -> ResponseUsage:
@@ -194,8 +202,20 @@ class _ResponseStream(Response):
         self.text = AnswerStream(shape.info.run_id, shape.info.rollouts)
         self.hold = wanted.options.response_schema is not None
         self.streamed: list[str] = []
-        """Content sent as deltas of the message item (output 0)."""
+        """Content sent as deltas of the message item."""
         self.message_id = f"msg_{shape.info.run_id}"
+        # With several rollouts, their progress (``AnswerStream``'s
+        # reasoning lines) is a reasoning summary: output item 0, closed
+        # when the answer starts.
+        self.progress = shape.info.rollouts > 1
+        self.summary_id = f"rs_{shape.info.run_id}"
+        self.summary: list[str] = []
+        self.summary_done: ReasoningItem | None = None
+
+    @property
+    def message_index(self) -> int:
+        """The message item's place in the output: after the summary, if any."""
+        return 1 if self.summary else 0
 
     def _next(self) -> int:
         self.seq += 1
@@ -221,12 +241,12 @@ class _ResponseStream(Response):
         started = shape.response("in_progress")
         await write(self._sse(ResponseCreated(sequence_number=self._next(), response=started)))
         await write(self._sse(ResponseInProgress(sequence_number=self._next(), response=started)))
-        send_text, receive_text = anyio.create_memory_object_stream[str](_TEXT_BUFFER)
+        send_text, receive_text = anyio.create_memory_object_stream[StreamText](_TEXT_BUFFER)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._follow, send_text)
             async with receive_text:
                 while True:
-                    piece: str | None = ""
+                    piece: StreamText | None = _QUIET
                     with anyio.move_on_after(self.runs.keepalive_s):
                         try:
                             piece = await receive_text.receive()
@@ -234,10 +254,13 @@ class _ResponseStream(Response):
                             piece = None
                     if piece is None:
                         break
-                    if not piece:
+                    if piece is _QUIET:
                         await write(b": keep-alive\n\n")
                         continue
-                    for event in self._delta_events(piece):
+                    events = self._summary_events(piece.reasoning) if piece.reasoning else []
+                    if piece.content:
+                        events += self._delta_events(piece.content)
+                    for event in events:
                         await write(self._sse(event))
         info = await self.runs.manager.wait(run_id)
         if info.status != "succeeded":
@@ -254,29 +277,80 @@ class _ResponseStream(Response):
         final = shape.completed(outcome, output)
         await write(self._sse(ResponseCompleted(sequence_number=self._next(), response=final)))
 
-    async def _follow(self, text: MemoryObjectSendStream[str]) -> None:
-        """Feeds the answer's text as it is generated; closing the stream
-        says the run is over."""
+    async def _follow(self, text: MemoryObjectSendStream[StreamText]) -> None:
+        """Feeds the answer's text as it is generated (and, with several
+        rollouts, their progress); closing the stream says the run is over."""
         async with text:
             try:
                 async for event in self.runs.manager.follow(self.shape.info.run_id, tokens=True):
                     fed = self.text.feed(event)
-                    if fed is not None and fed.content and not self.hold:
-                        await text.send(fed.content)
+                    if fed is None:
+                        continue
+                    content = "" if self.hold else fed.content
+                    reasoning = fed.reasoning if self.progress else ""
+                    if content or reasoning:
+                        await text.send(StreamText(content=content, reasoning=reasoning))
             except Exception as exc:  # the deltas are optional; the answer is not
                 log.warning(
                     "responses_follow_failed", run_id=self.shape.info.run_id, error=repr(exc)
                 )
                 await self.runs.manager.wait(self.shape.info.run_id)
 
+    def _summary_events(self, line: str) -> list[StreamEvent]:
+        """A line of progress: the reasoning item and its summary part opened
+        first, then its delta (none once the answer has begun)."""
+        if self.summary_done is not None:
+            return []
+        events: list[StreamEvent] = []
+        if not self.summary:
+            opened = ReasoningItem(id=self.summary_id, status="in_progress")
+            events.append(
+                OutputItemAdded(sequence_number=self._next(), output_index=0, item=opened)
+            )
+            events.append(
+                SummaryPartAdded(
+                    sequence_number=self._next(),
+                    item_id=self.summary_id,
+                    output_index=0,
+                    summary_index=0,
+                    part=SummaryText(text=""),
+                )
+            )
+        self.summary.append(line)
+        events.append(
+            SummaryTextDelta(
+                sequence_number=self._next(),
+                item_id=self.summary_id,
+                output_index=0,
+                summary_index=0,
+                delta=line,
+            )
+        )
+        return events
+
+    def _summary_close(self) -> list[StreamEvent]:
+        """The events that close the reasoning summary, if one is open."""
+        if not self.summary or self.summary_done is not None:
+            return []
+        part = SummaryText(text="".join(self.summary))
+        self.summary_done = ReasoningItem(id=self.summary_id, summary=[part])
+        common = {"item_id": self.summary_id, "output_index": 0, "summary_index": 0}
+        return [
+            SummaryTextDone(sequence_number=self._next(), text=part.text, **common),
+            SummaryPartDone(sequence_number=self._next(), part=part, **common),
+            OutputItemDone(sequence_number=self._next(), output_index=0, item=self.summary_done),
+        ]
+
     def _delta_events(self, piece: str) -> list[StreamEvent]:
         """A piece of the answer: the message item opened first, then its delta."""
         events: list[StreamEvent] = []
+        index = self.message_index
         if not self.streamed:
+            events.extend(self._summary_close())
             events.append(
                 OutputItemAdded(
                     sequence_number=self._next(),
-                    output_index=0,
+                    output_index=index,
                     item=OutputMessage(id=self.message_id, status="in_progress"),
                 )
             )
@@ -284,7 +358,7 @@ class _ResponseStream(Response):
                 ContentPartAdded(
                     sequence_number=self._next(),
                     item_id=self.message_id,
-                    output_index=0,
+                    output_index=index,
                     content_index=0,
                     part=OutputText(text=""),
                 )
@@ -294,7 +368,7 @@ class _ResponseStream(Response):
             OutputTextDelta(
                 sequence_number=self._next(),
                 item_id=self.message_id,
-                output_index=0,
+                output_index=index,
                 content_index=0,
                 delta=piece,
             )
@@ -307,18 +381,26 @@ class _ResponseStream(Response):
         then the items not streamed."""
         items = output_items(self.shape.info.run_id, outcome.text, outcome.calls, outcome.logprobs)
         if not self.streamed:
-            return [e for i, item in enumerate(items) for e in self._item_events(i, item)], items
+            closing = self._summary_close()
+            first = self.message_index
+            closing += [
+                e for i, item in enumerate(items) for e in self._item_events(first + i, item)
+            ]
+            done = self.summary_done
+            return closing, [done, *items] if done is not None else items
+        done = self.summary_done
         rest = "" if outcome.calls else self.text.rest(outcome.text)
         events: list[StreamEvent] = []
         if rest:
             events.extend(self._delta_events(rest))
         part = OutputText(text="".join(self.streamed), logprobs=logprobs_out(outcome.logprobs))
         message = OutputMessage(id=self.message_id, content=[part])
+        at = self.message_index
         events.append(
             OutputTextDone(
                 sequence_number=self._next(),
                 item_id=self.message_id,
-                output_index=0,
+                output_index=at,
                 content_index=0,
                 text=part.text,
                 logprobs=part.logprobs,
@@ -328,24 +410,27 @@ class _ResponseStream(Response):
             ContentPartDone(
                 sequence_number=self._next(),
                 item_id=self.message_id,
-                output_index=0,
+                output_index=at,
                 content_index=0,
                 part=part,
             )
         )
-        events.append(OutputItemDone(sequence_number=self._next(), output_index=0, item=message))
+        events.append(OutputItemDone(sequence_number=self._next(), output_index=at, item=message))
         calls = [item for item in items if isinstance(item, FunctionCallItem)]
-        for index, call in enumerate(calls, start=1):
+        for index, call in enumerate(calls, start=at + 1):
             events.extend(self._item_events(index, call))
-        return events, [message, *calls]
+        output: list[OutputItem] = [message, *calls]
+        return events, [done, *output] if done is not None else output
 
     async def _failed(self, write: Callable[[bytes], Awaitable[None]], err: OpenAIError) -> None:
+        for event in self._summary_close():
+            await write(self._sse(event))
         failed = self.shape.response(
             "failed", error=ResponseError(code=err.code or "run_failed", message=err.message)
         )
         await write(self._sse(ResponseFailed(sequence_number=self._next(), response=failed)))
 
-    def _item_events(self, index: int, item: OutputMessage | FunctionCallItem) -> list[StreamEvent]:
+    def _item_events(self, index: int, item: OutputItem) -> list[StreamEvent]:
         """The events that open, fill and close one output item."""
         events: list[StreamEvent] = []
         match item:
@@ -393,6 +478,8 @@ class _ResponseStream(Response):
                             part=part,
                         )
                     )
+            case ReasoningItem():
+                pass  # only the summary makes one, and closes it itself
             case FunctionCallItem():
                 opened_call = FunctionCallItem(
                     id=item.id,

@@ -110,11 +110,13 @@ def _add_item(messages: list[Tagged], item: InputItem, param: str) -> None:
                     ),
                 )
             )
+        case "reasoning":
+            pass  # progress agentrt streamed (a reasoning summary), sent back: not the model's
         case _:
             raise refuse(
                 f"{param}.type",
                 f"input items of type {item.type!r} are not supported (messages, "
-                "function_call and function_call_output are)",
+                "function_call, function_call_output and reasoning are)",
             )
 
 

@@ -559,6 +559,44 @@ async def test_responses_stream_the_answer_while_it_is_generated(tmp_path: Path)
     assert "".join(deltas) == answer == final_text
 
 
+async def test_responses_stream_the_progress_of_several_rollouts(tmp_path: Path) -> None:
+    model = Model(lambda _request: "42")
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        stream = await client.responses.create(
+            model="agentrt/solver", input="6 x 7?", stream=True, extra_body={"rollouts": 2}
+        )
+        events = [event async for event in stream]
+        kinds = [e.type for e in events]
+        # progress first, as a reasoning summary, closed before the answer opens
+        first_progress = kinds.index("response.reasoning_summary_text.delta")
+        assert first_progress < kinds.index("response.reasoning_summary_text.done")
+        assert kinds.index("response.reasoning_summary_text.done") < kinds.index(
+            "response.output_text.delta"
+        )
+        progress = "".join(
+            e.delta for e in events if e.type == "response.reasoning_summary_text.delta"
+        )
+        assert "rollout r0 finished: answer: 42" in progress
+        assert "rollout r1 finished: answer: 42" in progress
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        final = events[-1]
+        assert final.type == "response.completed"
+        output = final.response.output
+        assert [item.type for item in output] == ["reasoning", "message"]
+        assert final.response.output_text == "42"
+        # a client sending the output back (the summary too) continues the conversation
+        again = await client.responses.create(
+            model="agentrt/solver",
+            input=[
+                {"role": "user", "content": "6 x 7?"},
+                *[cast(Any, item.model_dump(exclude_none=True)) for item in output],
+                {"role": "user", "content": "And 7 x 6?"},
+            ],
+        )
+        assert again.output_text == "42"
+        assert roles(model.requests[-1].messages) == ["system", "user", "assistant", "user"]
+
+
 async def test_responses_function_call_round_trip(tmp_path: Path) -> None:
     model = Model(weather_script)
     tool: Any = {
@@ -861,6 +899,10 @@ async def test_unknown_run_fields_are_a_400_naming_them(tmp_path: Path) -> None:
         nested = await http.post("/v1/runs", json={"task": "x", "scaling": {"rollout": 2}})
         assert nested.status_code == 400
         assert nested.json()["where"] == "scaling.rollout"
+        talk = {"conversation": [{"role": "user", "content": "hi"}]}
+        conversation = await http.post("/v1/runs", json={"task": "hi", "options": talk})
+        assert conversation.status_code == 400, conversation.text
+        assert conversation.json()["where"] == "options.conversation"
         empty = await http.post("/v1/runs", json={"task": "  "})
         assert empty.status_code == 422
         assert empty.json()["where"] == "task"
