@@ -118,8 +118,8 @@ def _run_id() -> dict[str, Any]:
 def _openai_errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "Malformed or invalid request (`error.param` names the field)",
-        404: "No such model (models are agentrt agents)",
-        409: "The run was cancelled before it answered",
+        404: "No such model (models are agentrt agents), or no such previous response",
+        409: "The run was cancelled before it answered, or the previous response did not complete",
         413: "The request body is too large",
         502: "The run failed (`error.run_id` names it; not retried by clients)",
         503: "Shutting down (the run resumes when the daemon restarts)",
@@ -341,7 +341,6 @@ _ONLY_NEUTRAL: dict[str, dict[str, Any]] = {
             "function_call",
             "prompt_cache_retention",
             "prompt_cache_options",
-            "previous_response_id",
             "conversation",
             "prompt",
             "max_tool_calls",

@@ -296,6 +296,7 @@ class ResponseObject(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     output: list[OutputItem] = []
     instructions: str | None = None
+    previous_response_id: str | None = None
     tools: list[FunctionToolOut] = []
     tool_choice: str | NamedChoice = "auto"
     parallel_tool_calls: bool = True

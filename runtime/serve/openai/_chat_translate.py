@@ -10,6 +10,7 @@ Pure translation: no HTTP, no run manager.  Part of the daemon
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -19,6 +20,8 @@ from agentrt.protocols._messages import (
     AssistantMessage,
     ChatMessage,
     FunctionCall,
+    ImagePart,
+    TextPart,
     ToolCall,
     ToolMessage,
     UserMessage,
@@ -146,34 +149,48 @@ def _native(message: MessageIn, param: str) -> ChatMessage:
             )
 
 
-def asked_of(messages: list[Tagged], where: str, call_id_field: str = "tool_call_id") -> Asked:
-    """The run ``messages`` ask for: system (and developer) messages become
-    its instructions; the rest reach the agent's model as they are (user,
+def asked_of(
+    messages: list[Tagged],
+    where: str,
+    call_id_field: str = "tool_call_id",
+    before: Sequence[ChatMessage] = (),
+) -> Asked:
+    """The run ``messages`` ask for, after the turns ``before`` them (a
+    previous response's): system (and developer) messages become its
+    instructions; the rest reach the agent's model as they are (user,
     assistant with its tool calls, tool results, in order), its last user
-    message being the task.  A tool result for a call no earlier assistant
-    message made is a 400 naming it (``where``: the field of the whole
-    conversation, for problems of no one message; ``call_id_field``: what
-    the request calls a result's call id)."""
+    message being the task.  A tool result for a call the assistant message
+    before it did not make is a 400 naming it (``where``: the field of the
+    whole conversation, for problems of no one message; ``call_id_field``:
+    what the request calls a result's call id)."""
     instructions = [_text(m, p) for p, m in messages if m.role in _SYSTEM_ROLES]
     turns = [(p, _native(m, p)) for p, m in messages if m.role not in _SYSTEM_ROLES]
-    users = [(p, m) for p, m in turns if isinstance(m, UserMessage)]
+    native = [*before, *(m for _, m in turns)]
+    params = [where] * len(before) + [p for p, _ in turns]
+    users = [i for i, m in enumerate(native) if isinstance(m, UserMessage)]
     if not users:
         raise OpenAIError(400, "at least one user message is required", param=where)
-    param, last = users[-1]
-    task = str(last.content)
+    last = native[users[-1]]
+    assert isinstance(last, UserMessage)
+    task = last.content if isinstance(last.content, str) else _parts_text(last.content)
     if not task.strip():
-        raise OpenAIError(400, "the last user message is empty", param=f"{param}.content")
-    native = [m for _, m in turns]
+        raise OpenAIError(
+            400, "the last user message is empty", param=f"{params[users[-1]]}.content"
+        )
     problem = conversation_problem(native)
     if problem is not None:
         index, name, reason = problem
         name = call_id_field if name == "tool_call_id" else name
-        raise OpenAIError(400, reason, param=f"{turns[index][0]}.{name}")
+        raise OpenAIError(400, reason, param=f"{params[index]}.{name}")
     return Asked(
         task=task,
         instructions="\n\n".join(instructions) if instructions else None,
         conversation=[] if len(native) == 1 else native,
     )
+
+
+def _parts_text(parts: list[TextPart | ImagePart]) -> str:
+    return "\n".join(p.text for p in parts if isinstance(p, TextPart))
 
 
 def chat_asked(messages: list[MessageIn]) -> Asked:

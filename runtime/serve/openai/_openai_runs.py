@@ -23,7 +23,7 @@ from starlette.types import Receive, Send
 from agentrt.agents._run_options import CLIENT_TOOL_STOP
 from agentrt.protocols._api import TERMINAL_STATUSES, AgentInfo, RolloutInfo, RunInfo
 from agentrt.protocols._ids import is_top_level
-from agentrt.protocols._messages import ToolCall
+from agentrt.protocols._messages import AssistantMessage, ChatMessage, ToolCall, UserMessage
 from agentrt.protocols._model import ModelReply, TokenLogprob
 from agentrt.protocols._run import RunRequest
 from agentrt.runtime.observe._log import get_logger
@@ -298,6 +298,43 @@ class OpenAIRuns:
                     retry=False,
                 )
         return Outcome(info, rollouts, text, logprobs=logprobs)
+
+    async def earlier_turns(self, response_id: str, param: str) -> list[ChatMessage]:
+        """The conversation response ``response_id`` (``resp_<run id>``)
+        ended: its run's conversation (or task) and its answer, as native
+        messages (its client tool calls, when it ended on them).  An
+        unknown id is a 404 naming it (``param``: the request's field); a
+        run that did not answer, a 409."""
+        run_id = response_id.removeprefix("resp_")
+        detail = await self.manager.detail(run_id) if response_id.startswith("resp_") else None
+        if detail is None:
+            raise OpenAIError(
+                404,
+                f"no response {response_id!r} here (responses are named resp_<run id>)",
+                param=param,
+                code="previous_response_not_found",
+            )
+        info, request = detail.run, detail.request
+        if info.status != "succeeded":
+            raise OpenAIError(
+                409,
+                f"response {response_id!r} is {info.status}: only a completed response continues",
+                param=param,
+                code="previous_response_unusable",
+                run_id=run_id,
+                retry=False,
+            )
+        options = request.options
+        turns: list[ChatMessage] = list(options.conversation) or [UserMessage(content=request.task)]
+        clients = {t.name for t in options.client_tools}
+        reply = await self._final_reply(info, detail.rollouts) if clients else None
+        message = reply.message if reply is not None else None
+        calls = [c for c in message.tool_calls if c.function.name in clients] if message else []
+        if message is not None and calls:
+            turns.append(AssistantMessage(content=message.content or None, tool_calls=calls))
+        else:
+            turns.append(AssistantMessage(content=info.answer or ""))
+        return turns
 
     async def _final_reply(self, info: RunInfo, rollouts: list[RolloutInfo]) -> ModelReply | None:
         """The last model reply of the run's (one) top-level rollout."""

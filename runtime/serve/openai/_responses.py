@@ -108,8 +108,14 @@ class _Responses:
             wanted = _requested(
                 body, defaults.rollouts, defaults.aggregate, defaults.aggregate_options
             )
+            previous = body.previous_response_id
+            before = (
+                await self.runs.earlier_turns(previous, "previous_response_id")
+                if previous is not None
+                else []
+            )
             info = await self.runs.submit(
-                asked=responses_asked(body),
+                asked=responses_asked(body, before),
                 agent=agent,
                 requested=wanted,
                 metadata=labels(

@@ -11,11 +11,12 @@ Pure translation: no HTTP, no run manager.  Part of the daemon
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
-from agentrt.protocols._messages import ToolCall
+from agentrt.protocols._messages import ChatMessage, ToolCall
 from agentrt.protocols._model import TokenLogprob
 from agentrt.runtime.serve.openai._chat_translate import Asked, Tagged, asked_of
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
@@ -135,9 +136,10 @@ def input_messages(request: ResponseRequest) -> list[Tagged]:
     return messages
 
 
-def responses_asked(request: ResponseRequest) -> Asked:
-    """What a Responses request's ``instructions`` and ``input`` ask (``asked_of``)."""
-    return asked_of(input_messages(request), "input", "call_id")
+def responses_asked(request: ResponseRequest, before: Sequence[ChatMessage] = ()) -> Asked:
+    """What a Responses request's ``instructions`` and ``input`` ask, after
+    the turns ``before`` them (its previous response's; ``asked_of``)."""
+    return asked_of(input_messages(request), "input", "call_id", before)
 
 
 def responses_requested(
@@ -149,7 +151,6 @@ def responses_requested(
 ) -> Requested:
     """What a Responses request asks of its run; fields agentrt cannot
     honour with the value given are refused (a 400 naming the field)."""
-    refuse_set("previous_response_id", request.previous_response_id)
     refuse_set("conversation", request.conversation)
     refuse_set("background", request.background, (None, False))
     refuse_set("prompt", request.prompt)
@@ -229,6 +230,7 @@ def echo(request: ResponseRequest) -> dict[str, Any]:
     fmt = request.text.format if request.text is not None else None
     return {
         "instructions": request.instructions,
+        "previous_response_id": request.previous_response_id,
         "tools": [
             FunctionToolOut(
                 name=t.name or "",

@@ -658,14 +658,68 @@ async def test_a_result_for_an_unknown_call_is_a_400_naming_it(tmp_path: Path) -
     assert model.requests == []
 
 
+async def test_previous_response_id_continues_the_conversation(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(f"weather {city}")
+        return "sunny"
+
+    def clock(city: str) -> str:
+        """The time in a city."""
+        ran.append(f"time {city}")
+        return "noon"
+
+    model = Model(two_tools_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        config = sdk.RunConfig(
+            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
+            tracing_disabled=True,
+        )
+        agent = sdk.Agent(
+            name="travel",
+            model="solver",
+            tools=[
+                sdk.function_tool(weather, name_override="get_weather"),
+                sdk.function_tool(clock, name_override="get_time"),
+            ],
+        )
+        # the SDK sends only the new items, naming the response before them
+        first = await sdk.Runner.run(
+            agent, "Weather and time in Paris?", run_config=config, auto_previous_response_id=True
+        )
+        assert first.final_output == "Turn 1: sunny at noon."
+        second = await sdk.Runner.run(
+            agent,
+            "And tomorrow?",
+            run_config=config,
+            previous_response_id=first.last_response_id,
+            auto_previous_response_id=True,
+        )
+        assert second.final_output == "Turn 2: sunny at noon."
+        assert ran == ["weather Paris", "time Paris"] * 2
+        assert len(model.requests) == 6
+        last = model.requests[-1].messages
+        assert roles(last) == ["system", *NATIVE_TURN, "assistant", *NATIVE_TURN]
+        # an unknown response: a 404 naming it
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.responses.create(
+                model="agentrt/solver", input="hi", previous_response_id="resp_run-nobody"
+            )
+        assert isinstance(missing.value.body, dict)
+        assert missing.value.body["param"] == "previous_response_id"
+        assert "'resp_run-nobody'" in missing.value.body["message"]
+
+
 async def test_responses_refusals_have_openai_shape(tmp_path: Path) -> None:
     async with daemon(tmp_path, Model(lambda _request: "42")) as d, d.openai() as client:
         with pytest.raises(openai.BadRequestError) as caught:
             await client.responses.create(
-                model="agentrt/solver", input="hi", previous_response_id="resp_1"
-            )
+                model="agentrt/solver", input="hi", prompt_cache_retention="24h"
+            )  # type: ignore[arg-type]
         assert isinstance(caught.value.body, dict)
-        assert caught.value.body["param"] == "previous_response_id"
+        assert caught.value.body["param"] == "prompt_cache_retention"
         with pytest.raises(openai.NotFoundError) as missing:
             await client.responses.create(model="agentrt/nobody", input="hi")
         assert isinstance(missing.value.body, dict)
