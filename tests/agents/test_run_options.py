@@ -14,6 +14,7 @@ from agentrt.agents import AgentConfig
 from agentrt.agents._run_options import structured_answer
 from agentrt.protocols import (
     AssistantMessage,
+    ChatMessage,
     FunctionCall,
     ModelRequest,
     RequiredTool,
@@ -142,7 +143,7 @@ async def test_options_an_agent_cannot_take_are_refused_before_any_call(
 async def test_a_conversation_reaches_the_model_as_its_messages() -> None:
     seen: list[ModelRequest] = []
     call = ToolCall(id="c1", function=FunctionCall("get_weather", '{"city": "Oslo"}'))
-    conversation = [
+    conversation: list[ChatMessage] = [
         UserMessage(content="Weather in Oslo?"),
         AssistantMessage(tool_calls=[call]),
         ToolMessage(content="rain", tool_call_id="c1"),

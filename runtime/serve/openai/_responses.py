@@ -340,10 +340,18 @@ class _ResponseStream(Response):
             return []
         part = SummaryText(text="".join(self.summary))
         self.summary_done = ReasoningItem(id=self.summary_id, summary=[part])
-        common = {"item_id": self.summary_id, "output_index": 0, "summary_index": 0}
+        rs = self.summary_id
         return [
-            SummaryTextDone(sequence_number=self._next(), text=part.text, **common),
-            SummaryPartDone(sequence_number=self._next(), part=part, **common),
+            SummaryTextDone(
+                sequence_number=self._next(),
+                item_id=rs,
+                output_index=0,
+                summary_index=0,
+                text=part.text,
+            ),
+            SummaryPartDone(
+                sequence_number=self._next(), item_id=rs, output_index=0, summary_index=0, part=part
+            ),
             OutputItemDone(sequence_number=self._next(), output_index=0, item=self.summary_done),
         ]
 
