@@ -14,7 +14,14 @@ import builtins
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar, final
 
-from agentrt.protocols._api import AgentInfo, ElicitationAnswer, RunDetail, RunInfo, RunPage
+from agentrt.protocols._api import (
+    AgentInfo,
+    ElicitationAnswer,
+    RunDetail,
+    RunInfo,
+    RunPage,
+    ThreadInfo,
+)
 from agentrt.protocols._events import Event, McpAuthorizationRequired
 from agentrt.protocols._run import RunRequest, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
@@ -53,6 +60,16 @@ class RunService(Protocol):
     async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo: ...
 
     async def get(self, run_id: str) -> RunInfo | None: ...
+
+    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo: ...
+
+    async def thread(self, thread_id: str) -> ThreadInfo | None: ...
+
+    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]: ...
+
+    async def delete_thread(self, thread_id: str) -> bool: ...
+
+    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo: ...
 
     async def detail(self, run_id: str) -> RunDetail | None: ...
 
@@ -161,6 +178,12 @@ class ManagerBridge:
     async def detail(self, run_id: str) -> RunDetail | None:
         return await self.manager.detail(run_id)
 
+    async def thread(self, thread_id: str) -> ThreadInfo | None:
+        return await self.manager.thread(thread_id)
+
+    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]:
+        return await self.manager.list_threads(limit=limit)
+
     async def list(
         self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
     ) -> RunPage:
@@ -176,6 +199,15 @@ class ManagerBridge:
 
     async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo:
         return await self._on_run_loop(lambda: self.manager.submit(request, run_id=run_id))
+
+    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo:
+        return await self._on_run_loop(lambda: self.manager.create_thread(metadata))
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        return await self._on_run_loop(lambda: self.manager.delete_thread(thread_id))
+
+    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo:
+        return await self._on_run_loop(lambda: self.manager.submit_in_thread(thread_id, request))
 
     async def cancel(self, run_id: str) -> RunInfo | None:
         return await self._on_run_loop(lambda: self.manager.cancel(run_id))

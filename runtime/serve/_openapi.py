@@ -29,6 +29,9 @@ from agentrt.protocols._api import (
     RunDetail,
     RunInfo,
     RunPage,
+    ThreadCreate,
+    ThreadInfo,
+    ThreadPage,
 )
 from agentrt.protocols._events import Event
 from agentrt.protocols._run import RunRequest
@@ -75,6 +78,9 @@ _TYPES: tuple[Any, ...] = (
     RunPage,
     AgentList,
     McpAuthorizationList,
+    ThreadCreate,
+    ThreadInfo,
+    ThreadPage,
     ApiError,
     ElicitationAnswer,
     Trajectory,
@@ -104,7 +110,8 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "Malformed request (bad JSON, an unknown field: `where` names it)",
         401: "Missing or wrong bearer token",
-        404: "No such run, rollout or agent",
+        404: "No such run, rollout, agent or thread",
+        409: "The thread has an unfinished run (one at a time: `where` names the thread)",
         422: "Well-formed but invalid (the body says which field and why)",
         503: "Shutting down",
     }
@@ -113,6 +120,87 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 def _run_id() -> dict[str, Any]:
     return {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _thread_id() -> dict[str, Any]:
+    return {"name": "thread_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _thread_paths() -> dict[str, Any]:
+    """``/v1/threads``: conversations held in the run store."""
+    thread_links = {
+        op: {
+            "operationId": op,
+            "parameters": {"thread_id": "$response.body#/thread_id"},
+            "description": "The thread just created",
+        }
+        for op in ("getThread", "deleteThread", "createThreadRun")
+    }
+    return {
+        "/v1/threads": {
+            "post": {
+                "operationId": "createThread",
+                "summary": "Start a conversation (its runs see its earlier turns)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ThreadCreate")}},
+                },
+                "responses": {
+                    "201": {
+                        **_json(_ref("ThreadInfo"), "The thread, empty"),
+                        "links": thread_links,
+                    },
+                    **_errors(400, 401, 422),
+                },
+            },
+            "get": {
+                "operationId": "listThreads",
+                "summary": "Threads, newest first (without their runs)",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+                    }
+                ],
+                "responses": {
+                    "200": _json(_ref("ThreadPage"), "Threads"),
+                    **_errors(401, 422),
+                },
+            },
+        },
+        "/v1/threads/{thread_id}": {
+            "get": {
+                "operationId": "getThread",
+                "parameters": [_thread_id()],
+                "responses": {
+                    "200": _json(_ref("ThreadInfo"), "The thread and its runs, oldest first"),
+                    **_errors(401, 404),
+                },
+            },
+            "delete": {
+                "operationId": "deleteThread",
+                "summary": "Forget the thread (its runs stay, as runs)",
+                "parameters": [_thread_id()],
+                "responses": {"204": {"description": "Deleted"}, **_errors(401, 404)},
+            },
+        },
+        "/v1/threads/{thread_id}/runs": {
+            "post": {
+                "operationId": "createThreadRun",
+                "summary": "The thread's next run: its task after the thread's earlier turns",
+                "parameters": [_thread_id()],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("RunRequestBody")}},
+                },
+                "responses": {
+                    "201": _json(_ref("RunInfo"), "The run, admitted"),
+                    **_errors(400, 401, 404, 409, 422, 503),
+                },
+            }
+        },
+    }
 
 
 def _openai_errors(*codes: int) -> dict[str, Any]:
@@ -616,6 +704,7 @@ def openapi_document(
                 },
             }
         },
+        **_thread_paths(),
         "/v1/agents": {
             "get": {
                 "operationId": "listAgents",

@@ -33,6 +33,7 @@ from agentrt.protocols._api import (
     RunDetail,
     RunInfo,
     RunPage,
+    ThreadInfo,
 )
 from agentrt.protocols._codec import decode_event
 from agentrt.protocols._events import (
@@ -50,6 +51,7 @@ from agentrt.protocols._events import (
     TokenDelta,
 )
 from agentrt.protocols._ids import new_run_id
+from agentrt.protocols._messages import AssistantMessage, ChatMessage, UserMessage
 from agentrt.protocols._run import RunRequest, RunResult, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.runtime.budget._pricing import PriceTable
@@ -59,7 +61,7 @@ from agentrt.runtime.kernel._errors import ConfigError, UserError
 from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models._backend_health import BackendHealth, probe_backend
 from agentrt.runtime.observe._log import get_logger, log_context
-from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem, invalid
+from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem, invalid, not_found
 from agentrt.runtime.serve.store._run_store import RunStore
 from agentrt.runtime.serve.store._store_sql import rollout_error
 from agentrt.tools._tool import ElicitationReply, Tool
@@ -277,6 +279,8 @@ class RunManager:
         """Per MCP server: the approval it waits for (and when that ends)."""
         self.observer = observer
         self._lock = threading.Lock()
+        self._thread_admission = anyio.Lock()
+        """Held while a thread's next run is checked and recorded."""
         self._live: dict[str, _Live] = {}
         self._finished: dict[str, RunDetail] = {}
         """Recently finished runs, oldest first."""
@@ -470,15 +474,18 @@ class RunManager:
             )
         return msgspec.structs.replace(request, agent=agent)
 
-    async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo:
-        """Validate and admit a run; it starts as soon as a slot is free."""
+    async def submit(
+        self, request: RunRequest, *, run_id: str | None = None, thread_id: str | None = None
+    ) -> RunInfo:
+        """Validate and admit a run (the next of ``thread_id``, when given:
+        ``submit_in_thread``); it starts as soon as a slot is free."""
         if not self.accepting or self._tg is None:
             raise ApiProblem(503, "unavailable", "the daemon is shutting down; retry elsewhere")
         request = self._validate(request)
         run_id = run_id or new_run_id()
         self._reserve_admission()
         try:
-            info = await self.store.create_run(run_id, request)
+            info = await self.store.create_run(run_id, request, thread_id=thread_id)
             live = _Live(info=info, request=request, tokens_until=time.monotonic() + TOKEN_GRACE_S)
             with self._lock:
                 self._live[run_id] = live
@@ -488,6 +495,61 @@ class RunManager:
         self._tg.start_soon(self._execute, live, None)
         log.info("run_submitted", run_id=run_id, agent=request.agent, rollouts=info.rollouts)
         return info
+
+    # -- threads -------------------------------------------------------------
+
+    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo:
+        return await self.store.create_thread(new_run_id("thread"), metadata)
+
+    async def thread(self, thread_id: str) -> ThreadInfo | None:
+        return await self.store.thread(thread_id)
+
+    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]:
+        return await self.store.list_threads(limit=limit)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Forget the thread (its runs stay); ``False``: there was none."""
+        if await self.store.thread(thread_id) is None:
+            return False
+        await self.store.delete_thread(thread_id)
+        return True
+
+    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo:
+        """The thread's next run: its task after the thread's turns (the task
+        and answer of each earlier run that succeeded), as native messages.
+        One run at a time: while one is unfinished, a 409 naming it; an
+        unknown thread, a 404."""
+        if request.options.conversation:
+            raise ApiProblem(
+                400,
+                "unsupported_field",
+                "a thread's run takes its task alone: the thread holds the conversation",
+                where="options.conversation",
+            )
+        async with self._thread_admission:  # the check and the insert, together
+            thread = await self.store.thread(thread_id)
+            if thread is None:
+                raise not_found("thread", thread_id, where="thread_id")
+            turns: builtins.list[ChatMessage] = []
+            for run in thread.runs:
+                if run.status not in TERMINAL_STATUSES:
+                    raise ApiProblem(
+                        409,
+                        "thread_busy",
+                        f"thread {thread_id!r} has run {run.run_id} {run.status}: one run at a "
+                        f"time; wait for it (GET /v1/runs/{run.run_id}) or cancel it",
+                        where="thread_id",
+                    )
+                if run.status == "succeeded":
+                    turns += [
+                        UserMessage(content=run.task),
+                        AssistantMessage(content=run.answer or ""),
+                    ]
+            if turns:
+                conversation = [*turns, UserMessage(content=request.task)]
+                options = msgspec.structs.replace(request.options, conversation=conversation)
+                request = msgspec.structs.replace(request, options=options)
+            return await self.submit(request, thread_id=thread_id)
 
     def _reserve_admission(self) -> None:
         """Count one more run in, or refuse it (429) when pending and running
