@@ -98,8 +98,7 @@ class ContextWindow:
     Messages are ``system | task | seed | [notes] | turns...`` (a turn: an
     assistant message and the tool messages answering it; the task: one
     user message, or a client's ``conversation`` as its native messages),
-    tool definitions
-    beside them sorted by name.  The system and task messages and the tools
+    tool definitions beside them sorted by name.  The system and task messages and the tools
     are the same bytes on every step and in every rollout of the same agent
     and task, and the history is append-only between compactions, so a
     server's prefix cache serves them.  Tool results over
