@@ -372,6 +372,13 @@ def _thread_routes(manager: RunService) -> list[BaseRoute]:
         body: RunRequest = await read_json(
             request, RunRequest, max_depth=manager.config.server.max_json_depth
         )
+        if body.options.conversation:
+            raise ApiProblem(
+                400,
+                "unsupported_field",
+                "a thread's run takes its task alone: the thread holds the conversation",
+                where="options.conversation",
+            )
         info = await manager.submit_in_thread(request.path_params["thread_id"], body)
         return json_response(info, 201)
 

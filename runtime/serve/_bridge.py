@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar, final
 
 from agentrt.protocols._api import (
     AgentInfo,
     ElicitationAnswer,
+    RolloutInfo,
     RunDetail,
     RunInfo,
     RunPage,
     ThreadInfo,
 )
 from agentrt.protocols._events import Event, McpAuthorizationRequired
+from agentrt.protocols._messages import ChatMessage
+from agentrt.protocols._model import ModelReply
 from agentrt.protocols._run import RunRequest, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.runtime.config._daemon_config import DaemonConfig
@@ -71,6 +74,8 @@ class RunService(Protocol):
 
     async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo: ...
 
+    async def thread_history(self, thread: ThreadInfo) -> builtins.list[ChatMessage]: ...
+
     async def detail(self, run_id: str) -> RunDetail | None: ...
 
     async def list(
@@ -90,6 +95,12 @@ class RunService(Protocol):
     ) -> AsyncIterator[Event]: ...
 
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None: ...
+
+    async def final_reply(
+        self, run_id: str, rollouts: Sequence[RolloutInfo]
+    ) -> ModelReply | None: ...
+
+    async def conversation_of(self, detail: RunDetail) -> builtins.list[ChatMessage]: ...
 
     async def summaries(self, run_id: str) -> builtins.list[TrajectorySummary]: ...
 
@@ -180,6 +191,15 @@ class ManagerBridge:
 
     async def thread(self, thread_id: str) -> ThreadInfo | None:
         return await self.manager.thread(thread_id)
+
+    async def final_reply(self, run_id: str, rollouts: Sequence[RolloutInfo]) -> ModelReply | None:
+        return await self.manager.final_reply(run_id, rollouts)
+
+    async def conversation_of(self, detail: RunDetail) -> builtins.list[ChatMessage]:
+        return await self.manager.conversation_of(detail)
+
+    async def thread_history(self, thread: ThreadInfo) -> builtins.list[ChatMessage]:
+        return await self.manager.thread_history(thread)
 
     async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]:
         return await self.manager.list_threads(limit=limit)

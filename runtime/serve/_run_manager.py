@@ -23,6 +23,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from agentrt.agents._run_options import CLIENT_TOOL_STOP
 from agentrt.aggregators._compose import parse_config
 from agentrt.aggregators._judge import Judge
 from agentrt.protocols._api import (
@@ -50,8 +51,9 @@ from agentrt.protocols._events import (
     StepRecorded,
     TokenDelta,
 )
-from agentrt.protocols._ids import new_run_id
+from agentrt.protocols._ids import is_top_level, new_run_id
 from agentrt.protocols._messages import AssistantMessage, ChatMessage, UserMessage
+from agentrt.protocols._model import ModelReply
 from agentrt.protocols._run import RunRequest, RunResult, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.runtime.budget._pricing import PriceTable
@@ -514,40 +516,43 @@ class RunManager:
         await self.store.delete_thread(thread_id)
         return True
 
+    async def thread_history(self, thread: ThreadInfo) -> builtins.list[ChatMessage]:
+        """The conversation ``thread`` holds: the one its last succeeded run
+        ended (``conversation_of``: that run's conversation, which holds the
+        turns before it, and its answer); a failed or cancelled run adds
+        nothing.  A thread with an unfinished run is a 409 naming it."""
+        last: str | None = None
+        for run in thread.runs:
+            if run.status not in TERMINAL_STATUSES:
+                raise ApiProblem(
+                    409,
+                    "thread_busy",
+                    f"thread {thread.thread_id!r} has run {run.run_id} {run.status}: one run "
+                    f"at a time; wait for it (GET /v1/runs/{run.run_id}) or cancel it",
+                    where="thread_id",
+                )
+            if run.status == "succeeded":
+                last = run.run_id
+        detail = await self.detail(last) if last is not None else None
+        return await self.conversation_of(detail) if detail is not None else []
+
     async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo:
-        """The thread's next run: its task after the thread's turns (the task
-        and answer of each earlier run that succeeded), as native messages.
-        One run at a time: while one is unfinished, a 409 naming it; an
-        unknown thread, a 404."""
-        if request.options.conversation:
-            raise ApiProblem(
-                400,
-                "unsupported_field",
-                "a thread's run takes its task alone: the thread holds the conversation",
-                where="options.conversation",
-            )
+        """The thread's next run: the thread's conversation (``thread_history``)
+        then the run's own messages (``options.conversation``: what it adds,
+        say tool results; empty: its task as a user message).  One run at a
+        time (a 409 naming the unfinished one); an unknown thread, a 404."""
         async with self._thread_admission:  # the check and the insert, together
             thread = await self.store.thread(thread_id)
             if thread is None:
                 raise not_found("thread", thread_id, where="thread_id")
-            turns: builtins.list[ChatMessage] = []
-            for run in thread.runs:
-                if run.status not in TERMINAL_STATUSES:
-                    raise ApiProblem(
-                        409,
-                        "thread_busy",
-                        f"thread {thread_id!r} has run {run.run_id} {run.status}: one run at a "
-                        f"time; wait for it (GET /v1/runs/{run.run_id}) or cancel it",
-                        where="thread_id",
-                    )
-                if run.status == "succeeded":
-                    turns += [
-                        UserMessage(content=run.task),
-                        AssistantMessage(content=run.answer or ""),
-                    ]
-            if turns:
-                conversation = [*turns, UserMessage(content=request.task)]
-                options = msgspec.structs.replace(request.options, conversation=conversation)
+            history = await self.thread_history(thread)
+            new = list(request.options.conversation) or [UserMessage(content=request.task)]
+            if history or len(new) > 1:
+                conversation = [*history, *new]
+                try:
+                    options = msgspec.structs.replace(request.options, conversation=conversation)
+                except ValueError as exc:  # the thread moved on under the caller
+                    raise invalid(str(exc), where="options.conversation") from None
                 request = msgspec.structs.replace(request, options=options)
             return await self.submit(request, thread_id=thread_id)
 
@@ -870,6 +875,40 @@ class RunManager:
 
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
         return await self.store.trajectory(run_id, rollout_id)
+
+    async def final_reply(self, run_id: str, rollouts: Sequence[RolloutInfo]) -> ModelReply | None:
+        """The last model reply of the run's (one) top-level rollout, when it
+        answered or ended on client tool calls."""
+        for rollout in rollouts:
+            if not is_top_level(rollout.rollout_id):
+                continue
+            trajectory = await self.store.trajectory(run_id, rollout.rollout_id)
+            if trajectory is None or not trajectory.steps:
+                continue
+            ended_on_calls = trajectory.stop_reason == CLIENT_TOOL_STOP
+            if trajectory.answer is not None or ended_on_calls:
+                for step in reversed(trajectory.steps):
+                    if step.reply is not None and step.reply.choices:
+                        return step.reply
+        return None
+
+    async def conversation_of(self, detail: RunDetail) -> builtins.list[ChatMessage]:
+        """The conversation a succeeded run ended: its conversation (or its
+        task) and its answer, as native messages (its client tool calls,
+        when it ended on them)."""
+        options = detail.request.options
+        turns: builtins.list[ChatMessage] = list(options.conversation) or [
+            UserMessage(content=detail.request.task)
+        ]
+        clients = {t.name for t in options.client_tools}
+        reply = await self.final_reply(detail.run.run_id, detail.rollouts) if clients else None
+        message = reply.message if reply is not None else None
+        calls = [c for c in message.tool_calls if c.function.name in clients] if message else []
+        if message is not None and calls:
+            turns.append(AssistantMessage(content=message.content or None, tool_calls=calls))
+        else:
+            turns.append(AssistantMessage(content=detail.run.answer or ""))
+        return turns
 
     async def summaries(self, run_id: str) -> builtins.list[TrajectorySummary]:
         return await self.store.summaries(run_id)

@@ -20,11 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Send
 
-from agentrt.agents._run_options import CLIENT_TOOL_STOP
 from agentrt.protocols._api import TERMINAL_STATUSES, AgentInfo, RolloutInfo, RunInfo
-from agentrt.protocols._ids import is_top_level
-from agentrt.protocols._messages import AssistantMessage, ChatMessage, ToolCall, UserMessage
-from agentrt.protocols._model import ModelReply, TokenLogprob
+from agentrt.protocols._messages import ChatMessage, ToolCall
+from agentrt.protocols._model import TokenLogprob
 from agentrt.protocols._run import RunRequest
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._api_problem import ApiProblem
@@ -274,7 +272,7 @@ class OpenAIRuns:
         options = requested.options
         if not (requested.client_tools or options.logprobs):
             return Outcome(info, rollouts, text)
-        reply = await self._final_reply(info, rollouts)
+        reply = await self.manager.final_reply(info.run_id, rollouts)
         if requested.client_tools and reply is not None:
             message = reply.message
             calls = [c for c in message.tool_calls if c.function.name in requested.client_tools]
@@ -314,7 +312,7 @@ class OpenAIRuns:
                 param=param,
                 code="previous_response_not_found",
             )
-        info, request = detail.run, detail.request
+        info = detail.run
         if info.status != "succeeded":
             raise OpenAIError(
                 409,
@@ -324,32 +322,7 @@ class OpenAIRuns:
                 run_id=run_id,
                 retry=False,
             )
-        options = request.options
-        turns: list[ChatMessage] = list(options.conversation) or [UserMessage(content=request.task)]
-        clients = {t.name for t in options.client_tools}
-        reply = await self._final_reply(info, detail.rollouts) if clients else None
-        message = reply.message if reply is not None else None
-        calls = [c for c in message.tool_calls if c.function.name in clients] if message else []
-        if message is not None and calls:
-            turns.append(AssistantMessage(content=message.content or None, tool_calls=calls))
-        else:
-            turns.append(AssistantMessage(content=info.answer or ""))
-        return turns
-
-    async def _final_reply(self, info: RunInfo, rollouts: list[RolloutInfo]) -> ModelReply | None:
-        """The last model reply of the run's (one) top-level rollout."""
-        for rollout in rollouts:
-            if not is_top_level(rollout.rollout_id):
-                continue
-            trajectory = await self.manager.trajectory(info.run_id, rollout.rollout_id)
-            if trajectory is None or not trajectory.steps:
-                continue
-            ended_on_calls = trajectory.stop_reason == CLIENT_TOOL_STOP
-            if trajectory.answer is not None or ended_on_calls:
-                for step in reversed(trajectory.steps):
-                    if step.reply is not None and step.reply.choices:
-                        return step.reply
-        return None
+        return await self.manager.conversation_of(detail)
 
 
 __all__ = [
