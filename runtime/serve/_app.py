@@ -476,6 +476,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
             models=[a.model for a in manager.agents()],
             max_rollouts=manager.config.server.max_rollouts,
             usd_caps=manager.usd_caps,
+            agents=[a.name for a in manager.agents()],
         )
     )
 

@@ -40,6 +40,9 @@ from agentrt.runtime.wire._chat import ChatCompletion, ChatCompletionChunk, Chat
 from agentrt.runtime.wire._common import ErrorBody, ModelCard, ModelList
 from agentrt.runtime.wire._responses import (
     LOGPROBS_INCLUDE,
+    ConversationCreate,
+    ConversationDeleted,
+    ConversationObject,
     ResponseObject,
     ResponseRequest,
     StreamEvent,
@@ -95,6 +98,9 @@ _TYPES: tuple[Any, ...] = (
     ResponseRequest,
     ResponseObject,
     StreamEvent,
+    ConversationCreate,
+    ConversationObject,
+    ConversationDeleted,
 )
 
 
@@ -134,7 +140,7 @@ def _thread_paths() -> dict[str, Any]:
             "parameters": {"thread_id": "$response.body#/thread_id"},
             "description": "The thread just created",
         }
-        for op in ("getThread", "deleteThread", "createThreadRun")
+        for op in ("getThread", "deleteThread")
     }
     return {
         "/v1/threads": {
@@ -192,7 +198,7 @@ def _thread_paths() -> dict[str, Any]:
                 "parameters": [_thread_id()],
                 "requestBody": {
                     "required": True,
-                    "content": {"application/json": {"schema": _ref("RunRequestBody")}},
+                    "content": {"application/json": {"schema": _ref("ThreadRunBody")}},
                 },
                 "responses": {
                     "201": _json(_ref("RunInfo"), "The run, admitted"),
@@ -200,6 +206,15 @@ def _thread_paths() -> dict[str, Any]:
                 },
             }
         },
+    }
+
+
+def _conversation_id() -> dict[str, Any]:
+    return {
+        "name": "conversation_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
     }
 
 
@@ -315,6 +330,41 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                 },
             }
         },
+        "/v1/conversations": {
+            "post": {
+                "operationId": "createConversation",
+                "summary": "Start a conversation for responses to join (a daemon thread)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ConversationCreate")}},
+                },
+                "responses": {
+                    "200": _json(_ref("ConversationObject"), "The conversation, empty"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(400, 413),
+                },
+            }
+        },
+        "/v1/conversations/{conversation_id}": {
+            "get": {
+                "operationId": "getConversation",
+                "parameters": [_conversation_id()],
+                "responses": {
+                    "200": _json(_ref("ConversationObject"), "The conversation"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(404),
+                },
+            },
+            "delete": {
+                "operationId": "deleteConversation",
+                "parameters": [_conversation_id()],
+                "responses": {
+                    "200": _json(_ref("ConversationDeleted"), "Deleted (its runs stay)"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(404),
+                },
+            },
+        },
         "/v1/models": {
             "get": {
                 "operationId": "listModels",
@@ -429,7 +479,6 @@ _ONLY_NEUTRAL: dict[str, dict[str, Any]] = {
             "function_call",
             "prompt_cache_retention",
             "prompt_cache_options",
-            "conversation",
             "prompt",
             "max_tool_calls",
             "context_management",
@@ -459,6 +508,11 @@ def _openai_refusals(components: dict[str, Any]) -> None:
         type={"const": "function"}, name={"type": "string", "minLength": 1, "maxLength": 64}
     )
     response_tool["required"] = ["name", "type"]
+    components["ConversationCreate"]["properties"]["items"] = {
+        "anyOf": [_NULL, {"type": "array", "maxItems": 0}],
+        "default": None,
+        "description": "Empty: a conversation starts with its first response",
+    }
     components["ResponseRequest"]["properties"]["include"] = {
         "anyOf": [_NULL, {"type": "array", "items": {"const": LOGPROBS_INCLUDE}}],
         "default": None,
@@ -489,11 +543,13 @@ def openapi_document(
     models: list[str] | None = None,
     max_rollouts: int | None = None,
     usd_caps: bool = True,
+    agents: list[str] | None = None,
 ) -> dict[str, Any]:
     """The document served at ``/openapi.json`` (``models``: the model names
     of the agents, given as examples; ``max_rollouts``: the daemon's limit
     on a run's rollouts; ``usd_caps``: whether it takes ``max_usd``, which
-    needs model prices)."""
+    needs model prices; ``agents``: the names a thread's run may give as
+    its ``agent``)."""
     (schemas, components) = msgspec.json.schema_components(
         _TYPES, ref_template="#/components/schemas/{name}"
     )
@@ -508,6 +564,13 @@ def openapi_document(
             "description": "Refused: this daemon has no model prices to count USD with",
             "default": None,
         }
+    thread_run = dict(components["RunRequestBody"])
+    if agents:
+        thread_run["properties"] = {
+            **thread_run["properties"],
+            "agent": {"enum": sorted({*agents, "default"}), "default": "default"},
+        }
+    components["ThreadRunBody"] = thread_run
     event_union = schemas[_TYPES.index(Event)]
     components["Event"] = event_union
     components["ResponseStreamEvent"] = schemas[_TYPES.index(StreamEvent)]

@@ -538,21 +538,27 @@ class RunManager:
 
     async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo:
         """The thread's next run: the thread's conversation (``thread_history``)
-        then the run's own messages (``options.conversation``: what it adds,
-        say tool results; empty: its task as a user message).  One run at a
-        time (a 409 naming the unfinished one); an unknown thread, a 404."""
+        then the run's task as a user message; or, when ``options`` holds a
+        conversation, that one, which must go on from the thread's (a caller
+        that read ``thread_history`` and added to it: else a 409, the thread
+        moved on).  One run at a time (a 409 naming the unfinished one); an
+        unknown thread, a 404."""
         async with self._thread_admission:  # the check and the insert, together
             thread = await self.store.thread(thread_id)
             if thread is None:
                 raise not_found("thread", thread_id, where="thread_id")
             history = await self.thread_history(thread)
-            new = list(request.options.conversation) or [UserMessage(content=request.task)]
-            if history or len(new) > 1:
-                conversation = [*history, *new]
-                try:
-                    options = msgspec.structs.replace(request.options, conversation=conversation)
-                except ValueError as exc:  # the thread moved on under the caller
-                    raise invalid(str(exc), where="options.conversation") from None
+            given = request.options.conversation
+            if given and given[: len(history)] != history:
+                raise ApiProblem(
+                    409,
+                    "thread_moved",
+                    f"thread {thread_id!r} went on while this run was asked for; ask again",
+                    where="thread_id",
+                )
+            if history and not given:
+                conversation = [*history, UserMessage(content=request.task)]
+                options = msgspec.structs.replace(request.options, conversation=conversation)
                 request = msgspec.structs.replace(request, options=options)
             return await self.submit(request, thread_id=thread_id)
 

@@ -23,6 +23,10 @@ __all__ = [
     "ArgumentsDone",
     "ContentPartAdded",
     "ContentPartDone",
+    "ConversationCreate",
+    "ConversationDeleted",
+    "ConversationObject",
+    "ConversationRef",
     "FormatIn",
     "FormatOut",
     "FunctionCallItem",
@@ -129,6 +133,31 @@ class NamedChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str | None = None
 
 
+class ConversationRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class ConversationCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/conversations``; starting ``items`` are refused (a
+    conversation starts with its first response)."""
+
+    items: list[Any] | None = None
+    metadata: dict[str, str] | None = None
+
+
+class ConversationObject(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: Literal["conversation"] = "conversation"
+    created_at: int
+    metadata: dict[str, str] = {}
+
+
+class ConversationDeleted(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: Literal["conversation.deleted"] = "conversation.deleted"
+    deleted: bool = True
+
+
 class ResponseStreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     include_obfuscation: bool | None = None
 
@@ -166,7 +195,9 @@ class ResponseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     store: bool | None = None
     service_tier: str | None = None
     previous_response_id: str | None = None
-    conversation: Any = None
+    conversation: str | ConversationRef | None = None
+    """A conversation (``POST /v1/conversations``: a daemon thread) the
+    response goes on with and joins."""
     background: bool | None = None
     prompt: Any = None
     reasoning: dict[str, Any] | None = None
@@ -297,6 +328,7 @@ class ResponseObject(msgspec.Struct, frozen=True, kw_only=True):
     output: list[OutputItem] = []
     instructions: str | None = None
     previous_response_id: str | None = None
+    conversation: ConversationRef | None = None
     tools: list[FunctionToolOut] = []
     tool_choice: str | NamedChoice = "auto"
     parallel_tool_calls: bool = True

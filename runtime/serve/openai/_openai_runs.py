@@ -196,6 +196,7 @@ class OpenAIRuns:
         requested: Requested,
         metadata: dict[str, str],
         task_param: str,
+        thread_id: str | None = None,
     ) -> RunInfo:
         """Admit the run ``asked`` (its conversation, instructions and task)
         with what the request ``requested``; a refusal is the OpenAI error
@@ -218,8 +219,11 @@ class OpenAIRuns:
             "agent": "model",
             "options.tool_choice": "tool_choice",
             "options.conversation": task_param,
+            "thread_id": "conversation",
         }
         try:
+            if thread_id is not None:
+                return await self.manager.submit_in_thread(thread_id, run)
             return await self.manager.submit(run)
         except ApiProblem as problem:
             status = 400 if problem.status == 422 else problem.status
@@ -296,6 +300,25 @@ class OpenAIRuns:
                     retry=False,
                 )
         return Outcome(info, rollouts, text, logprobs=logprobs)
+
+    async def conversation_turns(self, conversation_id: str) -> list[ChatMessage]:
+        """What conversation ``conversation_id`` (a thread) holds; an unknown
+        one is a 404, one with an unfinished response a 409, both naming
+        ``conversation``."""
+        thread = await self.manager.thread(conversation_id)
+        if thread is None:
+            raise OpenAIError(
+                404,
+                f"no conversation {conversation_id!r} here (POST /v1/conversations makes one)",
+                param="conversation",
+                code="conversation_not_found",
+            )
+        try:
+            return await self.manager.thread_history(thread)
+        except ApiProblem as problem:
+            raise OpenAIError(
+                problem.status, problem.message, param="conversation", code=problem.error
+            ) from None
 
     async def earlier_turns(self, response_id: str, param: str) -> list[ChatMessage]:
         """The conversation response ``response_id`` (``resp_<run id>``)

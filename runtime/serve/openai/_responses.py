@@ -19,12 +19,12 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from agentrt.protocols._api import AgentInfo, RunInfo
+from agentrt.protocols._api import AgentInfo, RunInfo, ThreadInfo
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
 from agentrt.runtime.serve.openai._chat_translate import extension_of
-from agentrt.runtime.serve.openai._openai_error import OpenAIError
-from agentrt.runtime.serve.openai._openai_options import Requested, labels
+from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
+from agentrt.runtime.serve.openai._openai_options import Requested, labels, refuse
 from agentrt.runtime.serve.openai._openai_runs import (
     OpenAIRuns,
     Outcome,
@@ -35,6 +35,7 @@ from agentrt.runtime.serve.openai._openai_runs import (
     send_stream,
 )
 from agentrt.runtime.serve.openai._responses_translate import (
+    conversation_ref,
     decode_response_request,
     echo,
     logprobs_out,
@@ -47,6 +48,9 @@ from agentrt.runtime.wire._responses import (
     ArgumentsDone,
     ContentPartAdded,
     ContentPartDone,
+    ConversationCreate,
+    ConversationDeleted,
+    ConversationObject,
     FunctionCallItem,
     InputDetails,
     OutputDetails,
@@ -109,9 +113,12 @@ class _Responses:
                 body, defaults.rollouts, defaults.aggregate, defaults.aggregate_options
             )
             previous = body.previous_response_id
+            joined = conversation_ref(body)
             before = (
                 await self.runs.earlier_turns(previous, "previous_response_id")
                 if previous is not None
+                else await self.runs.conversation_turns(joined.id)
+                if joined is not None
                 else []
             )
             info = await self.runs.submit(
@@ -126,6 +133,7 @@ class _Responses:
                     prompt_cache_key=body.prompt_cache_key,
                 ),
                 task_param="input",
+                thread_id=joined.id if joined is not None else None,
             )
         except OpenAIError as err:
             return error_response(err)
@@ -143,6 +151,52 @@ class _Responses:
         except OpenAIError as err:
             return error_response(err)
         return json_response(shape.completed(outcome))
+
+
+class _Conversations:
+    """``/v1/conversations``: OpenAI's conversations over the daemon's
+    threads (a conversation id is a thread id)."""
+
+    def __init__(self, runs: OpenAIRuns) -> None:
+        self.runs = runs
+
+    async def create(self, request: Request) -> Response:
+        try:
+            depth = self.runs.manager.config.server.max_json_depth
+            body = await read_body(request, max_depth=depth)
+            try:
+                wanted = msgspec.json.decode(body, type=ConversationCreate)
+            except msgspec.DecodeError as exc:
+                raise decode_error(exc) from None
+            if wanted.items:
+                raise refuse("items", "a conversation starts empty: its first response adds to it")
+            thread = await self.runs.manager.create_thread(wanted.metadata or {})
+        except OpenAIError as err:
+            return error_response(err)
+        return json_response(_conversation(thread))
+
+    async def one(self, request: Request) -> Response:
+        conversation_id = request.path_params["conversation_id"]
+        thread = await self.runs.manager.thread(conversation_id)
+        if thread is None:
+            return error_response(
+                OpenAIError(
+                    404,
+                    f"no conversation {conversation_id!r} here",
+                    param="conversation_id",
+                    code="conversation_not_found",
+                )
+            )
+        if request.method == "DELETE":
+            await self.runs.manager.delete_thread(conversation_id)
+            return json_response(ConversationDeleted(id=conversation_id))
+        return json_response(_conversation(thread))
+
+
+def _conversation(thread: ThreadInfo) -> ConversationObject:
+    return ConversationObject(
+        id=thread.thread_id, created_at=int(thread.created_at), metadata=thread.metadata
+    )
 
 
 def _requested(
@@ -541,7 +595,12 @@ def responses_routes(runs: OpenAIRuns) -> list[BaseRoute]:
     With ``stream: true``: the typed events (``response.created``...
     ``response.completed``)."""
     endpoint = _Responses(runs)
-    return [Route("/v1/responses", endpoint.create, methods=["POST"])]
+    conversations = _Conversations(runs)
+    return [
+        Route("/v1/responses", endpoint.create, methods=["POST"]),
+        Route("/v1/conversations", conversations.create, methods=["POST"]),
+        Route("/v1/conversations/{conversation_id}", conversations.one, methods=["GET", "DELETE"]),
+    ]
 
 
 __all__ = ["responses_routes"]

@@ -33,6 +33,7 @@ from agentrt.runtime.serve.openai._openai_options import (
 from agentrt.runtime.wire._chat import ContentPart, FunctionCallIn, MessageIn, ToolCallIn
 from agentrt.runtime.wire._responses import (
     LOGPROBS_INCLUDE,
+    ConversationRef,
     FormatOut,
     FunctionCallItem,
     FunctionToolOut,
@@ -48,6 +49,7 @@ from agentrt.runtime.wire._responses import (
 )
 
 __all__ = [
+    "conversation_ref",
     "decode_response_request",
     "echo",
     "input_messages",
@@ -136,6 +138,16 @@ def input_messages(request: ResponseRequest) -> list[Tagged]:
     return messages
 
 
+def conversation_ref(request: ResponseRequest) -> ConversationRef | None:
+    """The conversation the request names (with ``previous_response_id`` too: a 400)."""
+    named = request.conversation
+    if named is not None and request.previous_response_id is not None:
+        raise OpenAIError(
+            400, "give `conversation` or `previous_response_id`, not both", param="conversation"
+        )
+    return ConversationRef(id=named) if isinstance(named, str) else named
+
+
 def responses_asked(request: ResponseRequest, before: Sequence[ChatMessage] = ()) -> Asked:
     """What a Responses request's ``instructions`` and ``input`` ask, after
     the turns ``before`` them (its previous response's; ``asked_of``)."""
@@ -151,7 +163,6 @@ def responses_requested(
 ) -> Requested:
     """What a Responses request asks of its run; fields agentrt cannot
     honour with the value given are refused (a 400 naming the field)."""
-    refuse_set("conversation", request.conversation)
     refuse_set("background", request.background, (None, False))
     refuse_set("prompt", request.prompt)
     refuse_set("max_tool_calls", request.max_tool_calls)
@@ -231,6 +242,7 @@ def echo(request: ResponseRequest) -> dict[str, Any]:
     return {
         "instructions": request.instructions,
         "previous_response_id": request.previous_response_id,
+        "conversation": conversation_ref(request),
         "tools": [
             FunctionToolOut(
                 name=t.name or "",

@@ -715,6 +715,64 @@ async def test_previous_response_id_continues_the_conversation(tmp_path: Path) -
         assert "'resp_run-nobody'" in missing.value.body["message"]
 
 
+async def test_a_conversation_holds_the_turns_of_its_responses(tmp_path: Path) -> None:
+    model = Model(two_tools_script)
+    tools: Any = [
+        {"type": "function", "name": name, "parameters": WEATHER_PARAMETERS}
+        for name in ("get_weather", "get_time")
+    ]
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        conversation = await client.conversations.create(metadata={"user": "ann"})
+        asked: Any = "Weather and time in Paris?"
+        for result in ("sunny", "noon", None):
+            # each response sends only what it adds: the question, then a tool's result
+            response = await client.responses.create(
+                model="agentrt/solver", input=asked, tools=tools, conversation=conversation.id
+            )
+            assert response.conversation is not None
+            assert response.conversation.id == conversation.id
+            calls = [item for item in response.output if item.type == "function_call"]
+            if result is None:
+                assert calls == []
+                break
+            asked = [
+                {"type": "function_call_output", "call_id": calls[0].call_id, "output": result}
+            ]
+        assert response.output_text == "Turn 1: sunny at noon."
+        again = await client.responses.create(
+            model="agentrt/solver", input="And tomorrow?", tools=tools, conversation=conversation.id
+        )
+        while again.output_text == "":  # the client runs the tools
+            call = next(item for item in again.output if item.type == "function_call")
+            again = await client.responses.create(
+                model="agentrt/solver",
+                input=[{"type": "function_call_output", "call_id": call.call_id, "output": "x"}],
+                tools=tools,
+                conversation=conversation.id,
+            )
+        assert again.output_text == "Turn 2: x at x."
+        assert len(model.requests) == 6
+        assert roles(model.requests[-1].messages) == [
+            "system",
+            *NATIVE_TURN,
+            "assistant",
+            *NATIVE_TURN,
+        ]
+        # the conversation is a thread of the daemon's
+        async with d.http() as http:
+            thread = (await http.get(f"/v1/threads/{conversation.id}")).json()
+        assert len(thread["runs"]) == 6
+        assert (await client.conversations.retrieve(conversation.id)).metadata == {"user": "ann"}
+        assert (await client.conversations.delete(conversation.id)).deleted
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.responses.create(
+                model="agentrt/solver", input="hi", conversation=conversation.id
+            )
+        assert isinstance(missing.value.body, dict)
+        assert missing.value.body["param"] == "conversation"
+        assert conversation.id in missing.value.body["message"]
+
+
 async def test_responses_refusals_have_openai_shape(tmp_path: Path) -> None:
     async with daemon(tmp_path, Model(lambda _request: "42")) as d, d.openai() as client:
         with pytest.raises(openai.BadRequestError) as caught:
