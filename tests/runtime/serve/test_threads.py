@@ -43,7 +43,7 @@ async def test_a_thread_holds_a_conversation(tmp_path: Path, daemon_kit: Any) ->
         return f"answer {len(asked)}"
 
     config = daemon_kit.config(tmp_path, agents={"solver": {"stop_on": []}})
-    backend = ScriptedBackend(script, latency_s=0.5)
+    backend = ScriptedBackend(script)
     async with (
         daemon_kit.running(config, backend) as endpoint,
         httpx.AsyncClient(base_url=endpoint.url, timeout=20.0) as http,
@@ -55,17 +55,26 @@ async def test_a_thread_holds_a_conversation(tmp_path: Path, daemon_kit: Any) ->
         first = await http.post(runs, json={"task": "6 x 7?", "agent": "solver"})
         assert first.status_code == 201, first.text
         first_id = first.json()["run_id"]
-        # one run at a time: the first is still on its model call
-        busy = await http.post(runs, json={"task": "and plus 1?", "agent": "solver"})
-        assert busy.status_code == 409, busy.text
-        assert first_id in busy.json()["message"]
         assert (await finished(http, first_id))["answer"] == "answer 1"
         assert roles(seen[-1]) == ["system", "user"]
+
+        # one run at a time: while the next one waits on its model, a third is refused
+        backend.latency_s = 60.0
+        slow = await http.post(runs, json={"task": "take your time", "agent": "solver"})
+        assert slow.status_code == 201, slow.text
+        slow_id = slow.json()["run_id"]
+        busy = await http.post(runs, json={"task": "and plus 1?", "agent": "solver"})
+        assert busy.status_code == 409, busy.text
+        assert slow_id in busy.json()["message"]
+        assert (await http.post(f"/v1/runs/{slow_id}/cancel")).status_code == 200
+        assert (await finished(http, slow_id))["status"] == "cancelled"
+        backend.latency_s = 0.0
 
         second = await http.post(runs, json={"task": "and plus 1?", "agent": "solver"})
         assert second.status_code == 201, second.text
         assert (await finished(http, second.json()["run_id"]))["answer"] == "answer 2"
-        # the thread's first turn, natively, then the new task
+        # the thread's first turn, natively, then the new task (the cancelled
+        # run added nothing)
         assert roles(seen[-1]) == ["system", "user", "assistant", "user"]
         _, question, answer, task = seen[-1].messages
         assert (question.content, answer.content, task.content) == (
@@ -75,7 +84,7 @@ async def test_a_thread_holds_a_conversation(tmp_path: Path, daemon_kit: Any) ->
         )
 
         thread = (await http.get(f"/v1/threads/{thread_id}")).json()
-        assert [r["task"] for r in thread["runs"]] == ["6 x 7?", "and plus 1?"]
+        assert [r["task"] for r in thread["runs"]] == ["6 x 7?", "take your time", "and plus 1?"]
         assert thread["metadata"] == {"user": "ann"}
         listed = (await http.get("/v1/threads")).json()["threads"]
         assert [t["thread_id"] for t in listed] == [thread_id]
@@ -89,4 +98,3 @@ async def test_a_thread_holds_a_conversation(tmp_path: Path, daemon_kit: Any) ->
         assert orphan.status_code == 404
         assert (await http.get(f"/v1/runs/{first_id}")).status_code == 200  # runs stay
         assert (await http.delete(f"/v1/threads/{thread_id}")).status_code == 404
-    assert len(seen) == 2
