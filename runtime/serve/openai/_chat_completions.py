@@ -338,7 +338,9 @@ def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> l
     every ``keepalive_s``; default: the daemon's ``server.sse_keepalive_s``).
 
     ``GET /v1/models[/{model}]``: every agent is a model ``agentrt/<agent>``.
-    ``POST /v1/chat/completions``: the messages become a run's task; every
+    ``POST /v1/chat/completions``: the messages reach the agent's model as
+    they are (system messages join its own; the last user message is the
+    run's task), and ``tool_choice`` governs the client's tools; every
     field OpenAI defines is honoured or refused with a 400 naming it:
     sampling (``temperature``, ``top_p``, ``max_tokens`` or
     ``max_completion_tokens``, ``stop``, ``seed``) applies to every model

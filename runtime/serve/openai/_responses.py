@@ -586,14 +586,18 @@ def responses_routes(runs: OpenAIRuns) -> list[BaseRoute]:
     """``POST /v1/responses``: OpenAI's Responses API over agentrt runs.
 
     ``input`` (a string, or message, ``function_call`` and
-    ``function_call_output`` items) and ``instructions`` become the run's
-    task; every other field is honoured as ``/v1/chat/completions`` honours
-    its counterpart (``max_output_tokens``, ``text.format``, ``include``
-    of ``message.output_text.logprobs``, function ``tools``: a call to one
-    ends the response with a ``function_call`` item) or refused with a 400
-    naming it (``previous_response_id``: send the whole conversation).
-    With ``stream: true``: the typed events (``response.created``...
-    ``response.completed``)."""
+    ``function_call_output`` items) reaches the agent's model as native
+    messages after ``instructions`` (added to its system message), and after
+    the conversation ``previous_response_id`` ended or ``conversation`` (a
+    thread: ``POST /v1/conversations``) holds; every other field is honoured
+    as ``/v1/chat/completions`` honours its counterpart
+    (``max_output_tokens``, ``text.format``, ``include`` of
+    ``message.output_text.logprobs``, function ``tools`` and
+    ``tool_choice``: a call to one ends the response with a
+    ``function_call`` item) or refused with a 400 naming it.  With
+    ``stream: true``: the typed events (``response.created``...
+    ``response.completed``; several rollouts' progress first, as a
+    reasoning summary)."""
     endpoint = _Responses(runs)
     conversations = _Conversations(runs)
     return [
