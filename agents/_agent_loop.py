@@ -26,6 +26,7 @@ from agentrt.agents._run_options import (
     check_schema,
     client_calls_answer,
     client_tool_names,
+    offered_client_tools,
     sampling_for,
     schema_feedback,
     schema_instructions,
@@ -145,8 +146,21 @@ class AgentRollout:
         # The run's options (``RunOptions``): sampling, client tools, schema.
         self.options = options = ctx.options
         where = f"agent {agent.name!r}"
-        self.client_tools = client_tool_names(options, agent.toolbox.specs, where=where)
+        client_tool_names(options, agent.toolbox.specs, where=where)
+        offered = offered_client_tools(options, where=where)
+        self.client_tools = frozenset(t.name for t in offered)
+        # ``required`` or a named tool choice: the rollout ends with a client
+        # call.  The agent's own tools stay the model's choice (``auto``: a
+        # required choice they satisfy would never return to the client);
+        # when the model would answer instead, the next call is ``forced``:
+        # only the offered client tools, one required.  An agent with no
+        # tools of its own is forced from its first call.
+        self.must_call = options.tool_choice not in ("auto", "none")
+        self.forced_tools = sorted(offered, key=lambda t: t.name)
+        self.forced = self.must_call and not agent.toolbox.specs
         instructions = config.instructions
+        if options.instructions:
+            instructions = f"{instructions}\n\n{options.instructions}"
         self.schema_retries = options.response_retries
         if options.response_schema is not None:
             check_schema(options.response_schema, where=f"{where}.options.response_schema")
@@ -155,12 +169,9 @@ class AgentRollout:
             config.context,
             instructions=instructions,
             task=task,
-            tools=(
-                [*agent.toolbox.specs, *options.client_tools]
-                if options.client_tools
-                else agent.toolbox.specs
-            ),
+            tools=[*agent.toolbox.specs, *offered] if offered else agent.toolbox.specs,
             seed=ctx.seed,
+            conversation=options.conversation,
         )
         emitter = agent.emitter
         # Signals are computed only for a reader: a stop rule, a router that
@@ -233,6 +244,9 @@ class AgentRollout:
             )
         self.steps = list(resume)
         self.branch_step = None if restored else len(resume)
+        if self.must_call and resume and resume[-1].reply is not None:
+            # its model had answered without a client call: the next is forced
+            self.forced = self.forced or not resume[-1].reply.message.tool_calls
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -409,8 +423,8 @@ class AgentRollout:
         request = ModelRequest(
             messages=pending.messages,
             model=decision.model,
-            tools=self.window.tools,
-            tool_choice=self.options.tool_choice,
+            tools=self.forced_tools if self.forced else self.window.tools,
+            tool_choice="required" if self.forced else "auto",
             # Lowered by the ledger when the budget could not fund it in full.
             sampling=self.sampling
             if pending.reservation.max_tokens == self.sampling.max_tokens
@@ -592,10 +606,10 @@ class AgentRollout:
         results: tuple[ToolResult, ...] = ()
         answer: str | None = None
         budget_exceeded: str | None = None
-        if calls and self.client_tools:
-            client = [c for c in calls if c.function.name in self.client_tools]
-            if client:
-                return await self._end_on_client_calls(pending, reply, client)
+        if self.client_tools:  # (a forced call offers client tools too)
+            ended = await self._client_turn(pending, reply)
+            if ended is not None:
+                return ended
         if calls:
             outcome = await self.agent.toolbox.run_calls(
                 calls,
@@ -665,7 +679,12 @@ class AgentRollout:
     def _final(self, finished: str | None, content: str) -> _Ended | None:
         """The final answer (the finish tool's, else the reply's text); one
         that does not match the run's response schema goes back to the
-        model with the reason while retries last (``None``: go on)."""
+        model with the reason while retries last (``None``: go on).  When
+        the client requires a call to its tools, there is no final answer:
+        the next call is forced instead."""
+        if self.must_call:
+            self.forced = True
+            return None
         text = finished if finished is not None else content
         schema = self.options.response_schema
         if schema is not None:
@@ -679,6 +698,26 @@ class AgentRollout:
         self.answer = text
         via = f" ({self.config.finish_tool})" if finished is not None else ""
         return "finished", f"final answer{via}"
+
+    async def _client_turn(self, pending: _Pending, reply: ModelReply) -> _Ended | None:
+        """The rollout's end when ``reply`` calls the client's tools, or
+        when it was forced to and did not (``None``: neither)."""
+        calls = reply.message.tool_calls
+        if calls and self.client_tools:
+            client = [c for c in calls if c.function.name in self.client_tools]
+            if client:
+                return await self._end_on_client_calls(pending, reply, client)
+        if not self.forced:
+            return None
+        # Required to call a client tool, the model made no such call: say
+        # so rather than ask again (a model that ignores the choice would loop).
+        self.window.add_turn(pending.index, reply.message, ())
+        self.pending = None
+        await self._record(pending.record(reply=reply))
+        offered = ", ".join(t.name for t in self.forced_tools)
+        return "failed", (
+            f"tool_choice: the model was required to call a client tool ({offered}) and did not"
+        )
 
     async def _end_on_client_calls(
         self, pending: _Pending, reply: ModelReply, calls: list[ToolCall]

@@ -96,8 +96,9 @@ class ContextWindow:
     """The prompt of every step of one rollout.
 
     Messages are ``system | task | seed | [notes] | turns...`` (a turn: an
-    assistant message and the tool messages answering it), tool definitions
-    beside them sorted by name.  The system and task messages and the tools
+    assistant message and the tool messages answering it; the task: one
+    user message, or a client's ``conversation`` as its native messages),
+    tool definitions beside them sorted by name.  The system and task messages and the tools
     are the same bytes on every step and in every rollout of the same agent
     and task, and the history is append-only between compactions, so a
     server's prefix cache serves them.  Tool results over
@@ -113,6 +114,7 @@ class ContextWindow:
         task: str,
         tools: Sequence[ToolSpec] = (),
         seed: Sequence[ChatMessage] = (),
+        conversation: Sequence[ChatMessage] = (),
         estimator: TokenEstimator | None = None,
         note_writer: NoteWriter = brief_notes,
     ) -> None:
@@ -128,9 +130,13 @@ class ContextWindow:
             else sorted(tools, key=lambda t: t.name)
         )
         # A tuple of frozen messages: the collector stops tracking it.
+        asked: tuple[ChatMessage, ...] = (
+            tuple(conversation) if conversation else (UserMessage(content=task),)
+        )
+        self._prefix_len = 1 + len(asked)
         self._head: tuple[ChatMessage, ...] = (
             SystemMessage(content=instructions),
-            UserMessage(content=task),
+            *asked,
             *seed,
         )
         self._head_tokens = estimate_request_tokens(self._head, self.tools, self.estimate_text)
@@ -152,8 +158,9 @@ class ContextWindow:
 
     @property
     def prefix(self) -> list[ChatMessage]:
-        """The instructions and the task: what every request starts with."""
-        return list(self._head[:2])
+        """The instructions and the task (or conversation): what every
+        request starts with."""
+        return list(self._head[: self._prefix_len])
 
     @property
     def head_tokens(self) -> int:

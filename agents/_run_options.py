@@ -16,7 +16,7 @@ import msgspec
 
 from agentrt.protocols._messages import ToolCall
 from agentrt.protocols._model import SamplingParams
-from agentrt.protocols._run import RunOptions
+from agentrt.protocols._run import RequiredTool, RunOptions
 from agentrt.protocols._tools import ToolSpec
 from agentrt.runtime.kernel._errors import ConfigError
 
@@ -65,11 +65,38 @@ def client_tool_names(
     return frozenset(names)
 
 
+def offered_client_tools(options: RunOptions, *, where: str) -> list[ToolSpec]:
+    """The client's tools its ``tool_choice`` lets the model call: none for
+    ``none``, the named one for a ``RequiredTool``, else all of them; a
+    choice that leaves none to call (``required`` without tools, a name no
+    client tool has) is a ``ConfigError``."""
+    choice = options.tool_choice
+    if choice == "none":
+        return []
+    if isinstance(choice, RequiredTool):
+        named = [t for t in options.client_tools if t.name == choice.name]
+        if not named:
+            known = ", ".join(repr(t.name) for t in options.client_tools) or "none"
+            raise ConfigError(
+                f"tool_choice names {choice.name!r}, which is not a client tool "
+                f"(client tools: {known})",
+                where=f"{where}.options.tool_choice.name",
+            )
+        return named
+    if choice == "required" and not options.client_tools:
+        raise ConfigError(
+            "tool_choice 'required' needs client tools (it governs the client's tools)",
+            where=f"{where}.options.tool_choice",
+        )
+    return list(options.client_tools)
+
+
 def check_run_options(options: RunOptions, own: Sequence[ToolSpec] | None, *, where: str) -> None:
     """A ``ConfigError`` naming the field, before a run starts, for options
     its agent cannot take: a client tool named like one of the agent's
     tools (``own``; ``None``: the entry node is a pipeline, which takes no
-    options) or a response schema that is not a JSON schema."""
+    options), a ``tool_choice`` that leaves no client tool to call, or a
+    response schema that is not a JSON schema."""
     if own is None:
         if options != RunOptions():
             raise ConfigError(
@@ -79,6 +106,7 @@ def check_run_options(options: RunOptions, own: Sequence[ToolSpec] | None, *, wh
             )
         return
     client_tool_names(options, own, where=where)
+    offered_client_tools(options, where=where)
     if options.response_schema is not None:
         check_schema(options.response_schema, where=f"{where}.options.response_schema")
 
@@ -144,6 +172,7 @@ __all__ = [
     "check_schema",
     "client_calls_answer",
     "client_tool_names",
+    "offered_client_tools",
     "sampling_for",
     "schema_feedback",
     "schema_instructions",

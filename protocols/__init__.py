@@ -55,6 +55,7 @@ from agentrt.protocols._model import (
 )
 from agentrt.protocols._run import (
     Budget,
+    RequiredTool,
     RunOptions,
     RunRequest,
     RunResult,
@@ -96,6 +97,7 @@ __all__ = [
     "ModelCalled",
     "ModelReply",
     "ModelRequest",
+    "RequiredTool",
     "RolloutFinished",
     "RolloutId",
     "RolloutQueued",

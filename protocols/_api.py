@@ -78,6 +78,29 @@ class RunPage(msgspec.Struct, frozen=True, kw_only=True):
     next_cursor: str | None = None
 
 
+class ThreadCreate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/threads``: a new thread, with labels of the caller's."""
+
+    metadata: dict[str, str] = {}
+
+
+class ThreadInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A conversation held by the daemon: its runs, oldest first.  Each run
+    of a thread gets the thread's earlier turns (the task and answer of each
+    run that succeeded) as native messages before its own task."""
+
+    thread_id: str
+    created_at: float
+    metadata: dict[str, str] = {}
+    runs: list[RunInfo] = []
+
+
+class ThreadPage(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/threads``: threads, newest first (their runs left out)."""
+
+    threads: list[ThreadInfo]
+
+
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
     """An agent the daemon can run; ``model`` is its OpenAI-compatible name."""
 
@@ -122,4 +145,7 @@ __all__ = [
     "RunDetail",
     "RunInfo",
     "RunPage",
+    "ThreadCreate",
+    "ThreadInfo",
+    "ThreadPage",
 ]

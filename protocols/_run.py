@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
+from agentrt.protocols._messages import (
+    AssistantMessage,
+    ChatMessage,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 from agentrt.protocols._tools import ToolSpec
 from agentrt.protocols._trajectory import SCHEMA_VERSION, TrajectorySummary
 from agentrt.protocols._usage import BudgetCut, Cost
@@ -114,6 +122,46 @@ class ScalingSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
                 )
 
 
+class RequiredTool(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A ``tool_choice`` naming one client tool: the rollout ends with a call to it."""
+
+    name: Annotated[str, Meta(min_length=1)]
+
+
+ToolChoice = Literal["auto", "none", "required"] | RequiredTool
+"""How a run's client tools are called: ``RunOptions.tool_choice``."""
+
+
+def conversation_problem(messages: Sequence[ChatMessage]) -> tuple[int, str, str] | None:
+    """What is wrong with a conversation given as ``RunOptions.conversation``:
+    ``(index, field, reason)`` of its first bad message, else ``None``.  A
+    system message belongs in ``instructions``; a tool message answers a
+    call of the last assistant message before it, once (ids may repeat
+    across turns: some servers number calls per reply); the conversation
+    needs a user message (the last one is the run's task)."""
+    open_calls: set[str] = set()
+    for index, message in enumerate(messages):
+        match message:
+            case SystemMessage():
+                return index, "role", "system messages go in `instructions`"
+            case AssistantMessage(tool_calls=calls):
+                open_calls = {c.id for c in calls}
+            case ToolMessage(tool_call_id=call_id):
+                if call_id not in open_calls:
+                    return (
+                        index,
+                        "tool_call_id",
+                        f"a tool result for call {call_id!r}, which the assistant message "
+                        "before it did not make (or it is answered already)",
+                    )
+                open_calls.discard(call_id)
+            case UserMessage():
+                pass
+    if messages and not any(isinstance(m, UserMessage) for m in messages):
+        return 0, "role", "the conversation needs a user message"
+    return None
+
+
 class RunOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How this run's agent calls its model, over the agent's configuration
     (``None``: as configured).  The sampling fields apply to every model call
@@ -126,8 +174,11 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     rollout fails.  ``client_tools``: tools the caller runs itself, offered to
     the model beside the agent's own; a reply calling one ends the rollout
     (``finished``, stop reason ``client tool call``) with the call in its last
-    step, for the caller to run and continue the conversation; ``tool_choice``
-    is passed to every model call."""
+    step, for the caller to run and continue the conversation (in
+    ``conversation``).
+
+    Raises ``ValueError`` naming the message when ``conversation`` is not
+    one (``conversation_problem``)."""
 
     temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
     top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
@@ -139,10 +190,26 @@ class RunOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     response_schema: dict[str, Any] | None = None
     response_retries: Annotated[int, Meta(ge=0, le=5)] = 2
     client_tools: list[ToolSpec] = []
-    tool_choice: Literal["auto", "none", "required"] = "auto"
-    """Of every model call: ``required`` makes each reply call a tool (the
-    rollout then ends on a client tool or the finish tool); ``none`` offers
-    no tools."""
+    tool_choice: ToolChoice = "auto"
+    """How the client's tools are called (the agent's own tools are always
+    the model's to choose): ``auto``, the model's choice; ``none``, they are
+    not offered; ``required``, the rollout ends with a call to one of them
+    (the agent may use its own tools first; when its model would answer
+    instead, one more call is made offering only the client's tools, with
+    the call required); a ``RequiredTool``, the same with that tool only."""
+    instructions: str | None = None
+    """The caller's instructions (a client's system messages), added to the
+    agent's own in the system message."""
+    conversation: list[ChatMessage] = []
+    """The conversation so far, as native messages (user, assistant with its
+    tool calls, tool results, in order), in place of the task's one user
+    message; its last user message is the task.  Empty: the task alone."""
+
+    def __post_init__(self) -> None:
+        problem = conversation_problem(self.conversation)
+        if problem is not None:
+            index, field, reason = problem
+            raise ValueError(f"RunOptions.conversation[{index}].{field}: {reason}")
 
 
 class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

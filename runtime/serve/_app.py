@@ -34,7 +34,14 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentrt._version import __version__
-from agentrt.protocols._api import AgentList, ApiError, ElicitationAnswer, McpAuthorizationList
+from agentrt.protocols._api import (
+    AgentList,
+    ApiError,
+    ElicitationAnswer,
+    McpAuthorizationList,
+    ThreadCreate,
+    ThreadPage,
+)
 from agentrt.protocols._codec import whole_numbers
 from agentrt.protocols._events import TokenDelta
 from agentrt.protocols._run import RunRequest, RunStatus
@@ -334,6 +341,56 @@ def _elicitation_route(manager: RunService) -> BaseRoute:
     )
 
 
+def _thread_routes(manager: RunService) -> list[BaseRoute]:
+    """``/v1/threads``: conversations the run store holds (``RunService.submit_in_thread``)."""
+
+    async def threads(request: Request) -> Response:
+        if request.method == "POST":
+            created: ThreadCreate = await read_json(
+                request, ThreadCreate, max_depth=manager.config.server.max_json_depth
+            )
+            return json_response(await manager.create_thread(created.metadata), 201)
+        limit_text = request.query_params.get("limit", "50")
+        try:
+            limit = int(limit_text)
+        except ValueError:
+            raise invalid(f"not an integer: {limit_text!r}", where="query.limit") from None
+        if not 1 <= limit <= 500:  # as for runs
+            raise invalid(f"must be between 1 and 500, got {limit}", where="query.limit")
+        return json_response(ThreadPage(threads=await manager.list_threads(limit=limit)))
+
+    async def thread(request: Request) -> Response:
+        thread_id = request.path_params["thread_id"]
+        if request.method == "DELETE":
+            if not await manager.delete_thread(thread_id):
+                raise not_found("thread", thread_id, where="thread_id")
+            return Response(status_code=204)
+        found = await manager.thread(thread_id)
+        if found is None:
+            raise not_found("thread", thread_id, where="thread_id")
+        return json_response(found)
+
+    async def thread_runs(request: Request) -> Response:
+        body: RunRequest = await read_json(
+            request, RunRequest, max_depth=manager.config.server.max_json_depth
+        )
+        if body.options.conversation:
+            raise ApiProblem(
+                400,
+                "unsupported_field",
+                "a thread's run takes its task alone: the thread holds the conversation",
+                where="options.conversation",
+            )
+        info = await manager.submit_in_thread(request.path_params["thread_id"], body)
+        return json_response(info, 201)
+
+    return [
+        Route("/v1/threads", _handled(threads), methods=["GET", "POST"]),
+        Route("/v1/threads/{thread_id}", _handled(thread), methods=["GET", "DELETE"]),
+        Route("/v1/threads/{thread_id}/runs", _handled(thread_runs), methods=["POST"]),
+    ]
+
+
 def routes(manager: RunService) -> list[BaseRoute]:
     """The REST API over ``manager``."""
 
@@ -341,6 +398,14 @@ def routes(manager: RunService) -> list[BaseRoute]:
         body: RunRequest = await read_json(
             request, RunRequest, max_depth=manager.config.server.max_json_depth
         )
+        if body.options.conversation:
+            raise ApiProblem(
+                400,
+                "unsupported_field",
+                "a conversation reaches a run through /v1/chat/completions or /v1/responses "
+                "(as messages or input items); here, send the task alone",
+                where="options.conversation",
+            )
         info = await manager.submit(body)
         if _wants_stream(request):  # create and follow in one call
             return _RunStreamResponse(events, info.run_id)
@@ -418,6 +483,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
             max_rollouts=manager.config.server.max_rollouts,
             webhooks=takes_webhooks(manager.config.server.webhook),
             usd_caps=manager.usd_caps,
+            agents=[a.name for a in manager.agents()],
         )
     )
 
@@ -433,6 +499,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
         Route("/v1/runs/{run_id}/events", events, methods=["GET"]),
         Route("/v1/runs/{run_id}/summaries", _handled(summaries), methods=["GET"]),
         Route("/v1/runs/{run_id}/rollouts/{rollout_id}", _handled(trajectory), methods=["GET"]),
+        *_thread_routes(manager),
         Route("/v1/agents", _handled(agents), methods=["GET"]),
         Route("/v1/mcp/authorizations", _handled(mcp_authorizations), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
@@ -588,7 +655,7 @@ def _event_id(raw: str, where: str, *, header: bool) -> int:
     return after
 
 
-_OWN_API: Final = ("/v1/runs", "/v1/agents")
+_OWN_API: Final = ("/v1/runs", "/v1/agents", "/v1/threads")
 
 
 def _openai_path(path: str) -> bool:

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar, final
 
-from agentrt.protocols._api import AgentInfo, ElicitationAnswer, RunDetail, RunInfo, RunPage
+from agentrt.protocols._api import (
+    AgentInfo,
+    ElicitationAnswer,
+    RolloutInfo,
+    RunDetail,
+    RunInfo,
+    RunPage,
+    ThreadInfo,
+)
 from agentrt.protocols._events import Event, McpAuthorizationRequired
+from agentrt.protocols._messages import ChatMessage
+from agentrt.protocols._model import ModelReply
 from agentrt.protocols._run import RunRequest, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.runtime.config._daemon_config import DaemonConfig
@@ -54,6 +64,18 @@ class RunService(Protocol):
 
     async def get(self, run_id: str) -> RunInfo | None: ...
 
+    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo: ...
+
+    async def thread(self, thread_id: str) -> ThreadInfo | None: ...
+
+    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]: ...
+
+    async def delete_thread(self, thread_id: str) -> bool: ...
+
+    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo: ...
+
+    async def thread_history(self, thread: ThreadInfo) -> builtins.list[ChatMessage]: ...
+
     async def detail(self, run_id: str) -> RunDetail | None: ...
 
     async def list(
@@ -73,6 +95,12 @@ class RunService(Protocol):
     ) -> AsyncIterator[Event]: ...
 
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None: ...
+
+    async def final_reply(
+        self, run_id: str, rollouts: Sequence[RolloutInfo]
+    ) -> ModelReply | None: ...
+
+    async def conversation_of(self, detail: RunDetail) -> builtins.list[ChatMessage]: ...
 
     async def summaries(self, run_id: str) -> builtins.list[TrajectorySummary]: ...
 
@@ -161,6 +189,21 @@ class ManagerBridge:
     async def detail(self, run_id: str) -> RunDetail | None:
         return await self.manager.detail(run_id)
 
+    async def thread(self, thread_id: str) -> ThreadInfo | None:
+        return await self.manager.thread(thread_id)
+
+    async def final_reply(self, run_id: str, rollouts: Sequence[RolloutInfo]) -> ModelReply | None:
+        return await self.manager.final_reply(run_id, rollouts)
+
+    async def conversation_of(self, detail: RunDetail) -> builtins.list[ChatMessage]:
+        return await self.manager.conversation_of(detail)
+
+    async def thread_history(self, thread: ThreadInfo) -> builtins.list[ChatMessage]:
+        return await self.manager.thread_history(thread)
+
+    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]:
+        return await self.manager.list_threads(limit=limit)
+
     async def list(
         self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
     ) -> RunPage:
@@ -176,6 +219,15 @@ class ManagerBridge:
 
     async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo:
         return await self._on_run_loop(lambda: self.manager.submit(request, run_id=run_id))
+
+    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo:
+        return await self._on_run_loop(lambda: self.manager.create_thread(metadata))
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        return await self._on_run_loop(lambda: self.manager.delete_thread(thread_id))
+
+    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo:
+        return await self._on_run_loop(lambda: self.manager.submit_in_thread(thread_id, request))
 
     async def cancel(self, run_id: str) -> RunInfo | None:
         return await self._on_run_loop(lambda: self.manager.cancel(run_id))

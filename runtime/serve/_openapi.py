@@ -29,6 +29,9 @@ from agentrt.protocols._api import (
     RunDetail,
     RunInfo,
     RunPage,
+    ThreadCreate,
+    ThreadInfo,
+    ThreadPage,
 )
 from agentrt.protocols._events import Event
 from agentrt.protocols._run import RunRequest
@@ -38,6 +41,9 @@ from agentrt.runtime.wire._chat import ChatCompletion, ChatCompletionChunk, Chat
 from agentrt.runtime.wire._common import ErrorBody, ModelCard, ModelList
 from agentrt.runtime.wire._responses import (
     LOGPROBS_INCLUDE,
+    ConversationCreate,
+    ConversationDeleted,
+    ConversationObject,
     ResponseObject,
     ResponseRequest,
     StreamEvent,
@@ -76,6 +82,9 @@ _TYPES: tuple[Any, ...] = (
     RunPage,
     AgentList,
     McpAuthorizationList,
+    ThreadCreate,
+    ThreadInfo,
+    ThreadPage,
     ApiError,
     ElicitationAnswer,
     Trajectory,
@@ -90,6 +99,9 @@ _TYPES: tuple[Any, ...] = (
     ResponseRequest,
     ResponseObject,
     StreamEvent,
+    ConversationCreate,
+    ConversationObject,
+    ConversationDeleted,
 )
 
 
@@ -105,7 +117,8 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "Malformed request (bad JSON, an unknown field: `where` names it)",
         401: "Missing or wrong bearer token",
-        404: "No such run, rollout or agent",
+        404: "No such run, rollout, agent or thread",
+        409: "The thread has an unfinished run (one at a time: `where` names the thread)",
         422: "Well-formed but invalid (the body says which field and why)",
         503: "Shutting down",
     }
@@ -116,11 +129,101 @@ def _run_id() -> dict[str, Any]:
     return {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
+def _thread_id() -> dict[str, Any]:
+    return {"name": "thread_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _thread_paths() -> dict[str, Any]:
+    """``/v1/threads``: conversations held in the run store."""
+    thread_links = {
+        op: {
+            "operationId": op,
+            "parameters": {"thread_id": "$response.body#/thread_id"},
+            "description": "The thread just created",
+        }
+        for op in ("getThread", "deleteThread")
+    }
+    return {
+        "/v1/threads": {
+            "post": {
+                "operationId": "createThread",
+                "summary": "Start a conversation (its runs see its earlier turns)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ThreadCreate")}},
+                },
+                "responses": {
+                    "201": {
+                        **_json(_ref("ThreadInfo"), "The thread, empty"),
+                        "links": thread_links,
+                    },
+                    **_errors(400, 401, 422),
+                },
+            },
+            "get": {
+                "operationId": "listThreads",
+                "summary": "Threads, newest first (without their runs)",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50},
+                    }
+                ],
+                "responses": {
+                    "200": _json(_ref("ThreadPage"), "Threads"),
+                    **_errors(401, 422),
+                },
+            },
+        },
+        "/v1/threads/{thread_id}": {
+            "get": {
+                "operationId": "getThread",
+                "parameters": [_thread_id()],
+                "responses": {
+                    "200": _json(_ref("ThreadInfo"), "The thread and its runs, oldest first"),
+                    **_errors(401, 404),
+                },
+            },
+            "delete": {
+                "operationId": "deleteThread",
+                "summary": "Forget the thread (its runs stay, as runs)",
+                "parameters": [_thread_id()],
+                "responses": {"204": {"description": "Deleted"}, **_errors(401, 404)},
+            },
+        },
+        "/v1/threads/{thread_id}/runs": {
+            "post": {
+                "operationId": "createThreadRun",
+                "summary": "The thread's next run: its task after the thread's earlier turns",
+                "parameters": [_thread_id()],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ThreadRunBody")}},
+                },
+                "responses": {
+                    "201": _json(_ref("RunInfo"), "The run, admitted"),
+                    **_errors(400, 401, 404, 409, 422, 503),
+                },
+            }
+        },
+    }
+
+
+def _conversation_id() -> dict[str, Any]:
+    return {
+        "name": "conversation_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+    }
+
+
 def _openai_errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "Malformed or invalid request (`error.param` names the field)",
-        404: "No such model (models are agentrt agents)",
-        409: "The run was cancelled before it answered",
+        404: "No such model (models are agentrt agents), or no such previous response",
+        409: "The run was cancelled before it answered, or the previous response did not complete",
         413: "The request body is too large",
         502: "The run failed (`error.run_id` names it; not retried by clients)",
         503: "Shutting down (the run resumes when the daemon restarts)",
@@ -228,6 +331,41 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                 },
             }
         },
+        "/v1/conversations": {
+            "post": {
+                "operationId": "createConversation",
+                "summary": "Start a conversation for responses to join (a daemon thread)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ConversationCreate")}},
+                },
+                "responses": {
+                    "200": _json(_ref("ConversationObject"), "The conversation, empty"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(400, 413),
+                },
+            }
+        },
+        "/v1/conversations/{conversation_id}": {
+            "get": {
+                "operationId": "getConversation",
+                "parameters": [_conversation_id()],
+                "responses": {
+                    "200": _json(_ref("ConversationObject"), "The conversation"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(404),
+                },
+            },
+            "delete": {
+                "operationId": "deleteConversation",
+                "parameters": [_conversation_id()],
+                "responses": {
+                    "200": _json(_ref("ConversationDeleted"), "Deleted (its runs stay)"),
+                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_openai_errors(404),
+                },
+            },
+        },
         "/v1/models": {
             "get": {
                 "operationId": "listModels",
@@ -255,7 +393,8 @@ def _scaling(components: dict[str, Any], max_rollouts: int | None) -> None:
     """``RunRequestBody``: a ``RunRequest`` as the daemon takes it, its
     ``ScalingSpecBody`` at most ``max_rollouts`` rollouts and one variant
     per aggregator, its ``options`` that aggregator's configuration
-    (without ``aggregate``: majority's).  ``RunRequest`` stays what a run
+    (without ``aggregate``: majority's), its ``RunOptionsBody`` without a
+    conversation.  ``RunRequest`` stays what a run
     was asked with, as the daemon reports it."""
     spec = components["ScalingSpec"]
     common = dict(spec["properties"])
@@ -298,9 +437,22 @@ def _scaling(components: dict[str, Any], max_rollouts: int | None) -> None:
         "description": spec["description"],
         "anyOf": variants,
     }
+    run_options = dict(components["RunOptions"])
+    run_options["properties"] = {
+        **run_options["properties"],
+        "conversation": {
+            "type": "array",
+            "maxItems": 0,
+            "default": [],
+            "description": "Empty here: a conversation reaches a run through "
+            "/v1/chat/completions or /v1/responses (a 400 otherwise)",
+        },
+    }
+    components["RunOptionsBody"] = run_options
     body = dict(components["RunRequest"])
     scaling = {**body["properties"]["scaling"], **_ref("ScalingSpecBody")}
-    body["properties"] = {**body["properties"], "scaling": scaling}
+    options = {**body["properties"]["options"], **_ref("RunOptionsBody")}
+    body["properties"] = {**body["properties"], "scaling": scaling, "options": options}
     components["RunRequestBody"] = body
 
 
@@ -328,8 +480,6 @@ _ONLY_NEUTRAL: dict[str, dict[str, Any]] = {
             "function_call",
             "prompt_cache_retention",
             "prompt_cache_options",
-            "previous_response_id",
-            "conversation",
             "prompt",
             "max_tool_calls",
             "context_management",
@@ -347,7 +497,7 @@ what each may be (anything else is a 400 naming it)."""
 
 def _openai_refusals(components: dict[str, Any]) -> None:
     """The OpenAI requests as agentrt takes them: neutral values only for
-    what it refuses, function tools, no named tool choice, logprobs the only
+    what it refuses, function tools, logprobs the only
     thing a response may include."""
     chat_tool = components["ToolIn"]
     chat_tool["properties"].update(
@@ -359,13 +509,24 @@ def _openai_refusals(components: dict[str, Any]) -> None:
         type={"const": "function"}, name={"type": "string", "minLength": 1, "maxLength": 64}
     )
     response_tool["required"] = ["name", "type"]
+    components["ConversationCreate"]["properties"]["items"] = {
+        "anyOf": [_NULL, {"type": "array", "maxItems": 0}],
+        "default": None,
+        "description": "Empty: a conversation starts with its first response",
+    }
     components["ResponseRequest"]["properties"]["include"] = {
         "anyOf": [_NULL, {"type": "array", "items": {"const": LOGPROBS_INCLUDE}}],
         "default": None,
     }
     for request in ("ChatCompletionRequest", "ResponseRequest"):
         properties = components[request]["properties"]
-        properties["tool_choice"] = {"enum": ["auto", "none", "required", None], "default": None}
+        properties["tool_choice"] = {
+            "anyOf": [
+                {"enum": ["auto", "none", "required", None]},
+                _ref("NamedToolChoice" if request == "ChatCompletionRequest" else "NamedChoice"),
+            ],
+            "default": None,
+        }
         for name, allowed in _ONLY_NEUTRAL.items():
             if name in properties:
                 properties[name] = {
@@ -384,12 +545,14 @@ def openapi_document(
     max_rollouts: int | None = None,
     webhooks: bool = True,
     usd_caps: bool = True,
+    agents: list[str] | None = None,
 ) -> dict[str, Any]:
     """The document served at ``/openapi.json`` (``webhooks``: whether runs
     may name a ``webhook``, which needs a signing secret; ``models``: the model names
     of the agents, given as examples; ``max_rollouts``: the daemon's limit
     on a run's rollouts; ``usd_caps``: whether it takes ``max_usd``, which
-    needs model prices)."""
+    needs model prices; ``agents``: the names a thread's run may give as
+    its ``agent``)."""
     (schemas, components) = msgspec.json.schema_components(
         _TYPES, ref_template="#/components/schemas/{name}"
     )
@@ -421,6 +584,13 @@ def openapi_document(
             "description": "Refused: this daemon has no model prices to count USD with",
             "default": None,
         }
+    thread_run = dict(components["RunRequestBody"])
+    if agents:
+        thread_run["properties"] = {
+            **thread_run["properties"],
+            "agent": {"enum": sorted({*agents, "default"}), "default": "default"},
+        }
+    components["ThreadRunBody"] = thread_run
     event_union = schemas[_TYPES.index(Event)]
     components["Event"] = event_union
     components["ResponseStreamEvent"] = schemas[_TYPES.index(StreamEvent)]
@@ -633,6 +803,7 @@ def openapi_document(
                 },
             }
         },
+        **_thread_paths(),
         "/v1/agents": {
             "get": {
                 "operationId": "listAgents",

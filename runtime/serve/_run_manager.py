@@ -23,6 +23,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from agentrt.agents._run_options import CLIENT_TOOL_STOP
 from agentrt.aggregators._compose import parse_config
 from agentrt.aggregators._judge import Judge
 from agentrt.protocols._api import (
@@ -33,6 +34,7 @@ from agentrt.protocols._api import (
     RunDetail,
     RunInfo,
     RunPage,
+    ThreadInfo,
 )
 from agentrt.protocols._codec import decode_event
 from agentrt.protocols._events import (
@@ -49,7 +51,9 @@ from agentrt.protocols._events import (
     StepRecorded,
     TokenDelta,
 )
-from agentrt.protocols._ids import new_run_id
+from agentrt.protocols._ids import is_top_level, new_run_id
+from agentrt.protocols._messages import AssistantMessage, ChatMessage, UserMessage
+from agentrt.protocols._model import ModelReply
 from agentrt.protocols._run import RunRequest, RunResult, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
 from agentrt.runtime.budget._pricing import PriceTable
@@ -59,7 +63,7 @@ from agentrt.runtime.kernel._errors import ConfigError, UserError
 from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models._backend_health import BackendHealth, probe_backend
 from agentrt.runtime.observe._log import get_logger, log_context
-from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem, invalid
+from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem, invalid, not_found
 from agentrt.runtime.serve._webhooks import WebhookSender, check_webhook
 from agentrt.runtime.serve.store._run_store import RunStore
 from agentrt.runtime.serve.store._store_sql import rollout_error
@@ -280,6 +284,8 @@ class RunManager:
         self.webhooks = WebhookSender(config.server.webhook, self.store)
         """Posts each ended run's webhook (``RunRequest.webhook``, ``server.webhook``)."""
         self._lock = threading.Lock()
+        self._thread_admission = anyio.Lock()
+        """Held while a thread's next run is checked and recorded."""
         self._live: dict[str, _Live] = {}
         self._finished: dict[str, RunDetail] = {}
         """Recently finished runs, oldest first."""
@@ -475,15 +481,18 @@ class RunManager:
             )
         return msgspec.structs.replace(request, agent=agent)
 
-    async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo:
-        """Validate and admit a run; it starts as soon as a slot is free."""
+    async def submit(
+        self, request: RunRequest, *, run_id: str | None = None, thread_id: str | None = None
+    ) -> RunInfo:
+        """Validate and admit a run (the next of ``thread_id``, when given:
+        ``submit_in_thread``); it starts as soon as a slot is free."""
         if not self.accepting or self._tg is None:
             raise ApiProblem(503, "unavailable", "the daemon is shutting down; retry elsewhere")
         request = self._validate(request)
         run_id = run_id or new_run_id()
         self._reserve_admission()
         try:
-            info = await self.store.create_run(run_id, request)
+            info = await self.store.create_run(run_id, request, thread_id=thread_id)
             live = _Live(info=info, request=request, tokens_until=time.monotonic() + TOKEN_GRACE_S)
             with self._lock:
                 self._live[run_id] = live
@@ -493,6 +502,70 @@ class RunManager:
         self._tg.start_soon(self._execute, live, None)
         log.info("run_submitted", run_id=run_id, agent=request.agent, rollouts=info.rollouts)
         return info
+
+    # -- threads -------------------------------------------------------------
+
+    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo:
+        return await self.store.create_thread(new_run_id("thread"), metadata)
+
+    async def thread(self, thread_id: str) -> ThreadInfo | None:
+        return await self.store.thread(thread_id)
+
+    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]:
+        return await self.store.list_threads(limit=limit)
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Forget the thread (its runs stay); ``False``: there was none."""
+        if await self.store.thread(thread_id) is None:
+            return False
+        await self.store.delete_thread(thread_id)
+        return True
+
+    async def thread_history(self, thread: ThreadInfo) -> builtins.list[ChatMessage]:
+        """The conversation ``thread`` holds: the one its last succeeded run
+        ended (``conversation_of``: that run's conversation, which holds the
+        turns before it, and its answer); a failed or cancelled run adds
+        nothing.  A thread with an unfinished run is a 409 naming it."""
+        last: str | None = None
+        for run in thread.runs:
+            if run.status not in TERMINAL_STATUSES:
+                raise ApiProblem(
+                    409,
+                    "thread_busy",
+                    f"thread {thread.thread_id!r} has run {run.run_id} {run.status}: one run "
+                    f"at a time; wait for it (GET /v1/runs/{run.run_id}) or cancel it",
+                    where="thread_id",
+                )
+            if run.status == "succeeded":
+                last = run.run_id
+        detail = await self.detail(last) if last is not None else None
+        return await self.conversation_of(detail) if detail is not None else []
+
+    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo:
+        """The thread's next run: the thread's conversation (``thread_history``)
+        then the run's task as a user message; or, when ``options`` holds a
+        conversation, that one, which must go on from the thread's (a caller
+        that read ``thread_history`` and added to it: else a 409, the thread
+        moved on).  One run at a time (a 409 naming the unfinished one); an
+        unknown thread, a 404."""
+        async with self._thread_admission:  # the check and the insert, together
+            thread = await self.store.thread(thread_id)
+            if thread is None:
+                raise not_found("thread", thread_id, where="thread_id")
+            history = await self.thread_history(thread)
+            given = request.options.conversation
+            if given and given[: len(history)] != history:
+                raise ApiProblem(
+                    409,
+                    "thread_moved",
+                    f"thread {thread_id!r} went on while this run was asked for; ask again",
+                    where="thread_id",
+                )
+            if history and not given:
+                conversation = [*history, UserMessage(content=request.task)]
+                options = msgspec.structs.replace(request.options, conversation=conversation)
+                request = msgspec.structs.replace(request, options=options)
+            return await self.submit(request, thread_id=thread_id)
 
     def _reserve_admission(self) -> None:
         """Count one more run in, or refuse it (429) when pending and running
@@ -814,6 +887,40 @@ class RunManager:
 
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
         return await self.store.trajectory(run_id, rollout_id)
+
+    async def final_reply(self, run_id: str, rollouts: Sequence[RolloutInfo]) -> ModelReply | None:
+        """The last model reply of the run's (one) top-level rollout, when it
+        answered or ended on client tool calls."""
+        for rollout in rollouts:
+            if not is_top_level(rollout.rollout_id):
+                continue
+            trajectory = await self.store.trajectory(run_id, rollout.rollout_id)
+            if trajectory is None or not trajectory.steps:
+                continue
+            ended_on_calls = trajectory.stop_reason == CLIENT_TOOL_STOP
+            if trajectory.answer is not None or ended_on_calls:
+                for step in reversed(trajectory.steps):
+                    if step.reply is not None and step.reply.choices:
+                        return step.reply
+        return None
+
+    async def conversation_of(self, detail: RunDetail) -> builtins.list[ChatMessage]:
+        """The conversation a succeeded run ended: its conversation (or its
+        task) and its answer, as native messages (its client tool calls,
+        when it ended on them)."""
+        options = detail.request.options
+        turns: builtins.list[ChatMessage] = list(options.conversation) or [
+            UserMessage(content=detail.request.task)
+        ]
+        clients = {t.name for t in options.client_tools}
+        reply = await self.final_reply(detail.run.run_id, detail.rollouts) if clients else None
+        message = reply.message if reply is not None else None
+        calls = [c for c in message.tool_calls if c.function.name in clients] if message else []
+        if message is not None and calls:
+            turns.append(AssistantMessage(content=message.content or None, tool_calls=calls))
+        else:
+            turns.append(AssistantMessage(content=detail.run.answer or ""))
+        return turns
 
     async def summaries(self, run_id: str) -> builtins.list[TrajectorySummary]:
         return await self.store.summaries(run_id)

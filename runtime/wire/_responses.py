@@ -23,6 +23,10 @@ __all__ = [
     "ArgumentsDone",
     "ContentPartAdded",
     "ContentPartDone",
+    "ConversationCreate",
+    "ConversationDeleted",
+    "ConversationObject",
+    "ConversationRef",
     "FormatIn",
     "FormatOut",
     "FunctionCallItem",
@@ -41,6 +45,7 @@ __all__ = [
     "OutputText",
     "OutputTextDelta",
     "OutputTextDone",
+    "ReasoningItem",
     "ResponseCompleted",
     "ResponseCreated",
     "ResponseError",
@@ -53,6 +58,11 @@ __all__ = [
     "ResponseTopLogprob",
     "ResponseUsage",
     "StreamEvent",
+    "SummaryPartAdded",
+    "SummaryPartDone",
+    "SummaryText",
+    "SummaryTextDelta",
+    "SummaryTextDone",
     "TextIn",
     "TextOut",
 ]
@@ -77,7 +87,8 @@ class InputPart(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class InputItem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """An item of ``input``: a message (``type`` ``message`` or left out), a
-    ``function_call`` the model made earlier, or its ``function_call_output``."""
+    ``function_call`` the model made earlier, or its ``function_call_output``
+    (a ``reasoning`` item, agentrt's progress sent back, is skipped)."""
 
     type: str = "message"
     role: Literal["user", "system", "developer", "assistant"] | None = None
@@ -89,6 +100,9 @@ class InputItem(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: str | None = None
     arguments: str | None = None
     output: str | list[InputPart] | None = None
+    summary: list[Any] | None = None
+    """Of a ``reasoning`` item (progress a client sends back: skipped)."""
+    encrypted_content: str | None = None
 
 
 class FunctionToolIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -117,6 +131,31 @@ class TextIn(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class NamedChoice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     type: str
     name: str | None = None
+
+
+class ConversationRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class ConversationCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/conversations``; starting ``items`` are refused (a
+    conversation starts with its first response)."""
+
+    items: list[Any] | None = None
+    metadata: dict[str, str] | None = None
+
+
+class ConversationObject(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: Literal["conversation"] = "conversation"
+    created_at: int
+    metadata: dict[str, str] = {}
+
+
+class ConversationDeleted(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: Literal["conversation.deleted"] = "conversation.deleted"
+    deleted: bool = True
 
 
 class ResponseStreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -156,7 +195,9 @@ class ResponseRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     store: bool | None = None
     service_tier: str | None = None
     previous_response_id: str | None = None
-    conversation: Any = None
+    conversation: str | ConversationRef | None = None
+    """A conversation (``POST /v1/conversations``: a daemon thread) the
+    response goes on with and joins."""
     background: bool | None = None
     prompt: Any = None
     reasoning: dict[str, Any] | None = None
@@ -215,7 +256,22 @@ class FunctionCallItem(
     status: Literal["in_progress", "completed"] = "completed"
 
 
-OutputItem = OutputMessage | FunctionCallItem
+class SummaryText(msgspec.Struct, frozen=True, kw_only=True):
+    type: Literal["summary_text"] = "summary_text"
+    text: str
+
+
+class ReasoningItem(msgspec.Struct, frozen=True, kw_only=True, tag="reasoning", tag_field="type"):
+    """agentrt's progress while several rollouts run (rollouts started and
+    finished, the aggregation's rounds), as a reasoning summary a client
+    shows apart from the answer; sent back in ``input``, it is skipped."""
+
+    id: str
+    summary: list[SummaryText] = []
+    status: Literal["in_progress", "completed"] = "completed"
+
+
+OutputItem = OutputMessage | FunctionCallItem | ReasoningItem
 
 
 class FunctionToolOut(msgspec.Struct, frozen=True, kw_only=True):
@@ -271,8 +327,10 @@ class ResponseObject(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     output: list[OutputItem] = []
     instructions: str | None = None
+    previous_response_id: str | None = None
+    conversation: ConversationRef | None = None
     tools: list[FunctionToolOut] = []
-    tool_choice: str = "auto"
+    tool_choice: str | NamedChoice = "auto"
     parallel_tool_calls: bool = True
     temperature: float | None = None
     top_p: float | None = None
@@ -364,6 +422,42 @@ class ArgumentsDone(_Event, frozen=True, kw_only=True, tag="response.function_ca
     arguments: str
 
 
+class SummaryPartAdded(
+    _Event, frozen=True, kw_only=True, tag="response.reasoning_summary_part.added"
+):
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
+
+
+class SummaryPartDone(
+    _Event, frozen=True, kw_only=True, tag="response.reasoning_summary_part.done"
+):
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
+
+
+class SummaryTextDelta(
+    _Event, frozen=True, kw_only=True, tag="response.reasoning_summary_text.delta"
+):
+    item_id: str
+    output_index: int
+    summary_index: int
+    delta: str
+
+
+class SummaryTextDone(
+    _Event, frozen=True, kw_only=True, tag="response.reasoning_summary_text.done"
+):
+    item_id: str
+    output_index: int
+    summary_index: int
+    text: str
+
+
 StreamEvent = (
     ResponseCreated
     | ResponseInProgress
@@ -377,4 +471,8 @@ StreamEvent = (
     | OutputTextDone
     | ArgumentsDelta
     | ArgumentsDone
+    | SummaryPartAdded
+    | SummaryPartDone
+    | SummaryTextDelta
+    | SummaryTextDone
 )

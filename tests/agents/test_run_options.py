@@ -12,7 +12,19 @@ import pytest
 from agentrt import Runtime
 from agentrt.agents import AgentConfig
 from agentrt.agents._run_options import structured_answer
-from agentrt.protocols import ModelRequest, RunOptions, ToolMessage, ToolSpec, UserMessage
+from agentrt.protocols import (
+    AssistantMessage,
+    ChatMessage,
+    FunctionCall,
+    ModelRequest,
+    RequiredTool,
+    RunOptions,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    ToolSpec,
+    UserMessage,
+)
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools._function import tool
@@ -110,6 +122,11 @@ async def test_out_of_retries_the_rollout_fails_saying_why() -> None:
         (RunOptions(client_tools=[ToolSpec(name="add")]), "client_tools[0].name"),
         (RunOptions(client_tools=[WEATHER, WEATHER]), "client_tools[1].name"),
         (RunOptions(response_schema={"type": "no-such-type"}), "response_schema"),
+        (RunOptions(tool_choice="required"), "tool_choice"),
+        (
+            RunOptions(client_tools=[WEATHER], tool_choice=RequiredTool(name="get_time")),
+            "tool_choice.name",
+        ),
     ],
 )
 async def test_options_an_agent_cannot_take_are_refused_before_any_call(
@@ -121,6 +138,46 @@ async def test_options_an_agent_cannot_take_are_refused_before_any_call(
             await rt.run("hi", agent="a", options=options)
     assert where in str(caught.value)
     assert seen == []
+
+
+async def test_a_conversation_reaches_the_model_as_its_messages() -> None:
+    seen: list[ModelRequest] = []
+    call = ToolCall(id="c1", function=FunctionCall("get_weather", '{"city": "Oslo"}'))
+    conversation: list[ChatMessage] = [
+        UserMessage(content="Weather in Oslo?"),
+        AssistantMessage(tool_calls=[call]),
+        ToolMessage(content="rain", tool_call_id="c1"),
+    ]
+    options = RunOptions(
+        client_tools=[WEATHER], instructions="Be brief.", conversation=conversation
+    )
+    async with runtime("Rain in Oslo.", seen) as rt:
+        result = await rt.run("Weather in Oslo?", agent="a", options=options)
+    assert result.answer == "Rain in Oslo."
+    (request,) = seen
+    assert request.messages == [
+        SystemMessage(content=AgentConfig(name="a").instructions + "\n\nBe brief."),
+        *conversation,
+    ]
+
+
+def test_a_result_for_a_call_never_made_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"conversation\[1\]\.tool_call_id: .*'c7'"):
+        RunOptions(
+            conversation=[UserMessage(content="hi"), ToolMessage(content="x", tool_call_id="c7")]
+        )
+
+
+async def test_a_forced_call_the_model_does_not_make_fails_the_rollout() -> None:
+    seen: list[ModelRequest] = []
+    async with runtime("prose only", seen) as rt:
+        result = await rt.run(
+            "hi", agent="a", options=RunOptions(client_tools=[WEATHER], tool_choice="required")
+        )
+    assert result.status == "failed"
+    assert "required to call a client tool (get_weather)" in (result.error or "")
+    # one answer, one forced call: never a loop
+    assert [r.tool_choice for r in seen] == ["auto", "required"]
 
 
 def test_structured_answer_reads_a_fenced_answer() -> None:

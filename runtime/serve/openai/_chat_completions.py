@@ -24,7 +24,7 @@ from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._bridge import RunService
 from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
 from agentrt.runtime.serve.openai._chat_translate import (
-    build_task,
+    chat_asked,
     decode_request,
     extension_of,
     usage_of,
@@ -104,7 +104,7 @@ class _Endpoints:
                 default_options=dict(defaults.aggregate_options),
             )
             info = await self.runs.submit(
-                task=build_task(chat.messages),
+                asked=chat_asked(chat.messages),
                 agent=agent,
                 requested=wanted,
                 metadata=labels(
@@ -338,7 +338,9 @@ def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> l
     every ``keepalive_s``; default: the daemon's ``server.sse_keepalive_s``).
 
     ``GET /v1/models[/{model}]``: every agent is a model ``agentrt/<agent>``.
-    ``POST /v1/chat/completions``: the messages become a run's task; every
+    ``POST /v1/chat/completions``: the messages reach the agent's model as
+    they are (system messages join its own; the last user message is the
+    run's task), and ``tool_choice`` governs the client's tools; every
     field OpenAI defines is honoured or refused with a 400 naming it:
     sampling (``temperature``, ``top_p``, ``max_tokens`` or
     ``max_completion_tokens``, ``stop``, ``seed``) applies to every model

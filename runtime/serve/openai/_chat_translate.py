@@ -1,8 +1,8 @@
 """The daemon's reading of a chat completion: the request decoded and
-checked (``decode_request``), the task its conversation becomes
-(``build_task``), and the run's usage and ``agentrt`` extension in a reply
-(``usage_of``, ``extension_of``).  The wire types themselves:
-``agentrt.runtime.wire``.
+checked (``decode_request``), what its conversation asks of the run
+(``chat_asked``: native messages, instructions, the task), and the run's
+usage and ``agentrt`` extension in a reply (``usage_of``, ``extension_of``).
+The wire types themselves: ``agentrt.runtime.wire``.
 
 Pure translation: no HTTP, no run manager.  Part of the daemon
 (``agentrt.runtime.serve``); only its OpenAI-compatible endpoints import it.
@@ -10,14 +10,36 @@ Pure translation: no HTTP, no run manager.  Part of the daemon
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
 import msgspec
 
 from agentrt.protocols._api import RolloutInfo, RunInfo
+from agentrt.protocols._messages import (
+    AssistantMessage,
+    ChatMessage,
+    FunctionCall,
+    ImagePart,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from agentrt.protocols._run import conversation_problem
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
 from agentrt.runtime.wire._chat import ChatCompletionRequest, MessageIn, PromptDetails, UsageOut
 from agentrt.runtime.wire._common import Extension, RolloutOut
 
-__all__ = ["build_task", "decode_request", "extension_of", "usage_of"]
+__all__ = [
+    "Asked",
+    "Tagged",
+    "asked_of",
+    "chat_asked",
+    "decode_request",
+    "extension_of",
+    "usage_of",
+]
 
 
 def decode_request(body: bytes) -> ChatCompletionRequest:
@@ -37,18 +59,32 @@ def decode_request(body: bytes) -> ChatCompletionRequest:
     return request
 
 
-# -- from messages to a task ------------------------------------------------------
+# -- from messages to native messages ------------------------------------------
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
+Tagged = tuple[str, MessageIn]
+"""A message and the request field it came from (``messages[3]``, ``input[2]``)."""
 
-def _text(message: MessageIn, index: int) -> str:
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What a client's conversation asks of a run: its last user message
+    (the task), its system messages (``instructions``) and, when it is more
+    than one user message, the conversation as native messages."""
+
+    task: str
+    instructions: str | None = None
+    conversation: list[ChatMessage] = field(default_factory=list)
+
+
+def _text(message: MessageIn, param: str) -> str:
     for name in ("audio", "function_call"):
         if getattr(message, name) is not None:
             raise OpenAIError(
                 400,
                 f"agentrt does not support `{name}` in messages (text and tool calls only)",
-                param=f"messages[{index}].{name}",
+                param=f"{param}.{name}",
                 code="unsupported_parameter",
             )
     content = message.content
@@ -65,61 +101,101 @@ def _text(message: MessageIn, index: int) -> str:
             raise OpenAIError(
                 400,
                 f"only text content parts are supported, got {part.type!r}",
-                param=f"messages[{index}].content[{j}]",
+                param=f"{param}.content[{j}]",
                 code="unsupported_parameter",
             )
         texts.append(text)
     return "\n".join(texts)
 
 
-def _transcript_line(message: MessageIn, index: int, names: dict[str, str]) -> str:
-    text = _text(message, index)
+def _native(message: MessageIn, param: str) -> ChatMessage:
+    text = _text(message, param)
     match message.role:
         case "user":
-            return f"User: {text}"
+            return UserMessage(content=text, name=message.name)
         case "assistant":
-            calls = [
-                f"{c.function.name}({c.function.arguments}) [call {c.id}]"
-                if c.id
-                else f"{c.function.name}({c.function.arguments})"
-                for c in message.tool_calls or []
-                if c.function is not None
-            ]
-            said = f"Assistant: {text}" if text else "Assistant:"
-            return f"{said}\n(called {', '.join(calls)})" if calls else said
-        case _:  # tool / function results
-            call = message.tool_call_id
-            name = message.name or (names.get(call) if call else None) or "tool"
-            return f"Tool result of {name}{f' [call {call}]' if call else ''}: {text}"
+            calls: list[ToolCall] = []
+            for j, call in enumerate(message.tool_calls or []):
+                if not call.id or call.function is None or not call.function.name:
+                    raise OpenAIError(
+                        400,
+                        "a tool call needs its `id` and `function.name`",
+                        param=f"{param}.tool_calls[{j}]",
+                    )
+                calls.append(
+                    ToolCall(
+                        id=call.id,
+                        function=FunctionCall(
+                            name=call.function.name, arguments=call.function.arguments or "{}"
+                        ),
+                    )
+                )
+            return AssistantMessage(content=text or None, tool_calls=calls, name=message.name)
+        case "tool":
+            if not message.tool_call_id:
+                raise OpenAIError(
+                    400,
+                    "a tool message needs the `tool_call_id` of the call it answers",
+                    param=f"{param}.tool_call_id",
+                )
+            return ToolMessage(content=text, tool_call_id=message.tool_call_id, name=message.name)
+        case _:
+            raise OpenAIError(
+                400,
+                f"messages of role {message.role!r} are not supported; use `tool` messages "
+                "for tool results",
+                param=f"{param}.role",
+                code="unsupported_parameter",
+            )
 
 
-def build_task(messages: list[MessageIn]) -> str:
-    """The run's task: a lone user message is the task itself; a longer
-    exchange becomes a transcript with roles, to which the agent replies.
-    System (and developer) messages come first, as instructions."""
-    instructions = [_text(m, i) for i, m in enumerate(messages) if m.role in _SYSTEM_ROLES]
-    turns = [(i, m) for i, m in enumerate(messages) if m.role not in _SYSTEM_ROLES]
-    if not any(m.role == "user" for _, m in turns):
-        raise OpenAIError(400, "at least one user message is required", param="messages")
-    if len(turns) == 1:
-        index, only = turns[0]
-        body = _text(only, index)
-        if not body.strip():
-            raise OpenAIError(400, "the user message is empty", param=f"messages[{index}].content")
-        head = "Task:\n" if instructions else ""
-        body = head + body
-    else:
-        names = {
-            c.id: c.function.name
-            for _, m in turns
-            for c in m.tool_calls or []
-            if c.function is not None and c.id
-        }
-        lines = "\n\n".join(_transcript_line(m, i, names) for i, m in turns)
-        body = f"Conversation so far:\n\n{lines}\n\nReply to the user's last message."
-    if instructions:
-        return "Instructions:\n" + "\n\n".join(instructions) + "\n\n" + body
-    return body
+def asked_of(
+    messages: list[Tagged],
+    where: str,
+    call_id_field: str = "tool_call_id",
+    before: Sequence[ChatMessage] = (),
+) -> Asked:
+    """The run ``messages`` ask for, after the turns ``before`` them (a
+    previous response's): system (and developer) messages become its
+    instructions; the rest reach the agent's model as they are (user,
+    assistant with its tool calls, tool results, in order), its last user
+    message being the task.  A tool result for a call the assistant message
+    before it did not make is a 400 naming it (``where``: the field of the
+    whole conversation, for problems of no one message; ``call_id_field``:
+    what the request calls a result's call id)."""
+    instructions = [_text(m, p) for p, m in messages if m.role in _SYSTEM_ROLES]
+    turns = [(p, _native(m, p)) for p, m in messages if m.role not in _SYSTEM_ROLES]
+    native = [*before, *(m for _, m in turns)]
+    params = [where] * len(before) + [p for p, _ in turns]
+    users = [i for i, m in enumerate(native) if isinstance(m, UserMessage)]
+    if not users:
+        raise OpenAIError(400, "at least one user message is required", param=where)
+    last = native[users[-1]]
+    assert isinstance(last, UserMessage)
+    task = last.content if isinstance(last.content, str) else _parts_text(last.content)
+    if not task.strip():
+        raise OpenAIError(
+            400, "the last user message is empty", param=f"{params[users[-1]]}.content"
+        )
+    problem = conversation_problem(native)
+    if problem is not None:
+        index, name, reason = problem
+        name = call_id_field if name == "tool_call_id" else name
+        raise OpenAIError(400, reason, param=f"{params[index]}.{name}")
+    return Asked(
+        task=task,
+        instructions="\n\n".join(instructions) if instructions else None,
+        conversation=[] if len(native) == 1 else native,
+    )
+
+
+def _parts_text(parts: list[TextPart | ImagePart]) -> str:
+    return "\n".join(p.text for p in parts if isinstance(p, TextPart))
+
+
+def chat_asked(messages: list[MessageIn]) -> Asked:
+    """What a chat completion's ``messages`` ask (``asked_of``)."""
+    return asked_of([(f"messages[{i}]", m) for i, m in enumerate(messages)], "messages")
 
 
 def usage_of(info: RunInfo) -> UsageOut:

@@ -9,17 +9,15 @@ Pure translation: no HTTP, no run manager.  Part of the daemon
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Protocol
 
 import msgspec
 
-from agentrt.protocols._run import Budget, RunOptions, ScalingSpec
+from agentrt.protocols._run import Budget, RequiredTool, RunOptions, ScalingSpec, ToolChoice
 from agentrt.protocols._tools import ToolSpec
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
 from agentrt.runtime.wire._chat import ChatCompletionRequest
 from agentrt.runtime.wire._common import ScalingIn
-
-ToolChoiceMode = Literal["auto", "none", "required"]
 
 
 class Scaling(Protocol):
@@ -129,7 +127,7 @@ def requested(
     *,
     tools: list[ClientTool],
     tools_param: str,
-    tool_choice: ToolChoiceMode,
+    tool_choice: ToolChoice,
     schema: dict[str, Any] | None,
     parallel_tool_calls: bool | None,
     default_rollouts: int,
@@ -202,6 +200,31 @@ def requested(
     )
 
 
+def tool_choice_of(
+    choice: str | None, named: str | None, tools: list[ClientTool], param: str
+) -> ToolChoice:
+    """A request's ``tool_choice`` (a mode, or ``named``: the function a
+    named choice names, at ``param``) as the run takes it; one that leaves
+    no client tool to call is a 400 naming it."""
+    names = [t.name for t in tools]
+    if named is not None:
+        if named not in names:
+            known = ", ".join(repr(n) for n in names) or "no tools"
+            raise OpenAIError(
+                400,
+                f"tool_choice names {named!r}, which is not one of the request's tools ({known})",
+                param=param,
+            )
+        return RequiredTool(name=named)
+    if choice == "required" and not tools:
+        raise OpenAIError(400, "tool_choice 'required' needs `tools`", param="tool_choice")
+    if choice in (None, "auto"):
+        return "auto"
+    if choice == "none":
+        return "none"
+    return "required"
+
+
 def chat_requested(
     chat: ChatCompletionRequest,
     *,
@@ -255,13 +278,16 @@ def chat_requested(
             )
         )
     choice = chat.tool_choice
-    if choice is not None and not isinstance(choice, str):
-        raise refuse(
-            "tool_choice",
-            "a named tool choice is not supported; use 'auto', 'none' or 'required'",
-        )
-    if choice == "required" and not tools:
-        raise OpenAIError(400, "tool_choice 'required' needs `tools`", param="tool_choice")
+    if choice is None or isinstance(choice, str):
+        tool_choice = tool_choice_of(choice, None, tools, "tool_choice")
+    else:
+        if choice.type != "function" or choice.function is None:
+            raise refuse(
+                "tool_choice.type",
+                f"a named tool choice names a function ({{'type': 'function', 'function': "
+                f"{{'name': ...}}}}), got type {choice.type!r}",
+            )
+        tool_choice = tool_choice_of(None, choice.function.name, tools, "tool_choice.function.name")
     schema = None
     if chat.response_format is not None:
         fmt = chat.response_format
@@ -289,7 +315,7 @@ def chat_requested(
         ),
         tools=tools,
         tools_param="tools",
-        tool_choice=choice or "auto",
+        tool_choice=tool_choice,
         schema=schema,
         parallel_tool_calls=chat.parallel_tool_calls,
         default_rollouts=default_rollouts,
@@ -328,4 +354,5 @@ __all__ = [
     "refuse_set",
     "requested",
     "response_schema",
+    "tool_choice_of",
 ]

@@ -20,16 +20,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Send
 
-from agentrt.agents._run_options import CLIENT_TOOL_STOP
 from agentrt.protocols._api import TERMINAL_STATUSES, AgentInfo, RolloutInfo, RunInfo
-from agentrt.protocols._ids import is_top_level
-from agentrt.protocols._messages import ToolCall
-from agentrt.protocols._model import ModelReply, TokenLogprob
+from agentrt.protocols._messages import ChatMessage, ToolCall
+from agentrt.protocols._model import TokenLogprob
 from agentrt.protocols._run import RunRequest
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._api_problem import ApiProblem
 from agentrt.runtime.serve._bridge import RunService
 from agentrt.runtime.serve._governance import DEFAULT_JSON_DEPTH, check_json_depth
+from agentrt.runtime.serve.openai._chat_translate import Asked
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, param_for
 
@@ -192,22 +191,39 @@ class OpenAIRuns:
     async def submit(
         self,
         *,
-        task: str,
+        asked: Asked,
         agent: AgentInfo,
         requested: Requested,
         metadata: dict[str, str],
         task_param: str,
+        thread_id: str | None = None,
     ) -> RunInfo:
+        """Admit the run ``asked`` (its conversation, instructions and task)
+        with what the request ``requested``; a refusal is the OpenAI error
+        naming the request's field."""
         run = RunRequest(
-            task=task,
+            task=asked.task,
             agent=agent.name,
             scaling=requested.scaling,
             budget=requested.budget,
-            options=requested.options,
+            options=msgspec.structs.replace(
+                requested.options,
+                instructions=asked.instructions,
+                conversation=asked.conversation,
+            ),
             metadata=metadata,
         )
-        fields = {**requested.fields, "task": task_param, "agent": "model"}
+        fields = {
+            **requested.fields,
+            "task": task_param,
+            "agent": "model",
+            "options.tool_choice": "tool_choice",
+            "options.conversation": task_param,
+            "thread_id": "conversation",
+        }
         try:
+            if thread_id is not None:
+                return await self.manager.submit_in_thread(thread_id, run)
             return await self.manager.submit(run)
         except ApiProblem as problem:
             status = 400 if problem.status == 422 else problem.status
@@ -264,7 +280,7 @@ class OpenAIRuns:
         options = requested.options
         if not (requested.client_tools or options.logprobs):
             return Outcome(info, rollouts, text)
-        reply = await self._final_reply(info, rollouts)
+        reply = await self.manager.final_reply(info.run_id, rollouts)
         if requested.client_tools and reply is not None:
             message = reply.message
             calls = [c for c in message.tool_calls if c.function.name in requested.client_tools]
@@ -289,20 +305,51 @@ class OpenAIRuns:
                 )
         return Outcome(info, rollouts, text, logprobs=logprobs)
 
-    async def _final_reply(self, info: RunInfo, rollouts: list[RolloutInfo]) -> ModelReply | None:
-        """The last model reply of the run's (one) top-level rollout."""
-        for rollout in rollouts:
-            if not is_top_level(rollout.rollout_id):
-                continue
-            trajectory = await self.manager.trajectory(info.run_id, rollout.rollout_id)
-            if trajectory is None or not trajectory.steps:
-                continue
-            ended_on_calls = trajectory.stop_reason == CLIENT_TOOL_STOP
-            if trajectory.answer is not None or ended_on_calls:
-                for step in reversed(trajectory.steps):
-                    if step.reply is not None and step.reply.choices:
-                        return step.reply
-        return None
+    async def conversation_turns(self, conversation_id: str) -> list[ChatMessage]:
+        """What conversation ``conversation_id`` (a thread) holds; an unknown
+        one is a 404, one with an unfinished response a 409, both naming
+        ``conversation``."""
+        thread = await self.manager.thread(conversation_id)
+        if thread is None:
+            raise OpenAIError(
+                404,
+                f"no conversation {conversation_id!r} here (POST /v1/conversations makes one)",
+                param="conversation",
+                code="conversation_not_found",
+            )
+        try:
+            return await self.manager.thread_history(thread)
+        except ApiProblem as problem:
+            raise OpenAIError(
+                problem.status, problem.message, param="conversation", code=problem.error
+            ) from None
+
+    async def earlier_turns(self, response_id: str, param: str) -> list[ChatMessage]:
+        """The conversation response ``response_id`` (``resp_<run id>``)
+        ended: its run's conversation (or task) and its answer, as native
+        messages (its client tool calls, when it ended on them).  An
+        unknown id is a 404 naming it (``param``: the request's field); a
+        run that did not answer, a 409."""
+        run_id = response_id.removeprefix("resp_")
+        detail = await self.manager.detail(run_id) if response_id.startswith("resp_") else None
+        if detail is None:
+            raise OpenAIError(
+                404,
+                f"no response {response_id!r} here (responses are named resp_<run id>)",
+                param=param,
+                code="previous_response_not_found",
+            )
+        info = detail.run
+        if info.status != "succeeded":
+            raise OpenAIError(
+                409,
+                f"response {response_id!r} is {info.status}: only a completed response continues",
+                param=param,
+                code="previous_response_unusable",
+                run_id=run_id,
+                retry=False,
+            )
+        return await self.manager.conversation_of(detail)
 
 
 __all__ = [

@@ -19,12 +19,12 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from agentrt.protocols._api import AgentInfo, RunInfo
+from agentrt.protocols._api import AgentInfo, RunInfo, ThreadInfo
 from agentrt.runtime.observe._log import get_logger
-from agentrt.runtime.serve.openai._answer_stream import AnswerStream
-from agentrt.runtime.serve.openai._chat_translate import build_task, extension_of
-from agentrt.runtime.serve.openai._openai_error import OpenAIError
-from agentrt.runtime.serve.openai._openai_options import Requested, labels
+from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
+from agentrt.runtime.serve.openai._chat_translate import extension_of
+from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
+from agentrt.runtime.serve.openai._openai_options import Requested, labels, refuse
 from agentrt.runtime.serve.openai._openai_runs import (
     OpenAIRuns,
     Outcome,
@@ -35,11 +35,12 @@ from agentrt.runtime.serve.openai._openai_runs import (
     send_stream,
 )
 from agentrt.runtime.serve.openai._responses_translate import (
+    conversation_ref,
     decode_response_request,
     echo,
-    input_messages,
     logprobs_out,
     output_items,
+    responses_asked,
     responses_requested,
 )
 from agentrt.runtime.wire._responses import (
@@ -47,6 +48,9 @@ from agentrt.runtime.wire._responses import (
     ArgumentsDone,
     ContentPartAdded,
     ContentPartDone,
+    ConversationCreate,
+    ConversationDeleted,
+    ConversationObject,
     FunctionCallItem,
     InputDetails,
     OutputDetails,
@@ -57,6 +61,7 @@ from agentrt.runtime.wire._responses import (
     OutputText,
     OutputTextDelta,
     OutputTextDone,
+    ReasoningItem,
     ResponseCompleted,
     ResponseCreated,
     ResponseError,
@@ -67,13 +72,20 @@ from agentrt.runtime.wire._responses import (
     ResponseStatus,
     ResponseUsage,
     StreamEvent,
+    SummaryPartAdded,
+    SummaryPartDone,
+    SummaryText,
+    SummaryTextDelta,
+    SummaryTextDone,
 )
 
 log = get_logger(__name__)
 
 _encode = msgspec.json.Encoder().encode
-#: Why 16: answer text only; a slow client should push back on the follower.
+#: Why 16: a slow client should push back on the follower (and the run).
 _TEXT_BUFFER: Final = 16
+_QUIET: Final = StreamText()
+"""Nothing came within the keep-alive interval."""
 
 
 def _usage(info: RunInfo) -> ResponseUsage:
@@ -100,8 +112,17 @@ class _Responses:
             wanted = _requested(
                 body, defaults.rollouts, defaults.aggregate, defaults.aggregate_options
             )
+            previous = body.previous_response_id
+            joined = conversation_ref(body)
+            before = (
+                await self.runs.earlier_turns(previous, "previous_response_id")
+                if previous is not None
+                else await self.runs.conversation_turns(joined.id)
+                if joined is not None
+                else []
+            )
             info = await self.runs.submit(
-                task=build_task(input_messages(body)),
+                asked=responses_asked(body, before),
                 agent=agent,
                 requested=wanted,
                 metadata=labels(
@@ -112,6 +133,7 @@ class _Responses:
                     prompt_cache_key=body.prompt_cache_key,
                 ),
                 task_param="input",
+                thread_id=joined.id if joined is not None else None,
             )
         except OpenAIError as err:
             return error_response(err)
@@ -129,6 +151,52 @@ class _Responses:
         except OpenAIError as err:
             return error_response(err)
         return json_response(shape.completed(outcome))
+
+
+class _Conversations:
+    """``/v1/conversations``: OpenAI's conversations over the daemon's
+    threads (a conversation id is a thread id)."""
+
+    def __init__(self, runs: OpenAIRuns) -> None:
+        self.runs = runs
+
+    async def create(self, request: Request) -> Response:
+        try:
+            depth = self.runs.manager.config.server.max_json_depth
+            body = await read_body(request, max_depth=depth)
+            try:
+                wanted = msgspec.json.decode(body, type=ConversationCreate)
+            except msgspec.DecodeError as exc:
+                raise decode_error(exc) from None
+            if wanted.items:
+                raise refuse("items", "a conversation starts empty: its first response adds to it")
+            thread = await self.runs.manager.create_thread(wanted.metadata or {})
+        except OpenAIError as err:
+            return error_response(err)
+        return json_response(_conversation(thread))
+
+    async def one(self, request: Request) -> Response:
+        conversation_id = request.path_params["conversation_id"]
+        thread = await self.runs.manager.thread(conversation_id)
+        if thread is None:
+            return error_response(
+                OpenAIError(
+                    404,
+                    f"no conversation {conversation_id!r} here",
+                    param="conversation_id",
+                    code="conversation_not_found",
+                )
+            )
+        if request.method == "DELETE":
+            await self.runs.manager.delete_thread(conversation_id)
+            return json_response(ConversationDeleted(id=conversation_id))
+        return json_response(_conversation(thread))
+
+
+def _conversation(thread: ThreadInfo) -> ConversationObject:
+    return ConversationObject(
+        id=thread.thread_id, created_at=int(thread.created_at), metadata=thread.metadata
+    )
 
 
 def _requested(
@@ -194,8 +262,20 @@ class _ResponseStream(Response):
         self.text = AnswerStream(shape.info.run_id, shape.info.rollouts)
         self.hold = wanted.options.response_schema is not None
         self.streamed: list[str] = []
-        """Content sent as deltas of the message item (output 0)."""
+        """Content sent as deltas of the message item."""
         self.message_id = f"msg_{shape.info.run_id}"
+        # With several rollouts, their progress (``AnswerStream``'s
+        # reasoning lines) is a reasoning summary: output item 0, closed
+        # when the answer starts.
+        self.progress = shape.info.rollouts > 1
+        self.summary_id = f"rs_{shape.info.run_id}"
+        self.summary: list[str] = []
+        self.summary_done: ReasoningItem | None = None
+
+    @property
+    def message_index(self) -> int:
+        """The message item's place in the output: after the summary, if any."""
+        return 1 if self.summary else 0
 
     def _next(self) -> int:
         self.seq += 1
@@ -221,12 +301,12 @@ class _ResponseStream(Response):
         started = shape.response("in_progress")
         await write(self._sse(ResponseCreated(sequence_number=self._next(), response=started)))
         await write(self._sse(ResponseInProgress(sequence_number=self._next(), response=started)))
-        send_text, receive_text = anyio.create_memory_object_stream[str](_TEXT_BUFFER)
+        send_text, receive_text = anyio.create_memory_object_stream[StreamText](_TEXT_BUFFER)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._follow, send_text)
             async with receive_text:
                 while True:
-                    piece: str | None = ""
+                    piece: StreamText | None = _QUIET
                     with anyio.move_on_after(self.runs.keepalive_s):
                         try:
                             piece = await receive_text.receive()
@@ -234,10 +314,13 @@ class _ResponseStream(Response):
                             piece = None
                     if piece is None:
                         break
-                    if not piece:
+                    if piece is _QUIET:
                         await write(b": keep-alive\n\n")
                         continue
-                    for event in self._delta_events(piece):
+                    events = self._summary_events(piece.reasoning) if piece.reasoning else []
+                    if piece.content:
+                        events += self._delta_events(piece.content)
+                    for event in events:
                         await write(self._sse(event))
         info = await self.runs.manager.wait(run_id)
         if info.status != "succeeded":
@@ -254,29 +337,88 @@ class _ResponseStream(Response):
         final = shape.completed(outcome, output)
         await write(self._sse(ResponseCompleted(sequence_number=self._next(), response=final)))
 
-    async def _follow(self, text: MemoryObjectSendStream[str]) -> None:
-        """Feeds the answer's text as it is generated; closing the stream
-        says the run is over."""
+    async def _follow(self, text: MemoryObjectSendStream[StreamText]) -> None:
+        """Feeds the answer's text as it is generated (and, with several
+        rollouts, their progress); closing the stream says the run is over."""
         async with text:
             try:
                 async for event in self.runs.manager.follow(self.shape.info.run_id, tokens=True):
                     fed = self.text.feed(event)
-                    if fed is not None and fed.content and not self.hold:
-                        await text.send(fed.content)
+                    if fed is None:
+                        continue
+                    content = "" if self.hold else fed.content
+                    reasoning = fed.reasoning if self.progress else ""
+                    if content or reasoning:
+                        await text.send(StreamText(content=content, reasoning=reasoning))
             except Exception as exc:  # the deltas are optional; the answer is not
                 log.warning(
                     "responses_follow_failed", run_id=self.shape.info.run_id, error=repr(exc)
                 )
                 await self.runs.manager.wait(self.shape.info.run_id)
 
+    def _summary_events(self, line: str) -> list[StreamEvent]:
+        """A line of progress: the reasoning item and its summary part opened
+        first, then its delta (none once the answer has begun)."""
+        if self.summary_done is not None:
+            return []
+        events: list[StreamEvent] = []
+        if not self.summary:
+            opened = ReasoningItem(id=self.summary_id, status="in_progress")
+            events.append(
+                OutputItemAdded(sequence_number=self._next(), output_index=0, item=opened)
+            )
+            events.append(
+                SummaryPartAdded(
+                    sequence_number=self._next(),
+                    item_id=self.summary_id,
+                    output_index=0,
+                    summary_index=0,
+                    part=SummaryText(text=""),
+                )
+            )
+        self.summary.append(line)
+        events.append(
+            SummaryTextDelta(
+                sequence_number=self._next(),
+                item_id=self.summary_id,
+                output_index=0,
+                summary_index=0,
+                delta=line,
+            )
+        )
+        return events
+
+    def _summary_close(self) -> list[StreamEvent]:
+        """The events that close the reasoning summary, if one is open."""
+        if not self.summary or self.summary_done is not None:
+            return []
+        part = SummaryText(text="".join(self.summary))
+        self.summary_done = ReasoningItem(id=self.summary_id, summary=[part])
+        rs = self.summary_id
+        return [
+            SummaryTextDone(
+                sequence_number=self._next(),
+                item_id=rs,
+                output_index=0,
+                summary_index=0,
+                text=part.text,
+            ),
+            SummaryPartDone(
+                sequence_number=self._next(), item_id=rs, output_index=0, summary_index=0, part=part
+            ),
+            OutputItemDone(sequence_number=self._next(), output_index=0, item=self.summary_done),
+        ]
+
     def _delta_events(self, piece: str) -> list[StreamEvent]:
         """A piece of the answer: the message item opened first, then its delta."""
         events: list[StreamEvent] = []
+        index = self.message_index
         if not self.streamed:
+            events.extend(self._summary_close())
             events.append(
                 OutputItemAdded(
                     sequence_number=self._next(),
-                    output_index=0,
+                    output_index=index,
                     item=OutputMessage(id=self.message_id, status="in_progress"),
                 )
             )
@@ -284,7 +426,7 @@ class _ResponseStream(Response):
                 ContentPartAdded(
                     sequence_number=self._next(),
                     item_id=self.message_id,
-                    output_index=0,
+                    output_index=index,
                     content_index=0,
                     part=OutputText(text=""),
                 )
@@ -294,7 +436,7 @@ class _ResponseStream(Response):
             OutputTextDelta(
                 sequence_number=self._next(),
                 item_id=self.message_id,
-                output_index=0,
+                output_index=index,
                 content_index=0,
                 delta=piece,
             )
@@ -307,18 +449,26 @@ class _ResponseStream(Response):
         then the items not streamed."""
         items = output_items(self.shape.info.run_id, outcome.text, outcome.calls, outcome.logprobs)
         if not self.streamed:
-            return [e for i, item in enumerate(items) for e in self._item_events(i, item)], items
+            closing = self._summary_close()
+            first = self.message_index
+            closing += [
+                e for i, item in enumerate(items) for e in self._item_events(first + i, item)
+            ]
+            done = self.summary_done
+            return closing, [done, *items] if done is not None else items
+        done = self.summary_done
         rest = "" if outcome.calls else self.text.rest(outcome.text)
         events: list[StreamEvent] = []
         if rest:
             events.extend(self._delta_events(rest))
         part = OutputText(text="".join(self.streamed), logprobs=logprobs_out(outcome.logprobs))
         message = OutputMessage(id=self.message_id, content=[part])
+        at = self.message_index
         events.append(
             OutputTextDone(
                 sequence_number=self._next(),
                 item_id=self.message_id,
-                output_index=0,
+                output_index=at,
                 content_index=0,
                 text=part.text,
                 logprobs=part.logprobs,
@@ -328,24 +478,27 @@ class _ResponseStream(Response):
             ContentPartDone(
                 sequence_number=self._next(),
                 item_id=self.message_id,
-                output_index=0,
+                output_index=at,
                 content_index=0,
                 part=part,
             )
         )
-        events.append(OutputItemDone(sequence_number=self._next(), output_index=0, item=message))
+        events.append(OutputItemDone(sequence_number=self._next(), output_index=at, item=message))
         calls = [item for item in items if isinstance(item, FunctionCallItem)]
-        for index, call in enumerate(calls, start=1):
+        for index, call in enumerate(calls, start=at + 1):
             events.extend(self._item_events(index, call))
-        return events, [message, *calls]
+        output: list[OutputItem] = [message, *calls]
+        return events, [done, *output] if done is not None else output
 
     async def _failed(self, write: Callable[[bytes], Awaitable[None]], err: OpenAIError) -> None:
+        for event in self._summary_close():
+            await write(self._sse(event))
         failed = self.shape.response(
             "failed", error=ResponseError(code=err.code or "run_failed", message=err.message)
         )
         await write(self._sse(ResponseFailed(sequence_number=self._next(), response=failed)))
 
-    def _item_events(self, index: int, item: OutputMessage | FunctionCallItem) -> list[StreamEvent]:
+    def _item_events(self, index: int, item: OutputItem) -> list[StreamEvent]:
         """The events that open, fill and close one output item."""
         events: list[StreamEvent] = []
         match item:
@@ -393,6 +546,8 @@ class _ResponseStream(Response):
                             part=part,
                         )
                     )
+            case ReasoningItem():
+                pass  # only the summary makes one, and closes it itself
             case FunctionCallItem():
                 opened_call = FunctionCallItem(
                     id=item.id,
@@ -431,16 +586,25 @@ def responses_routes(runs: OpenAIRuns) -> list[BaseRoute]:
     """``POST /v1/responses``: OpenAI's Responses API over agentrt runs.
 
     ``input`` (a string, or message, ``function_call`` and
-    ``function_call_output`` items) and ``instructions`` become the run's
-    task; every other field is honoured as ``/v1/chat/completions`` honours
-    its counterpart (``max_output_tokens``, ``text.format``, ``include``
-    of ``message.output_text.logprobs``, function ``tools``: a call to one
-    ends the response with a ``function_call`` item) or refused with a 400
-    naming it (``previous_response_id``: send the whole conversation).
-    With ``stream: true``: the typed events (``response.created``...
-    ``response.completed``)."""
+    ``function_call_output`` items) reaches the agent's model as native
+    messages after ``instructions`` (added to its system message), and after
+    the conversation ``previous_response_id`` ended or ``conversation`` (a
+    thread: ``POST /v1/conversations``) holds; every other field is honoured
+    as ``/v1/chat/completions`` honours its counterpart
+    (``max_output_tokens``, ``text.format``, ``include`` of
+    ``message.output_text.logprobs``, function ``tools`` and
+    ``tool_choice``: a call to one ends the response with a
+    ``function_call`` item) or refused with a 400 naming it.  With
+    ``stream: true``: the typed events (``response.created``...
+    ``response.completed``; several rollouts' progress first, as a
+    reasoning summary)."""
     endpoint = _Responses(runs)
-    return [Route("/v1/responses", endpoint.create, methods=["POST"])]
+    conversations = _Conversations(runs)
+    return [
+        Route("/v1/responses", endpoint.create, methods=["POST"]),
+        Route("/v1/conversations", conversations.create, methods=["POST"]),
+        Route("/v1/conversations/{conversation_id}", conversations.one, methods=["GET", "DELETE"]),
+    ]
 
 
 __all__ = ["responses_routes"]

@@ -1,7 +1,7 @@
 """The daemon's reading of a Responses request and its writing of the
 ``Response``: the request decoded (``decode_response_request``), the
-conversation its ``input`` items make (as chat messages, for the task:
-``input_messages``), what it asks of the run (``responses_requested``), and
+conversation its ``input`` items make (``responses_asked``: native
+messages, instructions, the task), what it asks of the run (``responses_requested``), and
 the parts of a ``Response`` (``echo``, ``output_items``, ``logprobs_out``).
 The wire types themselves: ``agentrt.runtime.wire``.
 
@@ -11,12 +11,14 @@ Pure translation: no HTTP, no run manager.  Part of the daemon
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
-from agentrt.protocols._messages import ToolCall
+from agentrt.protocols._messages import ChatMessage, ToolCall
 from agentrt.protocols._model import TokenLogprob
+from agentrt.runtime.serve.openai._chat_translate import Asked, Tagged, asked_of
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
 from agentrt.runtime.serve.openai._openai_options import (
     ClientTool,
@@ -26,10 +28,12 @@ from agentrt.runtime.serve.openai._openai_options import (
     refuse_set,
     requested,
     response_schema,
+    tool_choice_of,
 )
 from agentrt.runtime.wire._chat import ContentPart, FunctionCallIn, MessageIn, ToolCallIn
 from agentrt.runtime.wire._responses import (
     LOGPROBS_INCLUDE,
+    ConversationRef,
     FormatOut,
     FunctionCallItem,
     FunctionToolOut,
@@ -45,11 +49,13 @@ from agentrt.runtime.wire._responses import (
 )
 
 __all__ = [
+    "conversation_ref",
     "decode_response_request",
     "echo",
     "input_messages",
     "logprobs_out",
     "output_items",
+    "responses_asked",
     "responses_requested",
 ]
 
@@ -72,13 +78,13 @@ def _part_text(parts: str | list[InputPart] | None, param: str) -> str:
     return "\n".join(texts)
 
 
-def _add_item(messages: list[MessageIn], item: InputItem, param: str) -> None:
+def _add_item(messages: list[Tagged], item: InputItem, param: str) -> None:
     match item.type:
         case "message":
             if item.role is None:
                 raise OpenAIError(400, "a message needs its `role`", param=f"{param}.role")
             text = _part_text(item.content, f"{param}.content")
-            messages.append(MessageIn(role=item.role, content=text))
+            messages.append((param, MessageIn(role=item.role, content=text)))
         case "function_call":
             if not item.call_id or not item.name:
                 raise OpenAIError(400, "a function_call needs `call_id` and `name`", param=param)
@@ -86,11 +92,11 @@ def _add_item(messages: list[MessageIn], item: InputItem, param: str) -> None:
                 id=item.call_id,
                 function=FunctionCallIn(name=item.name, arguments=item.arguments or ""),
             )
-            last = messages[-1] if messages else None
+            last = messages[-1][1] if messages else None
             if last is not None and last.role == "assistant":
                 last.tool_calls = [*(last.tool_calls or []), call]
             else:
-                messages.append(MessageIn(role="assistant", tool_calls=[call]))
+                messages.append((param, MessageIn(role="assistant", tool_calls=[call])))
         case "function_call_output":
             if not item.call_id:
                 raise OpenAIError(
@@ -98,34 +104,54 @@ def _add_item(messages: list[MessageIn], item: InputItem, param: str) -> None:
                 )
             text = _part_text(item.output, f"{param}.output")
             messages.append(
-                MessageIn(
-                    role="tool",
-                    content=[ContentPart(type="text", text=text)],
-                    tool_call_id=item.call_id,
+                (
+                    param,
+                    MessageIn(
+                        role="tool",
+                        content=[ContentPart(type="text", text=text)],
+                        tool_call_id=item.call_id,
+                    ),
                 )
             )
+        case "reasoning":
+            pass  # progress agentrt streamed (a reasoning summary), sent back: not the model's
         case _:
             raise refuse(
                 f"{param}.type",
                 f"input items of type {item.type!r} are not supported (messages, "
-                "function_call and function_call_output are)",
+                "function_call, function_call_output and reasoning are)",
             )
 
 
-def input_messages(request: ResponseRequest) -> list[MessageIn]:
+def input_messages(request: ResponseRequest) -> list[Tagged]:
     """The conversation the request's ``instructions`` and ``input`` make, as
-    chat messages (a function call joins the assistant message before it)."""
-    messages: list[MessageIn] = []
+    chat messages, each with the field it came from (a function call joins
+    the assistant message before it)."""
+    messages: list[Tagged] = []
     if request.instructions:
-        messages.append(MessageIn(role="system", content=request.instructions))
+        messages.append(("instructions", MessageIn(role="system", content=request.instructions)))
     if isinstance(request.input, str):
-        messages.append(MessageIn(role="user", content=request.input))
+        messages.append(("input", MessageIn(role="user", content=request.input)))
         return messages
     for i, item in enumerate(request.input):
         _add_item(messages, item, f"input[{i}]")
-    if not any(m.role == "user" for m in messages):
-        raise OpenAIError(400, "the input needs at least one user message", param="input")
     return messages
+
+
+def conversation_ref(request: ResponseRequest) -> ConversationRef | None:
+    """The conversation the request names (with ``previous_response_id`` too: a 400)."""
+    named = request.conversation
+    if named is not None and request.previous_response_id is not None:
+        raise OpenAIError(
+            400, "give `conversation` or `previous_response_id`, not both", param="conversation"
+        )
+    return ConversationRef(id=named) if isinstance(named, str) else named
+
+
+def responses_asked(request: ResponseRequest, before: Sequence[ChatMessage] = ()) -> Asked:
+    """What a Responses request's ``instructions`` and ``input`` ask, after
+    the turns ``before`` them (its previous response's; ``asked_of``)."""
+    return asked_of(input_messages(request), "input", "call_id", before)
 
 
 def responses_requested(
@@ -137,8 +163,6 @@ def responses_requested(
 ) -> Requested:
     """What a Responses request asks of its run; fields agentrt cannot
     honour with the value given are refused (a 400 naming the field)."""
-    refuse_set("previous_response_id", request.previous_response_id)
-    refuse_set("conversation", request.conversation)
     refuse_set("background", request.background, (None, False))
     refuse_set("prompt", request.prompt)
     refuse_set("max_tool_calls", request.max_tool_calls)
@@ -176,12 +200,16 @@ def responses_requested(
             )
         )
     choice = request.tool_choice
-    if choice is not None and not isinstance(choice, str):
-        raise refuse(
-            "tool_choice", "a named tool choice is not supported; use 'auto', 'none' or 'required'"
-        )
-    if choice == "required" and not tools:
-        raise OpenAIError(400, "tool_choice 'required' needs `tools`", param="tool_choice")
+    if choice is None or isinstance(choice, str):
+        tool_choice = tool_choice_of(choice, None, tools, "tool_choice")
+    else:
+        if choice.type != "function" or not choice.name:
+            raise refuse(
+                "tool_choice.type",
+                "a named tool choice names a function ({'type': 'function', 'name': ...}), "
+                f"got type {choice.type!r}",
+            )
+        tool_choice = tool_choice_of(None, choice.name, tools, "tool_choice.name")
     schema = None
     if request.text is not None:
         refuse_set("text.verbosity", request.text.verbosity)
@@ -199,7 +227,7 @@ def responses_requested(
         ),
         tools=tools,
         tools_param="tools",
-        tool_choice=choice or "auto",
+        tool_choice=tool_choice,
         schema=schema,
         parallel_tool_calls=request.parallel_tool_calls,
         default_rollouts=default_rollouts,
@@ -213,6 +241,8 @@ def echo(request: ResponseRequest) -> dict[str, Any]:
     fmt = request.text.format if request.text is not None else None
     return {
         "instructions": request.instructions,
+        "previous_response_id": request.previous_response_id,
+        "conversation": conversation_ref(request),
         "tools": [
             FunctionToolOut(
                 name=t.name or "",
@@ -222,7 +252,7 @@ def echo(request: ResponseRequest) -> dict[str, Any]:
             )
             for t in request.tools or []
         ],
-        "tool_choice": request.tool_choice if isinstance(request.tool_choice, str) else "auto",
+        "tool_choice": request.tool_choice or "auto",
         "parallel_tool_calls": request.parallel_tool_calls is not False,
         "temperature": request.temperature,
         "top_p": request.top_p,

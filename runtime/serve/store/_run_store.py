@@ -23,7 +23,7 @@ import msgspec
 from anyio.lowlevel import RunVar
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from agentrt.protocols._api import RolloutInfo, RunDetail, RunInfo, RunPage
+from agentrt.protocols._api import RolloutInfo, RunDetail, RunInfo, RunPage, ThreadInfo
 from agentrt.protocols._codec import decode_event
 from agentrt.protocols._events import (
     CallReserved,
@@ -57,6 +57,16 @@ _BATCH: Final = 512
 _QUEUE: Final = 4096
 
 Synchronous = Literal["normal", "full"]
+
+
+def _thread_of(row: tuple[Any, ...], runs: list[RunInfo]) -> ThreadInfo:
+    thread_id, created_at, metadata = row
+    return ThreadInfo(
+        thread_id=thread_id,
+        created_at=created_at,
+        metadata=msgspec.json.decode(metadata, type=dict[str, str]),
+        runs=runs,
+    )
 
 
 class StoreError(AgentrtError):
@@ -403,10 +413,24 @@ class RunStore:
         if write.error is not None:
             raise StoreError(f"{what}: {write.error}") from write.error
 
-    async def create_run(self, run_id: str, request: RunRequest) -> RunInfo:
+    async def create_run(
+        self, run_id: str, request: RunRequest, *, thread_id: str | None = None
+    ) -> RunInfo:
+        """Record a new run (the next of thread ``thread_id``, in the same
+        transaction, when given)."""
         now = time.time()
+        in_thread: list[Statement] = []
+        if thread_id is not None:
+            in_thread.append(
+                (
+                    "INSERT INTO thread_runs (thread_id, seq, run_id) VALUES (?, (SELECT "
+                    "COALESCE(MAX(seq) + 1, 0) FROM thread_runs WHERE thread_id = ?), ?)",
+                    (thread_id, thread_id, run_id),
+                )
+            )
         await self._write(
             [
+                *in_thread,
                 (
                     "INSERT INTO runs (run_id, status, agent, task, request, rollouts, aggregate, "
                     "created_at, updated_at) VALUES (?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
@@ -420,7 +444,7 @@ class RunStore:
                         now,
                         now,
                     ),
-                )
+                ),
             ],
             what=f"creating run {run_id}",
         )
@@ -536,6 +560,61 @@ class RunStore:
             )
 
         return await anyio.to_thread.run_sync(query, limiter=self._read_slots())
+
+    # -- threads -----------------------------------------------------------
+
+    async def create_thread(self, thread_id: str, metadata: dict[str, str]) -> ThreadInfo:
+        now = time.time()
+        await self._write(
+            [
+                (
+                    "INSERT INTO threads (thread_id, created_at, metadata) VALUES (?, ?, ?)",
+                    (thread_id, now, msgspec.json.encode(metadata)),
+                )
+            ],
+            what=f"creating thread {thread_id}",
+        )
+        return ThreadInfo(thread_id=thread_id, created_at=now, metadata=dict(metadata))
+
+    async def thread(self, thread_id: str) -> ThreadInfo | None:
+        """The thread with its runs, oldest first (``None``: no such thread)."""
+
+        def query() -> ThreadInfo | None:
+            with self._pool.connection() as conn:
+                conn.execute("BEGIN")  # one snapshot: the thread and its runs agree
+                row = conn.execute(
+                    "SELECT thread_id, created_at, metadata FROM threads WHERE thread_id = ?",
+                    (thread_id,),
+                ).fetchone()
+                runs = conn.execute(
+                    f"SELECT {RUN_COLUMNS} FROM thread_runs JOIN runs USING (run_id) "  # noqa: S608
+                    "WHERE thread_runs.thread_id = ? ORDER BY thread_runs.seq",
+                    (thread_id,),
+                ).fetchall()
+                conn.execute("COMMIT")
+            if row is None:
+                return None
+            return _thread_of(row, [run_info_of(r) for r in runs])
+
+        return await anyio.to_thread.run_sync(query, limiter=self._read_slots())
+
+    async def list_threads(self, *, limit: int) -> list[ThreadInfo]:
+        """The newest ``limit`` threads, without their runs."""
+        rows = await self._read(
+            "SELECT thread_id, created_at, metadata FROM threads ORDER BY n DESC LIMIT ?",
+            (limit,),
+        )
+        return [_thread_of(r, []) for r in rows]
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Forget the thread (its runs stay, as runs)."""
+        await self._write(
+            [
+                ("DELETE FROM thread_runs WHERE thread_id = ?", (thread_id,)),
+                ("DELETE FROM threads WHERE thread_id = ?", (thread_id,)),
+            ],
+            what=f"deleting thread {thread_id}",
+        )
 
     async def list_runs(
         self, *, status: RunStatus | None, limit: int, cursor: int | None

@@ -78,6 +78,18 @@ CREATE TABLE IF NOT EXISTS summaries (
     body BLOB NOT NULL,
     PRIMARY KEY (run_id, rollout_id)
 );
+CREATE TABLE IF NOT EXISTS threads (
+    n INTEGER PRIMARY KEY AUTOINCREMENT,
+    thread_id TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    metadata BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS thread_runs (
+    thread_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    PRIMARY KEY (thread_id, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS usage (
     run_id TEXT PRIMARY KEY,
     prompt_tokens INTEGER NOT NULL,

@@ -161,6 +161,13 @@ def _envelope(chunk_head: dict[str, Any]) -> tuple[bytes, bytes]:
     return b"data: " + head[:-1] + b',"choices":[', b"]}\n\n"
 
 
+class _Role(msgspec.Struct):
+    role: str
+
+
+_role_decoder = msgspec.json.Decoder(_Role)
+
+
 class OpenAIEndpoints:
     """Handlers for ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``."""
 
@@ -216,6 +223,10 @@ class OpenAIEndpoints:
                 )
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 return self._bad_request(f"invalid chat completion request: {exc}")
+            engine.saw_messages(
+                request.headers.get("X-Request-Id"),
+                [_role_decoder.decode(m).role for m in req.messages],
+            )
             prompt_ids = prompt.ids
             cached, ttft = engine.prefill(prompt_ids)
             ttft += _extra_delay(request)

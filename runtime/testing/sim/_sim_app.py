@@ -24,7 +24,8 @@ def build_app(engine: SimEngine, on_restart: Callable[[], Awaitable[None]]) -> w
     ``/v1/completions``, ``/v1/models``; SGLang ``/generate``, ``/health``,
     ``/health_generate``, ``/get_model_info``, ``/flush_cache``;
     ``/metrics``; ``GET /sim/stats`` (requests, statuses, faults, cache and
-    token counts, generations, attempts per request id) and
+    token counts, generations; attempts per request id with ``?attempts=1``,
+    the roles of each chat request's messages with ``?messages=1``) and
     ``POST /sim/reset``.  Only the three generation routes draw faults."""
     openai = OpenAIEndpoints(engine, on_restart)
     native = NativeEndpoints(engine, on_restart)
@@ -37,6 +38,8 @@ def build_app(engine: SimEngine, on_restart: Callable[[], Awaitable[None]]) -> w
         body = engine.stats()
         if request.query.get("attempts") == "1":  # every request id and its attempts
             body["attempts_by_request_id"] = dict(engine.attempts)
+        if request.query.get("messages") == "1":  # every chat request id and its roles
+            body["roles_by_request_id"] = dict(engine.roles)
         return json_response(encoder.encode(body))
 
     async def reset(request: web.Request) -> web.Response:

@@ -48,6 +48,9 @@ class SimEngine:
         self.requests: Counter[str] = Counter()
         self.statuses: Counter[int] = Counter()
         self.attempts: Counter[str] = Counter()
+        self.roles: dict[str, list[str]] = {}
+        """The roles of each chat request's messages, by request id: what a
+        test counts to see a conversation reached the server natively."""
         self.max_in_flight = self.in_flight
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -79,6 +82,13 @@ class SimEngine:
         if path not in GENERATION_PATHS:
             return None
         return self.faults.draw()
+
+    def saw_messages(self, request_id: str | None, roles: list[str]) -> None:
+        """Note the roles of a chat request's messages (with a request id)."""
+        if request_id:
+            if len(self.roles) >= _ATTEMPTS_LIMIT:
+                self.roles.clear()
+            self.roles[request_id] = roles
 
     def enter(self) -> None:
         self.in_flight += 1

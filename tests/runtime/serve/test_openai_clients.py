@@ -24,13 +24,22 @@ import msgspec
 import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam
+from openai.types.responses import ToolChoiceFunction
 from pydantic import BaseModel
 from pydantic_ai import Agent as PaiAgent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider as PaiProvider
 
 from agentrt.agents import AgentConfig
-from agentrt.protocols import ModelReply, ModelRequest, UserMessage
+from agentrt.protocols import (
+    AssistantMessage,
+    ChatMessage,
+    ModelReply,
+    ModelRequest,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
 from agentrt.runtime.engine._runtime import RuntimeConfig
 from agentrt.runtime.models._backend import StreamDelta
@@ -123,13 +132,17 @@ def task_of(request: ModelRequest) -> str:
     return next(str(m.content) for m in request.messages if isinstance(m, UserMessage))
 
 
+def roles(messages: list[ChatMessage]) -> list[str]:
+    return [type(m).__struct_config__.tag for m in messages]  # type: ignore[misc]
+
+
 def tool_names(request: ModelRequest) -> list[str]:
     return [t.name for t in request.tools]
 
 
 def weather_script(request: ModelRequest) -> Reply:
-    """Calls the client's ``get_weather`` until a result for it is in the task."""
-    if "Tool result of get_weather" in task_of(request):
+    """Calls the client's ``get_weather`` until its result is in the conversation."""
+    if any(isinstance(m, ToolMessage) for m in request.messages):
         return "It is sunny in Paris."
     if "get_weather" in tool_names(request):
         return ScriptedToolCall("get_weather", {"city": "Paris"}, id="call_w1")
@@ -213,10 +226,15 @@ async def test_a_client_tool_call_round_trip(tmp_path: Path) -> None:
         )
         assert second.choices[0].finish_reason == "stop"
         assert second.choices[0].message.content == "It is sunny in Paris."
-        task = task_of(model.requests[-1])
-        assert "get_weather" in task
-        assert "call_w1" in task
-        assert "sunny, 24 C" in task
+        # the model got the conversation as it is, not retold
+        assert roles(model.requests[-1].messages) == ["system", "user", "assistant", "tool"]
+        _, user, assistant, result = model.requests[-1].messages
+        assert user == UserMessage(content="Weather in Paris?")
+        assert isinstance(assistant, AssistantMessage)
+        assert [(c.id, c.function.name) for c in assistant.tool_calls] == [
+            ("call_w1", "get_weather")
+        ]
+        assert result == ToolMessage(content="sunny, 24 C", tool_call_id="call_w1")
 
 
 async def test_client_tools_stream_their_calls(tmp_path: Path) -> None:
@@ -236,17 +254,86 @@ async def test_client_tools_stream_their_calls(tmp_path: Path) -> None:
         assert finishes[-1] == "tool_calls"
 
 
-async def test_required_tool_choice_reaches_the_model(tmp_path: Path) -> None:
-    model = Model(weather_script)
+def calculator_first_script(request: ModelRequest) -> Reply:
+    """Uses the agent's own calculator, then answers in text, unless a
+    client tool call is required: then it calls the first one offered."""
+    if request.tool_choice == "required":
+        return ScriptedToolCall(request.tools[0].name, {"city": "Paris"}, id="call_forced")
+    if not any(isinstance(m, ToolMessage) for m in request.messages):
+        return ScriptedToolCall("calculator", {"expression": "6 * 7"}, id="call_calc")
+    return "42, and no tool of yours needed."
+
+
+GET_TIME_TOOL: ChatCompletionFunctionToolParam = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": WEATHER_PARAMETERS},
+}
+
+
+async def test_required_tool_choice_ends_the_turn_on_a_client_call(tmp_path: Path) -> None:
+    model = Model(calculator_first_script)
     async with daemon(tmp_path, model) as d, d.openai() as client:
         reply = await client.chat.completions.create(
             model="agentrt/solver",
             messages=[{"role": "user", "content": "Weather?"}],
-            tools=[WEATHER_TOOL],
+            tools=[WEATHER_TOOL, GET_TIME_TOOL],
             tool_choice="required",
         )
-        assert reply.choices[0].finish_reason == "tool_calls"
-        assert model.requests[-1].tool_choice == "required"
+    assert reply.choices[0].finish_reason == "tool_calls"
+    calls = reply.choices[0].message.tool_calls or []
+    assert [c.id for c in calls] == ["call_forced"]
+    # the agent used its own tool under `auto` (a required choice it could
+    # satisfy would loop), answered, and was asked once more for a client call
+    asked = [(r.tool_choice, sorted(tool_names(r))) for r in model.requests]
+    assert asked == [
+        ("auto", ["calculator", "get_time", "get_weather"]),
+        ("auto", ["calculator", "get_time", "get_weather"]),
+        ("required", ["get_time", "get_weather"]),
+    ]
+    assert roles(model.requests[1].messages)[-2:] == ["assistant", "tool"]  # the calculator ran
+
+
+async def test_a_named_tool_choice_calls_that_tool(tmp_path: Path) -> None:
+    model = Model(calculator_first_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "What time is it in Paris?"}],
+            tools=[WEATHER_TOOL, GET_TIME_TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_time"}},
+        )
+        calls = reply.choices[0].message.tool_calls or []
+        assert [(c.id, c.function.name) for c in calls if c.type == "function"] == [
+            ("call_forced", "get_time")
+        ]
+        assert [sorted(tool_names(r)) for r in model.requests] == [
+            ["calculator", "get_time"],  # the named tool only, beside the agent's own
+            ["calculator", "get_time"],
+            ["get_time"],
+        ]
+        # the Responses API's spelling of it
+        time_tool: Any = {"type": "function", "name": "get_time", "parameters": WEATHER_PARAMETERS}
+        response = await client.responses.create(
+            model="agentrt/solver",
+            input="What time is it in Paris?",
+            tools=[time_tool],
+            tool_choice={"type": "function", "name": "get_time"},
+        )
+        assert [i.type for i in response.output] == ["function_call"]
+        assert response.tool_choice == ToolChoiceFunction(type="function", name="get_time")
+
+
+async def test_tool_choice_none_hides_the_client_tools(tmp_path: Path) -> None:
+    model = Model(calculator_first_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        reply = await client.chat.completions.create(
+            model="agentrt/solver",
+            messages=[{"role": "user", "content": "6 x 7?"}],
+            tools=[WEATHER_TOOL],
+            tool_choice="none",
+        )
+    assert reply.choices[0].message.content == "42, and no tool of yours needed."
+    assert [tool_names(r) for r in model.requests] == [["calculator"], ["calculator"]]
 
 
 async def test_response_format_is_validated_and_retried(tmp_path: Path) -> None:
@@ -384,7 +471,14 @@ async def test_logprobs_a_backend_does_not_give_are_a_400(tmp_path: Path) -> Non
         ({"n": 2}, "n"),
         ({"extra_body": {"rolouts": 2}}, "rolouts"),
         ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
-        ({"tool_choice": {"type": "function", "function": {"name": "x"}}}, "tool_choice"),
+        (
+            {
+                "tools": [WEATHER_TOOL],
+                "tool_choice": {"type": "function", "function": {"name": "x"}},
+            },
+            "tool_choice.function.name",
+        ),
+        ({"tool_choice": "required"}, "tool_choice"),
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"response_format": {"type": "json_schema"}}, "response_format"),
@@ -426,7 +520,8 @@ async def test_responses_create_and_stream(tmp_path: Path) -> None:
         assert response.usage is not None
         assert response.usage.total_tokens > 0
         assert model.requests[-1].sampling.max_tokens == 16
-        assert "Be exact." in task_of(model.requests[-1])
+        system = model.requests[-1].messages[0]
+        assert system == SystemMessage(content="Answer briefly.\n\nBe exact.")
 
         events = [
             event
@@ -467,6 +562,44 @@ async def test_responses_stream_the_answer_while_it_is_generated(tmp_path: Path)
     assert "".join(deltas) == answer == final_text
 
 
+async def test_responses_stream_the_progress_of_several_rollouts(tmp_path: Path) -> None:
+    model = Model(lambda _request: "42")
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        stream = await client.responses.create(
+            model="agentrt/solver", input="6 x 7?", stream=True, extra_body={"rollouts": 2}
+        )
+        events = [event async for event in stream]
+        kinds = [e.type for e in events]
+        # progress first, as a reasoning summary, closed before the answer opens
+        first_progress = kinds.index("response.reasoning_summary_text.delta")
+        assert first_progress < kinds.index("response.reasoning_summary_text.done")
+        assert kinds.index("response.reasoning_summary_text.done") < kinds.index(
+            "response.output_text.delta"
+        )
+        progress = "".join(
+            e.delta for e in events if e.type == "response.reasoning_summary_text.delta"
+        )
+        assert "rollout r0 finished: answer: 42" in progress
+        assert "rollout r1 finished: answer: 42" in progress
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        final = events[-1]
+        assert final.type == "response.completed"
+        output = final.response.output
+        assert [item.type for item in output] == ["reasoning", "message"]
+        assert final.response.output_text == "42"
+        # a client sending the output back (the summary too) continues the conversation
+        again = await client.responses.create(
+            model="agentrt/solver",
+            input=[
+                {"role": "user", "content": "6 x 7?"},
+                *[cast(Any, item.model_dump(exclude_none=True)) for item in output],
+                {"role": "user", "content": "And 7 x 6?"},
+            ],
+        )
+        assert again.output_text == "42"
+        assert roles(model.requests[-1].messages) == ["system", "user", "assistant", "user"]
+
+
 async def test_responses_function_call_round_trip(tmp_path: Path) -> None:
     model = Model(weather_script)
     tool: Any = {
@@ -498,14 +631,156 @@ async def test_responses_function_call_round_trip(tmp_path: Path) -> None:
         assert second.output_text == "It is sunny in Paris."
 
 
+async def test_a_result_for_an_unknown_call_is_a_400_naming_it(tmp_path: Path) -> None:
+    model = Model(weather_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.responses.create(
+                model="agentrt/solver",
+                input=[
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"type": "function_call_output", "call_id": "call_nope", "output": "sunny"},
+                ],
+            )
+        body = caught.value.body
+        assert isinstance(body, dict)
+        assert body["param"] == "input[1].call_id"
+        assert "'call_nope'" in body["message"]
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(
+                model="agentrt/solver",
+                messages=[
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"role": "tool", "tool_call_id": "call_nope", "content": "sunny"},
+                ],
+            )
+        body = caught.value.body
+        assert isinstance(body, dict)
+        assert body["param"] == "messages[1].tool_call_id"
+        assert "'call_nope'" in body["message"]
+    assert model.requests == []
+
+
+async def test_previous_response_id_continues_the_conversation(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(f"weather {city}")
+        return "sunny"
+
+    def clock(city: str) -> str:
+        """The time in a city."""
+        ran.append(f"time {city}")
+        return "noon"
+
+    model = Model(two_tools_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        config = sdk.RunConfig(
+            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
+            tracing_disabled=True,
+        )
+        agent = sdk.Agent(
+            name="travel",
+            model="solver",
+            tools=[
+                sdk.function_tool(weather, name_override="get_weather"),
+                sdk.function_tool(clock, name_override="get_time"),
+            ],
+        )
+        # the SDK sends only the new items, naming the response before them
+        first = await sdk.Runner.run(
+            agent, "Weather and time in Paris?", run_config=config, auto_previous_response_id=True
+        )
+        assert first.final_output == "Turn 1: sunny at noon."
+        second = await sdk.Runner.run(
+            agent,
+            "And tomorrow?",
+            run_config=config,
+            previous_response_id=first.last_response_id,
+            auto_previous_response_id=True,
+        )
+        assert second.final_output == "Turn 2: sunny at noon."
+        assert ran == ["weather Paris", "time Paris"] * 2
+        assert len(model.requests) == 6
+        last = model.requests[-1].messages
+        assert roles(last) == ["system", *NATIVE_TURN, "assistant", *NATIVE_TURN]
+        # an unknown response: a 404 naming it
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.responses.create(
+                model="agentrt/solver", input="hi", previous_response_id="resp_run-nobody"
+            )
+        assert isinstance(missing.value.body, dict)
+        assert missing.value.body["param"] == "previous_response_id"
+        assert "'resp_run-nobody'" in missing.value.body["message"]
+
+
+async def test_a_conversation_holds_the_turns_of_its_responses(tmp_path: Path) -> None:
+    model = Model(two_tools_script)
+    tools: Any = [
+        {"type": "function", "name": name, "parameters": WEATHER_PARAMETERS}
+        for name in ("get_weather", "get_time")
+    ]
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        conversation = await client.conversations.create(metadata={"user": "ann"})
+        asked: Any = "Weather and time in Paris?"
+        for result in ("sunny", "noon", None):
+            # each response sends only what it adds: the question, then a tool's result
+            response = await client.responses.create(
+                model="agentrt/solver", input=asked, tools=tools, conversation=conversation.id
+            )
+            assert response.conversation is not None
+            assert response.conversation.id == conversation.id
+            calls = [item for item in response.output if item.type == "function_call"]
+            if result is None:
+                assert calls == []
+                break
+            asked = [
+                {"type": "function_call_output", "call_id": calls[0].call_id, "output": result}
+            ]
+        assert response.output_text == "Turn 1: sunny at noon."
+        again = await client.responses.create(
+            model="agentrt/solver", input="And tomorrow?", tools=tools, conversation=conversation.id
+        )
+        while again.output_text == "":  # the client runs the tools
+            call = next(item for item in again.output if item.type == "function_call")
+            again = await client.responses.create(
+                model="agentrt/solver",
+                input=[{"type": "function_call_output", "call_id": call.call_id, "output": "x"}],
+                tools=tools,
+                conversation=conversation.id,
+            )
+        assert again.output_text == "Turn 2: x at x."
+        assert len(model.requests) == 6
+        assert roles(model.requests[-1].messages) == [
+            "system",
+            *NATIVE_TURN,
+            "assistant",
+            *NATIVE_TURN,
+        ]
+        # the conversation is a thread of the daemon's
+        async with d.http() as http:
+            thread = (await http.get(f"/v1/threads/{conversation.id}")).json()
+        assert len(thread["runs"]) == 6
+        assert (await client.conversations.retrieve(conversation.id)).metadata == {"user": "ann"}
+        assert (await client.conversations.delete(conversation.id)).deleted
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.responses.create(
+                model="agentrt/solver", input="hi", conversation=conversation.id
+            )
+        assert isinstance(missing.value.body, dict)
+        assert missing.value.body["param"] == "conversation"
+        assert conversation.id in missing.value.body["message"]
+
+
 async def test_responses_refusals_have_openai_shape(tmp_path: Path) -> None:
     async with daemon(tmp_path, Model(lambda _request: "42")) as d, d.openai() as client:
         with pytest.raises(openai.BadRequestError) as caught:
             await client.responses.create(
-                model="agentrt/solver", input="hi", previous_response_id="resp_1"
+                model="agentrt/solver", input="hi", prompt_cache_retention="24h"
             )
         assert isinstance(caught.value.body, dict)
-        assert caught.value.body["param"] == "previous_response_id"
+        assert caught.value.body["param"] == "prompt_cache_retention"
         with pytest.raises(openai.NotFoundError) as missing:
             await client.responses.create(model="agentrt/nobody", input="hi")
         assert isinstance(missing.value.body, dict)
@@ -576,6 +851,76 @@ async def test_openai_agents_sdk_structured_output(tmp_path: Path) -> None:
         assert '"temp"' in str(model.requests[-1].messages[0].content)  # the schema, told
 
 
+def two_tools_script(request: ModelRequest) -> Reply:
+    """Each user turn: the client's ``get_weather``, then its ``get_time``,
+    then an answer from both results (ids numbered by turn)."""
+    messages = request.messages
+    turn = sum(isinstance(m, UserMessage) for m in messages)
+    last_user = max(i for i, m in enumerate(messages) if isinstance(m, UserMessage))
+    results = [m for m in messages[last_user:] if isinstance(m, ToolMessage)]
+    if not results:
+        return ScriptedToolCall("get_weather", {"city": "Paris"}, id=f"call_w{turn}")
+    if len(results) == 1:
+        return ScriptedToolCall("get_time", {"city": "Paris"}, id=f"call_t{turn}")
+    return f"Turn {turn}: {results[0].content} at {results[1].content}."
+
+
+NATIVE_TURN = ["user", "assistant", "tool", "assistant", "tool"]
+"""The roles of one user turn's messages: the question, a call and its
+result twice (then, in the next turn's prompt, the answer)."""
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_openai_agents_sdk_multi_tool_conversation(tmp_path: Path, api: str) -> None:
+    ran: list[str] = []
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(f"weather {city}")
+        return "sunny"
+
+    def clock(city: str) -> str:
+        """The time in a city."""
+        ran.append(f"time {city}")
+        return "noon"
+
+    tools = [
+        sdk.function_tool(weather, name_override="get_weather"),
+        sdk.function_tool(clock, name_override="get_time"),
+    ]
+    model = Model(two_tools_script)
+    async with daemon(tmp_path, model) as d, d.openai() as client:
+        config = sdk.RunConfig(
+            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
+            tracing_disabled=True,
+        )
+        chosen: Any = (
+            "solver"
+            if api == "responses"
+            else sdk.OpenAIChatCompletionsModel(model="solver", openai_client=client)
+        )
+        agent = sdk.Agent(name="travel", model=chosen, tools=tools)
+        first = await sdk.Runner.run(agent, "Weather and time in Paris?", run_config=config)
+        assert first.final_output == "Turn 1: sunny at noon."
+        assert ran == ["weather Paris", "time Paris"]  # each tool ran once
+        assert len(model.requests) == 3  # two calls and the answer: no loop
+        last = model.requests[-1].messages
+        assert roles(last) == ["system", *NATIVE_TURN]
+        assert [m.tool_call_id for m in last if isinstance(m, ToolMessage)] == [
+            "call_w1",
+            "call_t1",
+        ]
+        # the next turn: the conversation so far, then a new question
+        follow_up = [*first.to_input_list(), {"role": "user", "content": "And tomorrow?"}]
+        second = await sdk.Runner.run(agent, follow_up, run_config=config)
+        assert second.final_output == "Turn 2: sunny at noon."
+        assert len(ran) == 4
+        assert len(model.requests) == 6
+        last = model.requests[-1].messages
+        assert roles(last) == ["system", *NATIVE_TURN, "assistant", *NATIVE_TURN]
+        assert last[6] == AssistantMessage(content="Turn 1: sunny at noon.")
+
+
 # -- pydantic-ai (chat completions) --------------------------------------------------
 
 
@@ -595,7 +940,15 @@ async def test_pydantic_ai_output_type(tmp_path: Path) -> None:
         )
         result = await agent.run("Weather in Paris?")
         assert result.output == Weather(city="Paris", temp=24)
-        assert model.requests[-1].tool_choice == "required"
+        assert len(model.requests) == 1  # the model called the output tool at once
+        # a model that answers in text first is asked once more, for the output tool
+        model.script = lambda r: (
+            final_result_script(r) if r.tool_choice == "required" else "Paris, 24 C"
+        )
+        result = await agent.run("Weather in Paris?")
+        assert result.output == Weather(city="Paris", temp=24)
+        asked = [(r.tool_choice, sorted(tool_names(r))) for r in model.requests[1:]]
+        assert asked == [("auto", ["calculator", "final_result"]), ("required", ["final_result"])]
 
 
 async def test_pydantic_ai_tools_and_streaming(tmp_path: Path) -> None:
@@ -621,6 +974,34 @@ async def test_pydantic_ai_tools_and_streaming(tmp_path: Path) -> None:
         assert ran == ["Paris", "Paris"]
 
 
+# -- langchain-openai (chat completions) ----------------------------------------------
+
+
+async def test_langchain_structured_output_through_function_calling(tmp_path: Path) -> None:
+    from langchain_openai import ChatOpenAI
+
+    def script(request: ModelRequest) -> Reply:
+        # an answer in prose first: the named tool choice asks once more
+        if request.tool_choice != "required":
+            return "It is sunny and 24 C in Paris."
+        return ScriptedToolCall(request.tools[0].name, {"city": "Paris", "temp": 24})
+
+    model = Model(script)
+    async with daemon(tmp_path, model) as d, httpx.AsyncClient(timeout=20.0) as http:
+        chat = ChatOpenAI(
+            model="agentrt/solver",
+            base_url=d.url + "/v1",
+            api_key="x",
+            max_retries=0,
+            http_async_client=http,
+        )
+        structured = chat.with_structured_output(Weather, method="function_calling")
+        answer = await structured.ainvoke("Weather in Paris?")
+    assert answer == Weather(city="Paris", temp=24)
+    asked = [(r.tool_choice, sorted(tool_names(r))) for r in model.requests]
+    assert asked == [("auto", ["Weather", "calculator"]), ("required", ["Weather"])]
+
+
 # -- strict REST ------------------------------------------------------------------
 
 
@@ -633,6 +1014,10 @@ async def test_unknown_run_fields_are_a_400_naming_them(tmp_path: Path) -> None:
         nested = await http.post("/v1/runs", json={"task": "x", "scaling": {"rollout": 2}})
         assert nested.status_code == 400
         assert nested.json()["where"] == "scaling.rollout"
+        talk = {"conversation": [{"role": "user", "content": "hi"}]}
+        conversation = await http.post("/v1/runs", json={"task": "hi", "options": talk})
+        assert conversation.status_code == 400, conversation.text
+        assert conversation.json()["where"] == "options.conversation"
         empty = await http.post("/v1/runs", json={"task": "  "})
         assert empty.status_code == 422
         assert empty.json()["where"] == "task"

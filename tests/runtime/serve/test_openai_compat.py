@@ -19,7 +19,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentrt.agents import AgentConfig
-from agentrt.protocols import ModelRequest
+from agentrt.protocols import (
+    AssistantMessage,
+    FunctionCall,
+    ModelRequest,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
 from agentrt.runtime.engine._runtime import RuntimeConfig
 from agentrt.runtime.models._backend import ModelBackend
@@ -27,9 +34,9 @@ from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIB
 from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve._metrics import DaemonMetrics
 from agentrt.runtime.serve._run_manager import RunManager
-from agentrt.runtime.serve.openai._chat_translate import build_task
+from agentrt.runtime.serve.openai._chat_translate import Asked, chat_asked
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
-from agentrt.runtime.wire._chat import MessageIn
+from agentrt.runtime.wire._chat import FunctionCallIn, MessageIn, ToolCallIn
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
 
 pytestmark = pytest.mark.anyio
@@ -443,21 +450,41 @@ async def test_prefix_cache_and_backend_metrics_from_a_model_server(tmp_path: Pa
     assert samples[("agentrt_backend_calls_total", (("backend", "sim"),))] == 4
 
 
-def test_a_conversation_becomes_a_transcript() -> None:
+def test_a_conversation_reaches_the_run_as_native_messages() -> None:
+    call = ToolCallIn(id="call_1", function=FunctionCallIn(name="add", arguments='{"a": 2}'))
     messages = [
         MessageIn(role="system", content="Be terse."),
         MessageIn(role="user", content="What is 2+2?"),
         MessageIn(role="assistant", content="4"),
-        MessageIn(role="user", content="And times 3?"),
+        MessageIn(role="user", content="And plus 3?"),
+        MessageIn(role="assistant", tool_calls=[call]),
+        MessageIn(role="tool", tool_call_id="call_1", content="7"),
     ]
-    task = build_task(messages)
-    assert task.startswith("Instructions:\nBe terse.\n\n")
-    assert "User: What is 2+2?\n\nAssistant: 4\n\nUser: And times 3?" in task
-    assert task.endswith("Reply to the user's last message.")
-    assert build_task([MessageIn(role="user", content="hi")]) == "hi"
-    assert build_task([messages[0], messages[1]]) == (
-        "Instructions:\nBe terse.\n\nTask:\nWhat is 2+2?"
-    )
+    asked = chat_asked(messages)
+    assert asked.task == "And plus 3?"  # the last user message
+    assert asked.instructions == "Be terse."
+    assert asked.conversation == [
+        UserMessage(content="What is 2+2?"),
+        AssistantMessage(content="4"),
+        UserMessage(content="And plus 3?"),
+        AssistantMessage(
+            tool_calls=[ToolCall(id="call_1", function=FunctionCall("add", '{"a": 2}'))]
+        ),
+        ToolMessage(content="7", tool_call_id="call_1"),
+    ]
+    # one user message: the task alone
+    assert chat_asked([MessageIn(role="user", content="hi")]) == Asked(task="hi")
     with pytest.raises(OpenAIError) as caught:
-        build_task([MessageIn(role="user", content="   ")])
+        chat_asked([MessageIn(role="user", content="   ")])
     assert caught.value.param == "messages[0].content"
+    # a result for a call no assistant message made: a 400 naming it
+    stray = MessageIn(role="tool", tool_call_id="call_9", content="?")
+    with pytest.raises(OpenAIError) as caught:
+        chat_asked([*messages, stray])
+    assert caught.value.status == 400
+    assert caught.value.param == "messages[6].tool_call_id"
+    assert "'call_9'" in caught.value.message
+    # answering the same call twice is the same mistake
+    with pytest.raises(OpenAIError) as caught:
+        chat_asked([*messages, messages[-1]])
+    assert caught.value.param == "messages[6].tool_call_id"
