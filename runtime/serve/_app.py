@@ -391,6 +391,18 @@ def _thread_routes(manager: RunService) -> list[BaseRoute]:
     ]
 
 
+def _refuse_conversation(body: RunRequest) -> None:
+    """A REST run is a task: a conversation goes through the OpenAI routes."""
+    if body.options.conversation:
+        raise ApiProblem(
+            400,
+            "unsupported_field",
+            "a conversation reaches a run through /v1/chat/completions or /v1/responses "
+            "(as messages or input items); here, send the task alone",
+            where="options.conversation",
+        )
+
+
 def routes(manager: RunService) -> list[BaseRoute]:
     """The REST API over ``manager``."""
 
@@ -398,14 +410,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
         body: RunRequest = await read_json(
             request, RunRequest, max_depth=manager.config.server.max_json_depth
         )
-        if body.options.conversation:
-            raise ApiProblem(
-                400,
-                "unsupported_field",
-                "a conversation reaches a run through /v1/chat/completions or /v1/responses "
-                "(as messages or input items); here, send the task alone",
-                where="options.conversation",
-            )
+        _refuse_conversation(body)
         info = await manager.submit(body)
         if _wants_stream(request):  # create and follow in one call
             return _RunStreamResponse(events, info.run_id)
