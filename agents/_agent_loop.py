@@ -395,7 +395,7 @@ class AgentRollout:
         backend = self.agent.backend_for(decision.model)
         request = ModelRequest(
             messages=pending.messages,
-            model=decision.model,
+            model=self.agent.served_model(decision.model),
             tools=self.window.tools,
             tool_choice=self.options.tool_choice,
             sampling=self.sampling,

@@ -441,13 +441,14 @@ class RunExecution:
                 SystemMessage(content=agent.config.instructions),
                 UserMessage(content=plan.task),
             ],
-            model=model,
+            # A backend's name as the reference: ask for its own default model.
+            model=model if agent.served_model(model) == model else None,
             tools=agent.toolbox.specs,
             sampling=SamplingParams(temperature=0.0, max_tokens=1),
             request_id=f"{plan.run_id}-warm",
             affinity_key=plan.run_id,
         )
-        metered = MeteredBackend(agent.backend_for(model), plan.ledger)
+        metered = MeteredBackend(agent.backend_for(model), plan.ledger, model=model)
         try:
             with anyio.fail_after(self.services.config.warm_timeout_s):
                 await metered.complete(request)
