@@ -335,7 +335,10 @@ class SGLangBackend:
         started = time.perf_counter()
         self._calls += 1
         prefix = f"call_{self._calls}_"
-        outputs = await self._rc.call(affinity_key(request), lambda r: self._generate_once(r, body))
+        rid = request.request_id
+        outputs = await self._rc.call(
+            affinity_key(request), lambda r: self._generate_once(r, body, rid)
+        )
         return outputs_to_reply(
             outputs,
             request,
@@ -356,17 +359,29 @@ class SGLangBackend:
         if body.get("stream"):
             raise InvalidRequestError(f"[{self._name}] generate() does not stream; use stream()")
         data = encoder.encode(dict(body))
-        return await self._rc.call(affinity_key, lambda r: self._generate_once(r, data))
+        rid = body.get("rid")
+        return await self._rc.call(
+            affinity_key,
+            lambda r: self._generate_once(r, data, rid if isinstance(rid, str) else None),
+        )
 
-    async def _generate_once(self, replica: Replica, body: bytes) -> list[GenerateOutput]:
+    async def _generate_once(
+        self, replica: Replica, body: bytes, rid: str | None
+    ) -> list[GenerateOutput]:
         self._opened()
         post = self._rc.post
         assert post is not None  # set with the client
         url = f"{replica.url}/generate"
         try:
             reply = await post(url, body, _JSON, self._timeouts)
+        except anyio.get_cancelled_exc_class():
+            await self._abort(replica, rid)  # cancelled, or past the call deadline
+            raise
         except Exception as exc:
-            raise self._rc.transport_error(exc, replica, url, "waiting for the reply") from exc
+            error = self._rc.transport_error(exc, replica, url, "waiting for the reply")
+            if isinstance(error.error, BackendTimeout):
+                await self._abort(replica, rid)
+            raise error from exc
         if reply.status != 200:
             raise self._rc.status_error(reply.status, reply.headers, reply.body, url, _HINT_404)
         try:
@@ -412,7 +427,7 @@ class SGLangBackend:
             replica.outstanding += 1
             assembly = StreamAssembly(request.n, logprobs)
             try:
-                attempt = self._stream_attempt(replica, body, assembly, retrier)
+                attempt = self._stream_attempt(replica, body, assembly, retrier, request.request_id)
                 async with contextlib.aclosing(attempt) as deltas:
                     async for item in deltas:
                         yielded = True
@@ -451,7 +466,12 @@ class SGLangBackend:
         )
 
     async def _stream_attempt(
-        self, replica: Replica, body: bytes, assembly: StreamAssembly, retrier: Retrier
+        self,
+        replica: Replica,
+        body: bytes,
+        assembly: StreamAssembly,
+        retrier: Retrier,
+        rid: str | None,
     ) -> AsyncGenerator[StreamDelta, None]:
         """One streamed ``/generate`` on ``replica``: its content deltas until
         ``[DONE]``; a body that ends before it raises ``TransientError``."""
@@ -462,6 +482,7 @@ class SGLangBackend:
             response = await client.send(request, stream=True)
         except Exception as exc:
             raise self._rc.transport_error(exc, replica, url, "sending the request") from exc
+        done = False
         try:
             if response.status_code != 200:
                 data = await response.aread()
@@ -485,6 +506,7 @@ class SGLangBackend:
                     raise self._rc.transport_error(exc, replica, url, "reading the stream") from exc
                 for data in decoder.feed(raw):
                     if data == b"[DONE]":
+                        done = True
                         return
                     for delta in assembly.add(self._decode_event(data, url)):
                         yield delta
@@ -497,6 +519,31 @@ class SGLangBackend:
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+            if not done and response.status_code == 200:
+                # Closed early (the caller stopped reading, was cancelled or
+                # hit its deadline): the server would go on generating.
+                await self._abort(replica, rid)
+
+    async def _abort(self, replica: Replica, rid: str | None) -> None:
+        """Ask ``replica`` to stop generating request ``rid`` (SGLang's
+        ``POST /abort_request``), so a call given up on frees the server's
+        batch slot and KV cache now rather than at its ``max_tokens``.
+        Best effort, shielded and bounded by ``health_timeout_s``: a failure
+        is logged, never raised over the error that ended the call."""
+        post = self._rc.post
+        if rid is None or post is None:
+            return
+        url = f"{replica.url}/abort_request"
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._config.health_timeout_s):
+            try:
+                reply = await post(url, encoder.encode({"rid": rid}), _JSON, self._timeouts)
+            except Exception as exc:
+                self._log.warning("abort_failed", url=url, rid=rid, error=repr(exc))
+                return
+            if reply.status != 200:
+                self._log.warning("abort_refused", url=url, rid=rid, status=reply.status)
+            else:
+                self._log.debug("aborted", url=url, rid=rid)
 
     def _decode_event(self, data: bytes, url: str) -> GenerateOutput:
         try:
