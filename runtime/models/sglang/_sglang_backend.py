@@ -80,8 +80,9 @@ class SGLangBackendConfig(BaseModel):
     urls: list[str] = Field(min_length=1)
     """Base URLs of the replicas, e.g. ``["http://10.0.0.5:30000"]``."""
     model: str | None = None
-    """The served model's name; when unset it is read from ``/get_model_info``
-    (``model_path``) on opening."""
+    """The served model's name (``--served-model-name``); when unset it is
+    read from the server on opening (``/v1/models``, else ``/get_model_info``'s
+    ``model_path``).  When set, opening checks the server serves it."""
     http: HttpClientConfig = HttpClientConfig()
     """Connection limits and timeouts (shared by all replicas)."""
     retry: RetryPolicy = RetryPolicy()
@@ -222,15 +223,21 @@ class SGLangBackend:
         self._rc.http = make_http_client(self._config.http, transport=transport)
         self._rc.post = poster(transport)
         try:
-            await self._rc.health()
+            health = await self._rc.health()
+            if not any(health.values()):
+                raise BackendUnavailable(
+                    "no replica answers /health: " + "; ".join(await self._why_down()),
+                    backend=self._name,
+                )
+            served = await self._served_name()
             if self._model is None:
-                info = await self.model_info()
-                path = info.get("model_path")
-                if not isinstance(path, str) or not path:
-                    raise MalformedReply(
-                        f"/get_model_info has no model_path: {info!r:.300}", backend=self._name
-                    )
-                self._model = path
+                self._model = served
+            elif self._model != served:
+                raise UnknownModelError(
+                    f"backend {self._name!r} is configured for model {self._model!r}, but "
+                    f"{', '.join(self._config.urls)} serves {served!r} (set `model = "
+                    f"{served!r}`, or leave `model` out to take the server's name)"
+                )
             if self._config.health_interval_s > 0:
                 self._tg = await self._stack.enter_async_context(anyio.create_task_group())
                 self._tg.start_soon(self._health_loop)
@@ -288,6 +295,47 @@ class SGLangBackend:
         """Check ``/health`` on every replica now; marks them up or down."""
         self._opened()
         return await self._rc.health()
+
+    async def _why_down(self) -> list[str]:
+        """Why each replica failed its ``/health`` check, one entry each."""
+        client = self._opened()
+        reasons: list[str] = []
+        for replica in self._replicas.replicas:
+            url = f"{replica.url}/health"
+            try:
+                with anyio.fail_after(self._config.health_timeout_s):
+                    response = await client.get(url)
+            except TimeoutError:
+                reasons.append(f"{url}: no answer within {self._config.health_timeout_s:g} s")
+                continue
+            except Exception as exc:
+                reasons.append(f"{url}: cannot connect ({type(exc).__name__}: {exc})")
+                continue
+            reason = f"{url}: HTTP {response.status_code}"
+            if response.status_code == 503:
+                reason += " (still loading: SGLang answers 503 until its model is warmed up)"
+            reasons.append(reason)
+        return reasons
+
+    async def _served_name(self) -> str:
+        """The model name the server answers to: the first of ``/v1/models``
+        (``--served-model-name``), else ``/get_model_info``'s ``model_path``."""
+        for replica in sorted(self._replicas.replicas, key=lambda r: not r.healthy):
+            try:
+                response = await self._rc.admin(replica, "GET", "/v1/models")
+                listing = msgspec.json.decode(response.content)
+                served = listing["data"][0]["id"]
+            except (BackendError, msgspec.DecodeError, LookupError, TypeError):
+                continue
+            if isinstance(served, str) and served:
+                return served
+        info = await self.model_info()
+        path = info.get("model_path")
+        if not isinstance(path, str) or not path:
+            raise MalformedReply(
+                f"/get_model_info has no model_path: {info!r:.300}", backend=self._name
+            )
+        return path
 
     async def model_info(self) -> dict[str, Any]:
         """``/get_model_info`` of the first replica that answers."""

@@ -247,11 +247,30 @@ async def test_bad_input_gets_clear_errors() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    with pytest.raises(BackendUnavailable, match="get_model_info"):
+    # Wrong URL: one error on opening, before any call.
+    with pytest.raises(BackendUnavailable, match=r"no replica answers /health: .*cannot connect"):
         async with backend(dead):
             pass
     with pytest.raises(RuntimeError, match="not opened"):
         await backend(dead, model="m").complete(ask())
+    # A model name the server does not serve: on opening too.
+    async with SimServer(FAST) as srv:
+        with pytest.raises(UnknownModelError, match=r"configured for model 'gpt-9'.*serves 'sim'"):
+            async with backend(srv.url, model="gpt-9"):
+                pass
+
+
+async def test_without_a_model_the_backend_takes_the_served_name() -> None:
+    # ``--served-model-name`` (``/v1/models``), not the model's file path.
+    config = FAST.model_copy(update={"model": "smol"})
+    async with SimServer(config) as srv, backend(srv.url) as sg:
+        assert sg.models == ["smol"]
+        reply = await sg.complete(ask(model="smol"))
+    assert reply.model == "smol"
+    # The sim's model_path is the same name; the real server's is a path
+    # (tests/integration/test_sglang.py), so this asks the listing.
+    assert srv.engine.requests["/v1/models"] == 1
+    assert srv.engine.requests["/get_model_info"] == 0
 
 
 async def test_cancelling_a_call_leaves_nothing_running() -> None:

@@ -25,7 +25,7 @@ _EVENT = b'data: {"text": "Hel", "meta_info": {"id": "x", "finish_reason": null}
 
 
 class Server:
-    """``/health`` answers; ``/generate`` starts and never finishes; what
+    """``/health`` and ``/v1/models`` answer; ``/generate`` starts and never finishes; what
     ``/abort_request`` receives is recorded."""
 
     def __init__(self) -> None:
@@ -36,6 +36,8 @@ class Server:
         path = request.url.path
         if path == "/health":
             return httpx.Response(200)
+        if path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": [{"id": "smol"}]})
         if path == "/abort_request":
             self.aborted.append(json.loads(request.content)["rid"])
             return httpx.Response(200)
