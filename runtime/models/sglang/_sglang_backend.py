@@ -355,6 +355,37 @@ class SGLangBackend:
             "no replica answered /get_model_info: " + "; ".join(errors), backend=self._name
         )
 
+    async def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` is by the server's own tokenizer, without any
+        template: ``POST /tokenize`` on the first healthy replica
+        (``TokenCounter``: agents' context budgets are calibrated with it)."""
+        self._opened()
+        post = self._rc.post
+        assert post is not None  # set with the client
+        replica = min(self._replicas.replicas, key=lambda r: not r.healthy)
+        url = f"{replica.url}/tokenize"
+        body = encoder.encode({"model": self._model or "", "prompt": text})
+        try:
+            with anyio.fail_after(self._config.http.read_timeout_s):
+                reply = await post(url, body, _JSON, self._timeouts)
+        except TimeoutError:
+            raise BackendTimeout(
+                f"no reply within {self._config.http.read_timeout_s:g}s",
+                backend=self._name,
+                endpoint=url,
+            ) from None
+        except Exception as exc:
+            raise self._rc.transport_error(exc, replica, url, "counting tokens").error from exc
+        if reply.status != 200:
+            raise BackendError(f"HTTP {reply.status}", backend=self._name, endpoint=url)
+        try:
+            counted = msgspec.json.decode(reply.body)
+            return int(counted["count"])
+        except (msgspec.DecodeError, LookupError, TypeError, ValueError):
+            raise MalformedReply(
+                f"not a /tokenize reply: {reply.body[:200]!r}", backend=self._name, endpoint=url
+            ) from None
+
     async def flush_cache(self) -> dict[str, bool]:
         """``POST /flush_cache`` on every replica; which ones flushed."""
         self._opened()

@@ -8,6 +8,7 @@ import socket
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from agentrt.protocols import (
@@ -283,3 +284,15 @@ async def test_cancelling_a_call_leaves_nothing_running() -> None:
         with anyio.fail_after(5):
             while srv.engine.in_flight:  # noqa: ASYNC110 - the server's view, polled
                 await anyio.sleep(0.02)
+
+
+async def test_a_server_still_loading_is_named_so() -> None:
+    # SGLang listens before its model is warmed up and answers /health 503 until then.
+    loading = httpx.MockTransport(lambda _: httpx.Response(503))
+    sg = SGLangBackend(
+        SGLangBackendConfig(urls=["http://sglang.test:30000"], health_interval_s=0),
+        transport=loading,
+    )
+    with pytest.raises(BackendUnavailable, match=r"/health: HTTP 503 \(still loading"):
+        async with sg:
+            pass
