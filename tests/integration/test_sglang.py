@@ -24,7 +24,7 @@ from agentrt import Runtime
 from agentrt.protocols import ModelReply, ModelRequest, SamplingParams, UserMessage
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.kernel._errors import BackendUnavailable, UnknownModelError
-from agentrt.runtime.models._backend import ModelBackend, StreamDelta
+from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models._prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend, SGLangBackendConfig
@@ -65,15 +65,14 @@ def _openai(server: SGLangServer, model: str | None = None) -> OpenAIBackend:
 @pytest.fixture(params=["sglang", "openai"])
 async def backend(
     request: pytest.FixtureRequest, sglang_server: SGLangServer
-) -> AsyncIterator[ModelBackend]:
-    opened: ModelBackend
+) -> AsyncIterator[SGLangBackend | OpenAIBackend]:
     if request.param == "sglang":
         # No model configured: the backend asks the server for the name it serves.
-        async with _native(sglang_server) as opened:
-            yield opened
+        async with _native(sglang_server) as native:
+            yield native
     else:
-        async with _openai(sglang_server) as opened:
-            yield opened
+        async with _openai(sglang_server) as oai:
+            yield oai
 
 
 async def _metrics(server: SGLangServer) -> dict[str, float]:
@@ -102,7 +101,9 @@ def _ask(text: str, **fields: Any) -> ModelRequest:
     return ModelRequest(messages=[UserMessage(content=text)], sampling=sampling, **fields)
 
 
-async def _streamed(backend: ModelBackend, request: ModelRequest) -> tuple[list[str], ModelReply]:
+async def _streamed(
+    backend: SGLangBackend | OpenAIBackend, request: ModelRequest
+) -> tuple[list[str], ModelReply]:
     pieces: list[str] = []
     reply: ModelReply | None = None
     async with aclosing(backend.stream(request)) as stream:
@@ -117,7 +118,7 @@ async def _streamed(backend: ModelBackend, request: ModelRequest) -> tuple[list[
 
 
 async def test_completion_stream_logprobs_n_and_stop(
-    backend: ModelBackend, sglang_server: SGLangServer
+    backend: SGLangBackend | OpenAIBackend, sglang_server: SGLangServer
 ) -> None:
     assert backend.models == [sglang_server.model]  # the served name, not the model's path
     request = _ask("Name three colours.", logprobs=True, request_id=uuid.uuid4().hex)
