@@ -8,6 +8,7 @@ The server decodes about 17 tokens a second here: few tests, few tokens.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import uuid
@@ -21,7 +22,16 @@ import httpx
 import pytest
 
 from agentrt import Runtime
-from agentrt.protocols import ModelReply, ModelRequest, SamplingParams, UserMessage
+from agentrt.agents import EventLog
+from agentrt.protocols import (
+    ModelReply,
+    ModelRequest,
+    RunOptions,
+    SamplingParams,
+    StepRecorded,
+    ToolCalled,
+    UserMessage,
+)
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.kernel._errors import BackendUnavailable, UnknownModelError
 from agentrt.runtime.models._backend import StreamDelta
@@ -270,3 +280,37 @@ async def test_bad_input_gets_one_clear_error_before_the_first_step(
         with pytest.raises(Exception, match="gpt-9") as caught:
             await oai.complete(_ask("hi", model="gpt-9", sampling=SamplingParams(max_tokens=2)))
     print("openai, model not served:", type(caught.value).__name__, caught.value)
+
+
+async def test_a_required_tool_call_runs_end_to_end_on_the_native_api(
+    sglang_server: SGLangServer,
+) -> None:
+    """SmolLM2 calls no tool by itself: ``tool_choice = "required"`` makes
+    the native backend end the prompt with ``<tool_call>`` and hold the
+    rest to the calculator's call JSON (SGLang's ``json_schema``
+    constrained decoding); agentrt parses the text, runs the tool and
+    records it."""
+    backends = {"sg": {"kind": "sglang", "urls": [sglang_server.base_url]}}
+    agent = {
+        "name": "calc",
+        "tools": ["calculator"],
+        "temperature": 0.0,
+        "limits": {"max_steps": 1, "max_tokens_per_step": 40},
+    }
+    config = {"models": {"backends": backends}, "agents": {"calc": agent}, "warm_prefix": False}
+    log = EventLog()
+    async with Runtime(config) as rt:
+        result = await rt.run(
+            "What is 17 * 23?",
+            agent="calc",
+            events=log,
+            options=RunOptions(tool_choice="required"),
+        )
+    [called] = log.of_type(ToolCalled)
+    assert called.tool == "calculator"
+    assert isinstance(json.loads(called.arguments)["expression"], str)
+    [step] = [e.step for e in log.of_type(StepRecorded)]
+    assert step.reply is not None
+    assert [c.function.name for c in step.reply.message.tool_calls] == ["calculator"]
+    assert [r.call_id for r in step.tool_results] == [called.call_id]
+    assert result.cost.model_calls == 1

@@ -58,6 +58,7 @@ from agentrt.runtime.models.sglang._sglang_wire import (
     build_payload,
     encoder,
     event_decoder,
+    forced_tool_call,
     outputs_to_reply,
     reply_decoder,
 )
@@ -504,7 +505,7 @@ class SGLangBackend:
             replica = await rc.admit(key, tried, last, retrier)
             await retrier.begin_attempt()
             replica.outstanding += 1
-            assembly = StreamAssembly(request.n, logprobs)
+            assembly = StreamAssembly(request.n, logprobs, forced_tool_call(request))
             try:
                 attempt = self._stream_attempt(replica, body, assembly, retrier, request.request_id)
                 async with contextlib.aclosing(attempt) as deltas:

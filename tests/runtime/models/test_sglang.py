@@ -32,6 +32,13 @@ from agentrt.runtime.models.sglang._sglang_backend import (
     SGLangBackendConfig,
     affinity_key,
 )
+from agentrt.runtime.models.sglang._sglang_wire import (
+    GenerateOutput,
+    StreamAssembly,
+    build_payload,
+    forced_tool_call,
+    outputs_to_reply,
+)
 from agentrt.runtime.testing._tokens import encode
 from agentrt.testing import SimServer, SimServerConfig
 
@@ -296,3 +303,31 @@ async def test_a_server_still_loading_is_named_so() -> None:
     with pytest.raises(BackendUnavailable, match=r"/health: HTTP 503 \(still loading"):
         async with sg:
             pass
+
+
+def test_a_required_tool_call_is_a_constrained_decode() -> None:
+    """``tool_choice = "required"`` on the native API: the prompt ends with
+    the opening ``<tool_call>`` line and SGLang's grammar holds the rest to
+    a call's JSON; the reply parses as that call (non-streamed and
+    streamed).  The real server decodes it: tests/integration/test_sglang.py."""
+    request = ask(tools=[SEARCH], tool_choice="required")
+    body = build_payload(request)
+    assert body["text"].endswith("<|im_start|>assistant\n<tool_call>\n")
+    schema = json.loads(body["sampling_params"]["json_schema"])
+    assert schema["properties"]["name"] == {"enum": ["search"]}
+    assert schema["properties"]["arguments"] == SEARCH.parameters
+    # Not required: no constraint, no tag in the prompt.
+    free = build_payload(ask(tools=[SEARCH]))
+    assert "json_schema" not in free["sampling_params"]
+    assert not free["text"].endswith("<tool_call>\n")
+
+    generated = '{"name": "search", "arguments": {"q": "sglang"}}'
+    output = GenerateOutput(text=generated)
+    reply = outputs_to_reply([output], request, model="m", latency_s=0.0, backend="sg")
+    [call] = reply.message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("search", {"q": "sglang"})
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assembly = StreamAssembly(1, False, forced_tool_call(request))
+    assert [d.content for d in assembly.add(output)] == []  # nothing leaks as text
+    [delta] = assembly.finish("call_")
+    assert (delta.tool_name, delta.tool_arguments) == ("search", call.function.arguments)
