@@ -14,6 +14,7 @@ import pytest
 from agentrt import Runtime, RuntimeConfig
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.testing import SimServer, SimServerConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -80,3 +81,17 @@ def test_dash_dash_model_picks_the_backend_of_that_name(
     err = capsys.readouterr().err
     assert "'smol' is ambiguous" in err
     assert "'first' and 'second'" in err
+
+
+async def test_a_name_learnt_from_the_server_is_checked_too() -> None:
+    # The SGLang backend gives no model: it reads "sim" from the server on
+    # opening, so "sim" is ambiguous only once the backends are open.
+    async with SimServer(SimServerConfig(ttft_ms=0, token_ms=0)) as server:
+        backends = {
+            "sg": {"kind": "sglang", "urls": [server.url], "health_interval_s": 0},
+            "canned": {"kind": "scripted", "models": ["sim"], "replies": ["canned"]},
+        }
+        config = {"models": {"backends": backends, "default": "sim"}, "warm_prefix": False}
+        with pytest.raises(ConfigError, match=r"'sim' is ambiguous.*'sg' and 'canned'"):
+            async with Runtime(config):
+                pass
