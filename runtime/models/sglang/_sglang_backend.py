@@ -69,6 +69,8 @@ __all__ = ["SGLangBackend", "SGLangBackendConfig", "affinity_key"]
 _JSON = (("content-type", "application/json"), ("accept", "application/json"))
 _SSE = {"content-type": "application/json", "accept": "text/event-stream"}
 _HINT_404 = " (is this SGLang's native API? /generate is missing)"
+#: How long a cancelled call waits for the server to take its abort.
+_ABORT_TIMEOUT_S = 2.0
 
 
 class SGLangBackendConfig(BaseModel):
@@ -92,8 +94,10 @@ class SGLangBackendConfig(BaseModel):
     """When a replica's circuit breaker opens (one breaker per replica)."""
     health_interval_s: float = Field(default=5.0, ge=0)
     """Seconds between background ``/health`` checks of every replica (0: none)."""
-    health_timeout_s: float = Field(default=2.0, gt=0)
-    """Seconds a ``/health`` check may take before the replica counts as down."""
+    health_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a ``/health`` check may take before the replica counts as down
+    (SGLang's ``/health`` generates a token and answers after a second at
+    the least; more on a busy server)."""
     balance_abs_threshold: int = Field(default=32, ge=0)
     """A run's replica keeps its requests until it has this many more in flight
     than the least loaded replica; then requests spill over."""
@@ -608,13 +612,13 @@ class SGLangBackend:
         """Ask ``replica`` to stop generating request ``rid`` (SGLang's
         ``POST /abort_request``), so a call given up on frees the server's
         batch slot and KV cache now rather than at its ``max_tokens``.
-        Best effort, shielded and bounded by ``health_timeout_s``: a failure
+        Best effort, shielded and bounded (``_ABORT_TIMEOUT_S``): a failure
         is logged, never raised over the error that ended the call."""
         post = self._rc.post
         if rid is None or post is None:
             return
         url = f"{replica.url}/abort_request"
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self._config.health_timeout_s):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_ABORT_TIMEOUT_S):
             try:
                 reply = await post(url, encoder.encode({"rid": rid}), _JSON, self._timeouts)
             except Exception as exc:
