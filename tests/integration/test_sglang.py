@@ -38,6 +38,7 @@ from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models._prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend, SGLangBackendConfig
+from agentrt.tools import Calculator
 
 pytestmark = [
     pytest.mark.sglang,
@@ -294,7 +295,7 @@ async def test_a_required_tool_call_runs_end_to_end_on_the_native_api(
     }
     config = {"models": {"backends": backends}, "agents": {"calc": agent}, "warm_prefix": False}
     log = EventLog()
-    async with Runtime(config) as rt:
+    async with Runtime(config, tools=[Calculator()]) as rt:
         result = await rt.run(
             "What is 17 * 23?",
             agent="calc",
