@@ -107,6 +107,11 @@ async def _until(
     return found
 
 
+def _abort_posts(server: SGLangServer) -> int:
+    """``POST /abort_request`` lines in the server's recent output."""
+    return sum("POST /abort_request" in line for line in server.output())
+
+
 def _ask(text: str, **fields: Any) -> ModelRequest:
     sampling = fields.pop("sampling", SamplingParams(temperature=0.0, max_tokens=12))
     return ModelRequest(messages=[UserMessage(content=text)], sampling=sampling, **fields)
@@ -190,6 +195,7 @@ async def test_a_cancelled_call_is_aborted_at_the_server(sglang_server: SGLangSe
     long = SamplingParams(temperature=0.0, max_tokens=2000)
     task = "Write a long story about the sea."
     before = await _metrics(sglang_server)
+    posted = _abort_posts(sglang_server)
     async with _native(sglang_server, model=sglang_server.model) as sg:
         # A call cancelled once the server runs it (the agent loop's call).
         async with anyio.create_task_group() as tg:
@@ -211,6 +217,10 @@ async def test_a_cancelled_call_is_aborted_at_the_server(sglang_server: SGLangSe
     # Nowhere near 2 x 2000 tokens were generated.
     generated = after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"]
     assert generated < 1000
+    # SGLang also aborts a request whose client went away, once it notices;
+    # the server's access log shows agentrt asked at once.
+    if sglang_server.output():  # a server this session started
+        assert _abort_posts(sglang_server) >= posted + 2
 
 
 async def test_the_servers_tokenizer_calibrates_the_context_budget(
