@@ -25,6 +25,7 @@ from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.memory._view import MemoryView
 from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.models._model_reference import pick_backend
 from agentrt.runtime.routing._policies import FixedTierPolicy, RoutingPolicy
 from agentrt.runtime.routing._routing_config import build_policy
 from agentrt.runtime.routing._tiers import Tier, TierLadder
@@ -72,10 +73,6 @@ class Agent:
         where = f"agent {config.name!r}"
         self.config = config
         self.backends = _by_name(backends, where)
-        self._by_model: dict[str, ModelBackend] = {}
-        for backend in self.backends.values():
-            for model in backend.models:
-                self._by_model.setdefault(model, backend)
         self.toolbox = Toolbox(
             _select(tools, config, where), finish_tool=config.finish_tool, where=where
         )
@@ -83,13 +80,8 @@ class Agent:
         self.prices = ledger.prices if ledger is not None else prices or PriceTable.free()
         self._policy_given = policy is not None
         self.policy = policy if policy is not None else self._build_policy(where)
-        for tier in self.policy.ladder.tiers:
-            if tier.model not in self._by_model:
-                raise ConfigError(
-                    f"tier {tier.name!r} routes to model {tier.model!r}, which no backend serves "
-                    f"(served: {', '.join(sorted(self._by_model))})",
-                    where=f"{where}.routing",
-                )
+        key = "routing" if config.routing is not None else "model"
+        self._routes = _routes(self.backends, self.policy, f"{where}.{key}")
         self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         self.memory = memory
         self.resources = tuple(resources)
@@ -118,7 +110,7 @@ class Agent:
         agent = object.__new__(Agent)
         agent.config = self.config
         agent.backends = self.backends
-        agent._by_model = self._by_model
+        agent._routes = self._routes
         agent.toolbox = self.toolbox
         agent.ledger = ledger
         agent.prices = ledger.prices if ledger is not None else self.prices
@@ -163,8 +155,16 @@ class Agent:
         return True
 
     def backend_for(self, model: str) -> ModelBackend:
-        """The backend serving ``model`` (checked when the agent was built)."""
-        return self._by_model[model]
+        """The backend a tier's ``model`` reference means: the backend of
+        that name, else the one serving a model of that name (checked when
+        the agent was built)."""
+        return self._routes[model][0]
+
+    def served_model(self, model: str) -> str | None:
+        """The model name to ask ``backend_for(model)`` for: ``model``
+        itself, or when it names the backend, that backend's first model
+        (``None``: the backend's own default)."""
+        return self._routes[model][1]
 
     async def run(self, task: str, ctx: RolloutContext | None = None) -> RolloutResult:
         """Run one rollout of ``task`` to its end, as ``ctx`` says (see
@@ -202,6 +202,29 @@ class Agent:
         ledger = ctx.ledger or self.ledger or BudgetLedger(ctx.rollout_id, prices=self.prices)
         rollout = AgentRollout(self, task=task, ctx=ctx, ledger=ledger)
         return await rollout.run(ctx.control or RolloutControl())
+
+
+def _routes(
+    backends: Mapping[str, ModelBackend], policy: RoutingPolicy, where: str
+) -> dict[str, tuple[ModelBackend, str | None]]:
+    """(backend, served model name) for each tier's model reference."""
+    served = {name: backend.models for name, backend in backends.items()}
+    routes: dict[str, tuple[ModelBackend, str | None]] = {}
+    for tier in policy.ladder.tiers:
+        name = pick_backend(served, tier.model, where=where)
+        if name is None:
+            known = sorted({*backends, *(m for models in served.values() for m in models)})
+            raise ConfigError(
+                f"tier {tier.name!r} routes to model {tier.model!r}, which no backend serves "
+                f"or is named (backends and models: {', '.join(known)})",
+                where=where,
+            )
+        backend = backends[name]
+        if name == tier.model and tier.model not in backend.models:
+            routes[tier.model] = (backend, backend.models[0] if backend.models else None)
+        else:
+            routes[tier.model] = (backend, tier.model)
+    return routes
 
 
 def _by_name(

@@ -422,7 +422,7 @@ class AgentRollout:
         backend = self.agent.backend_for(decision.model)
         request = ModelRequest(
             messages=pending.messages,
-            model=decision.model,
+            model=self.agent.served_model(decision.model),
             tools=self.forced_tools if self.forced else self.window.tools,
             tool_choice="required" if self.forced else "auto",
             # Lowered by the ledger when the budget could not fund it in full.

@@ -30,18 +30,27 @@ def _embedded_model_installed() -> bool:
 
 
 #: Fixtures that start processes (MCP servers over stdio, npx servers, the
-#: vLLM server, the sandbox, the daemon as a process): a test that uses one is
-#: marked ``process`` like a module that starts one itself.
+#: vLLM and SGLang servers, the sandbox, the daemon as a process): a test that
+#: uses one is marked ``process`` like a module that starts one itself.
 PROCESS_FIXTURES = frozenset(
-    {"npx", "fixture_server", "everything", "filesystem", "vllm_server", "bwrap", "daemon_kit"}
+    {
+        "npx",
+        "fixture_server",
+        "everything",
+        "filesystem",
+        "vllm_server",
+        "sglang_server",
+        "bwrap",
+        "daemon_kit",
+    }
 )
 
 
 #: Session fixtures too costly to start once per xdist worker: the tests
 #: that use one form an ``xdist_group``, so one worker runs them all and
 #: starts it once (the vLLM server: a minute of CPU to start, 700 MB, and
-#: CPU while idle).
-SHARED_FIXTURE_GROUPS = {"vllm_server": "vllm"}
+#: CPU while idle; the SGLang server: about 40 s to start and 4 GB).
+SHARED_FIXTURE_GROUPS = {"vllm_server": "vllm", "sglang_server": "sglang"}
 
 
 def _heaviest_first(item: pytest.Item) -> tuple[bool, float]:

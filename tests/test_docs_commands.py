@@ -32,6 +32,12 @@ NOT_RUN: dict[str, str] = {
     r"^pip install ": "installs packages",
     r"^claude mcp add ": "needs Claude Code (docs/ide.md); its `mcp add` forms are documented",
     r"^python -m sglang\.": "an SGLang server on 4 GPUs",
+    r"^python -m sglang_router\.": "an SGLang router in front of GPU servers",
+    r"--config examples/sglang_gpu\.toml": "needs the GPU servers; tests/integration/"
+    "test_sglang.py runs the file against CI's CPU SGLang server",
+    r"^\.ci/sglang-setup\.sh$": "installs SGLang (11 GB, minutes): CI runs it (.ci/run)",
+    r"^SGLANG_USE_CPU_ENGINE=1 ": "the CPU SGLang server: tests/integration/conftest.py "
+    "starts it once per session (sglang_server)",
     r"^python -m swebench\.": "SWE-bench's Docker harness",
     r"^for r in |^git clone -q |^done$": "clones every SWE-bench Verified repository (network)",
     r"^agentrt eval swe-bench-verified\.jsonl": "SWE-bench Verified on a GPU box",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentrt.runtime.config._config_file import load_config
+from agentrt.runtime.models._model_registry import ModelRegistry
 
 pytestmark = pytest.mark.process
 
@@ -63,3 +64,15 @@ def test_the_openai_client_example_asks_for_an_agent_of_the_example_config() -> 
         models = re.findall(r'model="agentrt/([^"]+)"', text)
         assert models
         assert all(m in config.runtime.agents for m in models), models
+
+
+def test_the_sglang_gpu_example_parses_and_names_its_backends() -> None:
+    """``examples/sglang_gpu.toml`` (docs/swe-bench.md's ``gpu.toml``) loads;
+    its SGLang backend takes the server's model name (it gives none).  A
+    real SGLang server runs it: tests/integration/test_sglang.py."""
+    config = load_config(ROOT / "examples" / "sglang_gpu.toml")
+    registry = ModelRegistry(config.runtime.models)
+    assert registry.backend_names() == ["coder", "coder-openai"]
+    assert registry.default == "coder"
+    assert registry.models_of("coder") == []  # read from the server on opening
+    assert registry.resolve("coder-openai") == ("coder-openai", "coder")

@@ -114,9 +114,10 @@ class Output:
 
         cost = result.cost
         money = usd_text(cost.usd)  # none when no model of the run has a price
+        cached = cost.usage.cached_prompt_tokens  # the server's prefix cache served these
         self.line(
-            f"usage: {cost.usage.prompt_tokens} prompt + {cost.usage.completion_tokens} "
-            f"completion tokens, {cost.model_calls} model calls, "
+            f"usage: {cost.usage.prompt_tokens} prompt{f' ({cached} cached)' if cached else ''}"
+            f" + {cost.usage.completion_tokens} completion tokens, {cost.model_calls} model calls, "
             f"{money + ', ' if money else ''}{cost.wall_seconds:.2f} s"
         )
 

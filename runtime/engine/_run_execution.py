@@ -556,7 +556,8 @@ class RunExecution:
                 SystemMessage(content=agent.config.instructions),
                 UserMessage(content=plan.task),
             ],
-            model=model,
+            # A backend's name as the reference: ask for its own default model.
+            model=model if agent.served_model(model) == model else None,
             tools=agent.toolbox.specs,
             sampling=SamplingParams(temperature=0.0, max_tokens=1),
             request_id=f"{plan.run_id}-warm",
@@ -565,6 +566,7 @@ class RunExecution:
         metered = MeteredBackend(
             agent.backend_for(model),
             plan.ledger,
+            model=model,
             after_call=reporting(self.emitter, plan.ledger, run_id=plan.run_id, purpose="warm-up"),
         )
         try:

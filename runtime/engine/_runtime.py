@@ -51,6 +51,7 @@ from agentrt.runtime.kernel._system import ActorSystem
 from agentrt.runtime.memory._bank import MemoryBank
 from agentrt.runtime.memory._view import MemoryView
 from agentrt.runtime.models._backend import ModelBackend, backend_concurrency
+from agentrt.runtime.models._model_reference import canonical_reference, pick_backend
 from agentrt.runtime.models._model_registry import ModelRegistry
 from agentrt.runtime.models._prompt_estimate import TokenCounter, calibrate_chars_per_token
 from agentrt.runtime.models.managed._managed_actor import ManagedServerHandle, spawn_managed_server
@@ -248,7 +249,13 @@ class Runtime:
             for name in registry.backend_names():
                 backend = registry.create(name)
                 self.backends[name] = await self._stack.enter_async_context(backend)
-            self.default_model = registry.resolve()[1]
+            # A model name when it leads to the default backend alone, else the
+            # backend's name (another backend serves the same model name).
+            # Again now that every backend knows its models (an SGLang one reads
+            # its name from the server), so a name two serve is caught.
+            served = {name: backend.models for name, backend in self.backends.items()}
+            chosen = pick_backend(served, registry.default, where="models.default")
+            self.default_model = canonical_reference(served, chosen or registry.resolve()[0])
         await self._measure_tokenizers()
         self.backends.update(self._given)
         if self.default_model is None and self.backends:
@@ -486,6 +493,8 @@ class Runtime:
                 where=f"agents.{config.name}.tools",
             )
         model = config.model or self.default_model
+        if config.routing is None and config.model is None and model is not None:
+            config = config.model_copy(update={"model": model})  # ``[models] default``
         if config.routing is None and model is not None:
             config = fit_context(
                 config,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentrt.runtime.kernel._address import validate_name
 from agentrt.runtime.kernel._errors import ConfigError, UnknownModelError
 from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.models._model_reference import pick_backend
 from agentrt.runtime.models.managed._managed_config import ManagedServerConfig
 from agentrt.runtime.models.managed._process_group import free_port
 
@@ -68,7 +69,9 @@ class ModelsConfig(BaseModel):
     """The backend or model used when a request names none; by default the
     first configured backend, or the embedded model when none is."""
     backends: dict[str, BackendEntry] = Field(default_factory=dict)
-    """Backends by name, in order of preference for model-name lookups."""
+    """Backends by name.  A model reference (``default``, ``--model``, an
+    agent's ``model``) means the backend of that name, else the one backend
+    serving a model of that name; a name two backends serve is an error."""
 
 
 class ScriptedBackendConfig(BaseModel):
@@ -229,9 +232,9 @@ class ModelRegistry:
 
     def resolve(self, model: str | None = None) -> tuple[str, str | None]:
         """(backend name, model name) for a requested ``model``: the backend
-        named so, else the first (in configuration order) serving a model of
-        that name.  The model name is ``None`` when the backend should pick
-        its own default."""
+        named so, else the one serving a model of that name (two serving it
+        is a ``ConfigError`` naming both).  The model name is ``None`` when
+        the backend should pick its own default."""
         wanted = model or self._default
         resolved = self._lookup(wanted)
         if wanted in resolved.models:
@@ -246,11 +249,10 @@ class ModelRegistry:
         return resolved.kind.build(module, resolved.config)
 
     def _lookup(self, wanted: str) -> _Resolved:
-        if wanted in self._backends:
-            return self._backends[wanted]
-        for resolved in self._backends.values():
-            if wanted in resolved.models:
-                return resolved
+        served_by = {name: resolved.models for name, resolved in self._backends.items()}
+        name = pick_backend(served_by, wanted, where=f"{self._where}.default")
+        if name is not None:
+            return self._backends[name]
         served = "; ".join(
             f"{name}: {', '.join(r.models) or '(any)'}" for name, r in self._backends.items()
         )

@@ -1,4 +1,5 @@
-"""Fixtures for integration tests against a real vLLM server (CPU build).
+"""Fixtures for integration tests against a real vLLM server (CPU build)
+and a real SGLang server (its CPU engine).
 
 ``vllm_server`` (session scope) is the server the tests talk to:
 
@@ -17,6 +18,13 @@ Locations follow the setup script: ``AGENTRT_VLLM_VENV`` (default
 ``~/.cache/agentrt/vllm-venv``) and ``AGENTRT_VLLM_MODEL_DIR`` (default
 ``~/.cache/agentrt/smol-hf``).  ``AGENTRT_VLLM_EXTRA_ARGS`` adds arguments to
 ``vllm serve``.
+
+``sglang_server`` (session scope) is the same for SGLang: ``AGENTRT_SGLANG_URL``
+names a running server (``AGENTRT_SGLANG_MODEL`` its served name, default
+``smol``); else the venv and the libcuda stub ``.ci/sglang-setup.sh`` makes
+(``AGENTRT_SGLANG_VENV``, ``AGENTRT_SGLANG_STUB_DIR``; the model folder is the
+vLLM one) are started once per session through ``ManagedServer``; else the
+tests skip, unless ``AGENTRT_REQUIRE_SGLANG=1``.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,11 +89,12 @@ def _home_cache(name: str) -> Path:
     return Path.home() / ".cache" / "agentrt" / name
 
 
-def _unavailable(reason: str) -> None:
-    hint = "install it with `.ci/vllm-setup.sh` or point AGENTRT_VLLM_URL at a running server"
-    message = f"vLLM CPU server unavailable: {reason}; {hint}"
-    if os.environ.get("AGENTRT_REQUIRE_VLLM") == "1":
-        pytest.fail(message + " (AGENTRT_REQUIRE_VLLM=1, so this is a failure)", pytrace=False)
+def _unavailable(reason: str, server: str = "vLLM", name: str = "VLLM") -> None:
+    script = f".ci/{name.lower()}-setup.sh"
+    hint = f"install it with `{script}` or point AGENTRT_{name}_URL at a running server"
+    message = f"{server} CPU server unavailable: {reason}; {hint}"
+    if os.environ.get(f"AGENTRT_REQUIRE_{name}") == "1":
+        pytest.fail(message + f" (AGENTRT_REQUIRE_{name}=1, so this is a failure)", pytrace=False)
     pytest.skip(message)
 
 
@@ -138,6 +147,116 @@ def vllm_server() -> Iterator[VllmServer]:
             yield info
 
 
+#: SGLang on this CPU (RECIPES.md, docs/sglang.md): ``--device cpu`` with
+#: torch-native attention (its own CPU kernels need AVX-512/AMX), no
+#: overlap scheduler, a small KV pool (4 GB RSS in all), and Prometheus
+#: metrics (aborted requests, cached tokens) whose gauges are updated at
+#: every decode step (by default every 40th: seconds on this CPU).
+SGLANG_ARGS: tuple[str, ...] = (
+    "--device",
+    "cpu",
+    "--attention-backend",
+    "torch_native",
+    "--disable-overlap-schedule",
+    "--max-total-tokens",
+    "8192",
+    "--enable-metrics",
+    "--decode-log-interval",
+    "1",
+)
+
+
+@dataclass(frozen=True)
+class SGLangServer:
+    """Where the SGLang server is, what it serves, and its recent output."""
+
+    base_url: str
+    """``http://host:port``."""
+    model: str
+    """The served model name."""
+    model_path: str = ""
+    """What ``--model-path`` was, when this session started it."""
+    startup_s: float | None = None
+    """Seconds from spawn to healthy, when this session started it."""
+    pid: int | None = None
+    """Pid of the server process, when this session started it."""
+    command: tuple[str, ...] = field(default_factory=tuple)
+    """The launch command line, when this session started it."""
+    output: Callable[[], tuple[str, ...]] = tuple
+    """The server's most recent output lines (empty for a server given by URL)."""
+
+
+_started_sglang: list[SGLangServer] = []
+
+
+@pytest.fixture(scope="session")
+def sglang_server() -> Iterator[SGLangServer]:
+    url = os.environ.get("AGENTRT_SGLANG_URL", "").strip().rstrip("/")
+    if url:
+        yield SGLangServer(
+            base_url=url.removesuffix("/v1"),
+            model=os.environ.get("AGENTRT_SGLANG_MODEL", SERVED_NAME),
+        )
+        return
+    venv = Path(os.environ.get("AGENTRT_SGLANG_VENV") or _home_cache("sglang-venv"))
+    stub = Path(os.environ.get("AGENTRT_SGLANG_STUB_DIR") or _home_cache("sglang-cuda-stub"))
+    model_dir = Path(
+        os.environ.get("AGENTRT_SGLANG_MODEL_DIR")
+        or os.environ.get("AGENTRT_VLLM_MODEL_DIR")
+        or _home_cache("smol-hf")
+    )
+    missing = [
+        f"no {what} at {path}"
+        for what, path in (
+            ("SGLang venv", venv / ".agentrt-sglang-setup"),
+            ("libcuda stub", stub / "libcuda.so.1"),
+            ("converted SmolLM2 model", model_dir / "config.json"),
+        )
+        if not path.is_file()
+    ]
+    if missing:
+        _unavailable("; ".join(missing), "SGLang", "SGLANG")
+    config = ManagedServerConfig(
+        name="sglang-smol",
+        kind="sglang",
+        venv=venv,
+        model=str(model_dir),
+        served_model_name=SERVED_NAME,
+        extra_args=SGLANG_ARGS,
+        # The CPU engine (else the scheduler imports vLLM's CUDA ops), the
+        # stub libcuda.so.1 (sgl_kernel links it; it answers "no device").
+        env={
+            "SGLANG_USE_CPU_ENGINE": "1",
+            "LD_LIBRARY_PATH": str(stub),
+            "HF_HUB_OFFLINE": "1",
+        },
+        startup_timeout_s=float(os.environ.get("AGENTRT_SGLANG_STARTUP_TIMEOUT", "600")),
+        health_interval_s=1.0,
+        liveness_interval_s=0.0,
+        restart=False,
+        stop_grace_s=20.0,
+        log_lines=2000,
+        log_output="off",
+    )
+    server = ManagedServer(config)
+    with anyio.from_thread.start_blocking_portal(
+        "asyncio", backend_options={"use_uvloop": True}
+    ) as portal:
+        began = time.monotonic()
+        with portal.wrap_async_context_manager(server):
+            info = SGLangServer(
+                base_url=server.base_url,
+                model=SERVED_NAME,
+                model_path=str(model_dir),
+                startup_s=time.monotonic() - began,
+                pid=server.pid,
+                command=tuple(server.command_line()),
+                output=lambda: server.recent_output,
+            )
+            _started_sglang.append(info)
+            yield info
+
+
 @pytest.fixture
 def anyio_backend() -> tuple[str, dict[str, Any]]:
     """One event loop flavour here: every test costs real inference time."""
@@ -145,8 +264,9 @@ def anyio_backend() -> tuple[str, dict[str, Any]]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for info in _started:
-        terminalreporter.write_line(
-            f"vLLM server (pid {info.pid}) became healthy in {info.startup_s:.1f} s: "
-            + " ".join(info.command)
-        )
+    for name, started in (("vLLM", _started), ("SGLang", _started_sglang)):
+        for info in started:
+            terminalreporter.write_line(
+                f"{name} server (pid {info.pid}) became healthy in {info.startup_s:.1f} s: "
+                + " ".join(info.command)
+            )

@@ -58,6 +58,7 @@ from agentrt.runtime.models.sglang._sglang_wire import (
     build_payload,
     encoder,
     event_decoder,
+    forced_tool_call,
     outputs_to_reply,
     reply_decoder,
 )
@@ -68,6 +69,8 @@ __all__ = ["SGLangBackend", "SGLangBackendConfig", "affinity_key"]
 _JSON = (("content-type", "application/json"), ("accept", "application/json"))
 _SSE = {"content-type": "application/json", "accept": "text/event-stream"}
 _HINT_404 = " (is this SGLang's native API? /generate is missing)"
+#: How long a cancelled call waits for the server to take its abort.
+_ABORT_TIMEOUT_S = 2.0
 
 
 class SGLangBackendConfig(BaseModel):
@@ -80,8 +83,9 @@ class SGLangBackendConfig(BaseModel):
     urls: list[str] = Field(min_length=1)
     """Base URLs of the replicas, e.g. ``["http://10.0.0.5:30000"]``."""
     model: str | None = None
-    """The served model's name; when unset it is read from ``/get_model_info``
-    (``model_path``) on opening."""
+    """The served model's name (``--served-model-name``); when unset it is
+    read from the server on opening (``/v1/models``, else ``/get_model_info``'s
+    ``model_path``).  When set, opening checks the server serves it."""
     http: HttpClientConfig = HttpClientConfig()
     """Connection limits and timeouts (shared by all replicas)."""
     retry: RetryPolicy = RetryPolicy()
@@ -90,8 +94,10 @@ class SGLangBackendConfig(BaseModel):
     """When a replica's circuit breaker opens (one breaker per replica)."""
     health_interval_s: float = Field(default=5.0, ge=0)
     """Seconds between background ``/health`` checks of every replica (0: none)."""
-    health_timeout_s: float = Field(default=2.0, gt=0)
-    """Seconds a ``/health`` check may take before the replica counts as down."""
+    health_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a ``/health`` check may take before the replica counts as down
+    (SGLang's ``/health`` generates a token and answers after a second at
+    the least; more on a busy server)."""
     balance_abs_threshold: int = Field(default=32, ge=0)
     """A run's replica keeps its requests until it has this many more in flight
     than the least loaded replica; then requests spill over."""
@@ -222,15 +228,21 @@ class SGLangBackend:
         self._rc.http = make_http_client(self._config.http, transport=transport)
         self._rc.post = poster(transport)
         try:
-            await self._rc.health()
+            health = await self._rc.health()
+            if not any(health.values()):
+                raise BackendUnavailable(
+                    "no replica answers /health: " + "; ".join(await self._why_down()),
+                    backend=self._name,
+                )
+            served = await self._served_name()
             if self._model is None:
-                info = await self.model_info()
-                path = info.get("model_path")
-                if not isinstance(path, str) or not path:
-                    raise MalformedReply(
-                        f"/get_model_info has no model_path: {info!r:.300}", backend=self._name
-                    )
-                self._model = path
+                self._model = served
+            elif self._model != served:
+                raise UnknownModelError(
+                    f"backend {self._name!r} is configured for model {self._model!r}, but "
+                    f"{', '.join(self._config.urls)} serves {served!r} (set `model = "
+                    f"{served!r}`, or leave `model` out to take the server's name)"
+                )
             if self._config.health_interval_s > 0:
                 self._tg = await self._stack.enter_async_context(anyio.create_task_group())
                 self._tg.start_soon(self._health_loop)
@@ -289,6 +301,47 @@ class SGLangBackend:
         self._opened()
         return await self._rc.health()
 
+    async def _why_down(self) -> list[str]:
+        """Why each replica failed its ``/health`` check, one entry each."""
+        client = self._opened()
+        reasons: list[str] = []
+        for replica in self._replicas.replicas:
+            url = f"{replica.url}/health"
+            try:
+                with anyio.fail_after(self._config.health_timeout_s):
+                    response = await client.get(url)
+            except TimeoutError:
+                reasons.append(f"{url}: no answer within {self._config.health_timeout_s:g} s")
+                continue
+            except Exception as exc:
+                reasons.append(f"{url}: cannot connect ({type(exc).__name__}: {exc})")
+                continue
+            reason = f"{url}: HTTP {response.status_code}"
+            if response.status_code == 503:
+                reason += " (still loading: SGLang answers 503 until its model is warmed up)"
+            reasons.append(reason)
+        return reasons
+
+    async def _served_name(self) -> str:
+        """The model name the server answers to: the first of ``/v1/models``
+        (``--served-model-name``), else ``/get_model_info``'s ``model_path``."""
+        for replica in sorted(self._replicas.replicas, key=lambda r: not r.healthy):
+            try:
+                response = await self._rc.admin(replica, "GET", "/v1/models")
+                listing = msgspec.json.decode(response.content)
+                served = listing["data"][0]["id"]
+            except (BackendError, msgspec.DecodeError, LookupError, TypeError):
+                continue
+            if isinstance(served, str) and served:
+                return served
+        info = await self.model_info()
+        path = info.get("model_path")
+        if not isinstance(path, str) or not path:
+            raise MalformedReply(
+                f"/get_model_info has no model_path: {info!r:.300}", backend=self._name
+            )
+        return path
+
     async def model_info(self) -> dict[str, Any]:
         """``/get_model_info`` of the first replica that answers."""
         self._opened()
@@ -306,6 +359,37 @@ class SGLangBackend:
         raise BackendUnavailable(
             "no replica answered /get_model_info: " + "; ".join(errors), backend=self._name
         )
+
+    async def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` is by the server's own tokenizer, without any
+        template: ``POST /tokenize`` on the first healthy replica
+        (``TokenCounter``: agents' context budgets are calibrated with it)."""
+        self._opened()
+        post = self._rc.post
+        assert post is not None  # set with the client
+        replica = min(self._replicas.replicas, key=lambda r: not r.healthy)
+        url = f"{replica.url}/tokenize"
+        body = encoder.encode({"model": self._model or "", "prompt": text})
+        try:
+            with anyio.fail_after(self._config.http.read_timeout_s):
+                reply = await post(url, body, _JSON, self._timeouts)
+        except TimeoutError:
+            raise BackendTimeout(
+                f"no reply within {self._config.http.read_timeout_s:g}s",
+                backend=self._name,
+                endpoint=url,
+            ) from None
+        except Exception as exc:
+            raise self._rc.transport_error(exc, replica, url, "counting tokens").error from exc
+        if reply.status != 200:
+            raise BackendError(f"HTTP {reply.status}", backend=self._name, endpoint=url)
+        try:
+            counted = msgspec.json.decode(reply.body)
+            return int(counted["count"])
+        except (msgspec.DecodeError, LookupError, TypeError, ValueError):
+            raise MalformedReply(
+                f"not a /tokenize reply: {reply.body[:200]!r}", backend=self._name, endpoint=url
+            ) from None
 
     async def flush_cache(self) -> dict[str, bool]:
         """``POST /flush_cache`` on every replica; which ones flushed."""
@@ -335,7 +419,10 @@ class SGLangBackend:
         started = time.perf_counter()
         self._calls += 1
         prefix = f"call_{self._calls}_"
-        outputs = await self._rc.call(affinity_key(request), lambda r: self._generate_once(r, body))
+        rid = request.request_id
+        outputs = await self._rc.call(
+            affinity_key(request), lambda r: self._generate_once(r, body, rid)
+        )
         return outputs_to_reply(
             outputs,
             request,
@@ -356,17 +443,29 @@ class SGLangBackend:
         if body.get("stream"):
             raise InvalidRequestError(f"[{self._name}] generate() does not stream; use stream()")
         data = encoder.encode(dict(body))
-        return await self._rc.call(affinity_key, lambda r: self._generate_once(r, data))
+        rid = body.get("rid")
+        return await self._rc.call(
+            affinity_key,
+            lambda r: self._generate_once(r, data, rid if isinstance(rid, str) else None),
+        )
 
-    async def _generate_once(self, replica: Replica, body: bytes) -> list[GenerateOutput]:
+    async def _generate_once(
+        self, replica: Replica, body: bytes, rid: str | None
+    ) -> list[GenerateOutput]:
         self._opened()
         post = self._rc.post
         assert post is not None  # set with the client
         url = f"{replica.url}/generate"
         try:
             reply = await post(url, body, _JSON, self._timeouts)
+        except anyio.get_cancelled_exc_class():
+            await self._abort(replica, rid)  # cancelled, or past the call deadline
+            raise
         except Exception as exc:
-            raise self._rc.transport_error(exc, replica, url, "waiting for the reply") from exc
+            error = self._rc.transport_error(exc, replica, url, "waiting for the reply")
+            if isinstance(error.error, BackendTimeout):
+                await self._abort(replica, rid)
+            raise error from exc
         if reply.status != 200:
             raise self._rc.status_error(reply.status, reply.headers, reply.body, url, _HINT_404)
         try:
@@ -410,9 +509,9 @@ class SGLangBackend:
             replica = await rc.admit(key, tried, last, retrier)
             await retrier.begin_attempt()
             replica.outstanding += 1
-            assembly = StreamAssembly(request.n, logprobs)
+            assembly = StreamAssembly(request.n, logprobs, forced_tool_call(request))
             try:
-                attempt = self._stream_attempt(replica, body, assembly, retrier)
+                attempt = self._stream_attempt(replica, body, assembly, retrier, request.request_id)
                 async with contextlib.aclosing(attempt) as deltas:
                     async for item in deltas:
                         yielded = True
@@ -451,7 +550,12 @@ class SGLangBackend:
         )
 
     async def _stream_attempt(
-        self, replica: Replica, body: bytes, assembly: StreamAssembly, retrier: Retrier
+        self,
+        replica: Replica,
+        body: bytes,
+        assembly: StreamAssembly,
+        retrier: Retrier,
+        rid: str | None,
     ) -> AsyncGenerator[StreamDelta, None]:
         """One streamed ``/generate`` on ``replica``: its content deltas until
         ``[DONE]``; a body that ends before it raises ``TransientError``."""
@@ -462,6 +566,7 @@ class SGLangBackend:
             response = await client.send(request, stream=True)
         except Exception as exc:
             raise self._rc.transport_error(exc, replica, url, "sending the request") from exc
+        done = False
         try:
             if response.status_code != 200:
                 data = await response.aread()
@@ -485,6 +590,7 @@ class SGLangBackend:
                     raise self._rc.transport_error(exc, replica, url, "reading the stream") from exc
                 for data in decoder.feed(raw):
                     if data == b"[DONE]":
+                        done = True
                         return
                     for delta in assembly.add(self._decode_event(data, url)):
                         yield delta
@@ -497,6 +603,31 @@ class SGLangBackend:
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+            if not done and response.status_code == 200:
+                # Closed early (the caller stopped reading, was cancelled or
+                # hit its deadline): the server would go on generating.
+                await self._abort(replica, rid)
+
+    async def _abort(self, replica: Replica, rid: str | None) -> None:
+        """Ask ``replica`` to stop generating request ``rid`` (SGLang's
+        ``POST /abort_request``), so a call given up on frees the server's
+        batch slot and KV cache now rather than at its ``max_tokens``.
+        Best effort, shielded and bounded (``_ABORT_TIMEOUT_S``): a failure
+        is logged, never raised over the error that ended the call."""
+        post = self._rc.post
+        if rid is None or post is None:
+            return
+        url = f"{replica.url}/abort_request"
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_ABORT_TIMEOUT_S):
+            try:
+                reply = await post(url, encoder.encode({"rid": rid}), _JSON, self._timeouts)
+            except Exception as exc:
+                self._log.warning("abort_failed", url=url, rid=rid, error=repr(exc))
+                return
+            if reply.status != 200:
+                self._log.warning("abort_refused", url=url, rid=rid, status=reply.status)
+            else:
+                self._log.debug("aborted", url=url, rid=rid)
 
     def _decode_event(self, data: bytes, url: str) -> GenerateOutput:
         try:

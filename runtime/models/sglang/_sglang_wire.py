@@ -21,10 +21,12 @@ from agentrt.protocols._model import (
     TokenLogprob,
     TopLogprob,
 )
+from agentrt.protocols._tools import ToolSpec
 from agentrt.protocols._usage import Usage
 from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models.sglang._sglang_template import (
     STOP,
+    TOOL_CALL_OPEN,
     held_back,
     parse_tool_calls,
     render_chat,
@@ -35,6 +37,7 @@ __all__ = [
     "MetaInfo",
     "StreamAssembly",
     "build_payload",
+    "forced_tool_call",
     "outputs_to_reply",
 ]
 
@@ -69,6 +72,29 @@ reply_decoder = msgspec.json.Decoder(GenerateOutput | list[GenerateOutput])
 event_decoder = msgspec.json.Decoder(GenerateOutput)
 
 
+def forced_tool_call(request: ModelRequest) -> str:
+    """What every sample of ``request`` starts with: when it must call a
+    tool (``tool_choice = "required"``, tools offered), the opening
+    ``<tool_call>`` line, written at the end of the prompt; its text is then
+    constrained to a call's JSON (``tool_call_schema``).  Else nothing."""
+    return TOOL_CALL_OPEN + "\n" if request.tool_choice == "required" and request.tools else ""
+
+
+def tool_call_schema(tools: list[ToolSpec]) -> dict[str, Any]:
+    """The JSON schema of one call of one of ``tools``:
+    ``{"name": ..., "arguments": {...}}``, its arguments per the tool's."""
+    variants = [
+        {
+            "type": "object",
+            "properties": {"name": {"enum": [tool.name]}, "arguments": tool.parameters},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for tool in tools
+    ]
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
 def build_payload(
     request: ModelRequest, *, prompt: str | None = None, stream: bool = False
 ) -> dict[str, Any]:
@@ -84,8 +110,14 @@ def build_payload(
     }
     if s.seed is not None:
         sampling["sampling_seed"] = s.seed
+    forced = forced_tool_call(request)
+    if forced:
+        # SGLang's constrained decoding (its grammar backend): the reply is a call.
+        sampling["json_schema"] = msgspec.json.encode(tool_call_schema(request.tools)).decode()
+    if prompt is None:
+        prompt = render_chat(request.messages, request.tools) + forced
     body: dict[str, Any] = {
-        "text": prompt if prompt is not None else render_chat(request.messages, request.tools),
+        "text": prompt,
         "sampling_params": sampling,
         "stream": stream,
     }
@@ -144,8 +176,11 @@ def abort_message(outputs: list[GenerateOutput]) -> str | None:
     return None
 
 
-def _choice(output: GenerateOutput, index: int, logprobs: bool, call_prefix: str) -> Choice:
-    content, calls = parse_tool_calls(output.text, call_id_prefix=f"{call_prefix}{index}_")
+def _choice(
+    output: GenerateOutput, index: int, logprobs: bool, call_prefix: str, forced: str
+) -> Choice:
+    text = forced + output.text
+    content, calls = parse_tool_calls(text, call_id_prefix=f"{call_prefix}{index}_")
     return Choice(
         index=index,
         message=AssistantMessage(content=content, tool_calls=calls),
@@ -178,7 +213,10 @@ def outputs_to_reply(
     logprobs = request.logprobs or request.top_logprobs > 0
     return ModelReply(
         model=model,
-        choices=[_choice(o, i, logprobs, call_prefix) for i, o in enumerate(outputs)],
+        choices=[
+            _choice(o, i, logprobs, call_prefix, forced_tool_call(request))
+            for i, o in enumerate(outputs)
+        ],
         usage=usage_of(outputs),
         latency_s=latency_s,
         backend=backend,
@@ -202,17 +240,20 @@ class StreamAssembly:
     held back (and a trailing partial tag until it is ruled out); at the
     end each parsed call is emitted as one tool-call delta."""
 
-    def __init__(self, n: int, logprobs: bool) -> None:
+    def __init__(self, n: int, logprobs: bool, forced: str = "") -> None:
+        """``forced``: the text every sample starts with, not generated
+        (``forced_tool_call``)."""
         self._samples = [_Sample() for _ in range(max(n, 1))]
         self._logprobs = logprobs
+        self._forced = forced
 
     def add(self, event: GenerateOutput) -> list[StreamDelta]:
         if not 0 <= event.index < len(self._samples):
             return []
         sample = self._samples[event.index]
-        sample.text = event.text
+        text = self._forced + event.text
+        sample.text = text
         sample.last = event
-        text = event.text
         tag = text.find("<tool_call>", max(sample.emitted - len("<tool_call>"), 0))
         limit = tag if tag >= 0 else len(text) - held_back(text)
         deltas: list[StreamDelta] = []

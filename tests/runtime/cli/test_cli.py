@@ -6,6 +6,7 @@ calls) and the embedded model (real)."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -338,6 +339,12 @@ def test_run_against_a_model_server_in_another_process(
         s.cost.usage.completion_tokens for s in result.summaries
     )
     assert result.cost.usage.prompt_tokens > 0
+    # The rollouts share the prompt's prefix: the server's cache serves it,
+    # and the text output says so beside the cost.
+    assert result.cost.usage.cached_prompt_tokens > 0
+    assert main(["run", "What is 2+3?", "--rollouts", "2", "--config", config]) == 0
+    usage = capsys.readouterr().out.splitlines()[-1]
+    assert re.fullmatch(r"usage: \d+ prompt \(\d+ cached\) \+ \d+ completion tokens, .*", usage)
 
 
 def test_the_planner_delegates_to_its_workers_over_http(

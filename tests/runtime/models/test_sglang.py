@@ -8,6 +8,7 @@ import socket
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from agentrt.protocols import (
@@ -30,6 +31,13 @@ from agentrt.runtime.models.sglang._sglang_backend import (
     SGLangBackend,
     SGLangBackendConfig,
     affinity_key,
+)
+from agentrt.runtime.models.sglang._sglang_wire import (
+    GenerateOutput,
+    StreamAssembly,
+    build_payload,
+    forced_tool_call,
+    outputs_to_reply,
 )
 from agentrt.runtime.testing._tokens import encode
 from agentrt.testing import SimServer, SimServerConfig
@@ -247,11 +255,30 @@ async def test_bad_input_gets_clear_errors() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    with pytest.raises(BackendUnavailable, match="get_model_info"):
+    # Wrong URL: one error on opening, before any call.
+    with pytest.raises(BackendUnavailable, match=r"no replica answers /health: .*cannot connect"):
         async with backend(dead):
             pass
     with pytest.raises(RuntimeError, match="not opened"):
         await backend(dead, model="m").complete(ask())
+    # A model name the server does not serve: on opening too.
+    async with SimServer(FAST) as srv:
+        with pytest.raises(UnknownModelError, match=r"configured for model 'gpt-9'.*serves 'sim'"):
+            async with backend(srv.url, model="gpt-9"):
+                pass
+
+
+async def test_without_a_model_the_backend_takes_the_served_name() -> None:
+    # ``--served-model-name`` (``/v1/models``), not the model's file path.
+    config = FAST.model_copy(update={"model": "smol"})
+    async with SimServer(config) as srv, backend(srv.url) as sg:
+        assert sg.models == ["smol"]
+        reply = await sg.complete(ask(model="smol"))
+    assert reply.model == "smol"
+    # The sim's model_path is the same name; the real server's is a path
+    # (tests/integration/test_sglang.py), so this asks the listing.
+    assert srv.engine.requests["/v1/models"] == 1
+    assert srv.engine.requests["/get_model_info"] == 0
 
 
 async def test_cancelling_a_call_leaves_nothing_running() -> None:
@@ -264,3 +291,43 @@ async def test_cancelling_a_call_leaves_nothing_running() -> None:
         with anyio.fail_after(5):
             while srv.engine.in_flight:  # noqa: ASYNC110 - the server's view, polled
                 await anyio.sleep(0.02)
+
+
+async def test_a_server_still_loading_is_named_so() -> None:
+    # SGLang listens before its model is warmed up and answers /health 503 until then.
+    loading = httpx.MockTransport(lambda _: httpx.Response(503))
+    sg = SGLangBackend(
+        SGLangBackendConfig(urls=["http://sglang.test:30000"], health_interval_s=0),
+        transport=loading,
+    )
+    with pytest.raises(BackendUnavailable, match=r"/health: HTTP 503 \(still loading"):
+        async with sg:
+            pass
+
+
+def test_a_required_tool_call_is_a_constrained_decode() -> None:
+    """``tool_choice = "required"`` on the native API: the prompt ends with
+    the opening ``<tool_call>`` line and SGLang's grammar holds the rest to
+    a call's JSON; the reply parses as that call (non-streamed and
+    streamed).  The real server decodes it: tests/integration/test_sglang.py."""
+    request = ask(tools=[SEARCH], tool_choice="required")
+    body = build_payload(request)
+    assert body["text"].endswith("<|im_start|>assistant\n<tool_call>\n")
+    schema = json.loads(body["sampling_params"]["json_schema"])
+    assert schema["properties"]["name"] == {"enum": ["search"]}
+    assert schema["properties"]["arguments"] == SEARCH.parameters
+    # Not required: no constraint, no tag in the prompt.
+    free = build_payload(ask(tools=[SEARCH]))
+    assert "json_schema" not in free["sampling_params"]
+    assert not free["text"].endswith("<tool_call>\n")
+
+    generated = '{"name": "search", "arguments": {"q": "sglang"}}'
+    output = GenerateOutput(text=generated)
+    reply = outputs_to_reply([output], request, model="m", latency_s=0.0, backend="sg")
+    [call] = reply.message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("search", {"q": "sglang"})
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assembly = StreamAssembly(1, False, forced_tool_call(request))
+    assert [d.content for d in assembly.add(output)] == []  # nothing leaks as text
+    [delta] = assembly.finish("call_")
+    assert (delta.tool_name, delta.tool_arguments) == ("search", call.function.arguments)
