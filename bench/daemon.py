@@ -143,7 +143,7 @@ early_stop = false
 
 [server]
 port = 0
-max_rollouts = 8
+max_rollouts = {max(8, args.rollouts)}
 shutdown_grace_s = 2
 max_active_runs = {args.runs}
 max_connections = {args.runs + args.clients + 64}
@@ -530,6 +530,8 @@ def print_table(title: str, rows: Sequence[Row]) -> None:
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q`` quantile (0 < q < 1), interpolated between samples."""
     ordered = sorted(values)
+    if not ordered:  # no GET in a pass (runs done before the first poll)
+        return float("nan")
     if len(ordered) == 1:
         return ordered[0]
     position = q * (len(ordered) - 1)
