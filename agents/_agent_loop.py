@@ -559,6 +559,10 @@ class AgentRollout:
                         if delta.reply is not None:
                             reply = delta.reply
                             continue
+                        if delta.restart:  # cut and retried: the reply starts over
+                            if buffer is not None:
+                                buffer.restart()
+                            continue  # the cut attempt's tokens stay counted: generated
                         # One delta a token (a server's chunk), or its logprobs'.
                         counted += len(delta.logprobs) or 1
                         reservation.streamed = counted

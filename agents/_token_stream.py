@@ -116,6 +116,12 @@ class TokenBuffer:
         if time.monotonic() - self._last >= self._pacer.window():
             await self.flush()
 
+    def restart(self) -> None:
+        """The call's stream was cut and retried: drop the text not yet sent
+        (followers read the whole reply in the step's ``StepRecorded``)."""
+        self._text.clear()
+        self._reasoning.clear()
+
     async def flush(self) -> None:
         """Send what is held now, if anything."""
         if not self._text and not self._reasoning:

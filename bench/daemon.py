@@ -25,8 +25,14 @@ the time until all runs finished, runs/s and model calls/s, whether every
 run succeeded, and the CPU used by the daemon, the sim-server and this
 client (on a small machine all three share the cores, so a latency miss can
 be the machine's, not the daemon's), with the client's own event-loop lag as
-a control.  Target: p99 < 50 ms.  Exits 0 on a MISS, like the other benches;
-1 when the daemon or the sim-server does not start or the runs do not finish.
+a control.  Beside the daemon, the same runs execute on the embedded engine
+(``Runtime.run`` with the daemon's configuration, in its own process: no
+store, no API), one engine pass after or before each daemon pass
+(alternating), and the table sets the daemon's CPU per model call beside
+the engine's (medians over the passes; issue 31's target: at most 1.3x;
+``--engine 0`` leaves the engine out).  Target: p99 < 50 ms.  Exits 0 on a
+MISS, like the other benches; 1 when the daemon or the sim-server does not
+start or the runs do not finish.
 
     python bench/daemon.py                      # 200 runs, 50 clients, 3 passes
     python bench/daemon.py --runs 50 --clients 10
@@ -38,7 +44,10 @@ a control.  Target: p99 < 50 ms.  Exits 0 on a MISS, like the other benches;
 after the warm-up (seconds), then checks, exiting 1 when one fails: every
 run succeeded with no error and no crash in the daemon's log; the runs made
 exactly rollouts x (tool calls + 1) model calls; every run was polled; the
-daemon's ``/metrics`` exports its GC-pause and API-stall histograms; and the
+daemon's ``/metrics`` exports its GC-pause and API-stall histograms; every
+engine run succeeded and the daemon's CPU per model call is at most 4x the
+engine's (2.3x measured on a loaded 2-core machine; loose, since one short
+pass is noisy, yet a daemon doing many times the engine's work fails); and the
 GET p99 stays under one model call's latency (``--ttft-ms``; the target,
 50 ms, is an eighth of the default 400 ms): a loose bound, relative, since
 the absolute targets are wall-clock figures a loaded machine moves, so they
@@ -51,6 +60,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -59,6 +69,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -77,6 +88,12 @@ PAUSE_TARGET_MS = 50.0
 STARTUP_TIMEOUT_S = 60.0
 SMOKE_SIZES = {"runs": 40, "clients": 10, "tool_rounds": 1, "repeat": 1}
 CRASH_MARKERS = ("request_crashed", "run_crashed", "Traceback")
+CPU_RATIO_TARGET = 1.3
+"""Issue 31: the daemon's CPU per model call within 1.3x the embedded engine's."""
+SMOKE_CPU_RATIO_MAX = 4.0
+"""``--smoke``'s bound on that ratio: a few runs on a loaded 2-core machine
+(the daemon's fixed costs per run and its polling weigh more than at scale),
+yet a daemon doing many times the engine's work per call still fails it."""
 
 
 class _Cost(msgspec.Struct, frozen=True):
@@ -126,7 +143,7 @@ early_stop = false
 
 [server]
 port = 0
-max_rollouts = 8
+max_rollouts = {max(8, args.rollouts)}
 shutdown_grace_s = 2
 max_active_runs = {args.runs}
 max_connections = {args.runs + args.clients + 64}
@@ -282,21 +299,32 @@ class Load:
     """The daemon's collections (``gc``) and API loop stalls (``api``) during the pass."""
 
     @property
+    def model_calls(self) -> int:
+        return sum(r.cost.model_calls for r in self.finished.values())
+
+    @property
     def all_done_s(self) -> float:
         """Seconds from the first submission until the last run finished (daemon clock)."""
         last = max((r.updated_at for r in self.finished.values()), default=self.started_at)
         return last - self.started_at
 
 
-async def load(url: str, args: argparse.Namespace, seed: int) -> Load:
-    out = Load()
-    rng = random.Random(seed)
-    bodies: list[tuple[dict[str, object], int]] = []  # each run's body and its rollouts
+def run_bodies(args: argparse.Namespace, rng: random.Random) -> list[tuple[dict[str, Any], int]]:
+    """A pass's runs: each one's ``POST /v1/runs`` body and its rollouts
+    (the engine's pass runs the same ones)."""
+    bodies: list[tuple[dict[str, Any], int]] = []
     for _ in range(args.runs):
         task = f"what is {rng.randrange(10, 99)}+{rng.randrange(10, 99)}"
         rollouts = args.rollouts or rng.randint(2, 4)
         scaling = {"rollouts": rollouts, "aggregate": "majority"}
         bodies.append(({"task": task, "agent": "solver", "scaling": scaling}, rollouts))
+    return bodies
+
+
+async def load(url: str, args: argparse.Namespace, seed: int) -> Load:
+    out = Load()
+    rng = random.Random(seed)
+    bodies = run_bodies(args, rng)
     http = HttpClientConfig(
         max_connections=args.runs + args.clients + 16, read_timeout_s=30, pool_timeout_s=30
     )
@@ -356,6 +384,110 @@ async def load(url: str, args: argparse.Namespace, seed: int) -> Load:
     return out
 
 
+# -- the same runs on the embedded engine ----------------------------------------------
+
+
+def engine_child(config_path: Path, args: argparse.Namespace) -> int:
+    """``--engine-child``: the daemon's runtime (same configuration, agent,
+    tools and backend) embedded in a plain process, no store, no API.  For
+    each seed read from stdin it runs that pass's runs at once
+    (``Runtime.run``) and writes one JSON line: its CPU seconds over the
+    pass (every thread), the model calls, the runs that succeeded."""
+    from agentrt.protocols import ScalingSpec
+    from agentrt.runtime.config._config_file import load_config
+    from agentrt.runtime.engine._runtime import Runtime
+
+    config = load_config(config_path)
+
+    async def serve() -> None:
+        async with Runtime(config.runtime, tools=config.tools.build()) as rt:
+
+            async def one(body: dict[str, Any], into: list[tuple[str, int]]) -> None:
+                scaling = body["scaling"]
+                result = await rt.run(
+                    body["task"],
+                    agent=body["agent"],
+                    scaling=ScalingSpec(
+                        rollouts=scaling["rollouts"], aggregate=scaling["aggregate"]
+                    ),
+                )
+                into.append((result.status, result.cost.model_calls))
+
+            while line := await anyio.to_thread.run_sync(sys.stdin.readline):
+                bodies = run_bodies(args, random.Random(int(line)))
+                results: list[tuple[str, int]] = []
+                before, began = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+                async with anyio.create_task_group() as tg:
+                    for body, _ in bodies:
+                        tg.start_soon(one, body, results)
+                after, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - began
+                cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+                report = {
+                    "cpu_s": cpu,
+                    "wall_s": wall,
+                    "calls": sum(calls for _, calls in results),
+                    "succeeded": sum(status == "succeeded" for status, _ in results),
+                }
+                print(json.dumps(report), flush=True)
+
+    anyio.run(serve, backend_options={"use_uvloop": True})
+    return 0
+
+
+@dataclass(frozen=True)
+class EnginePass:
+    cpu_s: float
+    wall_s: float
+    calls: int
+    succeeded: int
+
+
+class Engine:
+    """The ``--engine-child`` process: one pass per ``run_pass``, so its
+    passes interleave with the daemon's (a machine that slows down slows
+    both)."""
+
+    def __init__(self, config: Path, argv: Sequence[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--engine-child", str(config), *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run_pass(self, seed: int) -> EnginePass:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(f"{seed}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the engine's process exited ({self.proc.wait()})")
+        return EnginePass(**json.loads(line))
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def per_call_us(cpu_s: float, calls: int) -> float:
+    return 1e6 * cpu_s / calls if calls else float("nan")
+
+
+def pass_line(n: int, result: Load, engine: Sequence[EnginePass]) -> str:
+    daemon = per_call_us(result.cpu_s["daemon"], result.model_calls)
+    beside = f" (engine {per_call_us(engine[-1].cpu_s, engine[-1].calls):.0f} us)" if engine else ""
+    return (
+        f"pass {n + 1}: GET p99 {percentile(result.get_ms, 0.99):.1f} ms, all runs done in "
+        f"{result.all_done_s:.1f} s, daemon CPU per model call {daemon:.0f} us{beside}"
+    )
+
+
 # -- the table ------------------------------------------------------------------------
 
 
@@ -398,6 +530,8 @@ def print_table(title: str, rows: Sequence[Row]) -> None:
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q`` quantile (0 < q < 1), interpolated between samples."""
     ordered = sorted(values)
+    if not ordered:  # no GET in a pass (runs done before the first poll)
+        return float("nan")
     if len(ordered) == 1:
         return ordered[0]
     position = q * (len(ordered) - 1)
@@ -451,6 +585,44 @@ def rows_of(passes: Sequence[Load], args: argparse.Namespace) -> list[Row]:
     ]
 
 
+def cpu_ratio(passes: Sequence[Load], engine: Sequence[EnginePass]) -> tuple[float, float]:
+    """Medians over the passes of CPU per model call: the daemon's, the engine's."""
+    daemon = statistics.median(per_call_us(p.cpu_s["daemon"], p.model_calls) for p in passes)
+    embedded = statistics.median(per_call_us(e.cpu_s, e.calls) for e in engine)
+    return daemon, embedded
+
+
+def cpu_rows(
+    passes: Sequence[Load], engine: Sequence[EnginePass], args: argparse.Namespace
+) -> list[Row]:
+    """The daemon's CPU per model call beside the embedded engine's, the
+    same runs in the same run of this script (their passes interleaved)."""
+    if not engine:
+        return []
+    daemon, embedded = cpu_ratio(passes, engine)
+    ratio = daemon / embedded
+    each = ", ".join(
+        f"{per_call_us(p.cpu_s['daemon'], p.model_calls):.0f}/{per_call_us(e.cpu_s, e.calls):.0f}"
+        for p, e in zip(passes, engine, strict=True)
+    )
+    succeeded = sum(e.succeeded for e in engine)
+    wanted = args.runs * len(engine)
+    return [
+        Row(
+            f"CPU per model call: daemon / embedded engine (median of {len(engine)})",
+            f"{daemon:,.0f} / {embedded:,.0f} us",
+            f"<= {CPU_RATIO_TARGET:g}x",
+            f"{ratio:.2f}x",
+            ratio <= CPU_RATIO_TARGET,
+        ),
+        Row("  each pass, daemon/engine (us)", each),
+        Row("  engine: model calls, wall per pass",
+            f"{statistics.median(e.calls for e in engine):,.0f}, "
+            f"{statistics.median(e.wall_s for e in engine):.1f} s"),
+        Row("  engine runs succeeded", f"{succeeded}/{wanted}", "all", "", succeeded == wanted),
+    ]  # fmt: skip
+
+
 def pause_rows(passes: Sequence[Load]) -> list[Row]:
     """The daemon's pauses over the measured passes, timed in the daemon:
     its garbage collections, and how late its API loop woke (any pause a
@@ -494,6 +666,57 @@ def pause_rows(passes: Sequence[Load]) -> list[Row]:
     return rows
 
 
+def warm_up(url: str, args: argparse.Namespace, engine: Engine | None) -> None:
+    """One unmeasured pass: the daemon's connection pool to the sim-server,
+    its caches and lazy imports start cold (the engine's too)."""
+    warm = anyio.run(load, url, args, args.seed - 1, backend_options={"use_uvloop": True})
+    if engine is not None:
+        engine.run_pass(args.seed - 1)
+    print(f"warm-up pass (not counted): GET p99 {percentile(warm.get_ms, 0.99):.1f} ms", flush=True)
+
+
+def measured_pass(
+    url: str, args: argparse.Namespace, seed: int, procs: dict[str, psutil.Process]
+) -> Load | None:
+    """One pass with each process's CPU and the daemon's pauses over it;
+    ``None`` when the runs do not finish by the deadline."""
+    before = {k: cpu_seconds(p) for k, p in procs.items()}
+    paused = scrape_pauses(url)
+    try:
+        result = anyio.run(load, url, args, seed, backend_options={"use_uvloop": True})
+    except TimeoutError:
+        return None
+    result.cpu_s = {k: cpu_seconds(p) - before[k] for k, p in procs.items()}
+    result.pauses = {k: v.since(paused[k]) for k, v in scrape_pauses(url).items()}
+    return result
+
+
+def interleaved(
+    url: str,
+    args: argparse.Namespace,
+    procs: dict[str, psutil.Process],
+    engine: Engine | None,
+    *,
+    passes: list[Load],
+    engine_passes: list[EnginePass],
+) -> bool:
+    """``--repeat`` daemon passes, each beside an engine pass of the same
+    runs (which goes first alternates); ``False`` when a pass's runs did not
+    finish by the deadline."""
+    for n in range(args.repeat):
+        if engine is not None and n % 2:
+            engine_passes.append(engine.run_pass(args.seed + n))
+        result = measured_pass(url, args, args.seed + n, procs)
+        if result is None:
+            print(f"pass {n + 1}: the runs did not finish in {args.deadline_s:.0f} s")
+            return False
+        passes.append(result)
+        if engine is not None and not n % 2:
+            engine_passes.append(engine.run_pass(args.seed + n))
+        print(pass_line(n, result, engine_passes), flush=True)
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--runs", type=int, default=200, help="runs submitted at once")
@@ -523,11 +746,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rollouts x (tool calls + 1), or GET p99 reaches one model call's latency "
         "(--ttft-ms; loose, the 50 ms targets are reported, not checked)",
     )
+    parser.add_argument(
+        "--engine",
+        type=int,
+        choices=[0, 1],
+        default=1,
+        help="also run each pass's runs on the embedded engine (its own process, "
+        "passes interleaved with the daemon's) and compare CPU per model call",
+    )
+    parser.add_argument("--engine-child", type=Path, help=argparse.SUPPRESS)
     if parser.parse_known_args(argv)[0].smoke:
         parser.set_defaults(**SMOKE_SIZES)  # explicit options still win
     args = parser.parse_args(argv)
+    if args.engine_child is not None:
+        return engine_child(args.engine_child, args)
     started = time.perf_counter()
     passes: list[Load] = []
+    engine_passes: list[EnginePass] = []
     sim, sim_url = start_sim(args)
     try:
         with tempfile.TemporaryDirectory(prefix="agentrt-bench-daemon-") as tmp:
@@ -535,6 +770,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             config.write_text(daemon_config(sim_url, Path(tmp) / "runs.db", args))
             log = Path(tmp) / "daemon.log"
             daemon, url = start_daemon(config, log)
+            engine = (
+                Engine(config, ["--runs", str(args.runs), "--rollouts", str(args.rollouts)])
+                if args.engine
+                else None
+            )
             try:
                 procs = {
                     "daemon": psutil.Process(daemon.pid),
@@ -542,37 +782,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "client": psutil.Process(),
                 }
                 if args.warmup:
-                    # One unmeasured pass: the daemon's connection pool to the
-                    # sim-server, its caches and lazy imports start cold.
-                    warm = anyio.run(
-                        load, url, args, args.seed - 1, backend_options={"use_uvloop": True}
-                    )
-                    print(
-                        f"warm-up pass (not counted): GET p99 "
-                        f"{percentile(warm.get_ms, 0.99):.1f} ms",
-                        flush=True,
-                    )
-                for n in range(args.repeat):
-                    before = {k: cpu_seconds(p) for k, p in procs.items()}
-                    paused = scrape_pauses(url)
-                    try:
-                        result = anyio.run(
-                            load, url, args, args.seed + n, backend_options={"use_uvloop": True}
-                        )
-                    except TimeoutError:
-                        print(f"pass {n + 1}: the runs did not finish in {args.deadline_s:.0f} s")
-                        return 1
-                    result.cpu_s = {k: cpu_seconds(p) - before[k] for k, p in procs.items()}
-                    result.pauses = {k: v.since(paused[k]) for k, v in scrape_pauses(url).items()}
-                    passes.append(result)
-                    print(
-                        f"pass {n + 1}: GET p99 {percentile(result.get_ms, 0.99):.1f} ms, "
-                        f"all runs done in {result.all_done_s:.1f} s",
-                        flush=True,
-                    )
+                    warm_up(url, args, engine)
+                if not interleaved(
+                    url, args, procs, engine, passes=passes, engine_passes=engine_passes
+                ):
+                    return 1
                 rss_mb = procs["daemon"].memory_info().rss / 2**20
             finally:
                 daemon.terminate()
+                if engine is not None:
+                    engine.close()
                 daemon.wait(30)
             text = log.read_text(errors="replace")
             crashed = [m for m in CRASH_MARKERS if m in text]
@@ -588,6 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
     )
     rows = rows_of(passes, args)
+    rows += cpu_rows(passes, engine_passes, args)
     rows.append(Row("daemon RSS after the passes", f"{rss_mb:.0f} MB"))
     print_table(title, rows)
     for error in [e for p in passes for e in p.errors][:10]:
@@ -606,10 +826,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs (load average now {os.getloadavg()[0]:.1f})"
     )
     print(f"time: {time.perf_counter() - started:.1f} s")
-    return smoke_checks(passes, args, crashed) if args.smoke else 0
+    return smoke_checks(passes, engine_passes, args, crashed) if args.smoke else 0
 
 
-def smoke_checks(passes: Sequence[Load], args: argparse.Namespace, crashed: list[str]) -> int:
+def smoke_checks(
+    passes: Sequence[Load],
+    engine: Sequence[EnginePass],
+    args: argparse.Namespace,
+    crashed: list[str],
+) -> int:
     """``--smoke``: every run done right, the figures sane, GETs not waiting on runs."""
     runs = [r for p in passes for r in p.finished.values()]
     errors = [e for p in passes for e in p.errors]
@@ -631,6 +856,14 @@ def smoke_checks(passes: Sequence[Load], args: argparse.Namespace, crashed: list
         (f"GET p99 < one model call ({args.ttft_ms:g} ms)", f"{p99:.1f} ms",
          p99 < args.ttft_ms),
     ]  # fmt: skip
+    if engine:
+        daemon, embedded = cpu_ratio(passes, engine)
+        engine_ok = sum(e.succeeded for e in engine) == args.runs * len(engine)
+        checks += [
+            ("engine runs succeeded", str(engine_ok), engine_ok),
+            (f"daemon CPU per call <= {SMOKE_CPU_RATIO_MAX:g}x the engine's",
+             f"{daemon / embedded:.2f}x", daemon / embedded <= SMOKE_CPU_RATIO_MAX),
+        ]  # fmt: skip
     print(f"\nsmoke checks (loose: GET p99 against one model call's latency, not "
           f"{P99_TARGET_MS:g} ms; the absolute targets are reported, not checked)")  # fmt: skip
     for label, value, ok in checks:

@@ -8,9 +8,12 @@ Ray placement with 1 and with 2 rollout workers (a one-node Ray cluster
 this process starts, ``address = "local"``; each worker reserves one CPU).
 Per variant: wall time, model calls per second, and CPU microseconds per
 model call over this process and every process it started (Ray's included;
-the sim-server's excluded), measured while the run runs.  Targets (issue
-12): 2 workers >= 1.7 x the calls/s of 1 worker; Ray's CPU per call <=
-1.5 x local's.  On a 2-core machine the sim-server, the driver and the
+the sim-server's excluded), measured while the run runs, and that CPU split
+by role: this process (the driver), the rollout workers (Ray's processes
+titled after ``RolloutWorker``), the rest of Ray.  Targets (issue 12): 2
+workers >= 1.7 x the calls/s of 1 worker; Ray's CPU per call <= 1.5 x
+local's; (issue 31) the driver's CPU per call <= 50 us with Ray workers, and
+the workers' <= 1.2 x local's.  On a 2-core machine the sim-server, the driver and the
 workers share the cores: read the figures with that in mind.
 
 Ray binds the machine's external address, so the benchmark re-executes
@@ -21,7 +24,9 @@ namespace, so that no other Ray on the machine is touched.
 ``--smoke`` (what CI runs): R = 200 x S = 4 at 50 ms, after an unmeasured
 warm-up run of 20 rollouts per variant (a worker's first run pays its lazy
 imports), and exits 1 when a check fails: every variant succeeds, makes
-exactly R x S model calls and takes at least S x latency; 2 workers reach
+exactly R x S model calls and takes at least S x latency; each Ray variant
+has as many worker processes as asked, and they spend more CPU per call
+than the driver (the split found the processes that made the calls); 2 workers reach
 >= 0.5 x the calls/s of 1 (the 1.7 target needs more free cores than a
 2-core machine has, so this only catches a second worker that stalls the
 first); Ray's CPU per call <= 5 x local's (target 1.5: a small run spreads
@@ -59,6 +64,8 @@ from agentrt.tools import tool
 
 SPEEDUP_TARGET = 1.7  # 2 workers' calls/s over 1 worker's
 CPU_TARGET = 1.5  # Ray's CPU per model call over local's
+DRIVER_TARGET_US = 50.0  # the driver's CPU per model call with Ray workers (issue 31)
+WORKER_TARGET = 1.2  # a rollout worker's CPU per model call over local's (issue 31)
 SMOKE_SPEEDUP_BOUND = 0.5
 """``--smoke``: 2 workers' calls/s over 1 worker's, at least (see the docstring)."""
 SMOKE_CPU_BOUND = 5.0
@@ -79,20 +86,30 @@ async def add(a: int, b: int) -> int:
     return a + b
 
 
-def _cpu(exclude: int) -> dict[int, tuple[str, float]]:
-    """CPU seconds of this process and its descendants, by pid (with a name:
-    ``driver``, or the process's own)."""
+WORKER_MARK = "RolloutWorker"
+"""In a rollout worker's process title (Ray names an actor's process after its class)."""
+
+
+def _cpu(exclude: int) -> dict[int, tuple[str, str, float]]:
+    """CPU seconds of this process and its descendants, by pid, with a
+    role (``driver``, ``worker``: a rollout worker, ``ray``: the rest of
+    Ray) and a name (``driver``, ``worker``, or the process's own)."""
     me = psutil.Process()
-    out: dict[int, tuple[str, float]] = {}
+    out: dict[int, tuple[str, str, float]] = {}
     for proc in [me, *me.children(recursive=True)]:
         if proc.pid == exclude:
             continue
         try:
             times = proc.cpu_times()
-            name = "driver" if proc.pid == me.pid else proc.name()
+            if proc.pid == me.pid:
+                role = name = "driver"
+            elif WORKER_MARK in " ".join(proc.cmdline()):
+                role = name = "worker"
+            else:
+                role, name = "ray", proc.name()
         except psutil.Error:
             continue
-        out[proc.pid] = (name, times.user + times.system)
+        out[proc.pid] = (role, name, times.user + times.system)
     return out
 
 
@@ -130,16 +147,23 @@ async def measure(
         after = _cpu(sim_pid)
     calls = result.cost.model_calls
     by_name: dict[str, float] = {}
-    for pid, (name, seconds) in after.items():
-        spent = seconds - before.get(pid, (name, 0.0))[1]
+    by_role = dict.fromkeys(("driver", "worker", "ray"), 0.0)
+    for pid, (role, name, seconds) in after.items():
+        spent = seconds - (before[pid][2] if pid in before else 0.0)
         by_name[name] = by_name.get(name, 0.0) + spent
+        by_role[role] += spent
     cpu = sum(by_name.values())
+    per_call = {role: round(seconds / max(calls, 1) * 1e6, 1) for role, seconds in by_role.items()}
     return {
         "variant": variant,
         "calls": calls,
         "wall_s": round(wall, 2),
         "calls_per_s": round(calls / wall, 1),
         "cpu_us_per_call": round(cpu / max(calls, 1) * 1e6, 1),
+        "driver_us_per_call": per_call["driver"],
+        "worker_us_per_call": per_call["worker"],
+        "ray_us_per_call": per_call["ray"],
+        "workers": sum(role == "worker" for role, _, _ in after.values()),
         "status": result.status,
         "error": result.error,
         "cpu_us_per_call_by_process": {
@@ -221,6 +245,12 @@ def smoke_checks(rows: list[dict[str, Any]], rollouts: int, steps: int, ideal: f
             (f"{name}: CPU per call > 0", f"{row['cpu_us_per_call']:.0f} us",
              row["cpu_us_per_call"] > 0),
         ]  # fmt: skip
+        if name.startswith("ray-"):  # the split found the workers: they did the calls
+            want = int(name.split("-")[1])
+            checks.append((f"{name}: {want} worker processes, CPU per call > driver's",
+                           f"{row['workers']}, {row['worker_us_per_call']:.0f} us",
+                           row["workers"] == want
+                           and row["worker_us_per_call"] > row["driver_us_per_call"]))  # fmt: skip
     by = {r["variant"]: r for r in rows}
     if "ray-1" in by and "ray-2" in by:
         speedup = by["ray-2"]["calls_per_s"] / by["ray-1"]["calls_per_s"]
@@ -241,6 +271,24 @@ def smoke_checks(rows: list[dict[str, Any]], rollouts: int, steps: int, ideal: f
     failed = sum(not ok for _, _, ok in checks)
     print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
     return 1 if failed else 0
+
+
+def split_lines(by: dict[str, dict[str, Any]]) -> None:
+    """Issue 31's figures: the driver's CPU per call with Ray workers, and
+    the workers' beside the local engine's (all of local's is the driver's)."""
+    local = by.get("local", {}).get("driver_us_per_call")
+    for name in ("ray-1", "ray-2"):
+        if name not in by:
+            continue
+        row = by[name]
+        driver, worker = row["driver_us_per_call"], row["worker_us_per_call"]
+        line = f"{name}: driver {driver:g} us per call (target <= {DRIVER_TARGET_US:g})"
+        if local:
+            line += (
+                f", workers {worker:g} us per call = {worker / local:.2f} x local's "
+                f"(target <= {WORKER_TARGET})"
+            )
+        print(line)
 
 
 def main() -> None:
@@ -296,11 +344,17 @@ def main() -> None:
     ideal = args.steps * args.latency_ms / 1000
     print(f"\nR = {rollouts} x {args.steps} steps, {args.latency_ms:g} ms per reply "
           f"(ideal wall {ideal:.1f} s)")  # fmt: skip
-    print(f"{'variant':<8} {'calls':>7} {'wall s':>8} {'calls/s':>9} {'CPU us/call':>12}")
+    print(f"{'variant':<8} {'calls':>7} {'wall s':>8} {'calls/s':>9} {'CPU us/call':>12}"
+          f"  {'driver':>8} {'workers':>8} {'Ray rest':>8}")  # fmt: skip
     for row in rows:
         print(f"{row['variant']:<8} {row['calls']:>7} {row['wall_s']:>8} "
-              f"{row['calls_per_s']:>9} {row['cpu_us_per_call']:>12}")  # fmt: skip
+              f"{row['calls_per_s']:>9} {row['cpu_us_per_call']:>12}  "
+              f"{row['driver_us_per_call']:>8} {row['worker_us_per_call']:>8} "
+              f"{row['ray_us_per_call']:>8}")  # fmt: skip
+    print("CPU us/call: every process but the sim-server's; then split: this process (the "
+          "driver), the rollout workers, the rest of Ray (raylet, GCS, idle workers)")  # fmt: skip
     by = {r["variant"]: r for r in rows}
+    split_lines(by)
     if "ray-1" in by and "ray-2" in by:
         speedup = by["ray-2"]["calls_per_s"] / by["ray-1"]["calls_per_s"]
         print(f"2 workers / 1 worker calls/s: {speedup:.2f} (target >= {SPEEDUP_TARGET})")

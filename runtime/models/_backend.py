@@ -14,7 +14,9 @@ from agentrt.protocols._model import ModelReply, ModelRequest, TokenLogprob
 class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
     """A piece of a streamed reply.  The final item of a stream has ``reply``
     set to the assembled ``ModelReply`` (with tool calls joined from their
-    deltas and the server's usage)."""
+    deltas and the server's usage).  A delta with ``restart`` set carries
+    nothing else: the stream was cut after some deltas and the call was
+    retried, so drop every delta received before it (the reply starts over)."""
 
     index: int = 0
     content: str = ""
@@ -25,6 +27,7 @@ class StreamDelta(msgspec.Struct, frozen=True, kw_only=True):
     tool_arguments: str = ""
     logprobs: list[TokenLogprob] = []
     reply: ModelReply | None = None
+    restart: bool = False
 
 
 @runtime_checkable

@@ -16,6 +16,11 @@ RETRY_AFTER_S: Final = 1
 """``Retry-After`` of a refusal for load (connections, runs): a second, the
 time for a slot to free up on a busy daemon."""
 
+STORE_FULL_RETRY_AFTER_S: Final = 30
+"""``Retry-After`` of a write refused because the run store's disk is full:
+long enough for an operator or a clean-up job to free space, short enough
+that a client resumes soon after."""
+
 
 @final
 class ApiProblem(AgentrtError):
@@ -50,8 +55,28 @@ def not_found(what: str, key: str, *, where: str) -> ApiProblem:
     return ApiProblem(404, "not_found", f"no {what} {key!r}", where=where)
 
 
+def store_full(store: str, operation: str, message: str) -> ApiProblem:
+    """507: the run store could not write for want of disk space; nothing
+    was acknowledged, so the same request may be sent again."""
+    return ApiProblem(
+        507,
+        "insufficient_storage",
+        f"the run store's disk is full; nothing was saved, send the request again after "
+        f"Retry-After seconds ({message})",
+        where=f"store {store} ({operation})",
+        retry_after=STORE_FULL_RETRY_AFTER_S,
+    )
+
+
 def invalid(message: str, *, where: str) -> ApiProblem:
     return ApiProblem(422, "invalid_request", message, where=where)
 
 
-__all__ = ["RETRY_AFTER_S", "ApiProblem", "invalid", "not_found"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "STORE_FULL_RETRY_AFTER_S",
+    "ApiProblem",
+    "invalid",
+    "not_found",
+    "store_full",
+]

@@ -48,7 +48,7 @@ from agentrt.protocols._run import RunRequest, RunStatus
 from agentrt.runtime.config._config_file import exact_origin
 from agentrt.runtime.config._daemon_config import LOOPBACK_HOSTS, ServerConfig
 from agentrt.runtime.observe._log import get_logger
-from agentrt.runtime.serve._api_problem import ApiProblem, invalid, not_found
+from agentrt.runtime.serve._api_problem import ApiProblem, invalid, not_found, store_full
 from agentrt.runtime.serve._bridge import RunService
 from agentrt.runtime.serve._governance import (
     BodyGuard,
@@ -62,6 +62,7 @@ from agentrt.runtime.serve._governance import (
 from agentrt.runtime.serve._openapi import MAX_EVENT_ID, openapi_document
 from agentrt.runtime.serve._webhooks import takes_webhooks
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
+from agentrt.runtime.serve.store._run_store import StoreError
 from agentrt.tools.hosting._transports import is_loopback
 
 log = get_logger(__name__)
@@ -248,12 +249,22 @@ def _too_big(text: str) -> bool:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+def _full_store(request: Request, exc: StoreError) -> Response:
+    """A write the full disk refused: 507 with ``Retry-After``, not a 500 (no bug)."""
+    log.warning("store_full", path=request.url.path, store=exc.store, error=str(exc))
+    return problem_response(store_full(exc.store, exc.operation, str(exc.__cause__)))
+
+
 def _handled(handler: Handler) -> Handler:
     async def run(request: Request) -> Response:
         try:
             return await handler(request)
         except ApiProblem as problem:
             return problem_response(problem)
+        except StoreError as exc:
+            if not exc.full:
+                raise
+            return _full_store(request, exc)
 
     run.__name__ = handler.__name__
     return run
@@ -710,6 +721,8 @@ def build_app(
         return response
 
     async def crash_handler(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, StoreError) and exc.full:  # a route outside ``_handled``
+            return _full_store(request, exc)
         log.error("request_crashed", path=request.url.path, exc_info=exc)
         return json_response(
             ApiError(error="internal", message=f"{type(exc).__name__}: {exc}", status=500), 500

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrt.agents import EventLog, TokenPacer
+from agentrt.agents import EventEmitter, EventLog, TokenBuffer, TokenPacer
 from agentrt.protocols import Event, RunFinished, StepRecorded, TokenDelta
 from agentrt.runtime.engine._runtime import Runtime
 from agentrt.testing import ScriptedBackend
@@ -73,3 +73,15 @@ def test_the_window_widens_with_the_rollouts_streaming() -> None:
         TokenPacer(window_s=-1)
     with pytest.raises(ValueError, match="max_events_per_s"):
         TokenPacer(max_events_per_s=0)
+
+
+async def test_a_restarted_call_drops_the_text_not_yet_sent() -> None:
+    log = EventLog()
+    emitter = EventEmitter(log)
+    pacer = TokenPacer(window_s=60)
+    async with TokenBuffer(pacer, emitter, run_id="run", rollout_id="run-r0", step=0) as buffer:
+        await buffer.add("Let ")  # the first piece goes at once
+        await buffer.add("me")  # held: inside the window
+        buffer.restart()  # the stream was cut and the call retried
+        await buffer.add("The answer")
+    assert [t.text for t in tokens_of(log.events)] == ["Let ", "The answer"]

@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import AsyncGenerator
 from types import TracebackType
-from typing import Any, Self, final
+from typing import Any, Final, Self, final
 
 import anyio
 import httpx
@@ -303,9 +303,10 @@ class OpenAIBackend:
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamDelta, None]:
         """A streaming chat completion: content, reasoning, tool-call and
         logprob deltas as they arrive, then one delta carrying the assembled
-        reply.  Failures are retried only until the first delta has been
-        yielded.  Close the iterator if you stop early
-        (``contextlib.aclosing``): that closes the connection."""
+        reply.  Failures are retried per the policy, a stream cut after
+        some deltas too: the new attempt's deltas follow a ``restart`` delta.
+        Close the iterator if you stop early (``contextlib.aclosing``): that
+        closes the connection."""
         transport = self._opened()
         model = self._model_for(request)
         body = self._encode(request, model, stream=True)
@@ -314,7 +315,8 @@ class OpenAIBackend:
         retrier = Retrier(
             self._policy, breaker=self._breaker, counters=self._counters, rng=self._rng
         )
-        yielded = False
+        shown = False  # deltas handed on since the start (or the last restart)
+        restart = False  # a retry after ``shown``: the caller must drop them
         while True:
             await retrier.begin_attempt()
             try:
@@ -331,14 +333,15 @@ class OpenAIBackend:
             retry: TransientError | None = None
             try:
                 while (deltas := await reader.next_deltas()) is not None:
+                    if restart:
+                        restart = False
+                        yield _RESTART
+                    shown = True
                     for delta in deltas:
-                        yielded = True
                         yield delta
             except TransientError as transient:
-                if yielded:
-                    retrier.failed(transient.error)
-                    raise transient.error from None
-                retry = transient
+                retry = transient  # a cut mid-reply too: retried like a cut connection
+                restart, shown = restart or shown, False
             except BaseException as exc:
                 retrier.failed(exc)
                 raise
@@ -348,6 +351,8 @@ class OpenAIBackend:
                 await retrier.back_off(retry)
                 continue
             retrier.succeeded()
+            if restart:
+                yield _RESTART
             yield StreamDelta(
                 reply=reader.assembly.reply(
                     model=model,
@@ -536,6 +541,9 @@ class OpenAIBackend:
                 stream_options=_STREAM_OPTIONS if stream else None,
             )
         )
+
+
+_RESTART: Final = StreamDelta(restart=True)
 
 
 def _header_value(text: str) -> str:

@@ -490,8 +490,9 @@ class SGLangBackend:
         """Stream a chat request from ``/generate``: content deltas as they
         arrive (text from a ``<tool_call>`` tag on is held back), then the
         tool calls, then a delta carrying the assembled reply.  Retried and
-        failed over only until the first delta was yielded.  Close the
-        iterator when stopping early (``contextlib.aclosing``)."""
+        failed over per the policy, a stream cut after some deltas too: the
+        new attempt's deltas follow a ``restart`` delta.  Close the iterator
+        when stopping early (``contextlib.aclosing``)."""
         self._opened()
         model = self._model_for(request)
         body = encoder.encode(build_payload(request, stream=True))
@@ -504,7 +505,8 @@ class SGLangBackend:
         retrier = rc.retrier()
         tried: set[int] = set()
         last: TransientError | None = None
-        yielded = False
+        shown = False  # deltas handed on since the start (or the last restart)
+        restart = False  # a retry after ``shown``: the caller must drop them
         while True:
             replica = await rc.admit(key, tried, last, retrier)
             await retrier.begin_attempt()
@@ -514,12 +516,14 @@ class SGLangBackend:
                 attempt = self._stream_attempt(replica, body, assembly, retrier, request.request_id)
                 async with contextlib.aclosing(attempt) as deltas:
                     async for item in deltas:
-                        yielded = True
+                        if restart:
+                            restart = False
+                            yield StreamDelta(restart=True)
+                        shown = True
                         yield item
             except TransientError as transient:
-                if yielded:
-                    rc.feed_breaker(replica, transient.error)
-                    raise transient.error from None
+                # A cut mid-reply too: retried (and failed over) like a cut connection.
+                restart, shown = restart or shown, False
                 last = transient
                 await rc.after_failure(retrier, transient, replica, tried)
                 continue
@@ -536,6 +540,8 @@ class SGLangBackend:
             raise BackendUnavailable(
                 f"request aborted: {aborted}", backend=self._name, endpoint=replica.url
             )
+        if restart:
+            yield StreamDelta(restart=True)
         for item in assembly.finish(prefix):
             yield item
         yield StreamDelta(

@@ -6,6 +6,7 @@ May import protocols and the engine's checkpoint types; nothing of HTTP.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sqlite3
@@ -70,7 +71,26 @@ def _thread_of(row: tuple[Any, ...], runs: list[RunInfo]) -> ThreadInfo:
 
 
 class StoreError(AgentrtError):
-    """The run store failed or refused a write."""
+    """The run store failed or refused a write.  ``store``: the store's
+    file; ``operation``: what it was doing; ``full``: the disk (or the
+    file's size limit) is full, so the write may succeed once space is
+    freed (the daemon answers 507 with ``Retry-After``)."""
+
+    def __init__(
+        self, message: str, *, store: str = "", operation: str = "", full: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.store = store
+        self.operation = operation
+        self.full = full
+
+
+def _is_full(exc: BaseException) -> bool:
+    """Whether a write failed for want of space: SQLite's ``SQLITE_FULL``
+    (which it reports for ``ENOSPC``) or the ``OSError`` itself."""
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(slots=True)
@@ -114,6 +134,24 @@ def _own(path: str) -> int:
             where=path,
         )
     return fd
+
+
+def _refuse_empty(path: str) -> None:
+    """Refuse an existing store file of 0 bytes: SQLite would open it as a
+    new, empty store, and a daemon would then serve as if every run it
+    held were gone (a truncated copy, a disk that lost the file's data).
+    A file this store makes is never empty once opened (WAL mode writes
+    its header at once)."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return
+    if size == 0:
+        raise ConfigError(
+            "the run store file is empty (0 bytes), so it holds no runs: if it should, "
+            "restore it from a backup; to start a new store here, delete the file",
+            where=path,
+        )
 
 
 def _holder(stat: os.stat_result) -> str:
@@ -282,6 +320,7 @@ class RunStore:
 
     async def __aenter__(self) -> Self:
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        _refuse_empty(self.path)
         self._owner_fd = _own(self.path)
         try:
             self._writer = await anyio.to_thread.run_sync(self._open_writer)
@@ -411,7 +450,14 @@ class RunStore:
             raise StoreError(f"the run store is closed ({what})") from None
         await write.done.wait()
         if write.error is not None:
-            raise StoreError(f"{what}: {write.error}") from write.error
+            full = _is_full(write.error)
+            hint = "; free space on its disk, then retry" if full else ""
+            raise StoreError(
+                f"run store {self.path}, {what}: {write.error}{hint}",
+                store=self.path,
+                operation=what,
+                full=full,
+            ) from write.error
 
     async def create_run(
         self, run_id: str, request: RunRequest, *, thread_id: str | None = None

@@ -13,9 +13,13 @@ import anyio
 import pytest
 from aiohttp import web
 
-from agentrt.protocols import ModelRequest, ToolSpec, UserMessage
+from agentrt.agents import EventLog
+from agentrt.protocols import ModelRequest, StepRecorded, TokenDelta, ToolSpec, UserMessage
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.engine._runtime import Runtime
 from agentrt.runtime.kernel._errors import BackendUnavailable, MalformedReply
 from agentrt.runtime.models._backend import StreamDelta
+from agentrt.runtime.models._metered import MeteredBackend
 from agentrt.runtime.models._retry import RetryPolicy
 from agentrt.runtime.models.http._http_client import HttpClientConfig
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
@@ -293,25 +297,55 @@ async def consume_into(b: OpenAIBackend, got: list[StreamDelta]) -> None:
             got.append(d)
 
 
-async def test_a_stream_ended_without_done_is_a_cut_stream() -> None:
+async def test_a_stream_ended_without_done_is_a_cut_stream_retried_per_the_policy() -> None:
     got: list[StreamDelta] = []
     handler = sse([chunk([delta(content="partial")])], done=False)
     async with serve(handler) as (url, seen), backend(url) as b:
         with pytest.raises(BackendUnavailable, match=r"before \[DONE\]"):
             await consume_into(b, got)
-        # Not retried: the caller already holds a delta.
-        assert b.stats.attempts == 1
-    assert [d.content for d in got] == ["partial"]
-    assert len(seen.bodies) == 1
+        assert b.stats.attempts == 3  # the policy's max_attempts, then it gives up
+    # Each retry after a delta was handed on starts with a restart delta.
+    assert [("restart" if d.restart else d.content) for d in got] == [
+        "partial",
+        "restart",
+        "partial",
+        "restart",
+        "partial",
+    ]
+    assert len(seen.bodies) == 3
 
 
-async def test_a_stream_cut_after_a_delta_fails_without_retry() -> None:
-    got: list[StreamDelta] = []
-    async with serve(sse(TOOL_STREAM[:3], cut=True)) as (url, seen), backend(url) as b:
-        with pytest.raises(BackendUnavailable):
-            await consume_into(b, got)
-    assert [d.content for d in got] == ["Let me ", "check."]
-    assert len(seen.bodies) == 1
+async def test_a_stream_cut_after_deltas_is_retried_and_charged_once() -> None:
+    calls = 0
+    cut, good = sse(TOOL_STREAM[:3], cut=True), sse(TOOL_STREAM)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        return await (cut if calls == 1 else good)(request)
+
+    ledger = BudgetLedger("run")
+    async with serve(handler) as (url, seen), backend(url) as b:
+        metered = MeteredBackend(b, ledger)
+        async with aclosing(metered.stream(ASK)) as deltas:
+            got = [d async for d in deltas]
+        assert b.stats.attempts == 2
+    assert len(seen.bodies) == 2
+    restarts = [i for i, d in enumerate(got) if d.restart]
+    assert restarts == [2]  # after the cut attempt's two deltas
+    assert got[2] == StreamDelta(restart=True)  # carries nothing else
+    assert [d.content for d in got[:2]] == ["Let me ", "check."]
+    after = got[3:]
+    assert "".join(d.content for d in after) == "Let me check."
+    reply = after[-1].reply
+    assert reply is not None
+    assert reply.message.content == "Let me check."
+    assert len(reply.message.tool_calls) == 2
+    # Charged once, with the usage of the attempt that answered.
+    snap = ledger.snapshot()
+    assert (snap.in_flight, snap.spent.model_calls) == (0, 1)
+    assert snap.spent.usage == reply.usage
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (321, 45)
 
 
 async def test_garbage_events_and_in_stream_errors() -> None:
@@ -389,3 +423,27 @@ async def test_leaving_a_stream_early_closes_the_connection() -> None:
                 assert d.content == "x"
                 break
         await wait_for(lambda: seen.disconnects == 1)
+
+
+async def test_a_rollout_whose_stream_is_cut_mid_reply_still_answers() -> None:
+    """The agent loop streams while tokens are read: a cut mid-reply costs
+    the rollout a retry of the call, not its life."""
+    answer = [chunk([delta(content=w)]) for w in ("The ", "answer ", "is ", "42.")]
+    calls = 0
+    cut, good = sse(answer[:2], cut=True), sse([*answer, chunk([delta(finish="stop")])])
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        return await (cut if calls == 1 else good)(request)
+
+    async with serve(handler) as (url, _), backend(url) as b, Runtime(backends=[b]) as rt:
+        log = EventLog()
+        result = await rt.run("what is it?", events=log, tokens=True)
+    assert calls == 2
+    assert result.status == "succeeded", result.error
+    assert result.answer == "The answer is 42."
+    steps = [e for e in log.events if isinstance(e, StepRecorded)]
+    replies = [s.step.reply for s in steps]
+    assert [r.message.content for r in replies if r is not None] == ["The answer is 42."]
+    assert any(isinstance(e, TokenDelta) for e in log.events)
