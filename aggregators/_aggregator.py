@@ -44,8 +44,10 @@ class AggregationContext:
     ``MeteredBackend`` bound to ``ledger``: every judge, compressed-reasoning
     and aggregation-agent call is reserved on the run's ledger and charged
     to it, and a call that would cross a cap raises ``BudgetExceeded``
-    instead of reaching the model.  ``AggregationContext.metered(...)``
-    wraps a backend for you.
+    instead of reaching the model (a run's context first lets such a call
+    wait for the calls in flight, or run with ``max_tokens`` lowered to
+    what is left: ``metered(min_tokens=...)``).
+    ``AggregationContext.metered(...)`` wraps a backend for you.
 
     ``run_id``: stamped on every ``VoteCast``; ``events``: where votes are
     emitted (``None``: nowhere); ``ledger``: the run's budget ledger (or a
