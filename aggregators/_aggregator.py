@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, final
+from typing import Final, Protocol, final
 
 import msgspec
 
@@ -30,6 +30,11 @@ from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError
 from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models._metered import AfterCall, MeteredBackend
 
+AGGREGATION_MIN_TOKENS: Final = 64
+"""The fewest completion tokens a run's aggregation call (a judge's, an
+aggregation agent's) is asked with when the budget is nearly spent: room
+for a short verdict.  A call that cannot get them is refused."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AggregationContext:
@@ -39,8 +44,10 @@ class AggregationContext:
     ``MeteredBackend`` bound to ``ledger``: every judge, compressed-reasoning
     and aggregation-agent call is reserved on the run's ledger and charged
     to it, and a call that would cross a cap raises ``BudgetExceeded``
-    instead of reaching the model.  ``AggregationContext.metered(...)``
-    wraps a backend for you.
+    instead of reaching the model (a run's context first lets such a call
+    wait for the calls in flight, or run with ``max_tokens`` lowered to
+    what is left: ``metered(min_tokens=...)``).
+    ``AggregationContext.metered(...)`` wraps a backend for you.
 
     ``run_id``: stamped on every ``VoteCast``; ``events``: where votes are
     emitted (``None``: nowhere); ``ledger``: the run's budget ledger (or a
@@ -88,11 +95,15 @@ class AggregationContext:
         rollout: Rollout | None = None,
         model: str | None = None,
         after_call: AfterCall | None = None,
+        min_tokens: int | None = None,
     ) -> AggregationContext:
         """A context whose backend is ``backend`` metered on ``ledger``
         (wrapped in a ``MeteredBackend``, unless it already is one on
-        ``ledger``), ``after_call`` awaited after each of its calls (see
-        ``MeteredBackend``).  The other parameters are the fields'.  Raises
+        ``ledger``), ``after_call`` awaited after each of its calls and
+        ``min_tokens`` its floor (see ``MeteredBackend``: with it, a judge
+        call that does not fit its worst case waits for the calls in flight
+        to give room back, or runs with ``max_tokens`` lowered, instead of
+        being refused).  The other parameters are the fields'.  Raises
         ``ConfigError`` for a backend metered on another ledger (wrapping it
         again would charge every call twice)."""
         if isinstance(backend, MeteredBackend):
@@ -103,7 +114,9 @@ class AggregationContext:
                     where=f"AggregationContext.metered(run_id={run_id!r})",
                 )
         else:
-            backend = MeteredBackend(backend, ledger, model=model, after_call=after_call)
+            backend = MeteredBackend(
+                backend, ledger, model=model, after_call=after_call, min_tokens=min_tokens
+            )
         return cls(
             run_id=run_id,
             ledger=ledger,

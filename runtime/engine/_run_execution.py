@@ -30,6 +30,7 @@ import msgspec
 
 from agentrt.agents._recording import EventEmitter, EventSink
 from agentrt.aggregators._aggregator import (
+    AGGREGATION_MIN_TOKENS,
     AggregationContext,
     AggregationResult,
     Aggregator,
@@ -292,6 +293,7 @@ class RunExecution:
                     purpose="aggregation",
                     aggregator=plan.aggregator.name,
                 ),
+                min_tokens=AGGREGATION_MIN_TOKENS,
             )
             agg = await self._aggregate(plan.aggregator, summaries, context)
         except Exception as exc:

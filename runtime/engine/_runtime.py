@@ -30,7 +30,11 @@ from agentrt.agents._hierarchy import Hierarchy, build_hierarchy, used_servers
 from agentrt.agents._recording import EventEmitter, EventSink, stream_sink
 from agentrt.agents._spec_loader import SpecSet, load_spec
 from agentrt.agents._token_stream import TokenPacer
-from agentrt.aggregators._aggregator import AggregationContext, Aggregator
+from agentrt.aggregators._aggregator import (
+    AGGREGATION_MIN_TOKENS,
+    AggregationContext,
+    Aggregator,
+)
 from agentrt.aggregators._compose import AggregatorConfig, build_aggregator, parse_config
 from agentrt.aggregators._judge import Judge
 from agentrt.aggregators._pdr import ParallelDistillRefine
@@ -730,7 +734,11 @@ class Runtime:
             else next(iter(self.backends.values()))
         )
         context = AggregationContext.metered(
-            backend, ledger, run_id=run_id, trajectories=trajectories or {}
+            backend,
+            ledger,
+            run_id=run_id,
+            trajectories=trajectories or {},
+            min_tokens=AGGREGATION_MIN_TOKENS,
         )
         try:
             agg = await chosen.aggregate(task, list(summaries), context)

@@ -15,12 +15,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from types import TracebackType
-from typing import Self, final
+from typing import Final, Self, final
+
+import anyio
+import msgspec
 
 from agentrt.protocols._model import ModelReply, ModelRequest
 from agentrt.protocols._usage import Cost, Usage
 from agentrt.runtime.budget._ledger import BudgetLedger, CallJournal, Reservation
-from agentrt.runtime.kernel._errors import UnknownModelError
+from agentrt.runtime.kernel._errors import (
+    BudgetExceeded,
+    InvalidRequestError,
+    UnknownModelError,
+)
 from agentrt.runtime.models._backend import ModelBackend, StreamDelta
 from agentrt.runtime.models._prompt_estimate import (
     CharEstimator,
@@ -30,6 +37,9 @@ from agentrt.runtime.models._prompt_estimate import (
 
 AfterCall = Callable[[ModelRequest, ModelReply], Awaitable[None]]
 """What ``MeteredBackend`` awaits after each call is charged."""
+
+# The caps a settled call gives room back on (its unused reservation).
+_ROOM_CAPS: Final = frozenset({"max_tokens", "max_usd"})
 
 
 @final
@@ -60,11 +70,31 @@ class MeteredBackend:
     after each call is charged (the run's live budget events and the spans
     of calls made outside a rollout's steps).
 
+    ``min_tokens`` makes the calls spend the budget instead of being
+    refused at their worst case (an aggregation's judges): a call whose
+    worst case does not fit a token or money cap waits while other calls
+    through this wrapper are in flight (each gives back its unused
+    reservation when it settles), and when none is, runs with
+    ``max_tokens`` lowered to the ledger's fair share of what is left
+    (``BudgetLedger.reserve(min_tokens=...)``; the wrapped backend is asked
+    for no more).  Only a call that cannot get ``min_tokens`` then is
+    refused (``BudgetExceeded``).  ``None`` (the default): refused at once.
+
     ``async with`` on it is allowed and does nothing: the wrapped backend
     is neither opened nor closed here.
     """
 
-    __slots__ = ("_after", "_backend", "_estimate", "_ledger", "_model", "_spent")
+    __slots__ = (
+        "_after",
+        "_backend",
+        "_estimate",
+        "_in_flight",
+        "_ledger",
+        "_min_tokens",
+        "_model",
+        "_room",
+        "_spent",
+    )
 
     def __init__(
         self,
@@ -74,7 +104,17 @@ class MeteredBackend:
         model: str | None = None,
         estimator: TokenEstimator | None = None,
         after_call: AfterCall | None = None,
+        min_tokens: int | None = None,
     ) -> None:
+        if min_tokens is not None and min_tokens < 1:
+            raise InvalidRequestError(
+                f"min_tokens must be >= 1 or None, got {min_tokens} "
+                f"(MeteredBackend({backend.name!r}))"
+            )
+        self._min_tokens = min_tokens
+        self._in_flight = 0
+        # Set (and replaced) whenever a call through this wrapper ends.
+        self._room: anyio.Event | None = None
         self._backend = backend
         self._after = after_call
         self._ledger = ledger
@@ -131,11 +171,45 @@ class MeteredBackend:
 
     # -- calls ---------------------------------------------------------------
 
-    def _reserve(self, request: ModelRequest) -> Reservation:
+    async def _book(self, request: ModelRequest) -> tuple[Reservation, ModelRequest]:
+        """The call's reservation, and the request to send (its
+        ``max_tokens`` lowered to the reservation's); counts the call in
+        flight until ``_ended``."""
         prompt = estimate_request_tokens(request.messages, request.tools, self._estimate)
-        return self._ledger.reserve(
-            self.model_for(request), prompt, request.sampling.max_tokens, n=request.n
-        )
+        model = self.model_for(request)
+        wanted = request.sampling.max_tokens
+        floor = self._min_tokens
+        while True:
+            try:
+                # While others are in flight, only the worst case (they may
+                # give room back); with none, the fair share of what is left.
+                reservation = self._ledger.reserve(
+                    model,
+                    prompt,
+                    wanted,
+                    n=request.n,
+                    min_tokens=None if self._in_flight else floor,
+                )
+                break
+            except BudgetExceeded as exc:
+                if floor is None or not self._in_flight or exc.limit not in _ROOM_CAPS:
+                    raise
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+        self._in_flight += 1
+        if reservation.max_tokens < wanted:
+            sampling = msgspec.structs.replace(request.sampling, max_tokens=reservation.max_tokens)
+            request = msgspec.structs.replace(request, sampling=sampling)
+        return reservation, request
+
+    def _ended(self) -> None:
+        """A call through this wrapper ended (its reservation is settled):
+        wake the calls waiting for room."""
+        self._in_flight -= 1
+        room, self._room = self._room, None
+        if room is not None:
+            room.set()
 
     def _charge(self, reservation: Reservation, reply: ModelReply) -> None:
         self._spent += reservation.charge(reply.usage)
@@ -147,9 +221,13 @@ class MeteredBackend:
         journal = self._ledger.journal
         if journal is not None:
             return await self._complete_journaled(request, journal)
-        async with self._reserve(request) as reservation:
-            reply = await self._backend.complete(request)
-            self._charge(reservation, reply)
+        reservation, request = await self._book(request)
+        try:
+            async with reservation:
+                reply = await self._backend.complete(request)
+                self._charge(reservation, reply)
+        finally:
+            self._ended()
         if self._after is not None:
             await self._after(request, reply)
         return reply
@@ -164,15 +242,19 @@ class MeteredBackend:
         replayed = journal.replay(key)
         if replayed is not None:
             return replayed
-        async with self._reserve(request) as reservation:
-            handle = await journal.reserved(reservation, key)
-            try:
-                reply = await self._backend.complete(request)
-            except Exception:
-                reservation.release()
-                await journal.settled(handle, None)
-                raise
-            self._charge(reservation, reply)
+        reservation, request = await self._book(request)
+        try:
+            async with reservation:
+                handle = await journal.reserved(reservation, key)
+                try:
+                    reply = await self._backend.complete(request)
+                except Exception:
+                    reservation.release()
+                    await journal.settled(handle, None)
+                    raise
+                self._charge(reservation, reply)
+        finally:
+            self._ended()
         await journal.settled(handle, reply.usage, reply)
         if self._after is not None:
             await self._after(request, reply)
@@ -185,7 +267,7 @@ class MeteredBackend:
         or a cancellation) charges what the call consumed: its prompt and
         the tokens received (``Reservation.charge_consumed``); so does a
         failure after tokens came, and one before releases it."""
-        reservation = self._reserve(request)
+        reservation, request = await self._book(request)
         reservation.streamed = counted = 0
         journal = self._ledger.journal
         handle = ""
@@ -194,6 +276,7 @@ class MeteredBackend:
                 handle = await journal.reserved(reservation, request.request_id)
             except BaseException:
                 reservation.release()
+                self._ended()
                 raise
         deltas = self._backend.stream(request)
         usage: Usage | None = None
@@ -217,6 +300,7 @@ class MeteredBackend:
             raise
         finally:
             reservation.release()  # a no-op once charged
+            self._ended()
             aclose = getattr(deltas, "aclose", None)
             if aclose is not None:
                 await aclose()

@@ -24,11 +24,11 @@ from agentrt.aggregators import (
     build_aggregator,
     parse_config,
 )
-from agentrt.protocols import Budget, ModelRequest, TrajectorySummary, UserMessage
+from agentrt.protocols import Budget, ModelRequest, TrajectorySummary, Usage, UserMessage
 from agentrt.runtime.budget._ledger import BudgetLedger
-from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError
 from agentrt.runtime.models._metered import MeteredBackend
-from agentrt.testing import ScriptedBackend
+from agentrt.testing import ScriptedBackend, ScriptedReply
 
 pytestmark = pytest.mark.anyio
 
@@ -66,6 +66,33 @@ async def test_a_metered_rtv_stops_at_a_token_cap_with_the_best_answer_so_far() 
     assert 0 < ledger.spent.model_calls < 7 * 8  # the whole bracket needs 56 calls
     assert result.answer is not None
     assert result.rationale.startswith("stopped at the budget cap (max_tokens)")
+
+
+def cut_at_max_tokens(request: ModelRequest) -> ScriptedReply:
+    """A judge that uses all the room it is given and is cut off every time."""
+    used = Usage(prompt_tokens=40, completion_tokens=request.sampling.max_tokens)
+    return ScriptedReply(content="Let me compare", finish_reason="length", usage=used)
+
+
+async def test_a_cut_judge_reply_is_asked_again_only_within_the_cap() -> None:
+    # Each retry of a cut reply asks for twice the room; on a context with
+    # a floor it runs with max_tokens lowered to what is left, and is
+    # refused once not even the floor fits: the cap is never crossed.
+    backend = ScriptedBackend(cut_at_max_tokens)
+    cap = 2_000
+    ledger = BudgetLedger("run", Budget(max_tokens=cap))
+    context = AggregationContext.metered(backend, ledger, run_id="run", min_tokens=16)
+    judge = ModelJudge(max_tokens=256, retries=5, structured=False)
+    with pytest.raises(BudgetExceeded, match="max_tokens"):
+        await judge.compare("t", summaries(2), context)
+    asked = [r.sampling.max_tokens for r in backend.requests]
+    assert len(asked) == 3, asked
+    assert asked[:2] == [256, 512], asked  # twice the room while it fits
+    assert 16 <= asked[2] < 1024, asked  # then lowered to what is left, never below the floor
+    snap = ledger.snapshot()
+    assert snap.spent.usage.total_tokens <= cap
+    assert (snap.overruns, snap.in_flight, snap.reserved_tokens) == (0, 0, 0)
+    check_within(ledger, backend)
 
 
 async def test_a_metered_rtv_at_its_largest_v_stops_at_a_call_cap() -> None:

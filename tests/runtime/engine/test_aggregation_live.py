@@ -1,27 +1,33 @@
 """Issue 28, item 3: the cost of an aggregation is live (a ``ModelCalled``
 and a ``BudgetUpdated`` after each judge call, not one jump at the end),
-and an aggregation the cap stopped keeps its bracket so far."""
+and an aggregation the cap stopped keeps its bracket so far; item 1: the
+judges spend a token cap instead of being refused at their worst case."""
 
 from __future__ import annotations
+
+import re
 
 import anyio
 import pytest
 
 from agentrt import Runtime
 from agentrt.agents import AgentConfig
+from agentrt.aggregators._aggregator import AGGREGATION_MIN_TOKENS
 from agentrt.models import OpenAIBackend, OpenAIBackendConfig
 from agentrt.protocols import (
     Budget,
     BudgetUpdated,
     Event,
     ModelCalled,
+    ModelRequest,
     RolloutFinished,
     RunFinished,
     ScalingSpec,
     StepRecorded,
     VoteCast,
 )
-from agentrt.testing import SimServer, SimServerConfig
+from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
 from agentrt.tools import Calculator
 
 pytestmark = pytest.mark.anyio
@@ -91,3 +97,50 @@ async def test_an_rtv_stopped_by_its_cap_keeps_its_bracket_and_its_cost_is_live(
     assert len(set(calls_seen)) >= len(judged), where
     assert isinstance(log.events[-1], RunFinished)
     assert log.events[-1].stopped == result.stopped
+
+
+_ROLLOUT = re.compile(r"-r(\d+)-\d+$")
+
+
+def _rollouts_then_judges(request: ModelRequest) -> ScriptedReply:
+    """Rollouts answer 42 or 41 by index; a judge names attempt 1 in a short
+    reply (far below the 1,024 tokens a judge call reserves)."""
+    found = _ROLLOUT.search(request.request_id or "")
+    if found:
+        return ScriptedReply(content=f"ANSWER: {41 + int(found.group(1)) % 2}")
+    return ScriptedReply(content="Attempt 1 shows its work. VERDICT: 1", delay_s=0.001)
+
+
+async def test_an_rtv_under_a_token_cap_spends_it_instead_of_stopping_early() -> None:
+    # Issue 28: concurrent judges each reserved their worst case (1,024
+    # completion tokens and the prompt) and the ones that did not fit were
+    # refused, so RTV "stopped at the budget cap" with most of it left.  Now
+    # a judge call that does not fit waits for the calls in flight to give
+    # back what they did not use, or runs with max_tokens lowered.
+    cap = 12_000
+    backend = ScriptedBackend(_rollouts_then_judges)
+    config = RuntimeConfig.model_validate({"early_stop": False})
+    async with Runtime(config, backends=[backend]) as rt:
+        options = {"g": 2, "v": 8, "skip_agreeing": False}
+        with anyio.fail_after(60):
+            result = await rt.run(
+                "What is 6 x 7?",
+                scaling=ScalingSpec(rollouts=8, aggregate="rtv", options=options),
+                budget=Budget(max_tokens=cap),
+            )
+    spent = result.cost.usage.total_tokens
+    judges = [r for r in backend.requests if not _ROLLOUT.search(r.request_id or "")]
+    where = f"{result.rationale}; spent {spent} of {cap} in {len(judges)} judge calls"
+    assert spent <= cap, where  # no cap crossed
+    assert len(backend.requests) == result.cost.model_calls, where  # every call charged
+    # 56 judge calls (7 comparisons x 8 votes) would need more than the cap:
+    # the cap, not an early refusal, ends the bracket.
+    assert spent >= 0.8 * cap, where
+    assert "stopped at the budget cap (max_tokens)" in result.rationale, where
+    # The trace of the comparisons made is kept: level 1's four, and more.
+    assert len(result.aggregation_trace) > 4, where
+    # The last calls ran with max_tokens lowered to what was left, never
+    # below a short verdict's room.
+    lowered = [r.sampling.max_tokens for r in judges if r.sampling.max_tokens < 1024]
+    assert lowered, where
+    assert min(lowered) >= AGGREGATION_MIN_TOKENS, where

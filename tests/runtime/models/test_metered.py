@@ -20,7 +20,12 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
-from agentrt.runtime.kernel._errors import BackendUnavailable, BudgetExceeded, UnknownModelError
+from agentrt.runtime.kernel._errors import (
+    BackendUnavailable,
+    BudgetExceeded,
+    InvalidRequestError,
+    UnknownModelError,
+)
 from agentrt.runtime.models._metered import MeteredBackend
 from agentrt.runtime.models._prompt_estimate import CharEstimator, estimate_request_tokens
 from agentrt.testing import ScriptedBackend, ScriptedReply
@@ -89,6 +94,42 @@ async def test_a_call_past_a_cap_never_reaches_the_backend() -> None:
     with pytest.raises(BudgetExceeded, match="max_model_calls"):
         await metered.complete(req)
     assert len(backend.requests) == 2 == calls.spent.model_calls
+
+
+async def test_with_min_tokens_calls_wait_for_room_then_run_lowered_and_cross_no_cap() -> None:
+    # Six concurrent calls under a cap that holds two worst cases: without
+    # min_tokens four are refused at once; with it they wait for the calls
+    # in flight to give back what they did not use, the last ones run with
+    # max_tokens lowered to what is left, and only a call that cannot get
+    # min_tokens is refused (with nothing in flight).
+    used = Usage(prompt_tokens=20, completion_tokens=3)
+    backend = ScriptedBackend(
+        [ScriptedReply(content="4", usage=used, delay_s=0.001)], on_exhausted="repeat_last"
+    )
+    req = request(max_tokens=50)
+    cap = 2 * worst_case(req) + 10
+    ledger = BudgetLedger("run", Budget(max_tokens=cap))
+    metered = MeteredBackend(backend, ledger, min_tokens=8)
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(metered.complete, req)
+    assert len(backend.requests) == 6
+    asked = [r.sampling.max_tokens for r in backend.requests]
+    assert asked[:2] == [50, 50]  # the worst case while it fits
+    with pytest.raises(BudgetExceeded, match="max_tokens"):  # noqa: PT012 - calls until refused
+        for _ in range(100):
+            await metered.complete(req)
+    asked = [r.sampling.max_tokens for r in backend.requests]
+    assert any(8 <= m < 50 for m in asked), asked  # lowered, never below the floor
+    assert min(asked) >= 8, asked
+    snap = ledger.snapshot()
+    assert snap.spent.usage.total_tokens == len(asked) * used.total_tokens <= cap
+    assert (snap.in_flight, snap.reserved_tokens, snap.overruns) == (0, 0, 0)
+    # Refused only when not even min_tokens fit.
+    assert snap.left_tokens is not None
+    assert snap.left_tokens < worst_case(req) - 50 + 8
+    with pytest.raises(InvalidRequestError, match="min_tokens"):
+        MeteredBackend(backend, ledger, min_tokens=0)
 
 
 async def test_a_failed_call_is_released_and_a_cancelled_one_charged_as_reserved() -> None:
