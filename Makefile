@@ -45,7 +45,7 @@ run: $(VENV)/.local-installed
 # that starts a process (servers, subprocesses, sandboxes, clusters) or is
 # marked slow: the loop to run on every change.
 test: $(VENV)/.dev-installed
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=30
 
 test-fast: $(VENV)/.dev-installed
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not process and not slow"
