@@ -49,6 +49,7 @@ from agentrt.runtime.evaluation._swebench import (
 from agentrt.runtime.evaluation._trajectory_data import Pool
 from agentrt.runtime.kernel._errors import ConfigError
 
+pytestmark = pytest.mark.process  # git and pytest subprocesses
 ROOT = Path(__file__).resolve().parents[3]
 #: The datasets' columns (SWE-bench, Verified, Lite), in their order.
 OFFICIAL_COLUMNS = (
@@ -168,7 +169,6 @@ def _run_eval_script(
 
 
 @pytest.mark.slow
-@pytest.mark.process
 @pytest.mark.timeout(600)  # 20 clones and test runs: about 2 minutes on 2 loaded cores
 def test_harness_instances_and_predictions_load_in_swebench_and_grade_there(
     task_set: Path, tmp_path: Path
