@@ -67,13 +67,6 @@ OFFICIAL_COLUMNS = (
     "environment_setup_commit",
 )
 
-#: Tasks whose FAIL_TO_PASS/PASS_TO_PASS name a parametrized test function or
-#: a test class, not each case pytest reports: agentrt's verifier grades
-#: every case under such an id, the harness looks the id up as it is.
-INEXACT = frozenset(
-    {"inflection-ordinal-teens", "inflection-dasherize-all", "more-itertools-last-iterator"}
-)
-
 
 @pytest.fixture(scope="module")
 def task_set() -> Path:
@@ -180,9 +173,8 @@ def test_harness_instances_and_predictions_load_in_swebench_and_grade_there(
     and match the dataset in ``get_dataset_from_preds``; the eval script,
     run where the harness would run it, is graded by swebench's own
     ``get_eval_report``: every gold patch resolves its instance and no
-    patch resolves none, except where the task set names a whole
-    parametrized test or test class (``INEXACT``): the harness matches node
-    ids exactly, so there the gold patch is not resolved either."""
+    patch resolves none (the task set's ids are the node ids pytest reports,
+    as the harness matches them)."""
     from swebench.harness.grading import get_eval_report  # type: ignore[import-untyped]
     from swebench.harness.run_evaluation import (  # type: ignore[import-untyped]
         get_dataset_from_preds,
@@ -234,11 +226,11 @@ def test_harness_instances_and_predictions_load_in_swebench_and_grade_there(
             graded = get_eval_report(
                 spec, {**prediction, "model_patch": patch}, str(log), include_tests_status=True
             )[row["instance_id"]]
-            expected = resolved and row["instance_id"] not in INEXACT
-            assert graded["resolved"] is expected, (row["instance_id"], log.read_text()[-2000:])
-            if row["instance_id"] not in INEXACT:
-                passing = graded["tests_status"]["PASS_TO_PASS"]["success"]
-                assert passing == spec.PASS_TO_PASS  # regressions are graded too
+            assert graded["resolved"] is resolved, (row["instance_id"], log.read_text()[-2000:])
+            status = graded["tests_status"]
+            assert status["PASS_TO_PASS"]["success"] == spec.PASS_TO_PASS  # regressions graded
+            if not resolved:
+                assert status["FAIL_TO_PASS"]["failure"] == spec.FAIL_TO_PASS
 
 
 def test_an_instance_without_eval_script_or_test_command_names_itself(tmp_path: Path) -> None:
