@@ -39,8 +39,12 @@ NOT_RUN: dict[str, str] = {
     r"^SGLANG_USE_CPU_ENGINE=1 ": "the CPU SGLang server: tests/integration/conftest.py "
     "starts it once per session (sglang_server)",
     r"^python -m swebench\.": "SWE-bench's Docker harness",
-    r"^for r in |^git clone -q |^done$": "clones every SWE-bench Verified repository (network)",
-    r"^agentrt eval swe-bench-verified\.jsonl": "SWE-bench Verified on a GPU box",
+    r"^hf download SWE-bench/": "downloads SWE-bench Verified's Parquet file (network)",
+    r"^TASKS=\$\(ls verified/|^python -c \"import pyarrow\.parquet|^while read -r r; do git": (
+        "clones every SWE-bench Verified repository (network)"
+    ),
+    r"^agentrt eval \"\$TASKS\" --swe": "SWE-bench Verified on a GPU box; "
+    "tests/runtime/evaluation/test_coding_tasks.py runs the same options on the task set",
     r"^\.venv/bin/python examples/swe_tasks/setup_tasks\.py": "downloads PyPI sdists (network); "
     "tests/runtime/evaluation/test_coding_tasks.py covers the task set",
     r"^head -n 1 /tmp/agentrt-swe-tasks": "needs the downloaded SWE task set above",

@@ -3,8 +3,9 @@
 Fetches pinned sdists of small pure-Python projects from PyPI (checked
 against their sha256, cached), makes each a git repository ("upstream"),
 then for each task commits a known bug on top of it: that commit is the
-task's base_commit, the reverse diff its gold ``patch``, and the project's
-own tests that the bug breaks its FAIL_TO_PASS.  Writes
+task's base_commit, the reverse diff its gold ``patch``, and the cases of
+the project's own tests that the bug breaks its FAIL_TO_PASS (each node id
+as pytest reports it, as the official harness matches them).  Writes
 ``CACHE/instances.jsonl`` (SWE-bench format plus agentrt's
 ``test_command`` and ``environment``), the clones under
 ``CACHE/repos/pypi__<project>``, pytest under ``CACHE/pytest`` and each
@@ -26,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +53,10 @@ class Bug:
     old: str
     new: str
     tests: tuple[str, ...]
-    """FAIL_TO_PASS: the project's tests the bug breaks."""
+    """The project's tests the bug breaks (FAIL_TO_PASS: their failing cases)."""
     problem: str
     keep: tuple[str, ...]
-    """PASS_TO_PASS: tests near the bug that pass with and without it."""
+    """Tests near the bug that pass with and without it (PASS_TO_PASS: their cases)."""
     test_edit: tuple[str, str, str] | None = None
     """``(file, old, new)``: the task's ``test_patch`` (tests the fix needs)."""
 
@@ -342,6 +344,76 @@ def add_bug(bug: Bug, repo: Path, upstream: str) -> tuple[str, str, str]:
     return base, fix, test_patch
 
 
+def _case_results(
+    repo: Path, project: Project, *, commit: str, patch: str, ids: list[str], pytest_dir: Path
+) -> dict[str, str]:
+    """Each test case pytest reports (``-rA``) for ``ids`` at ``commit``
+    with ``patch`` applied: its node id and ``PASSED``/``FAILED``/``ERROR``."""
+    with tempfile.TemporaryDirectory() as checkout:
+        git("clone", "-q", str(repo), checkout, cwd=repo)
+        git("checkout", "-q", commit, cwd=Path(checkout))
+        if patch:
+            subprocess.run(  # noqa: S603 (fixed argv)
+                ["git", "-C", checkout, "apply", "-"],  # noqa: S607
+                input=patch,
+                text=True,
+                check=True,
+            )
+        done = subprocess.run(  # noqa: S603 (fixed argv)
+            ["/usr/bin/python3", "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *ids],
+            cwd=checkout,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "PYTHONPATH": f"{Path(checkout, project.source)}:{pytest_dir}",
+            },
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    results: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        status, _, rest = line.partition(" ")
+        if status in ("PASSED", "FAILED", "ERROR") and rest:
+            results[rest.split(" - ")[0].strip()] = status
+    return results
+
+
+def exact_ids(
+    bug: Bug, project: Project, repo: Path, *, base: str, fix: str, test_patch: str, cache: Path
+) -> tuple[list[str], list[str]]:
+    """FAIL_TO_PASS and PASS_TO_PASS as the node ids pytest reports (the
+    official harness looks ids up verbatim): the cases under ``bug.tests``
+    that fail at the base and pass with the fix, and the cases under either
+    list that pass with and without it.  Run once per base commit (cached
+    under ``CACHE/ids``); ``SystemExit`` when a named test has no such case."""
+    stored = cache / "ids" / f"{bug.id}-{base}.json"
+    if stored.is_file():
+        f2p, p2p = json.loads(stored.read_text())
+        return list(f2p), list(p2p)
+    named = [*bug.tests, *bug.keep]
+    pytest_dir = cache / "pytest"
+    before = _case_results(
+        repo, project, commit=base, patch=test_patch, ids=named, pytest_dir=pytest_dir
+    )
+    after = _case_results(
+        repo, project, commit=base, patch=test_patch + fix, ids=named, pytest_dir=pytest_dir
+    )
+
+    def cases(test: str) -> list[str]:
+        found = [n for n in after if n == test or n.startswith((f"{test}::", f"{test}["))]
+        if not found or any(" " in n for n in found):
+            raise SystemExit(f"{bug.id}: {test}: no case, or a case id with a space: {found}")
+        return found
+
+    f2p = [n for t in bug.tests for n in cases(t) if before.get(n) != "PASSED"]
+    p2p = [n for t in named for n in cases(t) if before.get(n) == "PASSED"]
+    if not f2p or any(after[n] != "PASSED" for n in (*f2p, *p2p)):
+        raise SystemExit(f"{bug.id}: the fix does not make FAIL_TO_PASS pass: {after}")
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    stored.write_text(json.dumps([f2p, sorted(set(p2p), key=p2p.index)]))
+    return f2p, sorted(set(p2p), key=p2p.index)
+
+
 def install_pytest(cache: Path) -> Path:
     target = cache / "pytest"
     if not (target / "pytest").is_dir():
@@ -386,14 +458,17 @@ def build(cache: Path) -> Path:
         project = PROJECTS[bug.project]
         repo, upstream = make_repo(project, cache)
         base, fix, test_patch = add_bug(bug, repo, upstream)
+        fail_to_pass, pass_to_pass = exact_ids(
+            bug, project, repo, base=base, fix=fix, test_patch=test_patch, cache=cache
+        )
         lines.append(
             {
                 "instance_id": bug.id,
                 "repo": f"pypi/{project.name}",
                 "base_commit": base,
                 "problem_statement": bug.problem,
-                "FAIL_TO_PASS": json.dumps(list(bug.tests)),
-                "PASS_TO_PASS": json.dumps(list(bug.keep)),
+                "FAIL_TO_PASS": json.dumps(fail_to_pass),
+                "PASS_TO_PASS": json.dumps(pass_to_pass),
                 "patch": fix,
                 "test_patch": test_patch,
                 "version": project.version,

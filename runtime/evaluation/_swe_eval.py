@@ -290,7 +290,9 @@ def add_swe_arguments(parser: argparse.ArgumentParser) -> None:
         "instance's repository at base_commit, its diff is its answer, and the task's tests "
         "decide whether it is right",
     )
-    group.add_argument("--swe", action="store_true", help="TASKS.jsonl is SWE-bench instances")
+    group.add_argument(
+        "--swe", action="store_true", help="TASKS is SWE-bench instances (JSONL or .parquet)"
+    )
     group.add_argument(
         "--repos", type=Path, metavar="DIR", help="local clones, DIR/owner__name (or DIR/name)"
     )
@@ -303,6 +305,19 @@ def add_swe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--model-name", default="agentrt", help="model_name_or_path of the predictions"
+    )
+    group.add_argument(
+        "--harness-instances",
+        type=Path,
+        metavar="OUT.jsonl",
+        help="write the instances as the swebench harness's --dataset_name reads them (with "
+        "image, eval_script, log_parser, eval_type; made from the test command when missing)",
+    )
+    group.add_argument(
+        "--traj-dir",
+        type=Path,
+        metavar="DIR",
+        help="write each rollout as mini-SWE-agent's DIR/<instance_id>/<rollout>.traj.json",
     )
     group.add_argument(
         "--test-command",
@@ -386,6 +401,8 @@ def check_swe_arguments(args: argparse.Namespace) -> None:
             for flag, value in (
                 ("--repos", args.repos),
                 ("--predictions", args.predictions),
+                ("--harness-instances", args.harness_instances),
+                ("--traj-dir", args.traj_dir),
                 ("--test-command", args.test_command),
                 ("--test-path", args.test_path),
                 ("--run-aggregate", args.run_aggregate),
@@ -396,7 +413,9 @@ def check_swe_arguments(args: argparse.Namespace) -> None:
             raise ConfigError(f"{', '.join(given)} need --swe", where="eval")
         return
     if args.tasks is None:
-        raise ConfigError("--swe needs a TASKS.jsonl of SWE-bench instances", where="eval")
+        raise ConfigError(
+            "--swe needs a TASKS.jsonl (or .parquet) of SWE-bench instances", where="eval"
+        )
     if args.repos is None:
         raise ConfigError("--swe needs --repos DIR (the local clones)", where="eval")
     if not args.repos.is_dir():
@@ -425,7 +444,11 @@ async def swe_eval_command(
     import sys
 
     from agentrt.runtime.evaluation import _eval as evaluation  # it imports this module lazily
-    from agentrt.runtime.evaluation._swebench import load_instances, write_predictions
+    from agentrt.runtime.evaluation._swebench import (
+        load_instances,
+        write_harness_instances,
+        write_predictions,
+    )
 
     items = load_instances(
         args.tasks,
@@ -433,6 +456,10 @@ async def swe_eval_command(
         test_command=args.test_command,
         test_settings=test_settings(args),
     )
+    if args.harness_instances is not None:  # before the run: a missing eval script stops it
+        write_harness_instances(
+            args.harness_instances, [i for i, _ in items], test_command=args.test_command
+        )
     async with open_runner(args) as runner:
         coding = cast(CodingRunner, runner)
         in_run = run_aggregator(args.run_aggregate) if args.run_aggregate else None
@@ -450,6 +477,10 @@ async def swe_eval_command(
             from agentrt.runtime.evaluation._trajectory_data import write_pools
 
             write_pools(args.export, pools)
+        if args.traj_dir is not None:
+            from agentrt.runtime.evaluation._swe_trajectories import write_traj_files
+
+            write_traj_files(args.traj_dir, pools)
         report = await evaluation.evaluate_arguments(
             args, runner, pools, aggregates, verifier=tests_verifier(pools), pool_model_calls=calls
         )

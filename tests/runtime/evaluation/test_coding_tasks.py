@@ -400,11 +400,20 @@ async def test_task_set_gold_patches_pass_and_an_independent_grading_agrees(
             *("--predictions", str(predictions), "--json", str(report_file)),
             *("--repo-cache", str(tmp_path / "cache"), "--model-name", "scripted-replay"),
             *("--export", str(tmp_path / "pool.jsonl")),
+            *("--harness-instances", str(tmp_path / "harness.jsonl")),
+            *("--traj-dir", str(tmp_path / "trajs")),
         ]
     )
     async with _runtime(backend) as rt:
         report = await eval_command(args, _opener(rt))
     whole = json.loads(report_file.read_text())
+    trajs = sorted((tmp_path / "trajs").rglob("*.traj.json"))
+    assert len(trajs) == 20
+    for path in trajs:
+        traj = json.loads(path.read_text())
+        assert traj["trajectory_format"] == "mini-swe-agent-1.1"
+        assert traj["instance_id"] == path.parent.name
+        assert any(m.get("extra", {}).get("actions") for m in traj["messages"])
     outcomes = {t["instance_id"]: t for t in whole["tasks"]}
     for instance in instances:
         o = outcomes[instance["instance_id"]]
@@ -469,6 +478,15 @@ async def test_task_set_gold_patches_pass_and_an_independent_grading_agrees(
         exclude_completed=False,
     )
     assert len(dataset) == len(instances)
+    from swebench.harness.utils import (
+        load_swebench_dataset,
+        make_test_spec,
+    )
+
+    harness = load_swebench_dataset(str(tmp_path / "harness.jsonl"), "test")
+    specs = {i["instance_id"]: make_test_spec(i) for i in harness}
+    assert set(specs) == set(by_id)
+    assert all(json.loads(by_id[k]["FAIL_TO_PASS"]) == s.FAIL_TO_PASS for k, s in specs.items())
     for p in loaded:
         assert p["model_patch"].strip() == by_id[p["instance_id"]]["patch"].strip()
 
@@ -845,6 +863,7 @@ def test_coding_options_are_checked_before_any_run(tmp_path: Path) -> None:
     parser = build_parser()
     for argv, message in (
         (["t.jsonl", "--repos", str(tmp_path)], "need --swe"),
+        (["t.jsonl", "--harness-instances", "h.jsonl", "--traj-dir", "d"], "need --swe"),
         (["t.jsonl", "--swe"], "--swe needs --repos"),
         (["t.jsonl", "--swe", "--repos", str(tmp_path / "none")], "is not a directory"),
     ):
