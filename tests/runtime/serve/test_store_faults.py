@@ -27,6 +27,8 @@ import pytest
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve.store._run_store import RunStore
 
+pytestmark = pytest.mark.process  # the full-disk test runs a daemon in a namespace
+
 TMPFS_KIB = 1024
 
 
@@ -75,7 +77,6 @@ def _child_of(pid: int) -> int:
     return int(children[0])
 
 
-@pytest.mark.process
 @pytest.mark.slow
 @pytest.mark.skipif(not _unshare_works(), reason="needs unprivileged user namespaces")
 def test_a_full_disk_answers_507_and_loses_no_acknowledged_run(
