@@ -169,16 +169,16 @@ class Guard:
                 for needed in path_scope(scope.get("method", "GET"), scope["path"]):
                     caller.require(needed)
                 self.keys.admit(caller)
-            except ApiProblem as problem:
-                if problem.status == 429:
+            except ApiProblem as refusal:
+                if refusal.status == 429:
                     self.hit("server.keys.rate_per_minute")
                 await self._refuse(
                     send,
-                    problem.status,
-                    problem.error,
-                    problem.message,
-                    problem.where or "",
-                    retry_after=problem.retry_after,
+                    refusal.status,
+                    refusal.error,
+                    refusal.message,
+                    refusal.where or "",
+                    retry_after=refusal.retry_after,
                 )
                 return
             scope[CALLER] = caller

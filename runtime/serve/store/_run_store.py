@@ -670,13 +670,10 @@ class RunStore:
     async def list_threads(self, *, limit: int, owner: Owner = ANY_OWNER) -> list[ThreadInfo]:
         """The newest ``limit`` threads (of ``owner`` only, when given),
         without their runs."""
-        if owner is ANY_OWNER:
-            sql, params = "SELECT thread_id, created_at, metadata, owner FROM threads", ()
-        else:
-            sql, params = (
-                "SELECT thread_id, created_at, metadata, owner FROM threads WHERE owner IS ?",
-                (owner,),
-            )
+        sql = "SELECT thread_id, created_at, metadata, owner FROM threads"
+        params: tuple[str | None, ...] = ()
+        if owner is not ANY_OWNER:
+            sql, params = f"{sql} WHERE owner IS ?", (owner,)
         rows = await self._read(f"{sql} ORDER BY n DESC LIMIT ?", (*params, limit))
         return [_thread_of(r, []) for r in rows]
 

@@ -19,6 +19,8 @@ from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve._api_problem import ApiProblem
 from agentrt.runtime.serve._keys import Caller, KeyRing, digest, new_key
 
+pytestmark = pytest.mark.process
+
 TOKEN = "shared-token-0123456789"
 ALICE, BOB, AUDITOR, TIGHT, ONE = (new_key()[0] for _ in range(5))
 
@@ -186,7 +188,6 @@ def test_unknown_scope_and_pasted_key_are_errors_naming_where(tmp_path: Path) ->
         )
 
 
-@pytest.mark.process
 @pytest.mark.slow
 def test_key_command_and_keys_stay_out_of_logs(tmp_path: Path, daemon_kit: Any) -> None:
     made = subprocess.run(
