@@ -4,6 +4,7 @@ of logs and configuration errors."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +14,13 @@ import httpx
 import pytest
 
 from agentrt.client import AsyncClient, NotFound
+from agentrt.protocols import RunRequest
 from agentrt.runtime.config._config_file import config_from_mapping, load_config
 from agentrt.runtime.config._daemon_config import ServerConfig
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve._api_problem import ApiProblem
 from agentrt.runtime.serve._keys import Caller, KeyRing, digest, new_key
+from agentrt.runtime.serve.store._run_store import RunStore
 
 pytestmark = pytest.mark.process
 
@@ -221,3 +224,31 @@ def test_key_command_and_keys_stay_out_of_logs(tmp_path: Path, daemon_kit: Any) 
     text = log.read_text()
     assert "run_submitted" in text  # the log was written
     assert key not in text
+
+
+@pytest.mark.anyio
+async def test_a_store_file_from_before_keys_gives_its_runs_to_the_shared_token(
+    tmp_path: Path,
+) -> None:
+    """An older store has no ``owner`` columns: opening it adds them, and its
+    runs and threads are the shared token's (``owner`` ``None``)."""
+    db = tmp_path / "old.db"
+    async with RunStore(db) as store:
+        await store.create_run("run-1", RunRequest(task="t"))
+        await store.create_thread("thread-1", {})
+    with sqlite3.connect(db) as conn:
+        conn.execute("ALTER TABLE runs DROP COLUMN owner")
+        conn.execute("ALTER TABLE threads DROP COLUMN owner")
+    async with RunStore(db) as store:
+        info = await store.run_info("run-1")
+        assert info is not None
+        assert info.owner is None
+        await store.create_run("run-2", RunRequest(task="t"), owner="alice")
+        mine = await store.list_runs(status=None, limit=10, cursor=None, owner="alice")
+        assert [r.run_id for r in mine.runs] == ["run-2"]
+        shared = await store.list_runs(status=None, limit=10, cursor=None, owner=None)
+        assert [r.run_id for r in shared.runs] == ["run-1"]
+        every = await store.list_runs(status=None, limit=10, cursor=None)
+        assert [r.run_id for r in every.runs] == ["run-2", "run-1"]
+        assert [t.thread_id for t in await store.list_threads(limit=10, owner=None)] == ["thread-1"]
+        assert await store.list_threads(limit=10, owner="alice") == []
