@@ -109,6 +109,11 @@ async def test_a_key_cannot_read_follow_or_cancel_another_keys_run(
         # Admin-only paths.
         assert (await c.get("/v1/mcp/authorizations", headers=_as(ALICE))).status_code == 403
         assert (await c.get("/v1/mcp/authorizations", headers=_as(TOKEN))).status_code == 200
+        assert (await c.get("/v1/models", headers=_as(ALICE))).status_code == 200
+        # Stored responses are not kept per key: they need runs:read_all.
+        responses = await c.post("/v1/responses", json={}, headers=_as(ALICE))
+        assert responses.status_code == 403
+        assert "runs:read_all" in responses.json()["message"]
         # The owner cancels its own run.
         cancelled = await c.post(f"/v1/runs/{run_id}/cancel", headers=_as(ALICE))
         assert cancelled.status_code == 200
