@@ -44,6 +44,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     resumed: int = 0
     """How many times the daemon resumed this run after a restart."""
     metadata: dict[str, str] = {}
+    owner: str | None = None
+    """The name of the API key that created the run (``None``: the shared
+    token, or a daemon without keys)."""
 
 
 class RolloutInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,6 +96,8 @@ class ThreadInfo(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float
     metadata: dict[str, str] = {}
     runs: list[RunInfo] = []
+    owner: str | None = None
+    """The name of the API key that created the thread (``None``: the shared token)."""
 
 
 class ThreadPage(msgspec.Struct, frozen=True, kw_only=True):

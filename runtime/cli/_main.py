@@ -323,6 +323,29 @@ def _build_parser() -> _Parser:
     )
     run.set_defaults(handler=_run_command)
 
+    key = commands.add_parser(
+        "key",
+        help="make an API key for the daemon: prints the key (once) and the "
+        "[server.keys.NAME] table to add to agentrt.toml, which holds only its SHA-256",
+    )
+    key.add_argument("name", metavar="NAME", help="the key's name (its runs are owned by it)")
+    key.add_argument(
+        "--scope",
+        dest="scopes",
+        action="append",
+        help="what the key may do: runs:create, runs:read, runs:read_all or admin "
+        "(repeat; default: runs:create and runs:read)",
+    )
+    key.add_argument(
+        "--rate-per-minute", type=_positive_int, help="requests per minute (default: unlimited)"
+    )
+    key.add_argument(
+        "--max-active-runs",
+        type=_positive_int,
+        help="the key's unfinished runs at once (default: the daemon's limits only)",
+    )
+    key.set_defaults(handler=_key_command)
+
     # Listed for --help; main() hands its arguments to the server's own parser.
     commands.add_parser(
         "sim-server",
@@ -357,6 +380,36 @@ def _build_parser() -> _Parser:
         add_help=False,
     )
     return parser
+
+
+def _key_command(args: argparse.Namespace, out: Output) -> int:
+    from pydantic import ValidationError
+
+    from agentrt.runtime.config._config_file import ApiKeyConfig, ServerConfig
+    from agentrt.runtime.serve._keys import new_key
+
+    key, sha256 = new_key()
+    scopes = list(dict.fromkeys(args.scopes or ["runs:create", "runs:read"]))
+    table = {"sha256": sha256, "scopes": scopes}
+    if args.rate_per_minute is not None:
+        table["rate_per_minute"] = args.rate_per_minute
+    if args.max_active_runs is not None:
+        table["max_active_runs"] = args.max_active_runs
+    try:  # checked as the daemon will read it: a bad scope fails here, not at ``serve``
+        ServerConfig(keys={args.name: ApiKeyConfig.model_validate(table)})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        out.problem(f"{first['msg'].removeprefix('Value error, ')} (at {where})")
+        return 2
+    # The key on stderr, the table on stdout: ``agentrt key ci >> agentrt.toml``
+    # puts the table in the file and the key on the terminal only.
+    out.problem(f"the key (shown once; the daemon keeps only its SHA-256): {key}")
+    out.line()
+    out.line(f"[server.keys.{args.name}]")
+    for name, value in table.items():
+        out.line(f"{name} = {json.dumps(value)}")
+    return 0
 
 
 def _run_command(args: argparse.Namespace, out: Output) -> int:

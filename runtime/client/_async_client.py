@@ -97,7 +97,8 @@ class AsyncClient:
     """The daemon's REST + SSE API (``agentrt serve``), async.
 
     ``base_url``: the daemon (``http://127.0.0.1:8765``); ``token``: its
-    bearer token (``server.token``), if it has one; ``timeout_s``: each
+    bearer token (``server.token``) or an API key (``server.keys``), if it
+    asks for one; ``timeout_s``: each
     request's deadline; ``transport``: an httpx transport (tests, proxies).
 
     An async context manager, opened once: ``async with AsyncClient(url) as

@@ -40,7 +40,9 @@ from agentrt.tools.hosting._transports import is_loopback
 __all__ = [
     "DEFAULT_PORT",
     "LOOPBACK_HOSTS",
+    "SCOPES",
     "AgentrtConfig",
+    "ApiKeyConfig",
     "PlacementConfig",
     "ServerConfig",
     "StoreConfig",
@@ -152,6 +154,57 @@ class WebhookConfig(BaseModel):
         return self
 
 
+Scope = Literal["runs:create", "runs:read", "runs:read_all", "admin"]
+"""What an API key may do (docs/daemon.md, "Clients and keys")."""
+SCOPES: Final[tuple[str, ...]] = typing.get_args(Scope)
+_SHA256: Final = re.compile(r"[0-9a-f]{64}")
+_KEY_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+class ApiKeyConfig(BaseModel):
+    """``[server.keys.NAME]``: one client's API key (made by ``agentrt key
+    NAME``, which prints the key once and this table).  The daemon holds the
+    key's SHA-256 only; a request carrying the key as its bearer token acts
+    as ``NAME``, under these scopes and limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    sha256: str = Field(repr=False)
+    """The key's SHA-256, 64 lowercase hex digits (never the key itself)."""
+    scopes: list[Scope] = Field(min_length=1)
+    """What the key may do: ``runs:create`` (create runs and threads, cancel
+    and answer its own runs, the OpenAI-compatible endpoints), ``runs:read``
+    (read and follow its own runs and threads), ``runs:read_all`` (read every
+    run and thread), ``admin`` (everything)."""
+    rate_per_minute: int | None = Field(default=None, ge=1)
+    """Requests the key may make per minute (a burst of as many, refilled
+    evenly); past it, 429 with ``Retry-After``.  ``None``: unlimited."""
+    max_active_runs: int | None = Field(default=None, ge=1)
+    """The key's runs unfinished at once (pending or running); past it,
+    creating a run answers 429.  ``None``: only the daemon's own limits."""
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex_digest(cls, value: str) -> str:
+        if not _SHA256.fullmatch(value):
+            raise ValueError(
+                "expected the key's SHA-256 as 64 lowercase hex digits (agentrt key NAME "
+                "prints it), not the key itself"
+            )
+        return value
+
+    @field_validator("scopes", mode="before")
+    @classmethod
+    def _known_scopes(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for scope in value:
+                if scope not in SCOPES:
+                    raise ValueError(
+                        f"unknown scope {scope!r}: expected one of {', '.join(SCOPES)}"
+                    )
+        return value
+
+
 class ServerConfig(BaseModel):
     """``[server]``: where the daemon listens and who may talk to it."""
 
@@ -166,6 +219,9 @@ class ServerConfig(BaseModel):
     except ``/healthz`` and ``/readyz``; ``token_env`` reads it from the environment."""
     token_env: str | None = None
     """The environment variable holding the token (instead of ``token``)."""
+    keys: dict[str, ApiKeyConfig] = Field(default_factory=dict)
+    """Per-client API keys by name (``[server.keys.NAME]``), each with its
+    scopes and limits; they work beside ``token``, which acts as an admin key."""
     allowed_hosts: list[str] = Field(default_factory=list)
     """``Host`` header values accepted besides the loopback names (DNS-rebinding
     protection: any other gets 421), e.g. ``["agentrt.internal:8765"]``."""
@@ -212,12 +268,28 @@ class ServerConfig(BaseModel):
     def _exact_origins(cls, values: list[str]) -> list[str]:
         return [exact_origin(value) for value in values]
 
+    @field_validator("keys")
+    @classmethod
+    def _key_names(cls, keys: dict[str, ApiKeyConfig]) -> dict[str, ApiKeyConfig]:
+        digests: dict[str, str] = {}
+        for name, key in keys.items():
+            if not _KEY_NAME.fullmatch(name):
+                raise ValueError(
+                    f"key name {name!r}: 1-64 letters, digits, '_', '.' or '-', "
+                    "starting with a letter or digit"
+                )
+            if key.sha256 in digests:
+                raise ValueError(f"keys {digests[key.sha256]!r} and {name!r} have the same sha256")
+            digests[key.sha256] = name
+        return keys
+
     @model_validator(mode="after")
     def _token_off_loopback(self) -> ServerConfig:
-        if not is_loopback(self.host) and not (self.token or self.token_env):
+        if not is_loopback(self.host) and not (self.token or self.token_env or self.keys):
             raise ValueError(
                 f"binding the non-loopback address {self.host!r} requires a bearer "
-                "token: set server.token (16+ characters) or server.token_env"
+                "token or API keys: set server.token (16+ characters), server.token_env "
+                "or [server.keys.NAME]"
             )
         return self
 

@@ -8,9 +8,11 @@ other interfaces (OpenAI-compatible, MCP, metrics, the web page) handed in
 by ``daemon``.  Every request passes ``Guard`` first, before its body is
 read: a ``Host`` that is not the daemon's gets 421, an ``Origin`` other
 than the daemon's own address or a configured one 403 (DNS-rebinding
-protection, always on), and when a token is configured a request without
-``Authorization: Bearer <token>`` gets 401 (``?access_token=`` only on the
-event stream, which a browser's ``EventSource`` opens without headers); a
+protection, always on), and when a token or API keys are configured a
+request without ``Authorization: Bearer <token or key>`` gets 401
+(``?access_token=`` only on the event stream, which a browser's
+``EventSource`` opens without headers), one whose key lacks the path's
+scope 403, one past its key's rate 429 (``keys``); a
 ``Content-Length`` past ``server.max_request_bytes`` gets 413, and the body
 is read under its size and time limits (``governance.BodyGuard``).  Every
 error body is an ``ApiError`` saying what and where.
@@ -20,7 +22,6 @@ The roof: may import every layer.
 
 from __future__ import annotations
 
-import hmac
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -39,7 +40,9 @@ from agentrt.protocols._api import (
     ApiError,
     ElicitationAnswer,
     McpAuthorizationList,
+    RunInfo,
     ThreadCreate,
+    ThreadInfo,
     ThreadPage,
 )
 from agentrt.protocols._codec import whole_numbers
@@ -59,10 +62,11 @@ from agentrt.runtime.serve._governance import (
     too_deep,
     too_large,
 )
+from agentrt.runtime.serve._keys import CALLER, Caller, KeyRing, caller_of, path_scope
 from agentrt.runtime.serve._openapi import MAX_EVENT_ID, openapi_document
 from agentrt.runtime.serve._webhooks import takes_webhooks
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
-from agentrt.runtime.serve.store._run_store import StoreError
+from agentrt.runtime.serve.store._run_store import ANY_OWNER, Owner, StoreError
 from agentrt.tools.hosting._transports import is_loopback
 
 log = get_logger(__name__)
@@ -112,7 +116,8 @@ def _no_hits(_key: str) -> None:
 
 
 class Guard:
-    """Host, Origin and bearer-token checks in front of every route, then
+    """Host, Origin and bearer-token checks in front of every route (the
+    ``Caller`` a token stands for goes in the scope: ``caller_of``), then
     the request's body limits (``server``; ``hit`` is told each limit hit)."""
 
     def __init__(
@@ -128,8 +133,8 @@ class Guard:
         self.app = app
         self.hosts = {h.lower() for h in hosts}
         self.origins = {exact_origin(o) for o in origins}
-        self.token = token.encode() if token else None
         self.server = server or ServerConfig()
+        self.keys = KeyRing(self.server, token=token)
         self.hit = hit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -149,19 +154,34 @@ class Guard:
                 send, 403, "forbidden", f"origin {origin!r} is not allowed", "Origin"
             )
             return
-        if (
-            self.token is not None
-            and not _is_open(scope["path"])
-            and not self._authorized(headers, scope)
-        ):
-            await self._refuse(
-                send,
-                401,
-                "unauthorized",
-                "missing or wrong bearer token (Authorization: Bearer <token>)",
-                "Authorization",
-            )
-            return
+        if self.keys.required and not _is_open(scope["path"]):
+            caller = self._caller(headers, scope)
+            if caller is None:
+                await self._refuse(
+                    send,
+                    401,
+                    "unauthorized",
+                    "missing or wrong bearer token (Authorization: Bearer <token or key>)",
+                    "Authorization",
+                )
+                return
+            try:
+                for needed in path_scope(scope.get("method", "GET"), scope["path"]):
+                    caller.require(needed)
+                self.keys.admit(caller)
+            except ApiProblem as refusal:
+                if refusal.status == 429:
+                    self.hit("server.keys.rate_per_minute")
+                await self._refuse(
+                    send,
+                    refusal.status,
+                    refusal.error,
+                    refusal.message,
+                    refusal.where or "",
+                    retry_after=refusal.retry_after,
+                )
+                return
+            scope[CALLER] = caller
         if scope["type"] == "http":
             problem: ApiProblem | None = None
             length = headers.get("content-length", "")
@@ -184,21 +204,28 @@ class Guard:
         except ValueError:  # "null" (a sandboxed page, a file) or garbage
             return False
 
-    def _authorized(self, headers: dict[str, str], scope: Scope) -> bool:
-        assert self.token is not None
+    def _caller(self, headers: dict[str, str], scope: Scope) -> Caller | None:
         given = headers.get("authorization", "")
         if given[:7].lower() == "bearer ":
-            return hmac.compare_digest(given[7:].strip().encode(), self.token)
+            return self.keys.identify(given[7:].strip())
         if not _EVENT_STREAM.match(scope["path"]):
-            return False
+            return None
         query = scope.get("query_string", b"").decode("latin-1")
         for part in query.split("&"):  # EventSource cannot set headers
             if part.startswith("access_token="):
-                return hmac.compare_digest(part[13:].encode(), self.token)
-        return False
+                return self.keys.identify(part[13:])
+        return None
 
     @staticmethod
-    async def _refuse(send: Send, status: int, error: str, message: str, where: str) -> None:
+    async def _refuse(
+        send: Send,
+        status: int,
+        error: str,
+        message: str,
+        where: str,
+        *,
+        retry_after: int | None = None,
+    ) -> None:
         body = _plain_problem(status, error, message, where)
         headers = [
             (b"content-type", b"application/json"),
@@ -207,6 +234,8 @@ class Guard:
         ]
         if status == 401:
             headers.append((b"www-authenticate", b'Bearer realm="agentrt"'))
+        if retry_after is not None:
+            headers.append((b"retry-after", b"%d" % retry_after))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -331,6 +360,30 @@ async def _readiness(manager: RunService) -> Response:
     return json_response({"status": "ready", "active_runs": manager.active(), "backends": health})
 
 
+async def visible_run(manager: RunService, request: Request | Scope, run_id: str) -> RunInfo:
+    """The run ``run_id`` if the request's caller may see it (its own, or
+    any with ``runs:read_all``); else the same 404 as for no such run, so
+    that a key learns nothing of another key's runs."""
+    info = await manager.get(run_id)
+    if info is None or not caller_of(request).sees(info.owner):
+        raise not_found("run", run_id, where="run_id")
+    return info
+
+
+async def _visible_thread(manager: RunService, request: Request, thread_id: str) -> ThreadInfo:
+    """As ``visible_run``, for a thread."""
+    found = await manager.thread(thread_id)
+    if found is None or not caller_of(request).sees(found.owner):
+        raise not_found("thread", thread_id, where="thread_id")
+    return found
+
+
+def _owned_by(request: Request) -> Owner:
+    """Whose runs and threads a listing shows: the caller's, or all."""
+    caller = caller_of(request)
+    return ANY_OWNER if caller.reads_all else caller.name
+
+
 def _elicitation_route(manager: RunService) -> BaseRoute:
     """``POST /v1/runs/{run_id}/elicitations/{question_id}``: answer the
     question an MCP server asked through the run's ``elicitation`` event."""
@@ -340,6 +393,7 @@ def _elicitation_route(manager: RunService) -> BaseRoute:
         answer: ElicitationAnswer = await read_json(
             request, ElicitationAnswer, max_depth=manager.config.server.max_json_depth
         )
+        await visible_run(manager, request, run_id)
         info = await manager.answer_elicitation(run_id, question_id, answer)
         if info is None:
             raise not_found("run", run_id, where="run_id")
@@ -360,7 +414,8 @@ def _thread_routes(manager: RunService) -> list[BaseRoute]:
             created: ThreadCreate = await read_json(
                 request, ThreadCreate, max_depth=manager.config.server.max_json_depth
             )
-            return json_response(await manager.create_thread(created.metadata), 201)
+            owner = caller_of(request).name
+            return json_response(await manager.create_thread(created.metadata, owner=owner), 201)
         limit_text = request.query_params.get("limit", "50")
         try:
             limit = int(limit_text)
@@ -368,17 +423,16 @@ def _thread_routes(manager: RunService) -> list[BaseRoute]:
             raise invalid(f"not an integer: {limit_text!r}", where="query.limit") from None
         if not 1 <= limit <= 500:  # as for runs
             raise invalid(f"must be between 1 and 500, got {limit}", where="query.limit")
-        return json_response(ThreadPage(threads=await manager.list_threads(limit=limit)))
+        found = await manager.list_threads(limit=limit, owner=_owned_by(request))
+        return json_response(ThreadPage(threads=found))
 
     async def thread(request: Request) -> Response:
         thread_id = request.path_params["thread_id"]
+        found = await _visible_thread(manager, request, thread_id)
         if request.method == "DELETE":
             if not await manager.delete_thread(thread_id):
                 raise not_found("thread", thread_id, where="thread_id")
             return Response(status_code=204)
-        found = await manager.thread(thread_id)
-        if found is None:
-            raise not_found("thread", thread_id, where="thread_id")
         return json_response(found)
 
     async def thread_runs(request: Request) -> Response:
@@ -392,7 +446,9 @@ def _thread_routes(manager: RunService) -> list[BaseRoute]:
                 "a thread's run takes its task alone: the thread holds the conversation",
                 where="options.conversation",
             )
-        info = await manager.submit_in_thread(request.path_params["thread_id"], body)
+        thread_id = request.path_params["thread_id"]
+        await _visible_thread(manager, request, thread_id)
+        info = await manager.submit_in_thread(thread_id, body, owner=caller_of(request).name)
         return json_response(info, 201)
 
     return [
@@ -414,6 +470,51 @@ def _refuse_conversation(body: RunRequest) -> None:
         )
 
 
+def _rollout_routes(manager: RunService) -> list[BaseRoute]:
+    """A run's rollouts: their summaries, one's trajectory."""
+
+    async def summaries(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        await visible_run(manager, request, run_id)
+        return json_response(await manager.summaries(run_id))
+
+    async def trajectory(request: Request) -> Response:
+        run_id, rollout_id = request.path_params["run_id"], request.path_params["rollout_id"]
+        info = await manager.get(run_id)
+        found = None
+        if info is not None and caller_of(request).sees(info.owner):
+            found = await manager.trajectory(run_id, rollout_id)
+        if found is None:
+            raise not_found("rollout", f"{run_id}/{rollout_id}", where="rollout_id")
+        return json_response(found)
+
+    return [
+        Route("/v1/runs/{run_id}/summaries", _handled(summaries), methods=["GET"]),
+        Route("/v1/runs/{run_id}/rollouts/{rollout_id}", _handled(trajectory), methods=["GET"]),
+    ]
+
+
+def _openapi_route(manager: RunService) -> BaseRoute:
+    """``/openapi.json``: the document, made once."""
+    server = manager.config.server
+    doc = msgspec.json.encode(
+        openapi_document(
+            version=__version__,
+            token=server.resolved_token() is not None or bool(server.keys),
+            models=[a.model for a in manager.agents()],
+            max_rollouts=server.max_rollouts,
+            webhooks=takes_webhooks(server.webhook),
+            usd_caps=manager.usd_caps,
+            agents=[a.name for a in manager.agents()],
+        )
+    )
+
+    async def openapi(_request: Request) -> Response:
+        return Response(doc, media_type="application/json")
+
+    return Route("/openapi.json", openapi, methods=["GET"])
+
+
 def routes(manager: RunService) -> list[BaseRoute]:
     """The REST API over ``manager``."""
 
@@ -422,7 +523,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
             request, RunRequest, max_depth=manager.config.server.max_json_depth
         )
         _refuse_conversation(body)
-        info = await manager.submit(body)
+        info = await manager.submit(body, owner=caller_of(request).name)
         if _wants_stream(request):  # create and follow in one call
             return _RunStreamResponse(events, info.run_id)
         return json_response(info, 201)
@@ -444,7 +545,9 @@ def routes(manager: RunService) -> list[BaseRoute]:
         cursor = q.get("cursor")
         if cursor is not None and _too_big(cursor):
             raise invalid(f"not a cursor this daemon issued: {cursor!r}", where="query.cursor")
-        page = await manager.list(status=typed, limit=limit, cursor=cursor)
+        page = await manager.list(
+            status=typed, limit=limit, cursor=cursor, owner=_owned_by(request)
+        )
         return json_response(page)
 
     events = EventStream(manager)
@@ -455,29 +558,17 @@ def routes(manager: RunService) -> list[BaseRoute]:
     async def get_run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         detail = await manager.detail(run_id)
-        if detail is None:
+        if detail is None or not caller_of(request).sees(detail.run.owner):
             raise not_found("run", run_id, where="run_id")
         return json_response(detail)
 
     async def cancel_run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
+        await visible_run(manager, request, run_id)
         info = await manager.cancel(run_id)
         if info is None:
             raise not_found("run", run_id, where="run_id")
         return json_response(info)
-
-    async def summaries(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        if await manager.get(run_id) is None:
-            raise not_found("run", run_id, where="run_id")
-        return json_response(await manager.summaries(run_id))
-
-    async def trajectory(request: Request) -> Response:
-        run_id, rollout_id = request.path_params["run_id"], request.path_params["rollout_id"]
-        found = await manager.trajectory(run_id, rollout_id)
-        if found is None:
-            raise not_found("rollout", f"{run_id}/{rollout_id}", where="rollout_id")
-        return json_response(found)
 
     async def agents(_request: Request) -> Response:
         return json_response(AgentList(agents=manager.agents()))
@@ -491,21 +582,6 @@ def routes(manager: RunService) -> list[BaseRoute]:
     async def readyz(_request: Request) -> Response:
         return await _readiness(manager)
 
-    doc = msgspec.json.encode(
-        openapi_document(
-            version=__version__,
-            token=manager.config.server.resolved_token() is not None,
-            models=[a.model for a in manager.agents()],
-            max_rollouts=manager.config.server.max_rollouts,
-            webhooks=takes_webhooks(manager.config.server.webhook),
-            usd_caps=manager.usd_caps,
-            agents=[a.name for a in manager.agents()],
-        )
-    )
-
-    async def openapi(_request: Request) -> Response:
-        return Response(doc, media_type="application/json")
-
     return [
         # One route per path, so a 405's ``Allow`` lists every method the path has.
         Route("/v1/runs", _handled(runs), methods=["GET", "POST"]),
@@ -513,14 +589,13 @@ def routes(manager: RunService) -> list[BaseRoute]:
         Route("/v1/runs/{run_id}/cancel", _handled(cancel_run), methods=["POST"]),
         _elicitation_route(manager),
         Route("/v1/runs/{run_id}/events", events, methods=["GET"]),
-        Route("/v1/runs/{run_id}/summaries", _handled(summaries), methods=["GET"]),
-        Route("/v1/runs/{run_id}/rollouts/{rollout_id}", _handled(trajectory), methods=["GET"]),
+        *_rollout_routes(manager),
         *_thread_routes(manager),
         Route("/v1/agents", _handled(agents), methods=["GET"]),
         Route("/v1/mcp/authorizations", _handled(mcp_authorizations), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
+        _openapi_route(manager),
     ]
 
 
@@ -542,8 +617,7 @@ class EventStream:
         run_id = request.path_params["run_id"]
         try:
             after = self._after(request)
-            if await self.manager.get(run_id) is None:
-                raise not_found("run", run_id, where="run_id")
+            await visible_run(self.manager, request, run_id)
         except ApiProblem as problem:
             await problem_response(problem)(scope, receive, send)
             return

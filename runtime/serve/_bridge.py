@@ -32,6 +32,7 @@ from agentrt.runtime.config._daemon_config import DaemonConfig
 from agentrt.runtime.models._backend_health import BackendHealth
 from agentrt.runtime.serve._run_manager import EventBatch, RunManager, follow_batches
 from agentrt.runtime.serve._turns import Turns
+from agentrt.runtime.serve.store._run_store import ANY_OWNER, Owner
 
 T = TypeVar("T")
 
@@ -60,26 +61,39 @@ class RunService(Protocol):
 
     async def mcp_authorizations(self) -> builtins.list[McpAuthorizationRequired]: ...
 
-    async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo: ...
+    async def submit(
+        self, request: RunRequest, *, run_id: str | None = None, owner: str | None = None
+    ) -> RunInfo: ...
 
     async def get(self, run_id: str) -> RunInfo | None: ...
 
-    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo: ...
+    async def create_thread(
+        self, metadata: dict[str, str], *, owner: str | None = None
+    ) -> ThreadInfo: ...
 
     async def thread(self, thread_id: str) -> ThreadInfo | None: ...
 
-    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]: ...
+    async def list_threads(
+        self, *, limit: int = 50, owner: Owner = ANY_OWNER
+    ) -> builtins.list[ThreadInfo]: ...
 
     async def delete_thread(self, thread_id: str) -> bool: ...
 
-    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo: ...
+    async def submit_in_thread(
+        self, thread_id: str, request: RunRequest, *, owner: str | None = None
+    ) -> RunInfo: ...
 
     async def thread_history(self, thread: ThreadInfo) -> builtins.list[ChatMessage]: ...
 
     async def detail(self, run_id: str) -> RunDetail | None: ...
 
     async def list(
-        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        owner: Owner = ANY_OWNER,
     ) -> RunPage: ...
 
     async def cancel(self, run_id: str) -> RunInfo | None: ...
@@ -201,13 +215,20 @@ class ManagerBridge:
     async def thread_history(self, thread: ThreadInfo) -> builtins.list[ChatMessage]:
         return await self.manager.thread_history(thread)
 
-    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]:
-        return await self.manager.list_threads(limit=limit)
+    async def list_threads(
+        self, *, limit: int = 50, owner: Owner = ANY_OWNER
+    ) -> builtins.list[ThreadInfo]:
+        return await self.manager.list_threads(limit=limit, owner=owner)
 
     async def list(
-        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        owner: Owner = ANY_OWNER,
     ) -> RunPage:
-        return await self.manager.list(status=status, limit=limit, cursor=cursor)
+        return await self.manager.list(status=status, limit=limit, cursor=cursor, owner=owner)
 
     async def trajectory(self, run_id: str, rollout_id: str) -> Trajectory | None:
         return await self.manager.trajectory(run_id, rollout_id)
@@ -217,17 +238,27 @@ class ManagerBridge:
 
     # -- actions, on the run loop ----------------------------------------------
 
-    async def submit(self, request: RunRequest, *, run_id: str | None = None) -> RunInfo:
-        return await self._on_run_loop(lambda: self.manager.submit(request, run_id=run_id))
+    async def submit(
+        self, request: RunRequest, *, run_id: str | None = None, owner: str | None = None
+    ) -> RunInfo:
+        return await self._on_run_loop(
+            lambda: self.manager.submit(request, run_id=run_id, owner=owner)
+        )
 
-    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo:
-        return await self._on_run_loop(lambda: self.manager.create_thread(metadata))
+    async def create_thread(
+        self, metadata: dict[str, str], *, owner: str | None = None
+    ) -> ThreadInfo:
+        return await self._on_run_loop(lambda: self.manager.create_thread(metadata, owner=owner))
 
     async def delete_thread(self, thread_id: str) -> bool:
         return await self._on_run_loop(lambda: self.manager.delete_thread(thread_id))
 
-    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo:
-        return await self._on_run_loop(lambda: self.manager.submit_in_thread(thread_id, request))
+    async def submit_in_thread(
+        self, thread_id: str, request: RunRequest, *, owner: str | None = None
+    ) -> RunInfo:
+        return await self._on_run_loop(
+            lambda: self.manager.submit_in_thread(thread_id, request, owner=owner)
+        )
 
     async def cancel(self, run_id: str) -> RunInfo | None:
         return await self._on_run_loop(lambda: self.manager.cancel(run_id))

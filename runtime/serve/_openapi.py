@@ -113,11 +113,33 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+_KEY_REFUSALS: Final = {
+    401: "Missing or wrong bearer token (the shared token or an API key)",
+    403: "The API key lacks the scope this needs (`where`: `server.keys.NAME.scopes`)",
+    429: "A limit was reached (`where` names it: the key's `rate_per_minute` or "
+    "`max_active_runs`, or the daemon's); retry after `Retry-After` seconds",
+}
+"""What the ``Guard`` (and a key's run limit) may answer on any path behind the token."""
+
+
+def _key_refusals() -> dict[str, Any]:
+    """401, 403 and 429 on an OpenAI-compatible path: ``ApiError`` bodies
+    from the ``Guard``, which answers before any route; a 429 may also come
+    from the route (a run limit), in OpenAI's shape."""
+    out = {str(c): _json(_ref("ApiError"), text) for c, text in _KEY_REFUSALS.items()}
+    either = {"oneOf": [_ref("ApiError"), _ref("ErrorBody")]}
+    out["429"] = _json(either, _KEY_REFUSALS[429])
+    return out
+
+
 def _errors(*codes: int) -> dict[str, Any]:
+    """``ApiError`` responses; asking for 401 brings 403 and 429 along."""
+    if 401 in codes:
+        codes = (*codes, 403, 429)
     text = {
+        **_KEY_REFUSALS,
         400: "Malformed request (bad JSON, an unknown field: `where` names it)",
-        401: "Missing or wrong bearer token",
-        404: "No such run, rollout, agent or thread",
+        404: "No such run, rollout, agent or thread (or one of another API key)",
         409: "The thread has an unfinished run (one at a time: `where` names the thread)",
         422: "Well-formed but invalid (the body says which field and why)",
         503: "Shutting down",
@@ -302,7 +324,7 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                             "text/event-stream": {"schema": chunk_event},
                         },
                     },
-                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_key_refusals(),
                     **_openai_errors(400, 404, 409, 413, 502, 503),
                 },
             }
@@ -326,7 +348,7 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                             "text/event-stream": {"schema": response_event},
                         },
                     },
-                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_key_refusals(),
                     **_openai_errors(400, 404, 409, 413, 502, 503),
                 },
             }
@@ -341,7 +363,7 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                 },
                 "responses": {
                     "200": _json(_ref("ConversationObject"), "The conversation, empty"),
-                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_key_refusals(),
                     **_openai_errors(400, 413),
                 },
             }
@@ -352,7 +374,7 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                 "parameters": [_conversation_id()],
                 "responses": {
                     "200": _json(_ref("ConversationObject"), "The conversation"),
-                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_key_refusals(),
                     **_openai_errors(404),
                 },
             },
@@ -361,7 +383,7 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                 "parameters": [_conversation_id()],
                 "responses": {
                     "200": _json(_ref("ConversationDeleted"), "Deleted (its runs stay)"),
-                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_key_refusals(),
                     **_openai_errors(404),
                 },
             },
@@ -371,7 +393,7 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                 "operationId": "listModels",
                 "responses": {
                     "200": _json(_ref("ModelList"), "One model per agent"),
-                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_key_refusals(),
                 },
             }
         },
@@ -381,7 +403,7 @@ def _openai_paths(models: list[str]) -> dict[str, Any]:
                 "parameters": [model],
                 "responses": {
                     "200": _json(_ref("ModelCard"), "The agent as a model"),
-                    "401": _json(_ref("ApiError"), "Missing or wrong bearer token"),
+                    **_key_refusals(),
                     **_openai_errors(404),
                 },
             }

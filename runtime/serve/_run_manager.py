@@ -65,7 +65,7 @@ from agentrt.runtime.models._backend_health import BackendHealth, probe_backend
 from agentrt.runtime.observe._log import get_logger, log_context
 from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem, invalid, not_found
 from agentrt.runtime.serve._webhooks import WebhookSender, check_webhook
-from agentrt.runtime.serve.store._run_store import RunStore
+from agentrt.runtime.serve.store._run_store import ANY_OWNER, Owner, RunStore
 from agentrt.runtime.serve.store._store_sql import rollout_error
 from agentrt.tools._tool import ElicitationReply, Tool
 
@@ -290,7 +290,7 @@ class RunManager:
         self._finished: dict[str, RunDetail] = {}
         """Recently finished runs, oldest first."""
         self._slots = anyio.CapacityLimiter(config.server.max_active_runs)
-        self._admitting = 0
+        self._admitting: dict[str | None, int] = {}  # by owner
         """Runs being admitted (counted against the limit before they are live)."""
         self._state = _State.UNOPENED
         self._stack: AsyncExitStack | None = None
@@ -482,37 +482,47 @@ class RunManager:
         return msgspec.structs.replace(request, agent=agent)
 
     async def submit(
-        self, request: RunRequest, *, run_id: str | None = None, thread_id: str | None = None
+        self,
+        request: RunRequest,
+        *,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        owner: str | None = None,
     ) -> RunInfo:
-        """Validate and admit a run (the next of ``thread_id``, when given:
+        """Validate and admit a run of the key ``owner`` (``None``: the
+        shared token) (the next of ``thread_id``, when given:
         ``submit_in_thread``); it starts as soon as a slot is free."""
         if not self.accepting or self._tg is None:
             raise ApiProblem(503, "unavailable", "the daemon is shutting down; retry elsewhere")
         request = self._validate(request)
         run_id = run_id or new_run_id()
-        self._reserve_admission()
+        self._reserve_admission(owner)
         try:
-            info = await self.store.create_run(run_id, request, thread_id=thread_id)
+            info = await self.store.create_run(run_id, request, thread_id=thread_id, owner=owner)
             live = _Live(info=info, request=request, tokens_until=time.monotonic() + TOKEN_GRACE_S)
             with self._lock:
                 self._live[run_id] = live
         finally:
             with self._lock:
-                self._admitting -= 1
+                self._admitting[owner] -= 1
         self._tg.start_soon(self._execute, live, None)
         log.info("run_submitted", run_id=run_id, agent=request.agent, rollouts=info.rollouts)
         return info
 
     # -- threads -------------------------------------------------------------
 
-    async def create_thread(self, metadata: dict[str, str]) -> ThreadInfo:
-        return await self.store.create_thread(new_run_id("thread"), metadata)
+    async def create_thread(
+        self, metadata: dict[str, str], *, owner: str | None = None
+    ) -> ThreadInfo:
+        return await self.store.create_thread(new_run_id("thread"), metadata, owner=owner)
 
     async def thread(self, thread_id: str) -> ThreadInfo | None:
         return await self.store.thread(thread_id)
 
-    async def list_threads(self, *, limit: int = 50) -> builtins.list[ThreadInfo]:
-        return await self.store.list_threads(limit=limit)
+    async def list_threads(
+        self, *, limit: int = 50, owner: Owner = ANY_OWNER
+    ) -> builtins.list[ThreadInfo]:
+        return await self.store.list_threads(limit=limit, owner=owner)
 
     async def delete_thread(self, thread_id: str) -> bool:
         """Forget the thread (its runs stay); ``False``: there was none."""
@@ -541,7 +551,9 @@ class RunManager:
         detail = await self.detail(last) if last is not None else None
         return await self.conversation_of(detail) if detail is not None else []
 
-    async def submit_in_thread(self, thread_id: str, request: RunRequest) -> RunInfo:
+    async def submit_in_thread(
+        self, thread_id: str, request: RunRequest, *, owner: str | None = None
+    ) -> RunInfo:
         """The thread's next run: the thread's conversation (``thread_history``)
         then the run's task as a user message; or, when ``options`` holds a
         conversation, that one, which must go on from the thread's (a caller
@@ -565,15 +577,31 @@ class RunManager:
                 conversation = [*history, UserMessage(content=request.task)]
                 options = msgspec.structs.replace(request.options, conversation=conversation)
                 request = msgspec.structs.replace(request, options=options)
-            return await self.submit(request, thread_id=thread_id)
+            return await self.submit(request, thread_id=thread_id, owner=owner)
 
-    def _reserve_admission(self) -> None:
-        """Count one more run in, or refuse it (429) when pending and running
-        runs fill ``max_active_runs + max_pending_runs``."""
+    def _reserve_admission(self, owner: str | None) -> None:
+        """Count one more run of ``owner`` in, or refuse it (429) when pending
+        and running runs fill ``max_active_runs + max_pending_runs``, or the
+        key's own unfinished runs its ``max_active_runs``."""
         server = self.config.server
         limit = server.max_active_runs + server.max_pending_runs
+        key = server.keys.get(owner) if owner is not None else None
         with self._lock:
-            if len(self._live) + self._admitting >= limit:
+            if key is not None and key.max_active_runs is not None:
+                own = self._admitting.get(owner, 0) + sum(
+                    1 for live in self._live.values() if live.info.owner == owner
+                )
+                if own >= key.max_active_runs:
+                    raise ApiProblem(
+                        429,
+                        "too_many_runs",
+                        f"key {owner!r} has {own} unfinished runs, its limit "
+                        f"(server.keys.{owner}.max_active_runs); retry after Retry-After "
+                        "seconds, or when one ends",
+                        where=f"server.keys.{owner}.max_active_runs",
+                        retry_after=RETRY_AFTER_S,
+                    )
+            if len(self._live) + sum(self._admitting.values()) >= limit:
                 raise ApiProblem(
                     429,
                     "too_many_runs",
@@ -583,7 +611,7 @@ class RunManager:
                     where="server.max_pending_runs",
                     retry_after=RETRY_AFTER_S,
                 )
-            self._admitting += 1
+            self._admitting[owner] = self._admitting.get(owner, 0) + 1
 
     def admission(self) -> dict[str, int]:
         """Runs admitted and not finished, by state, and their limit (``/metrics``)."""
@@ -764,8 +792,14 @@ class RunManager:
         return await self.store.detail(run_id)
 
     async def list(
-        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        owner: Owner = ANY_OWNER,
     ) -> RunPage:
+        """A page of runs, newest first (of ``owner`` only, when given)."""
         if not 1 <= limit <= 500:
             raise invalid(f"must be between 1 and 500, got {limit}", where="query.limit")
         position: int | None = None
@@ -776,7 +810,7 @@ class RunManager:
                 raise invalid(
                     f"not a cursor this daemon issued: {cursor!r}", where="query.cursor"
                 ) from None
-        page = await self.store.list_runs(status=status, limit=limit, cursor=position)
+        page = await self.store.list_runs(status=status, limit=limit, cursor=position, owner=owner)
         with self._lock:
             current = [self._live.get(r.run_id) for r in page.runs]
         runs = [

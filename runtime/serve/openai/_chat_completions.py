@@ -22,6 +22,7 @@ from agentrt.protocols._messages import ToolCall
 from agentrt.protocols._model import TokenLogprob
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._bridge import RunService
+from agentrt.runtime.serve._keys import caller_of
 from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
 from agentrt.runtime.serve.openai._chat_translate import (
     chat_asked,
@@ -115,6 +116,7 @@ class _Endpoints:
                     prompt_cache_key=chat.prompt_cache_key,
                 ),
                 task_param="messages",
+                owner=caller_of(request).name,
             )
         except OpenAIError as err:
             return error_response(err)

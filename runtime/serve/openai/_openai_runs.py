@@ -197,10 +197,11 @@ class OpenAIRuns:
         metadata: dict[str, str],
         task_param: str,
         thread_id: str | None = None,
+        owner: str | None = None,
     ) -> RunInfo:
         """Admit the run ``asked`` (its conversation, instructions and task)
-        with what the request ``requested``; a refusal is the OpenAI error
-        naming the request's field."""
+        of the key ``owner`` with what the request ``requested``; a refusal
+        is the OpenAI error naming the request's field."""
         run = RunRequest(
             task=asked.task,
             agent=agent.name,
@@ -223,8 +224,8 @@ class OpenAIRuns:
         }
         try:
             if thread_id is not None:
-                return await self.manager.submit_in_thread(thread_id, run)
-            return await self.manager.submit(run)
+                return await self.manager.submit_in_thread(thread_id, run, owner=owner)
+            return await self.manager.submit(run, owner=owner)
         except ApiProblem as problem:
             status = 400 if problem.status == 422 else problem.status
             raise OpenAIError(

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from agentrt.protocols._api import AgentInfo, RunInfo, ThreadInfo
 from agentrt.runtime.observe._log import get_logger
+from agentrt.runtime.serve._keys import caller_of
 from agentrt.runtime.serve.openai._answer_stream import AnswerStream, StreamText
 from agentrt.runtime.serve.openai._chat_translate import extension_of
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
@@ -133,6 +134,7 @@ class _Responses:
                     prompt_cache_key=body.prompt_cache_key,
                 ),
                 task_param="input",
+                owner=caller_of(request).name,
                 thread_id=joined.id if joined is not None else None,
             )
         except OpenAIError as err:
@@ -170,7 +172,9 @@ class _Conversations:
                 raise decode_error(exc) from None
             if wanted.items:
                 raise refuse("items", "a conversation starts empty: its first response adds to it")
-            thread = await self.runs.manager.create_thread(wanted.metadata or {})
+            thread = await self.runs.manager.create_thread(
+                wanted.metadata or {}, owner=caller_of(request).name
+            )
         except OpenAIError as err:
             return error_response(err)
         return json_response(_conversation(thread))

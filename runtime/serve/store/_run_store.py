@@ -6,6 +6,7 @@ May import protocols and the engine's checkpoint types; nothing of HTTP.
 
 from __future__ import annotations
 
+import enum
 import errno
 import fcntl
 import os
@@ -60,13 +61,24 @@ _QUEUE: Final = 4096
 Synchronous = Literal["normal", "full"]
 
 
+class _AnyOwner(enum.Enum):
+    ANY = "any"
+
+
+ANY_OWNER: Final = _AnyOwner.ANY
+"""``owner=`` for runs and threads of every key (the default)."""
+Owner = str | None | Literal[_AnyOwner.ANY]
+"""A key's name, ``None`` (the shared token) or ``ANY_OWNER``."""
+
+
 def _thread_of(row: tuple[Any, ...], runs: list[RunInfo]) -> ThreadInfo:
-    thread_id, created_at, metadata = row
+    thread_id, created_at, metadata, owner = row
     return ThreadInfo(
         thread_id=thread_id,
         created_at=created_at,
         metadata=msgspec.json.decode(metadata, type=dict[str, str]),
         runs=runs,
+        owner=owner,
     )
 
 
@@ -460,10 +472,15 @@ class RunStore:
             ) from write.error
 
     async def create_run(
-        self, run_id: str, request: RunRequest, *, thread_id: str | None = None
+        self,
+        run_id: str,
+        request: RunRequest,
+        *,
+        thread_id: str | None = None,
+        owner: str | None = None,
     ) -> RunInfo:
-        """Record a new run (the next of thread ``thread_id``, in the same
-        transaction, when given)."""
+        """Record a new run of the key ``owner`` (``None``: the shared token)
+        (the next of thread ``thread_id``, in the same transaction, when given)."""
         now = time.time()
         in_thread: list[Statement] = []
         if thread_id is not None:
@@ -479,7 +496,7 @@ class RunStore:
                 *in_thread,
                 (
                     "INSERT INTO runs (run_id, status, agent, task, request, rollouts, aggregate, "
-                    "created_at, updated_at) VALUES (?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
+                    "created_at, updated_at, owner) VALUES (?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         run_id,
                         request.agent,
@@ -489,6 +506,7 @@ class RunStore:
                         request.scaling.aggregate,
                         now,
                         now,
+                        owner,
                     ),
                 ),
             ],
@@ -504,6 +522,7 @@ class RunStore:
             rollouts=request.scaling.rollouts,
             aggregate=request.scaling.aggregate,
             metadata=dict(request.metadata),
+            owner=owner,
         )
 
     async def record(self, event: Event) -> None:
@@ -609,18 +628,21 @@ class RunStore:
 
     # -- threads -----------------------------------------------------------
 
-    async def create_thread(self, thread_id: str, metadata: dict[str, str]) -> ThreadInfo:
+    async def create_thread(
+        self, thread_id: str, metadata: dict[str, str], *, owner: str | None = None
+    ) -> ThreadInfo:
         now = time.time()
         await self._write(
             [
                 (
-                    "INSERT INTO threads (thread_id, created_at, metadata) VALUES (?, ?, ?)",
-                    (thread_id, now, msgspec.json.encode(metadata)),
+                    "INSERT INTO threads (thread_id, created_at, metadata, owner) "
+                    "VALUES (?, ?, ?, ?)",
+                    (thread_id, now, msgspec.json.encode(metadata), owner),
                 )
             ],
             what=f"creating thread {thread_id}",
         )
-        return ThreadInfo(thread_id=thread_id, created_at=now, metadata=dict(metadata))
+        return ThreadInfo(thread_id=thread_id, created_at=now, metadata=dict(metadata), owner=owner)
 
     async def thread(self, thread_id: str) -> ThreadInfo | None:
         """The thread with its runs, oldest first (``None``: no such thread)."""
@@ -629,7 +651,8 @@ class RunStore:
             with self._pool.connection() as conn:
                 conn.execute("BEGIN")  # one snapshot: the thread and its runs agree
                 row = conn.execute(
-                    "SELECT thread_id, created_at, metadata FROM threads WHERE thread_id = ?",
+                    "SELECT thread_id, created_at, metadata, owner FROM threads "
+                    "WHERE thread_id = ?",
                     (thread_id,),
                 ).fetchone()
                 runs = conn.execute(
@@ -644,12 +667,14 @@ class RunStore:
 
         return await anyio.to_thread.run_sync(query, limiter=self._read_slots())
 
-    async def list_threads(self, *, limit: int) -> list[ThreadInfo]:
-        """The newest ``limit`` threads, without their runs."""
-        rows = await self._read(
-            "SELECT thread_id, created_at, metadata FROM threads ORDER BY n DESC LIMIT ?",
-            (limit,),
-        )
+    async def list_threads(self, *, limit: int, owner: Owner = ANY_OWNER) -> list[ThreadInfo]:
+        """The newest ``limit`` threads (of ``owner`` only, when given),
+        without their runs."""
+        sql = "SELECT thread_id, created_at, metadata, owner FROM threads"
+        params: tuple[str | None, ...] = ()
+        if owner is not ANY_OWNER:
+            sql, params = f"{sql} WHERE owner IS ?", (owner,)
+        rows = await self._read(f"{sql} ORDER BY n DESC LIMIT ?", (*params, limit))
         return [_thread_of(r, []) for r in rows]
 
     async def delete_thread(self, thread_id: str) -> None:
@@ -663,10 +688,19 @@ class RunStore:
         )
 
     async def list_runs(
-        self, *, status: RunStatus | None, limit: int, cursor: int | None
+        self,
+        *,
+        status: RunStatus | None,
+        limit: int,
+        cursor: int | None,
+        owner: Owner = ANY_OWNER,
     ) -> RunPage:
+        """The newest ``limit`` runs before ``cursor`` (of ``owner`` only, when given)."""
         where: list[str] = []
         params: list[Any] = []
+        if owner is not ANY_OWNER:
+            where.append("owner IS ?")
+            params.append(owner)
         if status is not None:
             where.append("status = ?")
             params.append(status)
@@ -850,4 +884,4 @@ class RunStore:
         return str(rows[0][0])
 
 
-__all__ = ["RunStore", "StoreError", "Synchronous"]
+__all__ = ["ANY_OWNER", "Owner", "RunStore", "StoreError", "Synchronous"]

@@ -107,13 +107,17 @@ CREATE INDEX IF NOT EXISTS webhook_deliveries_by_run ON webhook_deliveries (run_
 """
 
 #: Columns added after a store file may have been created: (table, column, type).
-ADDED_COLUMNS: Final = (("rollouts", "started", "BLOB"),)
+ADDED_COLUMNS: Final = (
+    ("rollouts", "started", "BLOB"),
+    ("runs", "owner", "TEXT"),
+    ("threads", "owner", "TEXT"),
+)
 
 Statement = tuple[str, tuple[Any, ...]]
 
 RUN_COLUMNS: Final = (
     "n, run_id, status, agent, task, rollouts, aggregate, created_at, updated_at, "
-    "answer, error, cost, resumed, request"
+    "answer, error, cost, resumed, owner, request"
 )
 
 
@@ -231,6 +235,7 @@ def run_info_of(row: tuple[Any, ...]) -> RunInfo:
         error,
         cost,
         resumed,
+        owner,
         request,
     ) = row
     meta = msgspec.json.decode(request, type=RunRequest).metadata if request else {}
@@ -248,6 +253,7 @@ def run_info_of(row: tuple[Any, ...]) -> RunInfo:
         cost=msgspec.json.decode(cost, type=Cost) if cost is not None else Cost(),
         resumed=resumed,
         metadata=dict(meta),
+        owner=owner,
     )
 
 

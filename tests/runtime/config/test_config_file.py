@@ -10,6 +10,7 @@ import pytest
 from agentrt.agents import AgentConfig
 from agentrt.runtime.config._config_file import (
     AgentrtConfig,
+    ApiKeyConfig,
     PlacementConfig,
     ServerConfig,
     StoreConfig,
@@ -253,6 +254,7 @@ def test_a_bad_spec_file_is_reported_with_the_agent_naming_it(tmp_path: Path) ->
         PlacementConfig,
         WorkerResources,
         WebhookConfig,
+        ApiKeyConfig,
     ],
 )
 def test_docs_describe_every_key(section: type[AgentrtConfig]) -> None:
