@@ -6,7 +6,9 @@ SSE stream, and the answer posted to
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +19,7 @@ import httpx
 import mcp_types
 import msgspec
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client import session as mcp_session
 from mcp.client.context import ClientRequestContext
 
@@ -25,8 +27,10 @@ from agentrt.protocols import ModelRequest, ToolMessage
 from agentrt.runtime.config._config_file import AgentrtConfig, config_from_mapping
 from agentrt.runtime.serve._daemon import serve_manager
 from agentrt.runtime.serve._run_manager import RunManager
-from agentrt.testing import ScriptedBackend, ScriptedToolCall
+from agentrt.testing import ScriptedBackend, ScriptedToolCall, SimServer, SimServerConfig
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
+
+from .conftest import EVERYTHING
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.process]
 
@@ -252,3 +256,65 @@ async def test_the_first_answer_wins_between_rest_and_the_ide(
     answer = result.structured_content["answer"]
     assert "Turing" in answer, answer
     assert "Ada" not in answer
+
+
+async def test_agentrt_mcp_over_stdio_asks_the_ide_too(npx: str, tmp_path: Path) -> None:
+    """The same through ``agentrt mcp`` launched by the IDE: the run's model is
+    a sim-server that calls the eliciting tool once."""
+    config_file = tmp_path / "agentrt.toml"
+    asked: list[str] = []
+
+    async def ide(
+        _ctx: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
+        asked.append(params.message)
+        return mcp_types.ElicitResult(action="accept", content={"name": "Hopper"})
+
+    async with SimServer(SimServerConfig(answer="answer", tool_rounds=1, ttft_ms=1)) as sim:
+        config_file.write_text(
+            f"""
+rollouts = 1
+warm_prefix = false
+
+[store]
+path = "{tmp_path / "runs.db"}"
+
+[models]
+default = "sim"
+
+[models.backends.sim]
+kind = "openai"
+base_url = "{sim.url}/v1"
+models = ["sim"]
+
+[mcp.everything]
+command = "{npx}"
+args = ["-y", "{EVERYTHING}"]
+elicitation = {{ mode = "ask" }}
+
+[agents.asker]
+instructions = "Ask."
+tools = ["everything__trigger-elicitation-request"]
+"""
+        )
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "agentrt", "mcp", "--config", str(config_file)]
+        )
+        with anyio.fail_after(120):
+            async with Client(params, mode="legacy", elicitation_callback=ide) as client:
+                result = await client.call_tool("run_agent", {"task": "go", "agent": "asker"})
+                assert result.structured_content is not None
+                run_id = result.structured_content["run_id"]
+                run = await client.read_resource(f"agentrt://runs/{run_id}")
+                [contents] = run.contents
+                assert isinstance(contents, mcp_types.TextResourceContents)
+                rollout_id = json.loads(contents.text)["rollouts"][0]["rollout_id"]
+                trajectory = await client.read_resource(
+                    f"agentrt://runs/{run_id}/rollouts/{rollout_id}"
+                )
+    assert result.structured_content["status"] == "succeeded", result
+    [question] = asked
+    assert question.startswith("[everything] "), question
+    [steps] = trajectory.contents
+    assert isinstance(steps, mcp_types.TextResourceContents)
+    assert "Hopper" in steps.text
