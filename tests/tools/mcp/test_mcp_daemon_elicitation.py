@@ -157,12 +157,14 @@ async def test_the_ide_that_started_the_run_is_asked_and_its_answer_reaches_the_
     asked: list[mcp_types.ElicitRequestFormParams] = []
 
     async def ide(
-        _ctx: ClientRequestContext, params: mcp_types.ElicitRequestParams
+        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
     ) -> mcp_types.ElicitResult:
         assert isinstance(params, mcp_types.ElicitRequestFormParams)
         asked.append(params)
         content = {"name": "Ada"} if action == "accept" else None
-        return mcp_types.ElicitResult(action=action, content=content)  # type: ignore[arg-type]
+        return mcp_types.ElicitResult(
+            action="accept" if action == "accept" else "decline", content=content
+        )
 
     with anyio.fail_after(90):
         async with (
@@ -237,7 +239,7 @@ async def test_the_first_answer_wins_between_rest_and_the_ide(
         ):
 
             async def slow_ide(
-                _ctx: ClientRequestContext, _params: mcp_types.ElicitRequestParams
+                context: ClientRequestContext, params: mcp_types.ElicitRequestParams
             ) -> mcp_types.ElicitResult:
                 # While the IDE's form is open, someone answers on the web page.
                 [run] = (await http.get("/v1/runs")).json()["runs"]
@@ -265,7 +267,7 @@ async def test_agentrt_mcp_over_stdio_asks_the_ide_too(npx: str, tmp_path: Path)
     asked: list[str] = []
 
     async def ide(
-        _ctx: ClientRequestContext, params: mcp_types.ElicitRequestParams
+        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
     ) -> mcp_types.ElicitResult:
         asked.append(params.message)
         return mcp_types.ElicitResult(action="accept", content={"name": "Hopper"})
