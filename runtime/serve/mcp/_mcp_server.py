@@ -3,7 +3,8 @@
 Owns ``build_mcp_server``: a ``ToolServer`` over a ``RunManager`` with the
 tools ``run_agent`` (submit a run, follow it with an MCP progress
 notification per finished rollout and per aggregation round, return the
-answer, the run id and the cost), ``list_agents``, ``get_run`` and
+answer, the run id and the cost; the run's MCP elicitations are put to
+the calling client when it declared the capability), ``list_agents``, ``get_run`` and
 ``cancel_run``, and the resources of ``mcp_resources`` (agents, runs,
 trajectories, summaries).  ``mcp_asgi`` wraps it as the streamable HTTP
 endpoint the daemon serves at ``/mcp`` (Host/Origin validation always on);
