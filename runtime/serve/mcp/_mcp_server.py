@@ -3,7 +3,8 @@
 Owns ``build_mcp_server``: a ``ToolServer`` over a ``RunManager`` with the
 tools ``run_agent`` (submit a run, follow it with an MCP progress
 notification per finished rollout and per aggregation round, return the
-answer, the run id and the cost), ``list_agents``, ``get_run`` and
+answer, the run id and the cost; the run's MCP elicitations are put to
+the calling client when it declared the capability), ``list_agents``, ``get_run`` and
 ``cancel_run``, and the resources of ``mcp_resources`` (agents, runs,
 trajectories, summaries).  ``mcp_asgi`` wraps it as the streamable HTTP
 endpoint the daemon serves at ``/mcp`` (Host/Origin validation always on);
@@ -19,11 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, final
 
 import anyio
+import anyio.abc
 import msgspec
 
 from agentrt.aggregators._compose import NAMES as AGGREGATOR_NAMES
-from agentrt.protocols._api import TERMINAL_STATUSES, AgentList, RunInfo
-from agentrt.protocols._events import ErrorRaised, RolloutFinished, RolloutStarted, VoteCast
+from agentrt.protocols._api import TERMINAL_STATUSES, AgentList, ElicitationAnswer, RunInfo
+from agentrt.protocols._events import (
+    ElicitationRequested,
+    ErrorRaised,
+    RolloutFinished,
+    RolloutStarted,
+    VoteCast,
+)
 from agentrt.protocols._run import Budget, RunRequest, ScalingSpec
 from agentrt.protocols._tools import ToolSpec
 from agentrt.runtime.budget._pricing import usd_text
@@ -241,6 +249,77 @@ class _RunFollower:
             await self._notify("progress", {"progress": self.sent, "message": message})
 
 
+@final
+class _IdeAsker:
+    """Puts a run's MCP elicitations to the MCP client that started it
+    (``elicitation/create`` on the ``run_agent`` call's stream) and relays
+    the answer to the run.  REST and the web page can answer the same
+    question: the first answer wins, a later one is dropped.  A client that
+    did not declare the elicitation capability is not asked; it gets a
+    ``notifications/message`` saying where the question can be answered."""
+
+    def __init__(self, manager: RunService, run_id: str, context: ToolContext) -> None:
+        self._manager = manager
+        self._run_id = run_id
+        self._peer = context.peer
+        self._notify = context.notify
+
+    def forward(self, group: anyio.abc.TaskGroup, question: ElicitationRequested) -> None:
+        group.start_soon(self._ask, question)
+
+    async def _ask(self, question: ElicitationRequested) -> None:
+        if self._peer is None:
+            return
+        message, schema = _as_form(question)
+        where = f"POST /v1/runs/{self._run_id}/elicitations/{question.question_id}"
+        try:
+            reply = await self._peer.elicit(message, schema)
+        except ToolError as exc:
+            # No capability, no back channel, or the client refused: the
+            # question still waits for REST or the web page.
+            log.info("mcp_elicitation_not_forwarded", run_id=self._run_id, reason=str(exc))
+            if self._notify is not None:
+                await self._notify(
+                    "log",
+                    {
+                        "level": "warning",
+                        "logger": "agentrt",
+                        "data": f"{question.server} asks: {question.message} (answer with "
+                        f"{where} or on the run's web page)",
+                    },
+                )
+            return
+        answer = msgspec.convert(
+            {"action": reply.action, "content": reply.content}, ElicitationAnswer
+        )
+        try:
+            await self._manager.answer_elicitation(self._run_id, question.question_id, answer)
+        except ApiProblem:
+            # Answered first over REST or the web page, or timed out.
+            log.info("mcp_elicitation_answer_late", run_id=self._run_id)
+
+
+def _as_form(question: ElicitationRequested) -> tuple[str, dict[str, Any]]:
+    """The message and flat form schema an MCP client is asked: ``form``
+    questions as they are; ``approval`` and ``url`` as a form without
+    fields (accept approves, or says the page was visited)."""
+    empty: dict[str, Any] = {"type": "object", "properties": {}}
+    prefix = f"[{question.server}] "
+    match question.mode:
+        case "form" if question.requested_schema is not None:
+            return prefix + question.message, dict(question.requested_schema)
+        case "approval":
+            arguments = msgspec.json.encode(question.arguments or {}).decode()
+            return (
+                f"{prefix}{question.message}\nRun tool {question.tool!r} with {arguments}?",
+                empty,
+            )
+        case "url":
+            return f"{prefix}{question.message}\nOpen {question.url}", empty
+        case _:
+            return prefix + question.message, empty
+
+
 def _clip(text: str, limit: int = 80) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -296,10 +375,16 @@ class _McpTools:
                 info, text=f"run {run_id} submitted ({info.status}); see {run_uri(run_id)}"
             )
         follower = _RunFollower(context, info.rollouts)
+        asker = _IdeAsker(self._manager, run_id, context)
         try:
             with anyio.move_on_after(args.wait_timeout_s):
-                async for event in self._manager.follow(run_id):
-                    await follower.see(event)
+                async with anyio.create_task_group() as questions:
+                    async for event in self._manager.follow(run_id):
+                        if isinstance(event, ElicitationRequested):
+                            asker.forward(questions, event)
+                        await follower.see(event)
+                    # The run ended: withdraw the questions still open.
+                    questions.cancel_scope.cancel()
         except anyio.get_cancelled_exc_class():
             # The client gave up on the call (or the server is stopping):
             # stop the work it asked for, unless the daemon is draining, in

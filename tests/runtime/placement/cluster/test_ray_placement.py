@@ -10,9 +10,14 @@ its rollouts go on elsewhere.  (Last, as it leaves one worker node.)
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import sys
+import tempfile
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +48,14 @@ from agentrt.runtime.memory._view import NOTE_HEADER
 from agentrt.runtime.placement._ray_driver import RayPlacement
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator, tool
+from agentrt.tools.sandbox._workspaces import rollout_key
 
 from .conftest import Cluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 CHAT = "/v1/chat/completions"
+WHOAMI = Path(__file__).with_name("whoami_server.py")
 PLANNER = str(Path(__file__).resolve().parents[4] / "examples" / "planner_workers.yaml")
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
 #: The cached prompt priced as a fresh one: the cache's hits depend on timing.
@@ -359,6 +366,80 @@ async def test_mcp_stdio_servers_run_on_the_worker_nodes(cluster: Cluster, npx: 
     results = [r.content for e in log.of_type(StepRecorded) for r in e.step.tool_results]
     assert len(results) == 6, results
     assert all("Echo:" in str(r) for r in results), results
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory every user can traverse (a workspace root must be)."""
+    path = Path(tempfile.mkdtemp(prefix="agentrt-cluster-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_a_per_rollout_server_starts_for_each_rollout_on_its_worker_and_closes(
+    cluster: Cluster, open_dir: Path
+) -> None:
+    """``per_rollout`` on Ray: each rollout's calls reach a stdio server the
+    rollout's worker started for it alone, offered the rollout's workspace
+    as its root, and closed when the rollout ended."""
+    sim = SimServerConfig(answer="answer", tool_rounds=1, ttft_ms=5)
+    workspaces = open_dir / "workspaces"
+    run_id = "run-whoami"
+    # Made beforehand, as a rollout's shell would: creating one hands it to
+    # the sandbox's user, whose uid this namespace (root mapped only) lacks.
+    for slot in ("r0", "r1", "r2", "r3"):
+        (workspaces / run_id / slot).mkdir(parents=True)
+    whoami = {
+        "command": sys.executable,
+        "args": [str(WHOAMI)],
+        "per_rollout": True,
+        "workspace_root": str(workspaces),
+    }
+    async with SimServer(sim) as server:
+        cfg = config(server.url, ray_placement(cluster), mcp={"who": whoami})
+        cfg["agents"]["who"] = {
+            "name": "who",
+            "instructions": "Say who answers.",
+            "tools": ["who__whoami"],
+            "model": "sim",
+        }
+        async with Runtime(cfg, tools=[Calculator()]) as rt:
+            placement = workers(rt)
+            worker_pids = {info.pid for info in placement.workers}
+            log = EventLog()
+            result = await rt.run(
+                "Who?", agent="who", scaling=ScalingSpec(rollouts=4), run_id=run_id, events=log
+            )
+            # Read before the runtime closes (and its shared connections with it).
+            texts = {
+                e.rollout_id: str(r.content)
+                for e in log.of_type(StepRecorded)
+                for r in e.step.tool_results
+            }
+            assert all(text.startswith("{") for text in texts.values()), texts
+            answered: dict[str, dict[str, Any]] = {
+                rollout_id: json.loads(text) for rollout_id, text in texts.items()
+            }
+            alive = [
+                seen["pid"]
+                for seen in answered.values()
+                if psutil.pid_exists(seen["pid"])
+                and psutil.Process(seen["pid"]).status() != psutil.STATUS_ZOMBIE
+            ]
+    assert result.status == "succeeded", result.error
+    assert len(answered) == 4, answered
+    # One server process per rollout, each a child of a rollout worker.
+    assert len({seen["pid"] for seen in answered.values()}) == 4, answered
+    assert {seen["ppid"] for seen in answered.values()} <= worker_pids, (answered, worker_pids)
+    # Each offered its own rollout's workspace (and nothing else) as its root.
+    for rollout_id, seen in answered.items():
+        space = workspaces / run_id / rollout_key(run_id, rollout_id)
+        assert seen["roots"] == [space.resolve().as_uri()], (rollout_id, seen)
+    # Each rollout's server was gone when the run came back.
+    assert alive == []
 
 
 async def test_a_capped_run_of_200_rollouts_stops_exactly_at_its_cap(cluster: Cluster) -> None:
