@@ -17,6 +17,7 @@ are chosen or aggregated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import itertools
 import math
@@ -541,6 +542,11 @@ class RolloutWorker:
             outcome = await asyncio.shield(asyncio.wrap_future(done))
         except asyncio.CancelledError:
             self._host.cancel(rid)
+            # The rollout's own end flushes its last events and charges to
+            # the driver (its calls cancelled in flight included): the
+            # driver waits for this reply, so its run reads a settled ledger.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(done)), DRIVER_TIMEOUT_S)
             raise
         return ENCODER.encode(outcome)
 
