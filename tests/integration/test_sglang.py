@@ -29,7 +29,7 @@ from agentrt.protocols import (
     RunOptions,
     SamplingParams,
     StepRecorded,
-    ToolCalled,
+    ToolSpec,
     UserMessage,
 )
 from agentrt.runtime.cli._main import main
@@ -38,7 +38,6 @@ from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models._prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend, SGLangBackendConfig
-from agentrt.tools import Calculator
 
 pytestmark = [
     pytest.mark.sglang,
@@ -294,32 +293,40 @@ async def test_bad_input_gets_one_clear_error_before_the_first_step(
 async def test_a_required_tool_call_runs_end_to_end_on_the_native_api(
     sglang_server: SGLangServer,
 ) -> None:
-    """SmolLM2 calls no tool by itself: ``tool_choice = "required"`` makes
-    the native backend end the prompt with ``<tool_call>`` and hold the
-    rest to the calculator's call JSON (SGLang's ``json_schema``
-    constrained decoding); agentrt parses the text, runs the tool and
-    records it."""
+    """SmolLM2 calls no tool by itself: a required client tool makes the
+    native backend end the prompt with ``<tool_call>`` and hold the rest to
+    the tool's call JSON (SGLang's ``json_schema`` constrained decoding);
+    agentrt parses the text into a tool call, and the run ends with it for
+    the client to run (``tool_choice`` governs the client's tools)."""
     backends = {"sg": {"kind": "sglang", "urls": [sglang_server.base_url]}}
     agent = {
         "name": "calc",
-        "tools": ["calculator"],
         "temperature": 0.0,
         "limits": {"max_steps": 1, "max_tokens_per_step": 40},
     }
     config = {"models": {"backends": backends}, "agents": {"calc": agent}, "warm_prefix": False}
+    calculator = ToolSpec(
+        name="calculator",
+        description="Evaluate an arithmetic expression",
+        parameters={
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    )
     log = EventLog()
-    async with Runtime(config, tools=[Calculator()]) as rt:
+    async with Runtime(config) as rt:
         result = await rt.run(
             "What is 17 * 23?",
             agent="calc",
             events=log,
-            options=RunOptions(tool_choice="required"),
+            options=RunOptions(client_tools=[calculator], tool_choice="required"),
         )
-    [called] = log.of_type(ToolCalled)
-    assert called.tool == "calculator"
-    assert isinstance(json.loads(called.arguments)["expression"], str)
+    assert result.status == "succeeded", result.error
+    (call,) = json.loads(result.answer or "")
+    assert call["name"] == "calculator"
+    assert isinstance(json.loads(call["arguments"])["expression"], str)
     [step] = [e.step for e in log.of_type(StepRecorded)]
     assert step.reply is not None
     assert [c.function.name for c in step.reply.message.tool_calls] == ["calculator"]
-    assert [r.call_id for r in step.tool_results] == [called.call_id]
     assert result.cost.model_calls == 1
