@@ -20,6 +20,13 @@ const authorizations = new AuthorizationsPanel(document.getElementById('mcp-auth
 
 function showTokenBar(message) {
   const bar = document.getElementById('auth');
+  const shown = bar.hidden ? null : bar.querySelector('form.auth');
+  if (shown) {
+    // Several calls can be refused at once: keep the form (and what is
+    // being typed into it), only say why again.
+    shown.querySelector('span').textContent = message;
+    return;
+  }
   const input = h('input', {
     type: 'password',
     placeholder: 'bearer token',
