@@ -1,8 +1,10 @@
 """MCP resources for agents, through ``Runtime.run`` with a scripted model:
 the resource tools list (page by page), read (text clipped, binary named,
-a template filled in) and list templates; a spec attaches a resource (by
-URI or template) that each step shows, kept current by its subscription.
-Against ``resource_server.py`` (counts reads) and ``server-everything``."""
+a template filled in) and list templates; an agent (a YAML spec, an agent
+of ``agentrt.toml`` or an ``AgentConfig`` built in Python) attaches a
+resource (by URI or template) that each step shows, kept current by its
+subscription.  Against ``resource_server.py`` (counts reads) and
+``server-everything``."""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ import anyio
 import pytest
 
 from agentrt import Runtime
-from agentrt.agents import AgentConfig
+from agentrt.agents import AgentConfig, ResourceAttachment
 from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
+from agentrt.runtime.config._config_file import load_config
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools._tool import ToolContent, ToolContext
 from agentrt.tools.mcp._connection import McpConnection
@@ -126,6 +130,21 @@ def _attached(request: ModelRequest) -> list[str]:
     ]
 
 
+def _assert_kept_current(backend: ScriptedBackend) -> None:
+    """The counter and the note were shown at both steps; the bump's
+    notification made the client read the counter once more (read 3: the
+    note was read 2); the note was not read again."""
+    before, after = (_attached(r) for r in backend.requests)
+    assert before == [
+        "Attached resource fixture://counter (MCP server 'fx'):\ncount=0 reads=1",
+        "Attached resource fixture://notes/today (MCP server 'fx'):\nthe note called today",
+    ]
+    assert after == [
+        "Attached resource fixture://counter (MCP server 'fx'):\ncount=1 reads=3",
+        before[1],
+    ]
+
+
 @pytest.mark.anyio
 async def test_an_attached_resource_is_kept_current_by_its_subscription(tmp_path: Path) -> None:
     spec = tmp_path / "agent.yaml"
@@ -141,17 +160,60 @@ async def test_an_attached_resource_is_kept_current_by_its_subscription(tmp_path
     async with Runtime(config, backends=[backend]) as rt:
         result = await rt.run("go", agent="watcher")
     assert result.answer == "done"
-    before, after = (_attached(r) for r in backend.requests)
-    assert before == [
-        "Attached resource fixture://counter (MCP server 'fx'):\ncount=0 reads=1",
-        "Attached resource fixture://notes/today (MCP server 'fx'):\nthe note called today",
-    ]
-    # The bump's notification made the client read the counter once more (read 3:
-    # the note was read 2); the note was not read again.
-    assert after == [
-        "Attached resource fixture://counter (MCP server 'fx'):\ncount=1 reads=3",
-        before[1],
-    ]
+    _assert_kept_current(backend)
+
+
+@pytest.mark.anyio
+async def test_an_agent_of_agentrt_toml_attaches_resources(tmp_path: Path) -> None:
+    path = tmp_path / "agentrt.toml"
+    path.write_text(
+        "[mcp.fx]\n"
+        f"command = {json.dumps(sys.executable)}\n"
+        f"args = ['-W', 'ignore', {json.dumps(str(RESOURCE_SERVER))}]\n"
+        "\n"
+        "[agents.watcher]\n"
+        "tools = ['fx__bump']\n"
+        "resources = [\n"
+        "  { mcp = 'fx', uri = 'fixture://counter' },\n"
+        "  { mcp = 'fx', template = 'fixture://notes/{name}', arguments = { name = 'today' } },\n"
+        "]\n"
+    )
+    backend = ScriptedBackend(_steps(ScriptedToolCall("fx__bump", {})))
+    async with Runtime(load_config(path).runtime, backends=[backend]) as rt:
+        result = await rt.run("go", agent="watcher")
+    assert result.answer == "done"
+    _assert_kept_current(backend)
+
+
+@pytest.mark.anyio
+async def test_an_agent_config_attaches_resources() -> None:
+    agent = AgentConfig(
+        name="watcher",
+        tools=["fx__bump"],
+        resources=[
+            ResourceAttachment(mcp="fx", uri="fixture://counter"),
+            ResourceAttachment(
+                mcp="fx", template="fixture://notes/{name}", arguments={"name": "today"}
+            ),
+        ],
+    )
+    backend = ScriptedBackend(_steps(ScriptedToolCall("fx__bump", {})))
+    async with Runtime({"mcp": {"fx": _server()}}, backends=[backend]) as rt:
+        # Passed to the run itself (not configured by name): built the same way.
+        result = await rt.run("go", agent=agent)
+    assert result.answer == "done"
+    _assert_kept_current(backend)
+
+
+@pytest.mark.anyio
+async def test_an_agent_config_attaching_from_a_server_not_open_fails_the_open() -> None:
+    agent = AgentConfig(name="a", resources=[ResourceAttachment(mcp="fs", uri="file:///x")])
+    with pytest.raises(ConfigError) as caught:
+        async with Runtime({}, backends=[ScriptedBackend(["done"])], agents={"a": agent}):
+            pass
+    assert "resources[0] reads from the MCP server 'fs', which is not open (open: none)" in str(
+        caught.value
+    )
 
 
 @pytest.mark.anyio
