@@ -3,8 +3,9 @@ the resource tools list (page by page), read (text clipped, binary named,
 a template filled in) and list templates; an agent (a YAML spec, an agent
 of ``agentrt.toml`` or an ``AgentConfig`` built in Python) attaches a
 resource (by URI or template) that each step shows, kept current by its
-subscription.  Against ``resource_server.py`` (counts reads) and
-``server-everything``."""
+subscription.  Against ``resource_server.py`` (counts reads),
+``server-everything`` and ``server-filesystem`` (whose files reach the agent
+through its tools: it offers no MCP resources)."""
 
 from __future__ import annotations
 
@@ -283,3 +284,54 @@ async def test_resources_of_server_everything_over_http(npx: str) -> None:
             assert now.startswith("Resource 5: This is a plaintext resource created at ")
     finally:
         _stop(server)
+
+
+@pytest.mark.anyio
+async def test_files_of_server_filesystem_reach_the_agent(
+    filesystem: StdioServerConfig, tmp_path: Path
+) -> None:
+    """server-filesystem 2026.8.31 declares no ``resources`` capability: its
+    files reach the agent through its tools, a non-media file as an embedded
+    binary resource (named, not inlined); no resource tools are offered even
+    when asked for, and an attachment says why it cannot be shown.  It has
+    no subscriptions, so a change is seen by reading again."""
+    root = tmp_path / "root"
+    notes = root / "notes.txt"
+    notes.write_text("version 1\n")
+    (root / "data.bin").write_bytes(b"\x00\x01\x02 binary")
+    calls = [
+        ScriptedToolCall("fs__list_directory", {"path": str(root)}),
+        ScriptedToolCall("fs__read_media_file", {"path": str(root / "data.bin")}),
+        ScriptedToolCall("fs__read_text_file", {"path": str(notes)}),
+        ScriptedToolCall("fs__read_text_file", {"path": str(notes)}),
+    ]
+
+    def script(request: ModelRequest) -> Any:
+        done = len(_tool_texts(request))
+        if done == 3:
+            notes.write_text("version 2\n")  # changed on disk between two reads
+        return calls[done] if done < len(calls) else "done"
+
+    backend = ScriptedBackend(script)
+    agent = AgentConfig(
+        name="reader",
+        tools=["fs__list_directory", "fs__read_media_file", "fs__read_text_file"],
+        resources=[ResourceAttachment(mcp="fs", uri=notes.as_uri())],
+    )
+    server = filesystem.model_dump() | {"resources": {"tools": True}}
+    async with Runtime({"mcp": {"fs": server}}, backends=[backend]) as rt:
+        offered = {t.spec.name for t in rt.tools}
+        assert "fs__read_media_file" in offered
+        assert not {name for name in offered if "resources_" in name}
+        result = await rt.run("go", agent=agent)
+    assert result.answer == "done"
+    listed, media, first, second = _tool_texts(backend.requests[-1])
+    assert sorted(listed.splitlines()) == ["[FILE] data.bin", "[FILE] notes.txt"]
+    assert media == (
+        f"[binary resource {(root / 'data.bin').as_uri()} (application/octet-stream, 10 bytes)]"
+    )
+    assert (first, second) == ("version 1\n", "version 2\n")
+    assert _attached(backend.requests[0]) == [
+        f"Attached resource {notes.as_uri()} (MCP server 'fs'):\n[it could not be read: "
+        "MCP server 'fs': it offers no resources (no `resources` capability)]"
+    ]
