@@ -7,6 +7,7 @@ May import protocols and the runtime floor; never aggregators or the roof.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,7 @@ from agentrt.runtime.kernel._errors import (
 )
 from agentrt.runtime.kernel._timers import current_task
 from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.models._prompt_estimate import prompt_token_bound
 from agentrt.runtime.observe._log import get_logger, log_context
 from agentrt.runtime.routing._policies import RolloutRouter
 from agentrt.runtime.routing._step_signals import NO_SIGNALS
@@ -446,6 +448,10 @@ class AgentRollout:
             pending.reply = replayed
             return replayed
         reservation = pending.reservation
+        # Computed only if the call is cancelled before its model's first reply.
+        reservation.prompt_bound = functools.partial(
+            prompt_token_bound, request.messages, request.tools
+        )
         ended = _NO_COST  # what a call that failed was charged
         try:
             # The reservation's ``with``, spelled out (docs/design/performance.md).
