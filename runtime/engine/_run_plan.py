@@ -164,6 +164,7 @@ def plan_run(
             admission=ScoredAdmission(admission),
             corroborate=admission.corroborate,
             verifiers=admission.verifiers,
+            recheck=admission.recheck,
         )
         if rt.bank is not None
         else None
