@@ -128,6 +128,7 @@ async def test_8_rollouts_under_4000_tokens_spend_the_cap_through_the_daemon(
                 events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
             detail = (await client.get(f"/v1/runs/{run_id}")).json()
             listed = await client.get("/v1/runs")
+            document = (await client.get("/openapi.json")).json()
         served = served_tokens(server)
     finished = events[-1][2]
     assert events[-1][1] == "run_finished", events[-1]
@@ -144,3 +145,5 @@ async def test_8_rollouts_under_4000_tokens_spend_the_cap_through_the_daemon(
               if r.run_id == run_id]  # fmt: skip
     assert msgspec.to_builtins(info.stopped) == result.get("stopped"), where
     assert detail["run"].get("stopped") == result.get("stopped"), where
+    stopped = document["components"]["schemas"]["RunInfo"]["properties"]["stopped"]
+    assert {"$ref": "#/components/schemas/BudgetCut"} in stopped["anyOf"], stopped
