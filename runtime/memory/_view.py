@@ -109,6 +109,8 @@ class MemoryView:
         self.corroborate = corroborate
         self.verifiers = frozenset(verifiers)
         self.recheck = recheck
+        self._refused: set[str] = set()
+        """Claims a result of which the admission policy refused."""
         self.owners: Owners = [(s, self.owner(s)) for s in read]
         self.offered = 0
         self.admitted = 0
@@ -162,6 +164,8 @@ class MemoryView:
             decision = self.admission.decide(candidate, others)
             if not decision.admitted:
                 log.debug("memory_rejected", key=candidate.key[:80], reason=decision.reason)
+                if candidate.claim:
+                    self._refused.add(candidate.claim)
                 return decision, None
             item_id = await self._store(candidate, decision)
         self.admitted += 1
@@ -192,8 +196,10 @@ class MemoryView:
         rollouts see it without waiting for one of them to make the call.
         Not when rechecks are off, one rollout's result is shared anyway
         (``corroborate`` 1), the tool's results are not offered or are
-        confirmed facts (``verifiers``), or the bank shares a result of the
-        call already.  Rollouts making the call at once each check it: on
+        confirmed facts (``verifiers``), the admission policy refused a
+        result of the call through this view (a near-duplicate of another
+        call's: a second one would be refused too), or the bank shares a
+        result of the call already.  Rollouts making the call at once each check it: on
         ``bench/memory.py`` checking a call once per run kept 44% of the
         model calls an unchecked bank saves, checking each rollout's 82%."""
         if not self.recheck or self.corroborate <= 1:
@@ -201,6 +207,8 @@ class MemoryView:
         if tool in self.skip_tools or tool in self.verifiers:
             return False
         claim = self._claim(tool, arguments)
+        if claim in self._refused:
+            return False
         match = build_query(claim)
         hits = await self.bank.search(match, self.owners, k=10) if match else []
         return not any(h.claim == claim for h in hits)

@@ -138,3 +138,16 @@ async def test_a_call_is_worth_a_second_call_until_the_bank_shares_a_result() ->
         assert not await view.wants_recheck("memory_get", '{"id":1}')
         assert not await MemoryView(bank, run_id="run", recheck=False).wants_recheck("f", CALL)
         assert not await MemoryView(bank, run_id="run", corroborate=1).wants_recheck("f", CALL)
+
+
+async def test_a_call_whose_result_the_policy_refused_is_not_made_twice() -> None:
+    """A second call of it would be refused too (here an empty answer; on
+    bench/memory.py, searches whose keys are near-duplicates of others')."""
+    async with MemoryBank() as bank:
+        view = MemoryView(bank, run_id="run")
+        candidate = view.tool_candidate("fetch", CALL, "not found", rollout_id="r0", step=1)
+        assert candidate is not None
+        decision, item_id = await view.offer(candidate)
+        assert (decision.admitted, item_id) == (False, None)
+        assert not await view.wants_recheck("fetch", CALL)
+        assert await view.wants_recheck("fetch", '{"doc":"doc-beta"}')
