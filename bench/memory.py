@@ -33,7 +33,7 @@ every rollout; and with ``k = 2`` and the recheck the bank keeps at least
 and the majority is right within 2 points of no bank.  Seeds 1-6 of the
 full run (``use`` 100%): no bank 35.0 model calls per task, majority right
 92% on average; ``k = 1`` 22.1, 63%; ``k = 2`` with the recheck 24.4 (82%
-of the saving kept), 25.6 tool calls, 95%; without it 31.9 (24%), 97%.
+of the saving kept), 24.9 tool calls, 93%; without it 31.9 (24%), 97%.
 """
 
 from __future__ import annotations
