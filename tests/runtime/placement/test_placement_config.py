@@ -89,18 +89,23 @@ async def test_the_default_placement_is_local() -> None:
 async def test_an_unreachable_cluster_is_named_before_any_model_call() -> None:
     pytest.importorskip("ray")
     config = RuntimeConfig.model_validate(
-        {"placement": {"kind": "ray", "address": "127.0.0.1:9", "connect_timeout_s": 5}}
+        {**NO_MODEL, "placement": {"kind": "ray", "address": "127.0.0.1:9", "connect_timeout_s": 5}}
     )
     with pytest.raises(ConfigError, match=r"placement.address: cannot reach the Ray cluster"):
         async with Runtime(config):
             pass
-    bad = RuntimeConfig.model_validate({"placement": {"kind": "ray", "address": "nowhere"}})
+    bad = RuntimeConfig.model_validate(
+        {**NO_MODEL, "placement": {"kind": "ray", "address": "nowhere"}}
+    )
     with pytest.raises(ConfigError, match="is not a Ray address"):
         async with Runtime(bad):
             pass
 
 
 RAY_DRIVER = "agentrt.runtime.placement._ray_driver"
+#: A backend that needs no embedded model (nothing is called: the
+#: placement fails the open first).
+NO_MODEL = {"models": {"backends": {"s": {"kind": "scripted", "replies": ["x"]}}}}
 REFUSED = "Initialization failure from server:\nRuntimeError: Starting Ray client server failed."
 
 
@@ -129,7 +134,9 @@ async def test_a_ray_client_session_the_head_fails_to_open_is_asked_again(
     async with await anyio.create_tcp_listener(local_host="127.0.0.1") as head:
         port = head.extra(anyio.abc.SocketAttribute.local_port)
         address = f"ray://127.0.0.1:{port}"
-        config = RuntimeConfig.model_validate({"placement": {"kind": "ray", "address": address}})
+        config = RuntimeConfig.model_validate(
+            {**NO_MODEL, "placement": {"kind": "ray", "address": address}}
+        )
         with pytest.raises(ConfigError, match=f"(?s)placement.address: cannot reach .*{reason}"):
             async with Runtime(config):
                 pass
