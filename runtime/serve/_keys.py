@@ -185,7 +185,7 @@ def path_scope(method: str, path: str) -> tuple[str, ...]:
     (``/mcp``, ``/metrics``, the MCP authorizations) need ``admin``."""
     if path in ("/openapi.json", "/v1/agents"):
         return ()
-    if path == "/v1/runs" or path.startswith(("/v1/runs/", "/v1/threads")):
+    if path in ("/v1/runs", "/v1/elicitations") or path.startswith(("/v1/runs/", "/v1/threads")):
         return ("runs:read",) if method in ("GET", "HEAD") else ("runs:create",)
     if path.startswith(_READ_ALL_PREFIXES):
         return ("runs:create", "runs:read_all")

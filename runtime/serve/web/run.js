@@ -235,6 +235,9 @@ export class RunView {
       case 'elicitation':
         this.questions.asked(ev);
         break;
+      case 'elicitation_answered':
+        this.questions.answered(ev);
+        break;
       case 'rollout_finished': {
         const r = this.rolloutState(ev.rollout_id);
         r.status = ev.status;
