@@ -5,6 +5,7 @@ the tool's result, and the tool does not run."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from agentrt.protocols import (
     RunFinished,
     ToolMessage,
 )
-from agentrt.runtime.engine._runtime import Runtime
+from agentrt.runtime.engine._runtime import RunCheckpoint, Runtime
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools import ElicitationQuestion, tool
@@ -184,3 +185,69 @@ async def test_the_same_call_asks_the_same_question() -> None:
             await rt.run("clean up", agent="worker", run_id="run-same")
     assert len(ids) == 2
     assert ids[0] == ids[1]
+
+
+async def _question_id() -> str:
+    """The id the scripted call's approval gets in the run ``run-resumed``."""
+    delete_file, _ = _deleting()
+    ids: list[str] = []
+
+    async def ask(question: ElicitationQuestion) -> ElicitationReply:
+        ids.append(question.id)
+        return ElicitationReply(action="decline")
+
+    async with Runtime(
+        _config(),
+        backends=[_calls_then_answers()],
+        tools=[delete_file],
+        agents=AGENT,
+        on_elicitation=ask,
+    ) as rt:
+        await rt.run("clean up", agent="worker", run_id="run-resumed")
+    [question_id] = ids
+    return question_id
+
+
+async def test_a_resumed_run_takes_up_a_recorded_answer_without_asking() -> None:
+    question_id = await _question_id()
+    delete_file, deleted = _deleting()
+
+    async def ask(question: ElicitationQuestion) -> ElicitationReply:
+        raise AssertionError(f"asked again: {question.id}")
+
+    recorded = ElicitationAnswered(run_id="run-resumed", question_id=question_id, action="accept")
+    checkpoint = RunCheckpoint(next_seq=1, rollouts={}, answered={question_id: recorded})
+    async with Runtime(
+        _config(),
+        backends=[_calls_then_answers()],
+        tools=[delete_file],
+        agents=AGENT,
+        on_elicitation=ask,
+    ) as rt:
+        await rt.run("clean up", agent="worker", run_id="run-resumed", checkpoint=checkpoint)
+    assert deleted == ["/tmp/x"]
+
+
+async def test_a_resumed_run_keeps_the_questions_first_deadline() -> None:
+    question_id = await _question_id()
+    delete_file, deleted = _deleting()
+    backend = _calls_then_answers()
+    first = ElicitationRequested(
+        run_id="run-resumed",
+        question_id=question_id,
+        server="",
+        mode="approval",
+        message="allow?",
+        expires_at=time.time() - 1,  # passed while the daemon was down
+    )
+    checkpoint = RunCheckpoint(next_seq=1, rollouts={}, asked={question_id: first})
+    async with Runtime(
+        _config(timeout_s=3600),
+        backends=[backend],
+        tools=[delete_file],
+        agents=AGENT,
+        on_elicitation="events",
+    ) as rt:
+        await rt.run("clean up", agent="worker", run_id="run-resumed", checkpoint=checkpoint)
+    assert deleted == []
+    assert "nobody answered within 3600 s" in _tool_result(backend)

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
+import mcp_types
 import pytest
+from mcp import Client as McpClient
+from mcp.client.context import ClientRequestContext
 
 from agentrt.client import AsyncClient, Client, RequestRefused, verify_webhook
 from agentrt.protocols import (
@@ -177,3 +180,34 @@ async def test_another_key_sees_no_question_and_cannot_answer(
                 await call
             assert refused.value.status == 404
         await alice.deny(run.run_id, question.question_id)
+
+
+@pytest.mark.parametrize("action", ["accept", "decline"])
+async def test_the_ide_that_started_the_run_is_asked_to_approve(
+    tmp_path: Path, daemon_kit: Any, action: Literal["accept", "decline"]
+) -> None:
+    asked: list[mcp_types.ElicitRequestFormParams] = []
+
+    async def ide(
+        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
+        assert isinstance(params, mcp_types.ElicitRequestFormParams)
+        asked.append(params)
+        return mcp_types.ElicitResult(action=action)
+
+    with anyio.fail_after(60):
+        async with (
+            daemon_kit.running(_config(daemon_kit, tmp_path), _one_call()) as daemon,
+            McpClient(f"{daemon.url}/mcp", mode="legacy", elicitation_callback=ide) as ide_client,
+        ):
+            result = await ide_client.call_tool("run_agent", {"task": "6*7?", "agent": "solver"})
+    assert result.structured_content is not None
+    assert result.structured_content["status"] == "succeeded", result
+    [question] = asked
+    assert "'calculator'" in question.message
+    assert '{"expression":"6*7"}' in question.message
+    answer = result.structured_content["answer"]
+    if action == "accept":
+        assert answer == "tool said: 42"
+    else:
+        assert "the person denied it" in answer
