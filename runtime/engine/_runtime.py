@@ -47,7 +47,7 @@ from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.config._runtime_config import RuntimeConfig
 from agentrt.runtime.engine._checkpoint import RolloutCheckpoint, RunCheckpoint
-from agentrt.runtime.engine._mcp_requests import RunRequests
+from agentrt.runtime.engine._mcp_requests import ElicitationHandler, RunRequests
 from agentrt.runtime.engine._run_execution import RunExecution, spawn_rollout_supervisor
 from agentrt.runtime.engine._run_plan import RunServices, chosen_normalizer, plan_run
 from agentrt.runtime.kernel._actor_spec import SupervisorSpec
@@ -71,7 +71,6 @@ from agentrt.tools.mcp._mcp_config import McpServerConfig
 from agentrt.tools.sandbox._workspaces import release_run
 
 if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
-    from agentrt.runtime.engine._mcp_requests import ElicitationHandler
     from agentrt.runtime.observe._tracing import RunTracer
     from agentrt.tools._tool import ElicitationReply
     from agentrt.tools.mcp._server_actor import McpServerStatus
@@ -832,9 +831,12 @@ def run(
     budget: Budget | None = None,
     aggregator: Aggregator | None = None,
     judge: Judge | None = None,
+    on_elicitation: ElicitationHandler | None = None,
 ) -> RunResult:
     """Run one task synchronously (scripts, notebooks): opens a ``Runtime``,
-    runs, closes it.  Inside a running event loop, use ``Runtime`` instead."""
+    runs, closes it.  Inside a running event loop, use ``Runtime`` instead.
+    ``on_elicitation``: asked to approve calls of tools under
+    ``approvals`` and MCP servers' questions (``Runtime``'s)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -846,7 +848,9 @@ def run(
         )
 
     async def main() -> RunResult:
-        async with Runtime(config, backends=backends, tools=tools, judge=judge) as rt:
+        async with Runtime(
+            config, backends=backends, tools=tools, judge=judge, on_elicitation=on_elicitation
+        ) as rt:
             return await rt.run(
                 task, agent=agent, scaling=scaling, budget=budget, aggregator=aggregator
             )

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import agentrt
 from agentrt.agents import AgentConfig
 from agentrt.protocols import (
     ElicitationAnswered,
@@ -251,3 +252,23 @@ async def test_a_resumed_run_keeps_the_questions_first_deadline() -> None:
         await rt.run("clean up", agent="worker", run_id="run-resumed", checkpoint=checkpoint)
     assert deleted == []
     assert "nobody answered within 3600 s" in _tool_result(backend)
+
+
+def test_agentrt_run_takes_the_callback_too() -> None:
+    delete_file, deleted = _deleting()
+    asked: list[str] = []
+
+    async def ask(question: ElicitationQuestion) -> ElicitationReply:
+        asked.append(question.tool)
+        return ElicitationReply(action="accept")
+
+    result = agentrt.run(
+        "clean up",
+        config={**_config(), "agents": {"worker": {"name": "worker", "tools": ["delete_file"]}}},
+        backends=[_calls_then_answers()],
+        tools=[delete_file],
+        agent="worker",
+        on_elicitation=ask,
+    )
+    assert result.answer == "done"
+    assert (asked, deleted) == (["delete_file"], ["/tmp/x"])
