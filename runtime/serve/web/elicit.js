@@ -353,10 +353,12 @@ export class QuestionsPanel {
     this.update();
   }
 
-  /** An `elicitation_answered` event: the question ended (here or elsewhere). */
+  /** An `elicitation_answered` event: the question ended.  Answered here, it
+   * shows this page's answer already; else it was answered elsewhere or
+   * timed out. */
   answered(ev) {
     const q = this.questions.get(ev.question_id);
-    if (q) q.close(ev.action === 'timeout' ? 'gone' : ev.action);
+    if (q) q.close('gone');
     this.update();
   }
 
@@ -374,6 +376,11 @@ export class QuestionsPanel {
   runEnded() {
     for (const q of this.questions.values()) q.close('ended');
     this.update();
+  }
+
+  /** How many questions still wait for an answer. */
+  waiting() {
+    return [...this.questions.values()].filter((q) => !q.outcome && !q.over).length;
   }
 
   update() {
