@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
+import httpx
 import mcp_types
 import pytest
 from mcp import Client as McpClient
@@ -211,3 +212,23 @@ async def test_the_ide_that_started_the_run_is_asked_to_approve(
         assert answer == "tool said: 42"
     else:
         assert "the person denied it" in answer
+
+
+async def test_the_api_document_names_the_waiting_state_and_its_routes(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    async with (
+        daemon_kit.running(_config(daemon_kit, tmp_path), _one_call()) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as http,
+    ):
+        document = (await http.get("/openapi.json")).json()
+    events = document["components"]["schemas"]["Event"]["discriminator"]["mapping"]
+    assert {"elicitation", "elicitation_answered"} <= set(events)
+    statuses = document["components"]["schemas"]["RunInfo"]["properties"]["status"]["enum"]
+    assert "waiting" in statuses
+    paths = document["paths"]
+    assert paths["/v1/elicitations"]["get"]["operationId"] == "listElicitations"
+    deliveries = paths["/v1/runs/{run_id}/webhook-deliveries"]["get"]
+    assert deliveries["operationId"] == "listWebhookDeliveries"
+    answer = paths["/v1/runs/{run_id}/elicitations/{question_id}"]["post"]["responses"]
+    assert "409" in answer
