@@ -8,6 +8,7 @@ not wait on a 404."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -232,3 +233,45 @@ async def test_the_api_document_names_the_waiting_state_and_its_routes(
     assert deliveries["operationId"] == "listWebhookDeliveries"
     answer = paths["/v1/runs/{run_id}/elicitations/{question_id}"]["post"]["responses"]
     assert "409" in answer
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_a_sandboxed_shell_command_waits_for_approval(
+    tmp_path: Path, daemon_kit: Any, approve: bool
+) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap (bwrap) for the sandboxed shell")
+    command = "echo approved > proof.txt && cat proof.txt"
+
+    def script(request: ModelRequest) -> Any:
+        results = [m for m in request.messages if isinstance(m, ToolMessage)]
+        if not results:
+            return ScriptedToolCall("shell", {"command": command})
+        return f"shell said: {results[0].content}"
+
+    config = daemon_kit.config(
+        tmp_path,
+        tools={"shell": True},
+        agents={"sh": {"tools": ["shell"], "stop_on": []}},
+        approvals={"shell": {"message": "Run this command?"}},
+    )
+    async with (
+        daemon_kit.running(config, ScriptedBackend(script)) as daemon,
+        AsyncClient(daemon.url) as client,
+    ):
+        run = await client.create_run(RunRequest(task="prove it", agent="sh"))
+        question = await _question(client, run.run_id)
+        assert (question.tool, question.message) == ("shell", "Run this command?")
+        assert question.arguments == {"command": command}
+        await (client.approve if approve else client.deny)(run.run_id, question.question_id)
+        async with client.follow(run.run_id) as events:
+            async for _ in events:  # to the run's end
+                pass
+        ended = await client.get_run(run.run_id)
+    answer = ended.run.answer or ""
+    if approve:
+        assert "approved" in answer
+        assert "exit code 0" in answer.lower() or "exit 0" in answer.lower(), answer
+    else:
+        assert "the person denied it" in answer
+        assert "approved" not in answer
