@@ -674,6 +674,7 @@ def openapi_document(
         "cancelRun": {"operationId": "cancelRun", **from_created},
         "runEvents": {"operationId": "runEvents", **from_created},
         "runSummaries": {"operationId": "runSummaries", **from_created},
+        "listWebhookDeliveries": {"operationId": "listWebhookDeliveries", **from_created},
     }
     paths: dict[str, Any] = {
         "/v1/runs": {
