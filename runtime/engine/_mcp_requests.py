@@ -161,7 +161,8 @@ class RunRequests:
         found = [
             slot.event
             for slot in self._waiting.values()
-            if not slot.answered.is_set() and run_id in (None, slot.event.run_id)
+            # seq 0: not on the run's stream yet
+            if slot.event.seq and not slot.answered.is_set() and run_id in (None, slot.event.run_id)
         ]
         return sorted(found, key=lambda e: (e.ts, e.seq))
 
