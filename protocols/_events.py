@@ -231,10 +231,10 @@ class ElicitationRequested(_EventBase, frozen=True, kw_only=True, tag="elicitati
     rollout_id: str | None = None
     call_id: str = ""
     expires_at: float | None = None
-    """Unix seconds when the question is given up unanswered (an approval's
-    ``approvals.TOOL.timeout_s`` after it was first asked: a daemon restart
-    asks it again with the same ``question_id`` and deadline); None: the
-    MCP server's ``elicitation.timeout_s`` bounds it."""
+    """Unix seconds when the question is given up unanswered: an approval's
+    ``approvals.TOOL.timeout_s`` after it was first asked (a daemon restart
+    asks it again with the same ``question_id`` and deadline), an MCP
+    server's question its ``elicitation.timeout_s`` after it was asked."""
 
 
 class ElicitationAnswered(_EventBase, frozen=True, kw_only=True, tag="elicitation_answered"):

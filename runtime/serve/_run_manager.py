@@ -891,6 +891,9 @@ class RunManager:
             )
         with self._lock:  # a reader right after this sees it running again
             live.answered(question_id, time.time())
+            status = live.info.status
+        if status == "running":  # its event, applied later, changes nothing more
+            await self.store.set_status(run_id, status)
         return await self.get(run_id)
 
     async def questions(

@@ -9,6 +9,7 @@ not wait on a 404."""
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -37,7 +38,7 @@ from .test_webhooks import SECRET, receiver
 pytestmark = pytest.mark.anyio
 
 
-def _one_call() -> ScriptedBackend:
+def _one_call(latency_s: float = 0.0) -> ScriptedBackend:
     """Ask the calculator once, then answer with what it said."""
 
     def script(request: ModelRequest) -> Any:
@@ -46,7 +47,7 @@ def _one_call() -> ScriptedBackend:
             return ScriptedToolCall("calculator", {"expression": "6*7"})
         return f"tool said: {results[0].content}"
 
-    return ScriptedBackend(script)
+    return ScriptedBackend(script, latency_s=latency_s)
 
 
 def _config(daemon_kit: Any, tmp_path: Path, **server: Any) -> Any:
@@ -275,3 +276,23 @@ async def test_a_sandboxed_shell_command_waits_for_approval(
     else:
         assert "the person denied it" in answer
         assert "approved" not in answer
+
+
+async def test_the_store_says_waiting_then_running_again(tmp_path: Path, daemon_kit: Any) -> None:
+    """What a restarted daemon (and a listing by status) reads."""
+    async with (
+        # Its answer takes a while: the run is still running when read.
+        daemon_kit.running(_config(daemon_kit, tmp_path), _one_call(latency_s=2)) as daemon,
+        AsyncClient(daemon.url) as client,
+    ):
+        run = await client.create_run(RunRequest(task="6*7?", agent="solver"))
+        question = await _question(client, run.run_id)
+        assert _stored_status(tmp_path, run.run_id) == "waiting"
+        await client.approve(run.run_id, question.question_id)
+        assert _stored_status(tmp_path, run.run_id) == "running"
+
+
+def _stored_status(tmp_path: Path, run_id: str) -> str:
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        [(status,)] = db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,))
+    return str(status)
