@@ -9,7 +9,7 @@ run webhook's signature on the receiving side.  This module only re-exports.
 """
 
 from agentrt.protocols._api import ElicitationAnswer, RunDetail, RunInfo, RunPage
-from agentrt.protocols._webhooks import WebhookEvent
+from agentrt.protocols._webhooks import WebhookDelivery, WebhookEvent
 from agentrt.runtime.client._async_client import AsyncClient, AsyncRunEvents
 from agentrt.runtime.client._client_errors import (
     DaemonUnavailable,
@@ -33,6 +33,7 @@ __all__ = [
     "RunInfo",
     "RunPage",
     "Unauthorized",
+    "WebhookDelivery",
     "WebhookEvent",
     "WebhookRejected",
     "verify_webhook",

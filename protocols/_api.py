@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from agentrt.protocols._events import McpAuthorizationRequired
+from agentrt.protocols._events import ElicitationRequested, McpAuthorizationRequired
 from agentrt.protocols._run import RunRequest, RunResult, RunStatus
 from agentrt.protocols._usage import BudgetCut, Cost
 
@@ -25,6 +25,15 @@ class ElicitationAnswer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
     action: Literal["accept", "decline", "cancel"]
     content: dict[str, Any] | None = None
+
+
+class ElicitationList(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/elicitations``: the questions waiting for an answer in the
+    runs the caller may read (``?run_id=``: one run's), oldest first; each
+    is the run's ``elicitation`` event.  Answer one with ``POST
+    /v1/runs/{run_id}/elicitations/{question_id}``."""
+
+    questions: list[ElicitationRequested]
 
 
 class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -148,6 +157,7 @@ __all__ = [
     "AgentList",
     "ApiError",
     "ElicitationAnswer",
+    "ElicitationList",
     "McpAuthorizationList",
     "RolloutInfo",
     "RunDetail",

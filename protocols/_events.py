@@ -208,9 +208,11 @@ class CallSettled(_EventBase, frozen=True, kw_only=True, tag="call_settled"):
 
 
 class ElicitationRequested(_EventBase, frozen=True, kw_only=True, tag="elicitation"):
-    """An MCP server asks the person behind the run something (its
+    """The person behind the run is asked something: by an MCP server (its
     ``elicitation.mode`` or ``url`` is ``ask``, or a destructive tool needs
-    approval).  Answer it with ``POST
+    approval) or by agentrt, for a tool under ``[approvals.TOOL]``
+    (``mode`` ``approval``, ``server`` empty).  The run is ``waiting``
+    until every question is answered (``ElicitationAnswered``).  Answer it with ``POST
     /v1/runs/{run_id}/elicitations/{question_id}`` (``action``: accept,
     decline or cancel; ``content``: the form's fields) or
     ``Runtime.answer_elicitation``; unanswered, it is cancelled after the
@@ -226,6 +228,26 @@ class ElicitationRequested(_EventBase, frozen=True, kw_only=True, tag="elicitati
     url: str = ""
     arguments: dict[str, Any] | None = None
     tool: str = ""
+    rollout_id: str | None = None
+    call_id: str = ""
+    expires_at: float | None = None
+    """Unix seconds when the question is given up unanswered: an approval's
+    ``approvals.TOOL.timeout_s`` after it was first asked (a daemon restart
+    asks it again with the same ``question_id`` and deadline), an MCP
+    server's question its ``elicitation.timeout_s`` after it was asked."""
+
+
+class ElicitationAnswered(_EventBase, frozen=True, kw_only=True, tag="elicitation_answered"):
+    """A question of the run's (``ElicitationRequested`` with this
+    ``question_id``) stopped waiting: ``action`` is the answer (``accept``,
+    ``decline``, ``cancel``) or ``timeout`` (nobody answered by its
+    ``expires_at``).  A run with no question waiting is ``running`` again;
+    a daemon restarted after this event takes the recorded answer up
+    instead of asking again."""
+
+    question_id: str
+    action: str
+    content: dict[str, Any] | None = None
     rollout_id: str | None = None
     call_id: str = ""
 
@@ -263,6 +285,7 @@ Event = (
     | CallReserved
     | CallSettled
     | ElicitationRequested
+    | ElicitationAnswered
     | ErrorRaised
     | VerifierRan
 )

@@ -20,7 +20,7 @@ from agentrt.protocols._tools import ToolSpec
 from agentrt.protocols._trajectory import SCHEMA_VERSION, TrajectorySummary
 from agentrt.protocols._usage import BudgetCut, Cost
 
-RunStatus = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+RunStatus = Literal["pending", "running", "waiting", "succeeded", "failed", "cancelled"]
 
 
 def _shown(value: object) -> str:

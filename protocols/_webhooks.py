@@ -11,6 +11,7 @@ from typing import Final, Literal
 import msgspec
 
 from agentrt.protocols._api import RunInfo
+from agentrt.protocols._events import ElicitationRequested
 
 WEBHOOK_URL_PATTERN: Final = r"^https?://[A-Za-z0-9.\-\[\]:]+(/[!-~]*)?$"
 """What a webhook URL may be: ``http`` or ``https``, a host, an optional
@@ -19,8 +20,9 @@ printable-ASCII path (the same pattern in the API's document)."""
 WEBHOOK_URL_MAX: Final = 2048
 """The longest webhook URL the daemon takes."""
 
-WebhookKind = Literal["run.succeeded", "run.failed", "run.cancelled"]
-"""What happened to the run: it ended with this status."""
+WebhookKind = Literal["run.succeeded", "run.failed", "run.cancelled", "run.waiting"]
+"""What happened to the run: it ended with this status, or (``run.waiting``)
+it waits for the person behind it to answer ``WebhookEvent.question``."""
 
 TIMESTAMP_HEADER: Final = "X-Agentrt-Timestamp"
 """Unix seconds, when the delivery was signed (each attempt signs again)."""
@@ -32,12 +34,16 @@ DELIVERY_HEADER: Final = "X-Agentrt-Delivery"
 
 
 class WebhookEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """The body of a webhook delivery: ``kind``, the run as it ended."""
+    """The body of a webhook delivery: ``kind``, the run as it ended (or
+    as it waits, with the ``question`` it waits on)."""
 
     delivery_id: str
     kind: WebhookKind
     run: RunInfo
     ts: float
+    question: ElicitationRequested | None = None
+    """``run.waiting``: what the person is asked (answer it with ``POST
+    /v1/runs/{run_id}/elicitations/{question_id}``)."""
 
 
 DeliveryStatus = Literal["pending", "delivered", "failed", "dropped"]
@@ -62,6 +68,13 @@ class WebhookDelivery(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: float
 
 
+class WebhookDeliveryList(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /v1/runs/{run_id}/webhook-deliveries``: the run's webhook
+    deliveries as the store records them, in the order they were made."""
+
+    deliveries: list[WebhookDelivery]
+
+
 __all__ = [
     "DELIVERY_HEADER",
     "SIGNATURE_HEADER",
@@ -70,6 +83,7 @@ __all__ = [
     "WEBHOOK_URL_PATTERN",
     "DeliveryStatus",
     "WebhookDelivery",
+    "WebhookDeliveryList",
     "WebhookEvent",
     "WebhookKind",
 ]

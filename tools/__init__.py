@@ -8,6 +8,7 @@ agents; it never imports agents or aggregators.
 
 from typing import TYPE_CHECKING, Any
 
+from agentrt.tools._approval import ApprovalGate, ApprovalPolicy, ElicitationQuestion
 from agentrt.tools._function import FunctionTool, to_tool_output, tool
 from agentrt.tools._tool import (
     ClientPeer,
@@ -78,11 +79,7 @@ if TYPE_CHECKING:
     from agentrt.tools.mcp._mcp_tool import McpTool
     from agentrt.tools.mcp._server_actor import McpServerStatus, McpToolInfo
     from agentrt.tools.mcp._server_health import ConnectionState
-    from agentrt.tools.mcp._server_requests import (
-        ElicitationQuestion,
-        McpClientHooks,
-        SamplingTarget,
-    )
+    from agentrt.tools.mcp._server_requests import McpClientHooks, SamplingTarget
 
 # MCP (client connections and the servers agentrt hosts) loads the MCP SDK,
 # which most processes that use tools never need: those names load on first use.
@@ -90,7 +87,6 @@ _LAZY = {
     "AuthorizationHandler": "agentrt.tools.mcp._auth",
     "ConnectionState": "agentrt.tools.mcp._server_health",
     "ElicitationPolicy": "agentrt.tools.mcp._mcp_config",
-    "ElicitationQuestion": "agentrt.tools.mcp._server_requests",
     "FileTokenStore": "agentrt.tools.mcp._auth_store",
     "HttpEndpoint": "agentrt.tools.hosting._transports",
     "HttpMount": "agentrt.tools.hosting._transports",
@@ -144,6 +140,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "TOOL_NAME_PATTERN",
+    "ApprovalGate",
+    "ApprovalPolicy",
     "ArgumentProblem",
     "AuthorizationHandler",
     "Calculator",

@@ -17,9 +17,16 @@ from typing import Any, Self, TypeVar, final
 import httpx
 import msgspec
 
-from agentrt.protocols._api import ElicitationAnswer, RunDetail, RunInfo, RunPage
-from agentrt.protocols._events import Event
+from agentrt.protocols._api import (
+    ElicitationAnswer,
+    ElicitationList,
+    RunDetail,
+    RunInfo,
+    RunPage,
+)
+from agentrt.protocols._events import ElicitationRequested, Event
 from agentrt.protocols._run import RunRequest, RunStatus
+from agentrt.protocols._webhooks import WebhookDelivery, WebhookDeliveryList
 from agentrt.runtime.client._async_client import (
     DEFAULT_URL,
     STREAM_IDLE_S,
@@ -174,6 +181,30 @@ class Client:
         """Answer a run's question (``AsyncClient.answer_elicitation``)."""
         path = f"/v1/runs/{run_id}/elicitations/{question_id}"
         return self._call("POST", path, RunInfo, content=msgspec.json.encode(answer))
+
+    def list_elicitations(self, run_id: str | None = None) -> list[ElicitationRequested]:
+        """The questions the caller's runs wait on (``run_id``'s only, when
+        given), oldest first: approvals of tools under ``[approvals.TOOL]``
+        (``mode`` ``approval``) and MCP servers' questions."""
+        params = {"run_id": run_id} if run_id is not None else None
+        found = self._call("GET", "/v1/elicitations", ElicitationList, params=params)
+        return found.questions
+
+    def approve(self, run_id: str, question_id: str) -> RunInfo:
+        """Approve the tool call the run waits on (``answer_elicitation``
+        with ``accept``); the run goes on and the tool runs."""
+        return self.answer_elicitation(run_id, question_id, ElicitationAnswer(action="accept"))
+
+    def deny(self, run_id: str, question_id: str) -> RunInfo:
+        """Deny it (``decline``): the tool does not run, and the model reads
+        that it was denied."""
+        return self.answer_elicitation(run_id, question_id, ElicitationAnswer(action="decline"))
+
+    def webhook_deliveries(self, run_id: str) -> list[WebhookDelivery]:
+        """The run's webhook deliveries as the daemon recorded them (status,
+        attempts, the receiver's last answer), in the order they were made."""
+        path = f"/v1/runs/{run_id}/webhook-deliveries"
+        return self._call("GET", path, WebhookDeliveryList).deliveries
 
     @contextmanager
     def follow(self, run_id: str, *, after: int = 0, tokens: bool = False) -> Iterator[RunEvents]:

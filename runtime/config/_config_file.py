@@ -342,6 +342,10 @@ class ToolsConfig(BaseModel):
     """``calculator``: safe arithmetic."""
     python_sandbox: bool = False
     """``python``: Python in the bubblewrap sandbox (``docs/sandbox.md``)."""
+    shell: bool = False
+    """``shell``: one bash command per call, in the bubblewrap sandbox, in
+    the rollout's own workspace (``docs/sandbox.md``); pair it with
+    ``[approvals.shell]`` to approve each command."""
     files_root: Path | None = None
     """``read_file``/``list_directory`` confined to this folder (relative to
     the config file)."""
@@ -351,12 +355,16 @@ class ToolsConfig(BaseModel):
         from agentrt.tools.builtins._calculator import Calculator
         from agentrt.tools.builtins._files import file_tools
         from agentrt.tools.builtins._python_sandbox import PythonSandbox
+        from agentrt.tools.builtins._shell import ShellTool
+        from agentrt.tools.sandbox._workspaces import Workspaces
 
         tools: list[Tool] = []
         if self.calculator:
             tools.append(Calculator())
         if self.python_sandbox:
             tools.append(PythonSandbox())
+        if self.shell:
+            tools.append(ShellTool(Workspaces()))
         if self.files_root is not None:
             tools.extend(file_tools(self.files_root))
         return tools

@@ -15,6 +15,7 @@ from agentrt.runtime.budget._pricing import ModelPrice
 from agentrt.runtime.memory._admission import AdmissionConfig
 from agentrt.runtime.models._model_registry import ModelsConfig
 from agentrt.runtime.observe._tracing_config import TracingConfig
+from agentrt.tools._approval import ApprovalPolicy
 from agentrt.tools.mcp._mcp_config import HttpServerConfig, StdioServerConfig
 
 
@@ -88,6 +89,14 @@ class RuntimeConfig(BaseModel):
     (``agentrt.tools.mcp.StdioServerConfig`` / ``HttpServerConfig``).  The
     ``Runtime`` owns one connection per server, shared by its runs; a
     server's tools are named ``<name>__<tool>``."""
+    approvals: dict[str, ApprovalPolicy] = Field(default_factory=dict)
+    """Tools whose every call waits for the person behind the run to approve
+    it (``[approvals.shell]``, ``[approvals.github__delete_repo]``), by tool
+    name: a built-in, a function tool or an MCP server's.  The run is
+    ``waiting`` meanwhile (across daemon restarts); the question reaches the
+    embedding's ``on_elicitation`` callback, or (the daemon) the run's
+    ``elicitation`` event, the web page, ``GET /v1/elicitations`` and an IDE
+    connected over ``/mcp``; a denial or the deadline is the tool's result."""
     default_agent: str = "default"
     """The agent a run uses when it names none (a plain assistant if unset)."""
     rollouts: int = Field(default=1, ge=1)

@@ -6,9 +6,9 @@ data; must not know how it is stored.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from agentrt.protocols._events import RolloutFinished
+from agentrt.protocols._events import ElicitationAnswered, ElicitationRequested, RolloutFinished
 from agentrt.protocols._ids import RolloutId
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._trajectory import Step, TrajectorySummary
@@ -65,6 +65,12 @@ class RunCheckpoint:
     committed step (in flight at the crash, or a summary's, a judge's, the
     warm-up's) is charged from it: its usage, or its reservation when its
     end is not on record; so caps hold across crashes."""
+    asked: Mapping[str, ElicitationRequested] = field(default_factory=dict)
+    """The questions the run asked the person behind it, by id: one asked
+    again (an approval of the same call) keeps its first deadline."""
+    answered: Mapping[str, ElicitationAnswered] = field(default_factory=dict)
+    """How they were answered, by id: a question asked again after its
+    answer was recorded takes that answer up instead of asking twice."""
 
 
 __all__ = ["JournaledCall", "RolloutCheckpoint", "RunCheckpoint"]

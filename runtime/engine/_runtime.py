@@ -39,7 +39,7 @@ from agentrt.aggregators._compose import AggregatorConfig, build_aggregator, par
 from agentrt.aggregators._judge import Judge
 from agentrt.aggregators._pdr import ParallelDistillRefine
 from agentrt.aggregators._vote import voted_answer
-from agentrt.protocols._events import Event, McpAuthorizationRequired
+from agentrt.protocols._events import ElicitationRequested, Event, McpAuthorizationRequired
 from agentrt.protocols._ids import new_run_id
 from agentrt.protocols._run import Budget, RunOptions, RunResult, ScalingSpec
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
@@ -47,6 +47,7 @@ from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.config._runtime_config import RuntimeConfig
 from agentrt.runtime.engine._checkpoint import RolloutCheckpoint, RunCheckpoint
+from agentrt.runtime.engine._mcp_requests import ElicitationHandler, RunRequests
 from agentrt.runtime.engine._run_execution import RunExecution, spawn_rollout_supervisor
 from agentrt.runtime.engine._run_plan import RunServices, chosen_normalizer, plan_run
 from agentrt.runtime.kernel._actor_spec import SupervisorSpec
@@ -64,12 +65,12 @@ from agentrt.runtime.observe._tracing_config import open_tracer
 from agentrt.runtime.placement._local import LocalPlacement
 from agentrt.runtime.placement._open import open_placement
 from agentrt.runtime.placement._placement import Placement
+from agentrt.tools._approval import ApprovalGate
 from agentrt.tools._tool import Tool
 from agentrt.tools.mcp._mcp_config import McpServerConfig
 from agentrt.tools.sandbox._workspaces import release_run
 
 if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
-    from agentrt.runtime.engine._mcp_requests import ElicitationHandler, RunRequests
     from agentrt.runtime.observe._tracing import RunTracer
     from agentrt.tools._tool import ElicitationReply
     from agentrt.tools.mcp._server_actor import McpServerStatus
@@ -110,8 +111,11 @@ class Runtime:
     ``ElicitationQuestion`` and returning an ``ElicitationReply``; or
     ``"events"``: the question becomes the run's ``ElicitationRequested``
     event, answered with ``answer_elicitation``; None: such questions are
-    declined).  A server's sampling requests (``sampling.mode: allow``) are
-    served by these backends and charged to the run whose tool call asked.
+    declined); it is also asked to approve each call of a tool under
+    ``config.approvals`` (``mode`` ``approval``; a denial, or no answer by
+    the question's ``expires_at``, is the tool's result).  A server's
+    sampling requests (``sampling.mode: allow``) are served by these
+    backends and charged to the run whose tool call asked.
     ``on_mcp_authorization``: shown the URL where a person approves an
     OAuth-protected MCP server's access (``[mcp.NAME.auth]``, see
     docs/mcp-auth.md); it must return promptly (the approval arrives as the
@@ -268,16 +272,17 @@ class Runtime:
         for name, backend in self.backends.items():
             limit = self.config.concurrency.get(name) or backend_concurrency(backend)
             self._slots[name] = anyio.CapacityLimiter(limit) if limit is not None else None
+        # What runs ask of the world: a person (approvals, MCP questions), models.
+        requests = RunRequests(
+            self._runs, self.backends, lambda: self.default_model, self.on_elicitation
+        )
+        self._run_requests = requests
+        self.tools = self._gated(self._given_tools)
         servers = self._servers()
         if servers:
             # One supervised actor per MCP server connection, shared by every run.
-            from agentrt.runtime.engine._mcp_requests import RunRequests
             from agentrt.tools.mcp._servers import spawn_mcp_servers
 
-            requests = RunRequests(
-                self._runs, self.backends, lambda: self.default_model, self.on_elicitation
-            )
-            self._run_requests = requests
             mcp = await spawn_mcp_servers(
                 self.system,
                 list(servers.values()),
@@ -290,6 +295,7 @@ class Runtime:
             self._mcp = mcp
             # Inline agents name MCP tools as ``<server>__<tool>`` in ``tools``.
             self._join_mcp_tools()
+        self._check_approvals()
         if self.config.memory:
             bank = MemoryBank(self.config.memory_path)
             self.bank = await self._stack.enter_async_context(bank)
@@ -378,8 +384,36 @@ class Runtime:
         offered = self._mcp.tools()
         names = tuple(t.spec.name for t in offered)
         if names != self._offered:
-            self.tools = [*self._given_tools, *offered]
+            self.tools = self._gated([*self._given_tools, *offered])
             self._offered = names
+
+    def _gated(self, tools: Sequence[Tool]) -> list[Tool]:
+        """``tools``, each one under ``config.approvals`` behind an
+        ``ApprovalGate`` that asks the person behind the run."""
+        approvals = self.config.approvals
+        if not approvals:
+            return list(tools)
+        assert self._run_requests is not None
+        ask = self._run_requests.asker()
+        return [
+            ApprovalGate(tool, approvals[tool.spec.name], ask)
+            if tool.spec.name in approvals
+            else tool
+            for tool in tools
+        ]
+
+    def _check_approvals(self) -> None:
+        """A tool under ``approvals`` that no one offers is a typo: an error
+        (an MCP server's tool may come later, when its server connects)."""
+        names = {tool.spec.name for tool in self.tools}
+        servers = set(self._servers())
+        for name in self.config.approvals:
+            if name not in names and name.partition("__")[0] not in servers:
+                known = ", ".join(sorted(names)) or "none"
+                raise ConfigError(
+                    f"no tool is named {name!r}; the tools are: {known}",
+                    where=f"approvals.{name}",
+                )
 
     def _pending_mcp_tool(self, names: Iterable[str]) -> tuple[str, str] | None:
         """The first of ``names`` that belongs to an optional MCP server that
@@ -616,6 +650,13 @@ class Runtime:
         requests = self._run_requests
         return requests is not None and requests.answer(question_id, reply, run_id=run_id)
 
+    def waiting_questions(self, run_id: str | None = None) -> list[ElicitationRequested]:
+        """The questions of runs' ``ElicitationRequested`` events that wait
+        for ``answer_elicitation`` (``run_id``'s only, when given), oldest first."""
+        self._check_open()
+        requests = self._run_requests
+        return requests.pending(run_id) if requests is not None else []
+
     def aggregator_config(self, scaling: ScalingSpec) -> AggregatorConfig:
         """``scaling``'s aggregator configuration, validated again only for
         another options dict or changed options (a ``ConfigError`` names
@@ -791,9 +832,12 @@ def run(
     budget: Budget | None = None,
     aggregator: Aggregator | None = None,
     judge: Judge | None = None,
+    on_elicitation: ElicitationHandler | None = None,
 ) -> RunResult:
     """Run one task synchronously (scripts, notebooks): opens a ``Runtime``,
-    runs, closes it.  Inside a running event loop, use ``Runtime`` instead."""
+    runs, closes it.  Inside a running event loop, use ``Runtime`` instead.
+    ``on_elicitation``: asked to approve calls of tools under
+    ``approvals`` and MCP servers' questions (``Runtime``'s)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -805,7 +849,9 @@ def run(
         )
 
     async def main() -> RunResult:
-        async with Runtime(config, backends=backends, tools=tools, judge=judge) as rt:
+        async with Runtime(
+            config, backends=backends, tools=tools, judge=judge, on_elicitation=on_elicitation
+        ) as rt:
             return await rt.run(
                 task, agent=agent, scaling=scaling, budget=budget, aggregator=aggregator
             )

@@ -39,6 +39,7 @@ from agentrt.protocols._api import (
     AgentList,
     ApiError,
     ElicitationAnswer,
+    ElicitationList,
     McpAuthorizationList,
     RunInfo,
     ThreadCreate,
@@ -48,6 +49,7 @@ from agentrt.protocols._api import (
 from agentrt.protocols._codec import whole_numbers
 from agentrt.protocols._events import TokenDelta
 from agentrt.protocols._run import RunRequest, RunStatus
+from agentrt.protocols._webhooks import WebhookDeliveryList
 from agentrt.runtime.config._config_file import exact_origin
 from agentrt.runtime.config._daemon_config import LOOPBACK_HOSTS, ServerConfig
 from agentrt.runtime.observe._log import get_logger
@@ -75,7 +77,7 @@ log = get_logger(__name__)
 #: number cannot name one (and would overflow the query instead of being refused).
 #: ``Last-Event-ID`` is these characters only.
 _DIGITS: Final = re.compile(r"[0-9]*")
-_STATUSES: Final = ("pending", "running", "succeeded", "failed", "cancelled")
+_STATUSES: Final = ("pending", "running", "waiting", "succeeded", "failed", "cancelled")
 _WHERE = re.compile(r" - at `\$\.?([^`]*)`$")
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 _OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/"})
@@ -406,6 +408,29 @@ def _elicitation_route(manager: RunService) -> BaseRoute:
     )
 
 
+def _waiting_routes(manager: RunService) -> list[BaseRoute]:
+    """``GET /v1/elicitations``: the questions the caller's runs wait on;
+    ``GET /v1/runs/{run_id}/webhook-deliveries``: a run's webhook deliveries."""
+
+    async def questions(request: Request) -> Response:
+        run_id = request.query_params.get("run_id")
+        if run_id is not None:
+            await visible_run(manager, request, run_id)
+        found = await manager.questions(run_id=run_id, owner=_owned_by(request))
+        return json_response(ElicitationList(questions=found))
+
+    async def deliveries(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        await visible_run(manager, request, run_id)
+        found = await manager.webhook_deliveries(run_id)
+        return json_response(WebhookDeliveryList(deliveries=found))
+
+    return [
+        Route("/v1/elicitations", _handled(questions), methods=["GET"]),
+        Route("/v1/runs/{run_id}/webhook-deliveries", _handled(deliveries), methods=["GET"]),
+    ]
+
+
 def _thread_routes(manager: RunService) -> list[BaseRoute]:
     """``/v1/threads``: conversations the run store holds (``RunService.submit_in_thread``)."""
 
@@ -588,6 +613,7 @@ def routes(manager: RunService) -> list[BaseRoute]:
         Route("/v1/runs/{run_id}", _handled(get_run), methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", _handled(cancel_run), methods=["POST"]),
         _elicitation_route(manager),
+        *_waiting_routes(manager),
         Route("/v1/runs/{run_id}/events", events, methods=["GET"]),
         *_rollout_routes(manager),
         *_thread_routes(manager),

@@ -23,11 +23,12 @@ from agentrt.protocols._api import (
     RunPage,
     ThreadInfo,
 )
-from agentrt.protocols._events import Event, McpAuthorizationRequired
+from agentrt.protocols._events import ElicitationRequested, Event, McpAuthorizationRequired
 from agentrt.protocols._messages import ChatMessage
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._run import RunRequest, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
+from agentrt.protocols._webhooks import WebhookDelivery
 from agentrt.runtime.config._daemon_config import DaemonConfig
 from agentrt.runtime.models._backend_health import BackendHealth
 from agentrt.runtime.serve._run_manager import EventBatch, RunManager, follow_batches
@@ -101,6 +102,12 @@ class RunService(Protocol):
     async def answer_elicitation(
         self, run_id: str, question_id: str, answer: ElicitationAnswer
     ) -> RunInfo | None: ...
+
+    async def questions(
+        self, *, run_id: str | None = None, owner: Owner = ANY_OWNER
+    ) -> builtins.list[ElicitationRequested]: ...
+
+    async def webhook_deliveries(self, run_id: str) -> builtins.list[WebhookDelivery]: ...
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo: ...  # noqa: ASYNC109
 
@@ -269,6 +276,15 @@ class ManagerBridge:
         return await self._on_run_loop(
             lambda: self.manager.answer_elicitation(run_id, question_id, answer)
         )
+
+    async def questions(
+        self, *, run_id: str | None = None, owner: Owner = ANY_OWNER
+    ) -> builtins.list[ElicitationRequested]:
+        """Read on the run loop, where the questions wait."""
+        return await self._on_run_loop(lambda: self.manager.questions(run_id=run_id, owner=owner))
+
+    async def webhook_deliveries(self, run_id: str) -> builtins.list[WebhookDelivery]:
+        return await self.manager.webhook_deliveries(run_id)
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:  # noqa: ASYNC109
         return await self._on_run_loop(lambda: self.manager.wait(run_id, timeout=timeout))

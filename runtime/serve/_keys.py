@@ -174,9 +174,9 @@ class KeyRing:
             )
 
 
-_READ_ALL_PREFIXES: Final = ("/v1/responses", "/v1/conversations")
-"""OpenAI routes that reach stored responses and conversations by id, which
-are not kept per key: a key needs ``runs:read_all`` to use them."""
+_OWNED_PREFIXES: Final = ("/v1/runs/", "/v1/threads", "/v1/responses", "/v1/conversations")
+"""Routes over what a key owns (runs, threads; responses are runs and
+conversations threads): each checks the owner itself, 404 for another key's."""
 
 
 def path_scope(method: str, path: str) -> tuple[str, ...]:
@@ -185,10 +185,8 @@ def path_scope(method: str, path: str) -> tuple[str, ...]:
     (``/mcp``, ``/metrics``, the MCP authorizations) need ``admin``."""
     if path in ("/openapi.json", "/v1/agents"):
         return ()
-    if path == "/v1/runs" or path.startswith(("/v1/runs/", "/v1/threads")):
+    if path in ("/v1/runs", "/v1/elicitations") or path.startswith(_OWNED_PREFIXES):
         return ("runs:read",) if method in ("GET", "HEAD") else ("runs:create",)
-    if path.startswith(_READ_ALL_PREFIXES):
-        return ("runs:create", "runs:read_all")
     if path == "/v1/chat/completions" or path.startswith("/v1/models"):
         return ("runs:create",)
     return ("admin",)

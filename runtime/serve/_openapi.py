@@ -25,6 +25,7 @@ from agentrt.protocols._api import (
     AgentList,
     ApiError,
     ElicitationAnswer,
+    ElicitationList,
     McpAuthorizationList,
     RunDetail,
     RunInfo,
@@ -36,7 +37,11 @@ from agentrt.protocols._api import (
 from agentrt.protocols._events import Event
 from agentrt.protocols._run import RunRequest
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
-from agentrt.protocols._webhooks import WEBHOOK_URL_MAX, WEBHOOK_URL_PATTERN
+from agentrt.protocols._webhooks import (
+    WEBHOOK_URL_MAX,
+    WEBHOOK_URL_PATTERN,
+    WebhookDeliveryList,
+)
 from agentrt.runtime.wire._chat import ChatCompletion, ChatCompletionChunk, ChatCompletionRequest
 from agentrt.runtime.wire._common import ErrorBody, ModelCard, ModelList
 from agentrt.runtime.wire._responses import (
@@ -87,6 +92,8 @@ _TYPES: tuple[Any, ...] = (
     ThreadPage,
     ApiError,
     ElicitationAnswer,
+    ElicitationList,
+    WebhookDeliveryList,
     Trajectory,
     list[TrajectorySummary],
     Event,
@@ -140,7 +147,8 @@ def _errors(*codes: int) -> dict[str, Any]:
         **_KEY_REFUSALS,
         400: "Malformed request (bad JSON, an unknown field: `where` names it)",
         404: "No such run, rollout, agent or thread (or one of another API key)",
-        409: "The thread has an unfinished run (one at a time: `where` names the thread)",
+        409: "A conflict with the state it asks about (`where` names it): a thread with "
+        "an unfinished run (one at a time), or an answer to a run that waits on no question",
         422: "Well-formed but invalid (the body says which field and why)",
         503: "Shutting down",
     }
@@ -666,6 +674,7 @@ def openapi_document(
         "cancelRun": {"operationId": "cancelRun", **from_created},
         "runEvents": {"operationId": "runEvents", **from_created},
         "runSummaries": {"operationId": "runSummaries", **from_created},
+        "listWebhookDeliveries": {"operationId": "listWebhookDeliveries", **from_created},
     }
     paths: dict[str, Any] = {
         "/v1/runs": {
@@ -706,7 +715,14 @@ def openapi_document(
                         "in": "query",
                         "schema": {
                             "type": "string",
-                            "enum": ["pending", "running", "succeeded", "failed", "cancelled"],
+                            "enum": [
+                                "pending",
+                                "running",
+                                "waiting",
+                                "succeeded",
+                                "failed",
+                                "cancelled",
+                            ],
                         },
                     },
                     {
@@ -759,8 +775,10 @@ def openapi_document(
         "/v1/runs/{run_id}/elicitations/{question_id}": {
             "post": {
                 "operationId": "answerElicitation",
-                "description": "Answer the question an MCP server asked the person behind "
-                "the run (the run's `elicitation` event with this `question_id`)",
+                "description": "Answer the question the run asks the person behind it "
+                "(the run's `elicitation` event with this `question_id`: an MCP server's, or "
+                "the approval of a tool under `[approvals.TOOL]`; `decline` denies it). 409: "
+                "the run waits on no question; 404: not on this one",
                 "parameters": [
                     _run_id(),
                     {
@@ -776,7 +794,36 @@ def openapi_document(
                 },
                 "responses": {
                     "200": _json(_ref("RunInfo"), "The run the answer went to"),
-                    **_errors(400, 401, 404, 422),
+                    **_errors(400, 401, 404, 409, 422),
+                },
+            }
+        },
+        "/v1/elicitations": {
+            "get": {
+                "operationId": "listElicitations",
+                "summary": "Questions the caller's runs wait on (approvals among them)",
+                "parameters": [
+                    {
+                        "name": "run_id",
+                        "in": "query",
+                        "description": "Only this run's",
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {
+                    "200": _json(_ref("ElicitationList"), "Waiting questions, oldest first"),
+                    **_errors(401, 404),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/webhook-deliveries": {
+            "get": {
+                "operationId": "listWebhookDeliveries",
+                "summary": "The run's webhook deliveries, as recorded",
+                "parameters": [_run_id()],
+                "responses": {
+                    "200": _json(_ref("WebhookDeliveryList"), "In the order they were made"),
+                    **_errors(401, 404),
                 },
             }
         },

@@ -39,6 +39,8 @@ from agentrt.protocols._api import (
 from agentrt.protocols._codec import decode_event
 from agentrt.protocols._events import (
     BudgetUpdated,
+    ElicitationAnswered,
+    ElicitationRequested,
     ErrorRaised,
     Event,
     McpAuthorizationRequired,
@@ -56,6 +58,7 @@ from agentrt.protocols._messages import AssistantMessage, ChatMessage, UserMessa
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._run import RunRequest, RunResult, RunStatus
 from agentrt.protocols._trajectory import Trajectory, TrajectorySummary
+from agentrt.protocols._webhooks import WebhookDelivery
 from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.config._daemon_config import DaemonConfig
 from agentrt.runtime.engine._runtime import RunCheckpoint, Runtime
@@ -160,6 +163,15 @@ class _Live:
     """Token events ever kept: a follower's cursor into ``tokens``."""
     tokens_until: float = 0.0
     """Until when (``time.monotonic``) the run's model calls stream."""
+    asking: set[str] = field(default_factory=set)
+    """The questions the run waits on (``waiting`` while there are any)."""
+
+    def answered(self, question: str, now: float) -> None:
+        """``question`` waits no more: the run is ``running`` again when no
+        other question waits."""
+        self.asking.discard(question)
+        if not self.asking and self.info.status == "waiting":
+            self.info = msgspec.structs.replace(self.info, status="running", updated_at=now)
 
     def listening(self) -> bool:
         """Whether someone reads this run's tokens now."""
@@ -222,6 +234,11 @@ class _Live:
                 self.rollouts[rid] = msgspec.structs.replace(
                     old, status="failed", error=old.error or message
                 )
+            case ElicitationRequested(question_id=question):
+                self.asking.add(question)
+                self.info = msgspec.structs.replace(info, status="waiting", updated_at=now)
+            case ElicitationAnswered(question_id=question):
+                self.answered(question, now)
             case RunFinished():
                 self.finished = True
             case BudgetUpdated(spent=spent):
@@ -632,12 +649,18 @@ class RunManager:
             info = await self.store.run_info(run_id)
             if request is None or info is None:
                 continue
+            asked, answered = await self.store.questions(run_id)
             checkpoint = dataclasses.replace(
-                await self.store.checkpoint(run_id), incarnation=info.resumed + 1
+                await self.store.checkpoint(run_id),
+                incarnation=info.resumed + 1,
+                asked=asked,
+                answered=answered,
             )
-            await self.store.set_status(run_id, info.status, resumed=True)
+            # Waiting again once it asks again (an answered question is not).
+            status: RunStatus = "running" if info.status == "waiting" else info.status
+            await self.store.set_status(run_id, status, resumed=True)
             live = _Live(
-                info=msgspec.structs.replace(info, resumed=info.resumed + 1),
+                info=msgspec.structs.replace(info, status=status, resumed=info.resumed + 1),
                 request=request,
                 last_seq=checkpoint.next_seq - 1,
             )
@@ -663,10 +686,17 @@ class RunManager:
         with anyio.CancelScope(shield=True):
             await self.store.record(event)
             with self._lock:
+                before = live.info.status
                 live.apply(event)
+                after = live.info.status
+            if "waiting" in (before, after) and before != after:
+                # Listed and resumed as waiting after a restart too.
+                await self.store.set_status(live.info.run_id, after)
         if self.observer is not None:
             self.observer(event)
         live.notify()
+        if type(event) is ElicitationRequested:
+            await self.webhooks.run_waiting(live.info, live.request, event)
 
     async def _execute(self, live: _Live, checkpoint: RunCheckpoint | None) -> None:
         run_id, request = live.info.run_id, live.request
@@ -834,21 +864,54 @@ class RunManager:
     async def answer_elicitation(
         self, run_id: str, question_id: str, answer: ElicitationAnswer
     ) -> RunInfo | None:
-        """Answer the question an MCP server asked through the run's
-        ``ElicitationRequested`` event; None for an unknown run, an
-        ``ApiProblem`` (404) when no such question of the run waits."""
-        if run_id not in self._live:
-            return await self.get(run_id)
+        """Answer a question the run asked through its ``ElicitationRequested``
+        event (an MCP server's, or a tool's approval); None for an unknown
+        run, an ``ApiProblem``: 409 when the run waits on no question, 404
+        when it waits on others."""
+        live = self._live.get(run_id)
+        if live is None or not live.asking:
+            info = await self.get(run_id)
+            if info is None:
+                return None
+            raise ApiProblem(
+                409,
+                "not_waiting",
+                f"run {run_id!r} is {info.status} and waits on no question; "
+                "there is nothing to answer",
+                where="run_id",
+            )
         reply = ElicitationReply(action=answer.action, content=answer.content)
         if not self.runtime.answer_elicitation(question_id, reply, run_id=run_id):
             raise ApiProblem(
                 404,
                 "not_found",
                 f"run {run_id!r} has no question {question_id!r} waiting for an answer "
-                "(answered, timed out, or never asked)",
+                f"(answered, timed out, or never asked); it waits on: "
+                f"{', '.join(sorted(live.asking))}",
                 where="question_id",
             )
+        with self._lock:  # a reader right after this sees it running again
+            live.answered(question_id, time.time())
+            status = live.info.status
+        if status == "running":  # its event, applied later, changes nothing more
+            await self.store.set_status(run_id, status)
         return await self.get(run_id)
+
+    async def questions(
+        self, *, run_id: str | None = None, owner: Owner = ANY_OWNER
+    ) -> builtins.list[ElicitationRequested]:
+        """The questions runs wait on (``run_id``'s; of ``owner``'s runs
+        only, when given), oldest first."""
+        found = self.runtime.waiting_questions(run_id)
+        if owner is ANY_OWNER:
+            return found
+        with self._lock:
+            owners = {rid: live.info.owner for rid, live in self._live.items()}
+        return [q for q in found if q.run_id in owners and owners[q.run_id] == owner]
+
+    async def webhook_deliveries(self, run_id: str) -> builtins.list[WebhookDelivery]:
+        """The run's webhook deliveries, as the store records them."""
+        return await self.store.deliveries(run_id)
 
     async def wait(self, run_id: str, *, timeout: float | None = None) -> RunInfo:  # noqa: ASYNC109
         """The run once it is terminal (``TimeoutError`` after ``timeout``)."""

@@ -1,6 +1,7 @@
-"""Run webhooks: when a run ends, a signed ``WebhookEvent`` is posted to the
-URL the run (or ``server.webhook.url``) names, tried again with a growing
-wait, each try recorded in the run store (``WebhookDelivery``).
+"""Run webhooks: when a run ends (or starts waiting on a question), a
+signed ``WebhookEvent`` is posted to the URL the run (or
+``server.webhook.url``) names, tried again with a growing wait, each try
+recorded in the run store (``WebhookDelivery``).
 
 ``WebhookSender`` owns its task group: ``senders`` workers read one bounded
 queue, so a slow or dead receiver never holds up a run or a request (a full
@@ -29,6 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from agentrt._version import __version__
 from agentrt.protocols._api import RunInfo
+from agentrt.protocols._events import ElicitationRequested
 from agentrt.protocols._run import RunRequest
 from agentrt.protocols._webhooks import (
     DELIVERY_HEADER,
@@ -209,16 +211,32 @@ class WebhookSender:
         """Queue the webhook of ``run``, which just ended, if it has one;
         records the delivery (``pending``, or ``dropped`` on a full queue)
         and returns without waiting for any try."""
-        url = self.url_for(request)
         kind = _KINDS.get(run.status)
-        if url is None or kind is None or self._send is None:
+        if kind is not None:
+            await self._queue(request, f"{run.run_id}.{kind}", kind, run, None)
+
+    async def run_waiting(
+        self, run: RunInfo, request: RunRequest, question: ElicitationRequested
+    ) -> None:
+        """Queue the webhook of ``run``, which now waits on ``question``
+        (``run.waiting``, one delivery per question), as ``run_ended`` does."""
+        delivery_id = f"{run.run_id}.waiting.{question.question_id}"
+        await self._queue(request, delivery_id, "run.waiting", run, question)
+
+    async def _queue(
+        self,
+        request: RunRequest,
+        delivery_id: str,
+        kind: WebhookKind,
+        run: RunInfo,
+        question: ElicitationRequested | None,
+    ) -> None:
+        url = self.url_for(request)
+        if url is None or self._send is None:
             return
         now = time.time()
-        job = _Job(
-            url=url,
-            event=WebhookEvent(delivery_id=f"{run.run_id}.{kind}", kind=kind, run=run, ts=now),
-            created_at=now,
-        )
+        event = WebhookEvent(delivery_id=delivery_id, kind=kind, run=run, ts=now, question=question)
+        job = _Job(url=url, event=event, created_at=now)
         try:
             self._send.send_nowait(job)
         except anyio.WouldBlock:

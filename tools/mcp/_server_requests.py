@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, final
 
-import anyio
 import mcp_types as types
-import msgspec
 from mcp.client.session import ClientRequestContext
 
 from agentrt.protocols._events import McpAuthorizationRequired
@@ -32,6 +30,12 @@ from agentrt.runtime.kernel._errors import AgentrtError, BudgetExceeded
 from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models._metered import MeteredBackend
 from agentrt.runtime.observe._log import get_logger
+from agentrt.tools._approval import (
+    ElicitationQuestion,
+    PersonAsker,
+    ask_person,
+    request_approval,
+)
 from agentrt.tools._tool import ElicitationReply
 from agentrt.tools.mcp._mcp_config import (
     ElicitationPolicy,
@@ -60,33 +64,6 @@ _log = get_logger(__name__)
 #: The JSON-RPC error code of a request the client refuses (the spec's
 #: example for a rejected sampling request).
 REFUSED: Final = -1
-
-
-class ElicitationQuestion(msgspec.Struct, frozen=True, kw_only=True):
-    """A server's question for the person behind a run, as that person (or
-    the embedding's callback) sees it.  ``mode``: ``form`` (fill
-    ``requested_schema``, a flat JSON schema), ``url`` (open ``url`` in a
-    browser; accept means the person agreed to go there) or ``approval``
-    (may the tool ``tool`` be called with ``arguments``? accept or decline)."""
-
-    id: str
-    """Unique; the daemon's answer endpoint takes it."""
-    server: str
-    mode: Literal["form", "url", "approval"]
-    message: str
-    requested_schema: dict[str, Any] | None = None
-    url: str = ""
-    elicitation_id: str = ""
-    arguments: dict[str, Any] | None = None
-    run_id: str = ""
-    rollout_id: str = ""
-    call_id: str = ""
-    tool: str = ""
-
-
-#: Asks the person behind a run; returns their answer.  Raising (or an
-#: ``AgentrtError``) counts as "cancel".
-PersonAsker = Callable[[ElicitationQuestion], Awaitable[ElicitationReply]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,23 +123,6 @@ def schema_defaults(schema: Mapping[str, Any], values: Mapping[str, Any]) -> dic
     return answer
 
 
-async def _ask(
-    hooks: McpClientHooks, question: ElicitationQuestion, timeout_s: float
-) -> ElicitationReply | None:
-    """The person's answer, or None when nobody can be asked; "cancel" when
-    they do not answer in time or asking failed."""
-    if hooks.ask is None:
-        return None
-    try:
-        with anyio.fail_after(timeout_s):
-            return await hooks.ask(question)
-    except TimeoutError:
-        _log.warning("mcp.elicitation.unanswered", server=question.server, id=question.id)
-    except AgentrtError as exc:
-        _log.warning("mcp.elicitation.failed", server=question.server, error=str(exc))
-    return ElicitationReply(action="cancel")
-
-
 def _question(server: str, caller: Caller, **fields: Any) -> ElicitationQuestion:
     return ElicitationQuestion(
         id=f"elicit-{uuid.uuid4().hex[:12]}",
@@ -196,7 +156,7 @@ async def answer_elicitation(
         question = _question(
             server, caller, mode="form", message=params.message, requested_schema=schema
         )
-        reply = await _ask(hooks, question, policy.timeout_s)
+        reply = await ask_person(hooks.ask, question, policy.timeout_s)
     if reply is None:
         _log.info("mcp.elicitation.declined", server=server, mode="form", policy=policy.mode)
         return types.ElicitResult(action="decline")
@@ -223,7 +183,7 @@ async def _answer_url(
             url=params.url,
             elicitation_id=params.elicitation_id,
         )
-        reply = await _ask(hooks, question, policy.timeout_s)
+        reply = await ask_person(hooks.ask, question, policy.timeout_s)
     if reply is None:
         _log.info("mcp.elicitation.declined", server=server, mode="url", policy=policy.url)
         return types.ElicitResult(action="decline")
@@ -254,13 +214,8 @@ async def approve_call(
         message=f"MCP server {server!r} wants to run the destructive tool {tool!r}; allow it?",
         arguments=dict(arguments),
     )
-    reply = await _ask(hooks, question, timeout_s)
-    where = f"MCP tool {tool!r} (server {server!r}) is marked destructive"
-    if reply is None:
-        return f"{where} and needs approval, but nobody can be asked in this run"
-    if reply.action != "accept":
-        return f"{where}; the call was not approved ({reply.action})"
-    return None
+    where = f"MCP tool {tool!r} (server {server!r}) is marked destructive and needs approval"
+    return await request_approval(hooks.ask, question, timeout_s, where=where)
 
 
 # -- sampling ---------------------------------------------------------------------

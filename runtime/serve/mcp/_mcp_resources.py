@@ -20,7 +20,14 @@ from agentrt.runtime.serve._bridge import RunService
 from agentrt.tools.hosting._hosted_catalog import ListedResource, ResourceTemplate, StaticResource
 from agentrt.tools.hosting._tool_server import RESOURCE_NOT_FOUND
 
-_STATUSES: Final[tuple[RunStatus, ...]] = ("pending", "running", "succeeded", "failed", "cancelled")
+_STATUSES: Final[tuple[RunStatus, ...]] = (
+    "pending",
+    "running",
+    "waiting",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
 _JSON: Final = "application/json"
 #: Runs the listing shows when the URI names no limit.
 DEFAULT_LIMIT: Final = 20

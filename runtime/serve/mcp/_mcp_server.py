@@ -295,7 +295,7 @@ class _IdeAsker:
         try:
             await self._manager.answer_elicitation(self._run_id, question.question_id, answer)
         except ApiProblem:
-            # Answered first over REST or the web page, or timed out.
+            # Answered first over REST or the web page, or timed out (404, 409).
             log.info("mcp_elicitation_answer_late", run_id=self._run_id)
 
 
@@ -304,7 +304,7 @@ def _as_form(question: ElicitationRequested) -> tuple[str, dict[str, Any]]:
     questions as they are; ``approval`` and ``url`` as a form without
     fields (accept approves, or says the page was visited)."""
     empty: dict[str, Any] = {"type": "object", "properties": {}}
-    prefix = f"[{question.server}] "
+    prefix = f"[{question.server}] " if question.server else ""  # none: an approval of ours
     match question.mode:
         case "form" if question.requested_schema is not None:
             return prefix + question.message, dict(question.requested_schema)

@@ -28,6 +28,7 @@ from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._api_problem import ApiProblem
 from agentrt.runtime.serve._bridge import RunService
 from agentrt.runtime.serve._governance import DEFAULT_JSON_DEPTH, check_json_depth
+from agentrt.runtime.serve._keys import Caller
 from agentrt.runtime.serve.openai._chat_translate import Asked
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, param_for
@@ -306,12 +307,12 @@ class OpenAIRuns:
                 )
         return Outcome(info, rollouts, text, logprobs=logprobs)
 
-    async def conversation_turns(self, conversation_id: str) -> list[ChatMessage]:
+    async def conversation_turns(self, conversation_id: str, caller: Caller) -> list[ChatMessage]:
         """What conversation ``conversation_id`` (a thread) holds; an unknown
-        one is a 404, one with an unfinished response a 409, both naming
-        ``conversation``."""
+        one (or another key's: ``caller`` does not see it) is a 404, one
+        with an unfinished response a 409, both naming ``conversation``."""
         thread = await self.manager.thread(conversation_id)
-        if thread is None:
+        if thread is None or not caller.sees(thread.owner):
             raise OpenAIError(
                 404,
                 f"no conversation {conversation_id!r} here (POST /v1/conversations makes one)",
@@ -325,15 +326,18 @@ class OpenAIRuns:
                 problem.status, problem.message, param="conversation", code=problem.error
             ) from None
 
-    async def earlier_turns(self, response_id: str, param: str) -> list[ChatMessage]:
+    async def earlier_turns(
+        self, response_id: str, param: str, caller: Caller
+    ) -> list[ChatMessage]:
         """The conversation response ``response_id`` (``resp_<run id>``)
         ended: its run's conversation (or task) and its answer, as native
         messages (its client tool calls, when it ended on them).  An
-        unknown id is a 404 naming it (``param``: the request's field); a
-        run that did not answer, a 409."""
+        unknown id (or another key's: ``caller`` does not see its run) is a
+        404 naming it (``param``: the request's field); a run that did not
+        answer, a 409."""
         run_id = response_id.removeprefix("resp_")
         detail = await self.manager.detail(run_id) if response_id.startswith("resp_") else None
-        if detail is None:
+        if detail is None or not caller.sees(detail.run.owner):
             raise OpenAIError(
                 404,
                 f"no response {response_id!r} here (responses are named resp_<run id>)",

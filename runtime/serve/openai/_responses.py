@@ -115,10 +115,11 @@ class _Responses:
             )
             previous = body.previous_response_id
             joined = conversation_ref(body)
+            caller = caller_of(request)
             before = (
-                await self.runs.earlier_turns(previous, "previous_response_id")
+                await self.runs.earlier_turns(previous, "previous_response_id", caller)
                 if previous is not None
-                else await self.runs.conversation_turns(joined.id)
+                else await self.runs.conversation_turns(joined.id, caller)
                 if joined is not None
                 else []
             )
@@ -134,7 +135,7 @@ class _Responses:
                     prompt_cache_key=body.prompt_cache_key,
                 ),
                 task_param="input",
-                owner=caller_of(request).name,
+                owner=caller.name,
                 thread_id=joined.id if joined is not None else None,
             )
         except OpenAIError as err:
@@ -182,7 +183,7 @@ class _Conversations:
     async def one(self, request: Request) -> Response:
         conversation_id = request.path_params["conversation_id"]
         thread = await self.runs.manager.thread(conversation_id)
-        if thread is None:
+        if thread is None or not caller_of(request).sees(thread.owner):
             return error_response(
                 OpenAIError(
                     404,

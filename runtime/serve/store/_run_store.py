@@ -30,6 +30,8 @@ from agentrt.protocols._codec import decode_event
 from agentrt.protocols._events import (
     CallReserved,
     CallSettled,
+    ElicitationAnswered,
+    ElicitationRequested,
     Event,
     RolloutFinished,
     RolloutStarted,
@@ -726,7 +728,7 @@ class RunStore:
 
     async def unfinished(self) -> list[str]:
         rows = await self._read(
-            "SELECT run_id FROM runs WHERE status IN ('pending', 'running') ORDER BY n"
+            "SELECT run_id FROM runs WHERE status IN ('pending', 'running', 'waiting') ORDER BY n"
         )
         return [r[0] for r in rows]
 
@@ -854,6 +856,29 @@ class RunStore:
                 )
             )
         return calls
+
+    async def questions(
+        self, run_id: str
+    ) -> tuple[dict[str, ElicitationRequested], dict[str, ElicitationAnswered]]:
+        """The questions the run asked (``ElicitationRequested``) and how
+        those that ended were answered (``ElicitationAnswered``), by id."""
+        rows = await self._read(
+            "SELECT body FROM events WHERE run_id = ? AND type IN (?, ?) ORDER BY seq",
+            (
+                run_id,
+                ElicitationRequested.__struct_config__.tag,
+                ElicitationAnswered.__struct_config__.tag,
+            ),
+        )
+        asked: dict[str, ElicitationRequested] = {}
+        answered: dict[str, ElicitationAnswered] = {}
+        for (body,) in rows:
+            event = decode_event(body)
+            if isinstance(event, ElicitationRequested):
+                asked.setdefault(event.question_id, event)  # the first: its deadline
+            elif isinstance(event, ElicitationAnswered):
+                answered[event.question_id] = event
+        return asked, answered
 
     async def record_delivery(self, delivery: WebhookDelivery) -> None:
         """Write a webhook delivery's current state (one row per delivery)."""

@@ -11,7 +11,7 @@ import { AuthorizationsPanel } from './mcpauth.js';
 const LIST_REFRESH_MS = 2000;
 const PAGE_SIZE = 50;
 const AGGREGATORS = ['majority', 'best_of_n', 'weighted', 'rtv', 'pdr', 'compressed', 'aggagent'];
-const STATUSES = ['', 'pending', 'running', 'succeeded', 'failed', 'cancelled'];
+const STATUSES = ['', 'pending', 'running', 'waiting', 'succeeded', 'failed', 'cancelled'];
 
 const root = document.getElementById('view');
 const authorizations = new AuthorizationsPanel(document.getElementById('mcp-auth'));

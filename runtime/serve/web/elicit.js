@@ -1,12 +1,13 @@
-// Questions MCP servers ask the person behind a run (the run's `elicitation`
+// Questions the person behind a run is asked (the run's `elicitation`
 // events): a form built from the server's requested schema, a link to open
-// (URL mode), or a destructive tool call to allow; answered with POST
-// /v1/runs/{id}/elicitations/{question_id}.  The event stream has no
-// "answered" event: a question stops waiting when this page answers it, when
-// the tool call that asked is recorded (`tool_call`: answered elsewhere or
-// timed out), when the run ends, or when the daemon says it no longer waits
-// (404).  Everything in a question is the server's text: shown as text, and
-// a URL becomes a link only when it is http(s).
+// (URL mode), or a tool call to allow (an MCP server's destructive tool, or a tool
+// under `[approvals.TOOL]`); answered with POST
+// /v1/runs/{id}/elicitations/{question_id}.  A question stops waiting when
+// this page answers it, when the run's `elicitation_answered` event says how
+// it ended (answered elsewhere, or timed out), when the tool call that asked
+// is recorded (`tool_call`), when the run ends, or when the daemon says it no
+// longer waits (404, 409).  Everything in a question is the asker's text:
+// shown as text, and a URL becomes a link only when it is http(s).
 
 import { api, ApiFailure } from './api.js';
 import { h, fill } from './dom.js';
@@ -180,7 +181,10 @@ class Question {
     this.outcomeEl = h('div', { class: 'outcome', testid: 'mcp-outcome', hidden: true });
     this.buttons = [];
     this.body = this.buildBody();
-    const where = [`from MCP server `, h('strong', { testid: 'mcp-server' }, String(ev.server))];
+    // A tool under [approvals.TOOL] asks with no server.
+    const where = ev.server
+      ? [`from MCP server `, h('strong', { testid: 'mcp-server' }, String(ev.server))]
+      : ['approval'];
     if (ev.tool) where.push(` · tool ${String(ev.tool)}`);
     if (ev.rollout_id) where.push(` · ${label(String(ev.rollout_id))}`);
     this.el = h(
@@ -286,7 +290,7 @@ class Question {
       this.settle(action);
     } catch (err) {
       this.sending = false;
-      if ((err instanceof ApiFailure && err.status === 404) || this.over) {
+      if ((err instanceof ApiFailure && (err.status === 404 || err.status === 409)) || this.over) {
         this.settle(this.over || 'gone');
         return;
       }
@@ -334,7 +338,7 @@ export class QuestionsPanel {
     this.el = h(
       'div',
       { class: 'panel questions-panel', testid: 'mcp-questions', hidden: true },
-      h('div', { class: 'panel-head' }, h('h3', {}, 'Questions from MCP servers'), this.count),
+      h('div', { class: 'panel-head' }, h('h3', {}, 'Questions for you'), this.count),
       this.list,
     );
   }
@@ -346,6 +350,15 @@ export class QuestionsPanel {
     this.questions.set(ev.question_id, q);
     this.list.append(q.el);
     this.el.hidden = false;
+    this.update();
+  }
+
+  /** An `elicitation_answered` event: the question ended.  Answered here, it
+   * shows this page's answer already; else it was answered elsewhere or
+   * timed out. */
+  answered(ev) {
+    const q = this.questions.get(ev.question_id);
+    if (q) q.close('gone');
     this.update();
   }
 
@@ -363,6 +376,11 @@ export class QuestionsPanel {
   runEnded() {
     for (const q of this.questions.values()) q.close('ended');
     this.update();
+  }
+
+  /** How many questions still wait for an answer. */
+  waiting() {
+    return [...this.questions.values()].filter((q) => !q.outcome && !q.over).length;
   }
 
   update() {

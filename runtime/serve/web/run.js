@@ -246,6 +246,12 @@ export class RunView {
         break;
       case 'elicitation':
         this.questions.asked(ev);
+        // The run waits on the person (approvals, MCP questions), as the daemon says.
+        if (this.info && ['pending', 'running'].includes(this.info.status)) this.info = { ...this.info, status: 'waiting' };
+        break;
+      case 'elicitation_answered':
+        this.questions.answered(ev);
+        if (this.info && this.info.status === 'waiting' && this.questions.waiting() === 0) this.info = { ...this.info, status: 'running' };
         break;
       case 'rollout_finished': {
         const r = this.rolloutState(ev.rollout_id);

@@ -110,10 +110,12 @@ async def test_a_key_cannot_read_follow_or_cancel_another_keys_run(
         assert (await c.get("/v1/mcp/authorizations", headers=_as(ALICE))).status_code == 403
         assert (await c.get("/v1/mcp/authorizations", headers=_as(TOKEN))).status_code == 200
         assert (await c.get("/v1/models", headers=_as(ALICE))).status_code == 200
-        # Stored responses are not kept per key: they need runs:read_all.
+        # The OpenAI routes need no more than runs:create (their ownership: below).
         responses = await c.post("/v1/responses", json={}, headers=_as(ALICE))
-        assert responses.status_code == 403
-        assert "runs:read_all" in responses.json()["message"]
+        assert responses.status_code == 400, responses.text
+        refused = await c.post("/v1/responses", json={}, headers=_as(AUDITOR))
+        assert refused.status_code == 403
+        assert "runs:create" in refused.json()["message"]
         # The owner cancels its own run.
         cancelled = await c.post(f"/v1/runs/{run_id}/cancel", headers=_as(ALICE))
         assert cancelled.status_code == 200
@@ -257,3 +259,40 @@ async def test_a_store_file_from_before_keys_gives_its_runs_to_the_shared_token(
         assert [r.run_id for r in every.runs] == ["run-2", "run-1"]
         assert [t.thread_id for t in await store.list_threads(limit=10, owner=None)] == ["thread-1"]
         assert await store.list_threads(limit=10, owner="alice") == []
+
+
+@pytest.mark.anyio
+async def test_responses_and_conversations_belong_to_their_key(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    config = daemon_kit.config(tmp_path, server={"token": TOKEN, "keys": _keys()})
+    async with (
+        daemon_kit.running(config, daemon_kit.scripted(steps=0)) as daemon,
+        httpx.AsyncClient(base_url=daemon.url, timeout=30) as c,
+    ):
+        made = await c.post("/v1/conversations", json={}, headers=_as(ALICE))
+        conversation = made.json()["id"]
+        first = await c.post(
+            "/v1/responses",
+            json={"model": "agentrt/solver", "input": "hi", "conversation": conversation},
+            headers=_as(ALICE),
+        )
+        assert first.status_code == 200, first.text
+        response_id = first.json()["id"]
+        for key in (BOB, AUDITOR):  # another key; a read-all key sees, but cannot create
+            seen = await c.get(f"/v1/conversations/{conversation}", headers=_as(key))
+            assert seen.status_code == (404 if key == BOB else 200), seen.text
+        for body, param in (
+            ({"previous_response_id": response_id}, "previous_response_id"),
+            ({"conversation": conversation}, "conversation"),
+        ):
+            asked = {"model": "agentrt/solver", "input": "and then?", **body}
+            refused = await c.post("/v1/responses", json=asked, headers=_as(BOB))
+            assert refused.status_code == 404, refused.text
+            assert refused.json()["error"]["param"] == param
+            mine = await c.post("/v1/responses", json=asked, headers=_as(ALICE))
+            assert mine.status_code == 200, mine.text
+        gone = await c.delete(f"/v1/conversations/{conversation}", headers=_as(BOB))
+        assert gone.status_code == 404
+        kept = await c.get(f"/v1/conversations/{conversation}", headers=_as(ALICE))
+        assert kept.status_code == 200

@@ -222,11 +222,11 @@ async def test_cancel_and_the_errors_name_what_and_where(tmp_path: Path, daemon_
     async with daemon_kit.running(config, slow) as daemon:
         async with AsyncClient(daemon.url, token=token) as client:
             run = await client.create_run(_request(rollouts=1))
-            with pytest.raises(NotFound) as unasked:  # the run asked nothing
+            with pytest.raises(RequestRefused) as unasked:  # the run asked nothing
                 await client.answer_elicitation(
                     run.run_id, "q-1", ElicitationAnswer(action="decline")
                 )
-            assert unasked.value.where == "question_id"
+            assert (unasked.value.status, unasked.value.where) == (409, "run_id")
             cancelled = await client.cancel_run(run.run_id)
             assert cancelled.status == "cancelled"
             async with client.follow(run.run_id) as events:

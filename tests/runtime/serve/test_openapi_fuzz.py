@@ -54,7 +54,7 @@ MAX_EXAMPLES = 30
 SEED = 20261130
 #: Routes whose refusals have OpenAI's shape.
 #: agentrt's own API, whose document must match what it accepts.
-OWN_API = "^/v1/(runs|agents|threads)"
+OWN_API = "^/v1/(runs|agents|threads|elicitations)"
 
 
 @dataclass(frozen=True, slots=True)

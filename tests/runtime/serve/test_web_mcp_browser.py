@@ -82,6 +82,8 @@ def _script(request: ModelRequest) -> ReplySpec:
     assert isinstance(task, str)
     if task == "guarded":
         return ScriptedToolCall(GUARDED_TOOL, {"key": KEY})
+    if task == "gated":
+        return ScriptedToolCall("calculator", {"expression": "6*7"})
     if task.startswith("url "):
         return ScriptedToolCall(URL_TOOL, {"url": task[4:], "message": URL_MESSAGE})
     return ScriptedToolCall(FORM_TOOL, {})
@@ -140,7 +142,9 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                     "asker": {"tools": [FORM_TOOL]},
                     "urler": {"tools": [URL_TOOL]},
                     "guarded": {"tools": [GUARDED_TOOL]},
+                    "gated": {"tools": ["calculator"]},
                 },
+                "approvals": {"calculator": {"message": "May I compute?"}},
                 "default_agent": "asker",
                 "warm_prefix": False,
             },
@@ -184,6 +188,7 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                         ],
                     },
                     "guarded": {"agent": "guarded", "task": "guarded"},
+                    "gated": {"agent": "gated", "task": "gated"},
                     "screenshot": os.environ.get("AGENTRT_WEB_MCP_SCREENSHOT"),
                 }
                 with anyio.fail_after(90):
@@ -199,7 +204,15 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                 left = await _pending(http)
                 runs = {
                     phase: await _detail(http, report[phase]["runId"])
-                    for phase in ("form", "decline", "url", "refused", "elsewhere", "approval")
+                    for phase in (
+                        "form",
+                        "decline",
+                        "url",
+                        "refused",
+                        "elsewhere",
+                        "approval",
+                        "gated",
+                    )
                 }
             tg.cancel_scope.cancel()
         grants = [g.grant_type for g in servers.state.grants]
@@ -369,7 +382,20 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
     assert approval["buttons"] == ["Allow", "Deny"]
     assert json.loads(approval["arguments"]) == {"key": KEY}
     assert approval["markup"] == 0
-    assert (len(sent), sent[5]["body"]) == (6, {"action": "accept"})
+    assert sent[5]["body"] == {"action": "accept"}
     assert runs["approval"]["run"]["status"] == "succeeded"
     assert runs["approval"]["run"]["answer"] == f"value-of-{KEY}"
     assert report["approval"]["settled"]["outcome"] == "Allowed"
+
+    # A tool under ``[approvals.calculator]`` (agentrt's own approval, no
+    # server): the run showed waiting; denied, the calculator did not run and
+    # the model read why.
+    gated = report["gated"]["shown"]
+    assert (gated["mode"], gated["server"]) == ("approval", None)
+    assert gated["message"] == "May I compute?"
+    assert gated["buttons"] == ["Allow", "Deny"]
+    assert json.loads(gated["arguments"]) == {"expression": "6*7"}
+    assert (len(sent), sent[6]["body"]) == (7, {"action": "decline"})
+    assert report["gated"]["end"]["status"] == "succeeded"
+    assert "the person denied it" in runs["gated"]["run"]["answer"]
+    assert "42" not in runs["gated"]["run"]["answer"]

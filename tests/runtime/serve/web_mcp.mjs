@@ -5,7 +5,8 @@
 // Usage: node web_mcp.mjs '<json plan>'
 // plan: {url, token, chromium, timeoutMs, screenshot (a path prefix: -form.png, -url.png, -end.png),
 //        asker: {agent, task}, urler: {agent, link, refused},
-//        answer: {name, integer, enum, toggle: [[field, value]...]}, guarded: {agent, task}}
+//        answer: {name, integer, enum, toggle: [[field, value]...]}, guarded: {agent, task},
+//        gated: {agent, task}}
 //
 // Like web_check.mjs it does not judge: it records what the page showed and
 // what it sent, and prints one JSON report on stdout.  It exits non-zero
@@ -244,6 +245,17 @@ async function main() {
     await question(page, 'accept');
     report.approval.end = await runEnd(page);
     report.approval.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
+
+    // 9. A tool under [approvals.TOOL] (agentrt's own approval): the run shows
+    // waiting; denied, the tool does not run and the model hears why.
+    report.phase = 'gated';
+    const gatedRun = await startRun(page, plan.gated.agent, plan.gated.task);
+    q = await question(page, 'waiting');
+    await page.waitForFunction(() => document.querySelector('[data-testid=run-status]')?.textContent.trim() === 'waiting');
+    report.gated = { runId: gatedRun, shown: await snapshot(q) };
+    await q.locator('[data-testid=mcp-decline]').click();
+    await question(page, 'decline');
+    report.gated.end = await runEnd(page);
     if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-end.png` });
     report.phase = 'done';
   } catch (err) {
