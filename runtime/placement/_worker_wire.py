@@ -1,8 +1,10 @@
-"""What a Ray placement's driver and its rollout workers exchange: the
-``WorkerSpec`` a worker is started with, the ``PlacedRollout`` it is asked
-to run and the ``RolloutOutcome`` it answers, the ``Outbound`` items it
-sends back (events in order, ledger operations) and the driver's
-``Reply`` items.  Tagged msgspec structs, encoded as MessagePack; no I/O.
+"""What a placement's driver and its rollout workers (Ray actors, or the
+local placement's worker processes) exchange: the ``WorkerSpec`` a worker
+is started with, the ``PlacedRollout`` it is asked to run and the
+``RolloutOutcome`` it answers, the ``Outbound`` items it sends back
+(events in order, ledger operations), the driver's ``Reply`` items, and
+the frames a worker process's socket carries (``ToWorker``, ``ToDriver``).
+Tagged msgspec structs, encoded as MessagePack; no I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from agentrt.tools._tool import Tool
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
     """What a rollout worker builds its own ``Runtime`` from (shipped once,
-    pickled by Ray): the configuration (its placement ``local``), the tools
+    pickled): the configuration (its placement ``local``), the tools
     and agents given as objects, and the prices."""
 
     config: RuntimeConfig
@@ -205,9 +207,53 @@ class BankAnswer(msgspec.Struct, frozen=True, kw_only=True, tag="bank_answer"):
 
 Reply = Acked | Reserved | BankAnswer
 
+
+# -- a worker process's socket: length-prefixed frames, each one of these ---------
+
+
+class Place(msgspec.Struct, frozen=True, kw_only=True, tag="place"):
+    """Run ``placed``; answered by the ``Outcome`` of the same ``id``."""
+
+    id: int
+    placed: PlacedRollout
+
+
+class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
+    """Cancel what ``Place`` ``id`` started (its ``Outcome`` still comes)."""
+
+    id: int
+
+
+class Replies(msgspec.Struct, frozen=True, kw_only=True, tag="replies"):
+    replies: list[Reply]
+
+
+class Close(msgspec.Struct, frozen=True, kw_only=True, tag="close"):
+    """Stop the rollouts, close the worker's Runtime, and exit."""
+
+
+ToWorker = Place | Cancel | Replies | Close
+
+
+class Items(msgspec.Struct, frozen=True, kw_only=True, tag="items"):
+    """What the worker's outbox took since the last ``Items``, in order."""
+
+    items: list[Outbound]
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True, tag="outcome"):
+    id: int
+    outcome: RolloutOutcome | None = None
+    """``None``: the rollout was cancelled before it ended."""
+
+
+ToDriver = WorkerReady | Items | Outcome
+
 ENCODER: Final = msgspec.msgpack.Encoder()
 PLACED: Final = msgspec.msgpack.Decoder(PlacedRollout)
 OUTCOME: Final = msgspec.msgpack.Decoder(RolloutOutcome)
 OUTBOUND: Final = msgspec.msgpack.Decoder(list[Outbound])
 REPLIES: Final = msgspec.msgpack.Decoder(list[Reply])
 READY: Final = msgspec.msgpack.Decoder(WorkerReady)
+TO_WORKER: Final = msgspec.msgpack.Decoder(ToWorker)
+TO_DRIVER: Final = msgspec.msgpack.Decoder(ToDriver)
