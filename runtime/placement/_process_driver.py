@@ -168,6 +168,7 @@ class ProcessPlacement:
 
     async def __aenter__(self) -> ProcessPlacement:
         try:
+            self._stack.push_async_callback(self._close_channels)
             self._stack.callback(self._kill_all)
             starting = [await self._spawn(index) for index in range(self._count)]
             self._workers.extend(starting)
@@ -252,12 +253,18 @@ class ProcessPlacement:
             )
         self._starting.remove(worker.process)
 
+    async def _close_channels(self) -> None:
+        for worker in self._workers:
+            with suppress(Exception):
+                await worker.channel.aclose()
+
     def _kill_all(self) -> None:
         for process in [*(w.process for w in self._workers), *self._starting]:
             with suppress(Exception):
                 if process.is_alive():
                     process.kill()
                 process.join(timeout=5.0)
+                process.close()  # its sentinel pipe
 
     # -- rollouts -----------------------------------------------------------------
 
@@ -381,6 +388,8 @@ class ProcessPlacement:
                     worker.process.kill()
                 await _exit_of(worker.process)
                 self._starting.remove(worker.process)
+                with suppress(ValueError):
+                    worker.process.close()
                 healthy_for = 0.0
         self._workers.append(worker)
         log.info("rollout_worker_replaced", lost=lost.index, worker=worker.index)
