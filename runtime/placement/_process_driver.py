@@ -135,6 +135,8 @@ class ProcessPlacement:
         self._workers: list[_Worker] = []
         self._runs: dict[str, RunEntry[_Worker]] = {}
         self._ledgers: dict[str, BudgetLedger] = {}
+        self._entries: dict[str, RunEntry[_Worker]] = {}
+        """Each rollout's run (by rollout id), for ``_sharers``."""
         self._stack = AsyncExitStack()
         self._starting: list[BaseProcess] = []
         self._closing = False
@@ -156,6 +158,7 @@ class ProcessPlacement:
                 placed=w.placed,
                 alive=w.alive,
                 lost=w.lost,
+                admissions=w.books.admissions,
             )
             for w in self._workers
         ]
@@ -163,6 +166,11 @@ class ProcessPlacement:
     def check_agent(self, agent: object) -> None:
         """Agents are rebuilt in the workers: by name or from a configuration."""
         check_rebuildable(agent, PLACEMENT)
+
+    def _sharers(self, rollout: str) -> int:
+        """The rollouts in flight of ``rollout``'s run (they share its budget)."""
+        entry = self._entries.get(rollout)
+        return 1 if entry is None else entry.active
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -228,7 +236,11 @@ class ProcessPlacement:
         self._starting.append(process)
         channel = await FrameChannel.of(mine)
         return _Worker(
-            index, process, channel, WorkerBooks(self._ledgers), started=anyio.current_time()
+            index,
+            process,
+            channel,
+            WorkerBooks(self._ledgers, self._sharers),
+            started=anyio.current_time(),
         )
 
     async def _ready(self, worker: _Worker) -> None:
@@ -278,6 +290,7 @@ class ProcessPlacement:
         entry = self._runs.setdefault(run.run_id, RunEntry[_Worker](run.emit))
         entry.active += 1
         self._ledgers[key] = job.ledger
+        self._entries[key] = entry
         losses = 0
         try:
             while True:
@@ -321,6 +334,7 @@ class ProcessPlacement:
                     )
         finally:
             self._ledgers.pop(key, None)
+            self._entries.pop(key, None)
             entry.active -= 1
             if entry.active == 0:
                 self._runs.pop(run.run_id, None)

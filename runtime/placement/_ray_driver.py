@@ -117,6 +117,8 @@ class RayPlacement:
         self._workers: list[_Worker] = []
         self._runs: dict[str, RunEntry[_Worker]] = {}
         self._ledgers: dict[str, BudgetLedger] = {}
+        self._entries: dict[str, RunEntry[_Worker]] = {}
+        """Each rollout's run (by rollout id), for ``_sharers``."""
         self._stack = AsyncExitStack()
         self._starting: list[Any] = []
         """Replacement workers not ready yet (killed on exit)."""
@@ -138,6 +140,7 @@ class RayPlacement:
                 placed=w.placed,
                 alive=w.alive,
                 lost=w.lost,
+                admissions=w.books.admissions,
             )
             for w in self._workers
         ]
@@ -145,6 +148,11 @@ class RayPlacement:
     def check_agent(self, agent: object) -> None:
         """Agents are rebuilt on the workers: by name or from a configuration."""
         check_rebuildable(agent, "ray placement")
+
+    def _sharers(self, rollout: str) -> int:
+        """The rollouts in flight of ``rollout``'s run (they share its budget)."""
+        entry = self._entries.get(rollout)
+        return 1 if entry is None else entry.active
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -295,7 +303,7 @@ class RayPlacement:
                     f"and agents given as objects must pickle): {type(error).__name__}: {error}",
                     where="placement",
                 ) from None
-            books = WorkerBooks(self._ledgers)
+            books = WorkerBooks(self._ledgers, self._sharers)
             self._workers.append(_Worker(index, handle, books, started=anyio.current_time()))
         timeout = self.config.connect_timeout_s
         try:
@@ -355,6 +363,7 @@ class RayPlacement:
         entry = self._runs.setdefault(run.run_id, RunEntry[_Worker](run.emit))
         entry.active += 1
         self._ledgers[key] = job.ledger
+        self._entries[key] = entry
         losses = 0
         try:
             while True:
@@ -400,6 +409,7 @@ class RayPlacement:
                     )
         finally:
             self._ledgers.pop(key, None)
+            self._entries.pop(key, None)
             entry.active -= 1
             if entry.active == 0:
                 self._runs.pop(run.run_id, None)
@@ -469,7 +479,7 @@ class RayPlacement:
         worker = _Worker(
             len(self._workers),
             handle,
-            WorkerBooks(self._ledgers),
+            WorkerBooks(self._ledgers, self._sharers),
             node_id=ready.node_id,
             pid=ready.pid,
             started=anyio.current_time(),

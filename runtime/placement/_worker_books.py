@@ -11,7 +11,7 @@ how items travel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, final
 
@@ -21,6 +21,7 @@ from agentrt.agents._hierarchy import Hierarchy
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._usage import Usage
 from agentrt.runtime.budget._ledger import BudgetLedger, Reservation
+from agentrt.runtime.budget._pricing import usd_to_pico
 from agentrt.runtime.engine._journal import EventJournal
 from agentrt.runtime.kernel._errors import (
     BudgetExceeded,
@@ -49,6 +50,7 @@ from agentrt.runtime.placement._worker_wire import (
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
+    TakeOut,
 )
 
 log = get_logger(__name__)
@@ -57,11 +59,21 @@ log = get_logger(__name__)
 @final
 class WorkerBooks:
     """One worker's reservations on the ledgers of ``ledgers`` (the
-    placement's live map: rollout id -> its ledger on the driver)."""
+    placement's live map: rollout id -> its ledger on the driver);
+    ``sharers(rollout id)``: the rollouts of its run in flight (a slice is
+    leased only when the run's headroom holds one for each of them)."""
 
-    def __init__(self, ledgers: Mapping[str, BudgetLedger]) -> None:
+    def __init__(
+        self, ledgers: Mapping[str, BudgetLedger], sharers: Callable[[str], int] = lambda _: 1
+    ) -> None:
         self._ledgers = ledgers
+        self._sharers = sharers
         self._held: dict[int, Reservation] = {}
+        self._leased: dict[int, Reservation] = {}
+        """Leased to the worker and not taken for a call yet."""
+        self.admissions = 0
+        """Calls the worker waited for the driver's admission for (its
+        other calls in capped runs took a leased reservation)."""
         self._unbooked: dict[int, tuple[str, str]] = {}
         """Calls booked without waiting that the ledger refused (ledger, model)."""
 
@@ -83,20 +95,28 @@ class WorkerBooks:
 
     def lost(self) -> None:
         """The worker is gone: its calls in flight may have been served,
-        so they are charged as reserved."""
+        so they are charged as reserved; what it leased and did not take
+        is given back."""
         for reservation in self._held.values():
             reservation.charge_reserved()
         self._held.clear()
+        for reservation in self._leased.values():
+            reservation.release()
+        self._leased.clear()
 
     def _book_one(self, item: Outbound) -> Reserved | None:
         match item:
             case ReserveOut():
                 answer = self._reserve(item)
                 return answer if item.wait else None
+            case TakeOut(id=rid):
+                taken = self._leased.pop(rid, None)
+                if taken is not None:
+                    self._held[rid] = taken
             case ChargeOut(id=rid, usage=usage):
                 self._charge(rid, usage)
             case ReleaseOut(id=rid):
-                held = self._held.pop(rid, None)
+                held = self._held.pop(rid, None) or self._leased.pop(rid, None)
                 self._unbooked.pop(rid, None)
                 if held is not None:
                     held.release()
@@ -107,9 +127,14 @@ class WorkerBooks:
         return None
 
     def _reserve(self, item: ReserveOut) -> Reserved:
+        self.admissions += item.wait
         ledger = self._ledgers.get(item.ledger)
         if ledger is None:
             return Reserved(id=item.id, refused=f"rollout {item.ledger} has ended", kind="invalid")
+        if item.wait and item.slice > 1:
+            leased = self._lease(ledger, item)
+            if leased:
+                return Reserved(id=item.id, leased=leased, headroom=ledger.headroom())
         try:
             held = ledger.reserve(item.model, item.prompt_tokens, item.max_tokens, n=item.n)
         except BudgetExceeded as refused:
@@ -124,6 +149,32 @@ class WorkerBooks:
             return Reserved(id=item.id, refused=str(refused), kind="invalid")
         self._held[item.id] = held
         return Reserved(id=item.id, headroom=ledger.headroom() if item.wait else None)
+
+    def _lease(self, ledger: BudgetLedger, item: ReserveOut) -> int:
+        """Lease up to ``item.slice`` reservations of the slice's size when
+        the run's headroom holds a slice for each of its rollouts in flight
+        (else none: the call is reserved at its own size, as without
+        leases, so a run near its cap spends it as exactly); how many."""
+        prompt, per = item.slice_prompt_tokens, item.n * item.max_tokens
+        room = ledger.headroom()
+        want = item.slice * max(self._sharers(item.ledger), 1)
+        one = ledger.cost_of(item.model, Usage(prompt_tokens=prompt, completion_tokens=per))
+        if room.shortfall(want * (prompt + per), usd_to_pico(one.usd) * want) is not None:
+            return 0
+        if room.calls is not None and room.calls < want:
+            return 0
+        leased = 0
+        for offset in range(item.slice):
+            try:
+                reservation = ledger.reserve(item.model, prompt, item.max_tokens, n=item.n)
+            except (BudgetExceeded, UserError):
+                break
+            if offset == 0:
+                self._held[item.id] = reservation  # the asking call takes the first
+            else:
+                self._leased[item.id + offset] = reservation
+            leased += 1
+        return leased
 
     def _charge(self, rid: int, usage: Usage | None) -> None:
         held = self._held.pop(rid, None)
@@ -167,7 +218,9 @@ async def answer_bank_call(bank: MemoryStore | None, item: BankOut) -> BankAnswe
 class WorkerInfo:
     """A rollout worker as a placement's ``workers`` shows it: its node
     (``local``: a worker process of this host) and process, its rollouts
-    in flight and placed so far, and whether it is alive (``lost``: why not)."""
+    in flight and placed so far, the calls of capped runs it waited for the
+    driver's admission for (``admissions``: the others took a leased
+    reservation), and whether it is alive (``lost``: why not)."""
 
     index: int
     node_id: str
@@ -176,6 +229,7 @@ class WorkerInfo:
     placed: int
     alive: bool
     lost: str = ""
+    admissions: int = 0
 
 
 class PooledWorker(Protocol):

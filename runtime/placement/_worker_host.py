@@ -30,6 +30,7 @@ from typing import Final, final
 
 import anyio
 import anyio.from_thread
+import msgspec
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream
 
@@ -72,9 +73,15 @@ from agentrt.runtime.placement._worker_wire import (
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
+    TakeOut,
     WorkerSpec,
 )
 
+#: Reservations a capped rollout leases at once, when the run's headroom allows.
+LEASE_SLICE: Final = 4
+#: A leased reservation's prompt, over the prompt of the call that asked
+#: (a rollout's prompt grows with its steps).
+LEASE_PROMPT_ROOM: Final = 2.0
 #: How long a call waits for the driver's admission, and an event for its ack.
 DRIVER_TIMEOUT_S: Final = 120.0
 #: Items handed to the driver per exchange (a bound on one reply's size).
@@ -105,6 +112,13 @@ class Outbox:
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    def next_ids(self, count: int) -> int:
+        """The first of ``count`` consecutive ids (on the rollouts' loop)."""
+        first = next(self._ids)
+        for _ in range(count - 1):
+            next(self._ids)
+        return first
 
     def post(self, item: Outbound) -> None:
         with self._lock:
@@ -188,22 +202,66 @@ class Outbox:
         return []
 
 
+@dataclass(frozen=True, slots=True)
+class _Lease:
+    """A reservation the driver leased to this rollout, not taken yet."""
+
+    id: int
+    model: str
+    prompt_tokens: int
+    max_tokens: int
+    n: int
+
+    def covers(self, model: str, prompt_tokens: int, max_tokens: int, n: int) -> bool:
+        return (
+            model == self.model
+            and n == self.n
+            and prompt_tokens <= self.prompt_tokens
+            and max_tokens <= self.max_tokens
+        )
+
+
 @final
 class DriverLedger:
     """A rollout ledger's upstream: the run's ledger on the driver
-    (``LedgerUpstream``).  In a capped run a reservation waits for the
-    driver's admission (blocking this worker's rollout loop for one round
-    trip; the transport's loop carries the answer); otherwise it is booked there in
-    order, without waiting."""
+    (``LedgerUpstream``).  In a capped run a call needs the driver's
+    admission: a reservation the driver leased to this rollout earlier
+    that covers it (taken without asking), or else one asked for, waiting
+    (blocking this worker's rollout loop for one round trip; the
+    transport's loop carries the answer), with a slice of ``LEASE_SLICE``
+    leased at once for the rollout's next calls, each with room for a
+    prompt ``LEASE_PROMPT_ROOM`` times this one's, when the run's
+    headroom allows.  Otherwise each call is booked there in order,
+    without waiting.  ``close`` gives back what was leased and not taken."""
 
     def __init__(self, outbox: Outbox, ledger: str, *, capped: bool) -> None:
         self._outbox = outbox
         self._ledger = ledger
         self._capped = capped
         self._far: Headroom | None = None
+        self._leases: list[_Lease] = []
 
     def reserve(self, model: str, prompt_tokens: int, max_tokens: int, n: int) -> int:
-        rid = self._outbox.next_id()
+        if not self._capped:
+            rid = self._outbox.next_id()
+            self._outbox.post(
+                ReserveOut(
+                    id=rid,
+                    ledger=self._ledger,
+                    model=model,
+                    prompt_tokens=prompt_tokens,
+                    max_tokens=max_tokens,
+                    n=n,
+                )
+            )
+            return rid
+        for index, lease in enumerate(self._leases):
+            if lease.covers(model, prompt_tokens, max_tokens, n):
+                del self._leases[index]
+                self._outbox.post(TakeOut(id=lease.id))
+                return lease.id
+        room = max(math.ceil(prompt_tokens * LEASE_PROMPT_ROOM), prompt_tokens + 1)
+        rid = self._outbox.next_ids(LEASE_SLICE)
         item = ReserveOut(
             id=rid,
             ledger=self._ledger,
@@ -211,11 +269,10 @@ class DriverLedger:
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             n=n,
-            wait=self._capped,
+            wait=True,
+            slice=LEASE_SLICE,
+            slice_prompt_tokens=room,
         )
-        if not self._capped:
-            self._outbox.post(item)
-            return rid
         waiting = self._outbox.expect_reserved(rid)
         self._outbox.post(item)
         try:
@@ -229,6 +286,9 @@ class DriverLedger:
             if reply.kind == "invalid":
                 raise InvalidRequestError(reply.refused)
             raise BudgetExceeded(reply.refused, limit=reply.limit)
+        self._leases.extend(
+            _Lease(rid + offset, model, room, max_tokens, n) for offset in range(1, reply.leased)
+        )
         return rid
 
     def charge(self, handle: int, usage: Usage | None) -> None:
@@ -241,7 +301,23 @@ class DriverLedger:
         self._outbox.post(RestoreOut(ledger=self._ledger, model=model, usage=usage))
 
     def headroom(self) -> Headroom | None:
-        return self._far
+        """The run's headroom as last heard, plus what this rollout holds
+        leased (it is this rollout's to spend)."""
+        far = self._far
+        if far is None or not self._leases:
+            return far
+        tokens = sum(lease.prompt_tokens + lease.n * lease.max_tokens for lease in self._leases)
+        return msgspec.structs.replace(
+            far,
+            tokens=None if far.tokens is None else far.tokens + tokens,
+            calls=None if far.calls is None else far.calls + len(self._leases),
+        )
+
+    def close(self) -> None:
+        """Give back what was leased and not taken (the rollout ended)."""
+        for lease in self._leases:
+            self._outbox.post(ReleaseOut(id=lease.id))
+        self._leases.clear()
 
 
 @final
@@ -400,6 +476,7 @@ class WorkerHost:
         except Exception as exc:
             outcome = RolloutRaised(kind="error", message=repr(exc))
         finally:
+            upstream.close()
             shard.committed.pop(rollout.rollout_id, None)
             shard.active -= 1
             if (finished := self._runtime().run_services.rollout_finished) is not None:

@@ -108,7 +108,13 @@ class FlushOut(msgspec.Struct, frozen=True, kw_only=True, tag="flush"):
 
 class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
     """Reserve a call on the driver ledger ``ledger``; ``wait``: the worker
-    waits for the ``Reserved`` reply (a capped run)."""
+    waits for the ``Reserved`` reply (a capped run).  ``slice`` > 1 (a
+    waiting one only): lease up to that many reservations at once, each of
+    ``slice_prompt_tokens`` (room for the longer prompts of the rollout's
+    next calls), ids ``id``, ``id + 1``, ...: the worker takes them for its
+    next calls without asking (``TakeOut``) and releases what it did not
+    use.  The driver leases fewer (one of the call's own size, at worst)
+    when the run's headroom is short of a slice for each rollout in flight."""
 
     id: int
     ledger: str
@@ -117,6 +123,15 @@ class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
     max_tokens: int
     n: int = 1
     wait: bool = False
+    slice: int = 1
+    slice_prompt_tokens: int = 0
+
+
+class TakeOut(msgspec.Struct, frozen=True, kw_only=True, tag="take"):
+    """The worker took leased reservation ``id`` for a call (from now on,
+    a lost worker's call: charged as reserved)."""
+
+    id: int
 
 
 class ChargeOut(msgspec.Struct, frozen=True, kw_only=True, tag="charge"):
@@ -169,7 +184,9 @@ class BankOut(msgspec.Struct, frozen=True, kw_only=True, tag="bank"):
     call: BankCall
 
 
-Outbound = EventOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
+Outbound = (
+    EventOut | FlushOut | ReserveOut | TakeOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
+)
 
 
 # -- driver -> worker -----------------------------------------------------------
@@ -185,9 +202,12 @@ class Acked(msgspec.Struct, frozen=True, kw_only=True, tag="acked"):
 
 class Reserved(msgspec.Struct, frozen=True, kw_only=True, tag="reserved"):
     """The driver's answer to a waiting ``ReserveOut``: ``refused`` says why
-    not (``kind``: ``budget`` or ``invalid``), ``headroom`` is the run's after it."""
+    not (``kind``: ``budget`` or ``invalid``), ``headroom`` is the run's after
+    it; ``leased``: how many of the slice it leased (ids ``id`` on; 0: one
+    reservation of the call's own size, id ``id``)."""
 
     id: int
+    leased: int = 0
     refused: str | None = None
     kind: Literal["budget", "invalid"] = "budget"
     limit: str = ""

@@ -164,6 +164,27 @@ async def test_a_capped_run_across_worker_processes_stops_exactly_at_its_cap() -
     assert all(n >= 10 for n in spread), spread  # both workers ran rollouts
 
 
+async def test_a_capped_run_far_from_its_cap_leases_budget_slices() -> None:
+    sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=20, token_ms=0.2)
+    async with SimServer(sim) as server:
+        async with Runtime(config(server.url, WORKERS), tools=[Calculator()], prices=PRICES) as rt:
+            result = await rt.run(
+                "What is 6*7?",
+                scaling=ScalingSpec(rollouts=30),
+                budget=Budget(max_model_calls=200, max_usd=10.0),
+            )
+            admissions = sum(w.admissions for w in pool(rt).workers)
+        stats = server.stats()
+    assert result.status == "succeeded", result.error
+    # 30 rollouts of 3 calls, all made and charged as the server counted them.
+    assert result.cost.model_calls == stats["requests"][CHAT] == 90
+    assert result.cost.usage.prompt_tokens == stats["tokens"]["prompt"]
+    assert result.cost.usage.completion_tokens == stats["tokens"]["completion"]
+    # A rollout waited for the driver for its first call; its slice of 4
+    # reservations covered the next two (the driver was not on their path).
+    assert admissions <= 45, admissions
+
+
 async def test_a_cancelled_run_leaves_no_rollout_on_the_workers() -> None:
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=200, token_ms=1)
     async with (
