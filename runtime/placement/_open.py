@@ -1,7 +1,8 @@
 """Placement: where a run's rollouts run.  ``LocalPlacement`` (this
-process's actor system) or ``RayPlacement`` (rollout workers on a Ray
-cluster, imported only when configured: ``import agentrt`` never imports
-Ray); ``open_placement`` opens the one ``[placement]`` asks for.
+process's actor system), ``ProcessPlacement`` (worker processes of this
+host) or ``RayPlacement`` (rollout workers on a Ray cluster, imported only
+when configured: ``import agentrt`` never imports Ray);
+``open_placement`` opens the one ``[placement]`` asks for.
 """
 
 from __future__ import annotations

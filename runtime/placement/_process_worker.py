@@ -16,13 +16,13 @@ import os
 import signal
 import socket
 import sys
+from collections import deque
 from concurrent.futures import Future
 from typing import Final, final
 
 import anyio
 import msgspec
 from anyio.abc import SocketStream, TaskGroup
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agentrt._version import __version__
 from agentrt.runtime.placement._worker_host import HostedWorker, has_uvloop
@@ -42,6 +42,8 @@ from agentrt.runtime.placement._worker_wire import (
 
 #: A frame's length prefix.
 HEADER: Final = 4
+#: The most one read takes from the socket.
+READ: Final = 1 << 20
 #: The largest frame either side accepts (a bound on a bad peer's claim).
 MAX_FRAME: Final = 1 << 30
 #: How long a closing worker may take to end its rollouts and its Runtime.
@@ -52,11 +54,13 @@ _PR_SET_PDEATHSIG: Final = 1
 @final
 class FrameChannel:
     """One end of a worker's socket: whole frames in, whole frames out
-    (sends from several tasks are serialized)."""
+    (sends from several tasks are serialized).  Reads take what the socket
+    holds (up to ``READ``), several frames at a time when they queued up."""
 
     def __init__(self, stream: SocketStream) -> None:
         self._stream = stream
-        self._receive = BufferedByteReceiveStream(stream)
+        self._buffer = bytearray()
+        self._frames: deque[bytes] = deque()
         self._sending = anyio.Lock()
 
     @classmethod
@@ -70,10 +74,24 @@ class FrameChannel:
 
     async def receive(self) -> bytes:
         """The next frame; ``anyio.EndOfStream`` when the peer closed."""
-        size = int.from_bytes(await self._receive.receive_exactly(HEADER), "big")
-        if size > MAX_FRAME:
-            raise anyio.BrokenResourceError(f"a frame of {size} bytes (at most {MAX_FRAME})")
-        return await self._receive.receive_exactly(size)
+        while not self._frames:
+            self._buffer += await self._stream.receive(READ)
+            self._split()
+        return self._frames.popleft()
+
+    def _split(self) -> None:
+        buffer, start = self._buffer, 0
+        while len(buffer) - start >= HEADER:
+            size = int.from_bytes(buffer[start : start + HEADER], "big")
+            if size > MAX_FRAME:
+                raise anyio.BrokenResourceError(f"a frame of {size} bytes (at most {MAX_FRAME})")
+            end = start + HEADER + size
+            if end > len(buffer):
+                break
+            self._frames.append(bytes(buffer[start + HEADER : end]))
+            start = end
+        if start:
+            del buffer[:start]
 
     async def aclose(self) -> None:
         await self._stream.aclose()

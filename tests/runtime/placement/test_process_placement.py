@@ -319,6 +319,8 @@ def test_the_workers_die_with_a_killed_driver(tmp_path: Path) -> None:
     finally:
         driver.kill()
         driver.wait(30)
+        if driver.stdout is not None:
+            driver.stdout.close()
 
 
 def _proc(pid: int) -> psutil.Process:
