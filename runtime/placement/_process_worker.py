@@ -167,8 +167,8 @@ async def _take_orders(
                 started[rid] = host_id
                 tg.start_soon(_answer, channel, rid, done, started)
             case Cancel(id=rid):
-                if (host_id := started.get(rid)) is not None:
-                    hosted.cancel(host_id)
+                if (running := started.get(rid)) is not None:
+                    hosted.cancel(running)
             case Replies(replies=replies):
                 hosted.outbox.deliver(replies)
             case Close():
