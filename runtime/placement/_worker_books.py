@@ -50,7 +50,6 @@ from agentrt.runtime.placement._worker_wire import (
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
-    TakeOut,
 )
 
 log = get_logger(__name__)
@@ -70,7 +69,8 @@ class WorkerBooks:
         self._sharers = sharers
         self._held: dict[int, Reservation] = {}
         self._leased: dict[int, Reservation] = {}
-        """Leased to the worker and not taken for a call yet."""
+        """Leased to the worker for its rollouts' next calls (taken without
+        a word: charged or released by the id the worker gave it)."""
         self.admissions = 0
         """Calls the worker waited for the driver's admission for (its
         other calls in capped runs took a leased reservation)."""
@@ -95,13 +95,11 @@ class WorkerBooks:
 
     def lost(self) -> None:
         """The worker is gone: its calls in flight may have been served,
-        so they are charged as reserved; what it leased and did not take
-        is given back."""
-        for reservation in self._held.values():
+        so they are charged as reserved, and so is what it leased (a call
+        may have taken a lease just before the worker died)."""
+        for reservation in [*self._held.values(), *self._leased.values()]:
             reservation.charge_reserved()
         self._held.clear()
-        for reservation in self._leased.values():
-            reservation.release()
         self._leased.clear()
 
     def _book_one(self, item: Outbound) -> Reserved | None:
@@ -109,10 +107,6 @@ class WorkerBooks:
             case ReserveOut():
                 answer = self._reserve(item)
                 return answer if item.wait else None
-            case TakeOut(id=rid):
-                taken = self._leased.pop(rid, None)
-                if taken is not None:
-                    self._held[rid] = taken
             case ChargeOut(id=rid, usage=usage):
                 self._charge(rid, usage)
             case ReleaseOut(id=rid):
@@ -177,7 +171,7 @@ class WorkerBooks:
         return leased
 
     def _charge(self, rid: int, usage: Usage | None) -> None:
-        held = self._held.pop(rid, None)
+        held = self._held.pop(rid, None) or self._leased.pop(rid, None)
         if held is not None:
             if usage is None:
                 held.charge_reserved()

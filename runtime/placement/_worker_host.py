@@ -7,8 +7,8 @@ Events go back to the driver in order through one outbox (``Outbox``),
 which the worker's transport drains on the other loop;
 a ``StepRecorded`` waits for the driver's acknowledgement (the step is
 committed) before the rollout goes on; every call is also booked on the
-run's ledger on the driver (``DriverLedger``; a capped run's calls wait
-for its admission).  Two loops so that a call waiting for admission does
+run's ledger on the driver (``DriverLedger``; a capped run's call waits
+for its admission, or takes a reservation the driver leased the rollout).  Two loops so that a call waiting for admission does
 not stop the driver's reply from arriving.  Must not know how items
 travel, nor how rollouts are chosen or aggregated.
 """
@@ -73,7 +73,6 @@ from agentrt.runtime.placement._worker_wire import (
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
-    TakeOut,
     WorkerSpec,
 )
 
@@ -258,7 +257,6 @@ class DriverLedger:
         for index, lease in enumerate(self._leases):
             if lease.covers(model, prompt_tokens, max_tokens, n):
                 del self._leases[index]
-                self._outbox.post(TakeOut(id=lease.id))
                 return lease.id
         room = max(math.ceil(prompt_tokens * LEASE_PROMPT_ROOM), prompt_tokens + 1)
         rid = self._outbox.next_ids(LEASE_SLICE)

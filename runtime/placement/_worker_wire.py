@@ -112,9 +112,9 @@ class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
     waiting one only): lease up to that many reservations at once, each of
     ``slice_prompt_tokens`` (room for the longer prompts of the rollout's
     next calls), ids ``id``, ``id + 1``, ...: the worker takes them for its
-    next calls without asking (``TakeOut``) and releases what it did not
-    use.  The driver leases fewer (one of the call's own size, at worst)
-    when the run's headroom is short of a slice for each rollout in flight."""
+    next calls without asking, and releases what it did not use.  The
+    driver leases fewer (one of the call's own size, at worst) when the
+    run's headroom is short of a slice for each rollout in flight."""
 
     id: int
     ledger: str
@@ -125,13 +125,6 @@ class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
     wait: bool = False
     slice: int = 1
     slice_prompt_tokens: int = 0
-
-
-class TakeOut(msgspec.Struct, frozen=True, kw_only=True, tag="take"):
-    """The worker took leased reservation ``id`` for a call (from now on,
-    a lost worker's call: charged as reserved)."""
-
-    id: int
 
 
 class ChargeOut(msgspec.Struct, frozen=True, kw_only=True, tag="charge"):
@@ -184,9 +177,7 @@ class BankOut(msgspec.Struct, frozen=True, kw_only=True, tag="bank"):
     call: BankCall
 
 
-Outbound = (
-    EventOut | FlushOut | ReserveOut | TakeOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
-)
+Outbound = EventOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
 
 
 # -- driver -> worker -----------------------------------------------------------

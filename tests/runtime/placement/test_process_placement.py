@@ -239,9 +239,16 @@ async def test_a_worker_killed_mid_run_loses_and_repeats_no_committed_step() -> 
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(kill_when_under_way)
-            result = await rt.run("What is 20+22?", scaling=ScalingSpec(rollouts=24), events=sink)
+            # Capped far above its use: the rollouts hold leased reservations.
+            result = await rt.run(
+                "What is 20+22?",
+                scaling=ScalingSpec(rollouts=24),
+                events=sink,
+                budget=Budget(max_model_calls=10_000),
+            )
         infos = placement.workers
         attempts: dict[str, int] = dict(server.engine.attempts)
+        stats = server.stats()
         with anyio.fail_after(120):  # the replacement (after a backoff of about 1 s)
             while len(placement.workers) < 3:  # noqa: ASYNC110 (the placement's own state)
                 await anyio.sleep(0.2)
@@ -269,6 +276,12 @@ async def test_a_worker_killed_mid_run_loses_and_repeats_no_committed_step() -> 
     assert again.status == "succeeded", again.error
     assert replaced.alive
     assert replaced.placed > 0
+    # What the dead worker had in flight or leased is charged as reserved:
+    # no call the server served goes uncharged.
+    served = stats["tokens"]
+    assert result.cost.usage.prompt_tokens >= served["prompt"]
+    assert result.cost.usage.completion_tokens >= served["completion"]
+    assert result.cost.model_calls >= stats["generations"]["completed"]
 
 
 async def test_the_workers_exit_with_the_runtime() -> None:
