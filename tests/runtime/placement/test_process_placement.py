@@ -171,7 +171,7 @@ async def test_a_capped_run_far_from_its_cap_leases_budget_slices() -> None:
             result = await rt.run(
                 "What is 6*7?",
                 scaling=ScalingSpec(rollouts=30),
-                budget=Budget(max_model_calls=200, max_usd=10.0),
+                budget=Budget(max_model_calls=200),
             )
             admissions = sum(w.admissions for w in pool(rt).workers)
         stats = server.stats()
@@ -182,7 +182,9 @@ async def test_a_capped_run_far_from_its_cap_leases_budget_slices() -> None:
     assert result.cost.usage.completion_tokens == stats["tokens"]["completion"]
     # A rollout waited for the driver for its first call; its slice of 4
     # reservations covered the next two (the driver was not on their path).
-    assert admissions <= 45, admissions
+    # Late askers may be reserved call by call (the driver counts the slices
+    # held already against the headroom): at most two waits per rollout.
+    assert admissions <= 60, admissions
 
 
 async def test_a_cancelled_run_leaves_no_rollout_on_the_workers() -> None:
