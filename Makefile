@@ -10,6 +10,11 @@ WHEELS ?= $(HOME)/.cache/agentrt/wheels
 LLAMA_VERSION := 0.3.36
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 TASK ?= In one sentence, what is an actor runtime?
+# Bytecode caches on: pytest's rewritten test modules and agentrt's own
+# modules are then compiled once, not again in each xdist worker and in
+# every process a test starts.  Some machines set PYTHONDONTWRITEBYTECODE
+# for everything; __pycache__ is ignored by git.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-fast check fmt lint typecheck bench bench-smoke venv-dev venv-local clean
 

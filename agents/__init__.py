@@ -27,6 +27,7 @@ from agentrt.agents._pipeline import PipelineNode, PipelineResult
 from agentrt.agents._recording import EventEmitter, EventLog, EventSink, stream_sink
 from agentrt.agents._spec import AgentSpec, PipelineSpec, SpecError
 from agentrt.agents._spec_loader import SpecSet, load_spec
+from agentrt.agents._spec_tools import PromptStartSpec, ResourceAttachment
 from agentrt.agents._summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
 from agentrt.agents._token_stream import TokenBuffer, TokenPacer
 from agentrt.agents._toolbox import CallsOutcome, Toolbox
@@ -55,6 +56,8 @@ __all__ = [
     "PipelineNode",
     "PipelineResult",
     "PipelineSpec",
+    "PromptStartSpec",
+    "ResourceAttachment",
     "RolloutContext",
     "RolloutControl",
     "RolloutResult",

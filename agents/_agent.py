@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._agent_loop import AgentRollout
 from agentrt.agents._bindings import builtin_tool
 from agentrt.agents._control import RolloutContext, RolloutControl, RolloutResult
-from agentrt.agents._mcp_context import PromptStart, ResourceNote
+from agentrt.agents._mcp_context import mcp_context
 from agentrt.agents._recording import EventEmitter, EventSink
 from agentrt.agents._spec_tools import BuiltinTool
 from agentrt.agents._toolbox import Toolbox
@@ -31,6 +31,9 @@ from agentrt.runtime.routing._routing_config import build_policy
 from agentrt.runtime.routing._tiers import Tier, TierLadder
 from agentrt.tools._tool import Tool
 from agentrt.tools._tool_registry import ToolRegistry
+
+if TYPE_CHECKING:  # the MCP SDK loads when a connection opens, not with the agents
+    from agentrt.tools.mcp._servers import McpToolSource
 
 
 @final
@@ -52,8 +55,7 @@ class Agent:
         policy: RoutingPolicy | None = None,
         prices: PriceTable | None = None,
         memory: MemoryView | None = None,
-        resources: Sequence[ResourceNote] = (),
-        prompt: PromptStart | None = None,
+        mcp: McpToolSource | None = None,
     ) -> None:
         """``backends``: by name, or a list (named by ``backend.name``);
         ``tools``: the tool objects (or a registry), of which
@@ -66,9 +68,11 @@ class Agent:
         routing ladder when there is no ledger (default: every model free);
         ``memory``: a run's shared memory bank: each step shows its top keys
         after the history and offers successful tool results to it;
-        ``resources``: MCP resources each step shows, current, after the
-        history; ``prompt``: an MCP prompt each rollout starts from (got
-        at its first step, shown after the instructions).
+        ``mcp``: the open MCP servers (``Runtime``'s, or a hierarchy's)
+        that ``config.resources`` (shown at each step, current, after the
+        history) and ``config.prompt`` (got at a rollout's first step,
+        shown after the instructions) read from; a ``ConfigError`` when
+        they name a server that is not open.
         """
         where = f"agent {config.name!r}"
         self.config = config
@@ -84,8 +88,7 @@ class Agent:
         self._routes = _routes(self.backends, self.policy, f"{where}.{key}")
         self.emitter = events if isinstance(events, EventEmitter) else EventEmitter(events)
         self.memory = memory
-        self.resources = tuple(resources)
-        self.prompt = prompt
+        self.resources, self.prompt = mcp_context(config, mcp, where=where)
         #: Whether ``RolloutResult.signals`` lists the signals a rollout
         #: raised.  When nothing reads them (this off, no ``stop_on``, a
         #: router that does not read them, no sink of ``SignalRaised``

@@ -3,12 +3,15 @@
 Owns the user-facing (pydantic) description of one agent: its name and
 instructions, which tools it may use, which model or routing policy serves
 it, its limits, how its context is managed and which behaviour signals stop
-it early.  A hierarchy spec (YAML) validates into these models; the runtime
-dependencies (backends, tool objects, budget ledger, event sink) are handed
-to ``agentrt.agents._agent_loop.Agent`` separately.
+it early, and what it takes from MCP servers (attached resources, the prompt
+a rollout starts from).  A hierarchy spec (YAML), an agent of
+``agentrt.toml`` and one built in Python all become an ``AgentConfig``; the
+runtime dependencies (backends, tool objects, budget ledger, event sink, the
+open MCP servers) are handed to ``agentrt.agents._agent.Agent`` separately.
 
 Pure configuration: no I/O.  May import the runtime floor's configuration
-types; never tools' implementations, aggregators or the roof.
+types and the spec models of MCP context (``agents._spec_tools``); never
+tools' implementations, aggregators or the roof.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentrt.agents._spec_tools import PromptStartSpec, ResourceAttachment
 from agentrt.runtime.routing._routing_config import RoutingConfig
 
 SignalName = Literal["loop", "stagnation", "tool_failure_rate", "exhaustion", "give_up"]
@@ -150,6 +154,14 @@ class AgentConfig(_Config):
     logprobs: bool = False
     """Ask for token log-probabilities: routing's ``low_confidence`` signal
     reads their mean, and uncertainty-based branching needs them."""
+    resources: list[ResourceAttachment] = Field(default_factory=list)
+    """MCP resources shown to it at every step, after the history, kept
+    current by subscription: each ``{mcp: SERVER, uri: ...}`` or ``{mcp:
+    SERVER, template: ..., arguments: {...}}`` (``ResourceAttachment``)."""
+    prompt: PromptStartSpec | None = None
+    """An MCP prompt each rollout starts from, after the instructions and
+    before the task: ``{mcp: SERVER, name: PROMPT, arguments: {...},
+    complete: [ARG, ...]}`` (``PromptStartSpec``)."""
     limits: AgentLimits = AgentLimits()
     """Step, token and time limits."""
     context: ContextConfig = ContextConfig()

@@ -7,6 +7,7 @@ May import protocols and the runtime floor; never aggregators or the roof.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -60,13 +61,16 @@ from agentrt.runtime.kernel._errors import (
     UnknownModelError,
 )
 from agentrt.runtime.kernel._timers import current_task
+from agentrt.runtime.memory._view import recheck_source
 from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.models._prompt_estimate import prompt_token_bound
 from agentrt.runtime.observe._log import get_logger, log_context
 from agentrt.runtime.routing._policies import RolloutRouter
 from agentrt.runtime.routing._step_signals import NO_SIGNALS
 
 if TYPE_CHECKING:
     from agentrt.agents._agent import Agent
+    from agentrt.agents._toolbox import CallsOutcome
 
 #: How long the final events of a cancelled or crashed rollout may take.
 FINAL_EVENTS_TIMEOUT_S: Final = 2.0
@@ -446,6 +450,10 @@ class AgentRollout:
             pending.reply = replayed
             return replayed
         reservation = pending.reservation
+        # Computed only if the call is cancelled before its model's first reply.
+        reservation.prompt_bound = functools.partial(
+            prompt_token_bound, request.messages, request.tools
+        )
         ended = _NO_COST  # what a call that failed was charged
         try:
             # The reservation's ``with``, spelled out (docs/design/performance.md).
@@ -610,20 +618,13 @@ class AgentRollout:
         results: tuple[ToolResult, ...] = ()
         answer: str | None = None
         budget_exceeded: str | None = None
+        rechecked: list[tuple[ToolCall, ToolResult]] = []
         if self.client_tools:  # (a forced call offers client tools too)
             ended = await self._client_turn(pending, reply)
             if ended is not None:
                 return ended
         if calls:
-            outcome = await self.agent.toolbox.run_calls(
-                calls,
-                run_id=self.run_id,
-                rollout_id=self.rollout_id,
-                timeout_s=self.config.limits.tool_timeout_s,
-                # Progress only when someone reads it: else no sink per call.
-                progress=self._on_tool_notification if self.wants_progress else None,
-                step=index,
-            )
+            outcome = await self._run_calls(calls, index, rechecked)
             for crash in outcome.crashed:
                 await self._emit(
                     ErrorRaised(
@@ -660,7 +661,7 @@ class AgentRollout:
         self.window.add_turn(index, message, results)
         self.pending = None
         if self.agent.memory is not None:
-            await self._offer_to_memory(index, message, results)
+            await self._offer_to_memory(index, message, results, rechecked)
         await self._record(pending.record(reply=reply, tool_results=results))
         fired = (
             self.signals.observe(index, message, results, reply)
@@ -679,6 +680,32 @@ class AgentRollout:
         if answer is not None or not calls:
             return self._final(answer, message.content or "")
         return None
+
+    async def _run_calls(
+        self,
+        calls: Sequence[ToolCall],
+        index: int,
+        rechecked: list[tuple[ToolCall, ToolResult]],
+    ) -> CallsOutcome:
+        """Step ``index``'s tool calls, through the toolbox; with a bank, the
+        read-only ones it does not share a result of yet are made a second
+        time alongside (``_recheck`` puts those into ``rechecked``)."""
+        checks = await self._to_recheck(calls) if self.agent.memory is not None else []
+        run = self.agent.toolbox.run_calls(
+            calls,
+            run_id=self.run_id,
+            rollout_id=self.rollout_id,
+            timeout_s=self.config.limits.tool_timeout_s,
+            # Progress only when someone reads it: else no sink per call.
+            progress=self._on_tool_notification if self.wants_progress else None,
+            step=index,
+        )
+        if not checks:
+            return await run
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._recheck, checks, rechecked)
+            outcome = await run
+        return outcome
 
     def _final(self, finished: str | None, content: str) -> _Ended | None:
         """The final answer (the finish tool's, else the reply's text); one
@@ -746,9 +773,14 @@ class AgentRollout:
         return UserMessage(content=text) if text else None
 
     async def _offer_to_memory(
-        self, index: int, message: AssistantMessage, results: Sequence[ToolResult]
+        self,
+        index: int,
+        message: AssistantMessage,
+        results: Sequence[ToolResult],
+        rechecked: Sequence[tuple[ToolCall, ToolResult]],
     ) -> None:
-        """Offer successful tool results to the bank; note the observation."""
+        """Offer successful tool results to the bank, then the ``rechecked``
+        calls' (``_recheck``); note the observation."""
         self.observation = "\n".join(r.content for r in results) or message.content or ""
         memory = self.agent.memory
         if memory is None:  # the loop calls this only with a bank
@@ -766,6 +798,54 @@ class AgentRollout:
             )
             if candidate is not None:
                 await memory.offer(candidate)
+        # The second calls' results last: each is a source of its own.
+        for call, result in rechecked:
+            candidate = memory.tool_candidate(
+                result.name,
+                call.function.arguments,
+                result.content,
+                rollout_id=recheck_source(self.rollout_id),
+                step=index,
+            )
+            if candidate is not None:
+                await memory.offer(candidate)
+
+    async def _to_recheck(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
+        """The calls to make twice: those of read-only tools (MCP's
+        ``readOnlyHint``: calling again has no effect) whose result the
+        bank does not share yet."""
+        memory = self.agent.memory
+        assert memory is not None
+        twice: list[ToolCall] = []
+        for call in calls:
+            entry = self.agent.toolbox.registry.entry(call.function.name)
+            if entry is None or not entry.spec.annotations.get("readOnlyHint"):
+                continue
+            if await memory.wants_recheck(call.function.name, call.function.arguments):
+                twice.append(call)
+        return twice
+
+    async def _recheck(
+        self, calls: Sequence[ToolCall], into: list[tuple[ToolCall, ToolResult]]
+    ) -> None:
+        """Make ``calls`` a second time, alongside the first (no model call),
+        and put the successful results ``into`` the list the bank is offered
+        them from as a source of their own (``_offer_to_memory``): one that
+        agrees with the first shares it (two calls corroborate it), one that
+        does not is kept as a version and neither is shared."""
+        again = [msgspec.structs.replace(c, id=f"{c.id}-recheck") for c in calls]
+        outcome = await self.agent.toolbox.run_calls(
+            again,
+            run_id=self.run_id,
+            rollout_id=self.rollout_id,
+            timeout_s=self.config.limits.tool_timeout_s,
+        )
+        crashed = {r.call_id for r in outcome.crashed}
+        into.extend(
+            (call, result)
+            for call, result in zip(calls, outcome.results, strict=True)
+            if not result.is_error and result.call_id not in crashed
+        )
 
     # -- recording -------------------------------------------------------------
 

@@ -15,7 +15,6 @@ from agentrt.agents._agent import Agent
 from agentrt.agents._bindings import resolve_binding
 from agentrt.agents._control import RolloutContext, RolloutResult
 from agentrt.agents._delegation import AgentNode, Node, RolloutScopes, SubAgentTool, sliced_ledger
-from agentrt.agents._mcp_context import PromptStart, ResourceNote
 from agentrt.agents._pipeline import PipelineNode, Stage
 from agentrt.agents._recording import EventEmitter, EventSink
 from agentrt.agents._spec import AgentSpec, McpTools
@@ -29,7 +28,7 @@ from agentrt.tools._tool import Tool
 from agentrt.tools.mcp._mcp_config import McpServerConfig
 
 if TYPE_CHECKING:  # the MCP SDK loads when a connection opens, not with the agents
-    from agentrt.tools.mcp._servers import McpServerTools, McpToolSource
+    from agentrt.tools.mcp._servers import McpToolSource
 
 Backends = Mapping[str, ModelBackend] | Sequence[ModelBackend]
 
@@ -141,25 +140,6 @@ def build_hierarchy(
                 for edge in callees
             ]
             config = unit.agent_config(ref.name, model=default_model)
-            resources = [
-                ResourceNote(
-                    a.mcp,
-                    _server(mcp, a.mcp, where=specs.where(ref, ("resources", i))),
-                    a.resolved_uri,
-                )
-                for i, a in enumerate(unit.resources)
-            ]
-            start = unit.prompt
-            prompt = (
-                None
-                if start is None
-                else PromptStart(
-                    _server(mcp, start.mcp, where=specs.where(ref, ("prompt",))),
-                    start.name,
-                    start.arguments,
-                    start.complete,
-                )
-            )
             try:
                 agent = Agent(
                     config,
@@ -167,8 +147,7 @@ def build_hierarchy(
                     tools=tools,
                     events=emitter,
                     prices=prices,
-                    resources=resources,
-                    prompt=prompt,
+                    mcp=mcp,
                 )
             except ConfigError as exc:
                 raise ConfigError(str(exc), where=specs.where(ref)) from exc
@@ -185,14 +164,6 @@ def build_hierarchy(
             ]
             nodes[ref] = PipelineNode(ref.name, unit, stages, emitter=emitter, prices=prices)
     return Hierarchy(specs, nodes, emitter=emitter, prices=prices)
-
-
-def _server(mcp: McpToolSource | None, name: str, *, where: str) -> McpServerTools:
-    """The open MCP server an attached resource is read from."""
-    server = mcp.connections.get(name) if mcp is not None else None
-    if server is None:
-        raise ConfigError(f"MCP server {name!r} is not open", where=where)
-    return server
 
 
 def _describe(name: str, instructions: str) -> str:

@@ -1,6 +1,8 @@
 """What an agent's context takes from its MCP servers: resources attached
-to every step (``AgentSpec.resources``) and the prompt a rollout starts from
-(``AgentSpec.prompt``).
+to every step (``AgentConfig.resources``) and the prompt a rollout starts
+from (``AgentConfig.prompt``), built from the configuration by
+``mcp_context`` (the one way, whether the agent came from a YAML spec, an
+agent of ``agentrt.toml`` or Python).
 
 Reads through ``McpServerTools`` (``attached``, ``prompt``); must not know
 how the server is reached.  Never imports aggregators or the roof.
@@ -11,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, final
 
+from agentrt.agents._agent_config import AgentConfig
 from agentrt.protocols._messages import AssistantMessage, ChatMessage, SystemMessage, UserMessage
-from agentrt.runtime.kernel._errors import ToolError
+from agentrt.runtime.kernel._errors import ConfigError, ToolError
 
 if TYPE_CHECKING:  # the MCP SDK loads when a connection opens, not with the agents
-    from agentrt.tools.mcp._servers import McpServerTools
+    from agentrt.tools.mcp._servers import McpServerTools, McpToolSource
 
-__all__ = ["PromptStart", "ResourceNote", "RolloutMcpContext"]
+__all__ = ["PromptStart", "ResourceNote", "RolloutMcpContext", "mcp_context"]
 
 
 @final
@@ -98,3 +101,34 @@ class RolloutMcpContext:
             messages.append(shown)
             added.append(shown)
         return added
+
+
+def mcp_context(
+    config: AgentConfig, mcp: McpToolSource | None, *, where: str
+) -> tuple[tuple[ResourceNote, ...], PromptStart | None]:
+    """The resources ``config`` attaches and the prompt it starts from, read
+    from the open servers of ``mcp``.  A ``ConfigError`` (at ``where``,
+    naming the entry) when one names a server that is not open."""
+
+    def server(name: str, key: str) -> McpServerTools:
+        found = mcp.connections.get(name) if mcp is not None else None
+        if found is None:
+            opened = ", ".join(sorted(mcp.connections)) if mcp is not None else ""
+            raise ConfigError(
+                f"{key} reads from the MCP server {name!r}, which is not open "
+                f"(open: {opened or 'none'})",
+                where=where,
+            )
+        return found
+
+    resources = tuple(
+        ResourceNote(a.mcp, server(a.mcp, f"resources[{i}]"), a.resolved_uri)
+        for i, a in enumerate(config.resources)
+    )
+    start = config.prompt
+    prompt = (
+        None
+        if start is None
+        else PromptStart(server(start.mcp, "prompt"), start.name, start.arguments, start.complete)
+    )
+    return resources, prompt

@@ -165,11 +165,12 @@ class AgentSpec(SpecModel):
     """Agents (or pipelines) it may call as tools, each with its own budget slice."""
     resources: list[ResourceAttachment] = Field(default_factory=list)
     """MCP resources shown to it at every step, kept current (``{mcp: NAME,
-    uri: ...}`` or ``{mcp: NAME, template: ..., arguments: {...}}``)."""
+    uri: ...}`` or ``{mcp: NAME, template: ..., arguments: {...}}``); as
+    ``AgentConfig.resources``."""
     prompt: PromptStartSpec | None = None
     """An MCP prompt each rollout starts from, after the instructions and
     before the task (``{mcp: NAME, name: PROMPT, arguments: {...},
-    complete: [...]}``)."""
+    complete: [...]}``); as ``AgentConfig.prompt``."""
     limits: SpecLimits = SpecLimits()
     """Steps, tokens, timeouts and its budget slice."""
     context: ContextConfig = ContextConfig()
@@ -201,6 +202,8 @@ class AgentSpec(SpecModel):
             routing=self.routing,
             temperature=self.temperature,
             logprobs=self.logprobs,
+            resources=self.resources,
+            prompt=self.prompt,
             limits=self.limits.agent_limits(),
             context=self.context,
             signals=self.signals,

@@ -10,7 +10,7 @@ May import protocols and the runtime floor; never aggregators or the roof.
 from __future__ import annotations
 
 import re
-from typing import Protocol, final
+from typing import Final, Protocol, final
 
 import anyio
 import msgspec
@@ -258,6 +258,13 @@ def _chunks(entries: list[str], chunk_chars: int) -> list[str]:
     return chunks
 
 
+SUMMARY_MIN_TOKENS: Final = 128
+"""The fewest completion tokens a run's model-summary call is asked with
+when the budget is nearly spent (room for a short part: the answer seen and
+a few facts); a call that cannot get them is refused, and its rollout keeps
+its rule-based summary."""
+
+
 @final
 class ModelSummarizer:
     """Summaries written by a model from the whole trajectory: its
@@ -430,4 +437,11 @@ def _noted(summary: TrajectorySummary, note: str) -> TrajectorySummary:
     return msgspec.structs.replace(summary, failure_modes=[*summary.failure_modes, note])
 
 
-__all__ = ["ModelSummarizer", "RuleBasedSummarizer", "Summarizer", "answer_text", "transcript"]
+__all__ = [
+    "SUMMARY_MIN_TOKENS",
+    "ModelSummarizer",
+    "RuleBasedSummarizer",
+    "Summarizer",
+    "answer_text",
+    "transcript",
+]

@@ -12,7 +12,7 @@ import msgspec
 
 from agentrt.protocols._events import McpAuthorizationRequired
 from agentrt.protocols._run import RunRequest, RunResult, RunStatus
-from agentrt.protocols._usage import Cost
+from agentrt.protocols._usage import BudgetCut, Cost
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 """Run statuses after which nothing changes."""
@@ -47,6 +47,9 @@ class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
     owner: str | None = None
     """The name of the API key that created the run (``None``: the shared
     token, or a daemon without keys)."""
+    stopped: BudgetCut | None = None
+    """Set when a budget cap cut the finished run short, as on its
+    ``RunResult``; ``None`` while it runs or when every rollout ran its course."""
 
 
 class RolloutInfo(msgspec.Struct, frozen=True, kw_only=True):

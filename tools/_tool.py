@@ -49,7 +49,11 @@ def _shown(content: ToolContent) -> str:
     if content.kind == "text":
         return content.text
     if content.kind == "resource":
-        return content.text or f"[resource {content.uri}]"
+        if content.text or not content.data:
+            return content.text or f"[resource {content.uri}]"
+        # An embedded binary resource, named as a resource read names one.
+        mime = content.mime_type or "application/octet-stream"
+        return f"[binary resource {content.uri} ({mime}, {len(content.data)} bytes)]"
     return f"[{content.kind} {content.mime_type}, {len(content.data)} bytes]"
 
 

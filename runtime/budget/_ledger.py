@@ -183,6 +183,7 @@ class Reservation:
         "model",
         "n",
         "pico",
+        "prompt_bound",
         "prompt_tokens",
         "state",
         "streamed",
@@ -220,6 +221,12 @@ class Reservation:
         """Completion tokens received so far, counted by a caller that
         streams the call (``None``: not counted).  A counted call cancelled
         in flight is charged its prompt and these, not its worst case."""
+        self.prompt_bound: Callable[[], int] | None = None
+        """The most tokens the call's prompt can be, computed when asked
+        (the caller's, e.g. ``prompt_token_bound`` of its request): what a
+        call cancelled in flight is charged for its prompt, when more than
+        the estimate, until a reply of its model measured a prompt
+        (``None``: the estimate)."""
         self._handle = 0
 
     @property
@@ -245,16 +252,36 @@ class Reservation:
 
     def charge_reserved(self) -> Cost:
         """Charge the whole reservation (a call cancelled in flight, whose
-        usage nobody will report).  A no-op returning ``Cost()`` unless active."""
+        usage nobody will report); before a reply of the model measured a
+        prompt, its prompt as the larger of the estimate and
+        ``prompt_bound``.  A no-op returning ``Cost()`` unless active."""
         if self.state != "active":
             return Cost()
         usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.n * self.max_tokens)
-        return self._ledger._settle(self, usage, self._rates, calibrate=False, cancelled=True)
+        return self._ledger._settle(
+            self,
+            usage,
+            self._rates,
+            calibrate=False,
+            cancelled=True,
+            more_prompt=self._unmeasured_prompt(),
+        )
+
+    def _unmeasured_prompt(self) -> int:
+        """Prompt tokens a cancelled call may have cost beyond its estimate:
+        while no reply of its model has measured a prompt, the estimate may
+        fall short of what the server counted (a text the estimator reads
+        as fewer tokens than the tokenizer does), so up to ``prompt_bound``
+        (0 once a reply measured one, or with no bound)."""
+        if self.prompt_bound is None or self.model in self._ledger._prompt_ratio:
+            return 0
+        return max(self.prompt_bound() - self.prompt_tokens, 0)
 
     def charge_consumed(self) -> Cost:
         """Charge a call cancelled in flight what it consumed: its prompt
         (the caller's estimate scaled by the reported/estimated ratio the
-        tree last saw for the model) and the ``streamed`` completion tokens;
+        tree last saw for the model; before any, the larger of the estimate
+        and ``prompt_bound``) and the ``streamed`` completion tokens;
         the whole reservation when nobody counted (``charge_reserved``).
         A no-op returning ``Cost()`` unless active."""
         if self.state != "active":
@@ -262,10 +289,19 @@ class Reservation:
         if self.streamed is None:
             return self.charge_reserved()
         ratio = self._ledger._prompt_ratio.get(self.model)
-        # Rounded: the ratio of a prompt like this one gives it back exactly.
-        prompt = self.prompt_tokens if ratio is None else round(self.estimate * ratio)
         completion = min(self.streamed, self.n * self.max_tokens)
-        usage = Usage(prompt_tokens=prompt, completion_tokens=completion)
+        if ratio is None:
+            usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion)
+            return self._ledger._settle(
+                self,
+                usage,
+                self._rates,
+                calibrate=False,
+                cancelled=True,
+                more_prompt=self._unmeasured_prompt(),
+            )
+        # Rounded: the ratio of a prompt like this one gives it back exactly.
+        usage = Usage(prompt_tokens=round(self.estimate * ratio), completion_tokens=completion)
         if usage.total_tokens > self.tokens or self._rates.cost_pico(usage) > self.pico:
             # Never more than was reserved (and admitted under the caps).
             usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion)
@@ -341,7 +377,9 @@ class BudgetLedger:
     reservation.  What remains uncertain in the first case: the prompt is
     an estimate (the caller's, scaled by the reported/estimated ratio last
     seen for the model on this tree: exact for a prompt like the ones
-    before it, off by the estimator's error on a model's first call), and
+    before it; before a reply of the model measured one, the caller's
+    ``Reservation.prompt_bound`` when larger, a byte count that may be
+    several times the tokens served but never short of them), and
     the completion counts stream deltas as tokens (a server that sends
     several tokens per chunk is undercounted, unless the deltas carry
     logprobs, and so is text a backend holds back, such as SGLang's native
@@ -349,8 +387,8 @@ class BudgetLedger:
     between the last delta received and the server's abort when the
     connection closed (a reply the network still held: a fast server's
     whole reply, at worst).  The
-    worst-case charge is an upper bound on what a call cost unless its
-    prompt was longer than the estimate (a model's first call).  Accounting
+    worst-case charge is an upper bound on what a call cost (for a model's
+    first calls, when the caller gave a ``prompt_bound``).  Accounting
     never awaits and one lock covers the tree, so it is atomic under anyio
     and safe from worker threads.
     ``on_update`` gets a ``BudgetSnapshot`` on every change (e.g. to emit
@@ -733,6 +771,7 @@ class BudgetLedger:
         *,
         calibrate: bool = True,
         cancelled: bool = False,
+        more_prompt: int = 0,
     ) -> Cost:
         if min(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens) < 0:
             raise InvalidRequestError(
@@ -750,6 +789,13 @@ class BudgetLedger:
                     f"is already {reservation.state}; charge each reservation once"
                 )
             reservation.state = "charged"
+            if more_prompt > 0:
+                # As many as the caps leave (a cancelled call's prompt may be
+                # longer than its estimate; reported, it crosses no cap).
+                usage, pico, tokens = self._with_more_prompt(
+                    reservation, usage, rates, pico, more_prompt
+                )
+                overrun = tokens > reservation.tokens or pico > reservation.pico
             if calibrate and reservation.estimate > 0:
                 # A little over what was seen (the next prompt is longer),
                 # and at most _MAX_PROMPT_SCALE: a tokenizer or a template
@@ -782,6 +828,25 @@ class BudgetLedger:
             model_calls=1,
             wall_seconds=now - reservation._at,
         )
+
+    def _with_more_prompt(
+        self, reservation: Reservation, usage: Usage, rates: TokenRates, pico: int, more: int
+    ) -> tuple[Usage, int, int]:
+        """``usage`` with up to ``more`` prompt tokens added, as many as
+        every cap on the chain leaves once ``reservation`` gives its room
+        back (lock held); with its money and tokens."""
+        tokens = usage.prompt_tokens + usage.completion_tokens
+        for node in self._chain:
+            if node._cap_tokens is not None:
+                room = node._cap_tokens - node._tokens_spent() - node._res_tokens
+                more = min(more, max(room + reservation.tokens - tokens, 0))
+            if node._cap_pico is not None and rates.prompt > 0:
+                room = node._cap_pico - node._pico - node._res_pico + reservation.pico - pico
+                more = min(more, max(room // rates.prompt, 0))
+        if more <= 0:
+            return usage, pico, tokens
+        usage = msgspec.structs.replace(usage, prompt_tokens=usage.prompt_tokens + more)
+        return usage, rates.cost_pico(usage), tokens + more
 
     def _rates_for(self, model: str) -> TokenRates:
         rates = self._rates.get(model)

@@ -511,6 +511,7 @@ def config_from_mapping(
         raise fail.validation(error, drop_prefix="runtime") from None
     _check_models(config.runtime, fail)
     _check_aggregate(config.runtime, fail)
+    _check_mcp_context(config.runtime, fail)
     for name, spec in spec_files.items():
         try:
             load_spec(spec, servers=config.runtime.mcp)
@@ -530,6 +531,26 @@ def _check_models(runtime: RuntimeConfig, fail: _Failures) -> None:
         if reason.startswith(extra) and key:
             reason = f"unknown key {key[-1]!r}{reason.removeprefix(extra)}"
         raise fail.at(key, reason) from None
+
+
+def _check_mcp_context(runtime: RuntimeConfig, fail: _Failures) -> None:
+    """The MCP servers an inline agent's ``resources`` and ``prompt`` read
+    from are configured under ``[mcp]``."""
+    configured = ", ".join(runtime.mcp) or "none"
+    for name, agent in runtime.agents.items():
+        if not isinstance(agent, AgentConfig):
+            continue
+        named: list[tuple[Key, str]] = [
+            (("agents", name, "resources", index, "mcp"), attached.mcp)
+            for index, attached in enumerate(agent.resources)
+        ]
+        if agent.prompt is not None:
+            named.append((("agents", name, "prompt", "mcp"), agent.prompt.mcp))
+        for key, server in named:
+            if server not in runtime.mcp:
+                raise fail.at(
+                    key, f"no MCP server named {server!r} under [mcp] (configured: {configured})"
+                )
 
 
 def _check_aggregate(runtime: RuntimeConfig, fail: _Failures) -> None:

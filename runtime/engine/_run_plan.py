@@ -25,7 +25,12 @@ from agentrt.agents._delegation import AgentNode
 from agentrt.agents._hierarchy import Hierarchy
 from agentrt.agents._recording import EventEmitter
 from agentrt.agents._run_options import check_run_options
-from agentrt.agents._summary import ModelSummarizer, RuleBasedSummarizer, Summarizer
+from agentrt.agents._summary import (
+    SUMMARY_MIN_TOKENS,
+    ModelSummarizer,
+    RuleBasedSummarizer,
+    Summarizer,
+)
 from agentrt.aggregators._aggregator import Aggregator
 from agentrt.aggregators._compose import build_aggregator
 from agentrt.aggregators._rtv import RecursiveTournament
@@ -159,6 +164,7 @@ def plan_run(
             admission=ScoredAdmission(admission),
             corroborate=admission.corroborate,
             verifiers=admission.verifiers,
+            recheck=admission.recheck,
         )
         if rt.bank is not None
         else None
@@ -178,6 +184,8 @@ def plan_run(
                 _main_backend(entry_agent, rt.backends),
                 ledger,
                 after_call=reporting(emitter, ledger, run_id=run_id, purpose="summary"),
+                # As the judges: wait for the calls in flight, or run lowered.
+                min_tokens=SUMMARY_MIN_TOKENS,
             )
         )
         if rt.config.summarizer == "model"

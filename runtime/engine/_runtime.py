@@ -513,6 +513,7 @@ class Runtime:
             events=emitter,
             prices=self.prices,
             memory=memory,
+            mcp=self._mcp,
         )
 
     async def mcp_status(self) -> dict[str, McpServerStatus]:

@@ -126,6 +126,13 @@ class AdmissionConfig(BaseModel):
     """Tools whose successful results are confirmed facts (a test run, a
     checked lookup): shared at once, without corroboration."""
 
+    recheck: bool = True
+    """A call of a read-only tool (MCP ``readOnlyHint``) whose result the
+    bank does not share yet is made twice at once (no model call): the
+    second result is a source of its own, so with ``corroborate = 2`` two
+    calls that agree share it at once, and two that disagree are kept as
+    versions, neither shared.  Set false when a read-only call is costly."""
+
     @field_validator("reject_patterns")
     @classmethod
     def _compiles(cls, patterns: list[str]) -> list[str]:

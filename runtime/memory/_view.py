@@ -39,6 +39,9 @@ from agentrt.runtime.observe._log import get_logger
 log = get_logger(__name__)
 
 NOTE_HEADER: Final = "Shared memory keys (fetch a value with memory_get(id)):"
+#: Ends the source name of a result the loop got by calling a tool again:
+#: a source of its own, as another rollout's result would be.
+RECHECK_SUFFIX: Final = "/recheck"
 #: Names of the memory tools; their results are never offered back to the bank.
 MEMORY_TOOLS: Final = frozenset({"memory_search", "memory_get", "memory_store"})
 
@@ -58,13 +61,21 @@ class MemoryView:
     offered (the memory tools always are skipped).
 
     Tool results are facts with a *claim* (the call): one becomes shared
-    (shown to other rollouts) only once ``corroborate`` rollouts got the
-    same result, or at once when the tool is one of ``verifiers``; a
-    different result of the same call is kept as another version with its
-    sources, not refused as a near-duplicate, and the note shows how far
-    the rollouts that made the call agree (``2 of 3 rollouts agree``).
+    (shown to other rollouts) only once ``corroborate`` sources (rollouts, or
+    a rollout's recheck) got the same result, or at once when the tool is one
+    of ``verifiers``; a different result of the same call is kept as another
+    version with its sources, not refused as a near-duplicate, and the note
+    shows how far the calls made agree (``2 of 3 calls agree``).
     Notes the model stores itself (``memory_store``) have no claim and are
     shared at once, marked unverified.
+
+    ``recheck``: a call of a read-only tool whose result is not shared yet
+    is made twice at once (``wants_recheck``; the agent loop does it, with
+    no model call), the second result offered as ``recheck_source``: two
+    calls that agree corroborate it as two rollouts would, since a
+    read-only tool's errors (a flaky source) are drawn per call.  A tool
+    that answers the same every time (a cache) is no better checked than
+    by rollouts reading the same cache.
     """
 
     def __init__(
@@ -82,6 +93,7 @@ class MemoryView:
         skip_tools: Collection[str] = (),
         corroborate: int = 2,
         verifiers: Collection[str] = (),
+        recheck: bool = True,
     ) -> None:
         if corroborate < 1:
             raise ValueError(f"MemoryView corroborate must be >= 1, got {corroborate}")
@@ -96,6 +108,9 @@ class MemoryView:
         self.skip_tools = MEMORY_TOOLS | frozenset(skip_tools)
         self.corroborate = corroborate
         self.verifiers = frozenset(verifiers)
+        self.recheck = recheck
+        self._refused: set[str] = set()
+        """Claims a result of which the admission policy refused."""
         self.owners: Owners = [(s, self.owner(s)) for s in read]
         self.offered = 0
         self.admitted = 0
@@ -149,6 +164,8 @@ class MemoryView:
             decision = self.admission.decide(candidate, others)
             if not decision.admitted:
                 log.debug("memory_rejected", key=candidate.key[:80], reason=decision.reason)
+                if candidate.claim:
+                    self._refused.add(candidate.claim)
                 return decision, None
             item_id = await self._store(candidate, decision)
         self.admitted += 1
@@ -173,12 +190,39 @@ class MemoryView:
             )
         )
 
+    async def wants_recheck(self, tool: str, arguments: str) -> bool:
+        """Whether a call of a read-only ``tool`` is worth making twice: a
+        second call that agrees corroborates the result, so the other
+        rollouts see it without waiting for one of them to make the call.
+        Not when rechecks are off, one rollout's result is shared anyway
+        (``corroborate`` 1), the tool's results are not offered or are
+        confirmed facts (``verifiers``), the admission policy refused a
+        result of the call through this view (a near-duplicate of another
+        call's: a second one would be refused too), or the bank shares a
+        result of the call already.  Rollouts making the call at once each check it: on
+        ``bench/memory.py`` checking a call once per run kept 44% of the
+        model calls an unchecked bank saves, checking each rollout's 82%."""
+        if not self.recheck or self.corroborate <= 1:
+            return False
+        if tool in self.skip_tools or tool in self.verifiers:
+            return False
+        claim = self._claim(tool, arguments)
+        if claim in self._refused:
+            return False
+        match = build_query(claim)
+        hits = await self.bank.search(match, self.owners, k=10) if match else []
+        return not any(h.claim == claim for h in hits)
+
     async def promote(self, *, min_hits: int = 1, verified_only: bool = True) -> int:
         """Copy this run's used (and verified) items to the global
         experience library; call when the run ends."""
         return await self.bank.promote(
             ("run", self.run_id), ("global", ""), min_hits=min_hits, verified_only=verified_only
         )
+
+    def _claim(self, tool: str, arguments: str) -> str:
+        """What a result of the call answers: versions share it."""
+        return f"{tool}({_one_line(arguments, self.key_chars // 2)})"
 
     def tool_candidate(
         self,
@@ -193,7 +237,7 @@ class MemoryView:
         for the tools whose results are not offered."""
         if tool in self.skip_tools:
             return None
-        call = f"{tool}({_one_line(arguments, self.key_chars // 2)})"
+        call = self._claim(tool, arguments)
         key = f"{call} -> {_one_line(result, max(self.key_chars - len(call), 16))}"
         return Candidate(
             key=key,
@@ -208,15 +252,20 @@ class MemoryView:
 
 def _standing(hit: MemoryHit) -> str:
     """What a reader should know of an item beside its key: a note is
-    unverified; a tool result says how many rollouts that made the call
-    agree with it."""
+    unverified; a tool result says how many of the calls made (a rollout's count
+    once, its recheck once more) agree with it."""
     if not hit.verified:
         return " (unverified)"
     if hit.asked > hit.support:
-        return f" ({hit.support} of {hit.asked} rollouts agree)"
+        return f" ({hit.support} of {hit.asked} calls agree)"
     if hit.support > 1:
-        return f" ({hit.support} rollouts agree)"
+        return f" ({hit.support} calls agree)"
     return ""
 
 
-__all__ = ["MEMORY_TOOLS", "NOTE_HEADER", "MemoryView"]
+def recheck_source(rollout_id: str) -> str:
+    """The source a rollout's second call of a tool stores its result as."""
+    return rollout_id + RECHECK_SUFFIX
+
+
+__all__ = ["MEMORY_TOOLS", "NOTE_HEADER", "RECHECK_SUFFIX", "MemoryView", "recheck_source"]

@@ -13,6 +13,7 @@ aggregators.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from types import TracebackType
 from typing import Final, Self, final
@@ -33,6 +34,7 @@ from agentrt.runtime.models._prompt_estimate import (
     CharEstimator,
     TokenEstimator,
     estimate_request_tokens,
+    prompt_token_bound,
 )
 
 AfterCall = Callable[[ModelRequest, ModelReply], Awaitable[None]]
@@ -198,6 +200,10 @@ class MeteredBackend:
                 self._room = anyio.Event()
             await self._room.wait()
         self._in_flight += 1
+        # Computed only if the call is cancelled before its model's first reply.
+        reservation.prompt_bound = functools.partial(
+            prompt_token_bound, request.messages, request.tools
+        )
         if reservation.max_tokens < wanted:
             sampling = msgspec.structs.replace(request.sampling, max_tokens=reservation.max_tokens)
             request = msgspec.structs.replace(request, sampling=sampling)

@@ -164,6 +164,20 @@ def estimate_request_tokens(
     return REQUEST_OVERHEAD + messages_total + tools_tokens(tools, estimate)
 
 
+def utf8_bytes(text: str) -> int:
+    """The UTF-8 bytes of ``text``: no tokenizer makes more tokens of it
+    (a byte-level BPE token covers one byte or more)."""
+    return len(text.encode())
+
+
+def prompt_token_bound(messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]) -> int:
+    """The most tokens a request's prompt can be: ``estimate_request_tokens``
+    with a token per UTF-8 byte of every text.  Several times the prompt
+    served for ordinary text; what a call cancelled before any reply of its
+    model measured a prompt is charged (``Reservation.prompt_bound``)."""
+    return estimate_request_tokens(messages, tools, utf8_bytes)
+
+
 __all__ = [
     "CALIBRATION_MARGIN",
     "CALIBRATION_TEXT",
@@ -177,5 +191,7 @@ __all__ = [
     "calibrate_chars_per_token",
     "estimate_request_tokens",
     "message_tokens",
+    "prompt_token_bound",
     "tools_tokens",
+    "utf8_bytes",
 ]

@@ -530,6 +530,7 @@ class WorkerHost:
                 admission=ScoredAdmission(rt.config.memory_admission),
                 corroborate=rt.config.memory_admission.corroborate,
                 verifiers=rt.config.memory_admission.verifiers,
+                recheck=rt.config.memory_admission.recheck,
             )
             if placed.memory
             else None

@@ -747,6 +747,7 @@ class RunManager:
                 answer=result.answer if result else None,
                 error=error,
                 cost=result.cost if result else live.info.cost,
+                stopped=result.stopped if result else None,
                 updated_at=now,
             )
         log.info("run_finished", run_id=live.info.run_id, status=status)

@@ -213,3 +213,86 @@ async def test_failed_and_memory_tool_results_are_not_offered() -> None:
     assert keys == ['search({"topic":"alpha"}) -> doc-alpha']
     assert view.offered == 1
     assert search.calls == 2
+
+
+class ScriptedLookup:
+    """A lookup answering from ``answers`` in turn, then the last one again
+    (a source that may err per call), read-only or not; counts its calls."""
+
+    def __init__(self, answers: list[str], *, read_only: bool) -> None:
+        self._spec = ToolSpec(
+            name="lookup",
+            description="look a weight up",
+            parameters={"type": "object", "properties": {"item": {"type": "string"}}},
+            annotations={"readOnlyHint": True} if read_only else {},
+        )
+        self.answers = answers
+        self.calls = 0
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        self.calls += 1  # the last answer again past the list's end
+        answer = self.answers[min(self.calls, len(self.answers)) - 1]
+        return ToolOutput.of_text(f"fact {arguments['item']}: weighs {answer} kg")
+
+
+async def look_up(
+    answers: list[str], *, read_only: bool = True, rollouts: int = 1, recheck: bool = True
+) -> tuple[ScriptedLookup, list[tuple[str, int, list[str]]], list[Any]]:
+    """``rollouts`` rollouts, one after the other, each looking alpha up
+    once; the lookup's calls, what the bank shares (key, support, sources)
+    and each rollout's steps."""
+    lookup = ScriptedLookup(answers, read_only=read_only)
+    steps: list[Any] = []
+    async with MemoryBank() as bank:
+        view = MemoryView(bank, run_id="run-3", recheck=recheck)
+        for rollout in range(rollouts):
+            backend = ScriptedBackend([ScriptedToolCall("lookup", {"item": "alpha"}), "done"])
+            agent = Agent(
+                AgentConfig(name="looker"), backends=[backend], tools=[lookup], memory=view
+            )
+            context = RolloutContext(run_id="run-3", rollout_id=f"r{rollout}")
+            result = await agent.run("weigh alpha", context)
+            assert result.trajectory.answer == "done"
+            steps.append(result.trajectory.steps)
+        shared = []
+        for hit in await bank.keys(view.owners):
+            item = await bank.get(hit.id, view.owners, count_hit=False)
+            assert item is not None
+            shared.append((item.value, item.support, item.sources))
+    return lookup, shared, steps
+
+
+async def test_a_read_only_call_made_twice_that_agrees_is_shared_at_once() -> None:
+    lookup, shared, [steps] = await look_up(["42", "42"])
+    assert lookup.calls == 2  # the model's call and the loop's second one
+    assert shared == [("fact alpha: weighs 42 kg", 2, ["r0", "r0/recheck"])]
+    # The rollout's own record holds the one call it made.
+    assert [len(s.tool_results) for s in steps] == [1, 0]
+
+
+async def test_a_read_only_call_made_twice_that_disagrees_is_not_shared() -> None:
+    lookup, shared, _ = await look_up(["45", "42"])
+    assert lookup.calls == 2
+    assert shared == []  # neither value has a second call behind it
+
+
+async def test_a_call_that_is_not_read_only_is_made_once_and_not_shared() -> None:
+    lookup, shared, _ = await look_up(["42"], read_only=False)
+    assert lookup.calls == 1
+    assert shared == []
+
+
+async def test_without_recheck_a_read_only_call_is_made_once() -> None:
+    lookup, shared, _ = await look_up(["42"], recheck=False)
+    assert lookup.calls == 1
+    assert shared == []
+
+
+async def test_a_call_the_bank_shares_a_result_of_is_not_made_twice() -> None:
+    lookup, shared, _ = await look_up(["42", "42", "42"], rollouts=2)
+    assert lookup.calls == 3  # the second rollout's call is not checked again
+    assert shared == [("fact alpha: weighs 42 kg", 3, ["r0", "r0/recheck", "r1"])]

@@ -118,7 +118,11 @@ class ServerContent:
         """Resource ``uri`` as an agent's context shows it (``read_text``):
         the first call reads it and subscribes to it (when the server offers
         subscriptions); after ``notifications/resources/updated`` for it (or
-        a new session) the next call reads it again."""
+        a new session) the next call reads it again.  A server whose
+        capabilities have no ``resources`` is not asked (it would only
+        answer "method not found"): the error says it offers none."""
+        if self._capabilities is not None and self._capabilities.resources is None:
+            raise McpServerError(self.name, "it offers no resources (no `resources` capability)")
         if uri not in self._attached:
             self._attached[uri] = await self._read(session, request, uri)
             await self._subscribe(session, request, uri)

@@ -557,7 +557,7 @@ class RunStore:
             [
                 (
                     "UPDATE runs SET status = ?, updated_at = ?, answer = ?, error = ?, "
-                    "result = ?, cost = COALESCE(?, cost) WHERE run_id = ?",
+                    "result = ?, cost = COALESCE(?, cost), stopped = ? WHERE run_id = ?",
                     (
                         status,
                         time.time() if at is None else at,
@@ -565,6 +565,9 @@ class RunStore:
                         error,
                         msgspec.json.encode(result) if result is not None else None,
                         msgspec.json.encode(result.cost) if result is not None else None,
+                        msgspec.json.encode(result.stopped)
+                        if result is not None and result.stopped is not None
+                        else None,
                         run_id,
                     ),
                 )

@@ -24,7 +24,7 @@ from agentrt.protocols._events import (
     SummaryWritten,
 )
 from agentrt.protocols._run import RunRequest
-from agentrt.protocols._usage import Cost
+from agentrt.protocols._usage import BudgetCut, Cost
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -111,13 +111,14 @@ ADDED_COLUMNS: Final = (
     ("rollouts", "started", "BLOB"),
     ("runs", "owner", "TEXT"),
     ("threads", "owner", "TEXT"),
+    ("runs", "stopped", "BLOB"),
 )
 
 Statement = tuple[str, tuple[Any, ...]]
 
 RUN_COLUMNS: Final = (
     "n, run_id, status, agent, task, rollouts, aggregate, created_at, updated_at, "
-    "answer, error, cost, resumed, owner, request"
+    "answer, error, cost, resumed, owner, stopped, request"
 )
 
 
@@ -236,6 +237,7 @@ def run_info_of(row: tuple[Any, ...]) -> RunInfo:
         cost,
         resumed,
         owner,
+        stopped,
         request,
     ) = row
     meta = msgspec.json.decode(request, type=RunRequest).metadata if request else {}
@@ -254,6 +256,7 @@ def run_info_of(row: tuple[Any, ...]) -> RunInfo:
         resumed=resumed,
         metadata=dict(meta),
         owner=owner,
+        stopped=msgspec.json.decode(stopped, type=BudgetCut) if stopped is not None else None,
     )
 
 

@@ -1,5 +1,7 @@
 // One run, live: its header (status, cost, answer), the questions its MCP
-// servers ask (elicit.js), rollouts (each failed
+// servers ask (elicit.js), what its tools meant for the person rather than the
+// model (`for_user` of a step's tool results: MCP content whose audience is
+// the user), rollouts (each failed
 // one with its reason), the text the models are generating (`token` events),
 // aggregation, budget burn, signals and errors, and the selected rollout's
 // trajectory and summary.  State is rebuilt from the run's event stream (which replays
@@ -15,6 +17,7 @@ const TRAJECTORY_REFRESH_MS = 400;
 const FINAL_DETAIL_TRIES = 20;
 const FINAL_DETAIL_DELAY_MS = 250;
 const LIVE_TEXT_CHARS = 4000;
+const FOR_USER_CHARS = 4000;
 const TERMINAL_ROLLOUT = new Set(['finished', 'failed', 'cancelled', 'exhausted']);
 
 export class RunView {
@@ -30,6 +33,7 @@ export class RunView {
     this.budget = [];
     this.stepTokens = new Map();
     this.notes = [];
+    this.forUser = new Map();
     this.summaries = new Map();
     this.startTs = null;
     this.live = 'connecting';
@@ -57,10 +61,13 @@ export class RunView {
       aggregation: h('div', {}),
       budget: h('div', {}),
       notes: h('ul', { class: 'notes', testid: 'run-notes' }),
+      forUser: h('ul', { class: 'for-user' }),
+      forUserPanel: null,
       liveText: h('div', { testid: 'live-output' }),
       trajectory: h('div', { testid: 'trajectory-panel' }),
     };
     const panel = (title, ...body) => h('div', { class: 'panel' }, h('h3', {}, title), ...body);
+    this.el.forUserPanel = h('div', { class: 'panel', testid: 'for-user', hidden: true }, h('h3', {}, 'For you'), this.el.forUser);
     fill(
       this.container,
       h(
@@ -75,6 +82,7 @@ export class RunView {
           this.el.facts,
         ),
         this.questions.el,
+        this.el.forUserPanel,
         h('div', { class: 'panel' }, h('h3', {}, 'Generating'), this.el.liveText),
         h(
           'div',
@@ -214,6 +222,10 @@ export class RunView {
           r.tokens.set(ev.step.index, tokens);
           this.stepTokens.set(`${ev.rollout_id}#${ev.step.index}`, { ts: ev.ts, tokens });
         }
+        for (const r of ev.step.tool_results) {
+          // Keyed: a follower that reconnects is sent stored events again.
+          if (r.for_user) this.forUser.set(`${ev.rollout_id}#${ev.step.index}#${r.call_id}`, { rollout: ev.rollout_id, step: ev.step.index, tool: r.name, text: r.for_user });
+        }
         if (ev.rollout_id === this.selected) this.refreshTrajectorySoon();
         break;
       }
@@ -301,6 +313,7 @@ export class RunView {
         ? this.notes.map((n) => h('li', { class: n.kind, testid: 'run-note' }, n.rollout ? `[${this.label(n.rollout)}] ` : '', n.text))
         : h('li', { class: 'muted' }, 'None.'),
     );
+    this.renderForUser();
     this.renderTrajectory();
   }
 
@@ -340,6 +353,23 @@ export class RunView {
     if (steps <= ledger) return fmtCost(info.cost);
     const calls = this.stepTokens.size;
     return `${fmtTokens(steps)} tok · ${calls} call${calls === 1 ? '' : 's'} so far`;
+  }
+
+  /** What the run's tools meant for the person (shown, never sent to the
+   * model), in the order the steps arrived. */
+  renderForUser() {
+    this.el.forUserPanel.hidden = this.forUser.size === 0;
+    fill(
+      this.el.forUser,
+      [...this.forUser.values()].map((n) =>
+        h(
+          'li',
+          { testid: 'for-user-note', dataset: { rolloutId: n.rollout, step: n.step } },
+          h('div', { class: 'muted' }, `${this.label(n.rollout)} · step ${n.step} · ${n.tool}`),
+          h('pre', { testid: 'for-user-text' }, clip(n.text, FOR_USER_CHARS)),
+        ),
+      ),
+    );
   }
 
   renderLiveText() {

@@ -1,5 +1,6 @@
 // One rollout in full: its steps (what the model said, the tools it called
-// and what they returned, which model the router picked and how long it took)
+// and what they returned, apart from what they meant for the person only,
+// which model the router picked and how long it took)
 // and its structured summary.
 
 import { h, badge, fmtCost, fmtSeconds, tokensOf, clip } from './dom.js';
@@ -51,6 +52,9 @@ function stepView(step) {
               { class: r.is_error ? 'error' : '', testid: 'step-tool-result' },
               h('span', {}, `${r.name} → ${fmtSeconds(r.duration_s)}${r.is_error ? ' (error)' : ''}`),
               h('pre', {}, clip(r.content, TEXT_LIMIT)),
+              r.for_user
+                ? h('div', { class: 'for-user', testid: 'step-for-user' }, h('span', { class: 'muted' }, 'for you (not sent to the model)'), h('pre', {}, clip(r.for_user, TEXT_LIMIT)))
+                : null,
             ),
           ),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from decimal import Decimal
 
@@ -208,6 +209,40 @@ async def test_a_counted_call_cancelled_in_flight_is_charged_what_it_consumed() 
     snap = ledger.snapshot()
     assert snap.spent.usage == Usage(prompt_tokens=160, completion_tokens=12)
     assert (snap.spent.model_calls, snap.cancelled_calls, snap.in_flight) == (2, 1, 0)
+
+
+def test_a_model_s_first_call_cancelled_is_charged_up_to_its_prompt_bound() -> None:
+    """Before a reply of the model measured a prompt, the estimate may be
+    short of what the server counted: a cancelled call is charged up to the
+    caller's bound on its prompt, as far as the caps leave room; once a
+    reply measured one, the calibrated estimate as before."""
+
+    def cancelled(ledger: BudgetLedger, streamed: int | None, bound: int) -> Usage:
+        reservation = ledger.reserve("m", 100, 400)
+        reservation.streamed = streamed
+        reservation.prompt_bound = lambda: bound
+        return reservation.end(asyncio.CancelledError()).usage
+
+    ledger = BudgetLedger("run")
+    assert cancelled(ledger, None, 300) == Usage(prompt_tokens=300, completion_tokens=400)
+    assert cancelled(ledger, 7, 300) == Usage(prompt_tokens=300, completion_tokens=7)
+    assert cancelled(ledger, None, 60) == Usage(prompt_tokens=100, completion_tokens=400)
+    # Under a cap, no further than it: 100 + 400 reserved, 600 left beside.
+    capped = BudgetLedger("capped", Budget(max_tokens=1100))
+    assert cancelled(capped, None, 9000) == Usage(prompt_tokens=700, completion_tokens=400)
+    assert capped.snapshot().spent.usage.total_tokens == 1100
+    assert capped.snapshot().overruns == 1  # charged past what was reserved
+    # Once a reply measured the model's prompts, the bound is not asked for.
+    with ledger.reserve("m", 100, 10) as measured:
+        measured.charge(Usage(prompt_tokens=100, completion_tokens=5))
+
+    def unasked() -> int:
+        raise AssertionError("the bound was computed")
+
+    reservation = ledger.reserve("m", 100, 400)
+    reservation.prompt_bound = unasked
+    usage = reservation.end(asyncio.CancelledError()).usage
+    assert usage == Usage(prompt_tokens=100, completion_tokens=400)
 
 
 def test_a_streamed_call_that_fails_after_tokens_came_is_charged_them() -> None:

@@ -186,6 +186,29 @@ def test_the_example_runs_the_embedded_model_with_both_kinds_of_agent() -> None:
         ),
         ("[agents.a]\nname = 'b'\n", ":2: agents.a.name", "differs from its key 'a'"),
         ("[agents]\nx = 3\n", ":2: agents.x", "an agent is a table"),
+        # an inline agent's MCP resources and prompt name servers of [mcp]
+        (
+            "[mcp.fx]\ncommand = 'x'\n\n[agents.a]\n"
+            "resources = [{ mcp = 'fx', uri = 'x://a' }, { mcp = 'fs', uri = 'x://b' }]\n",
+            ":5: agents.a.resources.1.mcp",
+            "no MCP server named 'fs' under [mcp] (configured: fx)",
+        ),
+        (
+            "[agents.a]\nprompt = { mcp = 'fx', name = 'p' }\n",
+            ":2: agents.a.prompt.mcp",
+            "no MCP server named 'fx' under [mcp] (configured: none)",
+        ),
+        (
+            "[mcp.fx]\ncommand = 'x'\n\n[agents.a]\n"
+            "resources = [{ mcp = 'fx', uri = 'x://a', arguments = { n = '1' } }]\n",
+            ":5: agents.a.resources.0",
+            "`arguments` fill a `template`",
+        ),
+        (
+            "[mcp.fx]\ncommand = 'x'\n\n[agents.a]\nprompt = { mcp = 'fx', nmae = 'p' }\n",
+            ":5: agents.a.prompt",
+            "unknown key 'nmae' (did you mean 'name'?)",
+        ),
         # a spec path that does not exist
         ("[agents]\nplanner = 'nope.yaml'\n", ":2: agents.planner", "no spec file 'nope.yaml'"),
         # [placement] is reserved

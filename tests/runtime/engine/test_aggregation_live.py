@@ -12,6 +12,7 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents import AgentConfig
+from agentrt.agents._summary import SUMMARY_MIN_TOKENS
 from agentrt.aggregators._aggregator import AGGREGATION_MIN_TOKENS
 from agentrt.models import OpenAIBackend, OpenAIBackendConfig
 from agentrt.protocols import (
@@ -144,3 +145,46 @@ async def test_an_rtv_under_a_token_cap_spends_it_instead_of_stopping_early() ->
     lowered = [r.sampling.max_tokens for r in judges if r.sampling.max_tokens < 1024]
     assert lowered, where
     assert min(lowered) >= AGGREGATION_MIN_TOKENS, where
+
+
+_PART = '{"answer_seen": "42", "progress": ["computed 6 x 7"], "conclusions": ["42"]}'
+
+
+def _rollouts_then_summaries(request: ModelRequest) -> ScriptedReply:
+    """Rollouts answer 42 at once; a summary call writes a short part (far
+    below the 512 tokens it reserves)."""
+    if _ROLLOUT.search(request.request_id or ""):
+        return ScriptedReply(content="ANSWER: 42")
+    return ScriptedReply(content=_PART, delay_s=0.01)
+
+
+async def test_model_summaries_under_a_token_cap_wait_or_run_lowered() -> None:
+    # 8 rollouts spend about 900 of 3,000 tokens; their 8 summaries, each
+    # reserving its prompt and 512 tokens at once, do not all fit. They were
+    # refused (6 of 8 rollouts kept their rule-based summary); now a summary
+    # call waits for those in flight to give back what they did not use, or
+    # runs with max_tokens lowered, as a judge's does.
+    cap = 3000
+    backend = ScriptedBackend(_rollouts_then_summaries)
+    config = RuntimeConfig.model_validate(
+        {"early_stop": False, "summarizer": "model", "warm_prefix": False}
+    )
+    async with Runtime(config, backends=[backend]) as rt:
+        with anyio.fail_after(60):
+            result = await rt.run(
+                "What is 6 x 7?",
+                scaling=ScalingSpec(rollouts=8, aggregate="majority"),
+                budget=Budget(max_tokens=cap),
+            )
+    summaries = [r for r in backend.requests if not _ROLLOUT.search(r.request_id or "")]
+    spent = result.cost.usage.total_tokens
+    modes = [m for s in result.summaries for m in s.failure_modes]
+    where = f"spent {spent} of {cap}; {len(summaries)} summary calls; {modes}"
+    assert spent <= cap, where
+    assert len(backend.requests) == result.cost.model_calls, where
+    assert len(summaries) == len(result.summaries) == 8, where
+    assert modes == [], where  # every summary is the model's
+    assert result.stopped is None, where
+    lowered = [r.sampling.max_tokens for r in summaries if r.sampling.max_tokens < 512]
+    assert lowered, where
+    assert min(lowered) >= SUMMARY_MIN_TOKENS, where

@@ -19,8 +19,9 @@ served it:
   (calls that would outlive it are cut: counted, not timed);
 - a prompt longer than the ledger's estimate of it crosses no cap after the
   run's first call (later estimates are calibrated);
-- a cancelled call whose prompt was longer than its estimate is charged
-  less than the server served (strict xfail: the engine's gap).
+- a model's first call, cancelled, whose prompt was longer than its
+  estimate is charged no less than the server served (up to the bound on
+  its prompt the caller gave the ledger).
 """
 
 from __future__ import annotations
@@ -560,13 +561,6 @@ async def test_a_call_cancelled_in_flight_is_charged_what_it_consumed(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="runtime/budget/_ledger.py Reservation.charge_reserved charges a cancelled call "
-    "its prompt estimate; a first prompt longer than its estimate is then under-reported "
-    "(498 tokens, $0.000690 reported; 565 tokens, $0.000757 served)",
-)
 async def test_a_cancelled_call_longer_than_its_estimate_is_not_under_reported() -> None:
     # One step, its prompt longer than its estimate (the sim-server counts
     # each "(" as a token), served in full, then held past the deadline.

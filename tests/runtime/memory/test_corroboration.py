@@ -12,7 +12,7 @@ import pytest
 
 from agentrt.runtime.memory._admission import AdmissionConfig
 from agentrt.runtime.memory._bank import MemoryBank
-from agentrt.runtime.memory._view import MemoryView
+from agentrt.runtime.memory._view import MemoryView, recheck_source
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +46,7 @@ async def test_a_result_is_shared_once_two_rollouts_got_it() -> None:
         item = await view.get(first)
         assert item is not None
         assert item.sources == ["r0", "r1"]
-        assert view.note([hit]).endswith("(2 rollouts agree)")
+        assert view.note([hit]).endswith("(2 calls agree)")
 
 
 async def test_a_conflicting_result_is_a_version_not_a_duplicate() -> None:
@@ -67,8 +67,8 @@ async def test_a_conflicting_result_is_a_version_not_a_duplicate() -> None:
         assert (hits[wrong].support, hits[wrong].asked) == (2, 5)
         note = view.note([hits[right], hits[wrong]])
         assert "42 kg" in note.splitlines()[1]
-        assert note.splitlines()[1].endswith("(3 of 5 rollouts agree)")
-        assert note.splitlines()[2].endswith("(2 of 5 rollouts agree)")
+        assert note.splitlines()[1].endswith("(3 of 5 calls agree)")
+        assert note.splitlines()[2].endswith("(2 of 5 calls agree)")
 
 
 async def test_a_verifying_tools_result_is_shared_at_once() -> None:
@@ -116,3 +116,38 @@ async def test_a_bank_file_from_before_versions_opens_with_its_items(tmp_path: P
     async with MemoryBank(path) as bank:
         [hit] = await bank.search("alpha", [("global", "")])
         assert (hit.key, hit.support, hit.asked) == ("alpha weighs 42 kg", 1, 0)
+
+
+async def test_a_call_is_worth_a_second_call_until_the_bank_shares_a_result() -> None:
+    async with MemoryBank() as bank:
+        view = MemoryView(bank, run_id="run", verifiers={"checked_fetch"})
+        assert await view.wants_recheck("fetch", CALL)
+        await offer(view, "r0", 42)
+        assert await view.wants_recheck("fetch", CALL)  # one call's word is not shared
+        await offer(view, recheck_source("r0"), 42)
+        # The second call agreed: the two are two sources, and shared.
+        [hit] = await bank.keys(view.owners)
+        item = await view.get(hit.id)
+        assert item is not None
+        assert item.sources == ["r0", "r0/recheck"]
+        assert not await view.wants_recheck("fetch", CALL)
+        assert await view.wants_recheck("fetch", '{"doc":"doc-beta"}')
+        # Never for a verifier (shared at once), a memory tool, or with
+        # rechecks off or one call enough.
+        assert not await view.wants_recheck("checked_fetch", CALL)
+        assert not await view.wants_recheck("memory_get", '{"id":1}')
+        assert not await MemoryView(bank, run_id="run", recheck=False).wants_recheck("f", CALL)
+        assert not await MemoryView(bank, run_id="run", corroborate=1).wants_recheck("f", CALL)
+
+
+async def test_a_call_whose_result_the_policy_refused_is_not_made_twice() -> None:
+    """A second call of it would be refused too (here an empty answer; on
+    bench/memory.py, searches whose keys are near-duplicates of others')."""
+    async with MemoryBank() as bank:
+        view = MemoryView(bank, run_id="run")
+        candidate = view.tool_candidate("fetch", CALL, "not found", rollout_id="r0", step=1)
+        assert candidate is not None
+        decision, item_id = await view.offer(candidate)
+        assert (decision.admitted, item_id) == (False, None)
+        assert not await view.wants_recheck("fetch", CALL)
+        assert await view.wants_recheck("fetch", '{"doc":"doc-beta"}')

@@ -15,6 +15,7 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents import AgentConfig, AgentLimits
+from agentrt.client import RunPage
 from agentrt.models import OpenAIBackend, OpenAIBackendConfig
 from agentrt.protocols import Budget, RunResult, ScalingSpec
 from agentrt.testing import SimServer, SimServerConfig
@@ -126,6 +127,8 @@ async def test_8_rollouts_under_4000_tokens_spend_the_cap_through_the_daemon(
             with anyio.fail_after(60):
                 events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
             detail = (await client.get(f"/v1/runs/{run_id}")).json()
+            listed = await client.get("/v1/runs")
+            document = (await client.get("/openapi.json")).json()
         served = served_tokens(server)
     finished = events[-1][2]
     assert events[-1][1] == "run_finished", events[-1]
@@ -136,3 +139,11 @@ async def test_8_rollouts_under_4000_tokens_spend_the_cap_through_the_daemon(
     check_spent(tokens, served, answered, result.get("stopped"), where)
     # The event stream and the run's detail say the same.
     assert finished.get("stopped") == result.get("stopped"), where
+    # So do the run's entry in the runs list and in its detail (``RunInfo``),
+    # decoded as the client decodes them.
+    [info] = [r for r in msgspec.json.decode(listed.content, type=RunPage).runs
+              if r.run_id == run_id]  # fmt: skip
+    assert msgspec.to_builtins(info.stopped) == result.get("stopped"), where
+    assert detail["run"].get("stopped") == result.get("stopped"), where
+    stopped = document["components"]["schemas"]["RunInfo"]["properties"]["stopped"]
+    assert {"$ref": "#/components/schemas/BudgetCut"} in stopped["anyOf"], stopped

@@ -1,7 +1,8 @@
 """MCP prompts for agents, through ``Runtime.run`` with a scripted model: a
-spec starts from a server's prompt (arguments completed by the server), the
-model lists and gets prompts through the prompt tools; a prompt that cannot
-be got fails the rollout, saying why."""
+spec starts from a server's prompt (arguments completed by the server), and
+so do an agent of ``agentrt.toml`` and an ``AgentConfig`` built in Python;
+the model lists and gets prompts through the prompt tools; a prompt that
+cannot be got fails the rollout, saying why."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 import pytest
 
 from agentrt import Runtime
+from agentrt.agents import AgentConfig, PromptStartSpec
 from agentrt.protocols import ModelRequest, SystemMessage, ToolMessage, UserMessage
+from agentrt.runtime.config._config_file import load_config
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
 
@@ -74,6 +77,43 @@ async def test_a_spec_starts_from_a_completed_prompt_and_the_model_gets_prompts(
     assert got == "user: What's weather in Paris?"
     # Every step starts from the prompt, got once.
     assert all(r.messages[1] == first[1] for r in backend.requests)
+
+
+async def test_an_agent_of_agentrt_toml_and_an_agent_config_start_from_a_prompt(
+    everything: StdioServerConfig, tmp_path: Path
+) -> None:
+    path = tmp_path / "agentrt.toml"
+    path.write_text(
+        "[mcp.everything]\n"
+        f"command = {json.dumps(everything.command)}\n"
+        f"args = {json.dumps(everything.args)}\n"
+        "\n"
+        "[agents.lead]\n"
+        "prompt = { mcp = 'everything', name = 'completable-prompt', "
+        "arguments = { department = 'Eng', name = 'A' }, complete = ['department', 'name'] }\n"
+    )
+    in_python = AgentConfig(
+        name="lead2",
+        prompt=PromptStartSpec(
+            mcp="everything", name="args-prompt", arguments={"city": "Paris", "state": "TX"}
+        ),
+    )
+    backend = ScriptedBackend(["done", "done"])
+    async with Runtime(
+        load_config(path).runtime, backends=[backend], agents={"lead2": in_python}
+    ) as rt:
+        from_toml = await rt.run("the task", agent="lead")
+        from_python = await rt.run("the task", agent="lead2")
+    assert from_toml.answer == from_python.answer == "done"
+    toml_request, python_request = backend.requests
+    assert toml_request.messages[1:] == [
+        UserMessage(content="Please promote Alice to the head of the Engineering team."),
+        UserMessage(content="the task"),
+    ]
+    assert python_request.messages[1:] == [
+        UserMessage(content="What's weather in Paris, TX?"),
+        UserMessage(content="the task"),
+    ]
 
 
 async def test_a_prompt_the_server_cannot_give_fails_the_rollout(tmp_path: Path) -> None:

@@ -1,8 +1,11 @@
 """MCP resources for agents, through ``Runtime.run`` with a scripted model:
 the resource tools list (page by page), read (text clipped, binary named,
-a template filled in) and list templates; a spec attaches a resource (by
-URI or template) that each step shows, kept current by its subscription.
-Against ``resource_server.py`` (counts reads) and ``server-everything``."""
+a template filled in) and list templates; an agent (a YAML spec, an agent
+of ``agentrt.toml`` or an ``AgentConfig`` built in Python) attaches a
+resource (by URI or template) that each step shows, kept current by its
+subscription.  Against ``resource_server.py`` (counts reads),
+``server-everything`` and ``server-filesystem`` (whose files reach the agent
+through its tools: it offers no MCP resources)."""
 
 from __future__ import annotations
 
@@ -16,8 +19,10 @@ import anyio
 import pytest
 
 from agentrt import Runtime
-from agentrt.agents import AgentConfig
+from agentrt.agents import AgentConfig, ResourceAttachment
 from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
+from agentrt.runtime.config._config_file import load_config
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools._tool import ToolContent, ToolContext
 from agentrt.tools.mcp._connection import McpConnection
@@ -126,6 +131,21 @@ def _attached(request: ModelRequest) -> list[str]:
     ]
 
 
+def _assert_kept_current(backend: ScriptedBackend) -> None:
+    """The counter and the note were shown at both steps; the bump's
+    notification made the client read the counter once more (read 3: the
+    note was read 2); the note was not read again."""
+    before, after = (_attached(r) for r in backend.requests)
+    assert before == [
+        "Attached resource fixture://counter (MCP server 'fx'):\ncount=0 reads=1",
+        "Attached resource fixture://notes/today (MCP server 'fx'):\nthe note called today",
+    ]
+    assert after == [
+        "Attached resource fixture://counter (MCP server 'fx'):\ncount=1 reads=3",
+        before[1],
+    ]
+
+
 @pytest.mark.anyio
 async def test_an_attached_resource_is_kept_current_by_its_subscription(tmp_path: Path) -> None:
     spec = tmp_path / "agent.yaml"
@@ -141,17 +161,60 @@ async def test_an_attached_resource_is_kept_current_by_its_subscription(tmp_path
     async with Runtime(config, backends=[backend]) as rt:
         result = await rt.run("go", agent="watcher")
     assert result.answer == "done"
-    before, after = (_attached(r) for r in backend.requests)
-    assert before == [
-        "Attached resource fixture://counter (MCP server 'fx'):\ncount=0 reads=1",
-        "Attached resource fixture://notes/today (MCP server 'fx'):\nthe note called today",
-    ]
-    # The bump's notification made the client read the counter once more (read 3:
-    # the note was read 2); the note was not read again.
-    assert after == [
-        "Attached resource fixture://counter (MCP server 'fx'):\ncount=1 reads=3",
-        before[1],
-    ]
+    _assert_kept_current(backend)
+
+
+@pytest.mark.anyio
+async def test_an_agent_of_agentrt_toml_attaches_resources(tmp_path: Path) -> None:
+    path = tmp_path / "agentrt.toml"
+    path.write_text(
+        "[mcp.fx]\n"
+        f"command = {json.dumps(sys.executable)}\n"
+        f"args = ['-W', 'ignore', {json.dumps(str(RESOURCE_SERVER))}]\n"
+        "\n"
+        "[agents.watcher]\n"
+        "tools = ['fx__bump']\n"
+        "resources = [\n"
+        "  { mcp = 'fx', uri = 'fixture://counter' },\n"
+        "  { mcp = 'fx', template = 'fixture://notes/{name}', arguments = { name = 'today' } },\n"
+        "]\n"
+    )
+    backend = ScriptedBackend(_steps(ScriptedToolCall("fx__bump", {})))
+    async with Runtime(load_config(path).runtime, backends=[backend]) as rt:
+        result = await rt.run("go", agent="watcher")
+    assert result.answer == "done"
+    _assert_kept_current(backend)
+
+
+@pytest.mark.anyio
+async def test_an_agent_config_attaches_resources() -> None:
+    agent = AgentConfig(
+        name="watcher",
+        tools=["fx__bump"],
+        resources=[
+            ResourceAttachment(mcp="fx", uri="fixture://counter"),
+            ResourceAttachment(
+                mcp="fx", template="fixture://notes/{name}", arguments={"name": "today"}
+            ),
+        ],
+    )
+    backend = ScriptedBackend(_steps(ScriptedToolCall("fx__bump", {})))
+    async with Runtime({"mcp": {"fx": _server()}}, backends=[backend]) as rt:
+        # Passed to the run itself (not configured by name): built the same way.
+        result = await rt.run("go", agent=agent)
+    assert result.answer == "done"
+    _assert_kept_current(backend)
+
+
+@pytest.mark.anyio
+async def test_an_agent_config_attaching_from_a_server_not_open_fails_the_open() -> None:
+    agent = AgentConfig(name="a", resources=[ResourceAttachment(mcp="fs", uri="file:///x")])
+    with pytest.raises(ConfigError) as caught:
+        async with Runtime({}, backends=[ScriptedBackend(["done"])], agents={"a": agent}):
+            pass
+    assert "resources[0] reads from the MCP server 'fs', which is not open (open: none)" in str(
+        caught.value
+    )
 
 
 @pytest.mark.anyio
@@ -221,3 +284,54 @@ async def test_resources_of_server_everything_over_http(npx: str) -> None:
             assert now.startswith("Resource 5: This is a plaintext resource created at ")
     finally:
         _stop(server)
+
+
+@pytest.mark.anyio
+async def test_files_of_server_filesystem_reach_the_agent(
+    filesystem: StdioServerConfig, tmp_path: Path
+) -> None:
+    """server-filesystem 2026.8.31 declares no ``resources`` capability: its
+    files reach the agent through its tools, a non-media file as an embedded
+    binary resource (named, not inlined); no resource tools are offered even
+    when asked for, and an attachment says why it cannot be shown.  It has
+    no subscriptions, so a change is seen by reading again."""
+    root = tmp_path / "root"
+    notes = root / "notes.txt"
+    notes.write_text("version 1\n")
+    (root / "data.bin").write_bytes(b"\x00\x01\x02 binary")
+    calls = [
+        ScriptedToolCall("fs__list_directory", {"path": str(root)}),
+        ScriptedToolCall("fs__read_media_file", {"path": str(root / "data.bin")}),
+        ScriptedToolCall("fs__read_text_file", {"path": str(notes)}),
+        ScriptedToolCall("fs__read_text_file", {"path": str(notes)}),
+    ]
+
+    def script(request: ModelRequest) -> Any:
+        done = len(_tool_texts(request))
+        if done == 3:
+            notes.write_text("version 2\n")  # changed on disk between two reads
+        return calls[done] if done < len(calls) else "done"
+
+    backend = ScriptedBackend(script)
+    agent = AgentConfig(
+        name="reader",
+        tools=["fs__list_directory", "fs__read_media_file", "fs__read_text_file"],
+        resources=[ResourceAttachment(mcp="fs", uri=notes.as_uri())],
+    )
+    server = filesystem.model_dump() | {"resources": {"tools": True}}
+    async with Runtime({"mcp": {"fs": server}}, backends=[backend]) as rt:
+        offered = {t.spec.name for t in rt.tools}
+        assert "fs__read_media_file" in offered
+        assert not {name for name in offered if "resources_" in name}
+        result = await rt.run("go", agent=agent)
+    assert result.answer == "done"
+    listed, media, first, second = _tool_texts(backend.requests[-1])
+    assert sorted(listed.splitlines()) == ["[FILE] data.bin", "[FILE] notes.txt"]
+    assert media == (
+        f"[binary resource {(root / 'data.bin').as_uri()} (application/octet-stream, 10 bytes)]"
+    )
+    assert (first, second) == ("version 1\n", "version 2\n")
+    assert _attached(backend.requests[0]) == [
+        f"Attached resource {notes.as_uri()} (MCP server 'fs'):\n[it could not be read: "
+        "MCP server 'fs': it offers no resources (no `resources` capability)]"
+    ]

@@ -107,9 +107,14 @@ def test_sandbox_options_are_checked_where_they_are_written(open_dir: Path) -> N
 
 
 @pytest.mark.slow
-async def test_a_45_s_command_completes_under_a_120_s_tool_timeout(open_dir: Path) -> None:
+async def test_a_command_past_the_sandbox_default_completes_under_the_agents_timeout(
+    open_dir: Path,
+) -> None:
+    """``sleep 31`` outlives the sandbox's own default (30 s per command),
+    which the agent's ``tool_timeout_s`` replaces."""
+    assert SandboxConfig().timeout_s == 30
     spec = _spec(open_dir / "spec.yaml", "      - shell\n", tool_timeout_s=120)
-    text = await _one_call(spec, "shell", {"command": "sleep 45 && echo finished"})
+    text = await _one_call(spec, "shell", {"command": "sleep 31 && echo finished"})
     assert "Exit code 0." in text
     assert "finished" in text
 
