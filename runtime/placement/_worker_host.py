@@ -8,8 +8,9 @@ which the worker's transport drains on the other loop;
 a ``StepRecorded`` waits for the driver's acknowledgement (the step is
 committed) before the rollout goes on; every call is also booked on the
 run's ledger on the driver (``DriverLedger``; a capped run's call waits
-for its admission, or takes a reservation the driver leased the rollout).  Two loops so that a call waiting for admission does
-not stop the driver's reply from arriving.  Must not know how items
+for its admission, or takes a reservation the driver leased the
+rollout).  Two loops so that a call waiting for admission does not stop
+the driver's reply from arriving.  Must not know how items
 travel, nor how rollouts are chosen or aggregated.
 """
 
