@@ -1,23 +1,27 @@
-"""Model calls per second with rollouts placed locally and on Ray workers.
+"""Model calls per second with rollouts placed locally, in worker
+processes of this host, and on Ray workers.
 
 R rollouts x S steps (one ``Runtime.run`` of R rollouts, ``early_stop =
 false``) against the sim-server (its own process; every reply after
 ``--latency-ms``): the first S - 1 replies call the local ``add`` tool, the
-last answers.  Side by side, in one run: ``local`` (this process), and the
-Ray placement with 1 and with 2 rollout workers (a one-node Ray cluster
-this process starts, ``address = "local"``; each worker reserves one CPU).
-Per variant: wall time, model calls per second, and CPU microseconds per
-model call over this process and every process it started (Ray's included;
-the sim-server's excluded), measured while the run runs, and that CPU split
-by role: this process (the driver), the rollout workers (Ray's processes
-titled after ``RolloutWorker``), the rest of Ray.  Targets (issue 12): 2
-workers >= 1.7 x the calls/s of 1 worker; Ray's CPU per call <= 1.5 x
-local's; (issue 31) the driver's CPU per call <= 50 us with Ray workers, and
-the workers' <= 1.2 x local's.  On a 2-core machine the sim-server, the driver and the
-workers share the cores: read the figures with that in mind.
+last answers.  Side by side, in one run: ``local`` (this process),
+``procs-1`` and ``procs-2`` (``kind = "local"`` with 1 and 2 worker
+processes), and the Ray placement with 1 and with 2 rollout workers
+(``ray-1``, ``ray-2``: a one-node Ray cluster this process starts,
+``address = "local"``; each worker reserves one CPU).  Per variant: wall
+time, model calls per second, and CPU microseconds per model call over
+this process and every process it started (Ray's included; the
+sim-server's excluded), measured while the run runs, and that CPU split
+by role: this process (the driver), the rollout workers (the placement's
+worker processes), the rest (Ray's other processes; multiprocessing's
+resource tracker).  Targets (issue 12): 2 workers >= 1.7 x the calls/s of
+1 worker; Ray's CPU per call <= 1.5 x local's; (issue 31) the driver's CPU
+per call <= 50 us with 2 workers, and the workers' <= 1.2 x local's.  On a
+2-core machine the sim-server, the driver and the workers share the cores:
+read the figures with that in mind.
 
-Ray binds the machine's external address, so the benchmark re-executes
-itself inside a network namespace of its own (``unshare --net
+Ray binds the machine's external address, so with a Ray variant the
+benchmark re-executes itself inside a network namespace of its own (``unshare --net
 --map-root-user``), where loopback is the only interface, and a PID
 namespace, so that no other Ray on the machine is touched.
 
@@ -78,6 +82,8 @@ SMOKE_SIZES: dict[str, Any] = {
     "deadline_s": 300.0,
 }
 SKIP_MISSING = "AGENTRT_BENCH_SKIP_MISSING"
+PLACED = ("procs-1", "procs-2", "ray-1", "ray-2")
+"""The variants whose rollouts run in worker processes."""
 
 
 @tool
@@ -86,14 +92,10 @@ async def add(a: int, b: int) -> int:
     return a + b
 
 
-WORKER_MARK = "RolloutWorker"
-"""In a rollout worker's process title (Ray names an actor's process after its class)."""
-
-
-def _cpu(exclude: int) -> dict[int, tuple[str, str, float]]:
+def _cpu(exclude: int, workers: set[int]) -> dict[int, tuple[str, str, float]]:
     """CPU seconds of this process and its descendants, by pid, with a
-    role (``driver``, ``worker``: a rollout worker, ``ray``: the rest of
-    Ray) and a name (``driver``, ``worker``, or the process's own)."""
+    role (``driver``, ``worker``: a rollout worker, one of ``workers``,
+    ``ray``: the rest) and a name (``driver``, ``worker``, or the process's own)."""
     me = psutil.Process()
     out: dict[int, tuple[str, str, float]] = {}
     for proc in [me, *me.children(recursive=True)]:
@@ -103,7 +105,7 @@ def _cpu(exclude: int) -> dict[int, tuple[str, str, float]]:
             times = proc.cpu_times()
             if proc.pid == me.pid:
                 role = name = "driver"
-            elif WORKER_MARK in " ".join(proc.cmdline()):
+            elif proc.pid in workers:
                 role = name = "worker"
             else:
                 role, name = "ray", proc.name()
@@ -117,6 +119,9 @@ async def measure(
     variant: str, url: str, rollouts: int, steps: int, sim_pid: int, *, warmup: int = 0
 ) -> dict[str, Any]:
     placement: dict[str, Any] = {"kind": "local"}
+    if variant.startswith("procs"):
+        workers = int(variant.split("-")[1])
+        placement = {"kind": "local", "workers": workers, "connect_timeout_s": 120}
     if variant.startswith("ray"):
         workers = int(variant.split("-")[1])
         placement = {
@@ -140,11 +145,12 @@ async def measure(
     async with Runtime(config, tools=[add]) as rt:
         if warmup:  # unmeasured: the workers' first run pays their lazy imports
             await rt.run("Add 2 and 2.", scaling=ScalingSpec(rollouts=warmup))
-        before = _cpu(sim_pid)
+        pids = {w.pid for w in getattr(rt.placement, "workers", [])}
+        before = _cpu(sim_pid, pids)
         started = time.perf_counter()
         result = await rt.run("Add 1 and 1.", scaling=ScalingSpec(rollouts=rollouts))
         wall = time.perf_counter() - started
-        after = _cpu(sim_pid)
+        after = _cpu(sim_pid, pids)
     calls = result.cost.model_calls
     by_name: dict[str, float] = {}
     by_role = dict.fromkeys(("driver", "worker", "ray"), 0.0)
@@ -245,20 +251,21 @@ def smoke_checks(rows: list[dict[str, Any]], rollouts: int, steps: int, ideal: f
             (f"{name}: CPU per call > 0", f"{row['cpu_us_per_call']:.0f} us",
              row["cpu_us_per_call"] > 0),
         ]  # fmt: skip
-        if name.startswith("ray-"):  # the split found the workers: they did the calls
+        if name.startswith(("ray-", "procs-")):  # the split found the workers: they did the calls
             want = int(name.split("-")[1])
             checks.append((f"{name}: {want} worker processes, CPU per call > driver's",
                            f"{row['workers']}, {row['worker_us_per_call']:.0f} us",
                            row["workers"] == want
                            and row["worker_us_per_call"] > row["driver_us_per_call"]))  # fmt: skip
     by = {r["variant"]: r for r in rows}
-    if "ray-1" in by and "ray-2" in by:
-        speedup = by["ray-2"]["calls_per_s"] / by["ray-1"]["calls_per_s"]
-        bound = SMOKE_SPEEDUP_BOUND
-        checks.append((f"2 workers / 1 worker calls/s >= {bound:g} (target {SPEEDUP_TARGET})",
-                       f"{speedup:.2f}", speedup >= bound))  # fmt: skip
+    for kind in ("procs", "ray"):
+        if f"{kind}-1" in by and f"{kind}-2" in by:
+            speedup = by[f"{kind}-2"]["calls_per_s"] / by[f"{kind}-1"]["calls_per_s"]
+            bound = SMOKE_SPEEDUP_BOUND
+            checks.append((f"{kind}: 2 workers / 1 calls/s >= {bound:g} (target {SPEEDUP_TARGET})",
+                           f"{speedup:.2f}", speedup >= bound))  # fmt: skip
     if "local" in by:
-        for name in ("ray-1", "ray-2"):
+        for name in PLACED:
             if name in by:
                 ratio = by[name]["cpu_us_per_call"] / by["local"]["cpu_us_per_call"]
                 bound = SMOKE_CPU_BOUND
@@ -274,10 +281,10 @@ def smoke_checks(rows: list[dict[str, Any]], rollouts: int, steps: int, ideal: f
 
 
 def split_lines(by: dict[str, dict[str, Any]]) -> None:
-    """Issue 31's figures: the driver's CPU per call with Ray workers, and
-    the workers' beside the local engine's (all of local's is the driver's)."""
+    """Issue 31's figures: the driver's CPU per call with workers, and the
+    workers' beside the local engine's (all of local's is the driver's)."""
     local = by.get("local", {}).get("driver_us_per_call")
-    for name in ("ray-1", "ray-2"):
+    for name in PLACED:
         if name not in by:
             continue
         row = by[name]
@@ -291,12 +298,27 @@ def split_lines(by: dict[str, dict[str, Any]]) -> None:
         print(line)
 
 
+def ratio_lines(by: dict[str, dict[str, Any]]) -> None:
+    """The split, the speed-ups and the CPU ratios against the targets."""
+    split_lines(by)
+    for kind in ("procs", "ray"):
+        if f"{kind}-1" in by and f"{kind}-2" in by:
+            speedup = by[f"{kind}-2"]["calls_per_s"] / by[f"{kind}-1"]["calls_per_s"]
+            print(f"{kind}: 2 workers / 1 worker calls/s: {speedup:.2f} "
+                  f"(target >= {SPEEDUP_TARGET})")  # fmt: skip
+    if "local" in by:
+        for name in PLACED:
+            if name in by:
+                ratio = by[name]["cpu_us_per_call"] / by["local"]["cpu_us_per_call"]
+                print(f"{name} CPU per call / local: {ratio:.2f} (target <= {CPU_TARGET})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rollouts", type=int, default=4000)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--latency-ms", type=float, default=200.0)
-    parser.add_argument("--variants", default="local,ray-1,ray-2")
+    parser.add_argument("--variants", default="local,procs-1,procs-2,ray-1,ray-2")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--quick", action="store_true", help="R = 400")
     parser.add_argument(
@@ -318,7 +340,8 @@ def main() -> None:
     if parser.parse_known_args()[0].smoke:
         parser.set_defaults(**SMOKE_SIZES)  # explicit options still win
     args = parser.parse_args()
-    if os.environ.get("AGENTRT_BENCH_NETNS") != "1":
+    needs_ray = any(v.startswith("ray") for v in args.variants.split(","))
+    if needs_ray and os.environ.get("AGENTRT_BENCH_NETNS") != "1":
         if (what := prerequisites()) is not None:
             raise SystemExit(missing(what))
         raise SystemExit(in_namespaces(args.deadline_s))
@@ -345,24 +368,16 @@ def main() -> None:
     print(f"\nR = {rollouts} x {args.steps} steps, {args.latency_ms:g} ms per reply "
           f"(ideal wall {ideal:.1f} s)")  # fmt: skip
     print(f"{'variant':<8} {'calls':>7} {'wall s':>8} {'calls/s':>9} {'CPU us/call':>12}"
-          f"  {'driver':>8} {'workers':>8} {'Ray rest':>8}")  # fmt: skip
+          f"  {'driver':>8} {'workers':>8} {'rest':>8}")  # fmt: skip
     for row in rows:
         print(f"{row['variant']:<8} {row['calls']:>7} {row['wall_s']:>8} "
               f"{row['calls_per_s']:>9} {row['cpu_us_per_call']:>12}  "
               f"{row['driver_us_per_call']:>8} {row['worker_us_per_call']:>8} "
               f"{row['ray_us_per_call']:>8}")  # fmt: skip
     print("CPU us/call: every process but the sim-server's; then split: this process (the "
-          "driver), the rollout workers, the rest of Ray (raylet, GCS, idle workers)")  # fmt: skip
-    by = {r["variant"]: r for r in rows}
-    split_lines(by)
-    if "ray-1" in by and "ray-2" in by:
-        speedup = by["ray-2"]["calls_per_s"] / by["ray-1"]["calls_per_s"]
-        print(f"2 workers / 1 worker calls/s: {speedup:.2f} (target >= {SPEEDUP_TARGET})")
-    if "local" in by:
-        for name in ("ray-1", "ray-2"):
-            if name in by:
-                ratio = by[name]["cpu_us_per_call"] / by["local"]["cpu_us_per_call"]
-                print(f"{name} CPU per call / local: {ratio:.2f} (target <= {CPU_TARGET})")
+          "driver), the rollout workers, the rest (Ray's raylet, GCS, idle workers; "
+          "multiprocessing's resource tracker)")  # fmt: skip
+    ratio_lines({r["variant"]: r for r in rows})
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)

@@ -8,7 +8,9 @@ aggregators.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
+import sys
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, final, overload
@@ -246,6 +248,18 @@ class FunctionTool(Generic[P, R]):
     def __repr__(self) -> str:
         return f"FunctionTool({self._spec.name!r}, fn={_callable_name(self._fn)})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what rebuilds it (its argument model is made at run
+        time and cannot be pickled): the module attribute it is (``@tool``
+        on a module's function), else ``from_callable`` of its function.
+        A worker process of a placement receives tools this way."""
+        fn = self._fn
+        module = getattr(fn, "__module__", None)
+        qualname = getattr(fn, "__qualname__", "")
+        if module and "<locals>" not in qualname and _attribute(module, qualname) is self:
+            return (_attribute, (module, qualname))
+        return (FunctionTool.from_callable, (fn, self._spec.name, self._spec.description))
+
     def _parse(self, arguments: object) -> dict[str, Any] | list[ArgumentProblem]:
         """The validated arguments by parameter name, or what is wrong."""
         if type(arguments) is not dict:  # the usual case, decoded JSON, asks no ABC
@@ -297,6 +311,14 @@ class FunctionTool(Generic[P, R]):
             _log.warning("tool.function_raised", tool=name, exc_info=True)
             return ToolOutput.of_text(f"{type(exc).__name__}: {exc}", is_error=True)
         return to_tool_output(result)
+
+
+def _attribute(module: str, qualname: str) -> object:
+    """``module.qualname`` (a dotted path inside the module), or ``None``."""
+    found: object = sys.modules.get(module) or importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 @overload

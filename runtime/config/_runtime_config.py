@@ -33,25 +33,32 @@ class WorkerResources(BaseModel):
     placed only on a node that advertises them."""
 
 
-_RAY_ONLY = frozenset({"address", "workers", "worker", "affinity_slack", "connect_timeout_s"})
+_RAY_ONLY = frozenset({"address", "worker"})
+_WORKERS_ONLY = frozenset({"affinity_slack", "connect_timeout_s"})
 
 
 class PlacementConfig(BaseModel):
-    """``[placement]``: where rollouts run: this process (``local``) or
-    rollout workers on a Ray cluster (``ray``)."""
+    """``[placement]``: where rollouts run: this process (``local``),
+    worker processes of this host (``local`` with ``workers``), or rollout
+    workers on a Ray cluster (``ray``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     kind: Literal["local", "ray"] = "local"
-    """``local``: every rollout in this process's actor system; ``ray``:
-    rollouts spread over ``workers`` Ray actors (the ``ray`` extra)."""
+    """``local``: rollouts on this host: in this process's actor system,
+    or spread over ``workers`` worker processes; ``ray``: rollouts spread
+    over ``workers`` Ray actors (the ``ray`` extra)."""
     address: str = "local"
     """The Ray cluster: ``local`` (start a private one-node cluster in this
     process), ``auto`` (the cluster this machine belongs to), ``HOST:PORT``
     (its GCS) or ``ray://HOST:PORT`` (Ray Client)."""
-    workers: int = Field(default=2, ge=1)
+    workers: int | None = Field(default=None, ge=1)
     """Rollout worker processes; each hosts an actor system, the agents,
-    its own MCP stdio servers and backends, and many rollouts."""
+    its own MCP stdio servers and backends, and many rollouts.  ``local``:
+    unset runs every rollout in this process, a number starts that many
+    worker processes on this host (at most one per core is useful: the
+    run's ledger and events stay in this process, the driver); ``ray``:
+    unset means 2."""
     worker: WorkerResources = WorkerResources()
     """What each worker reserves on the cluster."""
     affinity_slack: int = Field(default=4, ge=0)
@@ -59,16 +66,28 @@ class PlacementConfig(BaseModel):
     share a model replica's prefix cache) while that worker has at most
     this many more rollouts in flight than the least loaded one."""
     connect_timeout_s: float = Field(default=30.0, gt=0)
-    """Deadline for reaching the cluster and for every worker to be ready."""
+    """Deadline for reaching the cluster and for every worker (a Ray actor
+    or a worker process) to be ready."""
 
     @model_validator(mode="after")
-    def _ray_keys_need_ray(self) -> PlacementConfig:
+    def _keys_fit_the_kind(self) -> PlacementConfig:
         stray = sorted(self.model_fields_set & _RAY_ONLY)
         if self.kind == "local" and stray:
             raise ValueError(
                 f"{', '.join(stray)} only apply to kind = 'ray' (this placement is 'local')"
             )
+        idle = sorted(self.model_fields_set & _WORKERS_ONLY)
+        if self.kind == "local" and self.workers is None and idle:
+            raise ValueError(
+                f"{', '.join(idle)} only apply with workers (this placement runs every "
+                "rollout in this process)"
+            )
         return self
+
+    @property
+    def in_process(self) -> bool:
+        """Whether every rollout runs in this process (``local``, no ``workers``)."""
+        return self.kind == "local" and self.workers is None
 
 
 class RuntimeConfig(BaseModel):

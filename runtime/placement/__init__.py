@@ -1,3 +1,4 @@
 """Placement (runtime roof): where a run's rollouts run, in this process
-(``LocalPlacement``) or on a Ray cluster (``RayPlacement``).
+(``LocalPlacement``), in worker processes of this host
+(``ProcessPlacement``) or on a Ray cluster (``RayPlacement``).
 """

@@ -25,47 +25,48 @@ import msgspec
 import ray
 from ray.exceptions import RayActorError
 
-from agentrt.agents._agent import Agent
 from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._control import RolloutResult
-from agentrt.agents._hierarchy import Hierarchy
 from agentrt.protocols._events import RolloutRestarted
-from agentrt.protocols._model import ModelReply
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.config._runtime_config import PlacementConfig
-from agentrt.runtime.engine._journal import EventJournal
 from agentrt.runtime.kernel._backoff import Backoff, RestartBackoff
-from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError, RuntimeFailure
+from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.memory._bank import MemoryStore
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.placement._placement import (
-    Emit,
     PlacedRun,
-    PlacementLost,
-    RolloutGaveUp,
     RolloutJob,
 )
-from agentrt.runtime.placement._ray_books import WorkerBooks, answer_bank_call
-from agentrt.runtime.placement._ray_wire import (
+from agentrt.runtime.placement._ray_worker import RolloutWorker
+from agentrt.runtime.placement._worker_books import (
+    RunEntry,
+    WorkerBooks,
+    WorkerInfo,
+    answer_bank_call,
+    check_rebuildable,
+    deliver_events,
+    outcome_result,
+    pick_worker,
+    replays_of,
+)
+from agentrt.runtime.placement._worker_wire import (
     ENCODER,
     OUTBOUND,
     OUTCOME,
     READY,
     Acked,
     BankOut,
-    EventOut,
-    FlushOut,
     Outbound,
     PlacedRollout,
     Reply,
-    RolloutDone,
-    RolloutRaised,
     WorkerSpec,
 )
-from agentrt.runtime.placement._ray_worker import RolloutWorker
 
 log = get_logger(__name__)
 
+#: Rollout workers when ``[placement] workers`` is not set.
+RAY_WORKERS: Final = 2
 #: How long a cancelled rollout's worker may take to send its last events.
 FINAL_EVENTS_S: Final = 5.0
 #: Concurrent calls one worker actor accepts (its rollouts are bounded by the driver).
@@ -97,31 +98,9 @@ class _Worker:
     started: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """A rollout worker as ``RayPlacement.workers`` shows it: its Ray node
-    and process, its rollouts in flight and placed so far, and whether it
-    is alive (``lost``: why not)."""
-
-    index: int
-    node_id: str
-    pid: int
-    in_flight: int
-    placed: int
-    alive: bool
-    lost: str = ""
-
-
-@dataclass(slots=True)
-class _RunEntry:
-    emit: Emit
-    active: int = 0
-    home: _Worker | None = None
-
-
 @final
 class RayPlacement:
-    """Rollouts on ``config.workers`` Ray actors (``[placement] kind = "ray"``).
+    """Rollouts on ``config.workers`` (default 2) Ray actors (``[placement] kind = "ray"``).
 
     An async context manager: entering reaches the cluster, checks its
     resources and starts the workers (each builds its ``Runtime`` from
@@ -132,11 +111,14 @@ class RayPlacement:
         self, config: PlacementConfig, spec: WorkerSpec, *, bank: MemoryStore | None = None
     ) -> None:
         self.config = config
+        self._count = config.workers or RAY_WORKERS
         self._spec = spec
         self._bank = bank
         self._workers: list[_Worker] = []
-        self._runs: dict[str, _RunEntry] = {}
+        self._runs: dict[str, RunEntry[_Worker]] = {}
         self._ledgers: dict[str, BudgetLedger] = {}
+        self._entries: dict[str, RunEntry[_Worker]] = {}
+        """Each rollout's run (by rollout id), for ``_sharers``."""
         self._stack = AsyncExitStack()
         self._starting: list[Any] = []
         """Replacement workers not ready yet (killed on exit)."""
@@ -158,18 +140,19 @@ class RayPlacement:
                 placed=w.placed,
                 alive=w.alive,
                 lost=w.lost,
+                admissions=w.books.admissions,
             )
             for w in self._workers
         ]
 
     def check_agent(self, agent: object) -> None:
         """Agents are rebuilt on the workers: by name or from a configuration."""
-        if isinstance(agent, Agent | Hierarchy):
-            raise ConfigError(
-                "the ray placement rebuilds a run's agent on its workers: name a configured "
-                "agent or pass an AgentConfig, not a built Agent or Hierarchy",
-                where="agent",
-            )
+        check_rebuildable(agent, "ray placement")
+
+    def _sharers(self, rollout: str) -> int:
+        """The rollouts in flight of ``rollout``'s run (they share its budget)."""
+        entry = self._entries.get(rollout)
+        return 1 if entry is None else entry.active
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -280,8 +263,8 @@ class RayPlacement:
         for node in nodes:
             have: dict[str, float] = node.get("Resources", {})
             fits = [int(have.get(k, 0.0) // v) for k, v in needs.items()]
-            room += min(fits) if fits else self.config.workers
-        if room < self.config.workers:
+            room += min(fits) if fits else self._count
+        if room < self._count:
             shown = ", ".join(f"{k}={v:g}" for k, v in needs.items()) or "nothing"
             nodes_shown = "; ".join(
                 ", ".join(
@@ -292,7 +275,7 @@ class RayPlacement:
                 for n in nodes
             )
             raise ConfigError(
-                f"the Ray cluster cannot hold {self.config.workers} rollout workers of "
+                f"the Ray cluster cannot hold {self._count} rollout workers of "
                 f"{shown} each (room for {room}); its {len(nodes)} nodes have: {nodes_shown}",
                 where="placement.worker",
             )
@@ -311,7 +294,7 @@ class RayPlacement:
             options["memory"] = worker.memory_mb * 2**20
         self._stack.push_async_callback(self._stop_workers)
         self._actor, self._options = actor, options
-        for index in range(self.config.workers):
+        for index in range(self._count):
             try:
                 handle = actor.options(**options).remote(self._spec)
             except Exception as error:  # the spec is pickled here: tools, agents, prices
@@ -320,7 +303,7 @@ class RayPlacement:
                     f"and agents given as objects must pickle): {type(error).__name__}: {error}",
                     where="placement",
                 ) from None
-            books = WorkerBooks(self._ledgers)
+            books = WorkerBooks(self._ledgers, self._sharers)
             self._workers.append(_Worker(index, handle, books, started=anyio.current_time()))
         timeout = self.config.connect_timeout_s
         try:
@@ -336,7 +319,7 @@ class RayPlacement:
                         )
         except TimeoutError:
             raise ConfigError(
-                f"the {self.config.workers} rollout workers were not all ready within "
+                f"the {self._count} rollout workers were not all ready within "
                 f"{timeout:g} s (is the cluster short of {self._needs()} per worker?)",
                 where="placement.connect_timeout_s",
             ) from None
@@ -370,19 +353,6 @@ class RayPlacement:
 
     # -- rollouts -----------------------------------------------------------------
 
-    def _pick(self, entry: _RunEntry) -> _Worker:
-        alive = [w for w in self._workers if w.alive]
-        if not alive:
-            why = "; ".join(f"worker {w.index}: {w.lost}" for w in self._workers)
-            raise PlacementLost(f"every rollout worker of the ray placement is lost ({why})")
-        least = min(alive, key=lambda w: w.load)
-        home = entry.home
-        if home is not None and home.alive and home.load <= least.load + self.config.affinity_slack:
-            return home
-        if home is None or not home.alive:
-            entry.home = least
-        return least
-
     async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult:
         """Run ``job`` on a worker; when that worker is lost, on another,
         from the rollout's committed steps (``RolloutRestarted`` says so)."""
@@ -390,13 +360,16 @@ class RayPlacement:
         config = agent.model_dump_json() if isinstance(agent, AgentConfig) else None
         message = job.message
         key = message.rollout_id
-        entry = self._runs.setdefault(run.run_id, _RunEntry(run.emit))
+        entry = self._runs.setdefault(run.run_id, RunEntry[_Worker](run.emit))
         entry.active += 1
         self._ledgers[key] = job.ledger
+        self._entries[key] = entry
         losses = 0
         try:
             while True:
-                worker = self._pick(entry)
+                worker = pick_worker(
+                    self._workers, entry, self.config.affinity_slack, "ray placement"
+                )
                 placed = PlacedRollout(
                     rollout=message,
                     name=job.name,
@@ -407,7 +380,7 @@ class RayPlacement:
                     capped=run.capped,
                     memory=self._bank is not None,
                     journaled=run.journal is not None,
-                    replays=_replays_of(run.journal, message.rollout_id),
+                    replays=replays_of(run.journal, message.rollout_id),
                 )
                 try:
                     return await self._ask(worker, placed)
@@ -436,6 +409,7 @@ class RayPlacement:
                     )
         finally:
             self._ledgers.pop(key, None)
+            self._entries.pop(key, None)
             entry.active -= 1
             if entry.active == 0:
                 self._runs.pop(run.run_id, None)
@@ -458,16 +432,7 @@ class RayPlacement:
             raise
         finally:
             worker.load -= 1
-        match OUTCOME.decode(data):
-            case RolloutDone(result=result):
-                return result
-            case RolloutRaised(kind="budget", message=text, limit=limit):
-                raise BudgetExceeded(text, limit=limit)
-            case RolloutRaised(kind="gave_up", message=text):
-                raise RolloutGaveUp(text)
-            case RolloutRaised(message=text):
-                raise RuntimeFailure(f"rollout {placed.rollout.rollout_id} failed: {text}")
-        raise AssertionError("unreachable")
+        return outcome_result(OUTCOME.decode(data), placed.rollout.rollout_id)
 
     def _lose(self, worker: _Worker, why: str) -> None:
         if worker.alive:
@@ -514,7 +479,7 @@ class RayPlacement:
         worker = _Worker(
             len(self._workers),
             handle,
-            WorkerBooks(self._ledgers),
+            WorkerBooks(self._ledgers, self._sharers),
             node_id=ready.node_id,
             pid=ready.pid,
             started=anyio.current_time(),
@@ -542,7 +507,7 @@ class RayPlacement:
     async def _handle(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
         # The ledger first: a waiting call's answer goes back sooner.
         replies: list[Reply] = self._book(worker, items)
-        acked, failed = await self._deliver(items)
+        acked, failed = await deliver_events(self._runs, items)
         if acked:
             replies.append(Acked(ids=acked, failed=failed))
         return replies
@@ -560,32 +525,6 @@ class RayPlacement:
         with contextlib.suppress(RayActorError):  # a lost worker's rollouts go on elsewhere
             await worker.handle.deliver.remote(ENCODER.encode([answer]))
 
-    async def _deliver(self, items: list[Outbound]) -> tuple[list[int], dict[int, str]]:
-        """The events to their runs' streams, in order: the ids to ack,
-        and those whose sink raised (not committed) with why."""
-        acked: list[int] = []
-        failed: dict[int, str] = {}
-        for item in items:
-            match item:
-                case EventOut(event=event, ack=ack):
-                    entry = self._runs.get(event.run_id)
-                    if entry is None:
-                        log.warning(
-                            "placed_event_dropped", run=event.run_id, kind=type(event).__name__
-                        )
-                    else:
-                        try:
-                            await entry.emit(event)
-                        except Exception as error:
-                            log.error("placed_event_failed", run=event.run_id, error=repr(error))
-                            if ack:
-                                failed[ack] = repr(error)
-                    if ack:
-                        acked.append(ack)
-                case FlushOut(ack=ack):
-                    acked.append(ack)
-        return acked, failed
-
 
 async def _close(worker: _Worker) -> None:
     with contextlib.suppress(Exception):
@@ -596,18 +535,6 @@ def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     useful = [line for line in lines if "Error" in line] or lines
     return useful[-1][:400] if useful else text[:400]
-
-
-def _replays_of(journal: EventJournal | None, rollout_id: str) -> dict[str, ModelReply]:
-    """The replies an earlier incarnation of the run left for the calls of
-    ``rollout_id`` (and its sub-agents'), taken out of the run's journal to
-    travel with the rollout to its worker."""
-    if journal is None:
-        return {}
-    prefix = f"{rollout_id}-"
-    sub = f"{rollout_id}."
-    mine = [key for key in journal.replays if key.startswith((prefix, sub))]
-    return {key: journal.replays.pop(key) for key in mine}
 
 
 __all__ = ["RayPlacement", "WorkerInfo"]

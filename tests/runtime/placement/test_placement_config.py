@@ -51,7 +51,9 @@ def test_the_file_sets_a_ray_placement(tmp_path: Path) -> None:
     [
         ({"kind": "k8s"}, "placement.kind", "'local' or 'ray'"),
         ({"workers": 0, "kind": "ray"}, "placement.workers", "greater than or equal to 1"),
-        ({"workers": 4}, "placement", "workers only apply to kind = 'ray'"),
+        ({"address": "auto"}, "placement", "address only apply to kind = 'ray'"),
+        ({"affinity_slack": 2}, "placement", "affinity_slack only apply with workers"),
+        ({"workers": 0}, "placement.workers", "greater than or equal to 1"),
         ({"kind": "ray", "worker": {"gpus": 1}}, "placement.worker.gpus", "unknown key"),
         ({"kind": "ray", "worker": {"num_cpus": -1}}, "placement.worker.num_cpus", ">= 0|equal"),
     ],
@@ -59,6 +61,17 @@ def test_the_file_sets_a_ray_placement(tmp_path: Path) -> None:
 def test_a_bad_placement_names_its_key(table: dict[str, object], where: str, reason: str) -> None:
     with pytest.raises(ConfigError, match=rf"^test: {where}: .*({reason})"):
         config_from_mapping({"placement": table}, source="test")
+
+
+def test_workers_move_the_local_placement_into_worker_processes() -> None:
+    local = config_from_mapping({"placement": {"workers": 3}}, source="f").placement
+    assert local.kind == "local"
+    assert local.workers == 3
+    assert not local.in_process
+    assert PlacementConfig().in_process
+    assert PlacementConfig().workers is None
+    # Ray's default stays two workers (the driver reads an unset count so).
+    assert config_from_mapping({"placement": {"kind": "ray"}}, source="f").placement.workers is None
 
 
 def test_the_command_line_overrides_the_file() -> None:

@@ -1,8 +1,10 @@
-"""What a Ray placement's driver and its rollout workers exchange: the
-``WorkerSpec`` a worker is started with, the ``PlacedRollout`` it is asked
-to run and the ``RolloutOutcome`` it answers, the ``Outbound`` items it
-sends back (events in order, ledger operations) and the driver's
-``Reply`` items.  Tagged msgspec structs, encoded as MessagePack; no I/O.
+"""What a placement's driver and its rollout workers (Ray actors, or the
+local placement's worker processes) exchange: the ``WorkerSpec`` a worker
+is started with, the ``PlacedRollout`` it is asked to run and the
+``RolloutOutcome`` it answers, the ``Outbound`` items it sends back
+(events in order, ledger operations), the driver's ``Reply`` items, and
+the frames a worker process's socket carries (``ToWorker``, ``ToDriver``).
+Tagged msgspec structs, encoded as MessagePack; no I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from agentrt.tools._tool import Tool
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
     """What a rollout worker builds its own ``Runtime`` from (shipped once,
-    pickled by Ray): the configuration (its placement ``local``), the tools
+    pickled): the configuration (its placement ``local``), the tools
     and agents given as objects, and the prices."""
 
     config: RuntimeConfig
@@ -106,7 +108,13 @@ class FlushOut(msgspec.Struct, frozen=True, kw_only=True, tag="flush"):
 
 class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
     """Reserve a call on the driver ledger ``ledger``; ``wait``: the worker
-    waits for the ``Reserved`` reply (a capped run)."""
+    waits for the ``Reserved`` reply (a capped run).  ``slice`` > 1 (a
+    waiting one only): lease up to that many reservations at once, each of
+    ``slice_prompt_tokens`` (room for the longer prompts of the rollout's
+    next calls), ids ``id``, ``id + 1``, ...: the worker takes them for its
+    next calls without asking, and releases what it did not use.  The
+    driver leases fewer (one of the call's own size, at worst) when the
+    run's headroom is short of a slice for each rollout in flight."""
 
     id: int
     ledger: str
@@ -115,6 +123,8 @@ class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
     max_tokens: int
     n: int = 1
     wait: bool = False
+    slice: int = 1
+    slice_prompt_tokens: int = 0
 
 
 class ChargeOut(msgspec.Struct, frozen=True, kw_only=True, tag="charge"):
@@ -183,9 +193,12 @@ class Acked(msgspec.Struct, frozen=True, kw_only=True, tag="acked"):
 
 class Reserved(msgspec.Struct, frozen=True, kw_only=True, tag="reserved"):
     """The driver's answer to a waiting ``ReserveOut``: ``refused`` says why
-    not (``kind``: ``budget`` or ``invalid``), ``headroom`` is the run's after it."""
+    not (``kind``: ``budget`` or ``invalid``), ``headroom`` is the run's after
+    it; ``leased``: how many of the slice it leased (ids ``id`` on; 0: one
+    reservation of the call's own size, id ``id``)."""
 
     id: int
+    leased: int = 0
     refused: str | None = None
     kind: Literal["budget", "invalid"] = "budget"
     limit: str = ""
@@ -205,9 +218,53 @@ class BankAnswer(msgspec.Struct, frozen=True, kw_only=True, tag="bank_answer"):
 
 Reply = Acked | Reserved | BankAnswer
 
+
+# -- a worker process's socket: length-prefixed frames, each one of these ---------
+
+
+class Place(msgspec.Struct, frozen=True, kw_only=True, tag="place"):
+    """Run ``placed``; answered by the ``Outcome`` of the same ``id``."""
+
+    id: int
+    placed: PlacedRollout
+
+
+class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
+    """Cancel what ``Place`` ``id`` started (its ``Outcome`` still comes)."""
+
+    id: int
+
+
+class Replies(msgspec.Struct, frozen=True, kw_only=True, tag="replies"):
+    replies: list[Reply]
+
+
+class Close(msgspec.Struct, frozen=True, kw_only=True, tag="close"):
+    """Stop the rollouts, close the worker's Runtime, and exit."""
+
+
+ToWorker = Place | Cancel | Replies | Close
+
+
+class Items(msgspec.Struct, frozen=True, kw_only=True, tag="items"):
+    """What the worker's outbox took since the last ``Items``, in order."""
+
+    items: list[Outbound]
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True, tag="outcome"):
+    id: int
+    outcome: RolloutOutcome | None = None
+    """``None``: the rollout was cancelled before it ended."""
+
+
+ToDriver = WorkerReady | Items | Outcome
+
 ENCODER: Final = msgspec.msgpack.Encoder()
 PLACED: Final = msgspec.msgpack.Decoder(PlacedRollout)
 OUTCOME: Final = msgspec.msgpack.Decoder(RolloutOutcome)
 OUTBOUND: Final = msgspec.msgpack.Decoder(list[Outbound])
 REPLIES: Final = msgspec.msgpack.Decoder(list[Reply])
 READY: Final = msgspec.msgpack.Decoder(WorkerReady)
+TO_WORKER: Final = msgspec.msgpack.Decoder(ToWorker)
+TO_DRIVER: Final = msgspec.msgpack.Decoder(ToDriver)

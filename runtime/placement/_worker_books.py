@@ -1,0 +1,348 @@
+"""The driver's side of rollout workers, whatever carries the items (Ray,
+a worker process's socket): ``WorkerBooks`` books the ledger items a
+worker sends (reservations, charges, releases, restores) on the runs'
+ledgers, in order, and charges what was in flight as reserved when the
+worker is lost; ``deliver_events`` hands its events to their runs'
+streams; ``answer_bank_call`` runs a worker's call on the run's memory
+bank; ``pick_worker`` chooses a worker for a rollout; ``outcome_result``
+and ``replays_of`` are a placed rollout's way back and out.  Must not know
+how items travel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, final
+
+from agentrt.agents._agent import Agent
+from agentrt.agents._control import RolloutResult
+from agentrt.agents._hierarchy import Hierarchy
+from agentrt.protocols._model import ModelReply
+from agentrt.protocols._usage import Usage
+from agentrt.runtime.budget._ledger import BudgetLedger, Reservation
+from agentrt.runtime.budget._pricing import usd_to_pico
+from agentrt.runtime.engine._journal import EventJournal
+from agentrt.runtime.kernel._errors import (
+    BudgetExceeded,
+    ConfigError,
+    RuntimeFailure,
+    UserError,
+)
+from agentrt.runtime.memory._bank import MemoryStore
+from agentrt.runtime.observe._log import get_logger
+from agentrt.runtime.placement._placement import Emit, PlacementLost, RolloutGaveUp
+from agentrt.runtime.placement._worker_wire import (
+    BankAnswer,
+    BankGet,
+    BankOut,
+    BankPromote,
+    BankPut,
+    BankSearch,
+    ChargeOut,
+    EventOut,
+    FlushOut,
+    Outbound,
+    ReleaseOut,
+    Reserved,
+    ReserveOut,
+    RestoreOut,
+    RolloutDone,
+    RolloutOutcome,
+    RolloutRaised,
+)
+
+log = get_logger(__name__)
+
+
+@final
+class WorkerBooks:
+    """One worker's reservations on the ledgers of ``ledgers`` (the
+    placement's live map: rollout id -> its ledger on the driver);
+    ``sharers(rollout id)``: the rollouts of its run in flight (a slice is
+    leased only when the run's headroom holds one for each of them)."""
+
+    def __init__(
+        self, ledgers: Mapping[str, BudgetLedger], sharers: Callable[[str], int] = lambda _: 1
+    ) -> None:
+        self._ledgers = ledgers
+        self._sharers = sharers
+        self._held: dict[int, Reservation] = {}
+        self._leased: dict[int, Reservation] = {}
+        """Leased to the worker for its rollouts' next calls (taken without
+        a word: charged or released by the id the worker gave it)."""
+        self.admissions = 0
+        """Calls the worker waited for the driver's admission for (its
+        other calls in capped runs took a leased reservation)."""
+        self._unbooked: dict[int, tuple[str, str]] = {}
+        """Calls booked without waiting that the ledger refused (ledger, model)."""
+
+    def book(self, items: list[Outbound]) -> list[Reserved]:
+        """Book the ledger items of ``items`` in order; the answers the
+        worker waits for.  A bad item is logged (a waiting one answered)."""
+        answers: list[Reserved] = []
+        for item in items:
+            try:
+                answer = self._book_one(item)
+            except Exception as error:
+                log.error("placed_ledger_item_failed", item=type(item).__name__, error=repr(error))
+                if isinstance(item, ReserveOut) and item.wait:
+                    answers.append(Reserved(id=item.id, refused=repr(error), kind="invalid"))
+                continue
+            if answer is not None:
+                answers.append(answer)
+        return answers
+
+    def lost(self) -> None:
+        """The worker is gone: its calls in flight may have been served,
+        so they are charged as reserved, and so is what it leased (a call
+        may have taken a lease just before the worker died)."""
+        for reservation in [*self._held.values(), *self._leased.values()]:
+            reservation.charge_reserved()
+        self._held.clear()
+        self._leased.clear()
+
+    def _book_one(self, item: Outbound) -> Reserved | None:
+        match item:
+            case ReserveOut():
+                answer = self._reserve(item)
+                return answer if item.wait else None
+            case ChargeOut(id=rid, usage=usage):
+                self._charge(rid, usage)
+            case ReleaseOut(id=rid):
+                held = self._held.pop(rid, None) or self._leased.pop(rid, None)
+                self._unbooked.pop(rid, None)
+                if held is not None:
+                    held.release()
+            case RestoreOut(ledger=key, model=model, usage=usage):
+                ledger = self._ledgers.get(key)
+                if ledger is not None:
+                    ledger.restore(model, usage)
+        return None
+
+    def _reserve(self, item: ReserveOut) -> Reserved:
+        self.admissions += item.wait
+        ledger = self._ledgers.get(item.ledger)
+        if ledger is None:
+            return Reserved(id=item.id, refused=f"rollout {item.ledger} has ended", kind="invalid")
+        if item.wait and item.slice > 1:
+            leased = self._lease(ledger, item)
+            if leased:
+                return Reserved(id=item.id, leased=leased, headroom=ledger.headroom())
+        try:
+            held = ledger.reserve(item.model, item.prompt_tokens, item.max_tokens, n=item.n)
+        except BudgetExceeded as refused:
+            if not item.wait:
+                self._unbooked[item.id] = (item.ledger, item.model)
+            return Reserved(
+                id=item.id, refused=str(refused), limit=refused.limit, headroom=ledger.headroom()
+            )
+        except UserError as refused:
+            if not item.wait:
+                self._unbooked[item.id] = (item.ledger, item.model)
+            return Reserved(id=item.id, refused=str(refused), kind="invalid")
+        self._held[item.id] = held
+        return Reserved(id=item.id, headroom=ledger.headroom() if item.wait else None)
+
+    def _lease(self, ledger: BudgetLedger, item: ReserveOut) -> int:
+        """Lease up to ``item.slice`` reservations of the slice's size when
+        the run's headroom holds a slice for each of its rollouts in flight
+        (else none: the call is reserved at its own size, as without
+        leases, so a run near its cap spends it as exactly); how many."""
+        prompt, per = item.slice_prompt_tokens, item.n * item.max_tokens
+        room = ledger.headroom()
+        want = item.slice * max(self._sharers(item.ledger), 1)
+        one = ledger.cost_of(item.model, Usage(prompt_tokens=prompt, completion_tokens=per))
+        if room.shortfall(want * (prompt + per), usd_to_pico(one.usd) * want) is not None:
+            return 0
+        if room.calls is not None and room.calls < want:
+            return 0
+        leased = 0
+        for offset in range(item.slice):
+            try:
+                reservation = ledger.reserve(item.model, prompt, item.max_tokens, n=item.n)
+            except (BudgetExceeded, UserError):
+                break
+            if offset == 0:
+                self._held[item.id] = reservation  # the asking call takes the first
+            else:
+                self._leased[item.id + offset] = reservation
+            leased += 1
+        return leased
+
+    def _charge(self, rid: int, usage: Usage | None) -> None:
+        held = self._held.pop(rid, None) or self._leased.pop(rid, None)
+        if held is not None:
+            if usage is None:
+                held.charge_reserved()
+            else:
+                held.charge(usage)
+            return
+        unbooked = self._unbooked.pop(rid, None)
+        if unbooked is not None and usage is not None:
+            # Made without the driver's admission (an uncapped run's ledger
+            # that refused late): the money is spent either way.
+            ledger = self._ledgers.get(unbooked[0])
+            if ledger is not None:
+                ledger.restore(unbooked[1], usage)
+
+
+async def answer_bank_call(bank: MemoryStore | None, item: BankOut) -> BankAnswer:
+    """Run ``item``'s call on ``bank``; its answer (``error`` when it raised)."""
+    if bank is None:
+        return BankAnswer(id=item.id, error="this Runtime has no memory bank")
+    try:
+        match item.call:
+            case BankSearch(match=match, owners=owners, k=k):
+                return BankAnswer(id=item.id, hits=await bank.search(match, owners, k=k))
+            case BankGet(item_id=item_id, owners=owners, count_hit=count_hit):
+                found = await bank.get(item_id, owners, count_hit=count_hit)
+                return BankAnswer(id=item.id, item=found)
+            case BankPut(item=new):
+                return BankAnswer(id=item.id, number=await bank.put(new))
+            case BankPromote(source=source, target=target, min_hits=hits, verified_only=only):
+                promoted = await bank.promote(source, target, min_hits=hits, verified_only=only)
+                return BankAnswer(id=item.id, number=promoted)
+    except Exception as error:
+        return BankAnswer(id=item.id, error=f"{type(error).__name__}: {error}")
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A rollout worker as a placement's ``workers`` shows it: its node
+    (``local``: a worker process of this host) and process, its rollouts
+    in flight and placed so far, the calls of capped runs it waited for the
+    driver's admission for (``admissions``: the others took a leased
+    reservation), and whether it is alive (``lost``: why not)."""
+
+    index: int
+    node_id: str
+    pid: int
+    in_flight: int
+    placed: int
+    alive: bool
+    lost: str = ""
+    admissions: int = 0
+
+
+class PooledWorker(Protocol):
+    """A rollout worker as ``pick_worker`` sees it."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def load(self) -> int: ...
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def lost(self) -> str: ...
+
+
+W = TypeVar("W", bound=PooledWorker)
+
+
+@dataclass(slots=True)
+class RunEntry(Generic[W]):
+    """A run with rollouts on the workers: its stream, its rollouts in
+    flight and the worker its rollouts keep to (``home``)."""
+
+    emit: Emit
+    active: int = 0
+    home: W | None = None
+
+
+def pick_worker(workers: Sequence[W], entry: RunEntry[W], slack: int, placement: str) -> W:
+    """The least loaded live worker, but the run's ``home`` while it has at
+    most ``slack`` more rollouts in flight (its rollouts keep hitting the
+    same model replica's prefix cache).  Raises ``PlacementLost`` naming
+    ``placement`` and why each worker was lost when none is alive."""
+    alive = [w for w in workers if w.alive]
+    if not alive:
+        why = "; ".join(f"worker {w.index}: {w.lost}" for w in workers)
+        raise PlacementLost(f"every rollout worker of the {placement} is lost ({why})")
+    least = min(alive, key=lambda w: w.load)
+    home = entry.home
+    if home is not None and home.alive and home.load <= least.load + slack:
+        return home
+    if home is None or not home.alive:
+        entry.home = least
+    return least
+
+
+async def deliver_events(
+    runs: Mapping[str, RunEntry[Any]], items: list[Outbound]
+) -> tuple[list[int], dict[int, str]]:
+    """The events of ``items`` to their runs' streams, in order: the ids to
+    ack, and those whose sink raised (not committed) with why."""
+    acked: list[int] = []
+    failed: dict[int, str] = {}
+    for item in items:
+        match item:
+            case EventOut(event=event, ack=ack):
+                entry = runs.get(event.run_id)
+                if entry is None:
+                    log.warning("placed_event_dropped", run=event.run_id, kind=type(event).__name__)
+                else:
+                    try:
+                        await entry.emit(event)
+                    except Exception as error:
+                        log.error("placed_event_failed", run=event.run_id, error=repr(error))
+                        if ack:
+                            failed[ack] = repr(error)
+                if ack:
+                    acked.append(ack)
+            case FlushOut(ack=ack):
+                acked.append(ack)
+    return acked, failed
+
+
+def check_rebuildable(agent: object, placement: str) -> None:
+    """Raise ``ConfigError`` unless ``agent`` can be rebuilt on a worker
+    (named, or given as a configuration): ``placement`` names the placement."""
+    if isinstance(agent, Agent | Hierarchy):
+        raise ConfigError(
+            f"the {placement} rebuilds a run's agent on its workers: name a configured "
+            "agent or pass an AgentConfig, not a built Agent or Hierarchy",
+            where="agent",
+        )
+
+
+def outcome_result(outcome: RolloutOutcome, rollout_id: str) -> RolloutResult:
+    """A placed rollout's result, or the exception it ended in."""
+    match outcome:
+        case RolloutDone(result=result):
+            return result
+        case RolloutRaised(kind="budget", message=text, limit=limit):
+            raise BudgetExceeded(text, limit=limit)
+        case RolloutRaised(kind="gave_up", message=text):
+            raise RolloutGaveUp(text)
+        case RolloutRaised(message=text):
+            raise RuntimeFailure(f"rollout {rollout_id} failed: {text}")
+    raise AssertionError("unreachable")
+
+
+def replays_of(journal: EventJournal | None, rollout_id: str) -> dict[str, ModelReply]:
+    """The replies an earlier incarnation of the run left for the calls of
+    ``rollout_id`` (and its sub-agents'), taken out of the run's journal to
+    travel with the rollout to its worker."""
+    if journal is None:
+        return {}
+    prefix = f"{rollout_id}-"
+    sub = f"{rollout_id}."
+    mine = [key for key in journal.replays if key.startswith((prefix, sub))]
+    return {key: journal.replays.pop(key) for key in mine}
+
+
+__all__ = [
+    "PooledWorker",
+    "RunEntry",
+    "WorkerBooks",
+    "WorkerInfo",
+    "answer_bank_call",
+    "check_rebuildable",
+    "deliver_events",
+    "outcome_result",
+    "pick_worker",
+    "replays_of",
+]
