@@ -21,15 +21,16 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, Self, final
+from typing import Final, final
 
 import anyio
 import anyio.abc
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrt.runtime.kernel._errors import ToolError
 from agentrt.runtime.observe._log import get_logger
+from agentrt.tools.sandbox._sandbox_watch import SandboxWatch
 
 __all__ = [
     "SANDBOX_HOST_UID",
@@ -122,18 +123,26 @@ class SandboxConfig(BaseModel):
     """Address space per process (``RLIMIT_AS``), in MiB."""
     max_processes: int = Field(64, ge=4, le=4096)
     """Processes and threads the command may have at once (``RLIMIT_NPROC``)."""
-    total_memory_mb: int | None = Field(None, ge=64)
-    """A bound on the whole sandbox's memory, in MiB (``None``: only the
-    per-process ``memory_mb``).  Without a cgroup of its own, it is kept as
-    ``memory_mb`` per process times a process cap of ``total_memory_mb //
-    memory_mb``, which must allow at least 4 processes; the private ``/tmp``
-    and ``/dev/shm`` come on top (``tmp_mb``, ``shm_mb``)."""
+    total_memory_mb: int | None = Field(2048, ge=64)
+    """The whole sandbox's memory, in MiB (``None``: only the per-process
+    ``memory_mb``): the processes' proportional set sizes (PSS), summed and
+    polled every 0.1 s; over it, every process of the sandbox is killed and
+    the result says so.  A command may overshoot by what it allocates
+    within one poll.  The private ``/tmp`` and ``/dev/shm`` come on top
+    (``tmp_mb``, ``shm_mb``)."""
     max_output_bytes: int = Field(16_384, ge=256)
     """Per stream: longer output keeps its first and last halves and says so."""
     max_file_mb: int = Field(64, ge=1)
     """Largest file a command may write (``RLIMIT_FSIZE``), in MiB."""
     max_open_files: int = Field(256, ge=16)
     """Open files per process (``RLIMIT_NOFILE``)."""
+    workspace_mb: int | None = Field(2048, ge=1)
+    """The workspace's disk quota, in MiB (``None``: none): its files'
+    blocks, measured while the command runs (every 0.1 s, less often for a
+    workspace whose walk takes long) and when it ends; past it, every
+    process is killed and the result says so.  A workspace already over it
+    may not grow.  A command may overshoot by what it writes within one
+    measure (each file stops at ``max_file_mb``)."""
     tmp_mb: int = Field(256, ge=1)
     """Size of the private ``/tmp`` (and of the workspace when none is given), in MiB."""
     shm_mb: int = Field(64, ge=1)
@@ -159,23 +168,6 @@ class SandboxConfig(BaseModel):
             if not os.path.isabs(path) or "\x00" in path:
                 raise ValueError(f"read_only_paths: {path!r} is not an absolute path")
         return paths
-
-    @model_validator(mode="after")
-    def _total_allows_a_few_processes(self) -> Self:
-        if self.total_memory_mb is not None and self.total_memory_mb // self.memory_mb < 4:
-            raise ValueError(
-                f"total_memory_mb ({self.total_memory_mb}) must allow 4 processes of "
-                f"memory_mb ({self.memory_mb}): lower memory_mb or raise the total"
-            )
-        return self
-
-    @property
-    def process_cap(self) -> int:
-        """The ``RLIMIT_NPROC`` a command gets: ``max_processes``, lowered so
-        that ``process_cap * memory_mb`` stays within ``total_memory_mb``."""
-        if self.total_memory_mb is None:
-            return self.max_processes
-        return min(self.max_processes, self.total_memory_mb // self.memory_mb)
 
 
 class SandboxEnvironment(msgspec.Struct, frozen=True, kw_only=True):
@@ -211,10 +203,13 @@ class SandboxResult(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float = 0.0
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    over_limit: str = ""
+    """Set when the sandbox's total memory or its workspace's quota was
+    crossed: a sentence saying which, by how much, and what was done."""
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and self.exit_code == 0
+        return not self.timed_out and not self.over_limit and self.exit_code == 0
 
 
 @final
@@ -456,7 +451,7 @@ class Sandbox:
             "prlimit",
             f"--as={c.memory_mb * 1024 * 1024}",
             f"--cpu={cpu_s}:{cpu_s + 1}",
-            f"--nproc={c.process_cap}",
+            f"--nproc={c.max_processes}",
             f"--fsize={c.max_file_mb * 1024 * 1024}",
             f"--nofile={c.max_open_files}",
             "--core=0",
@@ -490,27 +485,47 @@ class Sandbox:
         argv = self.argv(command, workspace=workspace, timeout_s=limit, environment=environment)
         out = _CappedBuffer(c.max_output_bytes)
         err = _CappedBuffer(c.max_output_bytes)
+        pid = 0
+
+        async def kill() -> None:
+            await _kill_sandbox(pid)
+
+        watch = SandboxWatch(
+            memory_mb=c.total_memory_mb,
+            workspace=workspace,
+            workspace_mb=c.workspace_mb,
+            kill=kill,
+        )
+        await watch.prepare()
         started = time.monotonic()
         with anyio.CancelScope(shield=True):  # a started process always gets its cleanup
-            process = await anyio.open_process(argv, env={"PATH": _PATH}, start_new_session=True)
+            process = await _open_sandbox(argv)
+        pid = process.pid
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_feed, process.stdin, stdin)
                 tg.start_soon(_drain, process.stdout, out)
                 tg.start_soon(_drain, process.stderr, err)
-                with anyio.move_on_after(limit) as deadline:
-                    await process.wait()
+                async with anyio.create_task_group() as watching:
+                    if watch.active:
+                        watching.start_soon(watch.run, pid)
+                    with anyio.move_on_after(limit) as deadline:
+                        await process.wait()
+                    watching.cancel_scope.cancel()
                 if deadline.cancelled_caught:
-                    await _kill_sandbox(process.pid)
+                    await _kill_sandbox(pid)
                 tg.cancel_scope.deadline = anyio.current_time() + _DRAIN_GRACE_S
         finally:
             with anyio.CancelScope(shield=True):
-                await _kill_sandbox(process.pid)
+                await _kill_sandbox(pid)
                 await process.aclose()
         timed_out = deadline.cancelled_caught
+        await watch.check_disk_after()
         code = None if timed_out else process.returncode
         if timed_out:
             _log.info("sandbox.timeout", timeout_s=limit)
+        if watch.over:
+            _log.info("sandbox.over_limit", why=watch.over)
         return SandboxResult(
             exit_code=code,
             stdout=out.text(),
@@ -520,7 +535,33 @@ class Sandbox:
             duration_s=round(time.monotonic() - started, 4),
             stdout_truncated=out.truncated,
             stderr_truncated=err.truncated,
+            over_limit=watch.over,
         )
+
+
+async def _open_sandbox(argv: list[str]) -> anyio.abc.Process:
+    """Start ``argv`` (``[*prefix, "bwrap", *options, "--", *command]``)
+    with bubblewrap's options read from a memory file (``--args``), not its
+    command line: the workspace's host path is not for ``ps`` to show other
+    users.  (The command stays on it: bubblewrap takes it from there only,
+    and it names paths as the sandbox sees them.)"""
+    at = argv.index("bwrap") + 1
+    end = argv.index("--", at)
+    options = b"".join(arg.encode() + b"\0" for arg in argv[at:end])
+    fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(options)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        return await anyio.open_process(
+            [*argv[:at], "--args", str(fd), *argv[end:]],
+            env={"PATH": _PATH},
+            start_new_session=True,
+            pass_fds=(fd,),
+        )
+    finally:
+        os.close(fd)
 
 
 def _as_sandbox_user() -> list[str]:
@@ -535,7 +576,9 @@ def _as_sandbox_user() -> list[str]:
 
 def render_result(result: SandboxResult, *, timeout_s: float, memory_mb: int, cpu_s: float) -> str:
     """``result`` as the model reads it: how it ended, then stdout and stderr."""
-    if result.timed_out:
+    if result.over_limit:
+        lines = [result.over_limit]
+    elif result.timed_out:
         lines = [f"Timed out after {timeout_s:g} s; every process of the command was killed."]
     elif result.signal == "SIGXCPU":
         lines = [f"Killed: CPU time limit exceeded (SIGXCPU, {cpu_s:g} s)."]

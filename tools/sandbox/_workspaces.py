@@ -12,6 +12,7 @@ Must not know about sandboxes' internals, agents or the engine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -275,12 +276,7 @@ class Workspaces:
         return space
 
     async def _create(self, path: Path, seed: WorkspaceSeed | None) -> None:
-        await anyio.to_thread.run_sync(_make_parent, path.parent)
-        staging = Path(
-            await anyio.to_thread.run_sync(
-                lambda: tempfile.mkdtemp(prefix=".staging-", dir=path.parent)
-            )
-        )
+        staging = await anyio.to_thread.run_sync(_staging_in, path.parent)
         try:
             if seed is not None:
                 await seed(staging)
@@ -298,7 +294,7 @@ class Workspaces:
         self._spaces.pop((run_id, key), None)
         if not self._keep:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_remove, self._path(run_id, key))
+                await anyio.to_thread.run_sync(_remove_rollout, self._path(run_id, key))
 
     async def aclose(self) -> None:
         """Release every workspace this object created (unless ``keep``)."""
@@ -336,6 +332,16 @@ def _make_parent(parent: Path) -> None:
             )
 
 
+def _staging_in(parent: Path) -> Path:
+    """A fresh directory in ``parent`` (made if needed: a release of the
+    run's last other workspace may remove it in between)."""
+    for _ in range(3):
+        _make_parent(parent)
+        with contextlib.suppress(FileNotFoundError):
+            return Path(tempfile.mkdtemp(prefix=".staging-", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=".staging-", dir=parent))
+
+
 def _install(staging: Path, path: Path) -> None:
     try:
         os.rename(staging, path)
@@ -358,3 +364,10 @@ def _hand_over(path: Path) -> None:
 
 def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_rollout(path: Path) -> None:
+    """Delete a rollout's workspace, and its run's directory once empty."""
+    _remove(path)
+    with contextlib.suppress(OSError):  # other rollouts' workspaces are still there
+        path.parent.rmdir()
