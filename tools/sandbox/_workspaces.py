@@ -29,7 +29,7 @@ from typing import Final, final
 import anyio
 import anyio.to_thread
 
-from agentrt.protocols._ids import RolloutId, top_level_id
+from agentrt.protocols._ids import RolloutId, is_top_level, top_level_id
 from agentrt.runtime.kernel._errors import ConfigError, ToolError
 from agentrt.tools._tool import ToolContext
 from agentrt.tools.sandbox._bwrap import SandboxEnvironment, sandbox_host_uid
@@ -40,6 +40,7 @@ __all__ = [
     "Workspaces",
     "copy_directory_seed",
     "default_workspace_root",
+    "release_rollout",
     "release_run",
     "rollout_key",
     "run_seed",
@@ -88,6 +89,19 @@ async def release_run(run_id: str, root: Path | None = None, *, owned: bool = Fa
     path = (root or default_workspace_root()) / _safe(run_id or "_")
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(_remove, path)
+
+
+async def release_rollout(run_id: str, rollout_id: str, root: Path | None = None) -> None:
+    """The rollout is over where it ran (a Ray worker): delete its
+    workspace under ``root`` (default: ``default_workspace_root()``), and
+    its run's directory once empty.  Nothing for a sub-agent rollout (its
+    workspace is its top-level rollout's) or a run with a ``run_seed``."""
+    if run_id in _RUN_SEEDS or not is_top_level(rollout_id):
+        return
+    path = (root or default_workspace_root()) / _safe(run_id or "_")
+    path /= _safe(rollout_key(run_id, rollout_id))
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(_remove_rollout, path)
 
 
 def default_workspace_root() -> Path:
