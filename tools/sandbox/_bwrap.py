@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrt.runtime.kernel._errors import ToolError
 from agentrt.runtime.observe._log import get_logger
+from agentrt.tools.sandbox._cgroup import SandboxCgroups, memory_bound_in_force
 from agentrt.tools.sandbox._sandbox_watch import SandboxWatch
 
 __all__ = [
@@ -340,16 +341,28 @@ class Sandbox:
     ``SandboxUnavailable`` (naming it) when it does not.
     """
 
-    __slots__ = ("_checked", "_config", "_lock")
+    __slots__ = ("_cgroups", "_checked", "_config", "_lock")
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self._config = config or SandboxConfig()
         self._checked: str | None = None  # None: not yet; "": works; else why not
+        self._cgroups: SandboxCgroups | None = None  # found by the probe
         self._lock = anyio.Lock()
 
     @property
     def config(self) -> SandboxConfig:
         return self._config
+
+    @property
+    def memory_bound(self) -> str:
+        """Which bound keeps ``total_memory_mb`` here, in a sentence: a
+        cgroup v2 per sandbox where a delegated one with the memory
+        controller can be made, else the watcher (known after ``check``)."""
+        if self._config.total_memory_mb is None:
+            return "none beyond memory_mb per process (total_memory_mb is not set)"
+        if self._cgroups is None:
+            return "not known yet: the sandbox has not been checked"
+        return memory_bound_in_force(self._cgroups)
 
     async def check(self) -> None:
         """Raise ``SandboxUnavailable`` unless bubblewrap runs here (probed once)."""
@@ -384,6 +397,8 @@ class Sandbox:
                 f"bubblewrap ({bwrap}) could not start a sandbox: {why} "
                 "(are unprivileged user namespaces enabled?). Commands never run unsandboxed."
             )
+        self._cgroups = await anyio.to_thread.run_sync(SandboxCgroups)
+        _log.info("sandbox.memory_bound", bound=self.memory_bound)
         return ""
 
     def argv(
@@ -490,8 +505,9 @@ class Sandbox:
         async def kill() -> None:
             await _kill_sandbox(pid)
 
+        cgroup = await self._cgroup()
         watch = SandboxWatch(
-            memory_mb=c.total_memory_mb,
+            memory_mb=None if cgroup is not None else c.total_memory_mb,
             workspace=workspace,
             workspace_mb=c.workspace_mb,
             kill=kill,
@@ -499,7 +515,7 @@ class Sandbox:
         await watch.prepare()
         started = time.monotonic()
         with anyio.CancelScope(shield=True):  # a started process always gets its cleanup
-            process = await _open_sandbox(argv)
+            process = await _open_sandbox(argv, cgroup, c)
         pid = process.pid
         try:
             async with anyio.create_task_group() as tg:
@@ -519,6 +535,8 @@ class Sandbox:
             with anyio.CancelScope(shield=True):
                 await _kill_sandbox(pid)
                 await process.aclose()
+                if cgroup is not None:
+                    watch.over = await anyio.to_thread.run_sync(_end_cgroup, cgroup, c)
         timed_out = deadline.cancelled_caught
         await watch.check_disk_after()
         code = None if timed_out else process.returncode
@@ -538,28 +556,62 @@ class Sandbox:
             over_limit=watch.over,
         )
 
+    async def _cgroup(self) -> Path | None:
+        """This command's cgroup, when the total memory is set and a
+        delegated cgroup v2 is available (else the watcher keeps it)."""
+        c = self._config
+        cgroups = self._cgroups
+        if c.total_memory_mb is None or cgroups is None or not cgroups.available:
+            return None
+        try:
+            return await anyio.to_thread.run_sync(cgroups.make, c.total_memory_mb, c.max_processes)
+        except OSError as exc:
+            _log.warning("sandbox.cgroup_failed", error=str(exc))
+            return None
 
-async def _open_sandbox(argv: list[str]) -> anyio.abc.Process:
+
+def _end_cgroup(cgroup: Path, config: SandboxConfig) -> str:
+    """Remove a command's cgroup; what to tell the model if it ran out of memory."""
+    killed = SandboxCgroups.oom_killed(cgroup)
+    SandboxCgroups.remove(cgroup)
+    if not killed:
+        return ""
+    return (
+        f"Killed: the command's processes together needed more than the sandbox's "
+        f"{config.total_memory_mb} MiB (its cgroup's memory.max). Use less memory at "
+        "once (fewer parallel processes, smaller inputs)."
+    )
+
+
+async def _open_sandbox(
+    argv: list[str], cgroup: Path | None, config: SandboxConfig
+) -> anyio.abc.Process:
     """Start ``argv`` (``[*prefix, "bwrap", *options, "--", *command]``)
     with bubblewrap's options read from a memory file (``--args``), not its
     command line: the workspace's host path is not for ``ps`` to show other
     users.  (The command stays on it: bubblewrap takes it from there only,
-    and it names paths as the sandbox sees them.)"""
+    and it names paths as the sandbox sees them.)  In ``cgroup``, joined
+    before bubblewrap starts, so every process of the sandbox is in it."""
     at = argv.index("bwrap") + 1
     end = argv.index("--", at)
     options = b"".join(arg.encode() + b"\0" for arg in argv[at:end])
+    launch = [*argv[:at], "--args", "", *argv[end:]]
+    if cgroup is not None:
+        launch = ["sh", "-c", 'echo 0 > "$0" && exec "$@"', f"{cgroup}/cgroup.procs", *launch]
     fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+    launch[launch.index("--args") + 1] = str(fd)
     try:
         view = memoryview(options)
         while view:
             view = view[os.write(fd, view) :]
         os.lseek(fd, 0, os.SEEK_SET)
         return await anyio.open_process(
-            [*argv[:at], "--args", str(fd), *argv[end:]],
-            env={"PATH": _PATH},
-            start_new_session=True,
-            pass_fds=(fd,),
+            launch, env={"PATH": _PATH}, start_new_session=True, pass_fds=(fd,)
         )
+    except BaseException:
+        if cgroup is not None:
+            _end_cgroup(cgroup, config)
+        raise
     finally:
         os.close(fd)
 
