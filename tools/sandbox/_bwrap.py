@@ -126,11 +126,12 @@ class SandboxConfig(BaseModel):
     """Processes and threads the command may have at once (``RLIMIT_NPROC``)."""
     total_memory_mb: int | None = Field(2048, ge=64)
     """The whole sandbox's memory, in MiB (``None``: only the per-process
-    ``memory_mb``): the processes' proportional set sizes (PSS), summed and
-    polled every 0.1 s; over it, every process of the sandbox is killed and
-    the result says so.  A command may overshoot by what it allocates
-    within one poll.  The private ``/tmp`` and ``/dev/shm`` come on top
-    (``tmp_mb``, ``shm_mb``)."""
+    ``memory_mb``): a cgroup v2's ``memory.max`` where one is delegated
+    (``Sandbox.memory_bound``), else the processes' resident memory summed
+    every 0.1 s (confirmed with their PSS when over); over it, every
+    process of the sandbox is killed and the result says so.  A command may
+    overshoot by what it allocates within one poll.  The private ``/tmp``
+    and ``/dev/shm`` come on top (``tmp_mb``, ``shm_mb``)."""
     max_output_bytes: int = Field(16_384, ge=256)
     """Per stream: longer output keeps its first and last halves and says so."""
     max_file_mb: int = Field(64, ge=1)
@@ -139,8 +140,9 @@ class SandboxConfig(BaseModel):
     """Open files per process (``RLIMIT_NOFILE``)."""
     workspace_mb: int | None = Field(2048, ge=1)
     """The workspace's disk quota, in MiB (``None``: none): its files'
-    blocks, measured while the command runs (every 0.1 s, less often for a
-    workspace whose walk takes long) and when it ends; past it, every
+    blocks, measured before the command, while it runs (every 0.1 s, less
+    often for a workspace whose walk takes long: at most 2% of a core) and
+    when it ends; past it, every
     process is killed and the result says so.  A workspace already over it
     may not grow.  A command may overshoot by what it writes within one
     measure (each file stops at ``max_file_mb``)."""

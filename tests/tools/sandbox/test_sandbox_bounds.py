@@ -95,6 +95,33 @@ async def test_many_allocating_processes_are_killed_past_the_sandbox_total(
     assert out.text.count("held") < 5
 
 
+_SHARING = """
+import os, time
+block = bytearray(300 * 1024 * 1024)
+block[::4096] = b"\\x01" * (len(block) // 4096)
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:  # reads nothing, writes nothing: every page stays shared
+        time.sleep(1)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("shared to the end", flush=True)
+"""
+
+
+async def test_pages_shared_after_a_fork_count_once(open_dir: Path) -> None:
+    """A parent holding 300 MiB and three children sharing it: 1200 MiB
+    resident in all, 300 MiB in fact (PSS), within a 500 MiB sandbox."""
+    script = f"cat > s.py <<'EOF'\n{_SHARING}EOF\npython3 s.py"
+    async with Workspaces(open_dir / "ws") as spaces:
+        out = await _allocating_shell(500, spaces).call({"command": script}, CTX)
+    assert not out.is_error, out.text
+    assert out.text.endswith("shared to the end"), out.text
+
+
 async def test_the_sandbox_says_which_memory_bound_is_in_force() -> None:
     sandbox = Sandbox(SandboxConfig(total_memory_mb=500))
     assert sandbox.memory_bound.startswith("not known yet")
