@@ -99,6 +99,6 @@ def memory_bound_in_force(cgroups: SandboxCgroups) -> str:
     if cgroups.parent is not None:
         return f"a cgroup v2 per sandbox under {cgroups.parent} (memory.max, no swap)"
     return (
-        "a watcher summing the PSS of the sandbox's processes (no delegated cgroup v2 "
-        "with the memory controller here)"
+        "a watcher summing the resident memory of the sandbox's processes, confirmed by PSS "
+        "(no delegated cgroup v2 with the memory controller here)"
     )

@@ -128,7 +128,7 @@ async def test_the_sandbox_says_which_memory_bound_is_in_force() -> None:
     await sandbox.check()
     unified = await anyio.Path("/sys/fs/cgroup/cgroup.controllers").exists()
     if not unified:  # cgroup v1 (this machine): the watcher
-        assert sandbox.memory_bound.startswith("a watcher summing the PSS")
+        assert sandbox.memory_bound.startswith("a watcher summing the resident memory")
     else:
         assert sandbox.memory_bound.startswith(("a watcher", "a cgroup v2 per sandbox"))
     unbounded = Sandbox(SandboxConfig(total_memory_mb=None)).memory_bound

@@ -45,4 +45,4 @@ def test_no_cgroup_without_v2_or_without_the_memory_controller(tmp_path: Path) -
     (root / "cgroup.subtree_control").write_text("memory\n")
     cgroups = SandboxCgroups(root, own)
     assert not cgroups.available
-    assert "a watcher summing the PSS" in memory_bound_in_force(cgroups)
+    assert "a watcher summing the resident memory" in memory_bound_in_force(cgroups)
