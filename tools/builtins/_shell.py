@@ -51,6 +51,7 @@ class ShellTool:
         self._workspaces = workspaces
         network = "with network access" if config.network else "no network"
         total = f", {config.total_memory_mb} MB in all" if config.total_memory_mb else ""
+        disk = f", {config.workspace_mb} MB of workspace" if config.workspace_mb else ""
         self._spec = ToolSpec(
             name=name,
             description=(
@@ -59,7 +60,8 @@ class ShellTool:
                 "is a fresh sandboxed shell: files in the workspace persist, nothing else "
                 "does (no cd, variables or background processes carry over). "
                 f"{network.capitalize()}; limits: {config.timeout_s:g} s per command, "
-                f"{config.memory_mb} MB per process, {config.process_cap} processes{total}. "
+                f"{config.memory_mb} MB per process, {config.max_processes} processes"
+                f"{total}{disk}. "
                 "Long output keeps its beginning and end."
             ),
             parameters={

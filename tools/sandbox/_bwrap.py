@@ -21,15 +21,17 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, Self, final
+from typing import Final, final
 
 import anyio
 import anyio.abc
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrt.runtime.kernel._errors import ToolError
 from agentrt.runtime.observe._log import get_logger
+from agentrt.tools.sandbox._cgroup import SandboxCgroups, memory_bound_in_force
+from agentrt.tools.sandbox._sandbox_watch import SandboxWatch
 
 __all__ = [
     "SANDBOX_HOST_UID",
@@ -122,11 +124,13 @@ class SandboxConfig(BaseModel):
     """Address space per process (``RLIMIT_AS``), in MiB."""
     max_processes: int = Field(64, ge=4, le=4096)
     """Processes and threads the command may have at once (``RLIMIT_NPROC``)."""
-    total_memory_mb: int | None = Field(None, ge=64)
-    """A bound on the whole sandbox's memory, in MiB (``None``: only the
-    per-process ``memory_mb``).  Without a cgroup of its own, it is kept as
-    ``memory_mb`` per process times a process cap of ``total_memory_mb //
-    memory_mb``, which must allow at least 4 processes; the private ``/tmp``
+    total_memory_mb: int | None = Field(2048, ge=64)
+    """The whole sandbox's memory, in MiB (``None``: only the per-process
+    ``memory_mb``): a cgroup v2's ``memory.max`` where one is delegated
+    (``Sandbox.memory_bound``), else the processes' resident memory summed
+    every 0.1 s (confirmed with their PSS when over); over it, every
+    process of the sandbox is killed and the result says so.  A command may
+    overshoot by what it allocates within one poll.  The private ``/tmp``
     and ``/dev/shm`` come on top (``tmp_mb``, ``shm_mb``)."""
     max_output_bytes: int = Field(16_384, ge=256)
     """Per stream: longer output keeps its first and last halves and says so."""
@@ -134,6 +138,14 @@ class SandboxConfig(BaseModel):
     """Largest file a command may write (``RLIMIT_FSIZE``), in MiB."""
     max_open_files: int = Field(256, ge=16)
     """Open files per process (``RLIMIT_NOFILE``)."""
+    workspace_mb: int | None = Field(2048, ge=1)
+    """The workspace's disk quota, in MiB (``None``: none): its files'
+    blocks, measured before the command, while it runs (every 0.1 s, less
+    often for a workspace whose walk takes long: at most 2% of a core) and
+    when it ends; past it, every
+    process is killed and the result says so.  A workspace already over it
+    may not grow.  A command may overshoot by what it writes within one
+    measure (each file stops at ``max_file_mb``)."""
     tmp_mb: int = Field(256, ge=1)
     """Size of the private ``/tmp`` (and of the workspace when none is given), in MiB."""
     shm_mb: int = Field(64, ge=1)
@@ -159,23 +171,6 @@ class SandboxConfig(BaseModel):
             if not os.path.isabs(path) or "\x00" in path:
                 raise ValueError(f"read_only_paths: {path!r} is not an absolute path")
         return paths
-
-    @model_validator(mode="after")
-    def _total_allows_a_few_processes(self) -> Self:
-        if self.total_memory_mb is not None and self.total_memory_mb // self.memory_mb < 4:
-            raise ValueError(
-                f"total_memory_mb ({self.total_memory_mb}) must allow 4 processes of "
-                f"memory_mb ({self.memory_mb}): lower memory_mb or raise the total"
-            )
-        return self
-
-    @property
-    def process_cap(self) -> int:
-        """The ``RLIMIT_NPROC`` a command gets: ``max_processes``, lowered so
-        that ``process_cap * memory_mb`` stays within ``total_memory_mb``."""
-        if self.total_memory_mb is None:
-            return self.max_processes
-        return min(self.max_processes, self.total_memory_mb // self.memory_mb)
 
 
 class SandboxEnvironment(msgspec.Struct, frozen=True, kw_only=True):
@@ -211,10 +206,13 @@ class SandboxResult(msgspec.Struct, frozen=True, kw_only=True):
     duration_s: float = 0.0
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    over_limit: str = ""
+    """Set when the sandbox's total memory or its workspace's quota was
+    crossed: a sentence saying which, by how much, and what was done."""
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and self.exit_code == 0
+        return not self.timed_out and not self.over_limit and self.exit_code == 0
 
 
 @final
@@ -345,16 +343,28 @@ class Sandbox:
     ``SandboxUnavailable`` (naming it) when it does not.
     """
 
-    __slots__ = ("_checked", "_config", "_lock")
+    __slots__ = ("_cgroups", "_checked", "_config", "_lock")
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self._config = config or SandboxConfig()
         self._checked: str | None = None  # None: not yet; "": works; else why not
+        self._cgroups: SandboxCgroups | None = None  # found by the probe
         self._lock = anyio.Lock()
 
     @property
     def config(self) -> SandboxConfig:
         return self._config
+
+    @property
+    def memory_bound(self) -> str:
+        """Which bound keeps ``total_memory_mb`` here, in a sentence: a
+        cgroup v2 per sandbox where a delegated one with the memory
+        controller can be made, else the watcher (known after ``check``)."""
+        if self._config.total_memory_mb is None:
+            return "none beyond memory_mb per process (total_memory_mb is not set)"
+        if self._cgroups is None:
+            return "not known yet: the sandbox has not been checked"
+        return memory_bound_in_force(self._cgroups)
 
     async def check(self) -> None:
         """Raise ``SandboxUnavailable`` unless bubblewrap runs here (probed once)."""
@@ -389,6 +399,8 @@ class Sandbox:
                 f"bubblewrap ({bwrap}) could not start a sandbox: {why} "
                 "(are unprivileged user namespaces enabled?). Commands never run unsandboxed."
             )
+        self._cgroups = await anyio.to_thread.run_sync(SandboxCgroups)
+        _log.info("sandbox.memory_bound", bound=self.memory_bound)
         return ""
 
     def argv(
@@ -456,7 +468,7 @@ class Sandbox:
             "prlimit",
             f"--as={c.memory_mb * 1024 * 1024}",
             f"--cpu={cpu_s}:{cpu_s + 1}",
-            f"--nproc={c.process_cap}",
+            f"--nproc={c.max_processes}",
             f"--fsize={c.max_file_mb * 1024 * 1024}",
             f"--nofile={c.max_open_files}",
             "--core=0",
@@ -490,27 +502,50 @@ class Sandbox:
         argv = self.argv(command, workspace=workspace, timeout_s=limit, environment=environment)
         out = _CappedBuffer(c.max_output_bytes)
         err = _CappedBuffer(c.max_output_bytes)
+        pid = 0
+
+        async def kill() -> None:
+            await _kill_sandbox(pid)
+
+        cgroup = await self._cgroup()
+        watch = SandboxWatch(
+            memory_mb=None if cgroup is not None else c.total_memory_mb,
+            workspace=workspace,
+            workspace_mb=c.workspace_mb,
+            kill=kill,
+        )
+        await watch.prepare()
         started = time.monotonic()
         with anyio.CancelScope(shield=True):  # a started process always gets its cleanup
-            process = await anyio.open_process(argv, env={"PATH": _PATH}, start_new_session=True)
+            process = await _open_sandbox(argv, cgroup, c)
+        pid = process.pid
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_feed, process.stdin, stdin)
                 tg.start_soon(_drain, process.stdout, out)
                 tg.start_soon(_drain, process.stderr, err)
-                with anyio.move_on_after(limit) as deadline:
-                    await process.wait()
+                async with anyio.create_task_group() as watching:
+                    if watch.active:
+                        watching.start_soon(watch.run, pid)
+                    with anyio.move_on_after(limit) as deadline:
+                        await process.wait()
+                    watching.cancel_scope.cancel()
                 if deadline.cancelled_caught:
-                    await _kill_sandbox(process.pid)
+                    await _kill_sandbox(pid)
                 tg.cancel_scope.deadline = anyio.current_time() + _DRAIN_GRACE_S
         finally:
             with anyio.CancelScope(shield=True):
-                await _kill_sandbox(process.pid)
+                await _kill_sandbox(pid)
                 await process.aclose()
+                if cgroup is not None:
+                    watch.over = await anyio.to_thread.run_sync(_end_cgroup, cgroup, c)
         timed_out = deadline.cancelled_caught
+        await watch.check_disk_after()
         code = None if timed_out else process.returncode
         if timed_out:
             _log.info("sandbox.timeout", timeout_s=limit)
+        if watch.over:
+            _log.info("sandbox.over_limit", why=watch.over)
         return SandboxResult(
             exit_code=code,
             stdout=out.text(),
@@ -520,7 +555,67 @@ class Sandbox:
             duration_s=round(time.monotonic() - started, 4),
             stdout_truncated=out.truncated,
             stderr_truncated=err.truncated,
+            over_limit=watch.over,
         )
+
+    async def _cgroup(self) -> Path | None:
+        """This command's cgroup, when the total memory is set and a
+        delegated cgroup v2 is available (else the watcher keeps it)."""
+        c = self._config
+        cgroups = self._cgroups
+        if c.total_memory_mb is None or cgroups is None or not cgroups.available:
+            return None
+        try:
+            return await anyio.to_thread.run_sync(cgroups.make, c.total_memory_mb, c.max_processes)
+        except OSError as exc:
+            _log.warning("sandbox.cgroup_failed", error=str(exc))
+            return None
+
+
+def _end_cgroup(cgroup: Path, config: SandboxConfig) -> str:
+    """Remove a command's cgroup; what to tell the model if it ran out of memory."""
+    killed = SandboxCgroups.oom_killed(cgroup)
+    SandboxCgroups.remove(cgroup)
+    if not killed:
+        return ""
+    return (
+        f"Killed: the command's processes together needed more than the sandbox's "
+        f"{config.total_memory_mb} MiB (its cgroup's memory.max). Use less memory at "
+        "once (fewer parallel processes, smaller inputs)."
+    )
+
+
+async def _open_sandbox(
+    argv: list[str], cgroup: Path | None, config: SandboxConfig
+) -> anyio.abc.Process:
+    """Start ``argv`` (``[*prefix, "bwrap", *options, "--", *command]``)
+    with bubblewrap's options read from a memory file (``--args``), not its
+    command line: the workspace's host path is not for ``ps`` to show other
+    users.  (The command stays on it: bubblewrap takes it from there only,
+    and it names paths as the sandbox sees them.)  In ``cgroup``, joined
+    before bubblewrap starts, so every process of the sandbox is in it."""
+    at = argv.index("bwrap") + 1
+    end = argv.index("--", at)
+    options = b"".join(arg.encode() + b"\0" for arg in argv[at:end])
+    launch = [*argv[:at], "--args", "", *argv[end:]]
+    if cgroup is not None:
+        launch = ["sh", "-c", 'echo 0 > "$0" && exec "$@"', f"{cgroup}/cgroup.procs", *launch]
+    fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+    launch[launch.index("--args") + 1] = str(fd)
+    try:
+        view = memoryview(options)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        return await anyio.open_process(
+            launch, env={"PATH": _PATH}, start_new_session=True, pass_fds=(fd,)
+        )
+    except BaseException:
+        if cgroup is not None:
+            _end_cgroup(cgroup, config)
+        raise
+    finally:
+        os.close(fd)
 
 
 def _as_sandbox_user() -> list[str]:
@@ -535,7 +630,9 @@ def _as_sandbox_user() -> list[str]:
 
 def render_result(result: SandboxResult, *, timeout_s: float, memory_mb: int, cpu_s: float) -> str:
     """``result`` as the model reads it: how it ended, then stdout and stderr."""
-    if result.timed_out:
+    if result.over_limit:
+        lines = [result.over_limit]
+    elif result.timed_out:
         lines = [f"Timed out after {timeout_s:g} s; every process of the command was killed."]
     elif result.signal == "SIGXCPU":
         lines = [f"Killed: CPU time limit exceeded (SIGXCPU, {cpu_s:g} s)."]

@@ -12,6 +12,7 @@ Must not know about sandboxes' internals, agents or the engine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -28,7 +29,7 @@ from typing import Final, final
 import anyio
 import anyio.to_thread
 
-from agentrt.protocols._ids import RolloutId, top_level_id
+from agentrt.protocols._ids import RolloutId, is_top_level, top_level_id
 from agentrt.runtime.kernel._errors import ConfigError, ToolError
 from agentrt.tools._tool import ToolContext
 from agentrt.tools.sandbox._bwrap import SandboxEnvironment, sandbox_host_uid
@@ -39,6 +40,7 @@ __all__ = [
     "Workspaces",
     "copy_directory_seed",
     "default_workspace_root",
+    "release_rollout",
     "release_run",
     "rollout_key",
     "run_seed",
@@ -87,6 +89,19 @@ async def release_run(run_id: str, root: Path | None = None, *, owned: bool = Fa
     path = (root or default_workspace_root()) / _safe(run_id or "_")
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(_remove, path)
+
+
+async def release_rollout(run_id: str, rollout_id: str, root: Path | None = None) -> None:
+    """The rollout is over where it ran (a Ray worker): delete its
+    workspace under ``root`` (default: ``default_workspace_root()``), and
+    its run's directory once empty.  Nothing for a sub-agent rollout (its
+    workspace is its top-level rollout's) or a run with a ``run_seed``."""
+    if run_id in _RUN_SEEDS or not is_top_level(rollout_id):
+        return
+    path = (root or default_workspace_root()) / _safe(run_id or "_")
+    path /= _safe(rollout_key(run_id, rollout_id))
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(_remove_rollout, path)
 
 
 def default_workspace_root() -> Path:
@@ -275,12 +290,7 @@ class Workspaces:
         return space
 
     async def _create(self, path: Path, seed: WorkspaceSeed | None) -> None:
-        await anyio.to_thread.run_sync(_make_parent, path.parent)
-        staging = Path(
-            await anyio.to_thread.run_sync(
-                lambda: tempfile.mkdtemp(prefix=".staging-", dir=path.parent)
-            )
-        )
+        staging = await anyio.to_thread.run_sync(_staging_in, path.parent)
         try:
             if seed is not None:
                 await seed(staging)
@@ -298,7 +308,7 @@ class Workspaces:
         self._spaces.pop((run_id, key), None)
         if not self._keep:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_remove, self._path(run_id, key))
+                await anyio.to_thread.run_sync(_remove_rollout, self._path(run_id, key))
 
     async def aclose(self) -> None:
         """Release every workspace this object created (unless ``keep``)."""
@@ -336,6 +346,16 @@ def _make_parent(parent: Path) -> None:
             )
 
 
+def _staging_in(parent: Path) -> Path:
+    """A fresh directory in ``parent`` (made if needed: a release of the
+    run's last other workspace may remove it in between)."""
+    for _ in range(3):
+        _make_parent(parent)
+        with contextlib.suppress(FileNotFoundError):
+            return Path(tempfile.mkdtemp(prefix=".staging-", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=".staging-", dir=parent))
+
+
 def _install(staging: Path, path: Path) -> None:
     try:
         os.rename(staging, path)
@@ -358,3 +378,10 @@ def _hand_over(path: Path) -> None:
 
 def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_rollout(path: Path) -> None:
+    """Delete a rollout's workspace, and its run's directory once empty."""
+    _remove(path)
+    with contextlib.suppress(OSError):  # other rollouts' workspaces are still there
+        path.parent.rmdir()

@@ -1,20 +1,31 @@
-"""What a sandboxed command may write is bounded: ``/`` and ``/dev`` are
-read-only, ``/dev/shm`` and ``/tmp`` stop at their configured sizes, and a
-workspace is private to the sandbox's user."""
+"""A sandbox is bounded as a whole: its processes' memory together, what
+it may write (``/`` and ``/dev`` read-only, ``/dev/shm`` and ``/tmp`` sized,
+the workspace's quota), and a workspace is private to the sandbox's user
+(``0700``, its host path on no command line)."""
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import stat
+import uuid
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
-from agentrt.tools.sandbox._bwrap import Sandbox, SandboxConfig
+from agentrt.tools._tool import ToolContext
+from agentrt.tools.builtins._shell import ShellTool
+from agentrt.tools.sandbox._bwrap import Sandbox, SandboxConfig, sandbox_host_uid
+from agentrt.tools.sandbox._sandbox_watch import workspace_bytes
 from agentrt.tools.sandbox._workspaces import Workspaces
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
+
+CTX = ToolContext(run_id="run", rollout_id="run-0")
 
 
 @pytest.fixture
@@ -46,44 +57,93 @@ async def test_root_and_dev_are_read_only_and_every_tmpfs_is_sized() -> None:
 
 
 _ALLOCATORS = """
-import os, time
-held = refused = 0
-kids = []
-for _ in range(8):
-    r, w = os.pipe()
-    try:
-        pid = os.fork()
-    except BlockingIOError:
-        refused += 1
-        continue
-    if pid == 0:
-        try:
-            block = bytearray(150 * 1024 * 1024)
-            os.write(w, b"1")
-        except MemoryError:
-            os.write(w, b"0")
-        time.sleep(2)
+import os, sys, time
+count, mib, hold = map(int, sys.argv[1:])
+for _ in range(count):
+    if os.fork() == 0:
+        block = bytearray(mib * 1024 * 1024)
+        block[::4096] = b"\\x01" * (len(block) // 4096)  # every page touched: resident
+        print("held", flush=True)
+        time.sleep(hold)
         os._exit(0)
-    kids.append(r)
-held = sum(os.read(r, 1) == b"1" for r in kids)
-print(held, refused)
+for _ in range(count):
+    os.wait()
+print("all done", flush=True)
 """
 
 
-async def test_many_allocating_processes_stay_within_the_total_memory() -> None:
-    """Without a cgroup, ``total_memory_mb`` caps the processes so that
-    their address spaces together stay within it: 8 forks that each hold
-    150 MiB, under 1024 MiB in all at 256 MiB a process, get at most 3
-    children beside the parent (4 processes), the rest refused."""
-    config = SandboxConfig(timeout_s=30, memory_mb=256, total_memory_mb=1024)
-    assert config.process_cap == 4
-    result = await Sandbox(config).run(["python3", "-c", _ALLOCATORS])
-    held, refused = map(int, result.stdout.split())
-    assert 1 <= held <= 3, result
-    assert held + refused == 8, result
-    assert (held + 1) * config.memory_mb <= 1024
-    with pytest.raises(ValueError, match="must allow 4 processes"):
-        SandboxConfig(memory_mb=512, total_memory_mb=1024)
+def _allocating_shell(total_mb: int, spaces: Workspaces) -> ShellTool:
+    config = SandboxConfig(timeout_s=60, memory_mb=512, total_memory_mb=total_mb)
+    return ShellTool(spaces, config)
+
+
+async def test_many_allocating_processes_are_killed_past_the_sandbox_total(
+    open_dir: Path,
+) -> None:
+    """``total_memory_mb`` bounds the sandbox's processes together, not each:
+    5 processes of 300 MiB, each within its 512 MiB, are killed together
+    under a 500 MiB sandbox, with a tool result that says why."""
+    script = f"cat > a.py <<'EOF'\n{_ALLOCATORS}EOF\npython3 a.py 5 300 60"
+    async with Workspaces(open_dir / "ws") as spaces:
+        out = await _allocating_shell(500, spaces).call({"command": script}, CTX)
+    assert out.is_error
+    assert out.text.startswith("Killed: the command's processes together used "), out.text
+    assert "more than the sandbox's 500 MiB" in out.text
+    assert "all done" not in out.text
+    assert out.structured is not None
+    assert not out.structured["timed_out"]
+    assert out.text.count("held") < 5
+
+
+_SHARING = """
+import os, time
+block = bytearray(300 * 1024 * 1024)
+block[::4096] = b"\\x01" * (len(block) // 4096)
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:  # reads nothing, writes nothing: every page stays shared
+        time.sleep(1)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("shared to the end", flush=True)
+"""
+
+
+async def test_pages_shared_after_a_fork_count_once(open_dir: Path) -> None:
+    """A parent holding 300 MiB and three children sharing it: 1200 MiB
+    resident in all, 300 MiB in fact (PSS), within a 500 MiB sandbox."""
+    script = f"cat > s.py <<'EOF'\n{_SHARING}EOF\npython3 s.py"
+    async with Workspaces(open_dir / "ws") as spaces:
+        out = await _allocating_shell(500, spaces).call({"command": script}, CTX)
+    assert not out.is_error, out.text
+    assert out.text.endswith("shared to the end"), out.text
+
+
+async def test_the_sandbox_says_which_memory_bound_is_in_force() -> None:
+    sandbox = Sandbox(SandboxConfig(total_memory_mb=500))
+    assert sandbox.memory_bound.startswith("not known yet")
+    await sandbox.check()
+    unified = await anyio.Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    if not unified:  # cgroup v1 (this machine): the watcher
+        assert sandbox.memory_bound.startswith("a watcher summing the resident memory")
+    else:
+        assert sandbox.memory_bound.startswith(("a watcher", "a cgroup v2 per sandbox"))
+    unbounded = Sandbox(SandboxConfig(total_memory_mb=None)).memory_bound
+    assert unbounded.startswith("none beyond memory_mb per process")
+
+
+async def test_processes_within_the_sandbox_total_run_to_the_end(open_dir: Path) -> None:
+    """The counterpart: the same allocations within the total are not killed
+    (PSS counts pages a fork shares once: the parent's interpreter is not
+    counted five times)."""
+    script = f"cat > a.py <<'EOF'\n{_ALLOCATORS}EOF\npython3 a.py 1 300 1"
+    async with Workspaces(open_dir / "ws") as spaces:
+        out = await _allocating_shell(500, spaces).call({"command": script}, CTX)
+    assert not out.is_error, out.text
+    assert out.text.endswith("held\nall done"), out.text
 
 
 async def test_a_workspace_is_readable_by_its_sandbox_user_only(open_dir: Path) -> None:
@@ -94,3 +154,71 @@ async def test_a_workspace_is_readable_by_its_sandbox_user_only(open_dir: Path) 
             ["bash", "-c", "echo hi > f && cat f"], workspace=space.path
         )
         assert result.stdout == "hi\n"
+
+
+async def test_the_workspace_path_is_not_on_any_command_line(open_dir: Path) -> None:
+    """``ps`` shows no host workspace path while a sandbox runs in it: bwrap
+    reads its options from a memory file, the command sees ``/workspace``."""
+    if shutil.which("ps") is None:
+        pytest.skip("needs ps")
+    async with Workspaces(open_dir / "ws") as spaces:
+        space = await spaces.get("run", "run-0")
+        sandbox = Sandbox(SandboxConfig(timeout_s=60))
+        ready = space.path / "ready"
+        os.mkfifo(ready)
+        os.chown(ready, sandbox_host_uid(), sandbox_host_uid())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                functools.partial(
+                    sandbox.run,
+                    ["bash", "-c", "echo > ready && exec sleep 60"],
+                    workspace=space.path,
+                )
+            )
+            with anyio.fail_after(30):  # a FIFO: until the command writes to it
+                await anyio.to_thread.run_sync(ready.read_bytes, abandon_on_cancel=True)
+            shown = (await anyio.run_process(["ps", "-ww", "-eo", "args"])).stdout.decode()
+            tg.cancel_scope.cancel()
+    assert str(open_dir) not in shown
+    assert "bwrap --args" in shown
+    assert "sleep 60" in shown
+
+
+async def test_a_gigabyte_into_dev_shm_root_or_the_workspace_is_refused(open_dir: Path) -> None:
+    """1 GiB written to ``/dev/shm`` stops at its size, to ``/`` is refused,
+    and the workspace stops at its quota: each with a message the model
+    reads, and nothing lands on the host."""
+    name = f"agentrt-escape-{uuid.uuid4().hex}"
+    config = SandboxConfig(timeout_s=60, shm_mb=64, workspace_mb=100, max_file_mb=2048)
+    async with Workspaces(open_dir / "ws") as spaces:
+        shell = ShellTool(spaces, config)
+        shm = await shell.call(
+            {"command": f"head -c 1G /dev/zero > /dev/shm/{name}; stat -c %s /dev/shm/{name}"},
+            CTX,
+        )
+        root = await shell.call({"command": f"head -c 1G /dev/zero > /{name}"}, CTX)
+        fill = "for i in $(seq 64); do head -c 16M /dev/zero > f$i || exit 1; done; echo finished"
+        disk = await shell.call({"command": fill}, CTX)
+        left = workspace_bytes(spaces.path_of("run", "run-0"))
+    assert "No space left on device" in shm.text, shm.text
+    assert f"\n{64 * 1024 * 1024}\n" in shm.text
+    assert "Read-only file system" in root.text, root.text
+    assert disk.is_error
+    assert disk.text.startswith("Over quota: the workspace grew past its disk quota of 100 MiB")
+    assert "finished" not in disk.text
+    assert left < 1024 * 1024 * 1024
+    assert not await anyio.Path("/dev/shm", name).exists()
+    assert not await anyio.Path("/", name).exists()
+    assert not await anyio.Path(open_dir / "ws" / "run").exists()  # released with its workspaces
+
+
+async def test_a_workspace_over_its_quota_may_shrink_but_not_grow(open_dir: Path) -> None:
+    async with Workspaces(open_dir / "ws") as spaces:
+        shell = ShellTool(spaces, SandboxConfig(timeout_s=30, workspace_mb=1))
+        ws = spaces.path_of("run", "run-0")
+        await spaces.get("run", "run-0")
+        (ws / "seeded").write_bytes(b"x" * 2 * 1024 * 1024)  # the seed was bigger than the quota
+        grow = await shell.call({"command": "head -c 64K /dev/zero > more"}, CTX)
+        shrink = await shell.call({"command": "rm seeded more && echo gone"}, CTX)
+    assert grow.text.startswith("Over quota: the workspace grew past its disk quota of 2 MiB")
+    assert shrink.text == "Exit code 0.\n--- stdout ---\ngone", shrink.text

@@ -13,7 +13,7 @@ import pytest
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.tools import RolloutWorkspace, ToolContext, Workspaces, copy_directory_seed
 from agentrt.tools.sandbox._bwrap import sandbox_host_uid
-from agentrt.tools.sandbox._workspaces import rollout_key
+from agentrt.tools.sandbox._workspaces import release_rollout, rollout_key, run_seed
 
 
 def _repo(root: Path) -> Path:
@@ -128,3 +128,28 @@ async def test_a_root_the_sandbox_cannot_reach_is_a_clear_error(tmp_path: Path) 
     spaces = Workspaces(tmp_path / "ws")
     with pytest.raises(ConfigError, match="cannot reach the workspace root"):
         await spaces.get("run", "run-0")
+
+
+@pytest.mark.anyio
+async def test_a_rollout_released_where_it_ran_leaves_its_runs_others(open_dir: Path) -> None:
+    """What a Ray worker does when a rollout it ran ends: that rollout's
+    workspace goes (not for a sub-agent's end, nor a seeded run's), and the
+    run's directory goes with the last one."""
+    root = open_dir / "ws"
+    spaces = Workspaces(root, keep=True)
+    first = await spaces.get("run", "run-0")
+    second = await spaces.get("run", "run-1")
+    await release_rollout("run", "run-0.coder-1", root)  # a sub-agent's end
+    assert first.path.is_dir()
+    await release_rollout("run", "run-0", root)
+    assert not first.path.exists()
+    assert second.path.is_dir()
+
+    async def seed(into: Path) -> None:
+        pass
+
+    with run_seed("run", seed):
+        await release_rollout("run", "run-1", root)
+    assert second.path.is_dir()
+    await release_rollout("run", "run-1~2", root)  # a restarted incarnation's end
+    assert not (root / "run").exists()
