@@ -89,8 +89,8 @@ def fleet(sglang_server: SGLangServer) -> Iterator[Fleet]:
     managed = sglang_managed(
         "sgm",
         port=port,
-        # Watch the process, not /health: SGLang's /health generates a
-        # token, which would count in the request metrics the tests read.
+        # Watch the process, not /health (SGLang's /health runs a
+        # generation): the servers see the tests' requests alone.
         liveness_interval_s=0.0,
         backoff_initial_s=0.5,
     )
