@@ -24,7 +24,9 @@ names a running server (``AGENTRT_SGLANG_MODEL`` its served name, default
 ``smol``); else the venv and the libcuda stub ``.ci/sglang-setup.sh`` makes
 (``AGENTRT_SGLANG_VENV``, ``AGENTRT_SGLANG_STUB_DIR``; the model folder is the
 vLLM one) are started once per session through ``ManagedServer``; else the
-tests skip, unless ``AGENTRT_REQUIRE_SGLANG=1``.
+tests skip, unless ``AGENTRT_REQUIRE_SGLANG=1``.  ``sglang_managed`` gives
+the same launch as a ``managed = {...}`` table, for tests in which agentrt
+starts an SGLang server itself (test_sglang_fleet.py).
 """
 
 from __future__ import annotations
@@ -189,15 +191,12 @@ class SGLangServer:
 _started_sglang: list[SGLangServer] = []
 
 
-@pytest.fixture(scope="session")
-def sglang_server() -> Iterator[SGLangServer]:
-    url = os.environ.get("AGENTRT_SGLANG_URL", "").strip().rstrip("/")
-    if url:
-        yield SGLangServer(
-            base_url=url.removesuffix("/v1"),
-            model=os.environ.get("AGENTRT_SGLANG_MODEL", SERVED_NAME),
-        )
-        return
+def sglang_managed(name: str, **fields: Any) -> dict[str, Any]:
+    """The ``ManagedServerConfig`` fields that run SGLang on this CPU (the
+    venv, stub and model folder ``.ci/sglang-setup.sh`` makes, the
+    arguments above) as plain data, like a ``managed = {...}`` table of
+    ``agentrt.toml``; ``fields`` override them.  Skips (or fails, with
+    ``AGENTRT_REQUIRE_SGLANG=1``) when the install is missing."""
     venv = Path(os.environ.get("AGENTRT_SGLANG_VENV") or _home_cache("sglang-venv"))
     stub = Path(os.environ.get("AGENTRT_SGLANG_STUB_DIR") or _home_cache("sglang-cuda-stub"))
     model_dir = Path(
@@ -216,27 +215,40 @@ def sglang_server() -> Iterator[SGLangServer]:
     ]
     if missing:
         _unavailable("; ".join(missing), "SGLang", "SGLANG")
-    config = ManagedServerConfig(
-        name="sglang-smol",
-        kind="sglang",
-        venv=venv,
-        model=str(model_dir),
-        served_model_name=SERVED_NAME,
-        extra_args=SGLANG_ARGS,
+    return {
+        "name": name,
+        "kind": "sglang",
+        "venv": str(venv),
+        "model": str(model_dir),
+        "served_model_name": SERVED_NAME,
+        "extra_args": list(SGLANG_ARGS),
         # The CPU engine (else the scheduler imports vLLM's CUDA ops), the
         # stub libcuda.so.1 (sgl_kernel links it; it answers "no device").
-        env={
+        "env": {
             "SGLANG_USE_CPU_ENGINE": "1",
             "LD_LIBRARY_PATH": str(stub),
             "HF_HUB_OFFLINE": "1",
         },
-        startup_timeout_s=float(os.environ.get("AGENTRT_SGLANG_STARTUP_TIMEOUT", "600")),
-        health_interval_s=1.0,
-        liveness_interval_s=0.0,
-        restart=False,
-        stop_grace_s=20.0,
-        log_lines=2000,
-        log_output="off",
+        "startup_timeout_s": float(os.environ.get("AGENTRT_SGLANG_STARTUP_TIMEOUT", "600")),
+        "health_interval_s": 1.0,
+        "stop_grace_s": 20.0,
+        "log_lines": 2000,
+        "log_output": "off",
+        **fields,
+    }
+
+
+@pytest.fixture(scope="session")
+def sglang_server() -> Iterator[SGLangServer]:
+    url = os.environ.get("AGENTRT_SGLANG_URL", "").strip().rstrip("/")
+    if url:
+        yield SGLangServer(
+            base_url=url.removesuffix("/v1"),
+            model=os.environ.get("AGENTRT_SGLANG_MODEL", SERVED_NAME),
+        )
+        return
+    config = ManagedServerConfig.model_validate(
+        sglang_managed("sglang-smol", liveness_interval_s=0.0, restart=False)
     )
     server = ManagedServer(config)
     with anyio.from_thread.start_blocking_portal(
@@ -247,7 +259,7 @@ def sglang_server() -> Iterator[SGLangServer]:
             info = SGLangServer(
                 base_url=server.base_url,
                 model=SERVED_NAME,
-                model_path=str(model_dir),
+                model_path=str(config.model),
                 startup_s=time.monotonic() - began,
                 pid=server.pid,
                 command=tuple(server.command_line()),

@@ -38,6 +38,7 @@ from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models._prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend, SGLangBackendConfig
+from agentrt.runtime.models.sglang._sglang_wire import build_payload
 
 pytestmark = [
     pytest.mark.sglang,
@@ -220,6 +221,53 @@ async def test_a_cancelled_call_is_aborted_at_the_server(sglang_server: SGLangSe
     # the server's access log shows agentrt asked at once.
     if sglang_server.output():  # a server this session started
         assert _abort_posts(sglang_server) >= posted + 2
+
+
+async def test_every_sample_of_an_n_gt_1_call_is_aborted_at_the_server(
+    sglang_server: SGLangServer,
+) -> None:
+    """For its own ``n > 1`` SGLang draws a random id per sample, which no
+    client can abort; agentrt sends the samples as a batch under ids it
+    names (``{rid}_{i}``: the server's replies carry them) and, when it
+    gives up on the call, aborts each: one ``POST /abort_request`` per
+    sample in the server's log, its aborted-requests counter up by as many,
+    nothing left running."""
+    short = _ask(
+        "Say hi.",
+        n=2,
+        request_id="ids",
+        sampling=SamplingParams(temperature=1.0, max_tokens=2),
+    )
+    async with httpx.AsyncClient(base_url=sglang_server.base_url, timeout=120) as client:
+        reply = await client.post("/generate", json=build_payload(short))
+    reply.raise_for_status()
+    assert [sample["meta_info"]["id"] for sample in reply.json()] == ["ids_0", "ids_1"]
+
+    long = SamplingParams(temperature=1.0, max_tokens=2000)
+    task = "Write a long story about the sea."
+    before = await _metrics(sglang_server)
+    posted = _abort_posts(sglang_server)
+    async with _native(sglang_server, model=sglang_server.model) as sg:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sg.complete, _ask(task, sampling=long, n=3, request_id="cancel-n3"))
+            await _until(sglang_server, lambda m: m.get("sglang:num_running_reqs", 0) >= 3)
+            tg.cancel_scope.cancel()
+        stream = sg.stream(_ask(task, sampling=long, n=2, request_id="cancel-n2"))
+        async with aclosing(stream) as deltas:
+            first = await anext(deltas)
+        assert first.content
+    aborted = before.get("sglang:num_aborted_requests_total", 0.0) + 3 + 2
+    after = await _until(
+        sglang_server,
+        lambda m: (
+            m.get("sglang:num_aborted_requests_total", 0) >= aborted
+            and m.get("sglang:num_running_reqs", 0) == 0
+        ),
+    )
+    generated = after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"]
+    assert generated < 1000  # nowhere near 5 x 2000
+    if sglang_server.output():  # a server this session started: its access log
+        assert _abort_posts(sglang_server) == posted + 3 + 2
 
 
 async def test_the_servers_tokenizer_calibrates_the_context_budget(

@@ -61,6 +61,7 @@ from agentrt.runtime.models.sglang._sglang_wire import (
     forced_tool_call,
     outputs_to_reply,
     reply_decoder,
+    sample_rids,
 )
 from agentrt.runtime.observe._log import get_logger
 
@@ -419,9 +420,9 @@ class SGLangBackend:
         started = time.perf_counter()
         self._calls += 1
         prefix = f"call_{self._calls}_"
-        rid = request.request_id
+        rids = sample_rids(request.request_id, request.n)
         outputs = await self._rc.call(
-            affinity_key(request), lambda r: self._generate_once(r, body, rid)
+            affinity_key(request), lambda r: self._generate_once(r, body, rids)
         )
         return outputs_to_reply(
             outputs,
@@ -444,13 +445,15 @@ class SGLangBackend:
             raise InvalidRequestError(f"[{self._name}] generate() does not stream; use stream()")
         data = encoder.encode(dict(body))
         rid = body.get("rid")
+        # The ids the server knows the samples by (not those of SGLang's own
+        # ``n > 1``: it draws them itself), to abort them.
+        rids = [rid] if isinstance(rid, str) else rid if isinstance(rid, list) else []
         return await self._rc.call(
-            affinity_key,
-            lambda r: self._generate_once(r, data, rid if isinstance(rid, str) else None),
+            affinity_key, lambda r: self._generate_once(r, data, [str(i) for i in rids])
         )
 
     async def _generate_once(
-        self, replica: Replica, body: bytes, rid: str | None
+        self, replica: Replica, body: bytes, rids: list[str]
     ) -> list[GenerateOutput]:
         self._opened()
         post = self._rc.post
@@ -459,12 +462,12 @@ class SGLangBackend:
         try:
             reply = await post(url, body, _JSON, self._timeouts)
         except anyio.get_cancelled_exc_class():
-            await self._abort(replica, rid)  # cancelled, or past the call deadline
+            await self._abort(replica, rids)  # cancelled, or past the call deadline
             raise
         except Exception as exc:
             error = self._rc.transport_error(exc, replica, url, "waiting for the reply")
             if isinstance(error.error, BackendTimeout):
-                await self._abort(replica, rid)
+                await self._abort(replica, rids)
             raise error from exc
         if reply.status != 200:
             raise self._rc.status_error(reply.status, reply.headers, reply.body, url, _HINT_404)
@@ -513,7 +516,9 @@ class SGLangBackend:
             replica.outstanding += 1
             assembly = StreamAssembly(request.n, logprobs, forced_tool_call(request))
             try:
-                attempt = self._stream_attempt(replica, body, assembly, retrier, request.request_id)
+                attempt = self._stream_attempt(
+                    replica, body, assembly, retrier, sample_rids(request.request_id, request.n)
+                )
                 async with contextlib.aclosing(attempt) as deltas:
                     async for item in deltas:
                         if restart:
@@ -561,7 +566,7 @@ class SGLangBackend:
         body: bytes,
         assembly: StreamAssembly,
         retrier: Retrier,
-        rid: str | None,
+        rids: list[str],
     ) -> AsyncGenerator[StreamDelta, None]:
         """One streamed ``/generate`` on ``replica``: its content deltas until
         ``[DONE]``; a body that ends before it raises ``TransientError``."""
@@ -612,19 +617,22 @@ class SGLangBackend:
             if not done and response.status_code == 200:
                 # Closed early (the caller stopped reading, was cancelled or
                 # hit its deadline): the server would go on generating.
-                await self._abort(replica, rid)
+                await self._abort(replica, rids)
 
-    async def _abort(self, replica: Replica, rid: str | None) -> None:
-        """Ask ``replica`` to stop generating request ``rid`` (SGLang's
-        ``POST /abort_request``), so a call given up on frees the server's
-        batch slot and KV cache now rather than at its ``max_tokens``.
-        Best effort, shielded and bounded (``_ABORT_TIMEOUT_S``): a failure
-        is logged, never raised over the error that ended the call."""
+    async def _abort(self, replica: Replica, rids: list[str]) -> None:
+        """Ask ``replica`` to stop generating the samples ``rids`` (SGLang's
+        ``POST /abort_request``, one per sample, all at once), so a call
+        given up on frees the server's batch slots and KV cache now rather
+        than at its ``max_tokens``.  Best effort, shielded and bounded
+        (``_ABORT_TIMEOUT_S``): a failure is logged, never raised over the
+        error that ended the call."""
         post = self._rc.post
-        if rid is None or post is None:
+        if not rids or post is None:
             return
         url = f"{replica.url}/abort_request"
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_ABORT_TIMEOUT_S):
+
+        async def abort(rid: str) -> None:
+            assert post is not None
             try:
                 reply = await post(url, encoder.encode({"rid": rid}), _JSON, self._timeouts)
             except Exception as exc:
@@ -634,6 +642,11 @@ class SGLangBackend:
                 self._log.warning("abort_refused", url=url, rid=rid, status=reply.status)
             else:
                 self._log.debug("aborted", url=url, rid=rid)
+
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_ABORT_TIMEOUT_S):
+            async with anyio.create_task_group() as tg:
+                for rid in rids:
+                    tg.start_soon(abort, rid)
 
     def _decode_event(self, data: bytes, url: str) -> GenerateOutput:
         try:

@@ -39,6 +39,7 @@ __all__ = [
     "build_payload",
     "forced_tool_call",
     "outputs_to_reply",
+    "sample_rids",
 ]
 
 encoder = msgspec.json.Encoder()
@@ -95,18 +96,33 @@ def tool_call_schema(tools: list[ToolSpec]) -> dict[str, Any]:
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
+def sample_rids(rid: str | None, n: int) -> list[str]:
+    """The ids of the ``n`` samples of request ``rid`` at the server (none
+    without ``rid``): ``rid`` itself for one sample, else ``{rid}_{i}``."""
+    if not rid:
+        return []
+    return [rid] if n <= 1 else [f"{rid}_{i}" for i in range(n)]
+
+
 def build_payload(
     request: ModelRequest, *, prompt: str | None = None, stream: bool = False
 ) -> dict[str, Any]:
     """The ``/generate`` body for a chat request (``prompt`` overrides the
-    rendered chat template)."""
+    rendered chat template).
+
+    ``n > 1`` samples go as a batch of ``n`` copies of the prompt, each
+    with its id from ``sample_rids``, not as SGLang's ``n``: for that one
+    SGLang gives every sample a random id of its own (it regenerates them,
+    sglang ``TokenizerManager._handle_batch_request``), so a client could
+    not abort them (``/abort_request`` takes one sample's id).  The reply
+    has the same shape either way: a list of samples, streamed events
+    tagged with the sample's ``index``."""
     s = request.sampling
     sampling: dict[str, Any] = {
         "max_new_tokens": s.max_tokens,
         "temperature": s.temperature,
         "top_p": s.top_p,
         "stop": [*s.stop, *STOP],
-        "n": request.n,
     }
     if s.seed is not None:
         sampling["sampling_seed"] = s.seed
@@ -116,13 +132,17 @@ def build_payload(
         sampling["json_schema"] = msgspec.json.encode(tool_call_schema(request.tools)).decode()
     if prompt is None:
         prompt = render_chat(request.messages, request.tools) + forced
+    n = request.n
+    if n < 1:
+        sampling["n"] = n  # the server refuses it, saying why
     body: dict[str, Any] = {
-        "text": prompt,
+        "text": [prompt] * n if n > 1 else prompt,
         "sampling_params": sampling,
         "stream": stream,
     }
-    if request.request_id:
-        body["rid"] = request.request_id
+    rids = sample_rids(request.request_id, n)
+    if rids:
+        body["rid"] = rids if n > 1 else rids[0]
     if request.logprobs or request.top_logprobs > 0:
         body["return_logprob"] = True
         body["top_logprobs_num"] = request.top_logprobs

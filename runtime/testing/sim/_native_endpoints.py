@@ -176,8 +176,6 @@ class NativeEndpoints:
                     f"need 1 <= n <= {MAX_N} and max_new_tokens >= 0, "
                     f"got n={sp.n}, max_new_tokens={sp.max_new_tokens}"
                 )
-            if req.stream and len(prompts) > 1:
-                return self._bad_request("streaming supports one prompt per request")
             early = await gen.early_fault()
             if early is not None:
                 return early
@@ -200,15 +198,18 @@ class NativeEndpoints:
             cached_total += cached
             base = prompt.rid or engine.next_id("sim")
             for i in range(sp.n):
+                # The sample's place in the reply (SGLang's ``index``): its
+                # number among n, or its prompt's place in a batch.
+                place = len(items)
                 choice = engine.reply(
                     view,
                     seed=sp.sampling_seed,
-                    index=i,
+                    index=place,
                     temperature=sp.temperature,
                     max_tokens=sp.max_new_tokens,
                 )
                 rid = base if sp.n == 1 else f"{base}_{i}"
-                items.append(_Sample(prompt, cached, i, choice, rid))
+                items.append(_Sample(prompt, cached, place, choice, rid))
                 completion += len(choice.pieces)
                 longest = max(longest, len(choice.pieces))
                 if prompt.encoded is not None:
@@ -241,7 +242,7 @@ class NativeEndpoints:
 class _Sample(NamedTuple):
     prompt: _Prompt
     cached: int
-    sample: int  # the sample's index among n
+    sample: int  # the sample's place in the reply (``index``)
     choice: SimChoice
     rid: str
 

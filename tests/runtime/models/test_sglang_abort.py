@@ -63,11 +63,12 @@ def _backend(server: Server, deadline_s: float = 60.0) -> SGLangBackend:
     return SGLangBackend(config, transport=httpx.MockTransport(server.handle))
 
 
-def _request(rid: str) -> ModelRequest:
+def _request(rid: str, n: int = 1) -> ModelRequest:
     return ModelRequest(
         messages=[UserMessage("count to a thousand")],
         sampling=SamplingParams(max_tokens=4000),
         request_id=rid,
+        n=n,
     )
 
 
@@ -95,3 +96,23 @@ async def test_a_stream_closed_early_is_aborted_at_the_server() -> None:
             first = await anext(deltas)
         assert first.content == "Hel"
     assert server.aborted == ["run-3-0"]
+
+
+async def test_every_sample_of_an_n_gt_1_call_is_aborted() -> None:
+    """SGLang knows each sample by an id of its own: every one is aborted,
+    whole call or stream."""
+    server = Server()
+    async with _backend(server) as sg:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sg.complete, _request("run-4-0", n=3))
+            await server.started.wait()
+            tg.cancel_scope.cancel()
+        async with contextlib.aclosing(sg.stream(_request("run-5-0", n=2))) as deltas:
+            await anext(deltas)
+    assert sorted(server.aborted) == [
+        "run-4-0_0",
+        "run-4-0_1",
+        "run-4-0_2",
+        "run-5-0_0",
+        "run-5-0_1",
+    ]

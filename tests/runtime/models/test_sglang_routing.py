@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from agentrt.protocols import (
@@ -97,17 +98,21 @@ def test_payload_carries_sampling_rid_and_logprobs() -> None:
         request_id="rid-1",
     )
     body = build_payload(request, stream=True)
-    assert body["rid"] == "rid-1"
+    # n > 1: a batch of n prompts, each sample with an id agentrt can abort.
+    assert body["rid"] == ["rid-1_0", "rid-1_1"]
+    assert len(body["text"]) == 2
+    assert body["text"][0] == body["text"][1]
     assert body["stream"] is True
     assert body["sampling_params"] == {
         "max_new_tokens": 7,
         "temperature": 0.2,
         "top_p": 1.0,
         "stop": ["END", "<|im_end|>"],
-        "n": 2,
         "sampling_seed": 4,
     }
     assert (body["return_logprob"], body["top_logprobs_num"]) == (True, 3)
+    single = build_payload(msgspec.structs.replace(request, n=1))
+    assert (single["rid"], single["text"]) == ("rid-1", body["text"][0])
 
 
 def test_stream_assembly_holds_back_tool_call_text() -> None:

@@ -95,6 +95,25 @@ async def test_generate_streams_cumulative_text_then_done() -> None:
     assert events[-1]["meta_info"]["finish_reason"] is not None
 
 
+async def test_a_streamed_batch_tags_each_prompts_events_with_its_place() -> None:
+    """As SGLang: a batch streams too, each event's ``index`` its prompt's
+    place (how agentrt sends ``n > 1``: n copies, ids it can abort)."""
+    body = {
+        "text": ["go", "go"],
+        "rid": ["s_0", "s_1"],
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 3, "temperature": 1.0},
+    }
+    async with SimServer(FAST) as srv, httpx.AsyncClient(base_url=srv.url) as client:
+        data = await sse_data(client, "/generate", body)
+    assert data[-1] == "[DONE]"
+    events = [json.loads(d) for d in data[:-1]]
+    ids = {e["index"]: e["meta_info"]["id"] for e in events}
+    assert ids == {0: "s_0", 1: "s_1"}
+    last = {e["index"]: e["text"] for e in events}
+    assert last[0] != last[1]  # two samples, not one twice
+
+
 async def test_generate_with_chat_template_and_tools_answers_tool_call_blocks() -> None:
     prompt = (
         "<|im_start|>system\nsys\n\n# Tools\n<tools>\n"
