@@ -307,7 +307,8 @@ def test_the_gpu_example_runs_four_rollouts_and_reports_cached_tokens(
     usage = re.search(r"usage: (\d+) prompt \((\d+) cached\) \+ (\d+) completion", out)
     assert usage is not None, out
     prompt, cached = int(usage[1]), int(usage[2])
-    # Four rollouts of one prompt: at least three found it in the cache.
+    # Four rollouts of one prompt after the example's warm-up: they found it
+    # in the cache (without the warm-up, whether they do is a race).
     assert cached >= 3 * (prompt // 4) * 0.9
     assert "backend coder-openai" not in out
 
