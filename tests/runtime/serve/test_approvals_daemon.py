@@ -35,7 +35,7 @@ from agentrt.testing import ScriptedBackend, ScriptedToolCall
 
 from .test_webhooks import SECRET, receiver
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 def _one_call(latency_s: float = 0.0) -> ScriptedBackend:
