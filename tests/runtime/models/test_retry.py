@@ -10,7 +10,7 @@ import functools
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -40,9 +40,8 @@ from agentrt.runtime.models._retry import (
 )
 from agentrt.runtime.models.http._http_client import HttpClientConfig
 from agentrt.runtime.models.openai import _openai_backend
-from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
+from tests.runtime.models._loopback import Handler, loopback_server, openai_backend
 
 OK = {
     "model": "m",
@@ -273,29 +272,20 @@ async def serve(handler: Handler) -> AsyncIterator[str]:
     async def wrapped(request: web.Request) -> web.StreamResponse:
         return await handler(request)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", wrapped)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with loopback_server(wrapped) as url:
+        yield url
 
 
 def backend(url: str, **overrides: Any) -> OpenAIBackend:
-    config: dict[str, Any] = {
-        "name": "rt",
-        "base_url": url,
-        "models": ["m"],
-        "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
-        "http": HttpClientConfig(read_timeout_s=5),
-    }
-    config.update(overrides)
-    return OpenAIBackend(OpenAIBackendConfig(**config))
+    return openai_backend(
+        url,
+        **{
+            "name": "rt",
+            "models": ["m"],
+            "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
+            **overrides,
+        },
+    )
 
 
 @pytest.mark.anyio
