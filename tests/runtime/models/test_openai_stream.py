@@ -123,39 +123,20 @@ async def collect(b: OpenAIBackend, request: ModelRequest) -> list[StreamDelta]:
 
 ASK = ModelRequest(messages=[UserMessage("hi")], tools=[ToolSpec(name="f"), ToolSpec(name="g")])
 
+
+def call_opens(index: int, call_id: str, name: str, arguments: str) -> Any:
+    """The chunk that opens tool call ``index``: its id, name and first arguments."""
+    call = {"index": index, "id": call_id, "type": "function"}
+    return chunk([delta(tool_calls=[{**call, "function": {"name": name, "arguments": arguments}}])])
+
+
 TOOL_STREAM: list[Any] = [
     chunk([delta(role="assistant", content="")]),
     chunk([delta(content="Let me ")]),
     chunk([delta(content="check.")]),
-    chunk(
-        [
-            delta(
-                tool_calls=[
-                    {
-                        "index": 0,
-                        "id": "call_a",
-                        "type": "function",
-                        "function": {"name": "f", "arguments": ""},
-                    }
-                ]
-            )
-        ]
-    ),
+    call_opens(0, "call_a", "f", ""),
     chunk([delta(tool_calls=[{"index": 0, "function": {"arguments": '{"x": '}}])]),
-    chunk(
-        [
-            delta(
-                tool_calls=[
-                    {
-                        "index": 1,
-                        "id": "call_b",
-                        "type": "function",
-                        "function": {"name": "g", "arguments": '{"q"'},
-                    }
-                ]
-            )
-        ]
-    ),
+    call_opens(1, "call_b", "g", '{"q"'),
     chunk([delta(tool_calls=[{"index": 0, "function": {"arguments": "1}"}}])]),
     chunk([delta(tool_calls=[{"index": 1, "function": {"arguments": ': "a'}}])]),
     chunk([delta(finish="tool_calls")]),
