@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import _smoke
 import anyio
 import msgspec
 import psutil
@@ -534,11 +535,7 @@ def smoke_checks(figures: dict[str, float]) -> int:
     ]  # fmt: skip
     print(f"\nsmoke checks (loose bounds: targets loosened {SMOKE_SLACK:g}x, small samples are "
           "noisy; the ask p99 is wall-clock, so not checked)")  # fmt: skip
-    for label, value, ok in checks:
-        print(f"  {label:<58} {value:>14}  {'ok' if ok else 'FAILED'}")
-    failed = sum(not ok for _, _, ok in checks)
-    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    return _smoke.verdict(checks, 58, 14)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import _smoke
 import anyio
 
 from agentrt.agents import Agent, AgentConfig
@@ -241,11 +242,7 @@ def smoke_checks(
     checks.append((f"branching / plain completion tokens <= {SMOKE_TOKEN_BOUND}", f"{ratio:.2f}",
                    ratio <= SMOKE_TOKEN_BOUND))  # fmt: skip
     print("\nsmoke checks (loose token bound: a few tasks are noisy; the full run shows ~0.6x)")
-    for label, value, ok in checks:
-        print(f"  {label:<70} {value:>12}  {'ok' if ok else 'FAILED'}")
-    failed = sum(not ok for *_, ok in checks)
-    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    return _smoke.verdict(checks, 70, 12)
 
 
 async def main_async(args: argparse.Namespace) -> int:

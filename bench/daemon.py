@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _smoke
 import anyio
 import httpx
 import msgspec
@@ -866,11 +867,7 @@ def smoke_checks(
         ]  # fmt: skip
     print(f"\nsmoke checks (loose: GET p99 against one model call's latency, not "
           f"{P99_TARGET_MS:g} ms; the absolute targets are reported, not checked)")  # fmt: skip
-    for label, value, ok in checks:
-        print(f"  {label:<54} {value:>14}  {'ok' if ok else 'FAILED'}")
-    failed = sum(not ok for *_, ok in checks)
-    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    return _smoke.verdict(checks, 54, 14)
 
 
 if __name__ == "__main__":

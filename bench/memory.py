@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import _smoke
 import anyio
 
 from agentrt.agents import Agent, AgentConfig, RolloutContext
@@ -280,11 +281,7 @@ def smoke_checks(args: argparse.Namespace, rows: dict[str, Tally]) -> int:
              points <= SMOKE_MAJORITY_POINTS),
         ]  # fmt: skip
     print("\nsmoke checks")
-    for label, value, ok in checks:
-        print(f"  {label:<66} {value:>12}  {'ok' if ok else 'FAILED'}")
-    failed = sum(not ok for *_, ok in checks)
-    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    return _smoke.verdict(checks, 66, 12)
 
 
 async def main_async(args: argparse.Namespace) -> int:

@@ -73,6 +73,8 @@ import urllib.request
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import _smoke
+
 SYSTEM = "You are a helpful assistant. Use the tools when they help."
 """The floor's system prompt: ``AgentConfig``'s default instructions."""
 ADD_SCHEMA: dict[str, Any] = {
@@ -612,11 +614,8 @@ def smoke_checks(table: Table, steps: int, latency: float) -> int:
                                f"<= {bound:.1f}", 0 < value <= bound))  # fmt: skip
     print(f"\nsmoke checks (loose bounds: the R = 1,000 targets loosened {SMOKE_SLACK:g}x, "
           "small R is noisy; start-up times are wall-clock, so not checked)")  # fmt: skip
-    for label, value, shown, ok in checks:
-        print(f"  {label:<50} {value:>8.2f} {shown:>9}  {'ok' if ok else 'FAILED'}")
-    failed = sum(not ok for *_, ok in checks)
-    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    shown = [(label, f"{value:>8.2f} {bound:>9}", ok) for label, value, bound, ok in checks]
+    return _smoke.verdict(shown, 50, 18)
 
 
 def import_times(repeat: int = 5) -> None:

@@ -57,6 +57,7 @@ import time
 from functools import partial
 from typing import Any
 
+import _smoke
 import anyio
 import psutil
 
@@ -273,11 +274,7 @@ def smoke_checks(rows: list[dict[str, Any]], rollouts: int, steps: int, ideal: f
                                f"{ratio:.2f}", ratio <= bound))  # fmt: skip
     print("\nsmoke checks (loose bounds: a small run on few cores is noisy; the full run "
           "reports the real targets)")  # fmt: skip
-    for label, value, ok in checks:
-        print(f"  {label:<52} {value:>18}  {'ok' if ok else 'FAILED'}")
-    failed = sum(not ok for _, _, ok in checks)
-    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    return _smoke.verdict(checks, 52, 18)
 
 
 def split_lines(by: dict[str, dict[str, Any]]) -> None:

@@ -41,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import _smoke
 import anyio
 import psutil
 
@@ -234,11 +235,7 @@ def smoke_verdict(checks: list[tuple[str, str, bool]]) -> int:
         f"\nsmoke checks (loose: the idle bound loosened {SMOKE_SLACK:g}x; the "
         f"{OVERHEAD_TARGET_MS:g} ms overhead is wall-clock, so reported, not checked)"
     )
-    for label, value, ok in checks:
-        print(f"  {label:<46} {value:>12}  {'ok' if ok else 'FAILED'}")
-    failed = sum(not ok for *_, ok in checks)
-    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    return _smoke.verdict(checks, 46, 12)
 
 
 if __name__ == "__main__":

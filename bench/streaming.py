@@ -45,6 +45,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+import _smoke
 import anyio
 import httpx
 
@@ -208,11 +209,7 @@ def smoke_checks(args: argparse.Namespace, measured: dict[str, list[float]]) -> 
         ]  # fmt: skip
     print(f"\nsmoke checks (loose: the lag against the reply's {reply_ms:.0f} ms of streaming, "
           f"not {TARGET_MS:.0f} ms; wall-clock targets are reported, not checked)")  # fmt: skip
-    for label, value, ok in checks:
-        print(f"  {label:<52} {value:>18}  {'ok' if ok else 'FAILED'}")
-    failed = sum(not ok for *_, ok in checks)
-    print(f"smoke: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    return _smoke.verdict(checks, 52, 18)
 
 
 async def main(args: argparse.Namespace) -> int:

@@ -124,106 +124,90 @@ class DaemonMetrics:
         self._scrape = _Scrape()
         self._render_lock = anyio.Lock()
         r = self.registry
-        self.events = Counter(
-            "agentrt_events", "Run events observed, by type.", ["type"], registry=r
+
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, registry=r)
+
+        def histogram(name: str, doc: str, buckets: Sequence[float], *labels: str) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=r)
+
+        self.events = counter("agentrt_events", "Run events observed, by type.", "type")
+        self.runs_started = counter("agentrt_runs_started", "Runs started, by agent.", "agent")
+        self.runs_finished = counter(
+            "agentrt_runs_finished", "Runs finished, by agent and final status.", "agent", "status"
         )
-        self.runs_started = Counter(
-            "agentrt_runs_started", "Runs started, by agent.", ["agent"], registry=r
-        )
-        self.runs_finished = Counter(
-            "agentrt_runs_finished",
-            "Runs finished, by agent and final status.",
-            ["agent", "status"],
-            registry=r,
-        )
-        self.run_duration = Histogram(
+        self.run_duration = histogram(
             "agentrt_run_duration_seconds",
             "Wall time of a run, RunStarted to RunFinished, by final status.",
-            ["status"],
-            buckets=RUN_BUCKETS,
-            registry=r,
+            RUN_BUCKETS,
+            "status",
         )
-        self.rollouts_started = Counter("agentrt_rollouts_started", "Rollouts started.", registry=r)
-        self.rollouts_finished = Counter(
-            "agentrt_rollouts_finished", "Rollouts finished, by status.", ["status"], registry=r
+        self.rollouts_started = counter("agentrt_rollouts_started", "Rollouts started.")
+        self.rollouts_finished = counter(
+            "agentrt_rollouts_finished", "Rollouts finished, by status.", "status"
         )
-        self.steps = Counter(
-            "agentrt_steps", "Steps recorded, by the model that served them.", ["model"], registry=r
+        self.steps = counter(
+            "agentrt_steps", "Steps recorded, by the model that served them.", "model"
         )
-        self.step_errors = Counter(
-            "agentrt_step_errors", "Steps that recorded an error, by model.", ["model"], registry=r
+        self.step_errors = counter(
+            "agentrt_step_errors", "Steps that recorded an error, by model.", "model"
         )
-        self.step_duration = Histogram(
+        self.step_duration = histogram(
             "agentrt_step_duration_seconds",
             "Wall time of a step (model call plus tool calls), by model.",
-            ["model"],
-            buckets=STEP_BUCKETS,
-            registry=r,
+            STEP_BUCKETS,
+            "model",
         )
-        self.model_call_duration = Histogram(
+        self.model_call_duration = histogram(
             "agentrt_model_call_duration_seconds",
             "Latency of a step's model call as the backend measured it, by model.",
-            ["model"],
-            buckets=STEP_BUCKETS,
-            registry=r,
+            STEP_BUCKETS,
+            "model",
         )
-        self.step_tokens = Counter(
+        self.step_tokens = counter(
             "agentrt_step_tokens",
             "Tokens of steps' model calls by model and kind (prompt, completion, cached); "
             "cached/prompt is the prefix-cache hit ratio.",
-            ["model", "kind"],
-            registry=r,
+            "model",
+            "kind",
         )
-        self.tokens = Counter(
+        self.tokens = counter(
             "agentrt_tokens",
             "Tokens runs spent (steps, warm-up, summaries, aggregation) by agent and kind.",
-            ["agent", "kind"],
-            registry=r,
+            "agent",
+            "kind",
         )
-        self.model_calls = Counter(
-            "agentrt_model_calls", "Model calls runs made, by agent.", ["agent"], registry=r
+        self.model_calls = counter(
+            "agentrt_model_calls", "Model calls runs made, by agent.", "agent"
         )
-        self.cost_usd = Counter(
-            "agentrt_cost_usd", "Money runs spent in US dollars, by agent.", ["agent"], registry=r
+        self.cost_usd = counter(
+            "agentrt_cost_usd", "Money runs spent in US dollars, by agent.", "agent"
         )
-        self.tool_calls = Counter(
-            "agentrt_tool_calls", "Tool calls, by tool.", ["tool"], registry=r
+        self.tool_calls = counter("agentrt_tool_calls", "Tool calls, by tool.", "tool")
+        self.tool_errors = counter(
+            "agentrt_tool_call_errors", "Tool calls that failed, by tool.", "tool"
         )
-        self.tool_errors = Counter(
-            "agentrt_tool_call_errors", "Tool calls that failed, by tool.", ["tool"], registry=r
+        self.tool_duration = histogram(
+            "agentrt_tool_call_duration_seconds", "Wall time of a tool call.", TOOL_BUCKETS
         )
-        self.tool_duration = Histogram(
-            "agentrt_tool_call_duration_seconds",
-            "Wall time of a tool call.",
-            buckets=TOOL_BUCKETS,
-            registry=r,
+        self.signals = counter("agentrt_signals", "Behaviour signals raised, by signal.", "signal")
+        self.errors = counter(
+            "agentrt_errors", "Errors runs reported, by whether they ended the run.", "fatal"
         )
-        self.signals = Counter(
-            "agentrt_signals", "Behaviour signals raised, by signal.", ["signal"], registry=r
-        )
-        self.errors = Counter(
-            "agentrt_errors",
-            "Errors runs reported, by whether they ended the run.",
-            ["fatal"],
-            registry=r,
-        )
-        self.aggregation_rounds = Counter(
+        self.aggregation_rounds = counter(
             "agentrt_aggregation_rounds",
             "Aggregation decisions (votes, tournament rounds), by aggregator.",
-            ["aggregator"],
-            registry=r,
+            "aggregator",
         )
-        self.source_errors = Counter(
+        self.source_errors = counter(
             "agentrt_metrics_source_errors",
             "Scrape-time sources that failed or timed out, by source.",
-            ["source"],
-            registry=r,
+            "source",
         )
-        self.limits_hit = Counter(
+        self.limits_hit = counter(
             "agentrt_limit_refusals",
             "Requests and connections refused by a [server] limit, by the limit's key.",
-            ["limit"],
-            registry=r,
+            "limit",
         )
         r.register(_ScrapeCollector(lambda: self._scrape))
         if process_metrics:
@@ -411,12 +395,9 @@ class _ScrapeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self._current()
         if s.runs_by_status is not None:
-            runs = GaugeMetricFamily(
-                "agentrt_runs", "Runs in the store, by status.", labels=["status"]
+            yield _by_key(
+                "agentrt_runs", "Runs in the store, by status.", "status", s.runs_by_status
             )
-            for status, count in sorted(s.runs_by_status.items()):
-                runs.add_metric([status], count)
-            yield runs
         if s.active_runs is not None:
             yield GaugeMetricFamily(
                 "agentrt_active_runs", "Runs executing in this process.", value=s.active_runs
@@ -442,14 +423,12 @@ class _ScrapeCollector(Collector):
                 value=s.admission.get("limit", 0),
             )
         if s.mailbox_depths is not None:
-            depth = GaugeMetricFamily(
+            yield _by_key(
                 "agentrt_mailbox_depth",
                 "Work waiting in a queue or actor mailbox (runs, rollouts, store writes).",
-                labels=["actor"],
+                "actor",
+                s.mailbox_depths,
             )
-            for actor, count in sorted(s.mailbox_depths.items()):
-                depth.add_metric([actor], count)
-            yield depth
         if s.backends is not None:
             yield from _backend_families(s.backends)
         if s.mcp_servers is not None:
@@ -483,6 +462,47 @@ _RETRY_FIELDS: Final = (
 )
 
 
+_ReplicaField = tuple[
+    type[GaugeMetricFamily | CounterMetricFamily], str, str, Callable[[ReplicaStatus], float]
+]
+"""A replica family: its kind, name and help, and what it reads of a replica."""
+
+_REPLICA_FIELDS: Final[tuple[_ReplicaField, ...]] = (
+    (
+        GaugeMetricFamily,
+        "agentrt_replica_healthy",
+        "1 if a model replica is healthy.",
+        lambda row: 1 if row.healthy else 0,
+    ),
+    (
+        GaugeMetricFamily,
+        "agentrt_replica_outstanding",
+        "Requests in flight on a model replica.",
+        lambda row: row.outstanding,
+    ),
+    (
+        CounterMetricFamily,
+        "agentrt_replica_served",
+        "Requests a model replica served.",
+        lambda row: row.served,
+    ),
+    (
+        CounterMetricFamily,
+        "agentrt_replica_failures",
+        "Failed requests to a model replica.",
+        lambda row: row.failures,
+    ),
+)
+
+
+def _by_key(metric: str, doc: str, label: str, counts: Mapping[str, int]) -> GaugeMetricFamily:
+    """A gauge with one series per key of ``counts``, in key order."""
+    family = GaugeMetricFamily(metric, doc, labels=[label])
+    for key, count in sorted(counts.items()):
+        family.add_metric([key], count)
+    return family
+
+
 def _backend_families(backends: Mapping[str, object]) -> Iterator[Metric]:
     stats: dict[str, RetryStats] = {}
     replicas: dict[str, Sequence[ReplicaStatus]] = {}
@@ -502,30 +522,12 @@ def _backend_families(backends: Mapping[str, object]) -> Iterator[Metric]:
                 family.add_metric([name], getattr(snap, attr))
             yield family
     if replicas:
-        healthy = GaugeMetricFamily(
-            "agentrt_replica_healthy", "1 if a model replica is healthy.", labels=["backend", "url"]
-        )
-        outstanding = GaugeMetricFamily(
-            "agentrt_replica_outstanding",
-            "Requests in flight on a model replica.",
-            labels=["backend", "url"],
-        )
-        served = CounterMetricFamily(
-            "agentrt_replica_served", "Requests a model replica served.", labels=["backend", "url"]
-        )
-        failures = CounterMetricFamily(
-            "agentrt_replica_failures",
-            "Failed requests to a model replica.",
-            labels=["backend", "url"],
-        )
-        for name, rows in sorted(replicas.items()):
-            for row in rows:
-                labels = [name, row.url]
-                healthy.add_metric(labels, 1 if row.healthy else 0)
-                outstanding.add_metric(labels, row.outstanding)
-                served.add_metric(labels, row.served)
-                failures.add_metric(labels, row.failures)
-        yield from (healthy, outstanding, served, failures)
+        for kind, metric, doc, read in _REPLICA_FIELDS:
+            per_replica = kind(metric, doc, labels=["backend", "url"])
+            for name, rows in sorted(replicas.items()):
+                for row in rows:
+                    per_replica.add_metric([name, row.url], read(row))
+            yield per_replica
 
 
 def metrics_route(metrics: DaemonMetrics, path: str = "/metrics") -> Route:

@@ -345,21 +345,28 @@ def test_the_example_names_the_configurations_servers() -> None:
 # -- Runtime ----------------------------------------------------------------------------------
 
 
+@asynccontextmanager
+async def lead_runtime(toml: Path) -> AsyncIterator[tuple[Runtime, GatedBackend]]:
+    """A Runtime from ``toml`` on a ``GatedBackend``; entering, the block and
+    closing have 60 seconds."""
+    backend = GatedBackend()
+    with anyio.fail_after(60):
+        async with Runtime(load_config(toml).runtime, backends=[backend]) as rt:
+            yield rt, backend
+
+
 @pytest.mark.anyio
 async def test_runtime_runs_share_one_process_per_server(
     config_file: Callable[[str], Path],
 ) -> None:
-    config = load_config(config_file("")).runtime
-    backend = GatedBackend()
-    with anyio.fail_after(60):
-        async with Runtime(config, backends=[backend]) as rt:
+    async with lead_runtime(config_file("")) as (rt, backend):
 
-            async def run(name: str) -> str:
-                result = await rt.run(task_for(name), agent="lead")
-                assert result.status == "succeeded", result.error
-                return result.answer or ""
+        async def run(name: str) -> str:
+            result = await rt.run(task_for(name), agent="lead")
+            assert result.status == "succeeded", result.error
+            return result.answer or ""
 
-            await assert_runs_share_one_process_per_server(backend, run)
+        await assert_runs_share_one_process_per_server(backend, run)
     assert_tool_results_reached_the_model(backend.requests, list(FILES))
 
 
@@ -367,16 +374,13 @@ async def test_runtime_runs_share_one_process_per_server(
 async def test_runtime_restarts_a_killed_server_through_its_actor(
     config_file: Callable[[str], Path],
 ) -> None:
-    config = load_config(config_file("")).runtime
-    backend = GatedBackend()
-    with anyio.fail_after(60):
-        async with Runtime(config, backends=[backend]) as rt:
-            first = await rt.run(task_for("a.txt"), agent="lead")
-            before = one_process_each()
-            status = await kill_everything_and_wait_for_its_restart(rt)
-            after = one_process_each()
-            backend.requests.clear()
-            second = await rt.run(task_for("b.txt"), agent="lead")
+    async with lead_runtime(config_file("")) as (rt, backend):
+        first = await rt.run(task_for("a.txt"), agent="lead")
+        before = one_process_each()
+        status = await kill_everything_and_wait_for_its_restart(rt)
+        after = one_process_each()
+        backend.requests.clear()
+        second = await rt.run(task_for("b.txt"), agent="lead")
     assert (first.answer, second.answer) == (ANSWERS["a.txt"], ANSWERS["b.txt"])
     assert (status.restarts, status.actor_restarts) == (1, 0)
     assert after["everything"] != before["everything"]

@@ -189,6 +189,13 @@ class OpenAIEndpoints:
             return self._bad_request(f"max_tokens must be at least 1, got {max_tokens}")
         return None
 
+    def _generation(self, request: web.Request, path: str) -> Generation:
+        """The lifecycle of a request to ``path``, admitted under the id its
+        client sent (``X-Request-Id``)."""
+        return Generation(
+            self.engine, request, path, request.headers.get("X-Request-Id"), self._on_restart
+        )
+
     async def models(self, request: web.Request) -> web.Response:
         self.engine.requests["/v1/models"] += 1
         cfg = self.engine.config
@@ -203,13 +210,7 @@ class OpenAIEndpoints:
             engine.requests["/v1/chat/completions"] += 1
             return self._bad_request(f"invalid chat completion request: {exc}")
         max_tokens = req.max_completion_tokens or req.max_tokens
-        gen = Generation(
-            engine,
-            request,
-            "/v1/chat/completions",
-            request.headers.get("X-Request-Id"),
-            self._on_restart,
-        )
+        gen = self._generation(request, "/v1/chat/completions")
         async with gen:
             problem = self._check(req.model, req.n, max_tokens)
             if problem is not None:
@@ -304,13 +305,7 @@ class OpenAIEndpoints:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             engine.requests["/v1/completions"] += 1
             return self._bad_request(f"invalid completion request: {exc}")
-        gen = Generation(
-            engine,
-            request,
-            "/v1/completions",
-            request.headers.get("X-Request-Id"),
-            self._on_restart,
-        )
+        gen = self._generation(request, "/v1/completions")
         async with gen:
             problem = self._check(req.model, req.n, req.max_tokens)
             if problem is not None:

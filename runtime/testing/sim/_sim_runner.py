@@ -163,12 +163,7 @@ class SimServer:
         request drew it finds the port closed), finish in the background."""
         if self._tg is None or self._restarting or self._state is not _State.OPENED:
             return
-        self._restarting = True
-        try:
-            await self._stop_listening()
-        except BaseException:
-            self._restarting = False
-            raise
+        await self._go_down()
         self._tg.start_soon(self._come_back)
 
     async def restart(self) -> None:
@@ -177,13 +172,17 @@ class SimServer:
         prefix cache, listen again on the same port (the URL stays valid)."""
         if self._restarting or self._state is not _State.OPENED:
             raise RuntimeError("SimServer.restart() needs a running server not already restarting")
+        await self._go_down()
+        await self._come_back()
+
+    async def _go_down(self) -> None:
+        """Begin a restart: stop listening; if that fails, no restart is under way."""
         self._restarting = True
         try:
             await self._stop_listening()
         except BaseException:
             self._restarting = False
             raise
-        await self._come_back()
 
     async def _stop_listening(self) -> None:
         self.engine.restarts += 1

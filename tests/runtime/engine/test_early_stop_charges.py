@@ -5,8 +5,9 @@ that stopping early never costs more than running every rollout."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import httpx
@@ -61,33 +62,71 @@ def solver() -> AgentConfig:
     )
 
 
-async def five_rollouts(*, early_stop: bool) -> tuple[RunResult, dict[str, int]]:
-    """5 one-step rollouts on the sim-server: r0..r2 answer at once; with
-    ``early_stop``, r3 and r4 would answer only after ``SLOW_MS`` (without
-    it, at once: each call costs the same whenever it answers); what the
-    run reported and the server counted."""
+async def run_on_sim(
+    *,
+    ttft_ms: int,
+    reply_tokens: int,
+    early_stop: bool,
+    rollouts: int,
+    http: HttpClientConfig | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    budget: Budget | None = None,
+    events: Callable[[Event], Awaitable[None]] | None = None,
+) -> tuple[RunResult, dict[str, Any]]:
+    """``rollouts`` one-step rollouts of ``solver`` on the sim-server (model
+    ``m0``, replies of ``reply_tokens`` tokens, the first after
+    ``ttft_ms``); what the run reported and the server's stats once every
+    request it saw has ended (an abandoned request is counted once its
+    handler ends)."""
     sim = SimServerConfig(
-        model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0, reply_tokens=40
+        model="m0",
+        ttft_ms=ttft_ms,
+        token_ms=0,
+        answer="answer",
+        tool_rounds=0,
+        reply_tokens=reply_tokens,
     )
     async with SimServer(sim) as server:
         model = OpenAIBackend(
-            OpenAIBackendConfig(name="sim", base_url=f"{server.url}/v1", models=["m0"]),
-            transport=SlowRollouts({3, 4}, SLOW_MS if early_stop else 0),
+            OpenAIBackendConfig(
+                name="sim",
+                base_url=f"{server.url}/v1",
+                models=["m0"],
+                http=http or HttpClientConfig(),
+            ),
+            transport=transport,
         )
         config = {"agents": {"solver": solver()}, "early_stop": early_stop, "warm_prefix": False}
         async with model, Runtime(config, backends=[model]) as rt:
             with anyio.fail_after(30):
                 result = await rt.run(
-                    "What is 2 + 3?", agent="solver", scaling=ScalingSpec(rollouts=5)
+                    "What is 2 + 3?",
+                    agent="solver",
+                    scaling=ScalingSpec(rollouts=rollouts),
+                    budget=budget,
+                    events=events,
                 )
-        for _ in range(1000):  # an abandoned request is counted once its handler ends
+        for _ in range(1000):
             stats = server.stats()
             if not stats["in_flight"]:
                 break
             await anyio.sleep(0.005)
-        tokens = stats["tokens"]
-        generations = stats["generations"]
-    return result, {**tokens, **generations}
+    return result, stats
+
+
+async def five_rollouts(*, early_stop: bool) -> tuple[RunResult, dict[str, int]]:
+    """5 one-step rollouts on the sim-server: r0..r2 answer at once; with
+    ``early_stop``, r3 and r4 would answer only after ``SLOW_MS`` (without
+    it, at once: each call costs the same whenever it answers); what the
+    run reported and the server counted."""
+    result, stats = await run_on_sim(
+        ttft_ms=0,
+        reply_tokens=40,
+        early_stop=early_stop,
+        rollouts=5,
+        transport=SlowRollouts({3, 4}, SLOW_MS if early_stop else 0),
+    )
+    return result, {**stats["tokens"], **stats["generations"]}
 
 
 async def test_early_stop_is_charged_within_10_percent_of_what_the_server_counted() -> None:
@@ -190,33 +229,20 @@ async def test_early_stop_cancels_queued_rollouts_before_their_calls_are_sent() 
     # the first to answer (before the vote is decided) and be stopped in
     # flight; one still waiting when the vote is decided is stopped there,
     # never sent and never charged.
-    sim = SimServerConfig(
-        model="m0", ttft_ms=50, token_ms=0, answer="answer", tool_rounds=0, reply_tokens=20
-    )
     events: list[Event] = []
 
     async def record(event: Event) -> None:
         events.append(event)
 
-    async with SimServer(sim) as server:
-        model = OpenAIBackend(
-            OpenAIBackendConfig(
-                name="sim",
-                base_url=f"{server.url}/v1",
-                models=["m0"],
-                http=HttpClientConfig(max_connections=3),
-            )
-        )
-        config = {"agents": {"solver": solver()}, "early_stop": True, "warm_prefix": False}
-        async with model, Runtime(config, backends=[model]) as rt:
-            with anyio.fail_after(30):
-                result = await rt.run(
-                    "What is 2 + 3?",
-                    agent="solver",
-                    scaling=ScalingSpec(rollouts=5),
-                    events=record,
-                )
-        seen = server.stats()["requests"].get("/v1/chat/completions", 0)
+    result, stats = await run_on_sim(
+        ttft_ms=50,
+        reply_tokens=20,
+        early_stop=True,
+        rollouts=5,
+        http=HttpClientConfig(max_connections=3),
+        events=record,
+    )
+    seen = stats["requests"].get("/v1/chat/completions", 0)
     queued = {e.rollout_id for e in events if isinstance(e, RolloutQueued)}
     where = f"{result.cost}, the server saw {seen}, queued {queued}"
     assert len(queued) == 2, where
@@ -230,28 +256,15 @@ async def test_a_spent_budget_stops_the_queued_rollouts_and_the_run_says_so() ->
     # One request at a time, one model call allowed: r0's call spends the
     # budget; r1 and r2, waiting for the slot r0 frees, are stopped there,
     # never sent nor charged, and the result says the cap cut them.
-    sim = SimServerConfig(
-        model="m0", ttft_ms=0, token_ms=0, answer="answer", tool_rounds=0, reply_tokens=20
+    result, stats = await run_on_sim(
+        ttft_ms=0,
+        reply_tokens=20,
+        early_stop=False,
+        rollouts=3,
+        http=HttpClientConfig(max_connections=1),
+        budget=Budget(max_model_calls=1),
     )
-    async with SimServer(sim) as server:
-        model = OpenAIBackend(
-            OpenAIBackendConfig(
-                name="sim",
-                base_url=f"{server.url}/v1",
-                models=["m0"],
-                http=HttpClientConfig(max_connections=1),
-            )
-        )
-        config = {"agents": {"solver": solver()}, "early_stop": False, "warm_prefix": False}
-        async with model, Runtime(config, backends=[model]) as rt:
-            with anyio.fail_after(30):
-                result = await rt.run(
-                    "What is 2 + 3?",
-                    agent="solver",
-                    scaling=ScalingSpec(rollouts=3),
-                    budget=Budget(max_model_calls=1),
-                )
-        seen = server.stats()["requests"].get("/v1/chat/completions", 0)
+    seen = stats["requests"].get("/v1/chat/completions", 0)
     where = f"{result.cost}, the server saw {seen}, stopped {result.stopped}"
     assert result.cost.model_calls == seen == 1, where
     assert result.answer is not None, where

@@ -8,7 +8,7 @@ import gzip
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,10 +41,9 @@ from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models._retry import RetryPolicy
 from agentrt.runtime.models.http._http_client import HttpClientConfig
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from tests.runtime.models._loopback import Handler, loopback_server, openai_backend
 
 pytestmark = pytest.mark.anyio
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Seen:
@@ -80,17 +79,8 @@ async def serve(handler: Handler) -> AsyncIterator[tuple[str, Seen]]:
         seen.finished += 1
         return response
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", wrapped)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}/v1", seen
-    finally:
-        await runner.cleanup()
+    async with loopback_server(wrapped) as url:
+        yield url, seen
 
 
 def completion(**overrides: Any) -> dict[str, Any]:
@@ -121,15 +111,15 @@ def reply_with(body: dict[str, Any], *, delay: float = 0.0) -> Handler:
 
 
 def backend(url: str, **overrides: Any) -> OpenAIBackend:
-    config: dict[str, Any] = {
-        "name": "test",
-        "base_url": url,
-        "models": ["m1", "m2"],
-        "retry": RetryPolicy(max_attempts=1, deadline_s=10),
-        "http": HttpClientConfig(read_timeout_s=5),
-    }
-    config.update(overrides)
-    return OpenAIBackend(OpenAIBackendConfig(**config))
+    return openai_backend(
+        url,
+        **{
+            "name": "test",
+            "models": ["m1", "m2"],
+            "retry": RetryPolicy(max_attempts=1, deadline_s=10),
+            **overrides,
+        },
+    )
 
 
 def ask(text: str = "hi", **overrides: Any) -> ModelRequest:

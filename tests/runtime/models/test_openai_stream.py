@@ -5,7 +5,7 @@ final chunk, cut streams, garbage events and cancellation."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -21,12 +21,10 @@ from agentrt.runtime.kernel._errors import BackendUnavailable, MalformedReply
 from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models._metered import MeteredBackend
 from agentrt.runtime.models._retry import RetryPolicy
-from agentrt.runtime.models.http._http_client import HttpClientConfig
-from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
+from tests.runtime.models._loopback import Handler, loopback_server, openai_backend
 
 pytestmark = pytest.mark.anyio
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Seen:
@@ -53,17 +51,8 @@ async def serve(handler: Handler) -> AsyncIterator[tuple[str, Seen]]:
             seen.disconnects += 1
             raise
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", wrapped)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}/v1", seen
-    finally:
-        await runner.cleanup()
+    async with loopback_server(wrapped) as url:
+        yield url, seen
 
 
 def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -116,15 +105,15 @@ def sse(
 
 
 def backend(url: str, **overrides: Any) -> OpenAIBackend:
-    config: dict[str, Any] = {
-        "name": "st",
-        "base_url": url,
-        "models": ["m"],
-        "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
-        "http": HttpClientConfig(read_timeout_s=5),
-    }
-    config.update(overrides)
-    return OpenAIBackend(OpenAIBackendConfig(**config))
+    return openai_backend(
+        url,
+        **{
+            "name": "st",
+            "models": ["m"],
+            "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
+            **overrides,
+        },
+    )
 
 
 async def collect(b: OpenAIBackend, request: ModelRequest) -> list[StreamDelta]:
@@ -134,39 +123,20 @@ async def collect(b: OpenAIBackend, request: ModelRequest) -> list[StreamDelta]:
 
 ASK = ModelRequest(messages=[UserMessage("hi")], tools=[ToolSpec(name="f"), ToolSpec(name="g")])
 
+
+def call_opens(index: int, call_id: str, name: str, arguments: str) -> Any:
+    """The chunk that opens tool call ``index``: its id, name and first arguments."""
+    call = {"index": index, "id": call_id, "type": "function"}
+    return chunk([delta(tool_calls=[{**call, "function": {"name": name, "arguments": arguments}}])])
+
+
 TOOL_STREAM: list[Any] = [
     chunk([delta(role="assistant", content="")]),
     chunk([delta(content="Let me ")]),
     chunk([delta(content="check.")]),
-    chunk(
-        [
-            delta(
-                tool_calls=[
-                    {
-                        "index": 0,
-                        "id": "call_a",
-                        "type": "function",
-                        "function": {"name": "f", "arguments": ""},
-                    }
-                ]
-            )
-        ]
-    ),
+    call_opens(0, "call_a", "f", ""),
     chunk([delta(tool_calls=[{"index": 0, "function": {"arguments": '{"x": '}}])]),
-    chunk(
-        [
-            delta(
-                tool_calls=[
-                    {
-                        "index": 1,
-                        "id": "call_b",
-                        "type": "function",
-                        "function": {"name": "g", "arguments": '{"q"'},
-                    }
-                ]
-            )
-        ]
-    ),
+    call_opens(1, "call_b", "g", '{"q"'),
     chunk([delta(tool_calls=[{"index": 0, "function": {"arguments": "1}"}}])]),
     chunk([delta(tool_calls=[{"index": 1, "function": {"arguments": ': "a'}}])]),
     chunk([delta(finish="tool_calls")]),

@@ -10,8 +10,9 @@ import functools
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -40,9 +41,8 @@ from agentrt.runtime.models._retry import (
 )
 from agentrt.runtime.models.http._http_client import HttpClientConfig
 from agentrt.runtime.models.openai import _openai_backend
-from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
+from tests.runtime.models._loopback import Handler, loopback_server, openai_backend
 
 OK = {
     "model": "m",
@@ -273,29 +273,20 @@ async def serve(handler: Handler) -> AsyncIterator[str]:
     async def wrapped(request: web.Request) -> web.StreamResponse:
         return await handler(request)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", wrapped)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}/v1"
-    finally:
-        await runner.cleanup()
+    async with loopback_server(wrapped) as url:
+        yield url
 
 
 def backend(url: str, **overrides: Any) -> OpenAIBackend:
-    config: dict[str, Any] = {
-        "name": "rt",
-        "base_url": url,
-        "models": ["m"],
-        "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
-        "http": HttpClientConfig(read_timeout_s=5),
-    }
-    config.update(overrides)
-    return OpenAIBackend(OpenAIBackendConfig(**config))
+    return openai_backend(
+        url,
+        **{
+            "name": "rt",
+            "models": ["m"],
+            "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
+            **overrides,
+        },
+    )
 
 
 @pytest.mark.anyio
@@ -388,44 +379,59 @@ async def test_a_hang_is_retried_after_the_read_timeout() -> None:
     assert reply.message.content == "ok"
 
 
+@dataclass
+class Recovering:
+    """A server that answers HTTP 500 until the test sets ``healthy``, then
+    OK (after ``delay_s``); ``arrivals`` counts the requests it got."""
+
+    delay_s: float = 0.0
+    healthy: bool = False
+    arrivals: int = 0
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        self.arrivals += 1
+        if self.healthy:
+            if self.delay_s:
+                await anyio.sleep(self.delay_s)
+            return web.json_response(OK)
+        return web.Response(status=500, text="boom")
+
+
+async def open_after_two_failures(b: OpenAIBackend) -> None:
+    """Two calls fail with HTTP 500 and the breaker (threshold 2) opens."""
+    for _ in range(2):
+        with pytest.raises(BackendUnavailable, match="HTTP 500"):
+            await b.complete(ASK)
+    assert state_of(b.breaker) is BreakerState.OPEN
+
+
 @pytest.mark.anyio
 async def test_the_breaker_opens_fails_fast_probes_and_closes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = Clock()
     breakers_on(clock, monkeypatch)
-    healthy = False
-    arrivals = 0
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        nonlocal arrivals
-        arrivals += 1
-        if healthy:
-            return web.json_response(OK)
-        return web.Response(status=500, text="boom")
+    server = Recovering()
 
     breaker = BreakerConfig(failure_threshold=2, cooldown_s=30, wait=False)
     policy = RetryPolicy(max_attempts=1)
-    async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
-        for _ in range(2):
-            with pytest.raises(BackendUnavailable, match="HTTP 500"):
-                await b.complete(ASK)
-        assert state_of(b.breaker) is BreakerState.OPEN
+    async with serve(server) as url, backend(url, breaker=breaker, retry=policy) as b:
+        await open_after_two_failures(b)
         with pytest.raises(BackendUnavailable, match="circuit open"):
             await b.complete(ASK)
-        assert arrivals == 2  # failed fast: nothing sent
+        assert server.arrivals == 2  # failed fast: nothing sent
         assert b.stats.breaker_rejections == 1
         clock.now += 30  # the cool-down passes
         assert state_of(b.breaker) is BreakerState.HALF_OPEN
         with pytest.raises(BackendUnavailable, match="HTTP 500"):
             await b.complete(ASK)  # the probe fails: open again
         assert state_of(b.breaker) is BreakerState.OPEN
-        healthy = True
+        server.healthy = True
         clock.now += 30
         await b.complete(ASK)  # the probe succeeds: closed
         assert state_of(b.breaker) is BreakerState.CLOSED
         await b.complete(ASK)
-        assert arrivals == 5
+        assert server.arrivals == 5
 
 
 @pytest.mark.anyio
@@ -439,25 +445,13 @@ async def test_calls_wait_for_an_open_breaker_and_one_probe_goes_first(
     # again every 0.3 s (the rest of the cool-down, on the breaker's clock).
     clock = Clock()
     breakers_on(clock, monkeypatch)
-    healthy = False
-    arrivals = 0
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        nonlocal arrivals
-        arrivals += 1
-        if healthy:
-            await anyio.sleep(0.05)
-            return web.json_response(OK)
-        return web.Response(status=500, text="boom")
+    server = Recovering(delay_s=0.05)
 
     breaker = BreakerConfig(failure_threshold=2, cooldown_s=0.3)
     policy = RetryPolicy(max_attempts=1)
-    async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
-        for _ in range(2):
-            with pytest.raises(BackendUnavailable, match="HTTP 500"):
-                await b.complete(ASK)
-        assert state_of(b.breaker) is BreakerState.OPEN
-        healthy = True
+    async with serve(server) as url, backend(url, breaker=breaker, retry=policy) as b:
+        await open_after_two_failures(b)
+        server.healthy = True
         replies: list[str | None] = []
 
         async def ask() -> None:
@@ -469,26 +463,21 @@ async def test_calls_wait_for_an_open_breaker_and_one_probe_goes_first(
                     tg.start_soon(ask)
                 while b.stats.breaker_waits < 5:  # noqa: ASYNC110 - watching a counter
                     await anyio.sleep(0.01)
-                assert arrivals == 2  # all five wait out the cool-down
+                assert server.arrivals == 2  # all five wait out the cool-down
                 clock.now += 1  # the cool-down is over: they see it at their next look
         assert replies == ["ok"] * 5
-        assert arrivals == 7
+        assert server.arrivals == 7
         assert b.stats.breaker_rejections == 0
         assert b.stats.breaker_waits >= 5
 
 
 @pytest.mark.anyio
 async def test_a_call_whose_deadline_ends_before_the_probe_is_refused() -> None:
-    arrivals = 0
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        nonlocal arrivals
-        arrivals += 1
-        return web.Response(status=500, text="boom")
+    server = Recovering()
 
     breaker = BreakerConfig(failure_threshold=1, cooldown_s=30)
     policy = RetryPolicy(max_attempts=1, deadline_s=1.0)
-    async with serve(handler) as url, backend(url, breaker=breaker, retry=policy) as b:
+    async with serve(server) as url, backend(url, breaker=breaker, retry=policy) as b:
         with pytest.raises(BackendUnavailable, match="HTTP 500"):
             await b.complete(ASK)
         with pytest.raises(BackendUnavailable, match="circuit open"):
@@ -497,7 +486,7 @@ async def test_a_call_whose_deadline_ends_before_the_probe_is_refused() -> None:
         assert b.stats.breaker_rejections == 1
         assert b.stats.breaker_waits == 0
         assert b.stats.attempts == 1
-    assert arrivals == 1
+    assert server.arrivals == 1
 
 
 @pytest.mark.anyio

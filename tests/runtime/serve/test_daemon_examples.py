@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +31,20 @@ def test_the_example_configuration_loads() -> None:
     assert config.store.path == ROOT / "examples" / "agentrt-runs.db"
 
 
-@pytest.mark.slow
-def test_the_openai_client_example_talks_to_agentrt_serve(tmp_path: Path, daemon_kit: Any) -> None:
+TOKEN = "example-token-0123456789"
+
+
+@contextmanager
+def _serving(tmp_path: Path, daemon_kit: Any) -> Iterator[int]:
+    """``agentrt serve`` on a scripted model that answers "391", for as long as
+    the block runs; yields its port."""
     port = daemon_kit.free_port()
     config = tmp_path / "agentrt.toml"
     config.write_text(
         f"""
 [server]
 port = {port}
-token = "example-token-0123456789"
+token = "{TOKEN}"
 
 [store]
 path = "runs.db"
@@ -52,19 +59,28 @@ instructions = "Solve the task."
     )
     daemon = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
     try:
-        env = {
-            **os.environ,
-            "AGENTRT_URL": f"http://127.0.0.1:{port}/v1",
-            "AGENTRT_TOKEN": "example-token-0123456789",
-        }
-        out = subprocess.run(
-            [sys.executable, "-W", "error", str(ROOT / "examples" / "openai_client.py")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=env,
-        )
+        yield port
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+
+
+def _run_example(example: str, url: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AGENTRT_URL": url, "AGENTRT_TOKEN": TOKEN}
+    return subprocess.run(
+        [sys.executable, "-W", "error", str(ROOT / "examples" / example)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+@pytest.mark.slow
+def test_the_openai_client_example_talks_to_agentrt_serve(tmp_path: Path, daemon_kit: Any) -> None:
+    with _serving(tmp_path, daemon_kit) as port:
+        out = _run_example("openai_client.py", f"http://127.0.0.1:{port}/v1")
         assert out.returncode == 0, out.stderr
         answer, usage = out.stdout.splitlines()
         assert answer == "391"
@@ -72,53 +88,18 @@ instructions = "Solve the task."
         assert "completion_tokens=4" in usage
         runs = httpx.get(
             f"http://127.0.0.1:{port}/v1/runs",
-            headers={"Authorization": "Bearer example-token-0123456789"},
+            headers={"Authorization": f"Bearer {TOKEN}"},
             timeout=5,
         ).json()["runs"]
         assert [(r["rollouts"], r["status"]) for r in runs] == [(4, "succeeded")]
-    finally:
-        daemon.terminate()
-        daemon.wait(30)
 
 
 @pytest.mark.slow
 def test_the_rest_client_example_follows_a_run_of_agentrt_serve(
     tmp_path: Path, daemon_kit: Any
 ) -> None:
-    port = daemon_kit.free_port()
-    config = tmp_path / "agentrt.toml"
-    config.write_text(
-        f"""
-[server]
-port = {port}
-token = "example-token-0123456789"
-
-[store]
-path = "runs.db"
-
-[models.backends.s]
-kind = "scripted"
-replies = ["391"]
-
-[agents.solver]
-instructions = "Solve the task."
-"""
-    )
-    daemon = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
-    try:
-        env = {
-            **os.environ,
-            "AGENTRT_URL": f"http://127.0.0.1:{port}",
-            "AGENTRT_TOKEN": "example-token-0123456789",
-        }
-        out = subprocess.run(
-            [sys.executable, "-W", "error", str(ROOT / "examples" / "rest_client.py")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=env,
-        )
+    with _serving(tmp_path, daemon_kit) as port:
+        out = _run_example("rest_client.py", f"http://127.0.0.1:{port}")
         assert out.returncode == 0, out.stderr
         lines = out.stdout.splitlines()
         assert sorted(line for line in lines if " step " in line) == [
@@ -127,6 +108,3 @@ instructions = "Solve the task."
         assert "succeeded: 391" in lines
         assert lines[-2].endswith("cost 3 model calls")
         assert lines[-1] == "not found: run_id"
-    finally:
-        daemon.terminate()
-        daemon.wait(30)

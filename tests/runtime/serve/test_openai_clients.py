@@ -62,6 +62,34 @@ sdk_provider: Any = importlib.import_module("agents.models.openai_provider")
 Reply = str | ScriptedReply | ScriptedToolCall
 
 
+def sdk_run_config(client: openai.AsyncOpenAI) -> Any:
+    """An OpenAI Agents SDK run configuration whose models are served by ``client``."""
+    return sdk.RunConfig(
+        model_provider=sdk_provider.OpenAIProvider(openai_client=client),
+        tracing_disabled=True,
+    )
+
+
+def travel_tools(ran: list[str]) -> list[Any]:
+    """The SDK tools ``get_weather`` ("sunny") and ``get_time`` ("noon");
+    each call is noted in ``ran`` as ``"weather <city>"`` or ``"time <city>"``."""
+
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(f"weather {city}")
+        return "sunny"
+
+    def clock(city: str) -> str:
+        """The time in a city."""
+        ran.append(f"time {city}")
+        return "noon"
+
+    return [
+        sdk.function_tool(weather, name_override="get_weather"),
+        sdk.function_tool(clock, name_override="get_time"),
+    ]
+
+
 @dataclass
 class Model:
     """A scripted model that keeps every request."""
@@ -663,31 +691,10 @@ async def test_a_result_for_an_unknown_call_is_a_400_naming_it(tmp_path: Path) -
 
 async def test_previous_response_id_continues_the_conversation(tmp_path: Path) -> None:
     ran: list[str] = []
-
-    def weather(city: str) -> str:
-        """The weather in a city."""
-        ran.append(f"weather {city}")
-        return "sunny"
-
-    def clock(city: str) -> str:
-        """The time in a city."""
-        ran.append(f"time {city}")
-        return "noon"
-
     model = Model(two_tools_script)
     async with daemon(tmp_path, model) as d, d.openai() as client:
-        config = sdk.RunConfig(
-            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
-            tracing_disabled=True,
-        )
-        agent = sdk.Agent(
-            name="travel",
-            model="solver",
-            tools=[
-                sdk.function_tool(weather, name_override="get_weather"),
-                sdk.function_tool(clock, name_override="get_time"),
-            ],
-        )
+        config = sdk_run_config(client)
+        agent = sdk.Agent(name="travel", model="solver", tools=travel_tools(ran))
         # the SDK sends only the new items, naming the response before them
         first = await sdk.Runner.run(
             agent, "Weather and time in Paris?", run_config=config, auto_previous_response_id=True
@@ -822,10 +829,7 @@ async def test_openai_agents_sdk_runs_its_tools_through_agentrt(tmp_path: Path) 
 
     model = Model(weather_script)
     async with daemon(tmp_path, model) as d, d.openai() as client:
-        config = sdk.RunConfig(
-            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
-            tracing_disabled=True,
-        )
+        config = sdk_run_config(client)
         agent = sdk.Agent(name="weather", model="solver", tools=[get_weather])
         result = await sdk.Runner.run(agent, "Weather in Paris?", run_config=config)
         assert result.final_output == "It is sunny in Paris."
@@ -841,10 +845,7 @@ async def test_openai_agents_sdk_runs_its_tools_through_agentrt(tmp_path: Path) 
 async def test_openai_agents_sdk_structured_output(tmp_path: Path) -> None:
     model = Model(lambda _request: '{"city": "Paris", "temp": 24}')
     async with daemon(tmp_path, model) as d, d.openai() as client:
-        config = sdk.RunConfig(
-            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
-            tracing_disabled=True,
-        )
+        config = sdk_run_config(client)
         agent = sdk.Agent(name="weather", model="solver", output_type=Weather)
         result = await sdk.Runner.run(agent, "Weather in Paris?", run_config=config)
         assert result.final_output == Weather(city="Paris", temp=24)
@@ -873,27 +874,10 @@ result twice (then, in the next turn's prompt, the answer)."""
 @pytest.mark.parametrize("api", ["responses", "chat_completions"])
 async def test_openai_agents_sdk_multi_tool_conversation(tmp_path: Path, api: str) -> None:
     ran: list[str] = []
-
-    def weather(city: str) -> str:
-        """The weather in a city."""
-        ran.append(f"weather {city}")
-        return "sunny"
-
-    def clock(city: str) -> str:
-        """The time in a city."""
-        ran.append(f"time {city}")
-        return "noon"
-
-    tools = [
-        sdk.function_tool(weather, name_override="get_weather"),
-        sdk.function_tool(clock, name_override="get_time"),
-    ]
+    tools = travel_tools(ran)
     model = Model(two_tools_script)
     async with daemon(tmp_path, model) as d, d.openai() as client:
-        config = sdk.RunConfig(
-            model_provider=sdk_provider.OpenAIProvider(openai_client=client),
-            tracing_disabled=True,
-        )
+        config = sdk_run_config(client)
         chosen: Any = (
             "solver"
             if api == "responses"
