@@ -313,6 +313,7 @@ class Toolbox:
         try:
             output = await tool.call(prepared.arguments, context)
             text, is_error, for_user = output.text, output.is_error, output.user_text
+            approval = output.approval
         except asyncio.CancelledError:
             if not await deadlines.expired(task, armed):
                 raise
@@ -357,6 +358,7 @@ class Toolbox:
             is_error=is_error,
             duration_s=time.perf_counter() - started,
             for_user=for_user,
+            approval=approval,
         )
 
 

@@ -20,7 +20,7 @@ import anyio
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentrt.protocols._tools import ToolSpec
+from agentrt.protocols._tools import ApprovalOutcome, ToolApproval, ToolSpec
 from agentrt.runtime.kernel._errors import AgentrtError
 from agentrt.runtime.observe._log import get_logger
 from agentrt.tools._tool import ElicitationReply, Tool, ToolContext, ToolOutput
@@ -154,12 +154,38 @@ class ApprovalGate:
             tool=name,
             expires_at=time.time() + self.policy.timeout_s,
         )
-        refusal = await request_approval(
-            self.ask, question, self.policy.timeout_s, where=f"tool {name!r} needs approval"
-        )
-        if refusal is not None:
-            return ToolOutput.of_text(refusal, is_error=True)
-        return await self.tool.call(arguments, context)
+        reply = await ask_person(self.ask, question, self.policy.timeout_s)
+        outcome = approval_outcome(reply)
+        record = ToolApproval(question_id=question.id, message=question.message, outcome=outcome)
+        if outcome != "accept":
+            refusal = refusal_text(outcome, f"tool {name!r} needs approval", self.policy.timeout_s)
+            return msgspec.structs.replace(
+                ToolOutput.of_text(refusal, is_error=True), approval=record
+            )
+        output = await self.tool.call(arguments, context)
+        return msgspec.structs.replace(output, approval=record)
+
+
+def approval_outcome(reply: ElicitationReply | None) -> ApprovalOutcome:
+    """How an approval ended, from the person's ``reply`` (None: nobody
+    could be asked)."""
+    if reply is None:
+        return "unavailable"
+    if reply.action in ("accept", "decline", TIMED_OUT):
+        return reply.action  # type: ignore[return-value]
+    return "cancel"
+
+
+def refusal_text(outcome: ApprovalOutcome, where: str, timeout_s: float) -> str:
+    """Why a call whose approval ended in ``outcome`` (not ``accept``) did
+    not run, for the model (``where`` says which tool and why it asks)."""
+    if outcome == "unavailable":
+        return f"{where}, but nobody can be asked in this run; the call did not run"
+    if outcome == TIMED_OUT:
+        return f"{where}, and nobody answered within {timeout_s:g} s; the call did not run"
+    if outcome == "decline":
+        return f"{where}, and the person denied it; the call did not run"
+    return f"{where}; the call was not approved ({outcome}) and did not run"
 
 
 async def request_approval(
@@ -167,13 +193,5 @@ async def request_approval(
 ) -> str | None:
     """Put an approval ``question`` to the person: None when they approved,
     else why the call does not run (``where`` says which tool and why it asks)."""
-    reply = await ask_person(ask, question, timeout_s)
-    if reply is None:
-        return f"{where}, but nobody can be asked in this run; the call did not run"
-    if reply.action == TIMED_OUT:
-        return f"{where}, and nobody answered within {timeout_s:g} s; the call did not run"
-    if reply.action == "decline":
-        return f"{where}, and the person denied it; the call did not run"
-    if reply.action != "accept":
-        return f"{where}; the call was not approved ({reply.action}) and did not run"
-    return None
+    outcome = approval_outcome(await ask_person(ask, question, timeout_s))
+    return None if outcome == "accept" else refusal_text(outcome, where, timeout_s)
