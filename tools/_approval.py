@@ -141,6 +141,16 @@ class ApprovalGate:
         return self.tool.spec
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        return await self.call_approved(
+            await self.ask_approval(arguments, context), arguments, context
+        )
+
+    async def ask_approval(
+        self, arguments: Mapping[str, Any], context: ToolContext
+    ) -> ToolApproval:
+        """Ask whether this call may run; how it ended.  Its wait is bounded
+        by ``policy.timeout_s`` (a caller with its own deadline for the tool's
+        work, like the agent loop, asks before arming it)."""
         name = self.tool.spec.name
         question = ElicitationQuestion(
             id=approval_id(context, name),
@@ -155,15 +165,23 @@ class ApprovalGate:
             expires_at=time.time() + self.policy.timeout_s,
         )
         reply = await ask_person(self.ask, question, self.policy.timeout_s)
-        outcome = approval_outcome(reply)
-        record = ToolApproval(question_id=question.id, message=question.message, outcome=outcome)
-        if outcome != "accept":
-            refusal = refusal_text(outcome, f"tool {name!r} needs approval", self.policy.timeout_s)
+        return ToolApproval(
+            question_id=question.id, message=question.message, outcome=approval_outcome(reply)
+        )
+
+    async def call_approved(
+        self, approval: ToolApproval, arguments: Mapping[str, Any], context: ToolContext
+    ) -> ToolOutput:
+        """Run the call when ``approval`` (``ask_approval``'s) accepted it,
+        else say why not; the output records ``approval``."""
+        if approval.outcome != "accept":
+            where = f"tool {self.tool.spec.name!r} needs approval"
+            refusal = refusal_text(approval.outcome, where, self.policy.timeout_s)
             return msgspec.structs.replace(
-                ToolOutput.of_text(refusal, is_error=True), approval=record
+                ToolOutput.of_text(refusal, is_error=True), approval=approval
             )
         output = await self.tool.call(arguments, context)
-        return msgspec.structs.replace(output, approval=record)
+        return msgspec.structs.replace(output, approval=approval)
 
 
 def approval_outcome(reply: ElicitationReply | None) -> ApprovalOutcome:

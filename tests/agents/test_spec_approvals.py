@@ -18,7 +18,6 @@ from agentrt.protocols import (
     ModelRequest,
     StepRecorded,
     SystemMessage,
-    ToolApproval,
     ToolMessage,
     ToolResult,
 )
@@ -109,8 +108,11 @@ async def test_a_python_binding_with_approval_runs_only_when_approved(
     )
     assert question.arguments == {"path": "/tmp/x"}
     [result] = _tool_results(events)
-    assert result.approval == ToolApproval(
-        question_id=question.id, message="Delete it?", outcome=action
+    assert result.approval is not None
+    assert (result.approval.question_id, result.approval.message, result.approval.outcome) == (
+        question.id,
+        "Delete it?",
+        action,
     )
     if action == "accept":
         assert log.read_text() == "/tmp/x\n"
@@ -204,6 +206,26 @@ async def test_a_sub_agent_with_approval_runs_when_approved(tmp_path: Path) -> N
     assert "helped" in answer
     approvals = [r.approval for r in _tool_results(events) if r.name == "helper"]
     assert [a.outcome for a in approvals if a is not None] == ["accept"]
+
+
+async def test_waiting_for_the_person_does_not_count_against_the_tool_timeout(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "agent.yaml"
+    spec.write_text(
+        "name: worker\nlimits: {tool_timeout_s: 0.05}\ntools:\n"
+        "  - {builtin: calculator, approval: {timeout_s: 60}}\n"
+    )
+
+    async def slow(question: ElicitationQuestion) -> ElicitationReply:
+        await anyio.sleep(0.3)  # longer than the tool's own limit
+        return ElicitationReply(action="accept")
+
+    backend = _calls_then_answers("calculator", {"expression": "6*7"})
+    answer, events = await _run(spec, backend, slow)
+    [result] = _tool_results(events)
+    assert not result.is_error, result.content
+    assert answer == "done: 42"
 
 
 async def test_an_unanswered_approval_is_recorded_as_timed_out(tmp_path: Path) -> None:
