@@ -14,6 +14,7 @@ import pytest
 
 from agentrt.agents._spec_loader import load_spec
 from agentrt.protocols import (
+    ElicitationAnswered,
     Event,
     ModelRequest,
     StepRecorded,
@@ -107,6 +108,10 @@ async def test_a_python_binding_with_approval_runs_only_when_approved(
         "Delete it?",
     )
     assert question.arguments == {"path": "/tmp/x"}
+    assert question.run_id == "run-1"
+    # The run records the question and its answer (what a resumed run takes up).
+    [answered] = [e for e in events if isinstance(e, ElicitationAnswered)]
+    assert (answered.question_id, answered.action) == (question.id, action)
     [result] = _tool_results(events)
     assert result.approval is not None
     assert (result.approval.question_id, result.approval.message, result.approval.outcome) == (
@@ -175,7 +180,7 @@ async def test_a_sub_agent_with_approval_is_not_called_when_declined(tmp_path: P
     backend = _calls_then_answers("helper", {"task": "help me"})
     answer, events = await _run(spec, backend, ask)
     [question] = asked
-    assert question.tool == "helper"
+    assert (question.tool, question.run_id) == ("helper", "run-1")
     helper_calls = [
         r
         for r in backend.requests
@@ -257,3 +262,44 @@ async def test_nobody_to_ask_is_recorded_as_unavailable(tmp_path: Path) -> None:
     assert result.approval.outcome == "unavailable"
     assert answer is not None
     assert "nobody can be asked" in answer
+
+
+async def test_a_sub_agents_own_tool_asks_within_the_run(tmp_path: Path) -> None:
+    spec = tmp_path / "team.yaml"
+    spec.write_text(
+        "entry: boss\nagents:\n"
+        "  boss: {sub_agents: [helper]}\n"
+        "  helper:\n    instructions: 'You count.'\n"
+        "    tools: [{builtin: calculator, approval: true}]\n"
+    )
+
+    def script(request: ModelRequest) -> Any:
+        system = next(m for m in request.messages if isinstance(m, SystemMessage))
+        results = [m for m in request.messages if isinstance(m, ToolMessage)]
+        if "You count." in str(system.content):
+            return (
+                f"counted {results[-1].content}"
+                if results
+                else ScriptedToolCall("calculator", {"expression": "6*7"})
+            )
+        return (
+            f"boss: {results[-1].content}"
+            if results
+            else ScriptedToolCall("helper", {"task": "count"})
+        )
+
+    asked: list[ElicitationQuestion] = []
+
+    async def ask(question: ElicitationQuestion) -> ElicitationReply:
+        asked.append(question)
+        return ElicitationReply(action="accept")
+
+    backend = ScriptedBackend(script, name="scripted", models=["scripted"])
+    answer, events = await _run(spec, backend, ask)
+    [question] = asked
+    assert (question.tool, question.run_id) == ("calculator", "run-1")
+    assert answer is not None
+    assert "counted 42" in answer
+    [calculated] = [r for r in _tool_results(events) if r.name == "calculator"]
+    assert calculated.approval is not None
+    assert calculated.approval.outcome == "accept"
