@@ -24,6 +24,7 @@ from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.models._backend import ModelBackend
+from agentrt.tools._approval import ApprovalGate, ApprovalPolicy, PersonAsker
 from agentrt.tools._tool import Tool
 from agentrt.tools.mcp._mcp_config import McpServerConfig
 
@@ -104,12 +105,16 @@ def build_hierarchy(
     default_model: str | None = None,
     prices: PriceTable | None = None,
     mcp: McpToolSource | None = None,
+    ask: PersonAsker | None = None,
 ) -> Hierarchy:
     """Build every unit reachable from the entry, callees first: each agent
     gets its bound tools plus one ``SubAgentTool`` per sub-agent and shares
     the hierarchy's event emitter (one stream shows the whole tree); a
     pipeline binds its stages.  ``default_model`` serves agents that name
-    none; ``mcp`` must be open when any agent uses MCP tools.  Every
+    none; ``mcp`` must be open when any agent uses MCP tools.  A tool or
+    sub-agent whose binding sets ``approval`` is wrapped in an
+    ``ApprovalGate`` that asks ``ask`` (None: nobody can approve, so its
+    calls are declined).  Every
     configuration error (a binding that does not import, a model no backend
     serves, two tools of one name) is a ``ConfigError`` naming the spec
     file, line and key."""
@@ -123,22 +128,30 @@ def build_hierarchy(
         if isinstance(unit, AgentSpec):
             tools: list[Tool] = []
             for index, binding in enumerate(unit.tools):
-                tools += resolve_binding(
-                    binding,
-                    base_dir=specs.file(ref).base_dir,
-                    where=specs.where(ref, ("tools", index)),
-                    mcp=mcp,
-                    tool_timeout_s=unit.limits.tool_timeout_s,
+                tools += _gated(
+                    resolve_binding(
+                        binding,
+                        base_dir=specs.file(ref).base_dir,
+                        where=specs.where(ref, ("tools", index)),
+                        mcp=mcp,
+                        tool_timeout_s=unit.limits.tool_timeout_s,
+                    ),
+                    binding.approval,
+                    ask,
                 )
-            tools += [
-                SubAgentTool(
-                    nodes[edge.target],
-                    scopes=scopes,
-                    description=edge.description,
-                    budget_share=edge.budget_share,
+            for sub, edge in zip(unit.sub_agents, callees, strict=True):
+                tools += _gated(
+                    [
+                        SubAgentTool(
+                            nodes[edge.target],
+                            scopes=scopes,
+                            description=edge.description,
+                            budget_share=edge.budget_share,
+                        )
+                    ],
+                    sub.approval,
+                    ask,
                 )
-                for edge in callees
-            ]
             config = unit.agent_config(ref.name, model=default_model)
             try:
                 agent = Agent(
@@ -164,6 +177,13 @@ def build_hierarchy(
             ]
             nodes[ref] = PipelineNode(ref.name, unit, stages, emitter=emitter, prices=prices)
     return Hierarchy(specs, nodes, emitter=emitter, prices=prices)
+
+
+def _gated(tools: list[Tool], policy: ApprovalPolicy | None, ask: PersonAsker | None) -> list[Tool]:
+    """``tools``, each behind an ``ApprovalGate`` when ``policy`` is set."""
+    if policy is None:
+        return tools
+    return [ApprovalGate(tool, policy, ask) for tool in tools]
 
 
 def _describe(name: str, instructions: str) -> str:

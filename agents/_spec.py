@@ -26,6 +26,7 @@ from agentrt.agents._agent_config import (
 from agentrt.agents._spec_tools import (
     FILE_TOOLS,
     NAME_PATTERN,
+    Approval,
     BuiltinName,
     BuiltinTool,
     McpServers,
@@ -130,6 +131,10 @@ class SubAgentRef(SpecModel):
     """What the caller's model is told the tool does (default: the sub-agent's)."""
     budget_share: float | None = Field(default=None, gt=0.0, le=1.0)
     """Overrides the sub-agent's own ``limits.budget_share`` for this caller."""
+    approval: Approval = None
+    """Every call of the sub-agent waits for the approval of the person
+    behind the run: ``true``, or ``{timeout_s: 600, message: ...}`` (as
+    ``[approvals.TOOL]``); a denied or unanswered call does not run it."""
 
     @classmethod
     def _shorthand(cls, data: Any) -> Any:

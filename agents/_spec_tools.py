@@ -31,6 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from agentrt.tools._approval import ApprovalPolicy
 from agentrt.tools.mcp._mcp_config import McpServerConfig
 from agentrt.tools.mcp._resources import expand_template
 
@@ -82,6 +83,22 @@ class SpecModel(BaseModel):
         return data
 
 
+def _approval_shorthand(value: Any) -> Any:
+    """``approval: true`` asks with the defaults, ``false`` not at all; a
+    mapping's unknown key is an error naming the closest allowed one."""
+    if value is True:
+        return {}
+    if value is False:
+        return None
+    check_keys(ApprovalPolicy, value)
+    return value
+
+
+Approval = Annotated[ApprovalPolicy | None, BeforeValidator(_approval_shorthand)]
+"""A binding's ``approval``: ``true``, or ``{timeout_s: ..., message: ...}``
+(as ``[approvals.TOOL]``)."""
+
+
 class BuiltinTool(SpecModel):
     """A built-in tool: ``calculator``, ``python`` (sandboxed), ``shell``
     and ``editor`` (sandboxed, in the rollout's workspace), ``read_file`` or
@@ -105,6 +122,10 @@ class BuiltinTool(SpecModel):
     timeout_s: float | None = Field(default=None, gt=0, le=3600)
     """For ``python`` and ``shell``: the limit of one command (default: the
     agent's ``limits.tool_timeout_s``)."""
+    approval: Approval = None
+    """Every call waits for the approval of the person behind the run:
+    ``true``, or ``{timeout_s: 600, message: ...}`` (as ``[approvals.TOOL]``);
+    a denied or unanswered call does not run, and the model reads why."""
 
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
@@ -135,6 +156,10 @@ class PythonTool(SpecModel):
     """The tool's name (default: the function's name)."""
     description: str | None = None
     """The tool's description (default: the docstring's first paragraph)."""
+    approval: Approval = None
+    """Every call waits for the approval of the person behind the run:
+    ``true``, or ``{timeout_s: 600, message: ...}`` (as ``[approvals.TOOL]``);
+    a denied or unanswered call does not run, and the model reads why."""
 
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
@@ -171,6 +196,10 @@ class McpTools(SpecModel):
     """The server."""
     tools: list[str] | None = None
     """Only these of its tools (as the server names them); ``None``: all."""
+    approval: Approval = None
+    """Every call of each of its tools waits for the approval of the person behind the run:
+    ``true``, or ``{timeout_s: 600, message: ...}`` (as ``[approvals.TOOL]``);
+    a denied or unanswered call does not run, and the model reads why."""
 
     @property
     def server_name(self) -> str:
@@ -286,6 +315,7 @@ McpServers = Annotated[dict[str, InlineServer], BeforeValidator(_name_servers)]
 __all__ = [
     "FILE_TOOLS",
     "NAME_PATTERN",
+    "Approval",
     "BuiltinName",
     "BuiltinTool",
     "InlineServer",

@@ -21,8 +21,9 @@ import msgspec
 from agentrt.protocols._messages import ToolCall
 from agentrt.protocols._tools import ToolResult, ToolSpec
 from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError, ToolError
-from agentrt.runtime.kernel._timers import TaskDeadlines, current_task
+from agentrt.runtime.kernel._timers import Armed, TaskDeadlines, current_task
 from agentrt.runtime.observe._log import get_logger
+from agentrt.tools._approval import ApprovalGate
 from agentrt.tools._tool import NotificationSink, Tool, ToolContext, ToolOutput
 from agentrt.tools._tool_registry import ToolRegistry
 from agentrt.tools._validation import invalid_arguments
@@ -309,10 +310,20 @@ class Toolbox:
         # from outside (the caller, the run's cap) goes on as one.
         deadlines = self.deadlines
         task = current_task()
-        armed = deadlines.arm(task, timeout)
+        armed: Armed = None
         try:
-            output = await tool.call(prepared.arguments, context)
+            if isinstance(tool, ApprovalGate):
+                # Waiting for the person is not the tool's work: the approval's
+                # own ``timeout_s`` bounds it, and the tool's deadline starts after.
+                asked = await tool.ask_approval(prepared.arguments, context)
+                started = time.perf_counter()
+                armed = deadlines.arm(task, timeout)
+                output = await tool.call_approved(asked, prepared.arguments, context)
+            else:
+                armed = deadlines.arm(task, timeout)
+                output = await tool.call(prepared.arguments, context)
             text, is_error, for_user = output.text, output.is_error, output.user_text
+            approval = output.approval
         except asyncio.CancelledError:
             if not await deadlines.expired(task, armed):
                 raise
@@ -357,6 +368,7 @@ class Toolbox:
             is_error=is_error,
             duration_s=time.perf_counter() - started,
             for_user=for_user,
+            approval=approval,
         )
 
 

@@ -63,7 +63,7 @@ from agentrt.protocols._run import (
     RunStatus,
     ScalingSpec,
 )
-from agentrt.protocols._tools import ToolResult, ToolSpec
+from agentrt.protocols._tools import ApprovalOutcome, ToolApproval, ToolResult, ToolSpec
 from agentrt.protocols._trajectory import (
     SCHEMA_VERSION,
     Fact,
@@ -78,6 +78,7 @@ from agentrt.protocols._usage import BudgetCut, Cost, Usage
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ApprovalOutcome",
     "AssistantMessage",
     "Budget",
     "BudgetCut",
@@ -122,6 +123,7 @@ __all__ = [
     "TextPart",
     "TokenDelta",
     "TokenLogprob",
+    "ToolApproval",
     "ToolCall",
     "ToolCalled",
     "ToolMessage",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -33,6 +33,24 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
         }
 
 
+ApprovalOutcome = Literal["accept", "decline", "timeout", "cancel", "unavailable"]
+"""How a call's approval ended: ``accept`` (approved, the call ran),
+``decline`` (the person denied it), ``timeout`` (nobody answered in time),
+``cancel`` (asking failed or was cancelled), ``unavailable`` (nobody can be
+asked in this run)."""
+
+
+class ToolApproval(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """The approval a tool call asked for, as the trajectory records it."""
+
+    question_id: str
+    """The question's id (the run's ``ElicitationRequested``/``Answered`` events carry it)."""
+    message: str
+    """What the person was asked."""
+    outcome: ApprovalOutcome
+    """How it ended; the call ran only on ``accept``."""
+
+
 class ToolResult(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The outcome of one tool call.  ``is_error`` results go back to the
     model as text it can act on; they are data, not exceptions.  (Not
@@ -48,3 +66,5 @@ class ToolResult(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """What the tool meant for the person behind the run (MCP content
     annotated ``audience: ["user"]``): shown in the run's events; the model
     sees it only when it was meant for the model too."""
+    approval: ToolApproval | None = None
+    """The approval the call waited for (a tool that requires one), else None."""

@@ -20,7 +20,7 @@ import anyio
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentrt.protocols._tools import ToolSpec
+from agentrt.protocols._tools import ApprovalOutcome, ToolApproval, ToolSpec
 from agentrt.runtime.kernel._errors import AgentrtError
 from agentrt.runtime.observe._log import get_logger
 from agentrt.tools._tool import ElicitationReply, Tool, ToolContext, ToolOutput
@@ -141,6 +141,16 @@ class ApprovalGate:
         return self.tool.spec
 
     async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
+        return await self.call_approved(
+            await self.ask_approval(arguments, context), arguments, context
+        )
+
+    async def ask_approval(
+        self, arguments: Mapping[str, Any], context: ToolContext
+    ) -> ToolApproval:
+        """Ask whether this call may run; how it ended.  Its wait is bounded
+        by ``policy.timeout_s`` (a caller with its own deadline for the tool's
+        work, like the agent loop, asks before arming it)."""
         name = self.tool.spec.name
         question = ElicitationQuestion(
             id=approval_id(context, name),
@@ -154,12 +164,46 @@ class ApprovalGate:
             tool=name,
             expires_at=time.time() + self.policy.timeout_s,
         )
-        refusal = await request_approval(
-            self.ask, question, self.policy.timeout_s, where=f"tool {name!r} needs approval"
+        reply = await ask_person(self.ask, question, self.policy.timeout_s)
+        return ToolApproval(
+            question_id=question.id, message=question.message, outcome=approval_outcome(reply)
         )
-        if refusal is not None:
-            return ToolOutput.of_text(refusal, is_error=True)
-        return await self.tool.call(arguments, context)
+
+    async def call_approved(
+        self, approval: ToolApproval, arguments: Mapping[str, Any], context: ToolContext
+    ) -> ToolOutput:
+        """Run the call when ``approval`` (``ask_approval``'s) accepted it,
+        else say why not; the output records ``approval``."""
+        if approval.outcome != "accept":
+            where = f"tool {self.tool.spec.name!r} needs approval"
+            refusal = refusal_text(approval.outcome, where, self.policy.timeout_s)
+            return msgspec.structs.replace(
+                ToolOutput.of_text(refusal, is_error=True), approval=approval
+            )
+        output = await self.tool.call(arguments, context)
+        return msgspec.structs.replace(output, approval=approval)
+
+
+def approval_outcome(reply: ElicitationReply | None) -> ApprovalOutcome:
+    """How an approval ended, from the person's ``reply`` (None: nobody
+    could be asked)."""
+    if reply is None:
+        return "unavailable"
+    if reply.action in ("accept", "decline", TIMED_OUT):
+        return reply.action  # type: ignore[return-value]
+    return "cancel"
+
+
+def refusal_text(outcome: ApprovalOutcome, where: str, timeout_s: float) -> str:
+    """Why a call whose approval ended in ``outcome`` (not ``accept``) did
+    not run, for the model (``where`` says which tool and why it asks)."""
+    if outcome == "unavailable":
+        return f"{where}, but nobody can be asked in this run; the call did not run"
+    if outcome == TIMED_OUT:
+        return f"{where}, and nobody answered within {timeout_s:g} s; the call did not run"
+    if outcome == "decline":
+        return f"{where}, and the person denied it; the call did not run"
+    return f"{where}; the call was not approved ({outcome}) and did not run"
 
 
 async def request_approval(
@@ -167,13 +211,5 @@ async def request_approval(
 ) -> str | None:
     """Put an approval ``question`` to the person: None when they approved,
     else why the call does not run (``where`` says which tool and why it asks)."""
-    reply = await ask_person(ask, question, timeout_s)
-    if reply is None:
-        return f"{where}, but nobody can be asked in this run; the call did not run"
-    if reply.action == TIMED_OUT:
-        return f"{where}, and nobody answered within {timeout_s:g} s; the call did not run"
-    if reply.action == "decline":
-        return f"{where}, and the person denied it; the call did not run"
-    if reply.action != "accept":
-        return f"{where}; the call was not approved ({reply.action}) and did not run"
-    return None
+    outcome = approval_outcome(await ask_person(ask, question, timeout_s))
+    return None if outcome == "accept" else refusal_text(outcome, where, timeout_s)

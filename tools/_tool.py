@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import msgspec
 
-from agentrt.protocols._tools import ToolSpec
+from agentrt.protocols._tools import ToolApproval, ToolSpec
 
 
 class ToolContent(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +64,9 @@ class ToolOutput(msgspec.Struct, frozen=True, kw_only=True):
     content: list[ToolContent] = []
     is_error: bool = False
     structured: Any = None
+    approval: ToolApproval | None = None
+    """The approval the call waited for (set by ``ApprovalGate``), recorded
+    on the call's ``ToolResult``."""
 
     @property
     def text(self) -> str:

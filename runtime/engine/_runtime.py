@@ -500,6 +500,7 @@ class Runtime:
                 default_model=self.default_model,
                 prices=self.prices,
                 mcp=self._mcp,
+                ask=self._run_requests.asker() if self._run_requests is not None else None,
             )
         entry = self._agents_given.get(name) or self.config.agents.get(name)
         if not isinstance(entry, AgentConfig) and agent is not None:

@@ -163,6 +163,27 @@ ERRORS = [
         id="malformed-binding",
     ),
     pytest.param(
+        "name: a\ntools:\n  - calculator\n  - builtin: shell\n    approval: {timeout: 60}\n",
+        5,
+        "tools[1].approval.timeout",
+        "unknown key 'timeout' (did you mean 'timeout_s'?)",
+        id="approval-unknown-key",
+    ),
+    pytest.param(
+        "name: a\ntools:\n  - builtin: shell\n    approval: {timeout_s: 0}\n",
+        4,
+        "tools[0].approval.timeout_s",
+        "greater than 0",
+        id="approval-bad-timeout",
+    ),
+    pytest.param(
+        "agents:\n  p:\n    sub_agents:\n      - {agent: w, approval: soon}\n  w: {}\n",
+        4,
+        "agents.p.sub_agents[0].approval",
+        "valid dictionary",
+        id="approval-not-a-mapping",
+    ),
+    pytest.param(
         "name: a\nname: b\n",
         2,
         "name",

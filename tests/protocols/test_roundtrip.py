@@ -175,5 +175,6 @@ def test_to_builtins_gives_lists_for_a_steps_tuples() -> None:
             "is_error": False,
             "duration_s": 0.0,
             "for_user": "",
+            "approval": None,
         }
     ]

@@ -15,8 +15,10 @@ from agentrt.agents import AgentConfig
 from agentrt.protocols import (
     ElicitationAnswered,
     ElicitationRequested,
+    Event,
     ModelRequest,
     RunFinished,
+    StepRecorded,
     ToolMessage,
 )
 from agentrt.runtime.engine._runtime import RunCheckpoint, Runtime
@@ -90,6 +92,32 @@ async def test_the_callback_approves_or_denies_each_call(action: str) -> None:
     else:
         assert deleted == []
         assert "the person denied it" in _tool_result(backend)
+
+
+@pytest.mark.parametrize("action", ["accept", "decline"])
+async def test_the_trajectory_records_each_approval_on_its_tool_result(action: str) -> None:
+    delete_file, _ = _deleting()
+    steps: list[StepRecorded] = []
+
+    async def record(event: Event) -> None:
+        if isinstance(event, StepRecorded):
+            steps.append(event)
+
+    async def ask(question: ElicitationQuestion) -> ElicitationReply:
+        return ElicitationReply(action=action)
+
+    async with Runtime(
+        _config(),
+        backends=[_calls_then_answers()],
+        tools=[delete_file],
+        agents=AGENT,
+        on_elicitation=ask,
+    ) as rt:
+        await rt.run("clean up", agent="worker", events=record)
+    [result] = [r for e in steps for r in e.step.tool_results]
+    assert result.approval is not None
+    assert (result.approval.outcome, result.approval.question_id[:8]) == (action, "approve-")
+    assert result.is_error == (action == "decline")
 
 
 async def test_nobody_to_ask_declines_the_call() -> None:
