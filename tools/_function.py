@@ -248,18 +248,6 @@ class FunctionTool(Generic[P, R]):
     def __repr__(self) -> str:
         return f"FunctionTool({self._spec.name!r}, fn={_callable_name(self._fn)})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled as what rebuilds it (its argument model is made at run
-        time and cannot be pickled): the module attribute it is (``@tool``
-        on a module's function), else ``from_callable`` of its function.
-        A worker process of a placement receives tools this way."""
-        fn = self._fn
-        module = getattr(fn, "__module__", None)
-        qualname = getattr(fn, "__qualname__", "")
-        if module and "<locals>" not in qualname and _attribute(module, qualname) is self:
-            return (_attribute, (module, qualname))
-        return (FunctionTool.from_callable, (fn, self._spec.name, self._spec.description))
-
     def _parse(self, arguments: object) -> dict[str, Any] | list[ArgumentProblem]:
         """The validated arguments by parameter name, or what is wrong."""
         if type(arguments) is not dict:  # the usual case, decoded JSON, asks no ABC
@@ -311,6 +299,21 @@ class FunctionTool(Generic[P, R]):
             _log.warning("tool.function_raised", tool=name, exc_info=True)
             return ToolOutput.of_text(f"{type(exc).__name__}: {exc}", is_error=True)
         return to_tool_output(result)
+
+
+def reduce_function_tool(tool: FunctionTool[..., Any]) -> tuple[Any, ...]:
+    """How a worker process of the ``local`` placement receives a function
+    tool (registered with multiprocessing's pickler; its argument model is
+    made at run time and plain pickle cannot send it): the module attribute
+    it is (``@tool`` on a module's function), else ``from_callable`` of its
+    function.  Ray's cloudpickle sends tools by value and does not use this:
+    a tool defined in a driver script's ``__main__`` is not there by name."""
+    fn = tool.fn
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if module and "<locals>" not in qualname and _attribute(module, qualname) is tool:
+        return (_attribute, (module, qualname))
+    return (FunctionTool.from_callable, (fn, tool.spec.name, tool.spec.description))
 
 
 def _attribute(module: str, qualname: str) -> object:

@@ -21,6 +21,7 @@ import socket
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
+from multiprocessing.reduction import ForkingPickler
 from typing import Final, final
 
 import anyio
@@ -65,8 +66,14 @@ from agentrt.runtime.placement._worker_wire import (
     WorkerReady,
     WorkerSpec,
 )
+from agentrt.tools._function import FunctionTool, reduce_function_tool
 
 log = get_logger(__name__)
+
+# The spec a worker is started with goes through multiprocessing's pickler:
+# function tools travel as what rebuilds them (only this pickler; Ray's
+# cloudpickle sends them by value).
+ForkingPickler.register(FunctionTool, reduce_function_tool)
 
 #: How errors name this placement.
 PLACEMENT: Final = "local placement with workers"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+from multiprocessing.reduction import ForkingPickler
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -264,16 +265,22 @@ def halved(x: int) -> float:
 
 @pytest.mark.anyio
 async def test_a_function_tool_pickles_as_what_rebuilds_it() -> None:
-    # What a worker process of a placement receives: its argument model is
-    # made at run time and cannot be pickled by itself.
+    # What a worker process of the local placement receives (multiprocessing's
+    # pickler): its argument model is made at run time and cannot be pickled
+    # by itself.
+    import agentrt.runtime.placement._process_driver  # noqa: F401  registers the reducer
+
+    def roundtrip(obj: object) -> Any:
+        return pickle.loads(ForkingPickler.dumps(obj))
+
     context = CTX
     # A module's @tool comes back as that very object (sent by name).
-    assert pickle.loads(pickle.dumps(doubled)) is doubled
+    assert roundtrip(doubled) is doubled
     # Others are rebuilt from their function, under their name and description.
     named = FunctionTool.from_callable(halved, name="half", description="Half of it.")
-    copy = pickle.loads(pickle.dumps(named))
+    copy = roundtrip(named)
     assert copy is not named
     assert copy.spec == named.spec
     assert (await copy.call({"x": 3}, context)).content[0].text == "1.5"
-    calculator = pickle.loads(pickle.dumps(Calculator()))
+    calculator = roundtrip(Calculator())
     assert (await calculator.call({"expression": "6*7"}, context)).content[0].text == "42"
