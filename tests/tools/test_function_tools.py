@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import pickle
 import threading
-from multiprocessing.reduction import ForkingPickler
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -12,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from agentrt.runtime.kernel._errors import ConfigError, ToolError
-from agentrt.tools import Calculator, FunctionTool, Tool, ToolContext, ToolOutput, tool
+from agentrt.tools import FunctionTool, Tool, ToolContext, ToolOutput, tool
 from agentrt.tools._docstrings import parse_docstring
 
 CTX = ToolContext(run_id="r1", call_id="c1")
@@ -250,37 +248,3 @@ def test_signatures_that_cannot_be_tools_are_config_errors() -> None:
             FunctionTool.from_callable(fn)
     with pytest.raises(ConfigError, match="name"):
         FunctionTool.from_callable(lambda x: x)
-
-
-@tool
-async def doubled(x: int) -> int:
-    """Double ``x``."""
-    return 2 * x
-
-
-def halved(x: int) -> float:
-    """Halve ``x``."""
-    return x / 2
-
-
-@pytest.mark.anyio
-async def test_a_function_tool_pickles_as_what_rebuilds_it() -> None:
-    # What a worker process of the local placement receives (multiprocessing's
-    # pickler): its argument model is made at run time and cannot be pickled
-    # by itself.
-    import agentrt.runtime.placement._process_driver  # noqa: F401  registers the reducer
-
-    def roundtrip(obj: object) -> Any:
-        return pickle.loads(ForkingPickler.dumps(obj))
-
-    context = CTX
-    # A module's @tool comes back as that very object (sent by name).
-    assert roundtrip(doubled) is doubled
-    # Others are rebuilt from their function, under their name and description.
-    named = FunctionTool.from_callable(halved, name="half", description="Half of it.")
-    copy = roundtrip(named)
-    assert copy is not named
-    assert copy.spec == named.spec
-    assert (await copy.call({"x": 3}, context)).content[0].text == "1.5"
-    calculator = roundtrip(Calculator())
-    assert (await calculator.call({"expression": "6*7"}, context)).content[0].text == "42"

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import textwrap
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.placement._process_driver import ProcessPlacement
 from agentrt.testing import ScriptedBackend, SimServer, SimServerConfig
-from agentrt.tools import Calculator
+from agentrt.tools import Calculator, FunctionTool, ToolContext, tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.slow]
 
@@ -355,3 +357,34 @@ async def test_what_cannot_reach_a_worker_process_is_refused() -> None:
             agent = Agent(AgentConfig(name="built"), backends=[ScriptedBackend(["x"])])
             with pytest.raises(ConfigError, match="local placement with workers rebuilds"):
                 await rt.run("hi", agent=agent)
+
+
+@tool
+async def doubled(x: int) -> int:
+    """Double ``x``."""
+    return 2 * x
+
+
+def halved(x: int) -> float:
+    """Halve ``x``."""
+    return x / 2
+
+
+async def test_a_function_tool_pickles_as_what_rebuilds_it() -> None:
+    # What a worker process receives (the spec goes through multiprocessing's
+    # pickler, where _process_driver registers the reducer): a function
+    # tool's argument model is made at run time and cannot be pickled by itself.
+    def roundtrip(obj: object) -> Any:
+        return pickle.loads(ForkingPickler.dumps(obj))
+
+    context = ToolContext(run_id="r1", call_id="c1")
+    # A module's @tool comes back as that very object (sent by name).
+    assert roundtrip(doubled) is doubled
+    # Others are rebuilt from their function, under their name and description.
+    named = FunctionTool.from_callable(halved, name="half", description="Half of it.")
+    copy = roundtrip(named)
+    assert copy is not named
+    assert copy.spec == named.spec
+    assert (await copy.call({"x": 3}, context)).content[0].text == "1.5"
+    calculator = roundtrip(Calculator())
+    assert (await calculator.call({"expression": "6*7"}, context)).content[0].text == "42"
