@@ -771,7 +771,7 @@ def _event_id(raw: str, where: str, *, header: bool) -> int:
     return after
 
 
-_OWN_API: Final = ("/v1/runs", "/v1/agents", "/v1/threads")
+_OWN_API: Final = ("/v1/runs", "/v1/agents", "/v1/threads", "/v1/elicitations")
 
 
 def _openai_path(path: str) -> bool:
