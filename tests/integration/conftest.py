@@ -153,8 +153,12 @@ def vllm_server() -> Iterator[VllmServer]:
 #: torch-native attention (its own CPU kernels need AVX-512/AMX), no
 #: overlap scheduler, a small KV pool (4 GB RSS in all), and Prometheus
 #: metrics (aborted requests, cached tokens) whose gauges are updated at
-#: every decode step (by default every 40th: seconds on this CPU).
+#: every decode step (by default every 40th: seconds on this CPU).  Its
+#: scheduler polls in a busy loop while idle (half a core here, for as long
+#: as the session's server lives): ``--sleep-on-idle`` makes it wait on its
+#: sockets instead.
 SGLANG_ARGS: tuple[str, ...] = (
+    "--sleep-on-idle",
     "--device",
     "cpu",
     "--attention-backend",
