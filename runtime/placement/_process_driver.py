@@ -25,11 +25,9 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Final, final
 
 import anyio
-import msgspec
 
 from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._control import RolloutResult
-from agentrt.protocols._events import RolloutRestarted
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.config._runtime_config import PlacementConfig
 from agentrt.runtime.kernel._backoff import Backoff, RestartBackoff
@@ -47,6 +45,7 @@ from agentrt.runtime.placement._worker_books import (
     deliver_events,
     outcome_result,
     pick_worker,
+    place_again,
     replays_of,
 )
 from agentrt.runtime.placement._worker_wire import (
@@ -318,26 +317,9 @@ class ProcessPlacement:
                     return await self._ask(worker, placed)
                 except _WorkerLost as lost:
                     await lost.worker.pumped.wait()  # what it committed is in
-                    steps = list(job.committed)
-                    go_on = steps if run.resumable and steps else None
                     losses += 1
-                    log.warning(
-                        "rollout_worker_lost", rollout=key, worker=worker.index, steps=len(steps)
-                    )
-                    await run.emit(
-                        RolloutRestarted(
-                            run_id=run.run_id,
-                            rollout_id=key,
-                            incarnation=losses,
-                            error=f"rollout worker {worker.index} lost: {lost}",
-                            resumed_steps=len(steps) if go_on is not None else 0,
-                        )
-                    )
-                    message = msgspec.structs.replace(
-                        message,
-                        resume=go_on,
-                        restored=go_on is not None,
-                        charged=go_on is not None,
+                    message = await place_again(
+                        run, job, message, worker=worker.index, lost=lost, incarnation=losses
                     )
         finally:
             self._ledgers.pop(key, None)

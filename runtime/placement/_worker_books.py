@@ -5,7 +5,8 @@ ledgers, in order, and charges what was in flight as reserved when the
 worker is lost; ``deliver_events`` hands its events to their runs'
 streams; ``answer_bank_call`` runs a worker's call on the run's memory
 bank; ``pick_worker`` chooses a worker for a rollout; ``outcome_result``
-and ``replays_of`` are a placed rollout's way back and out.  Must not know
+and ``replays_of`` are a placed rollout's way back and out;
+``place_again`` is what a rollout whose worker was lost does next.  Must not know
 how items travel.
 """
 
@@ -15,14 +16,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, final
 
+import msgspec
+
 from agentrt.agents._agent import Agent
 from agentrt.agents._control import RolloutResult
 from agentrt.agents._hierarchy import Hierarchy
+from agentrt.protocols._events import RolloutRestarted
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._usage import Usage
 from agentrt.runtime.budget._ledger import BudgetLedger, Reservation
 from agentrt.runtime.budget._pricing import usd_to_pico
 from agentrt.runtime.engine._journal import EventJournal
+from agentrt.runtime.engine._rollout_actor import RunRollout
 from agentrt.runtime.kernel._errors import (
     BudgetExceeded,
     ConfigError,
@@ -31,7 +36,13 @@ from agentrt.runtime.kernel._errors import (
 )
 from agentrt.runtime.memory._bank import MemoryStore
 from agentrt.runtime.observe._log import get_logger
-from agentrt.runtime.placement._placement import Emit, PlacementLost, RolloutGaveUp
+from agentrt.runtime.placement._placement import (
+    Emit,
+    PlacedRun,
+    PlacementLost,
+    RolloutGaveUp,
+    RolloutJob,
+)
 from agentrt.runtime.placement._worker_wire import (
     BankAnswer,
     BankGet,
@@ -346,3 +357,34 @@ __all__ = [
     "pick_worker",
     "replays_of",
 ]
+
+
+async def place_again(
+    run: PlacedRun,
+    job: RolloutJob,
+    message: RunRollout,
+    *,
+    worker: int,
+    lost: BaseException,
+    incarnation: int,
+) -> RunRollout:
+    """The message that places ``job`` again after ``worker`` was lost
+    (what it committed already pumped in): from the rollout's committed
+    steps when the run can resume them, else from the start;
+    ``RolloutRestarted`` says which."""
+    key = message.rollout_id
+    steps = list(job.committed)
+    go_on = steps if run.resumable and steps else None
+    log.warning("rollout_worker_lost", rollout=key, worker=worker, steps=len(steps))
+    await run.emit(
+        RolloutRestarted(
+            run_id=run.run_id,
+            rollout_id=key,
+            incarnation=incarnation,
+            error=f"rollout worker {worker} lost: {lost}",
+            resumed_steps=len(steps) if go_on is not None else 0,
+        )
+    )
+    return msgspec.structs.replace(
+        message, resume=go_on, restored=go_on is not None, charged=go_on is not None
+    )
