@@ -16,6 +16,7 @@ no event loop; the engine and the data types load on first use.
 from typing import TYPE_CHECKING, Any
 
 from agentrt._version import __version__
+from agentrt.runtime.kernel import _lazy_exports
 from agentrt.runtime.kernel._actor_errors import ActorError
 from agentrt.runtime.kernel._errors import (
     AgentrtError,
@@ -55,14 +56,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _lazy_exports.load(globals(), _LAZY, name)
 
 
 __all__ = [

@@ -9,6 +9,8 @@ on first use: a process loads the backends it configures, not all of them.
 
 from typing import TYPE_CHECKING, Any
 
+from agentrt.runtime.kernel import _lazy_exports
+
 if TYPE_CHECKING:
     from agentrt.runtime.models._backend import ModelBackend, StreamDelta, backend_concurrency
     from agentrt.runtime.models._model_registry import ModelRegistry, ModelsConfig
@@ -23,38 +25,31 @@ if TYPE_CHECKING:
     from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
     from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend, SGLangBackendConfig
 
-_MODULES = {
-    "ModelBackend": "_backend",
-    "StreamDelta": "_backend",
-    "backend_concurrency": "_backend",
-    "ModelRegistry": "_model_registry",
-    "ModelsConfig": "_model_registry",
-    "BreakerConfig": "_retry",
-    "CircuitBreaker": "_retry",
-    "RetryPolicy": "_retry",
-    "EmbeddedBackend": "embedded._embedded_backend",
-    "EmbeddedConfig": "embedded._embedded_backend",
-    "HttpClientConfig": "http._http_client",
-    "make_http_client": "http._http_client",
-    "ManagedServer": "managed._managed_server",
-    "ManagedServerConfig": "managed._managed_config",
-    "ManagedServerError": "managed._managed_config",
-    "OpenAIBackend": "openai._openai_backend",
-    "OpenAIBackendConfig": "openai._openai_backend",
-    "SGLangBackend": "sglang._sglang_backend",
-    "SGLangBackendConfig": "sglang._sglang_backend",
+_LAZY = {
+    "ModelBackend": "agentrt.runtime.models._backend",
+    "StreamDelta": "agentrt.runtime.models._backend",
+    "backend_concurrency": "agentrt.runtime.models._backend",
+    "ModelRegistry": "agentrt.runtime.models._model_registry",
+    "ModelsConfig": "agentrt.runtime.models._model_registry",
+    "BreakerConfig": "agentrt.runtime.models._retry",
+    "CircuitBreaker": "agentrt.runtime.models._retry",
+    "RetryPolicy": "agentrt.runtime.models._retry",
+    "EmbeddedBackend": "agentrt.runtime.models.embedded._embedded_backend",
+    "EmbeddedConfig": "agentrt.runtime.models.embedded._embedded_backend",
+    "HttpClientConfig": "agentrt.runtime.models.http._http_client",
+    "make_http_client": "agentrt.runtime.models.http._http_client",
+    "ManagedServer": "agentrt.runtime.models.managed._managed_server",
+    "ManagedServerConfig": "agentrt.runtime.models.managed._managed_config",
+    "ManagedServerError": "agentrt.runtime.models.managed._managed_config",
+    "OpenAIBackend": "agentrt.runtime.models.openai._openai_backend",
+    "OpenAIBackendConfig": "agentrt.runtime.models.openai._openai_backend",
+    "SGLangBackend": "agentrt.runtime.models.sglang._sglang_backend",
+    "SGLangBackendConfig": "agentrt.runtime.models.sglang._sglang_backend",
 }
 
 
 def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"agentrt.runtime.models.{module}"), name)
-    globals()[name] = value  # the next lookup does not come here
-    return value
+    return _lazy_exports.load(globals(), _LAZY, name)
 
 
 __all__ = [

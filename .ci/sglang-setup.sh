@@ -43,25 +43,16 @@ SGLANG_VERSION="0.5.23"
 STAMP="$VENV/.agentrt-sglang-setup"
 TIMINGS="$CACHE/sglang-setup-timings.txt"
 
-log() { printf '[sglang-setup] %s\n' "$*" >&2; }
-die() { printf '[sglang-setup] ERROR: %s\n' "$*" >&2; exit 1; }
-
-PHASE="start"
-on_error() {
-  local rc=$?
-  printf '[sglang-setup] ERROR: phase "%s" failed (exit %s); venv=%s model=%s\n' \
-    "$PHASE" "$rc" "$VENV" "$MODEL_DIR" >&2
-  printf '[sglang-setup] fix the cause and run it again (AGENTRT_SGLANG_FORCE=1 redoes every phase)\n' >&2
-  exit "$rc"
-}
-trap on_error ERR
+SETUP_NAME="sglang-setup"
+SETUP_FORCE="AGENTRT_SGLANG_FORCE"
+# shellcheck source=.ci/setup-common.sh
+source "$HERE/setup-common.sh"
 
 [[ -f "$MODEL_DIR/config.json" && -f "$MODEL_DIR/model.safetensors" ]] \
   || die "no SmolLM2 Hugging Face folder at $MODEL_DIR: run .ci/vllm-setup.sh first (it converts it)"
 
 # The recipe key: anything that changes what gets installed invalidates the stamp.
-self_sum="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
-RECIPE="sglang=$SGLANG_VERSION setup=$self_sum stub=$STUB_DIR"
+RECIPE="sglang=$SGLANG_VERSION $(setup_sums) stub=$STUB_DIR"
 
 if [[ "${AGENTRT_SGLANG_FORCE:-0}" != "1" && -f "$STAMP" && -x "$VENV/bin/python" \
       && -f "$STUB_DIR/libcuda.so.1" ]] && [[ "$(cat "$STAMP")" == "$RECIPE" ]]; then
@@ -69,33 +60,12 @@ if [[ "${AGENTRT_SGLANG_FORCE:-0}" != "1" && -f "$STAMP" && -x "$VENV/bin/python
   exit 0
 fi
 
-mkdir -p "$CACHE"
-: > "$TIMINGS"
-T_ALL=$(date +%s.%N)
-T_PHASE=$T_ALL
-phase() {  # close the previous phase (print its time) and open the next one
-  local now; now=$(date +%s.%N)
-  if [[ "$PHASE" != "start" ]]; then
-    local dt; dt=$(awk -v a="$T_PHASE" -v b="$now" 'BEGIN{printf "%.1f", b-a}')
-    log "phase $PHASE: ${dt}s"
-    printf '%s %s\n' "$PHASE" "$dt" >> "$TIMINGS"
-  fi
-  PHASE="$1"
-  T_PHASE=$now
-  [[ "$PHASE" == "done" ]] || log "phase $PHASE ..."
-}
+setup_begin
 
 command -v "$PYTHON" >/dev/null || die "python interpreter '$PYTHON' not found (set AGENTRT_SGLANG_PYTHON)"
 command -v gcc >/dev/null || die "gcc not found: it builds the libcuda.so.1 stub (apt-get install gcc)"
 
-phase venv
-if [[ ! -x "$VENV/bin/python" ]]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-pip_() {  # pip in the SGLang venv, minus the noise of file:// index entries that do not exist
-  "$VENV/bin/python" -m pip --no-input "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-}
-pip_ install -q --upgrade pip
+setup_venv
 
 phase install-sglang
 pip_ install -q "sglang==$SGLANG_VERSION"
@@ -130,8 +100,4 @@ assert not torch.cuda.is_available(), "the stub must answer 'no device'"
 print(f"[sglang-setup] sglang {m.version('sglang')} torch {torch.__version__} sgl_kernel loaded, no CUDA device: ok")
 PY
 
-phase done
-total=$(awk -v a="$T_ALL" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
-printf 'total %s\n' "$total" >> "$TIMINGS"
-printf '%s' "$RECIPE" > "$STAMP"
-log "done in ${total}s: venv=$VENV stub=$STUB_DIR model=$MODEL_DIR (timings in $TIMINGS)"
+setup_done "$STAMP" "$RECIPE" "venv=$VENV stub=$STUB_DIR model=$MODEL_DIR"

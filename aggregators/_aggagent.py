@@ -17,6 +17,7 @@ from agentrt.aggregators._aggregator import (
     AggregationContext,
     AggregationResult,
     BudgetStop,
+    check_range,
     emit_all,
     empty_result,
     usable,
@@ -36,7 +37,7 @@ from agentrt.protocols._model import ModelRequest, SamplingParams
 from agentrt.protocols._tools import ToolSpec
 from agentrt.protocols._trajectory import Step, Trajectory, TrajectorySummary
 from agentrt.protocols._usage import Cost
-from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError, ToolError
+from agentrt.runtime.kernel._errors import BudgetExceeded, ToolError
 from agentrt.tools._tool import ToolContext, ToolOutput
 
 MAX_K = 10
@@ -290,10 +291,7 @@ class AggregationAgent:
             ("max_tokens", max_tokens, 256, MAX_AGENT_TOKENS),
             ("max_tokens_per_turn", max_tokens_per_turn, 1, MAX_AGENT_TOKENS),
         ):
-            if not low <= value <= high:
-                raise ConfigError(
-                    f"{key} must be >= {low} and <= {high}, got {value}", where=f"aggagent.{key}"
-                )
+            check_range("aggagent", key, value, low, high)
         self.model = model
         self.max_turns = max_turns
         self.max_tokens = max_tokens

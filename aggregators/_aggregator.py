@@ -203,6 +203,14 @@ def nothing_left(ledger: BudgetLedger) -> str | None:
     return ledger.headroom().shortfall(1, 1)
 
 
+def check_range(owner: str, key: str, value: float, low: float, high: float) -> None:
+    """Raises ``ConfigError`` at ``owner.key`` unless ``low <= value <= high``."""
+    if not low <= value <= high:
+        raise ConfigError(
+            f"{key} must be >= {low} and <= {high}, got {value}", where=f"{owner}.{key}"
+        )
+
+
 def usable(
     summaries: Sequence[TrajectorySummary],
 ) -> tuple[list[TrajectorySummary], list[str]]:
@@ -239,6 +247,7 @@ __all__ = [
     "AggregationResult",
     "Aggregator",
     "BudgetStop",
+    "check_range",
     "emit_all",
     "empty_result",
     "nothing_left",

@@ -24,6 +24,7 @@ from agentrt.aggregators._aggregator import (
     AggregationContext,
     AggregationResult,
     BudgetStop,
+    check_range,
     emit_all,
     empty_result,
     usable,
@@ -37,7 +38,7 @@ from agentrt.protocols._messages import SystemMessage, UserMessage
 from agentrt.protocols._model import ModelRequest, SamplingParams
 from agentrt.protocols._trajectory import TrajectorySummary
 from agentrt.protocols._usage import Cost
-from agentrt.runtime.kernel._errors import BackendError, BudgetExceeded, ConfigError
+from agentrt.runtime.kernel._errors import BackendError, BudgetExceeded
 from agentrt.runtime.observe._log import get_logger
 
 log = get_logger(__name__)
@@ -91,16 +92,8 @@ class CompressedReasoning:
         timeout_s: float = 120.0,
         seed: int = 0,
     ) -> None:
-        if not 100 <= report_chars <= MAX_REPORT_CHARS:
-            raise ConfigError(
-                f"report_chars must be >= 100 and <= {MAX_REPORT_CHARS}, got {report_chars}",
-                where="compressed.report_chars",
-            )
-        if not 1_000 <= source_chars <= MAX_SOURCE_CHARS:
-            raise ConfigError(
-                f"source_chars must be >= 1000 and <= {MAX_SOURCE_CHARS}, got {source_chars}",
-                where="compressed.source_chars",
-            )
+        check_range("compressed", "report_chars", report_chars, 100, MAX_REPORT_CHARS)
+        check_range("compressed", "source_chars", source_chars, 1_000, MAX_SOURCE_CHARS)
         self.model = model
         self.report_chars = report_chars
         self.source_chars = source_chars

@@ -26,6 +26,7 @@ from agentrt.aggregators._aggregator import (
     AggregationContext,
     AggregationResult,
     BudgetStop,
+    check_range,
     emit_all,
     empty_result,
     usable,
@@ -102,38 +103,32 @@ MAX_RETRIES: Final = 5
 MAX_JUDGE_TOKENS: Final = 32_768
 
 
-def _verdict_tool(n: int) -> ToolSpec:
-    """Structured output: the verdict as a tool call's arguments."""
+def _reasoned_tool(kind: str, field: str, low: int, high: int) -> ToolSpec:
+    """Structured output: a ``field`` in ``low..high`` after reasoning, as
+    the arguments of a ``verdict`` tool call."""
     return ToolSpec(
         name="verdict",
-        description="Give your verdict after reasoning.",
+        description=f"Give your {kind} after reasoning.",
         parameters={
             "type": "object",
             "properties": {
                 "reasoning": {"type": "string"},
-                "verdict": {"type": "integer", "minimum": 1, "maximum": n},
+                field: {"type": "integer", "minimum": low, "maximum": high},
             },
-            "required": ["reasoning", "verdict"],
+            "required": ["reasoning", field],
             "additionalProperties": False,
         },
     )
+
+
+def _verdict_tool(n: int) -> ToolSpec:
+    """The verdict among ``n`` candidates."""
+    return _reasoned_tool("verdict", "verdict", 1, n)
 
 
 def _score_tool() -> ToolSpec:
-    """Structured output: the score as a tool call's arguments."""
-    return ToolSpec(
-        name="verdict",
-        description="Give your score after reasoning.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "reasoning": {"type": "string"},
-                "score": {"type": "integer", "minimum": 0, "maximum": 10},
-            },
-            "required": ["reasoning", "score"],
-            "additionalProperties": False,
-        },
-    )
+    """A score from 0 to 10."""
+    return _reasoned_tool("score", "score", 0, 10)
 
 
 class _Reply(msgspec.Struct, frozen=True, kw_only=True):
@@ -218,15 +213,8 @@ class ModelJudge:
         shuffle: bool = True,
         structured: bool = True,
     ) -> None:
-        if not 1 <= max_tokens <= MAX_JUDGE_TOKENS:
-            raise ConfigError(
-                f"max_tokens must be >= 1 and <= {MAX_JUDGE_TOKENS}, got {max_tokens}",
-                where="judge.max_tokens",
-            )
-        if not 0 <= retries <= MAX_RETRIES:
-            raise ConfigError(
-                f"retries must be >= 0 and <= {MAX_RETRIES}, got {retries}", where="judge.retries"
-            )
+        check_range("judge", "max_tokens", max_tokens, 1, MAX_JUDGE_TOKENS)
+        check_range("judge", "retries", retries, 0, MAX_RETRIES)
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens

@@ -18,6 +18,7 @@ from agentrt.aggregators._aggregator import (
     AggregationResult,
     Aggregator,
     BudgetStop,
+    check_range,
     nothing_left,
     usable,
 )
@@ -87,15 +88,9 @@ class ParallelDistillRefine:
         normalize: Normalizer = default_normalizer,
     ) -> None:
         for key, value, high in (("rounds", rounds, MAX_ROUNDS), ("m", m, MAX_M), ("k", k, MAX_K)):
-            if not 1 <= value <= high:
-                raise ConfigError(
-                    f"{key} must be >= 1 and <= {high}, got {value}", where=f"pdr.{key}"
-                )
-        if max_concurrency is not None and not 1 <= max_concurrency <= MAX_M:
-            raise ConfigError(
-                f"max_concurrency must be >= 1 and <= {MAX_M}, got {max_concurrency}",
-                where="pdr.max_concurrency",
-            )
+            check_range("pdr", key, value, 1, high)
+        if max_concurrency is not None:
+            check_range("pdr", "max_concurrency", max_concurrency, 1, MAX_M)
         if select not in ("rtv", "judge"):
             raise ConfigError(f"select must be 'rtv' or 'judge', got {select!r}", where="pdr")
         self.judge: Judge = judge if judge is not None else ModelJudge()

@@ -87,27 +87,28 @@ class VerifiedFirst:
                     excluded=excluded + [s.rollout_id for s in kept],
                 )
             inner = await self.then.aggregate(task, kept, context)
-            return AggregationResult(
-                answer=inner.answer,
-                winner=inner.winner,
-                rationale=(
-                    f"none of {len(kept)} candidates passed its tests; "
-                    f"{self.then.name} chose among all: {inner.rationale}"
-                ),
-                trace=trace + inner.trace,
-                cost=inner.cost,
-                excluded=excluded + inner.excluded,
+            why = (
+                f"none of {len(kept)} candidates passed its tests; {self.then.name} chose among all"
             )
+            return _after(inner, why, trace, excluded)
         inner = await self.then.aggregate(task, passing, context)
         failing = [s.rollout_id for s in kept if not passed(s)]
-        return AggregationResult(
-            answer=inner.answer,
-            winner=inner.winner,
-            rationale=(
-                f"{len(passing)} of {len(kept)} candidates passed their tests; "
-                f"{self.then.name} chose among them: {inner.rationale}"
-            ),
-            trace=trace + inner.trace,
-            cost=inner.cost,
-            excluded=excluded + failing + inner.excluded,
+        why = (
+            f"{len(passing)} of {len(kept)} candidates passed their tests; "
+            f"{self.then.name} chose among them"
         )
+        return _after(inner, why, trace, excluded + failing)
+
+
+def _after(
+    inner: AggregationResult, why: str, trace: list[VoteCast], excluded: list[str]
+) -> AggregationResult:
+    """``inner``'s choice, with the tests' verdict before its rationale."""
+    return AggregationResult(
+        answer=inner.answer,
+        winner=inner.winner,
+        rationale=f"{why}: {inner.rationale}",
+        trace=trace + inner.trace,
+        cost=inner.cost,
+        excluded=excluded + inner.excluded,
+    )

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,6 +168,18 @@ def _summarize(latencies_ns: list[int], wall: float, cpu: float) -> AskRun:
     return AskRun(len(ordered) / wall, p50, p99, cpu / wall)
 
 
+async def _timed(
+    concurrency: int, worker: Callable[[int], Coroutine[Any, Any, None]], latencies: list[int]
+) -> AskRun:
+    """Run ``worker(0)`` .. ``worker(concurrency - 1)`` at once; the
+    ``latencies`` they recorded, with the wall and CPU time they took."""
+    start, cpu = time.perf_counter(), time.process_time()
+    async with anyio.create_task_group() as tg:
+        for first in range(concurrency):
+            tg.start_soon(worker, first)
+    return _summarize(latencies, time.perf_counter() - start, time.process_time() - cpu)
+
+
 async def actor_asks(refs: Sequence[ActorRef[Ping, int]], asks: int, concurrency: int) -> AskRun:
     latencies: list[int] = []
     per_worker = asks // concurrency
@@ -185,11 +197,7 @@ async def actor_asks(refs: Sequence[ActorRef[Ping, int]], asks: int, concurrency
             mine.append(clock() - began)
         latencies.extend(mine)
 
-    start, cpu = time.perf_counter(), time.process_time()
-    async with anyio.create_task_group() as tg:
-        for first in range(concurrency):
-            tg.start_soon(worker, first)
-    return _summarize(latencies, time.perf_counter() - start, time.process_time() - cpu)
+    return await _timed(concurrency, worker, latencies)
 
 
 Endpoint = tuple[MemoryObjectSendStream[int], MemoryObjectReceiveStream[int]]
@@ -226,11 +234,7 @@ async def raw_asks(endpoints: Sequence[Endpoint], asks: int, concurrency: int) -
             mine.append(clock() - began)
         latencies.extend(mine)
 
-    start, cpu = time.perf_counter(), time.process_time()
-    async with anyio.create_task_group() as tg:
-        for first in range(concurrency):
-            tg.start_soon(worker, first)
-    return _summarize(latencies, time.perf_counter() - start, time.process_time() - cpu)
+    return await _timed(concurrency, worker, latencies)
 
 
 # -- 3. memory per idle actor (one fresh process per sample) -------------------------
@@ -344,32 +348,11 @@ def _median_of(runs: Sequence[AskRun], field: Callable[[AskRun], float]) -> floa
 
 def print_table(title: str, rows: Sequence[Row]) -> None:
     headers = ("measurement", "actor kernel", "raw anyio", "actor/raw", "target", "result")
-    cells = [
-        (
-            r.name,
-            r.actor,
-            r.raw,
-            r.ratio,
-            r.target,
-            "" if r.ok is None else ("PASS" if r.ok else "MISS"),
-        )
-        for r in rows
-    ]
-    widths = [max(len(str(c[i])) for c in [headers, *cells]) for i in range(len(headers))]
-    print(title)
-    line = "  ".join(
-        h.ljust(w) if i == 0 else h.rjust(w)
-        for i, (h, w) in enumerate(zip(headers, widths, strict=True))
+    _smoke.print_table(
+        title,
+        headers,
+        [(r.name, r.actor, r.raw, r.ratio, r.target, _smoke.mark(r.ok)) for r in rows],
     )
-    print(line)
-    print("-" * len(line))
-    for cell in cells:
-        print(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(cell, widths, strict=True))
-            )
-        )
 
 
 async def timed_benchmarks(args: argparse.Namespace, figures: dict[str, float]) -> list[Row]:

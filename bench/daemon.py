@@ -503,29 +503,9 @@ class Row:
 
 def print_table(title: str, rows: Sequence[Row]) -> None:
     headers = ("measurement", "measured", "target", "measured/target", "result")
-    cells = [
-        (
-            r.name,
-            r.measured,
-            r.target,
-            r.ratio,
-            "" if r.ok is None else ("PASS" if r.ok else "MISS"),
-        )
-        for r in rows
-    ]
-    widths = [max(len(c[i]) for c in [headers, *cells]) for i in range(len(headers))]
-
-    def line(cell: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cell, widths, strict=True))
-        )
-
-    print(title)
-    print(line(headers))
-    print("-" * len(line(headers)))
-    for cell in cells:
-        print(line(cell))
+    _smoke.print_table(
+        title, headers, [(r.name, r.measured, r.target, r.ratio, _smoke.mark(r.ok)) for r in rows]
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:

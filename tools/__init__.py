@@ -8,6 +8,7 @@ agents; it never imports agents or aggregators.
 
 from typing import TYPE_CHECKING, Any
 
+from agentrt.runtime.kernel import _lazy_exports
 from agentrt.tools._approval import ApprovalGate, ApprovalPolicy, ElicitationQuestion
 from agentrt.tools._function import FunctionTool, to_tool_output, tool
 from agentrt.tools._tool import (
@@ -128,14 +129,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # the next lookup does not come here
-    return value
+    return _lazy_exports.load(globals(), _LAZY, name)
 
 
 __all__ = [

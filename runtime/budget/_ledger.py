@@ -257,25 +257,22 @@ class Reservation:
         ``prompt_bound``.  A no-op returning ``Cost()`` unless active."""
         if self.state != "active":
             return Cost()
-        usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.n * self.max_tokens)
-        return self._ledger._settle(
-            self,
-            usage,
-            self._rates,
-            calibrate=False,
-            cancelled=True,
-            more_prompt=self._unmeasured_prompt(),
-        )
+        return self._charge_unmeasured(self.n * self.max_tokens)
 
-    def _unmeasured_prompt(self) -> int:
-        """Prompt tokens a cancelled call may have cost beyond its estimate:
-        while no reply of its model has measured a prompt, the estimate may
-        fall short of what the server counted (a text the estimator reads
-        as fewer tokens than the tokenizer does), so up to ``prompt_bound``
-        (0 once a reply measured one, or with no bound)."""
-        if self.prompt_bound is None or self.model in self._ledger._prompt_ratio:
-            return 0
-        return max(self.prompt_bound() - self.prompt_tokens, 0)
+    def _charge_unmeasured(self, completion: int) -> Cost:
+        """Charge a cancelled call ``completion`` tokens and the prompt as
+        estimated, plus what the estimate may have missed: while no reply of
+        its model has measured a prompt, the estimate may fall short of what
+        the server counted (a text the estimator reads as fewer tokens than
+        the tokenizer does), so up to ``prompt_bound`` (nothing once a reply
+        measured one, or with no bound)."""
+        more = 0
+        if self.prompt_bound is not None and self.model not in self._ledger._prompt_ratio:
+            more = max(self.prompt_bound() - self.prompt_tokens, 0)
+        usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion)
+        return self._ledger._settle(
+            self, usage, self._rates, calibrate=False, cancelled=True, more_prompt=more
+        )
 
     def charge_consumed(self) -> Cost:
         """Charge a call cancelled in flight what it consumed: its prompt
@@ -291,15 +288,7 @@ class Reservation:
         ratio = self._ledger._prompt_ratio.get(self.model)
         completion = min(self.streamed, self.n * self.max_tokens)
         if ratio is None:
-            usage = Usage(prompt_tokens=self.prompt_tokens, completion_tokens=completion)
-            return self._ledger._settle(
-                self,
-                usage,
-                self._rates,
-                calibrate=False,
-                cancelled=True,
-                more_prompt=self._unmeasured_prompt(),
-            )
+            return self._charge_unmeasured(completion)
         # Rounded: the ratio of a prompt like this one gives it back exactly.
         usage = Usage(prompt_tokens=round(self.estimate * ratio), completion_tokens=completion)
         if usage.total_tokens > self.tokens or self._rates.cost_pico(usage) > self.pico:

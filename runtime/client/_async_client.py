@@ -6,40 +6,21 @@ Imports protocols, the kernel's error tree and httpx; nothing of the daemon.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Final, Self, TypeVar, final
+from typing import Final, Self, TypeVar, final
 
 import anyio
 import httpx
-import msgspec
 
-from agentrt.protocols._api import (
-    ElicitationAnswer,
-    ElicitationList,
-    RunDetail,
-    RunInfo,
-    RunPage,
-)
+from agentrt.protocols._api import ElicitationAnswer, RunDetail, RunInfo, RunPage
 from agentrt.protocols._events import ElicitationRequested, Event
 from agentrt.protocols._run import RunRequest, RunStatus
-from agentrt.protocols._webhooks import WebhookDelivery, WebhookDeliveryList
-from agentrt.runtime.client._sse import (
-    CUT,
-    RECONNECTS,
-    SseReader,
-    decode_as,
-    failure,
-    gave_up,
-    not_a_stream,
-    reconnect_wait,
-    request_body,
-    run_location,
-    stream_headers,
-    unreachable,
-)
+from agentrt.protocols._webhooks import WebhookDelivery
+from agentrt.runtime.client import _calls as calls
+from agentrt.runtime.client._calls import ClientState
+from agentrt.runtime.client._sse import CUT, failure, request_body
 
 T = TypeVar("T")
 
@@ -50,12 +31,6 @@ TIMEOUT_S: Final = 30.0
 STREAM_IDLE_S: Final = 60.0
 """How long an event stream may stay silent (the daemon sends a keep-alive
 every ``server.sse_keepalive_s``, 15 s by default) before it reconnects."""
-
-
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    OPEN = "open"
-    CLOSED = "closed"
 
 
 def auth_headers(token: str | None) -> dict[str, str]:
@@ -131,13 +106,13 @@ class AsyncClient:
             transport=transport,
         )
         self._stream_timeout = httpx.Timeout(timeout_s, read=stream_idle_s)
-        self._state = _State.UNOPENED
+        self._state = ClientState.UNOPENED
 
     async def __aenter__(self) -> Self:
-        if self._state is not _State.UNOPENED:
+        if self._state is not ClientState.UNOPENED:
             raise RuntimeError(f"Cannot open an AsyncClient that is {self._state.value}.")
         await self._http.__aenter__()
-        self._state = _State.OPEN
+        self._state = ClientState.OPEN
         return self
 
     async def __aexit__(
@@ -146,78 +121,62 @@ class AsyncClient:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._state = _State.CLOSED
+        self._state = ClientState.CLOSED
         await self._http.__aexit__(exc_type, exc, tb)
 
     def _check_open(self) -> None:
-        if self._state is not _State.OPEN:
+        if self._state is not ClientState.OPEN:
             raise RuntimeError(
                 f"The AsyncClient is {self._state.value}: use it inside `async with`."
             )
 
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        type_: type[T],
-        *,
-        content: bytes | None = None,
-        params: dict[str, Any] | None = None,
-    ) -> T:
+    async def _send(self, call: calls.Call[T]) -> T:
         self._check_open()
-        headers = {"content-type": "application/json"} if content is not None else None
         try:
             response = await self._http.request(
-                method, path, content=content, params=params, headers=headers
+                call.method,
+                call.path,
+                content=call.content,
+                params=call.params,
+                headers=call.headers,
             )
         except httpx.TransportError as exc:
-            raise unreachable(exc, method, path) from exc
-        if response.status_code >= 300:
-            raise failure(response, response.content)
-        return decode_as(response.content, type_, f"{method} {path}")
+            raise call.unreachable(exc) from exc
+        return call.read(response)
 
     # -- runs ------------------------------------------------------------------
 
     async def create_run(self, request: RunRequest | str) -> RunInfo:
         """Start a run (``POST /v1/runs``): a ``RunRequest``, or a task for
         the default agent.  Returns it as admitted (``pending``)."""
-        return await self._call("POST", "/v1/runs", RunInfo, content=request_body(request))
+        return await self._send(calls.create_run(request))
 
     async def get_run(self, run_id: str) -> RunDetail:
         """The run in full: request, rollouts and (once ended) the result."""
-        return await self._call("GET", f"/v1/runs/{run_id}", RunDetail)
+        return await self._send(calls.get_run(run_id))
 
     async def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
     ) -> RunPage:
         """A page of runs, newest first (``next_cursor`` for the next page)."""
-        params: dict[str, Any] = {"limit": limit}
-        if status is not None:
-            params["status"] = status
-        if cursor is not None:
-            params["cursor"] = cursor
-        return await self._call("GET", "/v1/runs", RunPage, params=params)
+        return await self._send(calls.list_runs(status, limit, cursor))
 
     async def cancel_run(self, run_id: str) -> RunInfo:
         """Cancel the run; returns it once it has stopped (terminal)."""
-        return await self._call("POST", f"/v1/runs/{run_id}/cancel", RunInfo)
+        return await self._send(calls.cancel_run(run_id))
 
     async def answer_elicitation(
         self, run_id: str, question_id: str, answer: ElicitationAnswer
     ) -> RunInfo:
         """Answer the question a run's ``ElicitationRequested`` event asked
         (``accept`` with the form's content, ``decline`` or ``cancel``)."""
-        path = f"/v1/runs/{run_id}/elicitations/{question_id}"
-        content = msgspec.json.encode(answer)
-        return await self._call("POST", path, RunInfo, content=content)
+        return await self._send(calls.answer_elicitation(run_id, question_id, answer))
 
     async def list_elicitations(self, run_id: str | None = None) -> list[ElicitationRequested]:
         """The questions the caller's runs wait on (``run_id``'s only, when
         given), oldest first: approvals of tools under ``[approvals.TOOL]``
         (``mode`` ``approval``) and MCP servers' questions."""
-        params = {"run_id": run_id} if run_id is not None else None
-        found = await self._call("GET", "/v1/elicitations", ElicitationList, params=params)
-        return found.questions
+        return (await self._send(calls.list_elicitations(run_id))).questions
 
     async def approve(self, run_id: str, question_id: str) -> RunInfo:
         """Approve the tool call the run waits on (``answer_elicitation``
@@ -236,9 +195,7 @@ class AsyncClient:
     async def webhook_deliveries(self, run_id: str) -> list[WebhookDelivery]:
         """The run's webhook deliveries as the daemon recorded them (status,
         attempts, the receiver's last answer), in the order they were made."""
-        path = f"/v1/runs/{run_id}/webhook-deliveries"
-        found = await self._call("GET", path, WebhookDeliveryList)
-        return found.deliveries
+        return (await self._send(calls.webhook_deliveries(run_id))).deliveries
 
     @asynccontextmanager
     async def follow(
@@ -277,44 +234,27 @@ class AsyncClient:
     async def _stream(
         self, events: AsyncRunEvents, create: bytes | None
     ) -> AsyncGenerator[Event, None]:
-        cuts = 0
+        follow = calls.EventFollow(events, create)
         while True:
-            if events.run_id is None:
-                method, path, content = "POST", "/v1/runs", create
-                headers = {**stream_headers(0), "content-type": "application/json"}
-            else:
-                method, path, content = "GET", f"/v1/runs/{events.run_id}/events", None
-                headers = stream_headers(events.last_event_id)
+            call = follow.call()
             try:
                 async with self._http.stream(
-                    method, path, content=content, headers=headers, timeout=self._stream_timeout
+                    call.method,
+                    call.path,
+                    content=call.content,
+                    headers=call.headers,
+                    timeout=self._stream_timeout,
                 ) as response:
                     if response.status_code >= 300:
                         raise failure(response, await response.aread())
-                    wrong = not_a_stream(response)
-                    if wrong is not None:
-                        raise wrong
-                    events.run_id = events.run_id or run_location(response)
-                    reader = SseReader()
+                    follow.opened(response)
                     async for line in response.aiter_lines():
-                        item = reader.line(line)
-                        if item is None:
-                            continue
-                        seq, event = item
-                        if seq is not None:
-                            events.last_event_id, cuts = seq, 0
-                        elif not events.tokens:
-                            continue
-                        yield event
+                        event = follow.event(line)
+                        if event is not None:
+                            yield event
                     return
             except CUT as exc:
-                if not events.run_id:  # no answer to the POST: the run is unknown
-                    raise unreachable(exc, method, path) from exc
-                cuts += 1
-                if cuts > RECONNECTS:
-                    raise gave_up(exc, path, cuts - 1) from exc
-                events.reconnects += 1
-                await anyio.sleep(reconnect_wait(cuts))
+                await anyio.sleep(follow.cut(exc, call))
 
 
 __all__ = ["DEFAULT_URL", "STREAM_IDLE_S", "TIMEOUT_S", "AsyncClient", "AsyncRunEvents"]

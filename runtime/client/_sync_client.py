@@ -7,54 +7,29 @@ Imports protocols, the kernel's error tree and httpx; nothing of the daemon.
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Self, TypeVar, final
+from typing import Self, TypeVar, final
 
 import httpx
-import msgspec
 
-from agentrt.protocols._api import (
-    ElicitationAnswer,
-    ElicitationList,
-    RunDetail,
-    RunInfo,
-    RunPage,
-)
+from agentrt.protocols._api import ElicitationAnswer, RunDetail, RunInfo, RunPage
 from agentrt.protocols._events import ElicitationRequested, Event
 from agentrt.protocols._run import RunRequest, RunStatus
-from agentrt.protocols._webhooks import WebhookDelivery, WebhookDeliveryList
+from agentrt.protocols._webhooks import WebhookDelivery
+from agentrt.runtime.client import _calls as calls
 from agentrt.runtime.client._async_client import (
     DEFAULT_URL,
     STREAM_IDLE_S,
     TIMEOUT_S,
     auth_headers,
 )
-from agentrt.runtime.client._sse import (
-    CUT,
-    RECONNECTS,
-    SseReader,
-    decode_as,
-    failure,
-    gave_up,
-    not_a_stream,
-    reconnect_wait,
-    request_body,
-    run_location,
-    stream_headers,
-    unreachable,
-)
+from agentrt.runtime.client._calls import ClientState
+from agentrt.runtime.client._sse import CUT, failure, request_body
 
 T = TypeVar("T")
-
-
-class _State(enum.Enum):
-    UNOPENED = "unopened"
-    OPEN = "open"
-    CLOSED = "closed"
 
 
 @final
@@ -109,13 +84,13 @@ class Client:
             transport=transport,
         )
         self._stream_timeout = httpx.Timeout(timeout_s, read=stream_idle_s)
-        self._state = _State.UNOPENED
+        self._state = ClientState.UNOPENED
 
     def __enter__(self) -> Self:
-        if self._state is not _State.UNOPENED:
+        if self._state is not ClientState.UNOPENED:
             raise RuntimeError(f"Cannot open a Client that is {self._state.value}.")
         self._http.__enter__()
-        self._state = _State.OPEN
+        self._state = ClientState.OPEN
         return self
 
     def __exit__(
@@ -124,87 +99,66 @@ class Client:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._state = _State.CLOSED
+        self._state = ClientState.CLOSED
         self._http.__exit__(exc_type, exc, tb)
 
     def _check_open(self) -> None:
-        if self._state is not _State.OPEN:
+        if self._state is not ClientState.OPEN:
             raise RuntimeError(f"The Client is {self._state.value}: use it inside `with`.")
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        type_: type[T],
-        *,
-        content: bytes | None = None,
-        params: dict[str, Any] | None = None,
-    ) -> T:
+    def _send(self, call: calls.Call[T]) -> T:
         self._check_open()
-        headers = {"content-type": "application/json"} if content is not None else None
         try:
             response = self._http.request(
-                method, path, content=content, params=params, headers=headers
+                call.method,
+                call.path,
+                content=call.content,
+                params=call.params,
+                headers=call.headers,
             )
         except httpx.TransportError as exc:
-            raise unreachable(exc, method, path) from exc
-        if response.status_code >= 300:
-            raise failure(response, response.content)
-        return decode_as(response.content, type_, f"{method} {path}")
+            raise call.unreachable(exc) from exc
+        return call.read(response)
 
     def create_run(self, request: RunRequest | str) -> RunInfo:
         """Start a run (``AsyncClient.create_run``)."""
-        return self._call("POST", "/v1/runs", RunInfo, content=request_body(request))
+        return self._send(calls.create_run(request))
 
     def get_run(self, run_id: str) -> RunDetail:
         """The run in full (``AsyncClient.get_run``)."""
-        return self._call("GET", f"/v1/runs/{run_id}", RunDetail)
+        return self._send(calls.get_run(run_id))
 
     def list_runs(
         self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
     ) -> RunPage:
         """A page of runs, newest first (``AsyncClient.list_runs``)."""
-        params: dict[str, Any] = {"limit": limit}
-        if status is not None:
-            params["status"] = status
-        if cursor is not None:
-            params["cursor"] = cursor
-        return self._call("GET", "/v1/runs", RunPage, params=params)
+        return self._send(calls.list_runs(status, limit, cursor))
 
     def cancel_run(self, run_id: str) -> RunInfo:
         """Cancel the run (``AsyncClient.cancel_run``)."""
-        return self._call("POST", f"/v1/runs/{run_id}/cancel", RunInfo)
+        return self._send(calls.cancel_run(run_id))
 
     def answer_elicitation(
         self, run_id: str, question_id: str, answer: ElicitationAnswer
     ) -> RunInfo:
         """Answer a run's question (``AsyncClient.answer_elicitation``)."""
-        path = f"/v1/runs/{run_id}/elicitations/{question_id}"
-        return self._call("POST", path, RunInfo, content=msgspec.json.encode(answer))
+        return self._send(calls.answer_elicitation(run_id, question_id, answer))
 
     def list_elicitations(self, run_id: str | None = None) -> list[ElicitationRequested]:
-        """The questions the caller's runs wait on (``run_id``'s only, when
-        given), oldest first: approvals of tools under ``[approvals.TOOL]``
-        (``mode`` ``approval``) and MCP servers' questions."""
-        params = {"run_id": run_id} if run_id is not None else None
-        found = self._call("GET", "/v1/elicitations", ElicitationList, params=params)
-        return found.questions
+        """The questions the caller's runs wait on (``AsyncClient.list_elicitations``)."""
+        return self._send(calls.list_elicitations(run_id)).questions
 
     def approve(self, run_id: str, question_id: str) -> RunInfo:
-        """Approve the tool call the run waits on (``answer_elicitation``
-        with ``accept``); the run goes on and the tool runs."""
+        """Approve the tool call the run waits on (``AsyncClient.approve``)."""
         return self.answer_elicitation(run_id, question_id, ElicitationAnswer(action="accept"))
 
     def deny(self, run_id: str, question_id: str) -> RunInfo:
-        """Deny it (``decline``): the tool does not run, and the model reads
-        that it was denied."""
+        """Deny it (``AsyncClient.deny``): the tool does not run."""
         return self.answer_elicitation(run_id, question_id, ElicitationAnswer(action="decline"))
 
     def webhook_deliveries(self, run_id: str) -> list[WebhookDelivery]:
-        """The run's webhook deliveries as the daemon recorded them (status,
-        attempts, the receiver's last answer), in the order they were made."""
-        path = f"/v1/runs/{run_id}/webhook-deliveries"
-        return self._call("GET", path, WebhookDeliveryList).deliveries
+        """The run's webhook deliveries (``AsyncClient.webhook_deliveries``)."""
+        return self._send(calls.webhook_deliveries(run_id)).deliveries
 
     @contextmanager
     def follow(self, run_id: str, *, after: int = 0, tokens: bool = False) -> Iterator[RunEvents]:
@@ -231,44 +185,27 @@ class Client:
             events.close()
 
     def _stream(self, events: RunEvents, create: bytes | None) -> Generator[Event, None, None]:
-        cuts = 0
+        follow = calls.EventFollow(events, create)
         while True:
-            if events.run_id is None:
-                method, path, content = "POST", "/v1/runs", create
-                headers = {**stream_headers(0), "content-type": "application/json"}
-            else:
-                method, path, content = "GET", f"/v1/runs/{events.run_id}/events", None
-                headers = stream_headers(events.last_event_id)
+            call = follow.call()
             try:
                 with self._http.stream(
-                    method, path, content=content, headers=headers, timeout=self._stream_timeout
+                    call.method,
+                    call.path,
+                    content=call.content,
+                    headers=call.headers,
+                    timeout=self._stream_timeout,
                 ) as response:
                     if response.status_code >= 300:
                         raise failure(response, response.read())
-                    wrong = not_a_stream(response)
-                    if wrong is not None:
-                        raise wrong
-                    events.run_id = events.run_id or run_location(response)
-                    reader = SseReader()
+                    follow.opened(response)
                     for line in response.iter_lines():
-                        item = reader.line(line)
-                        if item is None:
-                            continue
-                        seq, event = item
-                        if seq is not None:
-                            events.last_event_id, cuts = seq, 0
-                        elif not events.tokens:
-                            continue
-                        yield event
+                        event = follow.event(line)
+                        if event is not None:
+                            yield event
                     return
             except CUT as exc:
-                if not events.run_id:
-                    raise unreachable(exc, method, path) from exc
-                cuts += 1
-                if cuts > RECONNECTS:
-                    raise gave_up(exc, path, cuts - 1) from exc
-                events.reconnects += 1
-                time.sleep(reconnect_wait(cuts))
+                time.sleep(follow.cut(exc, call))
 
 
 __all__ = ["Client", "RunEvents"]

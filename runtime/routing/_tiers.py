@@ -14,6 +14,7 @@ from typing import final
 import msgspec
 
 from agentrt.protocols._trajectory import RoutingDecision
+from agentrt.runtime.budget._ledger import Headroom
 from agentrt.runtime.budget._pricing import UNPRICED_RATES, PriceTable, TokenRates, pico_to_usd
 from agentrt.runtime.kernel._errors import BudgetExceeded, ConfigError, InvalidRequestError
 from agentrt.runtime.routing._step_signals import UNCAPPED, StepContext
@@ -24,6 +25,18 @@ class Tier(msgspec.Struct, frozen=True):
 
     name: str
     model: str
+
+
+def _decision(tier: Tier, policy: str, notes: list[str], room: Headroom) -> RoutingDecision:
+    """The decision for ``tier``, with the budget left at the time."""
+    return RoutingDecision(
+        model=tier.model,
+        policy=policy,
+        reason="; ".join(notes),
+        tier=tier.name,
+        budget_left_usd=room.usd,
+        budget_left_tokens=room.tokens,
+    )
 
 
 def _money(pico: int) -> str:
@@ -156,14 +169,7 @@ class TierLadder:
                     f"{tier.name} with max_tokens lowered to fit the "
                     f"{self._left(first_miss[0] if first_miss else 'max_tokens', ctx)} left"
                 )
-                return RoutingDecision(
-                    model=tier.model,
-                    policy=policy,
-                    reason="; ".join(notes),
-                    tier=tier.name,
-                    budget_left_usd=room.usd,
-                    budget_left_tokens=room.tokens,
-                )
+                return _decision(tier, policy, notes, room)
         if chosen < 0:
             raise BudgetExceeded(self._unaffordable(ctx), limit=first_miss[0] if first_miss else "")
         if first_miss is not None:
@@ -173,15 +179,7 @@ class TierLadder:
                 f"its worst case {self._need(cap, tokens, pico)} exceeds the "
                 f"{self._left(cap, ctx)} left ({cap})"
             )
-        tier = self.tiers[chosen]
-        return RoutingDecision(
-            model=tier.model,
-            policy=policy,
-            reason="; ".join(notes),
-            tier=tier.name,
-            budget_left_usd=room.usd,
-            budget_left_tokens=room.tokens,
-        )
+        return _decision(self.tiers[chosen], policy, notes, room)
 
     def _need(self, cap: str, tokens: int, pico: int) -> str:
         if cap == "max_usd":

@@ -59,7 +59,7 @@ from agentrt.tools.mcp._server_requests import (
     ServerRequestHandler,
     approve_call,
 )
-from agentrt.tools.mcp._tasks import SessionTasks
+from agentrt.tools.mcp._tasks import CALL_FAILURES, SessionTasks
 from agentrt.tools.mcp._transport import EndWatchingStream, StderrTail, open_transport
 
 __all__ = ["ConnectionState", "McpConnection", "McpServerError"]
@@ -334,14 +334,7 @@ class McpConnection:
                     progress_callback=self._progress_relay(shown, context),
                     meta=_call_meta(context),
                 )
-        except (
-            MCPError,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-            TimeoutError,
-            ValidationError,
-            RuntimeError,
-        ) as exc:
+        except (*CALL_FAILURES, RuntimeError) as exc:
             denied = self._auth_denied() if isinstance(exc, MCPError) else None
             text = str(denied) if denied else self._call_failure(live, exc, shown, timeout)
             # The server forgot the session, or (over HTTP) the connection

@@ -15,14 +15,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import mcp_types as types
 import msgspec
 
 from agentrt.tools._tool import ToolContent, ToolOutput
 
-__all__ = ["resource_contents", "tool_output"]
+__all__ = ["page_text", "resource_contents", "tool_output"]
 
 
 def _decode(data: str, what: str) -> tuple[bytes, str | None]:
@@ -98,3 +99,11 @@ def resource_contents(
 ) -> list[ToolContent]:
     """The contents of a ``resources/read`` result."""
     return [_resource(c) for c in contents]
+
+
+def page_text(key: str, items: Iterable[Mapping[str, Any]], next_cursor: str | None) -> str:
+    """One page of a ``*/list`` answer as JSON for the model: the ``items``
+    under ``key``, each without its unset (``None``) fields, and the cursor
+    of the next page."""
+    shown = [{k: v for k, v in item.items() if v is not None} for item in items]
+    return json.dumps({key: shown, "next_cursor": next_cursor})

@@ -9,9 +9,10 @@ agents or aggregators.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
+
+from agentrt.tools.mcp._content import page_text
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -56,24 +57,20 @@ PROMPT_TOOLS: Final[Mapping[str, tuple[str, dict[str, Any]]]] = {
 
 def prompts_text(page: types.ListPromptsResult) -> str:
     """One page of ``prompts/list`` as JSON for the model."""
-    prompts = [
+    prompts = (
         {
-            k: v
-            for k, v in {
-                "name": p.name,
-                "title": p.title,
-                "description": p.description,
-                "arguments": [
-                    {"name": a.name, "description": a.description, "required": bool(a.required)}
-                    for a in p.arguments or ()
-                ]
-                or None,
-            }.items()
-            if v is not None
+            "name": p.name,
+            "title": p.title,
+            "description": p.description,
+            "arguments": [
+                {"name": a.name, "description": a.description, "required": bool(a.required)}
+                for a in p.arguments or ()
+            ]
+            or None,
         }
         for p in page.prompts
-    ]
-    return json.dumps({"prompts": prompts, "next_cursor": page.next_cursor})
+    )
+    return page_text("prompts", prompts, page.next_cursor)
 
 
 def _text(block: types.ContentBlock) -> str:

@@ -10,13 +10,13 @@ agents or aggregators.
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from agentrt.tools._tool import ToolContent
+from agentrt.tools.mcp._content import page_text
 
 if TYPE_CHECKING:  # spec validation expands templates without loading the SDK
     import mcp_types as types
@@ -98,41 +98,33 @@ def expand_template(template: str, arguments: Mapping[str, str]) -> str:
 
 def listing_text(page: types.ListResourcesResult) -> str:
     """One page of ``resources/list`` as JSON for the model."""
-    resources = [
+    resources = (
         {
-            k: v
-            for k, v in {
-                "uri": str(r.uri),
-                "name": r.name,
-                "title": r.title,
-                "mime_type": r.mime_type,
-                "description": r.description,
-                "size": r.size,
-            }.items()
-            if v is not None
+            "uri": str(r.uri),
+            "name": r.name,
+            "title": r.title,
+            "mime_type": r.mime_type,
+            "description": r.description,
+            "size": r.size,
         }
         for r in page.resources
-    ]
-    return json.dumps({"resources": resources, "next_cursor": page.next_cursor})
+    )
+    return page_text("resources", resources, page.next_cursor)
 
 
 def templates_text(page: types.ListResourceTemplatesResult) -> str:
     """One page of ``resources/templates/list`` as JSON for the model."""
-    templates = [
+    templates = (
         {
-            k: v
-            for k, v in {
-                "uri_template": t.uri_template,
-                "name": t.name,
-                "title": t.title,
-                "mime_type": t.mime_type,
-                "description": t.description,
-            }.items()
-            if v is not None
+            "uri_template": t.uri_template,
+            "name": t.name,
+            "title": t.title,
+            "mime_type": t.mime_type,
+            "description": t.description,
         }
         for t in page.resource_templates
-    ]
-    return json.dumps({"resource_templates": templates, "next_cursor": page.next_cursor})
+    )
+    return page_text("resource_templates", templates, page.next_cursor)
 
 
 def _as_text(content: ToolContent) -> str | None:

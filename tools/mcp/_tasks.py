@@ -32,11 +32,20 @@ from agentrt.tools.mcp._content import tool_output
 from agentrt.tools.mcp._mcp_config import TaskPolicy
 from agentrt.tools.mcp._server_requests import Caller, ServerRequestHandler
 
-__all__ = ["PendingTask", "SessionTasks", "TaskCall", "TaskFailed", "task_key"]
+__all__ = ["CALL_FAILURES", "PendingTask", "SessionTasks", "TaskCall", "TaskFailed", "task_key"]
 
 _log = get_logger(__name__)
 
 _TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
+#: What a call to a server raises when it fails (an error answer, a broken or
+#: closed session, a deadline, an answer that does not parse).
+CALL_FAILURES: Final = (
+    MCPError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    TimeoutError,
+    ValidationError,
+)
 
 
 class TaskFailed(Exception):
@@ -286,13 +295,7 @@ class SessionTasks:
                 pending.result = await call.run(tool, arguments, deadline_s=self._policy.deadline_s)
             except TaskFailed as exc:
                 pending.error = f"{where}: {exc}"
-            except (
-                MCPError,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-                TimeoutError,
-                ValidationError,
-            ) as exc:
+            except CALL_FAILURES as exc:
                 pending.error = self._failure(exc, shown, self._policy.deadline_s)
             finally:
                 if call.task_id is not None:

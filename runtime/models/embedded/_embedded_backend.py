@@ -25,7 +25,7 @@ import anyio.lowlevel
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentrt.protocols._messages import AssistantMessage
+from agentrt.protocols._messages import AssistantMessage, ToolCall
 from agentrt.protocols._model import Choice, ModelReply, ModelRequest, TokenLogprob
 from agentrt.protocols._usage import Usage
 from agentrt.runtime.kernel._errors import (
@@ -265,12 +265,7 @@ class EmbeddedBackend:
                 _tail, content, calls = gate.finish()
                 logprobs = [lp for piece in pieces for lp in piece.logprobs]
                 choices.append(
-                    Choice(
-                        index=index,
-                        message=AssistantMessage(content=content, tool_calls=calls),
-                        finish_reason="tool_calls" if calls else loop.finish_reason,
-                        logprobs=logprobs if request.logprobs else None,
-                    )
+                    _choice(index, loop, request, content=content, calls=calls, logprobs=logprobs)
                 )
         return self._reply(request, choices, len(prompt), completion_tokens, started)
 
@@ -311,12 +306,7 @@ class EmbeddedBackend:
                         tool_arguments=call.function.arguments,
                     )
                 choices.append(
-                    Choice(
-                        index=index,
-                        message=AssistantMessage(content=content, tool_calls=calls),
-                        finish_reason="tool_calls" if calls else loop.finish_reason,
-                        logprobs=logprobs if request.logprobs else None,
-                    )
+                    _choice(index, loop, request, content=content, calls=calls, logprobs=logprobs)
                 )
         reply = self._reply(request, choices, len(prompt), completion_tokens, started)
         yield StreamDelta(reply=reply)
@@ -447,6 +437,24 @@ def _token_text(llama_cpp: Any, vocab: Any, token: int) -> str:
         return ""
     raw = llama_cpp.llama_vocab_get_text(vocab, token)
     return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+def _choice(
+    index: int,
+    loop: TokenLoop,
+    request: ModelRequest,
+    *,
+    content: str | None,
+    calls: list[ToolCall],
+    logprobs: list[TokenLogprob],
+) -> Choice:
+    """Choice ``index`` of a reply, once its tokens are all in."""
+    return Choice(
+        index=index,
+        message=AssistantMessage(content=content, tool_calls=calls),
+        finish_reason="tool_calls" if calls else loop.finish_reason,
+        logprobs=logprobs if request.logprobs else None,
+    )
 
 
 __all__ = [
