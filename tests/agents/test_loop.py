@@ -37,6 +37,7 @@ from agentrt.runtime.kernel._errors import (
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from agentrt.tools import Calculator, tool
 from agentrt.tools._tool import Tool, ToolContext, ToolOutput
+from tests._support.backends import ForwardingBackend
 
 pytestmark = pytest.mark.anyio
 
@@ -605,24 +606,11 @@ async def test_a_function_tools_arguments_are_checked_by_the_function_tool_only(
     assert result.trajectory.steps[1].tool_results[0].content == "8"
 
 
-class DeadlineBackend:
+class DeadlineBackend(ForwardingBackend[ScriptedBackend]):
     """A scripted backend that says it bounds its own calls, as
     ``OpenAIBackend`` does (``call_deadline_s``)."""
 
     call_deadline_s = 0.05
-
-    def __init__(self, inner: ScriptedBackend) -> None:
-        self._inner = inner
-        self.name = inner.name
-        self.models = inner.models
-        self.complete = inner.complete
-        self.stream = inner.stream
-
-    async def __aenter__(self) -> DeadlineBackend:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 async def test_a_backend_that_bounds_its_calls_is_not_timed_twice() -> None:
@@ -633,7 +621,7 @@ async def test_a_backend_that_bounds_its_calls_is_not_timed_twice() -> None:
 
     # A backend whose own deadline is within the loop's: only the backend's
     # timer runs (here it never fires: the reply comes after 0.2 s).
-    bounded = DeadlineBackend(ScriptedBackend(["in time"], latency_s=0.2))
+    bounded = DeadlineBackend(ScriptedBackend(["in time"], latency_s=0.2), opens_inner=False)
     agent = Agent(AgentConfig(name="tester", limits=limits), backends=[bounded])
     result = await agent.run("t")
     assert (result.status, result.answer) == ("finished", "in time")

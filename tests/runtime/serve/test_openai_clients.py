@@ -47,6 +47,7 @@ from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve._metrics import DaemonMetrics
 from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
+from tests._support.backends import ForwardingBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -439,15 +440,16 @@ async def test_logprobs_of_the_final_reply(tmp_path: Path) -> None:
         assert model.requests[-1].top_logprobs == 2
 
 
-class WithoutLogprobs:
+class WithoutLogprobs(ForwardingBackend[ScriptedBackend]):
     """A backend that never gives log-probabilities (a server that ignores
     ``logprobs``): the scripted model's replies, their logprobs dropped."""
 
-    name = "no-logprobs"
-
     def __init__(self, script: Callable[[ModelRequest], Reply]) -> None:
-        self.inner = ScriptedBackend(script)
-        self.models = self.inner.models
+        super().__init__(ScriptedBackend(script))
+
+    @property
+    def name(self) -> str:
+        return "no-logprobs"
 
     @staticmethod
     def _drop(reply: ModelReply) -> ModelReply:
@@ -461,13 +463,6 @@ class WithoutLogprobs:
         async for delta in self.inner.stream(request):
             reply = None if delta.reply is None else self._drop(delta.reply)
             yield msgspec.structs.replace(delta, logprobs=[], reply=reply)
-
-    async def __aenter__(self) -> WithoutLogprobs:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.inner.__aexit__(None, None, None)
 
 
 async def test_logprobs_a_backend_does_not_give_are_a_400(tmp_path: Path) -> None:
