@@ -254,18 +254,25 @@ async def test_arguments_failing_the_schema_are_explained() -> None:
     assert result.status == "finished"
 
 
-async def test_a_tool_error_and_a_timeout_are_messages_for_the_model() -> None:
-    async def failing(args: Mapping[str, Any]) -> str:
-        raise ToolError("disk on fire")
-
-    cut = anyio.Event()
+def _sleeps_until_cut(cut: anyio.Event) -> Fn:
+    """A tool body that never answers: cancelled at its deadline, it sets ``cut``."""
 
     async def sleeping(args: Mapping[str, Any]) -> str:
         try:
             await anyio.sleep_forever()
         finally:
-            cut.set()  # cancelled at its deadline
+            cut.set()
         return "late"
+
+    return sleeping
+
+
+async def test_a_tool_error_and_a_timeout_are_messages_for_the_model() -> None:
+    async def failing(args: Mapping[str, Any]) -> str:
+        raise ToolError("disk on fire")
+
+    cut = anyio.Event()
+    sleeping = _sleeps_until_cut(cut)
 
     backend = ScriptedBackend([[ScriptedToolCall("fail"), ScriptedToolCall("sleep")], "recovered"])
     tools = [FnTool("fail", failing), FnTool("sleep", sleeping)]
@@ -288,13 +295,7 @@ async def test_a_lone_call_times_out_and_a_tools_own_timeout_error_is_its_bug() 
     inside, from anyio or asyncio) is a crash like any other exception."""
 
     cut = anyio.Event()
-
-    async def sleeping(args: Mapping[str, Any]) -> str:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cut.set()  # cancelled at its deadline
-        return "late"
+    sleeping = _sleeps_until_cut(cut)
 
     async def own_deadline(args: Mapping[str, Any]) -> str:
         with anyio.fail_after(0.01):

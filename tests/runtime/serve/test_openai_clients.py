@@ -440,6 +440,14 @@ async def test_logprobs_of_the_final_reply(tmp_path: Path) -> None:
         assert model.requests[-1].top_logprobs == 2
 
 
+def _assert_refused(error: openai.BadRequestError, param: str, says: str) -> None:
+    """A 400 naming ``param``, its message saying ``says``."""
+    body = error.body
+    assert isinstance(body, dict)
+    assert body["param"] == param
+    assert says in body["message"]
+
+
 class WithoutLogprobs(ForwardingBackend[ScriptedBackend]):
     """A backend that never gives log-probabilities (a server that ignores
     ``logprobs``): the scripted model's replies, their logprobs dropped."""
@@ -478,10 +486,7 @@ async def test_logprobs_a_backend_does_not_give_are_a_400(tmp_path: Path) -> Non
                 messages=[{"role": "user", "content": "6 x 7?"}],
                 logprobs=True,
             )
-    body = caught.value.body
-    assert isinstance(body, dict)
-    assert body["param"] == "logprobs"
-    assert "gave no log-probabilities" in body["message"]
+    _assert_refused(caught.value, "logprobs", "gave no log-probabilities")
 
 
 @pytest.mark.parametrize(
@@ -665,10 +670,7 @@ async def test_a_result_for_an_unknown_call_is_a_400_naming_it(tmp_path: Path) -
                     {"type": "function_call_output", "call_id": "call_nope", "output": "sunny"},
                 ],
             )
-        body = caught.value.body
-        assert isinstance(body, dict)
-        assert body["param"] == "input[1].call_id"
-        assert "'call_nope'" in body["message"]
+        _assert_refused(caught.value, "input[1].call_id", "'call_nope'")
         with pytest.raises(openai.BadRequestError) as caught:
             await client.chat.completions.create(
                 model="agentrt/solver",
@@ -677,10 +679,7 @@ async def test_a_result_for_an_unknown_call_is_a_400_naming_it(tmp_path: Path) -
                     {"role": "tool", "tool_call_id": "call_nope", "content": "sunny"},
                 ],
             )
-        body = caught.value.body
-        assert isinstance(body, dict)
-        assert body["param"] == "messages[1].tool_call_id"
-        assert "'call_nope'" in body["message"]
+        _assert_refused(caught.value, "messages[1].tool_call_id", "'call_nope'")
     assert model.requests == []
 
 
