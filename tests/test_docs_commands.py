@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests._support.configs import scripted_models
+
 pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,14 +165,9 @@ def test_the_embedded_model_commands_run_as_written(tmp_path: Path, pattern: str
     assert "usage: " in out or '"status"' in out or "pass@1" in out, out
 
 
-SCRIPTED = """
-[models]
-default = "s"
-
-[models.backends.s]
-kind = "scripted"
-replies = ["42"]
-
+SCRIPTED = (
+    scripted_models(["42"], backend="s")
+    + """
 [agents.solver]
 instructions = "Answer briefly."
 
@@ -180,6 +177,7 @@ port = {port}
 [store]
 path = "{store}"
 """
+)
 
 
 def _free_port() -> int:

@@ -37,6 +37,7 @@ from agentrt.runtime.kernel._errors import (
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from agentrt.tools import Calculator, tool
 from agentrt.tools._tool import Tool, ToolContext, ToolOutput
+from tests._support.backends import ForwardingBackend
 
 pytestmark = pytest.mark.anyio
 
@@ -253,18 +254,25 @@ async def test_arguments_failing_the_schema_are_explained() -> None:
     assert result.status == "finished"
 
 
-async def test_a_tool_error_and_a_timeout_are_messages_for_the_model() -> None:
-    async def failing(args: Mapping[str, Any]) -> str:
-        raise ToolError("disk on fire")
-
-    cut = anyio.Event()
+def _sleeps_until_cut(cut: anyio.Event) -> Fn:
+    """A tool body that never answers: cancelled at its deadline, it sets ``cut``."""
 
     async def sleeping(args: Mapping[str, Any]) -> str:
         try:
             await anyio.sleep_forever()
         finally:
-            cut.set()  # cancelled at its deadline
+            cut.set()
         return "late"
+
+    return sleeping
+
+
+async def test_a_tool_error_and_a_timeout_are_messages_for_the_model() -> None:
+    async def failing(args: Mapping[str, Any]) -> str:
+        raise ToolError("disk on fire")
+
+    cut = anyio.Event()
+    sleeping = _sleeps_until_cut(cut)
 
     backend = ScriptedBackend([[ScriptedToolCall("fail"), ScriptedToolCall("sleep")], "recovered"])
     tools = [FnTool("fail", failing), FnTool("sleep", sleeping)]
@@ -287,13 +295,7 @@ async def test_a_lone_call_times_out_and_a_tools_own_timeout_error_is_its_bug() 
     inside, from anyio or asyncio) is a crash like any other exception."""
 
     cut = anyio.Event()
-
-    async def sleeping(args: Mapping[str, Any]) -> str:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cut.set()  # cancelled at its deadline
-        return "late"
+    sleeping = _sleeps_until_cut(cut)
 
     async def own_deadline(args: Mapping[str, Any]) -> str:
         with anyio.fail_after(0.01):
@@ -605,24 +607,11 @@ async def test_a_function_tools_arguments_are_checked_by_the_function_tool_only(
     assert result.trajectory.steps[1].tool_results[0].content == "8"
 
 
-class DeadlineBackend:
+class DeadlineBackend(ForwardingBackend[ScriptedBackend]):
     """A scripted backend that says it bounds its own calls, as
     ``OpenAIBackend`` does (``call_deadline_s``)."""
 
     call_deadline_s = 0.05
-
-    def __init__(self, inner: ScriptedBackend) -> None:
-        self._inner = inner
-        self.name = inner.name
-        self.models = inner.models
-        self.complete = inner.complete
-        self.stream = inner.stream
-
-    async def __aenter__(self) -> DeadlineBackend:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 async def test_a_backend_that_bounds_its_calls_is_not_timed_twice() -> None:
@@ -633,7 +622,7 @@ async def test_a_backend_that_bounds_its_calls_is_not_timed_twice() -> None:
 
     # A backend whose own deadline is within the loop's: only the backend's
     # timer runs (here it never fires: the reply comes after 0.2 s).
-    bounded = DeadlineBackend(ScriptedBackend(["in time"], latency_s=0.2))
+    bounded = DeadlineBackend(ScriptedBackend(["in time"], latency_s=0.2), opens_inner=False)
     agent = Agent(AgentConfig(name="tester", limits=limits), backends=[bounded])
     result = await agent.run("t")
     assert (result.status, result.answer) == ("finished", "in time")

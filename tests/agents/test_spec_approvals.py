@@ -26,10 +26,14 @@ from agentrt.runtime.engine._runtime import Runtime
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools import ElicitationQuestion
 from agentrt.tools._tool import ElicitationReply
+from tests._support.approvals import Person
 
 pytestmark = pytest.mark.anyio
 
 _modules = itertools.count()
+
+#: A spec whose calculator asks first, with the defaults.
+CALCULATOR_ASKS = "name: worker\ntools:\n  - {builtin: calculator, approval: true}\n"
 
 
 def _tool_module(tmp_path: Path) -> tuple[str, Path]:
@@ -63,8 +67,24 @@ def _calls_then_answers(tool: str, arguments: dict[str, Any]) -> ScriptedBackend
     return ScriptedBackend(script, name="scripted", models=["scripted"])
 
 
+def _spec(tmp_path: Path, name: str, text: str) -> Path:
+    spec = tmp_path / name
+    spec.write_text(text)
+    return spec
+
+
 def _tool_results(events: list[Event]) -> list[ToolResult]:
     return [r for e in events if isinstance(e, StepRecorded) for r in e.step.tool_results]
+
+
+def _assert_refused(answer: str | None, events: list[Event], outcome: str, says: str) -> None:
+    """The one call was not made: its result records the approval's
+    ``outcome`` and the run's answer passes on what the tool said."""
+    [result] = _tool_results(events)
+    assert result.approval is not None
+    assert result.approval.outcome == outcome
+    assert answer is not None
+    assert says in answer
 
 
 async def _run(
@@ -87,21 +107,18 @@ async def test_a_python_binding_with_approval_runs_only_when_approved(
     tmp_path: Path, action: str
 ) -> None:
     module, log = _tool_module(tmp_path)
-    spec = tmp_path / "agent.yaml"
-    spec.write_text(
+    spec = _spec(
+        tmp_path,
+        "agent.yaml",
         "name: worker\ntools:\n"
         f"  - python: '{module}:delete_file'\n"
-        "    approval: {timeout_s: 60, message: 'Delete it?'}\n"
+        "    approval: {timeout_s: 60, message: 'Delete it?'}\n",
     )
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action=action)
+    ask = Person(action)
 
     backend = _calls_then_answers("delete_file", {"path": "/tmp/x"})
     answer, events = await _run(spec, backend, ask)
-    [question] = asked
+    [question] = ask.asked
     assert (question.mode, question.tool, question.message) == (
         "approval",
         "delete_file",
@@ -129,17 +146,12 @@ async def test_a_python_binding_with_approval_runs_only_when_approved(
 
 
 async def test_a_built_in_with_approval_true_asks_with_the_defaults(tmp_path: Path) -> None:
-    spec = tmp_path / "agent.yaml"
-    spec.write_text("name: worker\ntools:\n  - {builtin: calculator, approval: true}\n")
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action="accept")
+    spec = _spec(tmp_path, "agent.yaml", CALCULATOR_ASKS)
+    ask = Person()
 
     backend = _calls_then_answers("calculator", {"expression": "6*7"})
     answer, events = await _run(spec, backend, ask)
-    [question] = asked
+    [question] = ask.asked
     assert question.tool == "calculator"
     assert answer is not None
     assert "42" in answer
@@ -149,37 +161,29 @@ async def test_a_built_in_with_approval_true_asks_with_the_defaults(tmp_path: Pa
 
 
 async def test_a_binding_without_approval_is_not_asked_and_records_none(tmp_path: Path) -> None:
-    spec = tmp_path / "agent.yaml"
-    spec.write_text("name: worker\ntools: [calculator]\n")
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action="accept")
+    spec = _spec(tmp_path, "agent.yaml", "name: worker\ntools: [calculator]\n")
+    ask = Person()
 
     backend = _calls_then_answers("calculator", {"expression": "6*7"})
     _, events = await _run(spec, backend, ask)
-    assert asked == []
+    assert ask.asked == []
     [result] = _tool_results(events)
     assert result.approval is None
 
 
 async def test_a_sub_agent_with_approval_is_not_called_when_declined(tmp_path: Path) -> None:
-    spec = tmp_path / "team.yaml"
-    spec.write_text(
+    spec = _spec(
+        tmp_path,
+        "team.yaml",
         "entry: boss\nagents:\n"
         "  boss:\n    sub_agents:\n      - {agent: helper, approval: {timeout_s: 30}}\n"
-        "  helper: {instructions: 'You help.'}\n"
+        "  helper: {instructions: 'You help.'}\n",
     )
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action="decline")
+    ask = Person("decline")
 
     backend = _calls_then_answers("helper", {"task": "help me"})
     answer, events = await _run(spec, backend, ask)
-    [question] = asked
+    [question] = ask.asked
     assert (question.tool, question.run_id) == ("helper", "run-1")
     helper_calls = [
         r
@@ -187,26 +191,19 @@ async def test_a_sub_agent_with_approval_is_not_called_when_declined(tmp_path: P
         if any(isinstance(m, SystemMessage) and "You help." in str(m.content) for m in r.messages)
     ]
     assert helper_calls == []
-    [result] = _tool_results(events)
-    assert result.approval is not None
-    assert result.approval.outcome == "decline"
-    assert answer is not None
-    assert "denied" in answer
+    _assert_refused(answer, events, "decline", "denied")
 
 
 async def test_a_sub_agent_with_approval_runs_when_approved(tmp_path: Path) -> None:
-    spec = tmp_path / "team.yaml"
-    spec.write_text(
+    spec = _spec(
+        tmp_path,
+        "team.yaml",
         "entry: boss\nagents:\n"
         "  boss: {sub_agents: [{agent: helper, approval: true}]}\n"
-        "  helper: {instructions: 'You help.'}\n"
+        "  helper: {instructions: 'You help.'}\n",
     )
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        return ElicitationReply(action="accept")
-
     backend = _calls_then_answers("helper", {"task": "help me"})
-    answer, events = await _run(spec, backend, ask)
+    answer, events = await _run(spec, backend, Person())
     assert answer is not None
     assert "helped" in answer
     approvals = [r.approval for r in _tool_results(events) if r.name == "helper"]
@@ -216,10 +213,11 @@ async def test_a_sub_agent_with_approval_runs_when_approved(tmp_path: Path) -> N
 async def test_waiting_for_the_person_does_not_count_against_the_tool_timeout(
     tmp_path: Path,
 ) -> None:
-    spec = tmp_path / "agent.yaml"
-    spec.write_text(
+    spec = _spec(
+        tmp_path,
+        "agent.yaml",
         "name: worker\nlimits: {tool_timeout_s: 0.05}\ntools:\n"
-        "  - {builtin: calculator, approval: {timeout_s: 60}}\n"
+        "  - {builtin: calculator, approval: {timeout_s: 60}}\n",
     )
 
     async def slow(question: ElicitationQuestion) -> ElicitationReply:
@@ -234,9 +232,10 @@ async def test_waiting_for_the_person_does_not_count_against_the_tool_timeout(
 
 
 async def test_an_unanswered_approval_is_recorded_as_timed_out(tmp_path: Path) -> None:
-    spec = tmp_path / "agent.yaml"
-    spec.write_text(
-        "name: worker\ntools:\n  - {builtin: calculator, approval: {timeout_s: 0.05}}\n"
+    spec = _spec(
+        tmp_path,
+        "agent.yaml",
+        "name: worker\ntools:\n  - {builtin: calculator, approval: {timeout_s: 0.05}}\n",
     )
 
     async def never(question: ElicitationQuestion) -> ElicitationReply:
@@ -245,32 +244,24 @@ async def test_an_unanswered_approval_is_recorded_as_timed_out(tmp_path: Path) -
 
     backend = _calls_then_answers("calculator", {"expression": "6*7"})
     answer, events = await _run(spec, backend, never)
-    [result] = _tool_results(events)
-    assert result.approval is not None
-    assert result.approval.outcome == "timeout"
-    assert answer is not None
-    assert "nobody answered within 0.05 s" in answer
+    _assert_refused(answer, events, "timeout", "nobody answered within 0.05 s")
 
 
 async def test_nobody_to_ask_is_recorded_as_unavailable(tmp_path: Path) -> None:
-    spec = tmp_path / "agent.yaml"
-    spec.write_text("name: worker\ntools:\n  - {builtin: calculator, approval: true}\n")
+    spec = _spec(tmp_path, "agent.yaml", CALCULATOR_ASKS)
     backend = _calls_then_answers("calculator", {"expression": "6*7"})
     answer, events = await _run(spec, backend, None)
-    [result] = _tool_results(events)
-    assert result.approval is not None
-    assert result.approval.outcome == "unavailable"
-    assert answer is not None
-    assert "nobody can be asked" in answer
+    _assert_refused(answer, events, "unavailable", "nobody can be asked")
 
 
 async def test_a_sub_agents_own_tool_asks_within_the_run(tmp_path: Path) -> None:
-    spec = tmp_path / "team.yaml"
-    spec.write_text(
+    spec = _spec(
+        tmp_path,
+        "team.yaml",
         "entry: boss\nagents:\n"
         "  boss: {sub_agents: [helper]}\n"
         "  helper:\n    instructions: 'You count.'\n"
-        "    tools: [{builtin: calculator, approval: true}]\n"
+        "    tools: [{builtin: calculator, approval: true}]\n",
     )
 
     def script(request: ModelRequest) -> Any:
@@ -288,15 +279,11 @@ async def test_a_sub_agents_own_tool_asks_within_the_run(tmp_path: Path) -> None
             else ScriptedToolCall("helper", {"task": "count"})
         )
 
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action="accept")
+    ask = Person()
 
     backend = ScriptedBackend(script, name="scripted", models=["scripted"])
     answer, events = await _run(spec, backend, ask)
-    [question] = asked
+    [question] = ask.asked
     assert (question.tool, question.run_id) == ("calculator", "run-1")
     assert answer is not None
     assert "counted 42" in answer

@@ -35,6 +35,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,14 +101,33 @@ def _unavailable(reason: str, server: str = "vLLM", name: str = "VLLM") -> None:
     pytest.skip(message)
 
 
+def _given(name: str) -> tuple[str, str] | None:
+    """``(base_url, model)`` of the running server ``AGENTRT_{name}_URL``
+    names (served model: ``AGENTRT_{name}_MODEL``), if it names one."""
+    url = os.environ.get(f"AGENTRT_{name}_URL", "").strip().rstrip("/")
+    if not url:
+        return None
+    return url.removesuffix("/v1"), os.environ.get(f"AGENTRT_{name}_MODEL", SERVED_NAME)
+
+
+@contextmanager
+def _started_server(config: ManagedServerConfig) -> Iterator[tuple[ManagedServer, float]]:
+    """The managed server of ``config``, running (on uvloop, in a thread of
+    its own) for the session, and the seconds it took to become healthy."""
+    server = ManagedServer(config)
+    with anyio.from_thread.start_blocking_portal(
+        "asyncio", backend_options={"use_uvloop": True}
+    ) as portal:
+        began = time.monotonic()
+        with portal.wrap_async_context_manager(server):
+            yield server, time.monotonic() - began
+
+
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[VllmServer]:
-    url = os.environ.get("AGENTRT_VLLM_URL", "").strip().rstrip("/")
-    if url:
-        yield VllmServer(
-            base_url=url.removesuffix("/v1"),
-            model=os.environ.get("AGENTRT_VLLM_MODEL", SERVED_NAME),
-        )
+    given = _given("VLLM")
+    if given is not None:
+        yield VllmServer(*given)
         return
     venv = Path(os.environ.get("AGENTRT_VLLM_VENV") or _home_cache("vllm-venv"))
     model_dir = Path(os.environ.get("AGENTRT_VLLM_MODEL_DIR") or _home_cache("smol-hf"))
@@ -132,21 +152,16 @@ def vllm_server() -> Iterator[VllmServer]:
         log_lines=400,
         log_output="off",
     )
-    server = ManagedServer(config)
-    with anyio.from_thread.start_blocking_portal(
-        "asyncio", backend_options={"use_uvloop": True}
-    ) as portal:
-        began = time.monotonic()
-        with portal.wrap_async_context_manager(server):
-            info = VllmServer(
-                base_url=server.base_url,
-                model=SERVED_NAME,
-                startup_s=time.monotonic() - began,
-                pid=server.pid,
-                command=tuple(server.command_line()),
-            )
-            _started.append(info)
-            yield info
+    with _started_server(config) as (server, startup_s):
+        info = VllmServer(
+            base_url=server.base_url,
+            model=SERVED_NAME,
+            startup_s=startup_s,
+            pid=server.pid,
+            command=tuple(server.command_line()),
+        )
+        _started.append(info)
+        yield info
 
 
 #: SGLang on this CPU (RECIPES.md, docs/sglang.md): ``--device cpu`` with
@@ -244,33 +259,25 @@ def sglang_managed(name: str, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def sglang_server() -> Iterator[SGLangServer]:
-    url = os.environ.get("AGENTRT_SGLANG_URL", "").strip().rstrip("/")
-    if url:
-        yield SGLangServer(
-            base_url=url.removesuffix("/v1"),
-            model=os.environ.get("AGENTRT_SGLANG_MODEL", SERVED_NAME),
-        )
+    given = _given("SGLANG")
+    if given is not None:
+        yield SGLangServer(*given)
         return
     config = ManagedServerConfig.model_validate(
         sglang_managed("sglang-smol", liveness_interval_s=0.0, restart=False)
     )
-    server = ManagedServer(config)
-    with anyio.from_thread.start_blocking_portal(
-        "asyncio", backend_options={"use_uvloop": True}
-    ) as portal:
-        began = time.monotonic()
-        with portal.wrap_async_context_manager(server):
-            info = SGLangServer(
-                base_url=server.base_url,
-                model=SERVED_NAME,
-                model_path=str(config.model),
-                startup_s=time.monotonic() - began,
-                pid=server.pid,
-                command=tuple(server.command_line()),
-                output=lambda: server.recent_output,
-            )
-            _started_sglang.append(info)
-            yield info
+    with _started_server(config) as (server, startup_s):
+        info = SGLangServer(
+            base_url=server.base_url,
+            model=SERVED_NAME,
+            model_path=str(config.model),
+            startup_s=startup_s,
+            pid=server.pid,
+            command=tuple(server.command_line()),
+            output=lambda: server.recent_output,
+        )
+        _started_sglang.append(info)
+        yield info
 
 
 @pytest.fixture

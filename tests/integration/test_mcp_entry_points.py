@@ -25,8 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self, final
+from typing import Any, Final, final
 
 import anyio
 import httpx
@@ -50,7 +49,6 @@ from agentrt.protocols import (
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.config._config_file import load_config
 from agentrt.runtime.models._backend import StreamDelta
-from agentrt.runtime.observe._log import configure_logging, reset_logging
 from agentrt.runtime.serve._daemon import serve_manager
 from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import (
@@ -62,6 +60,8 @@ from agentrt.testing import (
 )
 from agentrt.tools.mcp._server_actor import McpServerStatus
 from agentrt.tools.mcp._server_health import ConnectionState
+from tests._support.backends import ForwardingBackend
+from tests._support.logs import warnings_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -167,21 +167,13 @@ class Gate:
 
 
 @final
-class GatedBackend:
+class GatedBackend(ForwardingBackend[ScriptedBackend]):
     """The scripted backend, with the lead's first call of a run held at
     ``gate`` when one is set."""
 
     def __init__(self) -> None:
-        self.scripted = ScriptedBackend(script)
+        super().__init__(ScriptedBackend(script))
         self.gate: Gate | None = None
-
-    @property
-    def name(self) -> str:
-        return self.scripted.name
-
-    @property
-    def models(self) -> list[str]:
-        return self.scripted.models
 
     @property
     def max_concurrency(self) -> None:
@@ -189,32 +181,20 @@ class GatedBackend:
 
     @property
     def requests(self) -> list[ModelRequest]:
-        return self.scripted.requests
+        return self.inner.requests
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         if self.gate is not None and is_leads_first_call(request):
             await self.gate.wait()
-        return await self.scripted.complete(request)
+        return await self.inner.complete(request)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
         # The daemon streams a new run's first seconds (for a web page that
         # follows it right after posting): gated the same way.
         if self.gate is not None and is_leads_first_call(request):
             await self.gate.wait()
-        async for delta in self.scripted.stream(request):
+        async for delta in self.inner.stream(request):
             yield delta
-
-    async def __aenter__(self) -> Self:
-        await self.scripted.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.scripted.__aexit__(exc_type, exc, tb)
 
 
 async def two_runs_at_once(
@@ -393,12 +373,8 @@ async def test_runtime_restarts_a_killed_server_through_its_actor(
 
 @pytest.fixture
 def fresh_logging() -> Iterator[None]:
-    # main() configures logging against the stderr of the moment; configure
-    # it before capsys swaps in a stream it closes after the test.
-    reset_logging()
-    configure_logging("WARNING")
-    yield
-    reset_logging()
+    with warnings_logged():
+        yield
 
 
 @pytest.mark.usefixtures("fresh_logging")

@@ -25,8 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import pytest
 
@@ -34,7 +33,8 @@ from agentrt.protocols import ModelReply, ModelRequest, RunResult, Usage, decode
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.models._backend import ModelBackend, StreamDelta
 from agentrt.runtime.models._model_registry import ModelRegistry
-from agentrt.runtime.observe._log import configure_logging, reset_logging
+from tests._support.backends import ForwardingBackend
+from tests._support.logs import warnings_logged
 
 TASK = "What is 2+3?"
 ROLLOUTS = 4
@@ -65,20 +65,12 @@ class _Call:
         self.usage = usage
 
 
-class _Recording:
+class _Recording(ForwardingBackend[ModelBackend]):
     """A ``ModelBackend`` that forwards to ``inner`` and records every reply."""
 
     def __init__(self, inner: ModelBackend, calls: list[_Call]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.calls = calls
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def models(self) -> list[str]:
-        return self.inner.models
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         reply = await self.inner.complete(request)
@@ -91,27 +83,11 @@ class _Recording:
                 self.calls.append(_Call(request.request_id, delta.reply.usage))
             yield delta
 
-    async def __aenter__(self) -> Self:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.inner.__aexit__(exc_type, exc, tb)
-
 
 @pytest.fixture(autouse=True)
 def _fresh_logging() -> Iterator[None]:
-    # As in tests/runtime/cli/test_cli.py: configure logging before capsys swaps
-    # stderr, so no cached logger writes to a closed stream later.
-    reset_logging()
-    configure_logging("WARNING")
-    yield
-    reset_logging()
+    with warnings_logged():
+        yield
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools import ElicitationQuestion, tool
 from agentrt.tools._tool import ElicitationReply
+from tests._support.approvals import Person
 
 pytestmark = pytest.mark.anyio
 
@@ -63,22 +64,32 @@ def _config(timeout_s: float = 60.0) -> dict[str, Any]:
 AGENT = {"worker": AgentConfig(name="worker", tools=["delete_file"])}
 
 
+def _runtime(
+    delete_file: Any,
+    on_elicitation: Any = None,
+    *,
+    backend: ScriptedBackend | None = None,
+    timeout_s: float = 60.0,
+) -> Runtime:
+    """A runtime whose worker may call ``delete_file`` once approved."""
+    return Runtime(
+        _config(timeout_s),
+        backends=[backend or _calls_then_answers()],
+        tools=[delete_file],
+        agents=AGENT,
+        on_elicitation=on_elicitation,
+    )
+
+
 @pytest.mark.parametrize("action", ["accept", "decline"])
 async def test_the_callback_approves_or_denies_each_call(action: str) -> None:
     delete_file, deleted = _deleting()
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action=action)
-
+    ask = Person(action)
     backend = _calls_then_answers()
-    async with Runtime(
-        _config(), backends=[backend], tools=[delete_file], agents=AGENT, on_elicitation=ask
-    ) as rt:
+    async with _runtime(delete_file, ask, backend=backend) as rt:
         result = await rt.run("clean up", agent="worker", run_id="run-approve")
     assert result.answer == "done"
-    [question] = asked
+    [question] = ask.asked
     assert (question.mode, question.tool, question.run_id) == (
         "approval",
         "delete_file",
@@ -103,16 +114,7 @@ async def test_the_trajectory_records_each_approval_on_its_tool_result(action: s
         if isinstance(event, StepRecorded):
             steps.append(event)
 
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        return ElicitationReply(action=action)
-
-    async with Runtime(
-        _config(),
-        backends=[_calls_then_answers()],
-        tools=[delete_file],
-        agents=AGENT,
-        on_elicitation=ask,
-    ) as rt:
+    async with _runtime(delete_file, Person(action)) as rt:
         await rt.run("clean up", agent="worker", events=record)
     [result] = [r for e in steps for r in e.step.tool_results]
     assert result.approval is not None
@@ -123,7 +125,7 @@ async def test_the_trajectory_records_each_approval_on_its_tool_result(action: s
 async def test_nobody_to_ask_declines_the_call() -> None:
     delete_file, deleted = _deleting()
     backend = _calls_then_answers()
-    async with Runtime(_config(), backends=[backend], tools=[delete_file], agents=AGENT) as rt:
+    async with _runtime(delete_file, backend=backend) as rt:
         await rt.run("clean up", agent="worker")
     assert deleted == []
     assert "nobody can be asked" in _tool_result(backend)
@@ -134,13 +136,7 @@ async def test_an_unanswered_approval_times_out_and_says_so() -> None:
     backend = _calls_then_answers()
     events: list[Any] = []
     async with (
-        Runtime(
-            _config(timeout_s=0.3),
-            backends=[backend],
-            tools=[delete_file],
-            agents=AGENT,
-            on_elicitation="events",
-        ) as rt,
+        _runtime(delete_file, "events", backend=backend, timeout_s=0.3) as rt,
         rt.stream("clean up", agent="worker") as stream,
     ):
         async for event in stream:
@@ -157,13 +153,7 @@ async def test_an_approval_on_the_runs_stream_is_answered_through_the_runtime() 
     backend = _calls_then_answers()
     seen: list[Any] = []
     async with (
-        Runtime(
-            _config(),
-            backends=[backend],
-            tools=[delete_file],
-            agents=AGENT,
-            on_elicitation="events",
-        ) as rt,
+        _runtime(delete_file, "events", backend=backend) as rt,
         rt.stream("clean up", agent="worker") as events,
     ):
         async for event in events:
@@ -197,21 +187,11 @@ async def test_an_approval_for_a_tool_nobody_offers_is_a_config_error() -> None:
 async def test_the_same_call_asks_the_same_question() -> None:
     """A resumed run asks again for the same call: the question id is the call's."""
     delete_file, _ = _deleting()
-    ids: list[str] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        ids.append(question.id)
-        return ElicitationReply(action="decline")
-
+    ask = Person("decline")
     for _ in range(2):
-        async with Runtime(
-            _config(),
-            backends=[_calls_then_answers()],
-            tools=[delete_file],
-            agents=AGENT,
-            on_elicitation=ask,
-        ) as rt:
+        async with _runtime(delete_file, ask) as rt:
             await rt.run("clean up", agent="worker", run_id="run-same")
+    ids = [q.id for q in ask.asked]
     assert len(ids) == 2
     assert ids[0] == ids[1]
 
@@ -219,22 +199,11 @@ async def test_the_same_call_asks_the_same_question() -> None:
 async def _question_id() -> str:
     """The id the scripted call's approval gets in the run ``run-resumed``."""
     delete_file, _ = _deleting()
-    ids: list[str] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        ids.append(question.id)
-        return ElicitationReply(action="decline")
-
-    async with Runtime(
-        _config(),
-        backends=[_calls_then_answers()],
-        tools=[delete_file],
-        agents=AGENT,
-        on_elicitation=ask,
-    ) as rt:
+    ask = Person("decline")
+    async with _runtime(delete_file, ask) as rt:
         await rt.run("clean up", agent="worker", run_id="run-resumed")
-    [question_id] = ids
-    return question_id
+    [question] = ask.asked
+    return question.id
 
 
 async def test_a_resumed_run_takes_up_a_recorded_answer_without_asking() -> None:
@@ -246,13 +215,7 @@ async def test_a_resumed_run_takes_up_a_recorded_answer_without_asking() -> None
 
     recorded = ElicitationAnswered(run_id="run-resumed", question_id=question_id, action="accept")
     checkpoint = RunCheckpoint(next_seq=1, rollouts={}, answered={question_id: recorded})
-    async with Runtime(
-        _config(),
-        backends=[_calls_then_answers()],
-        tools=[delete_file],
-        agents=AGENT,
-        on_elicitation=ask,
-    ) as rt:
+    async with _runtime(delete_file, ask) as rt:
         await rt.run("clean up", agent="worker", run_id="run-resumed", checkpoint=checkpoint)
     assert deleted == ["/tmp/x"]
 
@@ -270,13 +233,7 @@ async def test_a_resumed_run_keeps_the_questions_first_deadline() -> None:
         expires_at=time.time() - 1,  # passed while the daemon was down
     )
     checkpoint = RunCheckpoint(next_seq=1, rollouts={}, asked={question_id: first})
-    async with Runtime(
-        _config(timeout_s=3600),
-        backends=[backend],
-        tools=[delete_file],
-        agents=AGENT,
-        on_elicitation="events",
-    ) as rt:
+    async with _runtime(delete_file, "events", backend=backend, timeout_s=3600) as rt:
         await rt.run("clean up", agent="worker", run_id="run-resumed", checkpoint=checkpoint)
     assert deleted == []
     assert "nobody answered within 3600 s" in _tool_result(backend)
@@ -284,12 +241,7 @@ async def test_a_resumed_run_keeps_the_questions_first_deadline() -> None:
 
 def test_agentrt_run_takes_the_callback_too() -> None:
     delete_file, deleted = _deleting()
-    asked: list[str] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question.tool)
-        return ElicitationReply(action="accept")
-
+    ask = Person()
     result = agentrt.run(
         "clean up",
         config={**_config(), "agents": {"worker": {"name": "worker", "tools": ["delete_file"]}}},
@@ -299,4 +251,4 @@ def test_agentrt_run_takes_the_callback_too() -> None:
         on_elicitation=ask,
     )
     assert result.answer == "done"
-    assert (asked, deleted) == (["delete_file"], ["/tmp/x"])
+    assert ([q.tool for q in ask.asked], deleted) == (["delete_file"], ["/tmp/x"])

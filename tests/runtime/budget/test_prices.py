@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,49 +21,28 @@ from agentrt.runtime.cli._main import main
 from agentrt.runtime.config._config_file import config_from_mapping, load_config
 from agentrt.runtime.engine._runtime import Runtime
 from agentrt.runtime.kernel._errors import ConfigError
-from agentrt.runtime.observe._log import configure_logging, reset_logging
 from agentrt.testing import ScriptedBackend
+from tests._support.configs import scripted_models, write_config
+from tests._support.logs import warnings_logged
 
 genai_prices = pytest.importorskip("genai_prices")
 
-HOUSE_TOML = """
-[models]
-default = "house"
-
-[models.backends.house]
-kind = "scripted"
-models = ["house-model"]
-replies = ["42"]
-
+HOUSE_TOML = (
+    scripted_models(["42"], backend="house", models=["house-model"])
+    + """
 [prices."house-model"]
 prompt_usd_per_mtok = 2.5
 completion_usd_per_mtok = 10
 cached_prompt_usd_per_mtok = 1.25
 """
-
-UNPRICED_TOML = """
-[models]
-default = "own"
-
-[models.backends.own]
-kind = "scripted"
-models = ["nobody-prices-this-model"]
-replies = ["42"]
-"""
+)
+UNPRICED_TOML = scripted_models(["42"], backend="own", models=["nobody-prices-this-model"])
 
 
 @pytest.fixture
-def _warnings_logging() -> Any:
-    reset_logging()
-    configure_logging("WARNING")
-    yield
-    reset_logging()
-
-
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "agentrt.toml"
-    path.write_text(text)
-    return path
+def _warnings_logging() -> Iterator[None]:
+    with warnings_logged():
+        yield
 
 
 def _expected_usd(price: ModelPrice, prompt: int, completion: int) -> Decimal:
@@ -74,7 +53,7 @@ def _expected_usd(price: ModelPrice, prompt: int, completion: int) -> Decimal:
 
 @pytest.mark.anyio
 async def test_a_toml_price_counts_the_cost_and_a_usd_cap_runs(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, HOUSE_TOML))
+    config = load_config(write_config(tmp_path, HOUSE_TOML))
     price = config.runtime.prices["house-model"]
     assert price.cached_prompt_usd_per_mtok == Decimal("1.25")
     async with Runtime(config.runtime) as rt:
@@ -143,7 +122,7 @@ def test_a_toml_price_beats_the_database_and_bad_prices_name_their_key() -> None
 def test_the_cli_takes_max_usd_and_prints_the_cost(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = str(_write(tmp_path, HOUSE_TOML))
+    config = str(write_config(tmp_path, HOUSE_TOML))
     assert main(["run", "what is 6*7?", "--max-usd", "0.5", "--config", config]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith("usage: ")

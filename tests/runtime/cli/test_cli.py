@@ -19,6 +19,7 @@ import yaml
 from agentrt import __version__
 from agentrt.protocols import RunResult, decode
 from agentrt.runtime.cli._main import main
+from tests._support.configs import scripted_models, write_config
 
 pytestmark = pytest.mark.process
 
@@ -28,20 +29,10 @@ PIPELINE = str(EXAMPLES / "solver_verifier_corrector.yaml")
 
 
 def _config(tmp_path: Path, body: str, name: str = "agentrt.toml") -> str:
-    path = tmp_path / name
-    path.write_text(body)
-    return str(path)
+    return str(write_config(tmp_path, body, name))
 
 
-SCRIPTED = """
-[models]
-default = "fake"
-
-[models.backends.fake]
-kind = "scripted"
-models = ["fake-1"]
-replies = ["Paris", "  Paris ", "Lyon"]
-"""
+SCRIPTED = scripted_models(["Paris", "  Paris ", "Lyon"], models=["fake-1"])
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,6 +24,7 @@ from agentrt.runtime.config._runtime_config import WorkerResources
 from agentrt.runtime.engine._runtime import RuntimeConfig
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.tools.mcp._mcp_config import HttpServerConfig, StdioServerConfig
+from tests._support.configs import write_config
 
 pytestmark = pytest.mark.process
 
@@ -37,16 +38,10 @@ tools: [calculator]
 """
 
 
-def _write(tmp_path: Path, text: str, name: str = "agentrt.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
 def test_a_full_file_loads_with_paths_resolved_against_it(tmp_path: Path) -> None:
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "planner.yaml").write_text(SPEC)
-    path = _write(
+    path = write_config(
         tmp_path,
         """
 rollouts = 4
@@ -247,7 +242,7 @@ def test_the_example_runs_the_embedded_model_with_both_kinds_of_agent() -> None:
 def test_a_bad_file_names_file_line_key_and_reason(
     tmp_path: Path, text: str, where: str, reason: str
 ) -> None:
-    path = _write(tmp_path, text)
+    path = write_config(tmp_path, text)
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     message = str(caught.value)
@@ -257,7 +252,7 @@ def test_a_bad_file_names_file_line_key_and_reason(
 
 def test_a_bad_spec_file_is_reported_with_the_agent_naming_it(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("name: bad\ntemperature: hot\n")
-    path = _write(tmp_path, "rollouts = 2\n\n[agents]\nbad = 'bad.yaml'\n")
+    path = write_config(tmp_path, "rollouts = 2\n\n[agents]\nbad = 'bad.yaml'\n")
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     message = str(caught.value)
@@ -295,7 +290,7 @@ def test_a_missing_file_says_so(tmp_path: Path) -> None:
 
 def test_json_by_suffix(tmp_path: Path) -> None:
     (tmp_path / "planner.yaml").write_text(SPEC)
-    path = _write(
+    path = write_config(
         tmp_path,
         '{"rollouts": 2, "agents": {"planner": "planner.yaml", "s": {"tools": []}}}',
         name="agentrt.json",
@@ -303,10 +298,10 @@ def test_json_by_suffix(tmp_path: Path) -> None:
     config = load_config(path)
     assert config.runtime.rollouts == 2
     assert config.runtime.agents["planner"] == str(tmp_path / "planner.yaml")
-    bad = _write(tmp_path, '{"rollouts": 2,\n "rolouts": 3}', name="bad.json")
+    bad = write_config(tmp_path, '{"rollouts": 2,\n "rolouts": 3}', name="bad.json")
     with pytest.raises(ConfigError, match=r"bad.json: rolouts: unknown key 'rolouts'"):
         load_config(bad)
-    broken = _write(tmp_path, '{"rollouts": 2,\n}', name="broken.json")
+    broken = write_config(tmp_path, '{"rollouts": 2,\n}', name="broken.json")
     with pytest.raises(ConfigError, match=r"broken.json:2: not valid JSON"):
         load_config(broken)
 
@@ -324,7 +319,7 @@ def test_a_mapping_built_in_code_validates_the_same_way() -> None:
 
 
 def test_command_line_overrides(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, "[server]\nport = 9000\n"))
+    config = load_config(write_config(tmp_path, "[server]\nport = 9000\n"))
     moved = config.with_server(host=None, port=9001).with_store(tmp_path / "other.db")
     assert (moved.server.port, moved.store.path) == (9001, tmp_path / "other.db")
     assert config.with_store(None) is config
@@ -333,7 +328,7 @@ def test_command_line_overrides(tmp_path: Path) -> None:
 
 
 def test_the_token_env_must_be_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = load_config(_write(tmp_path, "[server]\ntoken_env = 'AGENTRT_TEST_TOKEN'\n"))
+    config = load_config(write_config(tmp_path, "[server]\ntoken_env = 'AGENTRT_TEST_TOKEN'\n"))
     monkeypatch.delenv("AGENTRT_TEST_TOKEN", raising=False)
     with pytest.raises(ConfigError, match="AGENTRT_TEST_TOKEN is unset"):
         config.server.resolved_token()

@@ -4,39 +4,18 @@ the server stops with the ``Runtime``."""
 
 from __future__ import annotations
 
-import sys
-
 import psutil
 import pytest
 
 import agentrt
 from agentrt.protocols import ScalingSpec
+from tests._support.managed import managed_sim_backend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 async def test_a_managed_backend_is_started_used_and_stopped_by_the_runtime() -> None:
-    sim = [sys.executable, "-m", "agentrt.runtime.testing.sim._sim_server"]
-    config = {
-        "early_stop": False,
-        "models": {
-            "backends": {
-                "sim": {
-                    "kind": "openai",
-                    "managed": {
-                        "kind": "command",
-                        "command": [*sim, "--port", "{port}", "--model", "{served_model_name}"],
-                        "served_model_name": "sim-a",
-                        "extra_args": ["--ttft-ms", "0", "--token-ms", "0", "--exit-with-parent"],
-                        "startup_timeout_s": 30,
-                        "health_interval_s": 0.05,
-                        "stop_grace_s": 5,
-                        "log_output": "off",
-                    },
-                }
-            }
-        },
-    }
+    config = {"early_stop": False, "models": {"backends": {"sim": managed_sim_backend()}}}
     async with agentrt.Runtime(config) as rt:
         (server,) = rt.managed.values()
         pid = server.server.pid

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,23 +191,25 @@ def test_there_is_something_to_check() -> None:
     assert {"runtime/cli/_run_command.py", "runtime/serve/_run_manager.py"} <= set(sources)
 
 
-def test_only_the_engine_runs_rollouts_as_actors() -> None:
-    bad = [
+def _found_outside(
+    allowed: tuple[str, ...], scan: Callable[[str, ast.Module], list[Finding]]
+) -> list[str]:
+    """What ``scan`` finds in the scanned sources outside the ``allowed`` places."""
+    return [
         str(finding)
         for path in _sources(*SCANNED)
-        if not _rel(path).startswith(ENGINE)
-        for finding in engine_internals_used(_rel(path), _tree(path))
+        if not _rel(path).startswith(allowed)
+        for finding in scan(_rel(path), _tree(path))
     ]
+
+
+def test_only_the_engine_runs_rollouts_as_actors() -> None:
+    bad = _found_outside(ENGINE, engine_internals_used)
     assert not bad, f"rollouts are the engine's to run (use agentrt.Runtime): {bad}"
 
 
 def test_only_the_kernel_the_engine_and_the_runtimes_servers_host_actors() -> None:
-    bad = [
-        str(finding)
-        for path in _sources(*SCANNED)
-        if not _rel(path).startswith(ACTOR_HOSTS)
-        for finding in actors_hosted(_rel(path), _tree(path))
-    ]
+    bad = _found_outside(ACTOR_HOSTS, actors_hosted)
     assert not bad, f"actors outside the kernel, the engine and the Runtime's servers: {bad}"
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import anyio
 import pytest
@@ -39,6 +37,7 @@ from agentrt.runtime.engine._runtime import RolloutCheckpoint, RunCheckpoint, Ru
 from agentrt.runtime.kernel._errors import UserError
 from agentrt.runtime.models._backend import StreamDelta
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
+from tests._support.backends import ForwardingBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
@@ -71,21 +70,14 @@ def script(request: ModelRequest) -> str | ScriptedReply | BaseException:
     return "1"
 
 
-class Recording:
-    """A backend recording the usage every reply reports."""
+class Recording(ForwardingBackend[ScriptedBackend]):
+    """A backend recording the usage every reply reports (a test may run it
+    more than once, so it leaves ``inner`` open)."""
 
     def __init__(self, inner: ScriptedBackend) -> None:
-        self.inner = inner
+        super().__init__(inner, opens_inner=False)
         self.usage = Usage()
         self.calls = 0
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def models(self) -> list[str]:
-        return self.inner.models
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         reply = await self.inner.complete(request)
@@ -100,14 +92,6 @@ class Recording:
                 self.usage = self.usage + delta.reply.usage
                 self.calls += 1
             yield delta
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
 
 
 def runtime(backend: Recording, **config: object) -> Runtime:

@@ -19,27 +19,22 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.testing import ScriptedBackend, ScriptedReply
+from tests._support.backends import ForwardingBackend
 
 pytestmark = pytest.mark.anyio
 
 
-class Counting:
+class Counting(ForwardingBackend[ScriptedBackend]):
     """A scripted backend that records the most calls it had in flight."""
 
     def __init__(self, reply: str | ScriptedReply, *, limit: int | None) -> None:
-        self.inner = ScriptedBackend(lambda _request: reply, name="counting")
+        super().__init__(
+            ScriptedBackend(lambda _request: reply, name="counting"), opens_inner=False
+        )
         self.limit = limit
         self.peak = 0
         self.running = 0
         self.requests = 0
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def models(self) -> list[str]:
-        return self.inner.models
 
     @property
     def max_concurrency(self) -> int | None:
@@ -57,15 +52,6 @@ class Counting:
             return await self.inner.complete(request)
         finally:
             self.running -= 1
-
-    def stream(self, request: ModelRequest):  # type: ignore[no-untyped-def]
-        return self.inner.stream(request)
-
-    async def __aenter__(self) -> Counting:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 async def test_a_backend_that_takes_one_call_queues_the_other_rollouts() -> None:

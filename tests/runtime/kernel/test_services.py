@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import anyio
 import msgspec
@@ -15,6 +14,7 @@ from agentrt.runtime.kernel._actor_errors import ActorCrashed, ActorStopped
 from agentrt.runtime.kernel._actor_spec import RestartIntensity
 from agentrt.runtime.kernel._ref import ActorRef
 from agentrt.runtime.kernel._system import ActorSystem
+from tests._support.polling import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
@@ -89,12 +89,6 @@ class Heart(Actor[Msg, int | str]):
                 except LookupError as exc:
                     return f"caller got {exc}"
         return 0
-
-
-async def eventually(predicate: Callable[[], bool], within: float = 5.0) -> None:
-    with anyio.fail_after(within):
-        while not predicate():  # noqa: ASYNC110 - polling state the actor changes
-            await anyio.sleep(0.01)
 
 
 async def beats(ref: ActorRef[Msg, int | str]) -> int:

@@ -5,7 +5,6 @@ that can take a thousand requests; the embedded model takes one)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Self
 
 import anyio
@@ -54,12 +53,7 @@ class UserBackend:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         return None
 
 

@@ -15,7 +15,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from agentrt.runtime.models.managed._managed_server import (
     ManagedServerError,
     ServerState,
 )
+from tests._support.polling import eventually, gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -125,23 +125,6 @@ def starts_of(path: Path) -> list[tuple[int, float]]:
         return []
     rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
     return [(int(pid), float(at)) for pid, at in rows]
-
-
-def gone(pid: int | None) -> bool:
-    """The process exited (a zombie awaiting its reaper counts as gone)."""
-    assert pid is not None
-    try:
-        status = str(psutil.Process(pid).status())
-        return status == str(psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
-
-
-async def eventually(predicate: Callable[[], bool], within: float) -> None:
-    """Poll ``predicate`` until it holds; fail the test after ``within`` s."""
-    with anyio.fail_after(within):
-        while not predicate():  # noqa: ASYNC110 - polling external process state
-            await anyio.sleep(0.02)
 
 
 async def get_health(url: str) -> int:

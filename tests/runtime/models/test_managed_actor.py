@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import httpx
-import psutil
 import pytest
 
 from agentrt.runtime.kernel._backoff import Backoff
@@ -26,6 +25,7 @@ from agentrt.runtime.models.managed._managed_server import (
     ManagedServerError,
     ServerState,
 )
+from tests._support.polling import eventually, gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -63,19 +63,6 @@ def fake_config(crash_after: float = 0.0, code: int = 3, **overrides: Any) -> Ma
     }
     values.update(overrides)
     return ManagedServerConfig(**values)
-
-
-def gone(pid: int) -> bool:
-    try:
-        return str(psutil.Process(pid).status()) == str(psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
-
-
-async def eventually(predicate: Callable[[], bool], within: float) -> None:
-    with anyio.fail_after(within):
-        while not predicate():  # noqa: ASYNC110 - polling external process state
-            await anyio.sleep(0.02)
 
 
 async def status_until(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import tomllib
 from typing import Any
 
@@ -21,6 +20,7 @@ from agentrt.runtime.models.managed._managed_actor import spawn_managed_server
 from agentrt.runtime.models.managed._managed_config import ManagedServerConfig, ServerState
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
 from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend
+from tests._support.managed import managed_sim_backend
 
 pytestmark = pytest.mark.process
 
@@ -134,28 +134,8 @@ def test_a_bad_managed_entry_names_its_key(backend: dict[str, Any], where: str, 
 
 @pytest.mark.anyio
 async def test_a_configured_managed_server_serves_its_backend_across_a_crash() -> None:
-    sim = [sys.executable, "-m", "agentrt.runtime.testing.sim._sim_server"]
-    registry = ModelRegistry.from_mapping(
-        {
-            "backends": {
-                "sim": {
-                    "kind": "openai",
-                    "managed": {
-                        "kind": "command",
-                        "command": [*sim, "--port", "{port}", "--model", "{served_model_name}"],
-                        "served_model_name": "sim-a",
-                        "extra_args": ["--ttft-ms", "0", "--token-ms", "0", "--exit-with-parent"],
-                        "startup_timeout_s": 30,
-                        "health_interval_s": 0.05,
-                        "liveness_interval_s": 0,
-                        "backoff_initial_s": 0.05,
-                        "stop_grace_s": 5,
-                        "log_output": "off",
-                    },
-                }
-            }
-        }
-    )
+    sim = managed_sim_backend(liveness_interval_s=0, backoff_initial_s=0.05)
+    registry = ModelRegistry.from_mapping({"backends": {"sim": sim}})
     request = ModelRequest(messages=[UserMessage("hello")], sampling=SamplingParams(max_tokens=4))
     async with ActorSystem(stop_timeout=6.0) as system:
         (config,) = registry.managed_servers().values()

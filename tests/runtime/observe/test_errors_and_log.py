@@ -13,6 +13,12 @@ from agentrt.runtime.kernel import _errors as errors
 pytestmark = pytest.mark.process
 
 
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter (nothing imported, nothing
+    configured), which must exit 0."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+
 def test_the_tree_separates_user_mistakes_failures_and_control() -> None:
     assert issubclass(errors.ConfigError, errors.UserError)
     assert issubclass(errors.UnknownModelError, errors.UserError)
@@ -52,7 +58,7 @@ def test_logs_are_json_off_a_terminal() -> None:
         "configure_logging()\n"
         "log.info('hello', steps=3)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = _python(code)
     line = json.loads(out.stderr.strip().splitlines()[-1])
     assert line["event"] == "hello"
     assert line["run_id"] == "r1"
@@ -72,7 +78,7 @@ def test_a_log_context_binds_for_its_block_and_restores_what_was_bound() -> None
         "    log.info('back')\n"
         "log.info('out')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = _python(code)
     lines = [json.loads(line) for line in out.stderr.strip().splitlines()[-3:]]
     assert [(x["event"], x.get("run_id"), x.get("rollout_id")) for x in lines] == [
         ("in", "inner", "x"),
@@ -95,7 +101,7 @@ def test_a_log_context_reaches_an_application_logging_setup() -> None:
         "    log.info('back')\n"
         "log.info('out')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = _python(code)
     assert out.stdout.splitlines() == [
         "in run_id='inner' rollout_id='x' n=1",
         "back run_id='outer'",
@@ -112,7 +118,7 @@ def test_the_runtime_loads_neither_structlog_nor_optional_parsers() -> None:
         "from agentrt import Runtime\n"
         "print([m for m in ('structlog', 'jsonschema', 'yaml') if m in sys.modules])\n"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    out = _python(probe)
     assert out.stdout.strip() == "[]"
 
 
@@ -121,7 +127,7 @@ def test_importing_agentrt_configures_nothing() -> None:
         "import structlog, agentrt, agentrt.protocols, agentrt.runtime.observe._log\n"
         "print(structlog.is_configured())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = _python(code)
     assert out.stdout.strip() == "False"
 
 
@@ -143,7 +149,7 @@ def test_unconfigured_library_logs_never_reach_stdout() -> None:
         "log.info('quiet')\n"
         "log.warning('loud', n=1)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = _python(code)
     assert out.stdout == ""
     assert "quiet" not in out.stderr
     assert "loud" in out.stderr
@@ -159,7 +165,7 @@ def test_an_application_logging_setup_sees_library_records() -> None:
         "from agentrt.runtime.observe._log import get_logger\n"
         "get_logger('agentrt.y').bind(step=2).info('hello')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = _python(code)
     assert out.stdout.strip() == "agentrt.y|hello step=2"
 
 
@@ -175,5 +181,5 @@ def test_configured_logs_follow_a_replaced_stderr() -> None:
         "log.info('two')\n"
         "sys.__stdout__.write(second.getvalue())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = _python(code)
     assert '"event": "two"' in out.stdout

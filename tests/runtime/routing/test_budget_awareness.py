@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -11,7 +9,6 @@ from hypothesis import strategies as st
 
 from agentrt.protocols import Budget, RoutingDecision, Usage
 from agentrt.runtime.budget._ledger import BudgetLedger, Headroom
-from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
 from agentrt.runtime.kernel._errors import BudgetExceeded
 from agentrt.runtime.routing._policies import (
     CascadePolicy,
@@ -24,19 +21,9 @@ from agentrt.runtime.routing._policies import (
     always_small,
 )
 from agentrt.runtime.routing._step_signals import Signals, StepContext
-from agentrt.runtime.routing._tiers import Tier, TierLadder
+from agentrt.runtime.routing._tiers import TierLadder
+from tests.runtime.routing._priced_tiers import PRICES, TIERS
 
-
-def price(prompt: str, completion: str) -> ModelPrice:
-    return ModelPrice(
-        prompt_usd_per_mtok=Decimal(prompt), completion_usd_per_mtok=Decimal(completion)
-    )
-
-
-PRICES = PriceTable(
-    models={"m-small": price("0.1", "0.4"), "m-mid": price("1", "4"), "m-large": price("3", "15")}
-)
-TIERS = [Tier("small", "m-small"), Tier("mid", "m-mid"), Tier("large", "m-large")]
 TWO = TierLadder([TIERS[0], TIERS[2]], PRICES)
 THREE = TierLadder(TIERS, PRICES, degrade_below=0.3)
 

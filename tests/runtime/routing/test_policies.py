@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import pytest
 
-from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
 from agentrt.runtime.kernel._errors import ConfigError, InvalidRequestError
 from agentrt.runtime.routing._policies import (
     CascadePolicy,
@@ -18,22 +15,11 @@ from agentrt.runtime.routing._policies import (
     always_small,
 )
 from agentrt.runtime.routing._step_signals import Signals, StepContext
-from agentrt.runtime.routing._tiers import Tier, TierLadder
+from agentrt.runtime.routing._tiers import TierLadder
+from tests.runtime.routing._priced_tiers import PRICES, TIERS
 
-
-def price(prompt: str, completion: str) -> ModelPrice:
-    return ModelPrice(
-        prompt_usd_per_mtok=Decimal(prompt), completion_usd_per_mtok=Decimal(completion)
-    )
-
-
-PRICES = PriceTable(
-    models={"m-small": price("0.1", "0.4"), "m-mid": price("1", "4"), "m-large": price("3", "15")}
-)
-TWO = TierLadder([Tier("small", "m-small"), Tier("large", "m-large")], PRICES)
-THREE = TierLadder(
-    [Tier("small", "m-small"), Tier("mid", "m-mid"), Tier("large", "m-large")], PRICES
-)
+TWO = TierLadder([TIERS[0], TIERS[2]], PRICES)
+THREE = TierLadder(TIERS, PRICES)
 
 
 def ctx(

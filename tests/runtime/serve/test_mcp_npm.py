@@ -27,10 +27,10 @@ from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, Sto
 from agentrt.runtime.engine._runtime import RuntimeConfig
 from agentrt.runtime.serve._daemon import run_daemon
 from agentrt.testing import ScriptedBackend
+from tests._support.inspector import INSPECTOR, inspector_workdir
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.process]
 
-INSPECTOR = "@modelcontextprotocol/inspector-cli@1.0.3"
 CONFORMANCE = "@modelcontextprotocol/conformance@0.1.13"  # 0.1.14+ needs Node 22
 SCENARIOS = (
     "server-initialize",
@@ -50,11 +50,7 @@ def anyio_backend() -> tuple[str, dict[str, Any]]:
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    # inspector-cli 1.0.3 finds its own package.json by testing "../package.json"
-    # relative to the working directory (modelcontextprotocol/inspector#1334).
-    (tmp_path / "package.json").write_text("{}")
-    (tmp_path / "work").mkdir()
-    return tmp_path / "work"
+    return inspector_workdir(tmp_path)
 
 
 def votes(request: ModelRequest) -> str:

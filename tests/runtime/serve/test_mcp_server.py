@@ -39,23 +39,12 @@ from agentrt.runtime.serve.mcp._mcp_server import mcp_asgi
 from agentrt.runtime.serve.mcp._mcp_stdio import mcp_main
 from agentrt.testing import ScriptedBackend, ScriptedReply
 from agentrt.tools.hosting._tool_server import RESOURCE_NOT_FOUND
+from tests._support.mcp_raw import INIT, MCP_HEADERS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 Script = Callable[[ModelRequest], str | ScriptedReply | BaseException]
 _ROLLOUT = re.compile(r"-r(\d+)-\d+$")
-PROTOCOL = "2025-11-25"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": PROTOCOL,
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def votes(request: ModelRequest) -> str | ScriptedReply:

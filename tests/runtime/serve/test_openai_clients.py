@@ -47,6 +47,7 @@ from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve._metrics import DaemonMetrics
 from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
+from tests._support.backends import ForwardingBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -439,15 +440,24 @@ async def test_logprobs_of_the_final_reply(tmp_path: Path) -> None:
         assert model.requests[-1].top_logprobs == 2
 
 
-class WithoutLogprobs:
+def _assert_refused(error: openai.BadRequestError, param: str, says: str) -> None:
+    """A 400 naming ``param``, its message saying ``says``."""
+    body = error.body
+    assert isinstance(body, dict)
+    assert body["param"] == param
+    assert says in body["message"]
+
+
+class WithoutLogprobs(ForwardingBackend[ScriptedBackend]):
     """A backend that never gives log-probabilities (a server that ignores
     ``logprobs``): the scripted model's replies, their logprobs dropped."""
 
-    name = "no-logprobs"
-
     def __init__(self, script: Callable[[ModelRequest], Reply]) -> None:
-        self.inner = ScriptedBackend(script)
-        self.models = self.inner.models
+        super().__init__(ScriptedBackend(script))
+
+    @property
+    def name(self) -> str:
+        return "no-logprobs"
 
     @staticmethod
     def _drop(reply: ModelReply) -> ModelReply:
@@ -461,13 +471,6 @@ class WithoutLogprobs:
         async for delta in self.inner.stream(request):
             reply = None if delta.reply is None else self._drop(delta.reply)
             yield msgspec.structs.replace(delta, logprobs=[], reply=reply)
-
-    async def __aenter__(self) -> WithoutLogprobs:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.inner.__aexit__(None, None, None)
 
 
 async def test_logprobs_a_backend_does_not_give_are_a_400(tmp_path: Path) -> None:
@@ -483,10 +486,7 @@ async def test_logprobs_a_backend_does_not_give_are_a_400(tmp_path: Path) -> Non
                 messages=[{"role": "user", "content": "6 x 7?"}],
                 logprobs=True,
             )
-    body = caught.value.body
-    assert isinstance(body, dict)
-    assert body["param"] == "logprobs"
-    assert "gave no log-probabilities" in body["message"]
+    _assert_refused(caught.value, "logprobs", "gave no log-probabilities")
 
 
 @pytest.mark.parametrize(
@@ -670,10 +670,7 @@ async def test_a_result_for_an_unknown_call_is_a_400_naming_it(tmp_path: Path) -
                     {"type": "function_call_output", "call_id": "call_nope", "output": "sunny"},
                 ],
             )
-        body = caught.value.body
-        assert isinstance(body, dict)
-        assert body["param"] == "input[1].call_id"
-        assert "'call_nope'" in body["message"]
+        _assert_refused(caught.value, "input[1].call_id", "'call_nope'")
         with pytest.raises(openai.BadRequestError) as caught:
             await client.chat.completions.create(
                 model="agentrt/solver",
@@ -682,10 +679,7 @@ async def test_a_result_for_an_unknown_call_is_a_400_naming_it(tmp_path: Path) -
                     {"role": "tool", "tool_call_id": "call_nope", "content": "sunny"},
                 ],
             )
-        body = caught.value.body
-        assert isinstance(body, dict)
-        assert body["param"] == "messages[1].tool_call_id"
-        assert "'call_nope'" in body["message"]
+        _assert_refused(caught.value, "messages[1].tool_call_id", "'call_nope'")
     assert model.requests == []
 
 

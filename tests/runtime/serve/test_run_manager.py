@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import anyio
@@ -38,12 +37,7 @@ class _FakeRuntime:
             raise self.fail
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self.log.append("exit")
 
     async def run(self, task: str, **_: Any) -> RunResult:

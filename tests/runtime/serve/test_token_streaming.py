@@ -19,8 +19,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -32,6 +31,7 @@ from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.testing import SimServer, SimServerConfig
+from tests._support.backends import ForwardingBackend
 
 from .conftest import daemon_config
 
@@ -48,24 +48,17 @@ def anyio_backend() -> str:
     return "asyncio"  # the sim-server runs on asyncio
 
 
-class TimedBackend:
+class TimedBackend(ForwardingBackend[OpenAIBackend]):
     """A backend noting when the first piece of text of its latest call
-    left it (``first``) and when the reply did (``last``)."""
+    left it (``first``) and when the reply did (``last``).  ``timed_sim``
+    opens ``inner``."""
 
     def __init__(self, inner: OpenAIBackend) -> None:
-        self.inner = inner
+        super().__init__(inner, opens_inner=False)
         self.first: float | None = None
         self.last: float | None = None
         self.streams = 0
         self.completes = 0
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def models(self) -> list[str]:
-        return self.inner.models
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         self.completes += 1
@@ -81,17 +74,6 @@ class TimedBackend:
                 if delta.reply is not None:
                     self.last = time.monotonic()
                 yield delta
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
 
 
 @asynccontextmanager

@@ -19,10 +19,7 @@ installs both), but fails instead when ``AGENTRT_REQUIRE_BROWSER=1``.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,49 +35,16 @@ from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedToolCall
 from agentrt.tools.builtins._calculator import Calculator
 
-SCRIPT = Path(__file__).with_name("web_check.mjs")
-CHROMIUM = Path(os.environ.get("AGENTRT_CHROMIUM", "/usr/bin/chromium"))
+from ._web_page import page_driver, wait_terminal
+
 STEP_LATENCY_S = 0.3
 ANSWER = "42"
-TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     # One event loop is enough here: the page, not the loop, is under test.
     return "asyncio"
-
-
-def _playwright_dirs() -> list[Path]:
-    cache = Path(os.environ.get("AGENTRT_CACHE", Path.home() / ".cache" / "agentrt"))
-    dirs = [Path(p) for p in os.environ.get("NODE_PATH", "").split(os.pathsep) if p]
-    return [*dirs, cache / "node-browser" / "node_modules"]
-
-
-def _browser() -> tuple[str, str]:
-    """``(node, NODE_PATH)`` to drive Chromium; skips (or fails when
-    ``AGENTRT_REQUIRE_BROWSER=1``) when something is missing."""
-    node = shutil.which("node")
-    modules = next(
-        (d for d in _playwright_dirs() if (d / "playwright-core" / "package.json").is_file()), None
-    )
-    missing = [
-        what
-        for what, ok in (
-            ("node on PATH", node is not None),
-            (f"Chromium at {CHROMIUM}", CHROMIUM.is_file()),
-            ("playwright-core (NODE_PATH or ~/.cache/agentrt/node-browser)", modules is not None),
-        )
-        if not ok
-    ]
-    if missing:
-        reason = "the browser test needs " + ", ".join(missing) + " (.ci/browser-setup.sh)"
-        if os.environ.get("AGENTRT_REQUIRE_BROWSER") == "1":
-            pytest.fail(reason + "; AGENTRT_REQUIRE_BROWSER=1 makes this fatal")
-        pytest.skip(reason)
-    assert node is not None
-    assert modules is not None
-    return node, str(modules)
 
 
 def _script(request: ModelRequest) -> ReplySpec:
@@ -97,22 +61,13 @@ def _script(request: ModelRequest) -> ReplySpec:
     return ANSWER
 
 
-async def _wait_terminal(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    with anyio.fail_after(15):
-        while True:
-            detail: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
-            if detail["run"]["status"] in TERMINAL:
-                return detail
-            await anyio.sleep(0.05)
-
-
 def _total_steps(snapshot: dict[str, Any]) -> int:
     return sum(r["steps"] for r in snapshot["rollouts"])
 
 
 @pytest.mark.anyio
 async def test_page_shows_runs_and_updates_live(tmp_path: Path) -> None:
-    node, node_path = _browser()
+    browser = page_driver()
     config = config_from_mapping(
         {
             "server": {"port": 0},
@@ -136,7 +91,9 @@ async def test_page_shows_runs_and_updates_live(tmp_path: Path) -> None:
             listed = await client.post("/v1/runs", json={"task": "listed run steps=2"})
             assert listed.status_code == 201, listed.text
             listed_id = listed.json()["run_id"]
-            assert (await _wait_terminal(client, listed_id))["run"]["status"] == "succeeded"
+            assert (await wait_terminal(client, listed_id, within_s=15))["run"][
+                "status"
+            ] == "succeeded"
 
             plan = {
                 "url": endpoint.url,
@@ -144,19 +101,11 @@ async def test_page_shows_runs_and_updates_live(tmp_path: Path) -> None:
                 "form": {"task": "form run steps=6", "rollouts": 3, "aggregate": "rtv"},
                 "pollRun": {"task": "polled run steps=3", "scaling": {"rollouts": 1}},
                 "timeoutMs": 20000,
-                "chromium": str(CHROMIUM),
             }
-            with anyio.fail_after(90):
-                done = await anyio.run_process(
-                    [node, str(SCRIPT), json.dumps(plan)],
-                    env={**os.environ, "NODE_PATH": node_path},
-                    check=False,
-                )
-            assert done.returncode == 0, done.stderr.decode(errors="replace")[:6000]
-            report: dict[str, Any] = json.loads(done.stdout)
+            report = await browser.drive("web_check.mjs", plan, within_s=90)
 
-            form_detail = await _wait_terminal(client, report["form"]["runId"])
-            polled_detail = await _wait_terminal(client, report["polled"]["runId"])
+            form_detail = await wait_terminal(client, report["form"]["runId"], within_s=15)
+            polled_detail = await wait_terminal(client, report["polled"]["runId"], within_s=15)
         tg.cancel_scope.cancel()
 
     # The page itself: no script errors, no failed calls, never reloaded.

@@ -15,10 +15,7 @@ Skipped without Chromium, playwright-core or npx; fails instead when
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -30,13 +27,12 @@ from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from tests.tools.mcp.conftest import EVERYTHING
 
+from ._web_page import page_driver
 from .conftest import daemon_config
-from .test_web_browser import CHROMIUM, _browser
 from .test_web_mcp_browser import _npx
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-SCRIPT = Path(__file__).with_name("web_for_user.mjs")
 TOOL = "everything__get-annotated-message"
 FOR_USER = "Operation completed successfully"
 SHOWN_TO_MODEL = "[the tool's result is meant for the user and was shown to them]"
@@ -73,7 +69,7 @@ async def _run(client: httpx.AsyncClient, task: str) -> str:
 
 @pytest.mark.anyio
 async def test_page_shows_what_tools_meant_for_the_person(tmp_path: Path) -> None:
-    node, node_path = _browser()
+    browser = page_driver()
     npx = _npx()
     config = daemon_config(
         tmp_path,
@@ -93,17 +89,9 @@ async def test_page_shows_what_tools_meant_for_the_person(tmp_path: Path) -> Non
                 "runId": run_id,
                 "plainRunId": plain_id,
                 "timeoutMs": 20000,
-                "chromium": str(CHROMIUM),
             }
-            with anyio.fail_after(90):
-                done = await anyio.run_process(
-                    [node, str(SCRIPT), json.dumps(plan)],
-                    env={**os.environ, "NODE_PATH": node_path},
-                    check=False,
-                )
+            report = await browser.drive("web_for_user.mjs", plan, within_s=90)
         tg.cancel_scope.cancel()
-    assert done.returncode == 0, done.stderr.decode(errors="replace")[:6000]
-    report: dict[str, Any] = json.loads(done.stdout)
     assert report["pageErrors"] == []
     assert report["consoleErrors"] == []
     # The model never got the block (its request has the placeholder) ...

@@ -40,11 +40,10 @@ from agentrt.tools.mcp._mcp_config import StdioServerConfig
 from tests.tools.mcp.conftest import EVERYTHING, _fixture_server
 from tests.tools.mcp.oauth_server import oauth_servers
 
-from .test_web_browser import CHROMIUM, _browser
+from ._web_page import page_driver
 
 pytestmark = pytest.mark.process
 
-SCRIPT = Path(__file__).with_name("web_mcp.mjs")
 TOKEN = "web-mcp-token-0123456789"
 FORM_TOOL = "everything__trigger-elicitation-request"
 URL_TOOL = "everything__trigger-url-elicitation"
@@ -111,7 +110,7 @@ async def _detail(http: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Path) -> None:
-    node, node_path = _browser()
+    browser = page_driver()
     npx = _npx()
     everything = StdioServerConfig(name="everything", command=npx, args=["-y", EVERYTHING])
     async with oauth_servers() as servers:
@@ -169,7 +168,6 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                 plan = {
                     "url": endpoint.url,
                     "token": TOKEN,
-                    "chromium": str(CHROMIUM),
                     "timeoutMs": 20000,
                     "asker": {"agent": "asker", "task": "ask me"},
                     "urler": {
@@ -191,16 +189,7 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                     "gated": {"agent": "gated", "task": "gated"},
                     "screenshot": os.environ.get("AGENTRT_WEB_MCP_SCREENSHOT"),
                 }
-                with anyio.fail_after(90):
-                    done = await anyio.run_process(
-                        [node, str(SCRIPT), json.dumps(plan)],
-                        env={**os.environ, "NODE_PATH": node_path},
-                        check=False,
-                    )
-                err = done.stderr.decode(errors="replace")
-                # The reason first, then the end of the report (what the page showed).
-                assert done.returncode == 0, err[:1500] + " ... " + err[-6000:]
-                report: dict[str, Any] = json.loads(done.stdout)
+                report = await browser.drive("web_mcp.mjs", plan, within_s=90)
                 left = await _pending(http)
                 runs = {
                     phase: await _detail(http, report[phase]["runId"])

@@ -18,10 +18,7 @@ fails instead when ``AGENTRT_REQUIRE_BROWSER=1``.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -33,10 +30,9 @@ from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 
+from ._web_page import page_driver, wait_terminal
 from .conftest import daemon_config
-from .test_web_browser import CHROMIUM, _browser
 
-SCRIPT = Path(__file__).with_name("web_tokens.mjs")
 ANSWER = " ".join(f"word{i}" for i in range(40))
 DEAD = "cannot connect to 127.0.0.1:9"
 
@@ -57,18 +53,9 @@ def _script(request: ModelRequest) -> ReplySpec:
     return ANSWER
 
 
-async def _wait_terminal(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    with anyio.fail_after(20):
-        while True:
-            detail: dict[str, Any] = (await client.get(f"/v1/runs/{run_id}")).json()
-            if detail["run"]["status"] in {"succeeded", "failed", "cancelled"}:
-                return detail
-            await anyio.sleep(0.05)
-
-
 @pytest.mark.anyio
 async def test_page_shows_text_as_it_is_generated_and_why_a_run_failed(tmp_path: Path) -> None:
-    node, node_path = _browser()
+    browser = page_driver()
     config = daemon_config(tmp_path)
     backend = ScriptedBackend(_script, token_delay_s=0.03)
     async with anyio.create_task_group() as tg:
@@ -79,7 +66,7 @@ async def test_page_shows_text_as_it_is_generated_and_why_a_run_failed(tmp_path:
             failed = await client.post("/v1/runs", json={"task": "fail", "agent": "solver"})
             assert failed.status_code == 201, failed.text
             failed_id = failed.json()["run_id"]
-            assert (await _wait_terminal(client, failed_id))["run"]["status"] == "failed"
+            assert (await wait_terminal(client, failed_id))["run"]["status"] == "failed"
             rtv = await client.post(
                 "/v1/runs",
                 json={
@@ -90,24 +77,16 @@ async def test_page_shows_text_as_it_is_generated_and_why_a_run_failed(tmp_path:
             )
             assert rtv.status_code == 201, rtv.text
             rtv_id = rtv.json()["run_id"]
-            assert (await _wait_terminal(client, rtv_id))["run"]["status"] == "succeeded"
+            assert (await wait_terminal(client, rtv_id))["run"]["status"] == "succeeded"
             plan = {
                 "url": endpoint.url,
                 "rtvRunId": rtv_id,
                 "run": {"task": "talk", "agent": "solver"},
                 "failedRunId": failed_id,
                 "timeoutMs": 20000,
-                "chromium": str(CHROMIUM),
             }
-            with anyio.fail_after(60):
-                done = await anyio.run_process(
-                    [node, str(SCRIPT), json.dumps(plan)],
-                    env={**os.environ, "NODE_PATH": node_path},
-                    check=False,
-                )
-            assert done.returncode == 0, done.stderr.decode(errors="replace")[:6000]
-            report: dict[str, Any] = json.loads(done.stdout)
-            detail = await _wait_terminal(client, report["runId"])
+            report = await browser.drive("web_tokens.mjs", plan, within_s=60)
+            detail = await wait_terminal(client, report["runId"])
         tg.cancel_scope.cancel()
     assert report["pageErrors"] == []
     assert report["consoleErrors"] == []

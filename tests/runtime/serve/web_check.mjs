@@ -11,19 +11,11 @@
 // with the reason and the page's errors on stderr.  playwright-core is found
 // through NODE_PATH (see .ci/browser-setup.sh).
 
-import { createRequire } from 'node:module';
-
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
+import { TERMINAL, finish, sleep, withPage } from './web_page.mjs';
 
 const plan = JSON.parse(process.argv[2]);
 const TIMEOUT = plan.timeoutMs || 20000;
-const TERMINAL = ['succeeded', 'failed', 'cancelled'];
 const report = { pageErrors: [], consoleErrors: [], failedRequests: [], badResponses: [] };
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 // What the run view shows right now (evaluated in the page).
 function runSnapshot() {
@@ -49,142 +41,99 @@ function runSnapshot() {
   };
 }
 
-let currentPage = null;
-
-async function main() {
-  const browser = await chromium.launch({
-    executablePath: plan.chromium || '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-    timeout: TIMEOUT,
+async function drive(page) {
+  let loads = 0;
+  page.on('load', () => {
+    loads += 1;
   });
-  try {
-    const page = await browser.newPage();
-    currentPage = page;
-    page.setDefaultTimeout(TIMEOUT);
-    page.on('pageerror', (err) => report.pageErrors.push(String(err)));
-    page.on('console', (msg) => {
-      if (msg.type() === 'error') report.consoleErrors.push(msg.text());
-    });
-    page.on('requestfailed', (req) => {
-      // Leaving a view aborts its event stream on purpose.
-      const reason = req.failure() ? req.failure().errorText : '';
-      if (!reason.includes('ERR_ABORTED')) report.failedRequests.push(`${req.url()} ${reason}`);
-    });
-    page.on('response', (resp) => {
-      if (resp.status() >= 400) report.badResponses.push(`${resp.status()} ${resp.url()}`);
-    });
-    let loads = 0;
-    page.on('load', () => {
-      loads += 1;
-    });
 
-    // 1. The runs list shows the run started through the API (by the test).
-    report.phase = 'list';
-    await page.goto(`${plan.url}/`);
-    const row = page.locator(`[data-testid=run-row][data-run-id="${plan.listedRunId}"]`);
-    await row.waitFor();
-    report.listRow = {
-      status: await row.getAttribute('data-status'),
-      agent: (await row.locator('[data-testid=run-row-agent]').textContent()).trim(),
-      task: await row.locator('[data-testid=run-row-task]').getAttribute('title'),
-      answer: (await row.locator('[data-testid=run-row-answer]').textContent()).trim(),
-    };
-    report.agentOptions = await page.locator('[data-testid=start-agent] option').allTextContents();
+  // 1. The runs list shows the run started through the API (by the test).
+  report.phase = 'list';
+  await page.goto(`${plan.url}/`);
+  const row = page.locator(`[data-testid=run-row][data-run-id="${plan.listedRunId}"]`);
+  await row.waitFor();
+  report.listRow = {
+    status: await row.getAttribute('data-status'),
+    agent: (await row.locator('[data-testid=run-row-agent]').textContent()).trim(),
+    task: await row.locator('[data-testid=run-row-task]').getAttribute('title'),
+    answer: (await row.locator('[data-testid=run-row-answer]').textContent()).trim(),
+  };
+  report.agentOptions = await page.locator('[data-testid=start-agent] option').allTextContents();
 
-    report.phase = 'form';
-    // 2. The form starts a run and opens its view, which updates while the
-    //    run progresses: record every distinct state until the run is over.
-    await page.locator('[data-testid=start-task]').fill(plan.form.task);
-    await page.locator('[data-testid=start-rollouts]').fill(String(plan.form.rollouts));
-    await page.locator('[data-testid=start-aggregate]').selectOption(plan.form.aggregate);
-    await page.locator('[data-testid=start-submit]').click();
-    await page.waitForFunction(() => /^#\/runs\/[^/]+$/.test(location.hash));
-    await page.locator('[data-testid=run-view]').waitFor();
-    report.form = {
-      runId: decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/runs/', '')),
-    };
-    const snapshots = [];
-    const deadline = Date.now() + TIMEOUT;
-    for (;;) {
-      const snap = await page.evaluate(runSnapshot);
-      const key = JSON.stringify(snap);
-      if (!snapshots.length || JSON.stringify(snapshots[snapshots.length - 1]) !== key) {
-        snapshots.push(snap);
-      }
-      if (TERMINAL.includes(snap.status) && snap.answer && snap.live === 'ended') break;
-      if (Date.now() > deadline) throw new Error(`run view never finished: ${key}`);
-      await sleep(40);
+  report.phase = 'form';
+  // 2. The form starts a run and opens its view, which updates while the
+  //    run progresses: record every distinct state until the run is over.
+  await page.locator('[data-testid=start-task]').fill(plan.form.task);
+  await page.locator('[data-testid=start-rollouts]').fill(String(plan.form.rollouts));
+  await page.locator('[data-testid=start-aggregate]').selectOption(plan.form.aggregate);
+  await page.locator('[data-testid=start-submit]').click();
+  await page.waitForFunction(() => /^#\/runs\/[^/]+$/.test(location.hash));
+  await page.locator('[data-testid=run-view]').waitFor();
+  report.form = {
+    runId: decodeURIComponent((await page.evaluate(() => location.hash)).replace('#/runs/', '')),
+  };
+  const snapshots = [];
+  const deadline = Date.now() + TIMEOUT;
+  for (;;) {
+    const snap = await page.evaluate(runSnapshot);
+    const key = JSON.stringify(snap);
+    if (!snapshots.length || JSON.stringify(snapshots[snapshots.length - 1]) !== key) {
+      snapshots.push(snap);
     }
-    report.snapshots = snapshots;
-    report.form.task = (await page.locator('[data-testid=run-task]').textContent()).trim();
-
-    // 3. A rollout's trajectory: its steps and its summary.
-    report.phase = 'trajectory';
-    const first = snapshots[snapshots.length - 1].rollouts[0];
-    await page.locator(`[data-testid=rollout-row][data-rollout-id="${first.id}"]`).click();
-    const traj = page.locator(`[data-testid=trajectory][data-rollout-id="${first.id}"]`);
-    await page.waitForFunction((rid) => {
-      const el = document.querySelector(`[data-testid=trajectory][data-rollout-id="${rid}"]`);
-      return el && el.dataset.status !== 'loading' && Number(el.dataset.steps) > 0;
-    }, first.id);
-    await page.locator('[data-testid=summary]').waitFor();
-    report.trajectory = {
-      rolloutId: first.id,
-      hash: await page.evaluate(() => location.hash),
-      status: await traj.getAttribute('data-status'),
-      steps: await traj.locator('[data-testid=step]').count(),
-      toolCalls: await traj.locator('[data-testid=step-tool-call]').count(),
-      toolResults: await traj.locator('[data-testid=step-tool-result]').count(),
-      summaryAnswer: (await page.locator('[data-testid=summary-answer]').textContent()).trim(),
-    };
-    if (plan.screenshot) await page.screenshot({ path: plan.screenshot, fullPage: true });
-
-    report.phase = 'polling';
-    // 4. The list refreshes by itself: a run posted while it is open appears
-    //    and reaches its end without any navigation.
-    await page.locator('[data-testid=back]').click();
-    await page.locator('[data-testid=runs-table]').waitFor();
-    const posted = await page.evaluate(async (body) => {
-      const resp = await fetch('/v1/runs', {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      return { status: resp.status, info: await resp.json() };
-    }, plan.pollRun);
-    report.polled = { postStatus: posted.status, runId: posted.info.run_id, statuses: [] };
-    const polledRow = page.locator(`[data-testid=run-row][data-run-id="${posted.info.run_id}"]`);
-    const pollDeadline = Date.now() + TIMEOUT;
-    for (;;) {
-      const status = (await polledRow.count()) ? await polledRow.getAttribute('data-status') : null;
-      const seen = report.polled.statuses;
-      if (seen[seen.length - 1] !== status) seen.push(status);
-      if (TERMINAL.includes(status)) break;
-      if (Date.now() > pollDeadline) throw new Error(`polled run never finished: ${seen}`);
-      await sleep(100);
-    }
-    report.loads = loads;
-    report.phase = 'done';
-  } catch (err) {
-    // What the page showed when it went wrong, for the failure message.
-    if (currentPage) {
-      report.view = await currentPage
-        .evaluate(() => ({ hash: location.hash, text: document.body.innerText.slice(0, 1500) }))
-        .catch((e) => String(e));
-    }
-    throw err;
-  } finally {
-    await browser.close();
+    if (TERMINAL.includes(snap.status) && snap.answer && snap.live === 'ended') break;
+    if (Date.now() > deadline) throw new Error(`run view never finished: ${key}`);
+    await sleep(40);
   }
+  report.snapshots = snapshots;
+  report.form.task = (await page.locator('[data-testid=run-task]').textContent()).trim();
+
+  // 3. A rollout's trajectory: its steps and its summary.
+  report.phase = 'trajectory';
+  const first = snapshots[snapshots.length - 1].rollouts[0];
+  await page.locator(`[data-testid=rollout-row][data-rollout-id="${first.id}"]`).click();
+  const traj = page.locator(`[data-testid=trajectory][data-rollout-id="${first.id}"]`);
+  await page.waitForFunction((rid) => {
+    const el = document.querySelector(`[data-testid=trajectory][data-rollout-id="${rid}"]`);
+    return el && el.dataset.status !== 'loading' && Number(el.dataset.steps) > 0;
+  }, first.id);
+  await page.locator('[data-testid=summary]').waitFor();
+  report.trajectory = {
+    rolloutId: first.id,
+    hash: await page.evaluate(() => location.hash),
+    status: await traj.getAttribute('data-status'),
+    steps: await traj.locator('[data-testid=step]').count(),
+    toolCalls: await traj.locator('[data-testid=step-tool-call]').count(),
+    toolResults: await traj.locator('[data-testid=step-tool-result]').count(),
+    summaryAnswer: (await page.locator('[data-testid=summary-answer]').textContent()).trim(),
+  };
+  if (plan.screenshot) await page.screenshot({ path: plan.screenshot, fullPage: true });
+
+  report.phase = 'polling';
+  // 4. The list refreshes by itself: a run posted while it is open appears
+  //    and reaches its end without any navigation.
+  await page.locator('[data-testid=back]').click();
+  await page.locator('[data-testid=runs-table]').waitFor();
+  const posted = await page.evaluate(async (body) => {
+    const resp = await fetch('/v1/runs', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    return { status: resp.status, info: await resp.json() };
+  }, plan.pollRun);
+  report.polled = { postStatus: posted.status, runId: posted.info.run_id, statuses: [] };
+  const polledRow = page.locator(`[data-testid=run-row][data-run-id="${posted.info.run_id}"]`);
+  const pollDeadline = Date.now() + TIMEOUT;
+  for (;;) {
+    const status = (await polledRow.count()) ? await polledRow.getAttribute('data-status') : null;
+    const seen = report.polled.statuses;
+    if (seen[seen.length - 1] !== status) seen.push(status);
+    if (TERMINAL.includes(status)) break;
+    if (Date.now() > pollDeadline) throw new Error(`polled run never finished: ${seen}`);
+    await sleep(100);
+  }
+  report.loads = loads;
+  report.phase = 'done';
 }
 
-try {
-  await main();
-  process.stdout.write(`${JSON.stringify(report)}\n`);
-} catch (err) {
-  const { snapshots, ...rest } = report;
-  process.stderr.write(`web_check failed in phase ${report.phase}: ${err && err.stack ? err.stack : err}\n`);
-  process.stderr.write(`page report so far: ${JSON.stringify(rest)}\n`);
-  process.stderr.write(`run view states: ${JSON.stringify(snapshots || [])}\n`);
-  process.exit(1);
-}
+await finish('web_check', report, () => withPage(plan, report, drive));

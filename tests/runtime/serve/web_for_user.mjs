@@ -12,67 +12,44 @@
 // person is hidden.  One JSON report on stdout; non-zero exit only when it
 // cannot drive the page.
 
-import { createRequire } from 'node:module';
-
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
+import { finish, withPage } from './web_page.mjs';
 
 const plan = JSON.parse(process.argv[2]);
-const TIMEOUT = plan.timeoutMs || 20000;
 const report = { pageErrors: [], consoleErrors: [] };
 
-async function main() {
-  const browser = await chromium.launch({
-    executablePath: plan.chromium || '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-    timeout: TIMEOUT,
-  });
-  try {
-    const page = await browser.newPage();
-    page.setDefaultTimeout(TIMEOUT);
-    page.on('pageerror', (err) => report.pageErrors.push(String(err)));
-    page.on('console', (msg) => {
-      if (msg.type() === 'error') report.consoleErrors.push(msg.text());
-    });
+async function drive(page) {
 
-    // 1. The run's view: its "For you" panel, once the run has finished.
-    await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.runId)}`);
-    await page.locator('[data-testid=run-answer]').waitFor();
-    await page.locator('[data-testid=for-user-note]').first().waitFor();
-    report.panelHidden = await page.locator('[data-testid=for-user]').evaluate((el) => el.hidden);
-    report.notes = await page.locator('[data-testid=for-user-note]').evaluateAll((els) =>
-      els.map((el) => ({
-        head: el.querySelector('.muted').textContent,
-        text: el.querySelector('[data-testid=for-user-text]').textContent,
-      })),
-    );
+  // 1. The run's view: its "For you" panel, once the run has finished.
+  await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.runId)}`);
+  await page.locator('[data-testid=run-answer]').waitFor();
+  await page.locator('[data-testid=for-user-note]').first().waitFor();
+  report.panelHidden = await page.locator('[data-testid=for-user]').evaluate((el) => el.hidden);
+  report.notes = await page.locator('[data-testid=for-user-note]').evaluateAll((els) =>
+    els.map((el) => ({
+      head: el.querySelector('.muted').textContent,
+      text: el.querySelector('[data-testid=for-user-text]').textContent,
+    })),
+  );
 
-    // 2. Its rollout: each tool result, what the model got and what was for the person.
-    await page.locator('[data-testid=rollout-row]').first().click();
-    await page.locator('[data-testid=step-for-user]').first().waitFor();
-    report.results = await page.locator('[data-testid=step-tool-result]').evaluateAll((els) =>
-      els.map((el) => {
-        const extra = el.querySelector('[data-testid=step-for-user]');
-        return {
-          model: el.querySelector(':scope > pre').textContent,
-          forUser: extra ? extra.querySelector('pre').textContent : null,
-        };
-      }),
-    );
+  // 2. Its rollout: each tool result, what the model got and what was for the person.
+  await page.locator('[data-testid=rollout-row]').first().click();
+  await page.locator('[data-testid=step-for-user]').first().waitFor();
+  report.results = await page.locator('[data-testid=step-tool-result]').evaluateAll((els) =>
+    els.map((el) => {
+      const extra = el.querySelector('[data-testid=step-for-user]');
+      return {
+        model: el.querySelector(':scope > pre').textContent,
+        forUser: extra ? extra.querySelector('pre').textContent : null,
+      };
+    }),
+  );
 
-    // 3. A run whose tools meant nothing for the person: no panel.
-    await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.plainRunId)}`);
-    await page.locator(`[data-testid=run-view][data-run-id="${plan.plainRunId}"] [data-testid=run-answer]`).waitFor();
-    await page.locator('[data-testid=rollout-row]').first().waitFor();
-    report.plainPanelHidden = await page.locator('[data-testid=for-user]').evaluate((el) => el.hidden);
-    report.plainNotes = await page.locator('[data-testid=for-user-note]').count();
-  } finally {
-    await browser.close();
-  }
-  process.stdout.write(JSON.stringify(report));
+  // 3. A run whose tools meant nothing for the person: no panel.
+  await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.plainRunId)}`);
+  await page.locator(`[data-testid=run-view][data-run-id="${plan.plainRunId}"] [data-testid=run-answer]`).waitFor();
+  await page.locator('[data-testid=rollout-row]').first().waitFor();
+  report.plainPanelHidden = await page.locator('[data-testid=for-user]').evaluate((el) => el.hidden);
+  report.plainNotes = await page.locator('[data-testid=for-user-note]').count();
 }
 
-main().catch((err) => {
-  process.stderr.write(`${err && err.stack ? err.stack : err}\n`);
-  process.exit(1);
-});
+await finish('web_for_user', report, () => withPage(plan, report, drive));

@@ -13,16 +13,11 @@
 // only when it cannot drive the page (a state never came), with the reason
 // and the report so far on stderr.
 
-import { createRequire } from 'node:module';
-
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
+import { finish, withPage } from './web_page.mjs';
 
 const plan = JSON.parse(process.argv[2]);
-const TIMEOUT = plan.timeoutMs || 20000;
 const report = { pageErrors: [], consoleErrors: [], failedRequests: [], badResponses: [], answers: [] };
 
-let currentPage = null;
 
 // What one question of the run view shows (evaluated in the page).
 function questionSnapshot(el) {
@@ -98,183 +93,149 @@ async function runEnd(page) {
   };
 }
 
-async function main() {
-  const browser = await chromium.launch({
-    executablePath: plan.chromium || '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-    timeout: TIMEOUT,
+// Before the token is typed, the browser logs the daemon's 401s: they do not count.
+let tokenGiven = false;
+
+async function drive(page) {
+  const context = page.context();
+  page.on('request', (req) => {
+    if (req.method() === 'POST' && req.url().includes('/elicitations/')) {
+      report.answers.push({ url: req.url(), body: JSON.parse(req.postData() || 'null'), auth: req.headers().authorization || null });
+    }
   });
-  try {
-    const context = await browser.newContext();
-    const page = await context.newPage();
-    currentPage = page;
-    page.setDefaultTimeout(TIMEOUT);
-    let tokenGiven = false;
-    page.on('pageerror', (err) => report.pageErrors.push(String(err)));
-    page.on('console', (msg) => {
-      // Before the token is typed, the browser logs the daemon's 401s.
-      if (msg.type() === 'error' && tokenGiven) report.consoleErrors.push(msg.text());
-    });
-    page.on('requestfailed', (req) => {
-      const reason = req.failure() ? req.failure().errorText : '';
-      if (!reason.includes('ERR_ABORTED')) report.failedRequests.push(`${req.url()} ${reason}`);
-    });
-    page.on('response', (resp) => {
-      if (resp.status() >= 400 && tokenGiven) report.badResponses.push(`${resp.status()} ${resp.url()}`);
-    });
-    page.on('request', (req) => {
-      if (req.method() === 'POST' && req.url().includes('/elicitations/')) {
-        report.answers.push({ url: req.url(), body: JSON.parse(req.postData() || 'null'), auth: req.headers().authorization || null });
-      }
-    });
 
-    // 1. The daemon wants a token: the page asks for it, then works.
-    report.phase = 'token';
-    await page.goto(`${plan.url}/`);
-    await page.locator('[data-testid=auth-token]').waitFor();
-    tokenGiven = true;
-    await page.locator('[data-testid=auth-token]').fill(plan.token);
-    await page.locator('[data-testid=auth-token]').press('Enter');
+  // 1. The daemon wants a token: the page asks for it, then works.
+  report.phase = 'token';
+  await page.goto(`${plan.url}/`);
+  await page.locator('[data-testid=auth-token]').waitFor();
+  tokenGiven = true;
+  await page.locator('[data-testid=auth-token]').fill(plan.token);
+  await page.locator('[data-testid=auth-token]').press('Enter');
 
-    // 2. An MCP server waits for approval: the panel links its authorization
-    //    page; following the link approves (in a new tab) and the entry goes.
-    report.phase = 'authorize';
-    const entry = page.locator('[data-testid=mcp-authorization]').first();
-    await entry.waitFor();
-    if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-auth.png` });
-    const link = entry.locator('[data-testid=mcp-authorization-link]');
-    report.authorization = {
-      server: (await entry.locator('[data-testid=mcp-authorization-server]').textContent()).trim(),
-      href: await link.getAttribute('href'),
-      rel: await link.getAttribute('rel'),
-      target: await link.getAttribute('target'),
-      text: (await entry.textContent()).trim(),
-    };
-    const clickedAt = Date.now();
-    const [tab] = await Promise.all([context.waitForEvent('page'), link.click()]);
-    await page.locator('[data-testid=mcp-authorizations]').waitFor({ state: 'hidden' });
-    report.authorization.goneAfterMs = Date.now() - clickedAt;
-    await tab.waitForLoadState('load');
-    report.authorization.tabUrl = tab.url();
-    report.authorization.tabHasOpener = await tab.evaluate(() => window.opener !== null);
-    await tab.close();
+  // 2. An MCP server waits for approval: the panel links its authorization
+  //    page; following the link approves (in a new tab) and the entry goes.
+  report.phase = 'authorize';
+  const entry = page.locator('[data-testid=mcp-authorization]').first();
+  await entry.waitFor();
+  if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-auth.png` });
+  const link = entry.locator('[data-testid=mcp-authorization-link]');
+  report.authorization = {
+    server: (await entry.locator('[data-testid=mcp-authorization-server]').textContent()).trim(),
+    href: await link.getAttribute('href'),
+    rel: await link.getAttribute('rel'),
+    target: await link.getAttribute('target'),
+    text: (await entry.textContent()).trim(),
+  };
+  const clickedAt = Date.now();
+  const [tab] = await Promise.all([context.waitForEvent('page'), link.click()]);
+  await page.locator('[data-testid=mcp-authorizations]').waitFor({ state: 'hidden' });
+  report.authorization.goneAfterMs = Date.now() - clickedAt;
+  await tab.waitForLoadState('load');
+  report.authorization.tabUrl = tab.url();
+  report.authorization.tabHasOpener = await tab.evaluate(() => window.opener !== null);
+  await tab.close();
 
-    // 3. A form question: shown with its fields and defaults; Accept with a
-    //    required field empty sends nothing; filled in, the answer is sent.
-    report.phase = 'form-accept';
-    const acceptRun = await startRun(page, plan.asker.agent, plan.asker.task);
-    let q = await question(page, 'waiting');
-    report.form = { runId: acceptRun, shown: await snapshot(q) };
-    if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-form.png`, fullPage: true });
-    await q.locator('[data-testid=mcp-accept]').click();
-    await page.waitForTimeout(300);
-    report.form.afterEmptyAccept = {
-      state: await q.getAttribute('data-state'),
-      answersSent: report.answers.length,
-      nameInvalid: await q.locator('input[name=name]').evaluate((i) => !i.validity.valid),
-    };
-    await q.locator('input[name=name]').fill(plan.answer.name);
-    await q.locator('input[name=check]').check();
-    await q.locator('input[name=integer]').fill(String(plan.answer.integer));
-    await q.locator('select[name=untitledSingleSelectEnum]').selectOption(plan.answer.enum);
-    for (const [name, value] of plan.answer.toggle) {
-      await q.locator(`input[name=${name}][value="${value}"]`).click();
-    }
-    await q.locator('[data-testid=mcp-accept]').click();
-    await question(page, 'accept');
-    report.form.end = await runEnd(page);
-    report.form.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
-
-    // 4. Declined: the server hears "decline".
-    report.phase = 'form-decline';
-    const declineRun = await startRun(page, plan.asker.agent, plan.asker.task);
-    q = await question(page, 'waiting');
-    report.decline = { runId: declineRun };
-    await q.locator('[data-testid=mcp-decline]').click();
-    await question(page, 'decline');
-    report.decline.end = await runEnd(page);
-    report.decline.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
-
-    // 5. URL mode: a link to open (new tab, no opener), then "I've done it".
-    report.phase = 'url';
-    const urlRun = await startRun(page, plan.urler.agent, plan.urler.link);
-    q = await question(page, 'waiting');
-    report.url = { runId: urlRun, shown: await snapshot(q) };
-    if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-url.png` });
-    await q.locator('[data-testid=mcp-accept]').click();
-    await question(page, 'accept');
-    report.url.end = await runEnd(page);
-
-    // 6. URL mode with an address that is no web link: shown as text only.
-    report.phase = 'url-refused';
-    const refusedRun = await startRun(page, plan.urler.agent, plan.urler.refused);
-    q = await question(page, 'waiting');
-    report.refused = { runId: refusedRun, shown: await snapshot(q) };
-    await q.locator('[data-testid=mcp-decline]').click();
-    await question(page, 'decline');
-    report.refused.end = await runEnd(page);
-
-    // 7. Answered by another client meanwhile: the question stops waiting
-    //    here too (its tool call ends), without a reload.
-    report.phase = 'elsewhere';
-    const elsewhereRun = await startRun(page, plan.asker.agent, plan.asker.task);
-    q = await question(page, 'waiting');
-    const qid = await q.getAttribute('data-question-id');
-    report.elsewhere = { runId: elsewhereRun };
-    report.elsewhere.post = await page.evaluate(
-      async ({ runId, questionId, token }) => {
-        const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/elicitations/${encodeURIComponent(questionId)}`, {
-          method: 'POST',
-          headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
-          body: JSON.stringify({ action: 'cancel' }),
-        });
-        return resp.status;
-      },
-      { runId: elsewhereRun, questionId: qid, token: plan.token },
-    );
-    await question(page, 'gone');
-    report.elsewhere.end = await runEnd(page);
-    report.elsewhere.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
-
-    // 8. A destructive tool's call waits for approval: allowed, it runs.
-    report.phase = 'approval';
-    const approvalRun = await startRun(page, plan.guarded.agent, plan.guarded.task);
-    q = await question(page, 'waiting');
-    report.approval = { runId: approvalRun, shown: await snapshot(q) };
-    await q.locator('[data-testid=mcp-accept]').click();
-    await question(page, 'accept');
-    report.approval.end = await runEnd(page);
-    report.approval.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
-
-    // 9. A tool under [approvals.TOOL] (agentrt's own approval): the run shows
-    // waiting; denied, the tool does not run and the model hears why.
-    report.phase = 'gated';
-    const gatedRun = await startRun(page, plan.gated.agent, plan.gated.task);
-    q = await question(page, 'waiting');
-    await page.waitForFunction(() => document.querySelector('[data-testid=run-status]')?.textContent.trim() === 'waiting');
-    report.gated = { runId: gatedRun, shown: await snapshot(q) };
-    await q.locator('[data-testid=mcp-decline]').click();
-    await question(page, 'decline');
-    report.gated.end = await runEnd(page);
-    if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-end.png` });
-    report.phase = 'done';
-  } catch (err) {
-    if (currentPage) {
-      report.view = await currentPage
-        .evaluate(() => ({ hash: location.hash, text: document.body.innerText.slice(0, 2000) }))
-        .catch((e) => String(e));
-    }
-    throw err;
-  } finally {
-    await browser.close();
+  // 3. A form question: shown with its fields and defaults; Accept with a
+  //    required field empty sends nothing; filled in, the answer is sent.
+  report.phase = 'form-accept';
+  const acceptRun = await startRun(page, plan.asker.agent, plan.asker.task);
+  let q = await question(page, 'waiting');
+  report.form = { runId: acceptRun, shown: await snapshot(q) };
+  if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-form.png`, fullPage: true });
+  await q.locator('[data-testid=mcp-accept]').click();
+  await page.waitForTimeout(300);
+  report.form.afterEmptyAccept = {
+    state: await q.getAttribute('data-state'),
+    answersSent: report.answers.length,
+    nameInvalid: await q.locator('input[name=name]').evaluate((i) => !i.validity.valid),
+  };
+  await q.locator('input[name=name]').fill(plan.answer.name);
+  await q.locator('input[name=check]').check();
+  await q.locator('input[name=integer]').fill(String(plan.answer.integer));
+  await q.locator('select[name=untitledSingleSelectEnum]').selectOption(plan.answer.enum);
+  for (const [name, value] of plan.answer.toggle) {
+    await q.locator(`input[name=${name}][value="${value}"]`).click();
   }
+  await q.locator('[data-testid=mcp-accept]').click();
+  await question(page, 'accept');
+  report.form.end = await runEnd(page);
+  report.form.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
+
+  // 4. Declined: the server hears "decline".
+  report.phase = 'form-decline';
+  const declineRun = await startRun(page, plan.asker.agent, plan.asker.task);
+  q = await question(page, 'waiting');
+  report.decline = { runId: declineRun };
+  await q.locator('[data-testid=mcp-decline]').click();
+  await question(page, 'decline');
+  report.decline.end = await runEnd(page);
+  report.decline.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
+
+  // 5. URL mode: a link to open (new tab, no opener), then "I've done it".
+  report.phase = 'url';
+  const urlRun = await startRun(page, plan.urler.agent, plan.urler.link);
+  q = await question(page, 'waiting');
+  report.url = { runId: urlRun, shown: await snapshot(q) };
+  if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-url.png` });
+  await q.locator('[data-testid=mcp-accept]').click();
+  await question(page, 'accept');
+  report.url.end = await runEnd(page);
+
+  // 6. URL mode with an address that is no web link: shown as text only.
+  report.phase = 'url-refused';
+  const refusedRun = await startRun(page, plan.urler.agent, plan.urler.refused);
+  q = await question(page, 'waiting');
+  report.refused = { runId: refusedRun, shown: await snapshot(q) };
+  await q.locator('[data-testid=mcp-decline]').click();
+  await question(page, 'decline');
+  report.refused.end = await runEnd(page);
+
+  // 7. Answered by another client meanwhile: the question stops waiting
+  //    here too (its tool call ends), without a reload.
+  report.phase = 'elsewhere';
+  const elsewhereRun = await startRun(page, plan.asker.agent, plan.asker.task);
+  q = await question(page, 'waiting');
+  const qid = await q.getAttribute('data-question-id');
+  report.elsewhere = { runId: elsewhereRun };
+  report.elsewhere.post = await page.evaluate(
+    async ({ runId, questionId, token }) => {
+      const resp = await fetch(`/v1/runs/${encodeURIComponent(runId)}/elicitations/${encodeURIComponent(questionId)}`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${token}` },
+        body: JSON.stringify({ action: 'cancel' }),
+      });
+      return resp.status;
+    },
+    { runId: elsewhereRun, questionId: qid, token: plan.token },
+  );
+  await question(page, 'gone');
+  report.elsewhere.end = await runEnd(page);
+  report.elsewhere.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
+
+  // 8. A destructive tool's call waits for approval: allowed, it runs.
+  report.phase = 'approval';
+  const approvalRun = await startRun(page, plan.guarded.agent, plan.guarded.task);
+  q = await question(page, 'waiting');
+  report.approval = { runId: approvalRun, shown: await snapshot(q) };
+  await q.locator('[data-testid=mcp-accept]').click();
+  await question(page, 'accept');
+  report.approval.end = await runEnd(page);
+  report.approval.settled = await snapshot(page.locator('[data-testid=mcp-question]').first());
+
+  // 9. A tool under [approvals.TOOL] (agentrt's own approval): the run shows
+  // waiting; denied, the tool does not run and the model hears why.
+  report.phase = 'gated';
+  const gatedRun = await startRun(page, plan.gated.agent, plan.gated.task);
+  q = await question(page, 'waiting');
+  await page.waitForFunction(() => document.querySelector('[data-testid=run-status]')?.textContent.trim() === 'waiting');
+  report.gated = { runId: gatedRun, shown: await snapshot(q) };
+  await q.locator('[data-testid=mcp-decline]').click();
+  await question(page, 'decline');
+  report.gated.end = await runEnd(page);
+  if (plan.screenshot) await page.screenshot({ path: `${plan.screenshot}-end.png` });
+  report.phase = 'done';
 }
 
-try {
-  await main();
-  process.stdout.write(`${JSON.stringify(report)}\n`);
-} catch (err) {
-  process.stderr.write(`web_mcp failed in phase ${report.phase}: ${err && err.stack ? err.stack : err}\n`);
-  process.stderr.write(`page report so far: ${JSON.stringify(report)}\n`);
-  process.exit(1);
-}
+await finish('web_mcp', report, () =>
+  withPage(plan, report, drive, { counts: () => tokenGiven }),
+);

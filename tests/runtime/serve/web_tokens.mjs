@@ -10,19 +10,11 @@
 // failed run says about why.  One JSON report on stdout; non-zero exit only
 // when it cannot drive the page.
 
-import { createRequire } from 'node:module';
-
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
+import { TERMINAL, finish, sleep, withPage } from './web_page.mjs';
 
 const plan = JSON.parse(process.argv[2]);
 const TIMEOUT = plan.timeoutMs || 20000;
-const TERMINAL = ['succeeded', 'failed', 'cancelled'];
 const report = { pageErrors: [], consoleErrors: [], texts: [] };
-
-function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 function view() {
   const text = (sel) => {
@@ -38,75 +30,53 @@ function view() {
   };
 }
 
-async function main() {
-  const browser = await chromium.launch({
-    executablePath: plan.chromium || '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-    timeout: TIMEOUT,
-  });
-  try {
-    const page = await browser.newPage();
-    page.setDefaultTimeout(TIMEOUT);
-    page.on('pageerror', (err) => report.pageErrors.push(String(err)));
-    page.on('console', (msg) => {
-      if (msg.type() === 'error') report.consoleErrors.push(msg.text());
+async function drive(page) {
+
+  // 1. A run posted from the page (the browser is up: the run's time is
+  //    all spent in view), then its view while its model generates.
+  await page.goto(`${plan.url}/`);
+  await page.locator('[data-testid=runs-table]').waitFor();
+  const posted = await page.evaluate(async (body) => {
+    const resp = await fetch('/v1/runs', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
     });
-
-    // 1. A run posted from the page (the browser is up: the run's time is
-    //    all spent in view), then its view while its model generates.
-    await page.goto(`${plan.url}/`);
-    await page.locator('[data-testid=runs-table]').waitFor();
-    const posted = await page.evaluate(async (body) => {
-      const resp = await fetch('/v1/runs', {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      return (await resp.json()).run_id;
-    }, plan.run);
-    report.runId = posted;
-    await page.goto(`${plan.url}/#/runs/${encodeURIComponent(posted)}`);
-    await page.locator('[data-testid=run-view]').waitFor();
-    const deadline = Date.now() + TIMEOUT;
-    for (;;) {
-      const now = await page.evaluate(view);
-      const last = report.texts[report.texts.length - 1];
-      if (!last || last.live !== now.live || last.status !== now.status) report.texts.push(now);
-      if (TERMINAL.includes(now.status) && now.answer) {
-        report.final = now;
-        break;
-      }
-      if (Date.now() > deadline) throw new Error(`the run never finished: ${JSON.stringify(now)}`);
-      await sleep(20);
+    return (await resp.json()).run_id;
+  }, plan.run);
+  report.runId = posted;
+  await page.goto(`${plan.url}/#/runs/${encodeURIComponent(posted)}`);
+  await page.locator('[data-testid=run-view]').waitFor();
+  const deadline = Date.now() + TIMEOUT;
+  for (;;) {
+    const now = await page.evaluate(view);
+    const last = report.texts[report.texts.length - 1];
+    if (!last || last.live !== now.live || last.status !== now.status) report.texts.push(now);
+    if (TERMINAL.includes(now.status) && now.answer) {
+      report.final = now;
+      break;
     }
-
-    // 2. A failed run says why: its error, and each failed rollout's.
-    await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.failedRunId)}`);
-    await page.locator('[data-testid=rollout-error]').first().waitFor();
-    await page.locator('[data-testid=run-error]').waitFor();
-    report.failed = {
-      rolloutErrors: await page.locator('[data-testid=rollout-error]').allTextContents(),
-      runError: (await page.locator('[data-testid=run-error]').textContent()).trim(),
-    };
-    await page.goto(`${plan.url}/#/`);
-    const row = page.locator(`[data-testid=run-row][data-run-id="${plan.failedRunId}"] [data-testid=run-row-error]`);
-    await row.waitFor();
-    report.failed.listError = (await row.textContent()).trim();
-
-    // 3. A tournament's matches say why a candidate went through unjudged.
-    await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.rtvRunId)}`);
-    await page.locator('[data-testid=vote-note]').first().waitFor();
-    report.voteNotes = await page.locator('[data-testid=vote-note]').allTextContents();
-  } finally {
-    await browser.close();
+    if (Date.now() > deadline) throw new Error(`the run never finished: ${JSON.stringify(now)}`);
+    await sleep(20);
   }
+
+  // 2. A failed run says why: its error, and each failed rollout's.
+  await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.failedRunId)}`);
+  await page.locator('[data-testid=rollout-error]').first().waitFor();
+  await page.locator('[data-testid=run-error]').waitFor();
+  report.failed = {
+    rolloutErrors: await page.locator('[data-testid=rollout-error]').allTextContents(),
+    runError: (await page.locator('[data-testid=run-error]').textContent()).trim(),
+  };
+  await page.goto(`${plan.url}/#/`);
+  const row = page.locator(`[data-testid=run-row][data-run-id="${plan.failedRunId}"] [data-testid=run-row-error]`);
+  await row.waitFor();
+  report.failed.listError = (await row.textContent()).trim();
+
+  // 3. A tournament's matches say why a candidate went through unjudged.
+  await page.goto(`${plan.url}/#/runs/${encodeURIComponent(plan.rtvRunId)}`);
+  await page.locator('[data-testid=vote-note]').first().waitFor();
+  report.voteNotes = await page.locator('[data-testid=vote-note]').allTextContents();
 }
 
-try {
-  await main();
-  process.stdout.write(`${JSON.stringify(report)}\n`);
-} catch (err) {
-  process.stderr.write(`web_tokens failed: ${err && err.stack ? err.stack : err}\n`);
-  process.stderr.write(`report so far: ${JSON.stringify(report)}\n`);
-  process.exit(1);
-}
+await finish('web_tokens', report, () => withPage(plan, report, drive));

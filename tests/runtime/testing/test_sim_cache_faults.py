@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 
 from agentrt.runtime.testing.sim._sim_engine import SimEngine
 from agentrt.testing import SimServer, SimServerConfig
+from tests._support.polling import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -37,13 +36,6 @@ def port_open(port: int) -> bool:
     except ConnectionRefusedError:
         return False
     return True
-
-
-async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
-    """Poll ``condition`` (the server has no event to wait on from here)."""
-    with anyio.fail_after(within):
-        while not condition():  # noqa: ASYNC110
-            await anyio.sleep(0.02)
 
 
 def chat(text: str, system: str = "You are a careful agent. " * 30, **kw: Any) -> dict[str, Any]:

@@ -3,7 +3,6 @@ the generations it counts as completed or abandoned (``/sim/stats``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -13,6 +12,7 @@ import pytest
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.testing.sim._sim_config import parse_args
 from agentrt.testing import SimServer, SimServerConfig
+from tests._support.polling import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -27,13 +27,6 @@ async def completion_tokens(client: httpx.AsyncClient, text: str, **kw: Any) -> 
     reply = (await client.post("/v1/chat/completions", json=chat(text, **kw))).json()
     tokens: int = reply["usage"]["completion_tokens"]
     return tokens
-
-
-async def eventually(condition: Callable[[], bool], within: float = 5.0) -> None:
-    """Poll ``condition`` (the server has no event to wait on from here)."""
-    with anyio.fail_after(within):
-        while not condition():  # noqa: ASYNC110
-            await anyio.sleep(0.01)
 
 
 async def test_reply_lengths_vary_within_the_range_and_repeat_per_request() -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import mcp_types as mcp
 import pytest
 from mcp import Client
-from mcp.client.session import ClientRequestContext
 
 from agentrt.tools._function import tool
 from agentrt.tools._tool import ToolContext
 from agentrt.tools.builtins._calculator import Calculator
 from agentrt.tools.hosting._tool_server import ToolServer
 from agentrt.tools.hosting._transports import connect_in_process
+from tests.tools.hosting._client_side import ClientSide
 
 
 @tool
@@ -35,20 +35,9 @@ async def review(title: str, pages: int, context: ToolContext) -> dict[str, obje
 @pytest.mark.anyio
 async def test_the_calculator_and_a_function_tool_are_served_over_mcp() -> None:
     server = ToolServer("builtins", tools=[Calculator(), review])
-    seen: list[float] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append(progress)
-
-    async def sample(
-        context: ClientRequestContext, params: mcp.CreateMessageRequestParams
-    ) -> mcp.CreateMessageResult:
-        return mcp.CreateMessageResult(
-            role="assistant", content=mcp.TextContent(text="yes"), model="m"
-        )
-
+    side = ClientSide("yes")
     async with Client(
-        connect_in_process(server), mode="legacy", sampling_callback=sample
+        connect_in_process(server), mode="legacy", sampling_callback=side.sample
     ) as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}
         assert set(listed) == {"calculator", "review"}
@@ -59,7 +48,7 @@ async def test_the_calculator_and_a_function_tool_are_served_over_mcp() -> None:
         refused = await client.call_tool("calculator", {"expression": "__import__('os')"})
         malformed = await client.call_tool("calculator", {"expr": "1"})
         reviewed = await client.call_tool(
-            "review", {"title": "Dune", "pages": 3}, progress_callback=on_progress
+            "review", {"title": "Dune", "pages": 3}, progress_callback=side.on_progress
         )
 
     assert computed.content == [mcp.TextContent(text="98")]
@@ -70,4 +59,4 @@ async def test_the_calculator_and_a_function_tool_are_served_over_mcp() -> None:
     assert "expression" in malformed.content[0].text
     assert not reviewed.is_error
     assert reviewed.structured_content == {"title": "Dune", "verdict": "yes"}
-    assert seen == [1.0, 2.0, 3.0]
+    assert side.steps == [1.0, 2.0, 3.0]

@@ -20,10 +20,10 @@ from agentrt.tools.hosting._hosted_catalog import StaticResource
 from agentrt.tools.hosting._hosting_config import HttpServeConfig
 from agentrt.tools.hosting._tool_server import ToolServer
 from agentrt.tools.hosting._transports import serve_streamable_http
+from tests._support.inspector import INSPECTOR, inspector_workdir
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
-INSPECTOR = "@modelcontextprotocol/inspector-cli@1.0.3"
 EXAMPLE = Path(__file__).parents[3] / "examples" / "mcp_conformance_server.py"
 
 
@@ -35,12 +35,7 @@ def anyio_backend() -> tuple[str, dict[str, Any]]:
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
-    # inspector-cli 1.0.3 finds its own package.json by testing "../package.json"
-    # relative to the *working directory* (modelcontextprotocol/inspector#1334);
-    # run it from a directory whose parent has one.
-    (tmp_path / "package.json").write_text("{}")
-    (tmp_path / "work").mkdir()
-    return tmp_path / "work"
+    return inspector_workdir(tmp_path)
 
 
 async def inspect(npx: str, workdir: Path, target: Sequence[str], *args: str) -> Any:

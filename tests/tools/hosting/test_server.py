@@ -26,6 +26,7 @@ from agentrt.tools.hosting._hosted_catalog import (
 from agentrt.tools.hosting._hosting_config import ToolServerConfig
 from agentrt.tools.hosting._tool_server import ToolServer
 from agentrt.tools.hosting._transports import connect_in_process
+from tests.tools.hosting._client_side import ClientSide
 
 PNG = b"\x89PNG\r\n\x1a\nnot-really-a-png"
 WAV = b"RIFF\x00\x00\x00\x00WAVEfmt "
@@ -219,25 +220,20 @@ async def test_failures_become_error_results_and_the_server_keeps_serving(
 
 @pytest.mark.anyio
 async def test_progress_notifications_reach_the_caller(server: ToolServer) -> None:
-    seen: list[tuple[float, float | None, str | None]] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append((progress, total, message))
-
+    side = ClientSide()
     async with Client(connect_in_process(server), mode="legacy") as client:
-        result = await client.call_tool("counting", {}, progress_callback=on_progress)
+        result = await client.call_tool("counting", {}, progress_callback=side.on_progress)
     assert not result.is_error
-    assert seen == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
+    assert side.progress == [(1.0, 3.0, "step 1"), (2.0, 3.0, "step 2"), (3.0, 3.0, "step 3")]
 
 
 @pytest.mark.anyio
 async def test_log_notifications_honour_the_requested_level(server: ToolServer) -> None:
-    received: list[tuple[str, Any, str | None]] = []
-
-    async def on_log(params: mcp.LoggingMessageNotificationParams) -> None:
-        received.append((params.level, params.data, params.logger))
-
-    async with Client(connect_in_process(server), mode="legacy", logging_callback=on_log) as client:
+    side = ClientSide()
+    received = side.logs
+    async with Client(
+        connect_in_process(server), mode="legacy", logging_callback=side.on_log
+    ) as client:
         await client.call_tool("chatty", {})
         before = list(received)
         received.clear()
@@ -251,17 +247,7 @@ async def test_log_notifications_honour_the_requested_level(server: ToolServer) 
 
 @pytest.mark.anyio
 async def test_tools_can_ask_the_client_for_sampling_and_elicitation(server: ToolServer) -> None:
-    prompts: list[str] = []
-
-    async def sample(
-        context: ClientRequestContext, params: mcp.CreateMessageRequestParams
-    ) -> mcp.CreateMessageResult:
-        content = params.messages[0].content
-        assert isinstance(content, mcp.TextContent)
-        prompts.append(content.text)
-        return mcp.CreateMessageResult(
-            role="assistant", content=mcp.TextContent(text="forty-two"), model="fake"
-        )
+    side = ClientSide("forty-two", model="fake")
 
     async def elicit(
         context: ClientRequestContext, params: mcp.ElicitRequestParams
@@ -273,12 +259,12 @@ async def test_tools_can_ask_the_client_for_sampling_and_elicitation(server: Too
     async with Client(
         connect_in_process(server),
         mode="legacy",
-        sampling_callback=sample,
+        sampling_callback=side.sample,
         elicitation_callback=elicit,
     ) as client:
         sampled = await client.call_tool("ask_model", {"question": "meaning of life?"})
         elicited = await client.call_tool("ask_user", {})
-    assert prompts == ["meaning of life?"]
+    assert side.prompts == ["meaning of life?"]
     assert sampled.content == [mcp.TextContent(text="model says: forty-two")]
     assert elicited.content == [mcp.TextContent(text="accept: {'color': 'teal'}")]
 
@@ -382,35 +368,22 @@ async def test_prompts_render_with_arguments_and_complete(server: ToolServer) ->
 async def test_a_2026_era_client_is_served_and_told_why_sampling_is_unavailable(
     server: ToolServer,
 ) -> None:
-    levels: list[str] = []
-    seen: list[float] = []
-
-    async def on_log(params: mcp.LoggingMessageNotificationParams) -> None:
-        levels.append(params.level)
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append(progress)
-
-    async def sample(
-        context: ClientRequestContext, params: mcp.CreateMessageRequestParams
-    ) -> mcp.CreateMessageResult:
-        raise AssertionError("a 2026-07-28 server never sends sampling requests")
-
+    side = ClientSide()  # a 2026-07-28 server never sends sampling requests
     async with Client(
         connect_in_process(server),
-        logging_callback=on_log,
+        logging_callback=side.on_log,
         log_level="warning",
-        sampling_callback=sample,
+        sampling_callback=side.sample,
     ) as client:
         assert client.protocol_version == "2026-07-28"
         assert (await client.call_tool("echo", {"text": "x"})).content == [
             mcp.TextContent(text="echo: x")
         ]
         await client.call_tool("chatty", {})
-        await client.call_tool("counting", {}, progress_callback=on_progress)
+        await client.call_tool("counting", {}, progress_callback=side.on_progress)
         refused = await client.call_tool("ask_model", {"question": "?"})
-    assert levels == ["warning", "error"]  # the per-request opt-in level
-    assert seen == [1.0, 2.0, 3.0]
+    assert side.levels == ["warning", "error"]  # the per-request opt-in level
+    assert side.steps == [1.0, 2.0, 3.0]
     assert refused.is_error
     assert isinstance(refused.content[0], mcp.TextContent)
     assert "protocol 2026-07-28 has no server-to-client requests" in refused.content[0].text

@@ -15,7 +15,6 @@ import httpx
 import mcp_types as mcp
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from agentrt.tools._tool import ToolContext, ToolOutput
@@ -24,11 +23,12 @@ from agentrt.tools.hosting._calls import McpCallPeer
 from agentrt.tools.hosting._hosting_config import HttpServeConfig
 from agentrt.tools.hosting._tool_server import ToolServer
 from agentrt.tools.hosting._transports import serve_streamable_http
+from tests._support.mcp_raw import INIT, MCP_HEADERS, PROTOCOL
+from tests.tools.hosting._client_side import ClientSide
 
 pytestmark = pytest.mark.process
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "mcp_conformance_server.py"
-PROTOCOL = "2025-11-25"
 
 
 async def add(args: Mapping[str, Any], _ctx: ToolContext) -> ToolOutput:
@@ -127,40 +127,31 @@ async def test_streamable_http_end_to_end_then_graceful_shutdown(
     # logs nothing; overrunning it and being cut logs "mcp_http_forced_stop".
     events = EventNames()
     monkeypatch.setattr(_transports, "log", events)
-    logs: list[Any] = []
-    seen: list[float] = []
-
-    async def on_log(params: mcp.LoggingMessageNotificationParams) -> None:
-        logs.append(params.data)
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append(progress)
-
-    async def sample(
-        context: ClientRequestContext, params: mcp.CreateMessageRequestParams
-    ) -> mcp.CreateMessageResult:
-        return mcp.CreateMessageResult(
-            role="assistant", content=mcp.TextContent(text="4"), model="m"
-        )
+    side = ClientSide("4")
 
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             endpoint = await tg.start(serve_streamable_http, server, HttpServeConfig())
             assert endpoint.url == f"http://127.0.0.1:{endpoint.port}/mcp"
             async with Client(
-                endpoint.url, mode="legacy", logging_callback=on_log, sampling_callback=sample
+                endpoint.url,
+                mode="legacy",
+                logging_callback=side.on_log,
+                sampling_callback=side.sample,
             ) as client:
                 assert [t.name for t in (await client.list_tools()).tools] == server.tool_names
                 added = await client.call_tool("add", {"a": 2, "b": 3.5})
-                counted = await client.call_tool("slow_count", {}, progress_callback=on_progress)
+                counted = await client.call_tool(
+                    "slow_count", {}, progress_callback=side.on_progress
+                )
                 sampled = await client.call_tool("ask_model", {})
             tg.cancel_scope.cancel()
 
     assert added.content == [mcp.TextContent(text="5.5")]
     assert counted.content == [mcp.TextContent(text="done")]
     assert sampled.content == [mcp.TextContent(text="4")]
-    assert logs == ["tick 1", "tick 2"]
-    assert seen == [1.0, 2.0]
+    assert [data for _, data, _ in side.logs] == ["tick 1", "tick 2"]
+    assert side.steps == [1.0, 2.0]
     assert "mcp_http_serving" in events.names  # the server's log is seen here...
     assert "mcp_http_forced_stop" not in events.names  # ...and it stopped within the grace
     with (
@@ -174,31 +165,20 @@ async def test_streamable_http_end_to_end_then_graceful_shutdown(
 async def test_streamable_http_rejects_foreign_hosts_and_resumes_a_closed_stream(
     server: ToolServer,
 ) -> None:
-    base = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL,
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"},
-        },
-    }
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             endpoint = await tg.start(serve_streamable_http, server, HttpServeConfig())
             async with httpx.AsyncClient(timeout=10) as http:
                 # DNS-rebinding defence: a loopback server only answers loopback names.
                 foreign = await http.post(
-                    endpoint.url, json=init, headers={**base, "Host": "evil.example.com"}
+                    endpoint.url, json=INIT, headers={**MCP_HEADERS, "Host": "evil.example.com"}
                 )
                 assert foreign.status_code == 421
 
-                opened = await http.post(endpoint.url, json=init, headers=base)
+                opened = await http.post(endpoint.url, json=INIT, headers=MCP_HEADERS)
                 assert opened.status_code == 200
                 session = {
-                    **base,
+                    **MCP_HEADERS,
                     "mcp-session-id": opened.headers["mcp-session-id"],
                     "mcp-protocol-version": PROTOCOL,
                 }

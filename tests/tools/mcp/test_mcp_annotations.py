@@ -10,11 +10,12 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from agentrt.tools._tool import ElicitationReply, ToolContext
+from agentrt.tools._tool import ToolContext
 from agentrt.tools.mcp._connection import McpConnection
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
 from agentrt.tools.mcp._pinning import tool_definition_hash
-from agentrt.tools.mcp._server_requests import ElicitationQuestion, McpClientHooks
+from agentrt.tools.mcp._server_requests import McpClientHooks
+from tests._support.approvals import Person
 
 pytestmark = pytest.mark.process
 
@@ -93,12 +94,7 @@ async def test_destructive_tools_can_be_refused(fixture_server: Factory) -> None
 async def test_destructive_tools_wait_for_approval(
     fixture_server: Factory, answer: str | None
 ) -> None:
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action=answer or "cancel")
-
+    ask = Person(answer or "cancel")
     hooks = McpClientHooks(ask=ask if answer is not None else None)
     config = fixture_server("fx", destructive="approve")
     async with McpConnection(config, hooks=hooks) as conn:
@@ -112,6 +108,6 @@ async def test_destructive_tools_wait_for_approval(
         assert "destructive" in out.text
         assert ("nobody can be asked" in out.text) == (answer is None)
     if answer is not None:
-        [question] = asked
+        [question] = ask.asked
         assert (question.mode, question.server, question.run_id) == ("approval", "fx", "r1")
         assert question.tool == "wipe"

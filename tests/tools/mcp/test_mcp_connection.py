@@ -21,17 +21,11 @@ from agentrt.tools.mcp._mcp_config import StdioServerConfig
 from agentrt.tools.mcp._mcp_errors import McpServerError
 from agentrt.tools.mcp._server_health import ConnectionState
 from agentrt.tools.mcp._servers import spawn_mcp_servers
+from tests.tools.mcp._restarts import BOTH_BACKENDS, FAST_RESTART
 
 pytestmark = pytest.mark.process
 
 Factory = Callable[..., StdioServerConfig]
-FAST_RESTART = {"initial_delay_s": 0.1, "max_delay_s": 0.5, "jitter": 0.0}
-#: The restart test also runs on plain asyncio (the rest on uvloop only: every
-#: fixture-server start costs a second or more of CPU on a 2-core machine).
-BOTH_BACKENDS = [
-    pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio+uvloop"),
-]
 
 
 def _tools(conn: McpConnection) -> dict[str, Any]:

@@ -64,17 +64,7 @@ async def test_a_question_is_relayed_as_an_event_and_answered_over_rest(
         [answer] = [m for m in request.messages if isinstance(m, ToolMessage)]
         return "got: " + ("Turing" if '"name": "Turing"' in answer.content else answer.content)
 
-    server = {**everything.model_dump(mode="json"), "elicitation": {"mode": "ask"}}
-    config = config_from_mapping(
-        {
-            "server": {"port": 0, "shutdown_grace_s": 0.5},
-            "store": {"path": str(tmp_path / "runs.db")},
-            "mcp": {"everything": server},
-            "agents": {"asker": {"tools": ["everything__trigger-elicitation-request"]}},
-            "warm_prefix": False,
-        },
-        source="test",
-    )
+    config = _asker_config(everything, tmp_path)
     backend = ScriptedBackend(script)
     async with (
         RunManager(config, backends=[backend]) as manager,

@@ -30,6 +30,7 @@ from agentrt.tools.mcp._server_requests import (
     McpClientHooks,
     ServerRequestHandler,
 )
+from tests._support.approvals import Person
 
 from .conftest import EVERYTHING, MEMORY
 
@@ -106,19 +107,14 @@ async def test_elicitation_follows_the_servers_policy(
 
 @pytest.mark.parametrize(("url", "action"), [("ask", "accept"), ("decline", "decline")])
 async def test_url_elicitation(everything: StdioServerConfig, url: str, action: str) -> None:
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action="accept")
-
+    ask = Person()
     config = _with(everything, elicitation={"url": url})
     async with McpConnection(config, hooks=McpClientHooks(ask=ask)) as conn:
         out = await _tools(conn)["trigger-url-elicitation"].call(
             {"url": "https://example.com/consent"}, ToolContext()
         )
     assert f'"action": "{action}"' in out.text, out.text
-    assert [q.url for q in asked] == (["https://example.com/consent"] if url == "ask" else [])
+    assert [q.url for q in ask.asked] == (["https://example.com/consent"] if url == "ask" else [])
 
 
 # -- roots --------------------------------------------------------------------------

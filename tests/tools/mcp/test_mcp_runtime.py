@@ -24,7 +24,7 @@ from agentrt.protocols import (
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools._tool import ElicitationReply
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
-from agentrt.tools.mcp._server_requests import ElicitationQuestion
+from tests._support.approvals import Person
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -72,12 +72,7 @@ def _calls_then_answers(tool: str, answer: str = "done") -> ScriptedBackend:
 async def test_the_embeddings_callback_answers_a_servers_question(
     everything: StdioServerConfig,
 ) -> None:
-    asked: list[ElicitationQuestion] = []
-
-    async def ask(question: ElicitationQuestion) -> ElicitationReply:
-        asked.append(question)
-        return ElicitationReply(action="accept", content={"name": "Lovelace"})
-
+    ask = Person(content={"name": "Lovelace"})
     backend = _calls_then_answers("everything__trigger-elicitation-request")
     server = StdioServerConfig.model_validate(
         {**everything.model_dump(), "elicitation": {"mode": "ask"}}
@@ -89,7 +84,7 @@ async def test_the_embeddings_callback_answers_a_servers_question(
     ) as rt:
         result = await rt.run("go", agent="asker", run_id="run-ask")
     assert result.answer == "done"
-    [question] = asked
+    [question] = ask.asked
     assert (question.run_id, question.server, question.mode) == ("run-ask", "everything", "form")
     assert "name" in (question.requested_schema or {}).get("properties", {})
     [tool_message] = [m for m in backend.requests[-1].messages if isinstance(m, ToolMessage)]

@@ -22,15 +22,11 @@ from agentrt.tools.mcp._mcp_tool import McpTool
 from agentrt.tools.mcp._server_actor import McpServerStatus
 from agentrt.tools.mcp._server_health import ConnectionState
 from agentrt.tools.mcp._servers import McpServerHandle, McpServers, McpToolSource, spawn_mcp_servers
+from tests.tools.mcp._restarts import BOTH_BACKENDS, FAST_RESTART
 
 pytestmark = pytest.mark.process
 
 Factory = Callable[..., StdioServerConfig]
-FAST_RESTART = {"initial_delay_s": 0.1, "max_delay_s": 0.5, "jitter": 0.0}
-BOTH_BACKENDS = [
-    pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
-    pytest.param(("asyncio", {"use_uvloop": True}), id="asyncio+uvloop"),
-]
 
 
 def _by_remote(tools: list[McpTool]) -> dict[str, McpTool]:
