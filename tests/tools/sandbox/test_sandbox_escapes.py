@@ -406,7 +406,7 @@ async def test_cannot_create_a_user_namespace(attacker: Attacker) -> None:
 #: the host: ``ready`` and ``release`` are FIFOs in the workspace.
 _HOGS = """
 import os, sys
-ATTEMPT_MIB = 256
+ATTEMPT_MIB = 1024
 kids, reports = [], []
 for _ in range(16):
     r, w = os.pipe()
@@ -448,15 +448,16 @@ def _available_kib() -> int:
 
 
 @pytest.mark.anyio
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["shell", "python"])
 async def test_many_processes_allocating_hold_no_more_than_the_total(
     kind: str, bwrap: str, workspaces: Workspaces
 ) -> None:
-    """Processes forked up to the cap, each allocating up to 256 MiB: the
+    """Processes forked up to the cap, each allocating up to 1 GiB: the
     host's available memory drops by no more than the sandbox's 512 MiB
     (8 processes x 64 MiB of address space), while without the bound it
-    would drop by 8 x 256 MiB."""
+    would drop by 1 GiB a process.  Other work on the host moves
+    ``MemAvailable`` too, so a drop past the bound is measured again (up to
+    3 times); without the bound every try is far past it."""
     total_mib = 512
     limits = {"timeout_s": 120.0, "max_processes": 8, "total_memory_mb": total_mib}
     shell = ShellTool(workspaces, SandboxConfig.model_validate(limits))
@@ -465,32 +466,36 @@ async def test_many_processes_allocating_hold_no_more_than_the_total(
     for fifo in ("ready", "release"):
         os.mkfifo(space.path / fifo)
         os.chown(space.path / fifo, sandbox_host_uid(), sandbox_host_uid())
-    before = sorted(_available_kib() for _ in range(3))[1]
     if kind == "shell":
         call = functools.partial(shell.call, {"command": f"python3 - <<'EOF'\n{_HOGS}EOF"}, CTX)
     else:
         call = functools.partial(python.call, {"code": _HOGS}, CTX)
-    outputs: list[ToolOutput] = []
+    drops: list[float] = []
+    for _ in range(3):
+        outputs: list[ToolOutput] = []
 
-    async def attack() -> None:
-        outputs.append(await call())
+        async def attack() -> None:
+            outputs.append(await call())  # noqa: B023 (awaited within the iteration)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(attack)
-        with anyio.fail_after(100):  # a FIFO: until every child holds its memory
-            await anyio.to_thread.run_sync((space.path / "ready").read_bytes)
-        holding = []
-        for _ in range(3):
-            holding.append(_available_kib())
-            await anyio.sleep(0.1)
-        await anyio.to_thread.run_sync((space.path / "release").write_bytes, b"go")
-    dropped_mib = (before - max(holding)) / 1024
-    out = outputs[0]
-    assert "PROCESSES" in out.text, out.text
-    held = int(out.text.split("HELD_MIB")[1].split()[0])
-    assert held >= total_mib // 4, out.text  # they did allocate
-    assert dropped_mib <= total_mib, (dropped_mib, out.text)
-    assert held <= total_mib, out.text
+        before = sorted(_available_kib() for _ in range(3))[1]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(attack)
+            with anyio.fail_after(100):  # a FIFO: until every child holds its memory
+                await anyio.to_thread.run_sync((space.path / "ready").read_bytes)
+            holding = []
+            for _ in range(3):
+                holding.append(_available_kib())
+                await anyio.sleep(0.1)
+            await anyio.to_thread.run_sync((space.path / "release").write_bytes, b"go")
+        out = outputs[0]
+        assert "PROCESSES" in out.text, out.text
+        held = int(out.text.split("HELD_MIB")[1].split()[0])
+        assert held >= total_mib // 4, out.text  # they did allocate
+        assert held <= total_mib, out.text
+        drops.append((before - max(holding)) / 1024)
+        if drops[-1] <= total_mib:
+            break
+    assert min(drops) <= total_mib, (drops, out.text)
 
 
 @pytest.mark.anyio
