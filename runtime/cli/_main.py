@@ -272,6 +272,12 @@ def _build_parser() -> _Parser:
     )
     add_placement_arguments(run)
     run.add_argument(
+        "--keep-workspaces",
+        action="store_true",
+        help="keep the run's sandbox workspaces for debugging (printed on stderr; default: "
+        "deleted when the run ends); also keep_workspaces = true in --config",
+    )
+    run.add_argument(
         "--aggregate",
         metavar="NAME",
         help="how the rollouts' answers are aggregated: majority, weighted, "
@@ -419,10 +425,14 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
     from agentrt.runtime.cli._tally import RolloutTally
     from agentrt.runtime.config._config_file import load_config
     from agentrt.runtime.evaluation._trajectory_data import TrajectoryRecorder, export_run
+    from agentrt.tools.sandbox._workspaces import run_directory
 
     config = load_config(args.config).with_placement(args.placement, args.ray_address)
     if args.model is not None:
         config = with_default_model(config, args.model)
+    if args.keep_workspaces:
+        kept = config.runtime.model_copy(update={"keep_workspaces": True})
+        config = config.model_copy(update={"runtime": kept})
     agent = agent_specs(
         args.agent,
         config,
@@ -471,6 +481,9 @@ def _run_command(args: argparse.Namespace, out: Output) -> int:
     result = anyio.run(runner, backend="asyncio", backend_options=_loop_options())
     if args.export is not None:
         export_run(args.export, args.task, result, recorders[0])
+    kept_at = run_directory(result.run_id)
+    if config.runtime.keep_workspaces and kept_at.is_dir():
+        out.problem(f"workspaces kept in {kept_at}")
     if args.json:
         out.json(to_builtins(result))
     else:

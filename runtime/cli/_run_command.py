@@ -124,8 +124,9 @@ async def open_runtime(config: AgentrtConfig, agent: SpecSet | str) -> AsyncIter
 @asynccontextmanager
 async def eval_runner(args: Any) -> AsyncIterator[Runtime]:
     """The ``Runtime`` ``agentrt eval`` and ``agentrt aggregate`` use, from
-    their ``--config``, ``--agent`` and ``--model`` arguments; early stop is
-    off, so every run draws its whole pool of rollouts."""
+    their ``--config``, ``--agent``, ``--model`` and ``--keep-workspaces``
+    arguments; early stop is off, so every run draws its whole pool of
+    rollouts."""
     from agentrt.runtime.config._config_file import load_config
 
     config = load_config(getattr(args, "config", None)).with_placement(
@@ -134,7 +135,10 @@ async def eval_runner(args: Any) -> AsyncIterator[Runtime]:
     model = getattr(args, "model", None)
     if model is not None:
         config = with_default_model(config, model)
-    runtime = config.runtime.model_copy(update={"early_stop": False})
+    changes: dict[str, Any] = {"early_stop": False}
+    if getattr(args, "keep_workspaces", False):
+        changes["keep_workspaces"] = True
+    runtime = config.runtime.model_copy(update=changes)
     config = config.model_copy(update={"runtime": runtime})
     async with open_runtime(config, agent_specs(getattr(args, "agent", None), config)) as rt:
         yield rt

@@ -159,6 +159,11 @@ class RuntimeConfig(BaseModel):
     nothing in runs without a ``max_usd`` cap and is refused by one."""
     tracing: TracingConfig = TracingConfig()
     """OpenTelemetry export of runs as traces (``[tracing]``; the ``otel`` extra)."""
+    keep_workspaces: bool = False
+    """Keep a run's sandbox workspaces (those of the ``shell``, ``editor``
+    and ``python`` tools) when the run ends, for debugging: the log
+    (``workspaces.kept``) and ``agentrt run`` say where.  By default they
+    are deleted when the run ends, on every placement."""
 
     @field_validator("mcp")
     @classmethod

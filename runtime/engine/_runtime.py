@@ -68,7 +68,7 @@ from agentrt.runtime.placement._placement import Placement
 from agentrt.tools._approval import ApprovalGate
 from agentrt.tools._tool import Tool
 from agentrt.tools.mcp._mcp_config import McpServerConfig
-from agentrt.tools.sandbox._workspaces import release_run
+from agentrt.tools.sandbox._workspaces import keep_run, release_run
 
 if TYPE_CHECKING:  # the MCP SDK loads when a Runtime opens its first server
     from agentrt.runtime.observe._tracing import RunTracer
@@ -636,7 +636,10 @@ class Runtime:
             return await execution.execute()
         finally:
             del self._runs[plan.run_id]
-            await release_run(plan.run_id)  # its rollouts' workspaces (shell, editor)
+            if self.config.keep_workspaces:
+                log.info("workspaces.kept", run_id=plan.run_id, path=str(keep_run(plan.run_id)))
+            else:
+                await release_run(plan.run_id)  # its rollouts' workspaces (shell, editor)
             if self._mcp is not None:
                 with anyio.CancelScope(shield=True):
                     await self._mcp.run_finished(plan.run_id)  # no task outlives it

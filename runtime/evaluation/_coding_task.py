@@ -40,6 +40,7 @@ from agentrt.tools.sandbox._bwrap import SandboxEnvironment
 from agentrt.tools.sandbox._workspaces import (
     Workspaces,
     default_workspace_root,
+    keep_run,
     release_run,
     run_seed,
 )
@@ -215,8 +216,10 @@ async def run_coding_task(
         refined = [s for rid, s in done.items() if rid not in listed]  # PDR's rollouts
         for rid in done:  # the tools created the refinement rollouts' workspaces
             await spaces.release(run_id, rid)
-    if not keep:
-        for run in (run_id, f"{run_id}.grading"):
+    for run in (run_id, f"{run_id}.grading"):
+        if keep:
+            keep_run(run, root)
+        else:
             await release_run(run, root, owned=True)
     return CodingRun(
         task_id=task.id,

@@ -794,9 +794,14 @@ async def evaluate_arguments(
 
 
 def note_pool_and_plot(args: argparse.Namespace, report: EvalReport) -> None:
-    """Say where ``--export`` wrote the pool and write the ``--plot``, when asked."""
+    """Say where ``--export`` wrote the pool and ``--keep-workspaces`` left
+    the workspaces, and write the ``--plot``, when asked."""
     if args.export is not None:
         sys.stdout.write(f"pool: {args.export}\n")
+    if getattr(args, "keep_workspaces", False):
+        from agentrt.tools.sandbox._workspaces import default_workspace_root
+
+        sys.stdout.write(f"workspaces kept in: {default_workspace_root()} (a directory per run)\n")
     if args.plot is not None:
         from agentrt.runtime.evaluation._plot import write_svg  # the plot imports this module
 

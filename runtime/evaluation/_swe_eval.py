@@ -352,7 +352,8 @@ def add_swe_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--keep-workspaces",
         action="store_true",
-        help="leave each rollout's workspace for debugging ($TMPDIR/agentrt-workspaces/RUN/rN)",
+        help="leave each rollout's workspace for debugging ($TMPDIR/agentrt-workspaces/RUN/rN; "
+        "without --swe, the sandbox workspaces of every run); also keep_workspaces = true",
     )
 
 

@@ -60,7 +60,12 @@ class TestVerifierConfig(BaseModel):
     env: dict[str, str] = {}
     """Variables set for the command (``PYTHONPATH``...)."""
     memory_mb: int = Field(2048, ge=64)
-    """Address space per process of the tests."""
+    """Address space per process of the tests, at most (``total_memory_mb``
+    divided among ``max_processes`` may give less)."""
+    total_memory_mb: int = Field(8192, ge=64)
+    """The tests' memory in all, a hard bound (``SandboxConfig.total_memory_mb``)."""
+    max_processes: int = Field(32, ge=4, le=4096)
+    """Processes and threads of the tests at once."""
     max_output_bytes: int = Field(262_144, ge=256)
     """Output kept (head and tail); the ``-rA`` summary is at its end."""
     workspace_mount: str = "/workspace"
@@ -170,7 +175,8 @@ class TestVerifier:
                 read_only_paths=config.read_only_paths,
                 env=config.env,
                 workspace_mount=config.workspace_mount,
-                max_processes=256,
+                max_processes=config.max_processes,
+                total_memory_mb=config.total_memory_mb,
             )
         )
 

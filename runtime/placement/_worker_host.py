@@ -76,7 +76,7 @@ from agentrt.runtime.placement._worker_wire import (
     RolloutRaised,
     WorkerSpec,
 )
-from agentrt.tools.sandbox._workspaces import release_rollout
+from agentrt.tools.sandbox._workspaces import keep_run, release_rollout
 
 #: Reservations a capped rollout leases at once, when the run's headroom allows.
 LEASE_SLICE: Final = 4
@@ -482,7 +482,10 @@ class WorkerHost:
             if (finished := self._runtime().run_services.rollout_finished) is not None:
                 with anyio.CancelScope(shield=True):  # its own MCP connections close with it
                     await finished(rollout.run_id, rollout.rollout_id)
-            await release_rollout(rollout.run_id, rollout.rollout_id)  # its workspace here
+            if self._runtime().config.keep_workspaces:
+                keep_run(rollout.run_id)
+            else:
+                await release_rollout(rollout.run_id, rollout.rollout_id)  # its workspace here
             with anyio.CancelScope(shield=True), anyio.move_on_after(DRIVER_TIMEOUT_S):
                 await self._flush()
             if shard.active == 0 and self._shards.get(rollout.run_id) is shard:

@@ -111,7 +111,7 @@ class PythonSandbox:
                 "Run a Python 3 program in a sandbox and get its exit code, stdout and "
                 "stderr. Print what you want to see. Each call is a fresh process: no state "
                 f"is kept between calls. {imports}, {network}, no input; limits: "
-                f"{c.timeout_s:g} s, {c.memory_mb} MB of memory. {files}"
+                f"{c.timeout_s:g} s, {c.process_memory_mb} MB of memory. {files}"
             ),
         )
 
@@ -138,7 +138,7 @@ class PythonSandbox:
         text = render_result(
             result,
             timeout_s=c.timeout_s,
-            memory_mb=c.memory_mb,
+            memory_mb=c.process_memory_mb,
             cpu_s=c.cpu_s or math.ceil(c.timeout_s),
         )
         if not result.stdout and not result.stderr:

@@ -60,7 +60,7 @@ class ShellTool:
                 "is a fresh sandboxed shell: files in the workspace persist, nothing else "
                 "does (no cd, variables or background processes carry over). "
                 f"{network.capitalize()}; limits: {config.timeout_s:g} s per command, "
-                f"{config.memory_mb} MB per process, {config.max_processes} processes"
+                f"{config.process_memory_mb} MB per process, {config.max_processes} processes"
                 f"{total}{disk}. "
                 "Long output keeps its beginning and end."
             ),
@@ -111,7 +111,7 @@ class ShellTool:
         text = render_result(
             result,
             timeout_s=limit,
-            memory_mb=c.memory_mb,
+            memory_mb=c.process_memory_mb,
             cpu_s=c.cpu_s or math.ceil(limit),
         )
         return ToolOutput(

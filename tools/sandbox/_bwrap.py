@@ -17,21 +17,21 @@ import math
 import os
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, final
+from typing import Final, Self, final
 
 import anyio
 import anyio.abc
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrt.runtime.kernel._errors import ToolError
 from agentrt.runtime.observe._log import get_logger
 from agentrt.tools.sandbox._cgroup import SandboxCgroups, memory_bound_in_force
 from agentrt.tools.sandbox._sandbox_watch import SandboxWatch
+from agentrt.tools.sandbox._seccomp import memory_filter
 
 __all__ = [
     "SANDBOX_HOST_UID",
@@ -55,6 +55,9 @@ _INNER_ID: Final = "1000"
 #: After the sandbox is killed, how long to keep reading its pipes.
 _DRAIN_GRACE_S: Final = 1.0
 _PROBE_TIMEOUT_S: Final = 10.0
+#: The smallest address space a process of a sandbox may get: bash, git
+#: and a bare ``python3`` start in 32 MiB (pytest with plugins needs ~190).
+_MIN_PROCESS_MB: Final = 32
 #: The sandbox's private tmpfs (not the host's /tmp), also its HOME.
 _TMP: Final = "/tmp"  # noqa: S108
 #: The sandbox's private, sized ``/dev/shm``.
@@ -95,6 +98,8 @@ _ETC: Final = (
     "terminfo",
     "timezone",
 )
+#: Refuses the calls that hold memory outside any address space.
+_MEMORY_FILTER: Final = memory_filter()
 #: Only with the network: name resolution.
 _ETC_NETWORK: Final = ("hosts", "resolv.conf", "gai.conf")
 
@@ -121,17 +126,22 @@ class SandboxConfig(BaseModel):
     cpu_s: int | None = Field(None, ge=1)
     """CPU seconds per process (``RLIMIT_CPU``); by default ``timeout_s`` rounded up."""
     memory_mb: int = Field(1024, ge=64)
-    """Address space per process (``RLIMIT_AS``), in MiB."""
-    max_processes: int = Field(64, ge=4, le=4096)
-    """Processes and threads the command may have at once (``RLIMIT_NPROC``)."""
-    total_memory_mb: int | None = Field(2048, ge=64)
-    """The whole sandbox's memory, in MiB (``None``: only the per-process
-    ``memory_mb``): a cgroup v2's ``memory.max`` where one is delegated
-    (``Sandbox.memory_bound``), else the processes' resident memory summed
-    every 0.1 s (confirmed with their PSS when over); over it, every
-    process of the sandbox is killed and the result says so.  A command may
-    overshoot by what it allocates within one poll.  The private ``/tmp``
-    and ``/dev/shm`` come on top (``tmp_mb``, ``shm_mb``)."""
+    """Address space per process (``RLIMIT_AS``), in MiB: at most; with
+    ``total_memory_mb`` set, each process gets ``process_memory_mb``."""
+    max_processes: int = Field(16, ge=4, le=4096)
+    """Processes and threads the sandbox may have at once, bubblewrap's
+    init among them (``RLIMIT_NPROC``, counted per sandbox: each has its
+    own user namespace, and Linux counts a namespace's processes apart
+    since 5.14)."""
+    total_memory_mb: int | None = Field(4096, ge=64)
+    """The whole sandbox's memory, in MiB, a hard bound (``None``: only
+    ``memory_mb`` per process): each process's address space is
+    ``total_memory_mb / max_processes`` (``process_memory_mb``, at most
+    ``memory_mb``), so ``max_processes`` of them hold at most the total;
+    SysV shared memory and memory files, which no address space counts,
+    are refused.  Where a delegated cgroup v2 exists, its ``memory.max``
+    is the total too (``Sandbox.memory_bound``).  The private ``/tmp`` and
+    ``/dev/shm`` come on top (``tmp_mb``, ``shm_mb``)."""
     max_output_bytes: int = Field(16_384, ge=256)
     """Per stream: longer output keeps its first and last halves and says so."""
     max_file_mb: int = Field(64, ge=1)
@@ -163,6 +173,23 @@ class SandboxConfig(BaseModel):
     env: dict[str, str] = {}
     """Variables set inside, beyond ``PATH``, ``HOME`` (``/tmp``), ``LANG``
     and ``TMPDIR``; nothing of the daemon's environment gets in."""
+
+    @property
+    def process_memory_mb(self) -> int:
+        """The address space each process gets (``RLIMIT_AS``), in MiB."""
+        if self.total_memory_mb is None:
+            return self.memory_mb
+        return min(self.memory_mb, self.total_memory_mb // self.max_processes)
+
+    @model_validator(mode="after")
+    def _room_per_process(self) -> Self:
+        if self.process_memory_mb < _MIN_PROCESS_MB:
+            raise ValueError(
+                f"total_memory_mb / max_processes is {self.process_memory_mb} MiB per process "
+                f"({self.total_memory_mb} / {self.max_processes}); at least {_MIN_PROCESS_MB} "
+                "are needed to start a program: raise total_memory_mb or lower max_processes"
+            )
+        return self
 
     @field_validator("read_only_paths")
     @classmethod
@@ -207,7 +234,7 @@ class SandboxResult(msgspec.Struct, frozen=True, kw_only=True):
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     over_limit: str = ""
-    """Set when the sandbox's total memory or its workspace's quota was
+    """Set when the workspace's quota, or a cgroup's memory bound, was
     crossed: a sentence saying which, by how much, and what was done."""
 
     @property
@@ -357,14 +384,21 @@ class Sandbox:
 
     @property
     def memory_bound(self) -> str:
-        """Which bound keeps ``total_memory_mb`` here, in a sentence: a
-        cgroup v2 per sandbox where a delegated one with the memory
-        controller can be made, else the watcher (known after ``check``)."""
-        if self._config.total_memory_mb is None:
+        """Which bounds keep ``total_memory_mb`` here, in a sentence: the
+        address spaces of the process cap, and a cgroup v2 per sandbox
+        where a delegated one with the memory controller can be made
+        (known after ``check``)."""
+        c = self._config
+        if c.total_memory_mb is None:
             return "none beyond memory_mb per process (total_memory_mb is not set)"
         if self._cgroups is None:
             return "not known yet: the sandbox has not been checked"
-        return memory_bound_in_force(self._cgroups)
+        return memory_bound_in_force(
+            self._cgroups,
+            process_mb=c.process_memory_mb,
+            processes=c.max_processes,
+            filtered=_MEMORY_FILTER is not None,
+        )
 
     async def check(self) -> None:
         """Raise ``SandboxUnavailable`` unless bubblewrap runs here (probed once)."""
@@ -385,16 +419,16 @@ class Sandbox:
             )
         try:
             with anyio.fail_after(_PROBE_TIMEOUT_S):
-                done = await anyio.run_process(
-                    self.argv(["true"], workspace=None),
-                    check=False,
-                    env={"PATH": _PATH},
-                    stdin=subprocess.DEVNULL,
-                )
+                probe = await _open_sandbox(self.argv(["true"], workspace=None), None, self._config)
+                failure = _CappedBuffer(4096)
+                async with probe:
+                    await _feed(probe.stdin, b"")
+                    await _drain(probe.stderr, failure)
+                    returncode = await probe.wait()
         except (OSError, TimeoutError) as exc:
             return f"bubblewrap ({bwrap}) could not start a sandbox: {exc}"
-        if done.returncode != 0:
-            why = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+        if returncode != 0:
+            why = failure.text().strip() or f"exit {returncode}"
             return (
                 f"bubblewrap ({bwrap}) could not start a sandbox: {why} "
                 "(are unprivileged user namespaces enabled?). Commands never run unsandboxed."
@@ -466,7 +500,7 @@ class Sandbox:
         args += [
             "--",
             "prlimit",
-            f"--as={c.memory_mb * 1024 * 1024}",
+            f"--as={c.process_memory_mb * 1024 * 1024}",
             f"--cpu={cpu_s}:{cpu_s + 1}",
             f"--nproc={c.max_processes}",
             f"--fsize={c.max_file_mb * 1024 * 1024}",
@@ -509,7 +543,6 @@ class Sandbox:
 
         cgroup = await self._cgroup()
         watch = SandboxWatch(
-            memory_mb=None if cgroup is not None else c.total_memory_mb,
             workspace=workspace,
             workspace_mb=c.workspace_mb,
             kill=kill,
@@ -526,7 +559,7 @@ class Sandbox:
                 tg.start_soon(_drain, process.stderr, err)
                 async with anyio.create_task_group() as watching:
                     if watch.active:
-                        watching.start_soon(watch.run, pid)
+                        watching.start_soon(watch.run)
                     with anyio.move_on_after(limit) as deadline:
                         await process.wait()
                     watching.cancel_scope.cancel()
@@ -589,33 +622,48 @@ async def _open_sandbox(
     argv: list[str], cgroup: Path | None, config: SandboxConfig
 ) -> anyio.abc.Process:
     """Start ``argv`` (``[*prefix, "bwrap", *options, "--", *command]``)
-    with bubblewrap's options read from a memory file (``--args``), not its
+    under the memory filter (``--seccomp``, see ``_seccomp``), with
+    bubblewrap's options read from a memory file (``--args``), not its
     command line: the workspace's host path is not for ``ps`` to show other
     users.  (The command stays on it: bubblewrap takes it from there only,
     and it names paths as the sandbox sees them.)  In ``cgroup``, joined
     before bubblewrap starts, so every process of the sandbox is in it."""
     at = argv.index("bwrap") + 1
     end = argv.index("--", at)
-    options = b"".join(arg.encode() + b"\0" for arg in argv[at:end])
-    launch = [*argv[:at], "--args", "", *argv[end:]]
-    if cgroup is not None:
-        launch = ["sh", "-c", 'echo 0 > "$0" && exec "$@"', f"{cgroup}/cgroup.procs", *launch]
-    fd = os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
-    launch[launch.index("--args") + 1] = str(fd)
+    fds: list[int] = []
     try:
-        view = memoryview(options)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.lseek(fd, 0, os.SEEK_SET)
+        options = argv[at:end]
+        if _MEMORY_FILTER is not None:
+            fds.append(_memory_file("bwrap-seccomp", _MEMORY_FILTER))
+            options += ["--seccomp", str(fds[-1])]
+        fds.append(_memory_file("bwrap-args", b"".join(a.encode() + b"\0" for a in options)))
+        launch = [*argv[:at], "--args", str(fds[-1]), *argv[end:]]
+        if cgroup is not None:
+            launch = ["sh", "-c", 'echo 0 > "$0" && exec "$@"', f"{cgroup}/cgroup.procs", *launch]
         return await anyio.open_process(
-            launch, env={"PATH": _PATH}, start_new_session=True, pass_fds=(fd,)
+            launch, env={"PATH": _PATH}, start_new_session=True, pass_fds=fds
         )
     except BaseException:
         if cgroup is not None:
             _end_cgroup(cgroup, config)
         raise
     finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _memory_file(name: str, data: bytes) -> int:
+    """A memory file holding ``data``, read from its start."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def _as_sandbox_user() -> list[str]:

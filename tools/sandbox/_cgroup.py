@@ -94,11 +94,16 @@ class SandboxCgroups:
             path.rmdir()
 
 
-def memory_bound_in_force(cgroups: SandboxCgroups) -> str:
+def memory_bound_in_force(
+    cgroups: SandboxCgroups, *, process_mb: int, processes: int, filtered: bool
+) -> str:
     """Which total memory bound sandboxes get here, in a sentence."""
-    if cgroups.parent is not None:
-        return f"a cgroup v2 per sandbox under {cgroups.parent} (memory.max, no swap)"
-    return (
-        "a watcher summing the resident memory of the sandbox's processes, confirmed by PSS "
-        "(no delegated cgroup v2 with the memory controller here)"
+    product = (
+        f"{processes} processes x {process_mb} MiB of address space "
+        f"(RLIMIT_NPROC per sandbox x RLIMIT_AS) = {processes * process_mb} MiB"
     )
+    if not filtered:
+        product += " (SysV shared memory and memory files not refused on this machine)"
+    if cgroups.parent is not None:
+        return f"{product}, and a cgroup v2 per sandbox under {cgroups.parent} (memory.max)"
+    return f"{product}; no delegated cgroup v2 with the memory controller here"

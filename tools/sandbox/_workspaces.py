@@ -31,8 +31,15 @@ import anyio.to_thread
 
 from agentrt.protocols._ids import RolloutId, is_top_level, top_level_id
 from agentrt.runtime.kernel._errors import ConfigError, ToolError
+from agentrt.runtime.observe._log import get_logger
 from agentrt.tools._tool import ToolContext
 from agentrt.tools.sandbox._bwrap import SandboxEnvironment, sandbox_host_uid
+from agentrt.tools.sandbox._workspace_owners import (
+    claim,
+    disown,
+    remove_if_unused,
+    sweep_abandoned,
+)
 
 __all__ = [
     "RolloutWorkspace",
@@ -40,9 +47,11 @@ __all__ = [
     "Workspaces",
     "copy_directory_seed",
     "default_workspace_root",
+    "keep_run",
     "release_rollout",
     "release_run",
     "rollout_key",
+    "run_directory",
     "run_seed",
 ]
 
@@ -50,6 +59,7 @@ __all__ = [
 #: rollout sees it: a copy of a repository, a checkout, fixture files.
 WorkspaceSeed = Callable[[Path], Awaitable[None]]
 
+_log = get_logger(__name__)
 _SAFE: Final = re.compile(r"[^A-Za-z0-9_.-]")
 #: Edits the editor can undo per file, newest last.
 _UNDO_DEPTH: Final = 20
@@ -86,9 +96,18 @@ async def release_run(run_id: str, root: Path | None = None, *, owned: bool = Fa
     (``owned=True``)."""
     if run_id in _RUN_SEEDS and not owned:
         return
-    path = (root or default_workspace_root()) / _safe(run_id or "_")
+    path = run_directory(run_id, root)
     with anyio.CancelScope(shield=True):
-        await anyio.to_thread.run_sync(_remove, path)
+        await anyio.to_thread.run_sync(_remove_run, path)
+
+
+def keep_run(run_id: str, root: Path | None = None) -> Path:
+    """Leave the workspaces of ``run_id`` under ``root`` (default:
+    ``default_workspace_root()``) for debugging: no later start of agentrt
+    sweeps them; where they are."""
+    path = run_directory(run_id, root)
+    disown(path)
+    return path
 
 
 async def release_rollout(run_id: str, rollout_id: str, root: Path | None = None) -> None:
@@ -98,10 +117,15 @@ async def release_rollout(run_id: str, rollout_id: str, root: Path | None = None
     workspace is its top-level rollout's) or a run with a ``run_seed``."""
     if run_id in _RUN_SEEDS or not is_top_level(rollout_id):
         return
-    path = (root or default_workspace_root()) / _safe(run_id or "_")
-    path /= _safe(rollout_key(run_id, rollout_id))
+    path = run_directory(run_id, root) / _safe(rollout_key(run_id, rollout_id))
     with anyio.CancelScope(shield=True):
         await anyio.to_thread.run_sync(_remove_rollout, path)
+
+
+def run_directory(run_id: str, root: Path | None = None) -> Path:
+    """Where the workspaces of ``run_id`` are, under ``root`` (default:
+    ``default_workspace_root()``); no I/O."""
+    return (root or default_workspace_root()) / _safe(run_id or "_")
 
 
 def default_workspace_root() -> Path:
@@ -252,7 +276,7 @@ class Workspaces:
         return self._path(run_id, rollout_key(run_id, rollout_id))
 
     def _path(self, run_id: str, key: str) -> Path:
-        return self._root / _safe(run_id or "_") / _safe(key)
+        return run_directory(run_id, self._root) / _safe(key)
 
     async def for_call(self, context: ToolContext) -> RolloutWorkspace:
         """The workspace of the rollout making this call; ``ToolError`` when
@@ -306,7 +330,9 @@ class Workspaces:
 
     async def _release(self, run_id: str, key: str) -> None:
         self._spaces.pop((run_id, key), None)
-        if not self._keep:
+        if self._keep:
+            disown(self._path(run_id, key).parent)  # kept: not swept when this process ends
+        else:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_remove_rollout, self._path(run_id, key))
 
@@ -328,11 +354,20 @@ class Workspaces:
         await self.aclose()
 
 
+#: Roots this process has swept of dead processes' workspaces.
+_SWEPT: set[Path] = set()
+
+
 def _make_parent(parent: Path) -> None:
     # The root and run directories must be traversable by the sandbox's
     # host user (bwrap opens the workspace as that user), not listable.
-    for directory in (parent.parent, parent):
-        directory.mkdir(mode=0o711, exist_ok=True)
+    parent.parent.mkdir(mode=0o711, exist_ok=True)
+    if parent.parent not in _SWEPT:  # once per root: what died with its process
+        _SWEPT.add(parent.parent)
+        for swept in sweep_abandoned(parent.parent):
+            _log.info("workspaces.swept", path=str(swept), why="every owner process died")
+    parent.mkdir(mode=0o711, exist_ok=True)
+    claim(parent)
     uid = sandbox_host_uid()
     if uid == os.geteuid():
         return
@@ -380,8 +415,13 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _remove_rollout(path: Path) -> None:
-    """Delete a rollout's workspace, and its run's directory once empty."""
+def _remove_run(path: Path) -> None:
     _remove(path)
-    with contextlib.suppress(OSError):  # other rollouts' workspaces are still there
-        path.parent.rmdir()
+    disown(path)
+
+
+def _remove_rollout(path: Path) -> None:
+    """Delete a rollout's workspace, and its run's directory once no
+    workspace is left there."""
+    _remove(path)
+    remove_if_unused(path.parent)

@@ -74,3 +74,26 @@ async def test_agentrt_run_deletes_its_rollouts_workspaces(temp: Path) -> None:
     assert answered == 3  # each rollout sent a shell result back: it had a workspace
     assert [p.name async for p in anyio.Path(temp).iterdir()] in ([], ["agentrt-workspaces"])
     assert [p async for p in anyio.Path(temp / "agentrt-workspaces").glob("*")] == []
+
+
+async def test_agentrt_run_keeps_its_workspaces_on_request(temp: Path) -> None:
+    """``--keep-workspaces``: the rollouts' workspaces stay, and stderr says where."""
+    config = anyio.Path(temp.parent / "agentrt.toml")
+    async with SimServer(SimServerConfig(tool_rounds=1, ttft_ms=1, token_ms=0)) as sim:
+        await config.write_text(
+            "early_stop = false\n\n"
+            "[models.backends.sim]\n"
+            f'kind = "openai"\nbase_url = "{sim.url}/v1"\nmodels = ["sim"]\n\n'
+            '[agents.coder]\ninstructions = "Code."\ntools = ["shell"]\nstop_on = []\n'
+        )
+        command = [sys.executable, "-m", "agentrt", "run", "go", "--agent", "coder"]
+        done = await anyio.run_process(
+            [*command, "--rollouts", "2", "--keep-workspaces", "--config", str(config), "--json"],
+            env={**os.environ, "TMPDIR": str(temp)},
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    result = json.loads(done.stdout)
+    kept = temp / "agentrt-workspaces" / result["run_id"]
+    assert f"workspaces kept in {kept}" in done.stderr.decode()
+    assert len([p async for p in anyio.Path(kept).iterdir()]) == 2

@@ -202,6 +202,7 @@ async def test_eval_command_draws_one_pool_per_task_prints_curves_and_a_paired_i
         str(tmp_path / "out.svg"),
         "--json",
         str(tmp_path / "out.json"),
+        "--keep-workspaces",
     ]
     report = await eval_command(build_parser().parse_args(argv), open_runner)
     # One run per task, of N rollouts: the curves of every k come from it.
@@ -213,6 +214,7 @@ async def test_eval_command_draws_one_pool_per_task_prints_curves_and_a_paired_i
     printed = capsys.readouterr().out
     assert f"pool: 4 tasks x {N} rollouts, drawn once ({4 * N} model calls)" in printed
     assert "compare majority@5 - pass@1:" in printed
+    assert "workspaces kept in: " in printed
     assert "compare majority@5 - rtv:v=2@5:" in printed
     assert "bounded variance (few tasks)" in printed
     assert "power: to detect a 2-point change in pass@1" in printed

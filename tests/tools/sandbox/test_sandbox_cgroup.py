@@ -27,7 +27,9 @@ def test_a_delegated_parent_with_memory_makes_bounded_children(tmp_path: Path) -
     root, own = _tree(tmp_path, "/svc/leaf", {"svc": "memory pids\n", "svc/leaf": ""})
     cgroups = SandboxCgroups(root, own)
     assert cgroups.parent == root / "svc"
-    assert "a cgroup v2 per sandbox under" in memory_bound_in_force(cgroups)
+    bound = memory_bound_in_force(cgroups, process_mb=64, processes=8, filtered=True)
+    assert bound.startswith("8 processes x 64 MiB of address space"), bound
+    assert bound.endswith(f"and a cgroup v2 per sandbox under {root / 'svc'} (memory.max)")
     child = cgroups.make(500, 64)
     assert child.parent == root / "svc"
     assert (child / "memory.max").read_text() == f"{500 * 1024 * 1024}\n"
@@ -45,4 +47,6 @@ def test_no_cgroup_without_v2_or_without_the_memory_controller(tmp_path: Path) -
     (root / "cgroup.subtree_control").write_text("memory\n")
     cgroups = SandboxCgroups(root, own)
     assert not cgroups.available
-    assert "a watcher summing the resident memory" in memory_bound_in_force(cgroups)
+    bound = memory_bound_in_force(cgroups, process_mb=64, processes=8, filtered=False)
+    assert "= 512 MiB (SysV shared memory and memory files not refused" in bound
+    assert bound.endswith("; no delegated cgroup v2 with the memory controller here")

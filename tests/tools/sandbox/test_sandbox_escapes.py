@@ -2,10 +2,12 @@
 ``python`` tool: reading secrets (a home's ``~/.ssh``, ``/etc/shadow``, the
 daemon's store, its environment), writing outside the workspace, reaching
 the network or a host Unix socket, leaving a process behind, a fork bomb,
-allocating past the memory limit."""
+allocating past the memory limit, many processes allocating past the
+sandbox's total (host memory is the judge), memory no address space counts."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import socket
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import psutil
 import pytest
 
@@ -29,11 +32,12 @@ from agentrt.tools import (
     ToolOutput,
     Workspaces,
 )
+from agentrt.tools.sandbox._bwrap import sandbox_host_uid
 
 pytestmark = pytest.mark.process
 
 CTX = ToolContext(run_id="run", rollout_id="run-0")
-LIMITS = {"timeout_s": 8.0, "memory_mb": 256, "max_processes": 32}
+LIMITS = {"timeout_s": 8.0, "memory_mb": 256, "max_processes": 32, "total_memory_mb": 8192}
 
 
 @dataclass(frozen=True)
@@ -395,3 +399,124 @@ async def test_cannot_create_a_user_namespace(attacker: Attacker) -> None:
     )
     assert "DONE" in out.text
     assert "ESCALATED" not in out.text
+
+
+#: Children that each take up to ``ATTEMPT_MIB`` in 1 MiB blocks (every page
+#: touched), report what they hold, and hold it until the test has measured
+#: the host: ``ready`` and ``release`` are FIFOs in the workspace.
+_HOGS = """
+import os, sys
+ATTEMPT_MIB = 1024
+kids, reports = [], []
+for _ in range(16):
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        break  # the process cap
+    if pid == 0:
+        held = []
+        try:
+            for _ in range(ATTEMPT_MIB):
+                block = bytearray(1 << 20)
+                block[::4096] = b"\\x01" * 256
+                held.append(block)
+        except MemoryError:
+            pass
+        os.write(w, str(len(held)).encode())
+        os.close(w)
+        open("release").read()
+        os._exit(0)
+    os.close(w)
+    kids.append(pid)
+    reports.append(r)
+total = sum(int(os.read(r, 64) or b"0") for r in reports)
+print("PROCESSES", len(kids), "HELD_MIB", total, flush=True)
+with open("ready", "w") as f:
+    f.write("ready")
+for pid in kids:
+    os.waitpid(pid, 0)
+"""
+
+
+def _available_kib() -> int:
+    with open("/proc/meminfo") as info:
+        for line in info:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    raise AssertionError("no MemAvailable in /proc/meminfo")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["shell", "python"])
+async def test_many_processes_allocating_hold_no_more_than_the_total(
+    kind: str, bwrap: str, workspaces: Workspaces
+) -> None:
+    """Processes forked up to the cap, each allocating up to 1 GiB: the
+    host's available memory drops by no more than the sandbox's 512 MiB
+    (8 processes x 64 MiB of address space), while without the bound it
+    would drop by 1 GiB a process.  Other work on the host moves
+    ``MemAvailable`` too, so a drop past the bound is measured again (up to
+    3 times); without the bound every try is far past it."""
+    total_mib = 512
+    limits = {"timeout_s": 120.0, "max_processes": 8, "total_memory_mb": total_mib}
+    shell = ShellTool(workspaces, SandboxConfig.model_validate(limits))
+    python = PythonSandbox(PythonSandboxConfig.model_validate(limits), workspaces=workspaces)
+    space = await workspaces.get(CTX.run_id, CTX.rollout_id)
+    for fifo in ("ready", "release"):
+        os.mkfifo(space.path / fifo)
+        os.chown(space.path / fifo, sandbox_host_uid(), sandbox_host_uid())
+    if kind == "shell":
+        call = functools.partial(shell.call, {"command": f"python3 - <<'EOF'\n{_HOGS}EOF"}, CTX)
+    else:
+        call = functools.partial(python.call, {"code": _HOGS}, CTX)
+    drops: list[float] = []
+    for _ in range(3):
+        outputs: list[ToolOutput] = []
+
+        async def attack() -> None:
+            outputs.append(await call())  # noqa: B023 (awaited within the iteration)
+
+        before = sorted(_available_kib() for _ in range(3))[1]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(attack)
+            with anyio.fail_after(100):  # a FIFO: until every child holds its memory
+                await anyio.to_thread.run_sync((space.path / "ready").read_bytes)
+            holding = []
+            for _ in range(3):
+                holding.append(_available_kib())
+                await anyio.sleep(0.1)
+            await anyio.to_thread.run_sync((space.path / "release").write_bytes, b"go")
+        out = outputs[0]
+        assert "PROCESSES" in out.text, out.text
+        held = int(out.text.split("HELD_MIB")[1].split()[0])
+        assert held >= total_mib // 4, out.text  # they did allocate
+        assert held <= total_mib, out.text
+        drops.append((before - max(holding)) / 1024)
+        if drops[-1] <= total_mib:
+            break
+    assert min(drops) <= total_mib, (drops, out.text)
+
+
+@pytest.mark.anyio
+async def test_memory_no_address_space_counts_is_refused(attacker: Attacker) -> None:
+    """SysV shared memory (kept after ``shmdt``) and memory files (grown
+    by ``write``) would hold memory past the address-space bound: both
+    are refused."""
+    probe = """
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    segment = libc.shmget(0, 1 << 20, 0o1600)
+    print("shmget", "refused" if segment < 0 else "ALLOWED", os.strerror(ctypes.get_errno()))
+    try:
+        os.memfd_create("hold")
+        print("memfd ALLOWED")
+    except OSError as exc:
+        print("memfd refused", exc.strerror)
+    """
+    out = await attacker.attempt(
+        f"python3 - <<'EOF'\n{textwrap.dedent(probe)}EOF", textwrap.dedent(probe)
+    )
+    assert "shmget refused Function not implemented" in out.text, out.text
+    assert "memfd refused Function not implemented" in out.text, out.text
+    assert "ALLOWED" not in out.text

@@ -230,3 +230,34 @@ async def test_a_runs_workspaces_are_deleted_when_it_ends(open_dir: Path) -> Non
     assert len(seen) == 2
     assert all("/workspace" in text for text in seen)
     assert not (default_workspace_root() / result.run_id).exists()
+
+
+async def test_keep_workspaces_leaves_a_runs_workspaces_and_says_where(
+    open_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``keep_workspaces = true``: the run's workspaces stay, with what the
+    commands wrote, the log names the directory, and no later start sweeps
+    them (they have no owner)."""
+    spec = _spec(open_dir / "spec.yaml", "      - shell\n", tool_timeout_s=30)
+
+    def script(request: ModelRequest) -> Any:
+        if _results(request):
+            return "done"
+        return ScriptedToolCall("shell", {"command": "echo kept > f.txt"})
+
+    caplog.set_level("INFO")
+    async with Runtime(
+        {"early_stop": False, "default_agent": "coder", "keep_workspaces": True},
+        backends=[ScriptedBackend(script)],
+        agents={"coder": load_spec(spec)},
+    ) as rt:
+        result = await rt.run("go", scaling=ScalingSpec(rollouts=2))
+    kept = default_workspace_root() / result.run_id
+    try:
+        files = sorted(p.read_text() for p in kept.glob("*/f.txt"))
+        assert files == ["kept\n", "kept\n"]
+        assert not (default_workspace_root() / ".owners" / result.run_id).exists()
+        assert str(kept) in caplog.text
+        assert "workspaces.kept" in caplog.text
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
