@@ -74,7 +74,9 @@ from agentrt.runtime.placement._worker_wire import (
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
+    StepPrompts,
     WorkerSpec,
+    event_kinds,
 )
 from agentrt.tools.sandbox._workspaces import release_rollout
 
@@ -110,6 +112,7 @@ class Outbox:
         self._answers: dict[int, asyncio.Future[BankAnswer]] = {}
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._prompts = StepPrompts()
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -128,6 +131,16 @@ class Outbox:
             loop, wake = self._loop, self._wake
         if first and loop is not None and wake is not None:
             loop.call_soon_threadsafe(wake.set)
+
+    def post_step(self, event: StepRecorded, ack: int) -> None:
+        """Post ``event`` as a ``StepOut`` (its prompt as what changed; on
+        the rollouts' loop, as every step's)."""
+        self.post(self._prompts.encode(event, ack))
+
+    def post_flush(self, ack: int, rollout: str) -> None:
+        """Post the ``FlushOut`` that ends ``rollout`` (and its prompts)."""
+        self._prompts.forget(rollout)
+        self.post(FlushOut(ack=ack, rollout=rollout))
 
     def expect_ack(self) -> tuple[int, asyncio.Future[None]]:
         """An ack id and the future its ack completes (on the rollouts' loop)."""
@@ -468,7 +481,7 @@ class WorkerHost:
         )
         try:
             result: RolloutResult = await self._local.run_rollout(shard.placed, job)
-            outcome: RolloutOutcome = RolloutDone(result=result)
+            outcome: RolloutOutcome = _done(result, shard.committed[rollout.rollout_id])
         except BudgetExceeded as exc:
             outcome = RolloutRaised(kind="budget", message=str(exc), limit=exc.limit)
         except RolloutGaveUp as exc:
@@ -484,7 +497,7 @@ class WorkerHost:
                     await finished(rollout.run_id, rollout.rollout_id)
             await release_rollout(rollout.run_id, rollout.rollout_id)  # its workspace here
             with anyio.CancelScope(shield=True), anyio.move_on_after(DRIVER_TIMEOUT_S):
-                await self._flush()
+                await self._flush(rollout.rollout_id)
             if shard.active == 0 and self._shards.get(rollout.run_id) is shard:
                 del self._shards[rollout.run_id]
                 with anyio.CancelScope(shield=True):
@@ -495,9 +508,9 @@ class WorkerHost:
         assert self.rt is not None
         return self.rt
 
-    async def _flush(self) -> None:
+    async def _flush(self, rollout: str) -> None:
         ack, done = self._outbox.expect_ack()
-        self._outbox.post(FlushOut(ack=ack))
+        self._outbox.post_flush(ack, rollout)
         await done
 
     async def _shard(self, placed: PlacedRollout) -> _Shard:
@@ -518,13 +531,16 @@ class WorkerHost:
                 self._outbox.post(EventOut(event=event))
                 return
             ack, committed = self._outbox.expect_ack()
-            self._outbox.post(EventOut(event=event, ack=ack))
+            if isinstance(event, StepRecorded):
+                self._outbox.post_step(event, ack)
+            else:
+                self._outbox.post(EventOut(event=event, ack=ack))
             with anyio.fail_after(DRIVER_TIMEOUT_S):
                 await committed
             if isinstance(event, StepRecorded) and is_top_level(event.rollout_id):
                 holder[0].committed[event.rollout_id].append(event.step)
 
-        emitter = EventEmitter(forward)
+        emitter = EventEmitter(forward, kinds=event_kinds(placed.events))
         check = BudgetLedger(f"{run_id}-worker", prices=rt.prices)
         memory = (
             MemoryView(
@@ -561,6 +577,23 @@ class WorkerHost:
         holder.append(shard)
         self._shards[run_id] = shard
         return shard
+
+
+def _done(result: RolloutResult, committed: list[Step]) -> RolloutDone:
+    """``result`` as it goes back: without the first steps of its
+    trajectory that are the steps it committed (the driver has them)."""
+    steps = result.trajectory.steps
+    count = 0
+    for step, sent in zip(steps, committed, strict=False):
+        if step is not sent:
+            break
+        count += 1
+    if count == 0:
+        return RolloutDone(result=result)
+    trajectory = msgspec.structs.replace(result.trajectory, steps=steps[count:])
+    return RolloutDone(
+        result=msgspec.structs.replace(result, trajectory=trajectory), committed=count
+    )
 
 
 @final
