@@ -20,6 +20,7 @@ from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._control import RolloutResult
 from agentrt.agents._spec_loader import SpecSet
 from agentrt.protocols._events import Event, StepRecorded
+from agentrt.protocols._ids import top_level_id
 from agentrt.protocols._messages import ChatMessage
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._usage import Usage
@@ -317,19 +318,21 @@ class StepPrompts:
     the channel's order, so they hold the same prompts."""
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[ChatMessage, ...]] = {}
+        self._last: dict[str, dict[str, tuple[ChatMessage, ...]]] = {}
+        """By top-level rollout: its prompts and its sub-agents', by rollout id."""
 
     def encode(self, event: StepRecorded, ack: int) -> StepOut:
         """``event`` as a ``StepOut``: the messages its prompt shares with
         the rollout's last one (the same objects, in order) are not sent."""
         messages = event.step.messages
-        last = self._last.get(event.rollout_id, ())
+        rollouts = self._rollouts(event.rollout_id)
+        last = rollouts.get(event.rollout_id, ())
         kept = 0
         for message, before in zip(messages, last, strict=False):
             if message is not before:
                 break
             kept += 1
-        self._last[event.rollout_id] = messages
+        rollouts[event.rollout_id] = messages
         step = msgspec.structs.replace(event.step, messages=())
         return StepOut(
             event=msgspec.structs.replace(event, step=step),
@@ -341,22 +344,28 @@ class StepPrompts:
     def decode(self, item: StepOut) -> StepRecorded:
         """The ``StepRecorded`` event ``item`` carries, its prompt whole."""
         event = item.event
-        last = self._last.get(event.rollout_id, ())
+        rollouts = self._rollouts(event.rollout_id)
+        last = rollouts.get(event.rollout_id, ())
         if item.kept > len(last):
             raise ValueError(
                 f"StepOut of rollout {event.rollout_id}: keeps {item.kept} messages "
                 f"of a prompt of {len(last)}"
             )
         messages = (*last[: item.kept], *item.added)
-        self._last[event.rollout_id] = messages
+        rollouts[event.rollout_id] = messages
         step = msgspec.structs.replace(event.step, messages=messages)
         return msgspec.structs.replace(event, step=step)
 
     def forget(self, rollout: str) -> None:
         """``rollout`` ended: forget its prompts and its sub-agents'."""
-        below = f"{rollout}."
-        for key in [k for k in self._last if k == rollout or k.startswith(below)]:
-            del self._last[key]
+        self._last.pop(top_level_id(rollout), None)
+
+    def _rollouts(self, rollout_id: str) -> dict[str, tuple[ChatMessage, ...]]:
+        top = top_level_id(rollout_id)
+        rollouts = self._last.get(top)
+        if rollouts is None:
+            rollouts = self._last[top] = {}
+        return rollouts
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()
