@@ -396,16 +396,26 @@ class ProcessPlacement:
         why = ""
         try:
             while True:
-                match TO_DRIVER.decode(await worker.channel.receive()):
-                    case Items(items=items):
-                        await self._handle(worker, items)
-                    case Outcome(id=rid, outcome=outcome):
-                        waiter = worker.waiting.get(rid)
-                        if waiter is not None:
-                            waiter.outcome = outcome
-                            waiter.done.set()
-                    case WorkerReady():
-                        pass
+                # The items of the frames that queued up are handled as one
+                # batch (booked, delivered, acked once), up to an outcome:
+                # a rollout's events are in before its result.
+                items: list[Outbound] = []
+                for frame in await worker.channel.receive_queued():
+                    match TO_DRIVER.decode(frame):
+                        case Items(items=more):
+                            items += more
+                        case Outcome(id=rid, outcome=outcome):
+                            if items:
+                                await self._handle(worker, items)
+                                items = []
+                            waiter = worker.waiting.get(rid)
+                            if waiter is not None:
+                                waiter.outcome = outcome
+                                waiter.done.set()
+                        case WorkerReady():
+                            pass
+                if items:
+                    await self._handle(worker, items)
         except _LOST:
             why = await _exit_of(worker.process)
         except Exception as error:

@@ -98,6 +98,16 @@ class FrameChannel:
             self._split()
         return self._frames.popleft()
 
+    async def receive_queued(self) -> list[bytes]:
+        """The frames that arrived (at least one), in order;
+        ``anyio.EndOfStream`` when the peer closed."""
+        while not self._frames:
+            self._buffer += await self._stream.receive(READ)
+            self._split()
+        frames = list(self._frames)
+        self._frames.clear()
+        return frames
+
     def _split(self) -> None:
         buffer, start = self._buffer, 0
         while len(buffer) - start >= HEADER:
