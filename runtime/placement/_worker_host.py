@@ -200,8 +200,9 @@ class Outbox:
             else:
                 future.set_exception(RuntimeFailure(f"the run's sink did not take it: {why}"))
 
-    async def take(self) -> list[Outbound]:
-        """The items posted since the last take (waits up to ``IDLE_S`` for one)."""
+    async def take(self, gather_s: float = 0.0) -> list[Outbound]:
+        """The items posted since the last take (waits up to ``IDLE_S`` for
+        one, then ``gather_s`` for more to join it)."""
         if self._wake is None:
             self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         wake = self._wake
@@ -209,11 +210,14 @@ class Outbox:
             while True:
                 with self._lock:
                     if self._items:
-                        count = min(len(self._items), BATCH)
-                        return [self._items.popleft() for _ in range(count)]
+                        break
                     wake.clear()
                 await wake.wait()
-        return []
+        if gather_s > 0 and self._items:
+            await anyio.sleep(gather_s)
+        with self._lock:
+            count = min(len(self._items), BATCH)
+            return [self._items.popleft() for _ in range(count)]
 
 
 @dataclass(frozen=True, slots=True)
