@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from agentrt.agents._control import RolloutResult
-from agentrt.protocols import RolloutFinished, StepRecorded, ToolCalled, Trajectory
+from agentrt.protocols import Event, RolloutFinished, StepRecorded, ToolCalled, Trajectory
 from agentrt.protocols._messages import (
     AssistantMessage,
     ChatMessage,
@@ -131,7 +131,7 @@ def test_a_result_leaves_out_the_committed_steps_and_the_driver_puts_them_back()
 def test_a_worker_is_told_the_event_kinds_the_run_takes() -> None:
     assert event_tags(None) is None
     assert event_kinds(None) is None
-    kinds = frozenset({StepRecorded, ToolCalled, RolloutFinished})
+    kinds: frozenset[type[Event]] = frozenset({StepRecorded, ToolCalled, RolloutFinished})
     tags = event_tags(kinds)
     assert tags == ["rollout_finished", "step", "tool_call"]
     assert event_kinds(tags) == kinds
