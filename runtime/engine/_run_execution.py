@@ -672,6 +672,7 @@ class RunExecution:
             or budget.max_usd is not None
             or budget.max_model_calls is not None,
             journal=journal if isinstance(journal := plan.ledger.journal, EventJournal) else None,
+            events=self.emitter.kinds,
         )
         return self._placed
 

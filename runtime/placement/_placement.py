@@ -45,7 +45,9 @@ class PlacedRun:
     whether the run's ledger has a cap (its calls must be admitted there
     before they are made); ``journal``: the run's journal of model calls,
     when it is journaled (a remote rollout journals its calls through the
-    run's events, and takes up the replies an earlier incarnation left)."""
+    run's events, and takes up the replies an earlier incarnation left);
+    ``events``: the kinds of event the run's stream takes (``None``: all;
+    a remote worker builds and sends no other)."""
 
     run_id: str
     runner: EntryNode
@@ -56,6 +58,7 @@ class PlacedRun:
     restarts: int
     capped: bool
     journal: EventJournal | None = None
+    events: frozenset[type[Event]] | None = None
 
     @property
     def resumable(self) -> bool:

@@ -18,6 +18,7 @@ import itertools
 import multiprocessing
 import os
 import socket
+from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
@@ -26,8 +27,8 @@ from typing import Final, final
 
 import anyio
 
-from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._control import RolloutResult
+from agentrt.protocols._trajectory import Step
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.config._runtime_config import PlacementConfig
 from agentrt.runtime.kernel._backoff import Backoff, RestartBackoff
@@ -46,7 +47,7 @@ from agentrt.runtime.placement._worker_books import (
     outcome_result,
     pick_worker,
     place_again,
-    replays_of,
+    placed_rollout,
 )
 from agentrt.runtime.placement._worker_wire import (
     TO_DRIVER,
@@ -62,6 +63,7 @@ from agentrt.runtime.placement._worker_wire import (
     Replies,
     Reply,
     RolloutOutcome,
+    StepPrompts,
     WorkerReady,
     WorkerSpec,
 )
@@ -107,6 +109,7 @@ class _Worker:
     lost: str = ""
     started: float = 0.0
     pumped: anyio.Event = field(default_factory=anyio.Event)
+    prompts: StepPrompts = field(default_factory=StepPrompts)
     waiting: dict[int, _Waiter] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -289,8 +292,6 @@ class ProcessPlacement:
     async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult:
         """Run ``job`` on a worker; when that worker dies, on another, from
         the rollout's committed steps (``RolloutRestarted`` says so)."""
-        agent = run.agent
-        config = agent.model_dump_json() if isinstance(agent, AgentConfig) else None
         message = job.message
         key = message.rollout_id
         entry = self._runs.setdefault(run.run_id, RunEntry[_Worker](run.emit))
@@ -301,20 +302,9 @@ class ProcessPlacement:
         try:
             while True:
                 worker = pick_worker(self._workers, entry, self.config.affinity_slack, PLACEMENT)
-                placed = PlacedRollout(
-                    rollout=message,
-                    name=job.name,
-                    ledger=key,
-                    agent=agent if isinstance(agent, str) else None,
-                    agent_config=config,
-                    restarts=run.restarts,
-                    capped=run.capped,
-                    memory=self._bank is not None,
-                    journaled=run.journal is not None,
-                    replays=replays_of(run.journal, key),
-                )
+                placed = placed_rollout(run, job, message, memory=self._bank is not None)
                 try:
-                    return await self._ask(worker, placed)
+                    return await self._ask(worker, placed, job.committed)
                 except _WorkerLost as lost:
                     await lost.worker.pumped.wait()  # what it committed is in
                     losses += 1
@@ -328,7 +318,9 @@ class ProcessPlacement:
             if entry.active == 0:
                 self._runs.pop(run.run_id, None)
 
-    async def _ask(self, worker: _Worker, placed: PlacedRollout) -> RolloutResult:
+    async def _ask(
+        self, worker: _Worker, placed: PlacedRollout, committed: Sequence[Step]
+    ) -> RolloutResult:
         rid = next(worker.ids)
         waiter = worker.waiting[rid] = _Waiter()
         worker.load += 1
@@ -351,7 +343,7 @@ class ProcessPlacement:
             raise _WorkerLost(worker, waiter.lost)
         if waiter.outcome is None:
             raise RuntimeFailure(f"rollout {placed.rollout.rollout_id} was cancelled on its worker")
-        return outcome_result(waiter.outcome, placed.rollout.rollout_id)
+        return outcome_result(waiter.outcome, placed.rollout.rollout_id, committed)
 
     def _lose(self, worker: _Worker, why: str) -> None:
         worker.alive = False
@@ -404,16 +396,26 @@ class ProcessPlacement:
         why = ""
         try:
             while True:
-                match TO_DRIVER.decode(await worker.channel.receive()):
-                    case Items(items=items):
-                        await self._handle(worker, items)
-                    case Outcome(id=rid, outcome=outcome):
-                        waiter = worker.waiting.get(rid)
-                        if waiter is not None:
-                            waiter.outcome = outcome
-                            waiter.done.set()
-                    case WorkerReady():
-                        pass
+                # The items of the frames that queued up are handled as one
+                # batch (booked, delivered, acked once), up to an outcome:
+                # a rollout's events are in before its result.
+                items: list[Outbound] = []
+                for frame in await worker.channel.receive_queued():
+                    match TO_DRIVER.decode(frame):
+                        case Items(items=more):
+                            items += more
+                        case Outcome(id=rid, outcome=outcome):
+                            if items:
+                                await self._handle(worker, items)
+                                items = []
+                            waiter = worker.waiting.get(rid)
+                            if waiter is not None:
+                                waiter.outcome = outcome
+                                waiter.done.set()
+                        case WorkerReady():
+                            pass
+                if items:
+                    await self._handle(worker, items)
         except _LOST:
             why = await _exit_of(worker.process)
         except Exception as error:
@@ -435,7 +437,7 @@ class ProcessPlacement:
                 self._tasks.start_soon(self._bank_call, worker, item)
         if answers:
             await worker.channel.send(Replies(replies=answers))
-        acked, failed = await deliver_events(self._runs, items)
+        acked, failed = await deliver_events(self._runs, items, worker.prompts)
         if acked:
             await worker.channel.send(Replies(replies=[Acked(ids=acked, failed=failed)]))
 

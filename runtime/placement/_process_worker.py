@@ -53,24 +53,43 @@ _PR_SET_PDEATHSIG: Final = 1
 
 @final
 class FrameChannel:
-    """One end of a worker's socket: whole frames in, whole frames out
-    (sends from several tasks are serialized).  Reads take what the socket
-    holds (up to ``READ``), several frames at a time when they queued up."""
+    """One end of a worker's socket: whole frames in, whole frames out.
+    Reads take what the socket holds (up to ``READ``), several frames at a
+    time when they queued up; frames sent while another send is writing
+    go out together in its next write (a write per loop turn, not per
+    frame: the driver's acks and placed rollouts, a worker's batches)."""
 
     def __init__(self, stream: SocketStream) -> None:
         self._stream = stream
         self._buffer = bytearray()
         self._frames: deque[bytes] = deque()
-        self._sending = anyio.Lock()
+        self._out = bytearray()
+        """Frames to write, in order (bounded by what the peer is owed:
+        replies to its items, the rollouts placed on it, their outcomes)."""
+        self._writing = False
 
     @classmethod
     async def of(cls, sock: socket.socket) -> FrameChannel:
         return cls(await SocketStream.from_socket(sock))
 
     async def send(self, frame: msgspec.Struct) -> None:
+        """Send ``frame``: written now, or by the send writing already
+        (returning at once; it raises, if the socket fails)."""
         data = ENCODER.encode(frame)
-        async with self._sending:
-            await self._stream.send(len(data).to_bytes(HEADER, "big") + data)
+        self._out += len(data).to_bytes(HEADER, "big")
+        self._out += data
+        if self._writing:
+            return
+        self._writing = True
+        try:
+            while self._out:
+                chunk = bytes(self._out)
+                self._out.clear()
+                # Shielded: a write cancelled half-way would cut a frame.
+                with anyio.CancelScope(shield=True):
+                    await self._stream.send(chunk)
+        finally:
+            self._writing = False
 
     async def receive(self) -> bytes:
         """The next frame; ``anyio.EndOfStream`` when the peer closed."""
@@ -78,6 +97,16 @@ class FrameChannel:
             self._buffer += await self._stream.receive(READ)
             self._split()
         return self._frames.popleft()
+
+    async def receive_queued(self) -> list[bytes]:
+        """The frames that arrived (at least one), in order;
+        ``anyio.EndOfStream`` when the peer closed."""
+        while not self._frames:
+            self._buffer += await self._stream.receive(READ)
+            self._split()
+        frames = list(self._frames)
+        self._frames.clear()
+        return frames
 
     def _split(self) -> None:
         buffer, start = self._buffer, 0

@@ -15,6 +15,7 @@ aggregated; imports Ray, so it is imported only when configured.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Final, final
@@ -24,8 +25,8 @@ import anyio
 import ray
 from ray.exceptions import RayActorError
 
-from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._control import RolloutResult
+from agentrt.protocols._trajectory import Step
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.config._runtime_config import PlacementConfig
 from agentrt.runtime.kernel._backoff import Backoff, RestartBackoff
@@ -47,7 +48,7 @@ from agentrt.runtime.placement._worker_books import (
     outcome_result,
     pick_worker,
     place_again,
-    replays_of,
+    placed_rollout,
 )
 from agentrt.runtime.placement._worker_wire import (
     ENCODER,
@@ -59,6 +60,7 @@ from agentrt.runtime.placement._worker_wire import (
     Outbound,
     PlacedRollout,
     Reply,
+    StepPrompts,
     WorkerSpec,
 )
 
@@ -94,6 +96,7 @@ class _Worker:
     alive: bool = True
     lost: str = ""
     pumped: anyio.Event = field(default_factory=anyio.Event)
+    prompts: StepPrompts = field(default_factory=StepPrompts)
     started: float = 0.0
 
 
@@ -355,8 +358,6 @@ class RayPlacement:
     async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult:
         """Run ``job`` on a worker; when that worker is lost, on another,
         from the rollout's committed steps (``RolloutRestarted`` says so)."""
-        agent = run.agent
-        config = agent.model_dump_json() if isinstance(agent, AgentConfig) else None
         message = job.message
         key = message.rollout_id
         entry = self._runs.setdefault(run.run_id, RunEntry[_Worker](run.emit))
@@ -369,20 +370,9 @@ class RayPlacement:
                 worker = pick_worker(
                     self._workers, entry, self.config.affinity_slack, "ray placement"
                 )
-                placed = PlacedRollout(
-                    rollout=message,
-                    name=job.name,
-                    ledger=key,
-                    agent=agent if isinstance(agent, str) else None,
-                    agent_config=config,
-                    restarts=run.restarts,
-                    capped=run.capped,
-                    memory=self._bank is not None,
-                    journaled=run.journal is not None,
-                    replays=replays_of(run.journal, message.rollout_id),
-                )
+                placed = placed_rollout(run, job, message, memory=self._bank is not None)
                 try:
-                    return await self._ask(worker, placed)
+                    return await self._ask(worker, placed, job.committed)
                 except _WorkerLost as lost:
                     await lost.worker.pumped.wait()  # what it committed is in
                     losses += 1
@@ -396,7 +386,9 @@ class RayPlacement:
             if entry.active == 0:
                 self._runs.pop(run.run_id, None)
 
-    async def _ask(self, worker: _Worker, placed: PlacedRollout) -> RolloutResult:
+    async def _ask(
+        self, worker: _Worker, placed: PlacedRollout, committed: Sequence[Step]
+    ) -> RolloutResult:
         worker.load += 1
         worker.placed += 1
         ref = worker.handle.run.remote(ENCODER.encode(placed))
@@ -414,7 +406,7 @@ class RayPlacement:
             raise
         finally:
             worker.load -= 1
-        return outcome_result(OUTCOME.decode(data), placed.rollout.rollout_id)
+        return outcome_result(OUTCOME.decode(data), placed.rollout.rollout_id, committed)
 
     def _lose(self, worker: _Worker, why: str) -> None:
         if worker.alive:
@@ -489,7 +481,7 @@ class RayPlacement:
     async def _handle(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
         # The ledger first: a waiting call's answer goes back sooner.
         replies: list[Reply] = self._book(worker, items)
-        acked, failed = await deliver_events(self._runs, items)
+        acked, failed = await deliver_events(self._runs, items, worker.prompts)
         if acked:
             replies.append(Acked(ids=acked, failed=failed))
         return replies

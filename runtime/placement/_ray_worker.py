@@ -8,6 +8,7 @@ are chosen or aggregated.
 from __future__ import annotations
 
 import os
+from typing import Final
 
 import anyio
 import ray
@@ -21,6 +22,11 @@ from agentrt.runtime.placement._worker_wire import (
     WorkerReady,
     WorkerSpec,
 )
+
+#: How long an exchange waits, once an item is posted, for more to join
+#: it: each exchange is a Ray call that costs the driver hundreds of
+#: microseconds, and a step's acknowledgement can wait a few milliseconds.
+EXCHANGE_GATHER_S: Final = 0.005
 
 
 class RolloutWorker:
@@ -53,7 +59,7 @@ class RolloutWorker:
     async def exchange(self, data: bytes) -> bytes:
         """Take the driver's replies; give it what was posted since."""
         self._outbox.deliver(REPLIES.decode(data))
-        return ENCODER.encode(await self._outbox.take())
+        return ENCODER.encode(await self._outbox.take(EXCHANGE_GATHER_S))
 
     async def close(self) -> None:
         """Stop the rollouts and close the ``Runtime`` (MCP servers too);

@@ -19,10 +19,12 @@ from typing import Any, Generic, Protocol, TypeVar, final
 import msgspec
 
 from agentrt.agents._agent import Agent
+from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._control import RolloutResult
 from agentrt.agents._hierarchy import Hierarchy
-from agentrt.protocols._events import RolloutRestarted
+from agentrt.protocols._events import Event, RolloutRestarted
 from agentrt.protocols._model import ModelReply
+from agentrt.protocols._trajectory import Step
 from agentrt.protocols._usage import Usage
 from agentrt.runtime.budget._ledger import BudgetLedger, Reservation
 from agentrt.runtime.budget._pricing import usd_to_pico
@@ -54,6 +56,7 @@ from agentrt.runtime.placement._worker_wire import (
     EventOut,
     FlushOut,
     Outbound,
+    PlacedRollout,
     ReleaseOut,
     Reserved,
     ReserveOut,
@@ -61,6 +64,9 @@ from agentrt.runtime.placement._worker_wire import (
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
+    StepOut,
+    StepPrompts,
+    event_tags,
 )
 
 log = get_logger(__name__)
@@ -282,29 +288,38 @@ def pick_worker(workers: Sequence[W], entry: RunEntry[W], slack: int, placement:
 
 
 async def deliver_events(
-    runs: Mapping[str, RunEntry[Any]], items: list[Outbound]
+    runs: Mapping[str, RunEntry[Any]], items: list[Outbound], prompts: StepPrompts
 ) -> tuple[list[int], dict[int, str]]:
-    """The events of ``items`` to their runs' streams, in order: the ids to
-    ack, and those whose sink raised (not committed) with why."""
+    """The events of ``items`` to their runs' streams, in order (steps'
+    prompts rebuilt with ``prompts``, the channel's): the ids to ack, and
+    those whose sink raised (not committed) with why."""
     acked: list[int] = []
     failed: dict[int, str] = {}
     for item in items:
+        event: Event
         match item:
+            case StepOut(ack=ack):
+                event = prompts.decode(item)
             case EventOut(event=event, ack=ack):
-                entry = runs.get(event.run_id)
-                if entry is None:
-                    log.warning("placed_event_dropped", run=event.run_id, kind=type(event).__name__)
-                else:
-                    try:
-                        await entry.emit(event)
-                    except Exception as error:
-                        log.error("placed_event_failed", run=event.run_id, error=repr(error))
-                        if ack:
-                            failed[ack] = repr(error)
-                if ack:
-                    acked.append(ack)
-            case FlushOut(ack=ack):
+                pass
+            case FlushOut(ack=ack, rollout=rollout):
+                prompts.forget(rollout)
                 acked.append(ack)
+                continue
+            case _:
+                continue
+        entry = runs.get(event.run_id)
+        if entry is None:
+            log.warning("placed_event_dropped", run=event.run_id, kind=type(event).__name__)
+        else:
+            try:
+                await entry.emit(event)
+            except Exception as error:
+                log.error("placed_event_failed", run=event.run_id, error=repr(error))
+                if ack:
+                    failed[ack] = repr(error)
+        if ack:
+            acked.append(ack)
     return acked, failed
 
 
@@ -319,11 +334,47 @@ def check_rebuildable(agent: object, placement: str) -> None:
         )
 
 
-def outcome_result(outcome: RolloutOutcome, rollout_id: str) -> RolloutResult:
-    """A placed rollout's result, or the exception it ended in."""
+def placed_rollout(
+    run: PlacedRun, job: RolloutJob, message: RunRollout, *, memory: bool
+) -> PlacedRollout:
+    """What asks a worker to run ``message`` (``job``'s rollout, or its
+    placing again) for ``run``; ``memory``: the run's bank is on the driver."""
+    agent = run.agent
+    return PlacedRollout(
+        rollout=message,
+        name=job.name,
+        ledger=message.rollout_id,
+        agent=agent if isinstance(agent, str) else None,
+        agent_config=agent.model_dump_json() if isinstance(agent, AgentConfig) else None,
+        restarts=run.restarts,
+        capped=run.capped,
+        memory=memory,
+        journaled=run.journal is not None,
+        replays=replays_of(run.journal, message.rollout_id),
+        events=event_tags(run.events),
+    )
+
+
+def outcome_result(
+    outcome: RolloutOutcome, rollout_id: str, committed: Sequence[Step]
+) -> RolloutResult:
+    """A placed rollout's result (its trajectory's first steps taken from
+    ``committed``, the rollout's steps the driver committed, as the worker
+    said), or the exception it ended in."""
     match outcome:
-        case RolloutDone(result=result):
+        case RolloutDone(result=result, committed=0):
             return result
+        case RolloutDone(result=result, committed=count):
+            if count > len(committed):
+                raise RuntimeFailure(
+                    f"rollout {rollout_id}: its worker counted {count} committed steps, "
+                    f"the driver has {len(committed)}"
+                )
+            trajectory = result.trajectory
+            steps = [*committed[:count], *trajectory.steps]
+            return msgspec.structs.replace(
+                result, trajectory=msgspec.structs.replace(trajectory, steps=steps)
+            )
         case RolloutRaised(kind="budget", message=text, limit=limit):
             raise BudgetExceeded(text, limit=limit)
         case RolloutRaised(kind="gave_up", message=text):
@@ -355,6 +406,7 @@ __all__ = [
     "deliver_events",
     "outcome_result",
     "pick_worker",
+    "placed_rollout",
     "replays_of",
 ]
 

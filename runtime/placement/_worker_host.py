@@ -74,7 +74,9 @@ from agentrt.runtime.placement._worker_wire import (
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
+    StepPrompts,
     WorkerSpec,
+    event_kinds,
 )
 from agentrt.tools.sandbox._workspaces import keep_run, release_rollout
 
@@ -110,6 +112,7 @@ class Outbox:
         self._answers: dict[int, asyncio.Future[BankAnswer]] = {}
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._prompts = StepPrompts()
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -128,6 +131,16 @@ class Outbox:
             loop, wake = self._loop, self._wake
         if first and loop is not None and wake is not None:
             loop.call_soon_threadsafe(wake.set)
+
+    def post_step(self, event: StepRecorded, ack: int) -> None:
+        """Post ``event`` as a ``StepOut`` (its prompt as what changed; on
+        the rollouts' loop, as every step's)."""
+        self.post(self._prompts.encode(event, ack))
+
+    def post_flush(self, ack: int, rollout: str) -> None:
+        """Post the ``FlushOut`` that ends ``rollout`` (and its prompts)."""
+        self._prompts.forget(rollout)
+        self.post(FlushOut(ack=ack, rollout=rollout))
 
     def expect_ack(self) -> tuple[int, asyncio.Future[None]]:
         """An ack id and the future its ack completes (on the rollouts' loop)."""
@@ -187,8 +200,9 @@ class Outbox:
             else:
                 future.set_exception(RuntimeFailure(f"the run's sink did not take it: {why}"))
 
-    async def take(self) -> list[Outbound]:
-        """The items posted since the last take (waits up to ``IDLE_S`` for one)."""
+    async def take(self, gather_s: float = 0.0) -> list[Outbound]:
+        """The items posted since the last take (waits up to ``IDLE_S`` for
+        one, then ``gather_s`` for more to join it)."""
         if self._wake is None:
             self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         wake = self._wake
@@ -196,11 +210,14 @@ class Outbox:
             while True:
                 with self._lock:
                     if self._items:
-                        count = min(len(self._items), BATCH)
-                        return [self._items.popleft() for _ in range(count)]
+                        break
                     wake.clear()
                 await wake.wait()
-        return []
+        if gather_s > 0 and self._items:
+            await anyio.sleep(gather_s)
+        with self._lock:
+            count = min(len(self._items), BATCH)
+            return [self._items.popleft() for _ in range(count)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,7 +485,7 @@ class WorkerHost:
         )
         try:
             result: RolloutResult = await self._local.run_rollout(shard.placed, job)
-            outcome: RolloutOutcome = RolloutDone(result=result)
+            outcome: RolloutOutcome = _done(result, shard.committed[rollout.rollout_id])
         except BudgetExceeded as exc:
             outcome = RolloutRaised(kind="budget", message=str(exc), limit=exc.limit)
         except RolloutGaveUp as exc:
@@ -487,7 +504,7 @@ class WorkerHost:
             else:
                 await release_rollout(rollout.run_id, rollout.rollout_id)  # its workspace here
             with anyio.CancelScope(shield=True), anyio.move_on_after(DRIVER_TIMEOUT_S):
-                await self._flush()
+                await self._flush(rollout.rollout_id)
             if shard.active == 0 and self._shards.get(rollout.run_id) is shard:
                 del self._shards[rollout.run_id]
                 with anyio.CancelScope(shield=True):
@@ -498,9 +515,9 @@ class WorkerHost:
         assert self.rt is not None
         return self.rt
 
-    async def _flush(self) -> None:
+    async def _flush(self, rollout: str) -> None:
         ack, done = self._outbox.expect_ack()
-        self._outbox.post(FlushOut(ack=ack))
+        self._outbox.post_flush(ack, rollout)
         await done
 
     async def _shard(self, placed: PlacedRollout) -> _Shard:
@@ -521,13 +538,16 @@ class WorkerHost:
                 self._outbox.post(EventOut(event=event))
                 return
             ack, committed = self._outbox.expect_ack()
-            self._outbox.post(EventOut(event=event, ack=ack))
+            if isinstance(event, StepRecorded):
+                self._outbox.post_step(event, ack)
+            else:
+                self._outbox.post(EventOut(event=event, ack=ack))
             with anyio.fail_after(DRIVER_TIMEOUT_S):
                 await committed
             if isinstance(event, StepRecorded) and is_top_level(event.rollout_id):
                 holder[0].committed[event.rollout_id].append(event.step)
 
-        emitter = EventEmitter(forward)
+        emitter = EventEmitter(forward, kinds=event_kinds(placed.events))
         check = BudgetLedger(f"{run_id}-worker", prices=rt.prices)
         memory = (
             MemoryView(
@@ -564,6 +584,23 @@ class WorkerHost:
         holder.append(shard)
         self._shards[run_id] = shard
         return shard
+
+
+def _done(result: RolloutResult, committed: list[Step]) -> RolloutDone:
+    """``result`` as it goes back: without the first steps of its
+    trajectory that are the steps it committed (the driver has them)."""
+    steps = result.trajectory.steps
+    count = 0
+    for step, sent in zip(steps, committed, strict=False):
+        if step is not sent:
+            break
+        count += 1
+    if count == 0:
+        return RolloutDone(result=result)
+    trajectory = msgspec.structs.replace(result.trajectory, steps=steps[count:])
+    return RolloutDone(
+        result=msgspec.structs.replace(result, trajectory=trajectory), committed=count
+    )
 
 
 @final

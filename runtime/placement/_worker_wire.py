@@ -9,15 +9,19 @@ Tagged msgspec structs, encoded as MessagePack; no I/O.
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, final
 
 import msgspec
 
 from agentrt.agents._agent_config import AgentConfig
 from agentrt.agents._control import RolloutResult
 from agentrt.agents._spec_loader import SpecSet
-from agentrt.protocols._events import Event
+from agentrt.protocols._events import Event, StepRecorded
+from agentrt.protocols._ids import top_level_id
+from agentrt.protocols._messages import ChatMessage
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._usage import Usage
 from agentrt.runtime.budget._ledger import Headroom
@@ -70,10 +74,18 @@ class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):
     replays: dict[str, ModelReply] = {}
     """Replies an earlier incarnation of the run got for this rollout's
     calls and never committed as steps, by request id."""
+    events: list[str] | None = None
+    """The kinds of event (their tags) the run's stream takes (``None``:
+    all): the worker builds and sends no other (nobody would read them)."""
 
 
 class RolloutDone(msgspec.Struct, frozen=True, kw_only=True, tag="done"):
+    """A rollout's result, its trajectory without its first ``committed``
+    steps: the driver has them (the rollout's ``StepRecorded`` events it
+    committed), and each would be sent, and decoded, a second time."""
+
     result: RolloutResult
+    committed: int = 0
 
 
 class RolloutRaised(msgspec.Struct, frozen=True, kw_only=True, tag="raised"):
@@ -99,11 +111,27 @@ class EventOut(msgspec.Struct, frozen=True, kw_only=True, tag="event"):
     ack: int = 0
 
 
+class StepOut(msgspec.Struct, frozen=True, kw_only=True, tag="step"):
+    """A ``StepRecorded`` event (``ack`` as ``EventOut``'s), its step's
+    prompt sent as what changed (``StepPrompts``): the first ``kept``
+    messages of the prompt of the rollout's step before it on this
+    channel, then ``added`` (``event.step.messages`` is empty).  A step's
+    prompt repeats the one before it: sent whole, each step would be
+    encoded and decoded again, a cost that grows with the steps."""
+
+    event: StepRecorded
+    kept: int
+    added: list[ChatMessage]
+    ack: int = 0
+
+
 class FlushOut(msgspec.Struct, frozen=True, kw_only=True, tag="flush"):
     """Acked once every item before it was handled (a rollout's events
-    are in before its result)."""
+    are in before its result); ``rollout``: it ended (``StepPrompts``
+    forgets its prompts, and its sub-agents')."""
 
     ack: int
+    rollout: str = ""
 
 
 class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
@@ -177,7 +205,9 @@ class BankOut(msgspec.Struct, frozen=True, kw_only=True, tag="bank"):
     call: BankCall
 
 
-Outbound = EventOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
+Outbound = (
+    EventOut | StepOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
+)
 
 
 # -- driver -> worker -----------------------------------------------------------
@@ -259,6 +289,84 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True, tag="outcome"):
 
 
 ToDriver = WorkerReady | Items | Outcome
+
+_EVENT_KINDS: Final[dict[str, type[Event]]] = {
+    str(kind.__struct_config__.tag): kind for kind in typing.get_args(Event)
+}
+
+
+def event_tags(kinds: Iterable[type[Event]] | None) -> list[str] | None:
+    """``kinds`` as ``PlacedRollout.events`` carries them (sorted tags)."""
+    return None if kinds is None else sorted(str(k.__struct_config__.tag) for k in kinds)
+
+
+def event_kinds(tags: list[str] | None) -> frozenset[type[Event]] | None:
+    """The event types ``tags`` name (``PlacedRollout.events``)."""
+    if tags is None:
+        return None
+    unknown = sorted(set(tags) - _EVENT_KINDS.keys())
+    if unknown:
+        raise ValueError(f"PlacedRollout.events: unknown event kinds {unknown}")
+    return frozenset(_EVENT_KINDS[tag] for tag in tags)
+
+
+@final
+class StepPrompts:
+    """One end of a channel's ``StepOut`` items: the last prompt of each
+    rollout with steps on the channel (sent by the worker, rebuilt by the
+    driver), until the rollout's ``FlushOut``.  Both ends see the items in
+    the channel's order, so they hold the same prompts."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, dict[str, tuple[ChatMessage, ...]]] = {}
+        """By top-level rollout: its prompts and its sub-agents', by rollout id."""
+
+    def encode(self, event: StepRecorded, ack: int) -> StepOut:
+        """``event`` as a ``StepOut``: the messages its prompt shares with
+        the rollout's last one (the same objects, in order) are not sent."""
+        messages = event.step.messages
+        rollouts = self._rollouts(event.rollout_id)
+        last = rollouts.get(event.rollout_id, ())
+        kept = 0
+        for message, before in zip(messages, last, strict=False):
+            if message is not before:
+                break
+            kept += 1
+        rollouts[event.rollout_id] = messages
+        step = msgspec.structs.replace(event.step, messages=())
+        return StepOut(
+            event=msgspec.structs.replace(event, step=step),
+            kept=kept,
+            added=list(messages[kept:]),
+            ack=ack,
+        )
+
+    def decode(self, item: StepOut) -> StepRecorded:
+        """The ``StepRecorded`` event ``item`` carries, its prompt whole."""
+        event = item.event
+        rollouts = self._rollouts(event.rollout_id)
+        last = rollouts.get(event.rollout_id, ())
+        if item.kept > len(last):
+            raise ValueError(
+                f"StepOut of rollout {event.rollout_id}: keeps {item.kept} messages "
+                f"of a prompt of {len(last)}"
+            )
+        messages = (*last[: item.kept], *item.added)
+        rollouts[event.rollout_id] = messages
+        step = msgspec.structs.replace(event.step, messages=messages)
+        return msgspec.structs.replace(event, step=step)
+
+    def forget(self, rollout: str) -> None:
+        """``rollout`` ended: forget its prompts and its sub-agents'."""
+        self._last.pop(top_level_id(rollout), None)
+
+    def _rollouts(self, rollout_id: str) -> dict[str, tuple[ChatMessage, ...]]:
+        top = top_level_id(rollout_id)
+        rollouts = self._last.get(top)
+        if rollouts is None:
+            rollouts = self._last[top] = {}
+        return rollouts
+
 
 ENCODER: Final = msgspec.msgpack.Encoder()
 PLACED: Final = msgspec.msgpack.Decoder(PlacedRollout)
