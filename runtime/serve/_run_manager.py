@@ -788,8 +788,13 @@ class RunManager:
             # The run's events still queued are committed and applied first
             # (``last_seq``, ``finished``).
             await self.store.barrier()
-            if live.write_failed is not None and status == "succeeded":
-                status, error = "failed", str(live.write_failed)
+            failed = live.write_failed
+            if failed is not None and failed.full:
+                # Its end is not recorded either: the next start resumes the
+                # run from what was committed (a full disk loses no run).
+                raise failed
+            if failed is not None and status == "succeeded":
+                status, error = "failed", str(failed)
             if not live.finished:  # cancelled, or crashed before the engine said so
                 end = RunFinished(
                     run_id=live.info.run_id, seq=live.last_seq + 1, ts=time.time(), status=status

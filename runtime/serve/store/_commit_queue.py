@@ -21,7 +21,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import final
+from typing import Any, final
 
 import anyio
 
@@ -34,12 +34,13 @@ class Write:
     it is (for errors), who waits for it and who is told."""
 
     statements: list[Statement]
-    what: str
+    what: str | tuple[str, int]
+    """What the write is, for its error: a description, or (run id, event seq)."""
     waiter: asyncio.Future[None] | None = None
     """Resolved once the write is committed (or failed); ``None``: nobody waits."""
-    then: Callable[[BaseException | None], None] | None = None
+    then: Callable[[Any], None] | None = None
     """Called on the loop once the write is committed (``None``) or failed
-    (the error), before any later write is reported: in queue order."""
+    (``failure(write)``), before any later write is reported: in queue order."""
     error: BaseException | None = None
 
 
@@ -51,12 +52,19 @@ class CommitQueue:
     that failed alone; raising fails the whole batch.  At most ``capacity``
     writes wait: past that, ``put`` waits for the writer (backpressure on
     the event sinks).  ``close`` lets the writer finish what is queued, then
-    ``run`` returns; ``put`` after ``close`` raises ``anyio.ClosedResourceError``."""
+    ``run`` returns; ``put`` after ``close`` raises ``anyio.ClosedResourceError``.
+    ``failure(write)``: what a failed write's ``then`` is told."""
 
     def __init__(
-        self, commit: Callable[[Sequence[Write]], None], *, batch: int, capacity: int
+        self,
+        commit: Callable[[Sequence[Write]], None],
+        failure: Callable[[Write], BaseException],
+        *,
+        batch: int,
+        capacity: int,
     ) -> None:
         self._commit = commit
+        self._failure = failure
         self._batch = batch
         self._capacity = capacity
         self._queued: deque[Write] = deque()
@@ -113,23 +121,23 @@ class CommitQueue:
             except BaseException as exc:  # the whole batch failed: tell every writer
                 for write in batch:
                     write.error = write.error or exc
-                _report(batch)
+                self._report(batch)
                 if not isinstance(exc, Exception):
                     raise
                 continue
-            _report(batch)
+            self._report(batch)
 
-
-def _report(batch: Sequence[Write]) -> None:
-    for write in batch:
-        if write.then is not None:
-            try:
-                write.then(write.error)
-            except Exception as exc:  # the waiter (if any) raises it; the writer goes on
-                write.error = write.error or exc
-        waiter = write.waiter
-        if waiter is not None and not waiter.done():  # (a cancelled writer's is)
-            waiter.set_result(None)
+    def _report(self, batch: Sequence[Write]) -> None:
+        for write in batch:
+            then = write.then
+            if then is not None:
+                try:
+                    then(None if write.error is None else self._failure(write))
+                except Exception as exc:  # the waiter (if any) raises it; the writer goes on
+                    write.error = write.error or exc
+            waiter = write.waiter
+            if waiter is not None and not waiter.done():  # (a cancelled writer's is)
+                waiter.set_result(None)
 
 
 __all__ = ["CommitQueue", "Write"]

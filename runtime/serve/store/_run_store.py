@@ -107,6 +107,11 @@ def _is_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+def _describe(what: str | tuple[str, int]) -> str:
+    """A write's ``what``: a description, or a run's event (run id, seq)."""
+    return what if isinstance(what, str) else f"run {what[0]} event {what[1]}"
+
+
 def _own(path: str) -> int:
     """Open the database file itself (created empty if missing) and hold an
     exclusive ``flock`` on it for the store's lifetime: one process per
@@ -338,7 +343,7 @@ class RunStore:
         except BaseException:
             self._close()
             raise
-        self._queue = CommitQueue(self._apply, batch=_BATCH, capacity=_QUEUE)
+        self._queue = CommitQueue(self._apply, self._failure, batch=_BATCH, capacity=_QUEUE)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._write_loop, self._queue)
@@ -418,6 +423,8 @@ class RunStore:
                     try:
                         conn.execute(sql, params)
                     except sqlite3.Error as exc:
+                        if not conn.in_transaction:  # SQLite rolled it all back (a full disk)
+                            raise
                         write.error = exc
                     continue
                 conn.execute("SAVEPOINT w")
@@ -436,7 +443,10 @@ class RunStore:
         self.commits += 1
         self.writes += len(batch)
 
-    def _failure(self, error: BaseException, what: str) -> StoreError:
+    def _failure(self, write: Write) -> StoreError:
+        error = write.error
+        assert error is not None
+        what = _describe(write.what)
         full = _is_full(error)
         hint = "; free space on its disk, then retry" if full else ""
         failure = StoreError(
@@ -452,28 +462,27 @@ class RunStore:
         self,
         statements: list[Statement],
         *,
-        what: str,
+        what: str | tuple[str, int],
         then: Callable[[StoreError | None], None] | None = None,
         wait: bool = True,
     ) -> None:
         """Queue a write; with ``wait``, return once it is committed (raise
-        ``StoreError`` if it failed); ``then`` is told either way, in queue order."""
+        ``StoreError`` if it failed); ``then`` is told either way, in queue
+        order.  ``what``: what it is, for errors (or a run id and event seq)."""
         if self._queue is None:
-            raise StoreError(f"the run store is not open ({what})")
-        write = Write(statements, what)
-        if then is not None:
-            write.then = lambda error: then(None if error is None else self._failure(error, what))
+            raise StoreError(f"the run store is not open ({_describe(what)})")
+        write = Write(statements, what, then=then)
         if wait:
             write.waiter = asyncio.get_running_loop().create_future()
         try:
             await self._queue.put(write)
         except anyio.ClosedResourceError:
-            raise StoreError(f"the run store is closed ({what})") from None
+            raise StoreError(f"the run store is closed ({_describe(what)})") from None
         if write.waiter is None:
             return
         await write.waiter
         if write.error is not None:
-            raise self._failure(write.error, what) from write.error
+            raise self._failure(write) from write.error
 
     async def barrier(self) -> None:
         """Return once every write queued before this call is committed (and told)."""
@@ -547,7 +556,7 @@ class RunStore:
         order events were recorded."""
         await self._write(
             event_statements(event),
-            what=f"run {event.run_id} event {event.seq}",
+            what=(event.run_id, event.seq),
             then=then,
             wait=wait,
         )
