@@ -265,8 +265,9 @@ class _Live:
 @final
 class RunManager:
     """Admits runs (``submit``) and executes them through ``Runtime.run`` in
-    its task group; commits every event to the ``RunStore`` before the run
-    goes on (a step is durable before the next one); keeps active runs'
+    its task group; commits every event to the ``RunStore`` in order,
+    waiting for the call journal's (a step is durable before the next call
+    is sent) and showing each once it is committed; keeps active runs'
     state in memory (``get``/``detail`` touch no database); lets callers
     ``follow`` a run's events; cancels runs; and on opening resumes every run
     an earlier daemon left unfinished, from its committed steps.  Runs

@@ -93,6 +93,12 @@ class CommitQueue:
         if wake is not None and not wake.done():
             wake.set_result(None)
 
+    async def commit(self, write: Write) -> None:
+        """Queue ``write`` and wait until it is committed or failed (its ``error``)."""
+        write.waiter = asyncio.get_running_loop().create_future()
+        await self.put(write)
+        await write.waiter
+
     def close(self) -> None:
         self._closed = True
         wake, self._wake = self._wake, None

@@ -6,7 +6,6 @@ May import protocols and the engine's checkpoint types; nothing of HTTP.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import errno
 import fcntl
@@ -472,15 +471,10 @@ class RunStore:
         if self._queue is None:
             raise StoreError(f"the run store is not open ({_describe(what)})")
         write = Write(statements, what, then=then)
-        if wait:
-            write.waiter = asyncio.get_running_loop().create_future()
         try:
-            await self._queue.put(write)
+            await (self._queue.commit if wait else self._queue.put)(write)
         except anyio.ClosedResourceError:
             raise StoreError(f"the run store is closed ({_describe(what)})") from None
-        if write.waiter is None:
-            return
-        await write.waiter
         if write.error is not None:
             raise self._failure(write) from write.error
 
