@@ -219,7 +219,7 @@ class DaemonMetrics:
 
     def observe(self, event: Event) -> None:
         """Fold one run event into the counters and histograms."""
-        self._child(self.events, type(event).__struct_config__.tag).inc()
+        self._child(self.events, str(type(event).__struct_config__.tag)).inc()
         match event:
             case RunStarted(run_id=run_id, agent=agent, ts=ts):
                 self._child(self.runs_started, agent).inc()
@@ -289,7 +289,7 @@ class DaemonMetrics:
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
-        return child  # type: ignore[no-any-return]
+        return child
 
     def _track(self, run_id: str, state: _RunState) -> None:
         self._runs[run_id] = state

@@ -692,13 +692,13 @@ class RunManager:
     async def _sink(self, live: _Live, event: Event) -> None:
         if live.detached:
             return  # being checkpointed: only what was committed counts
-        kind = type(event)
-        if kind is TokenDelta:  # for followers only, never stored
+        if type(event) is TokenDelta:  # for followers only, never stored
             live.keep_token(event)
             live.notify()
             return
         if live.write_failed is not None:
             raise live.write_failed
+        kind = type(event)
         then = partial(self._committed, live, event)
         if kind in _ASKS:
             # Shielded: the run's status in the store follows its questions
