@@ -5,6 +5,7 @@ them, and an event that cannot be committed fails the run all the same."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import anyio
 import msgspec
 import pytest
 
-from agentrt.protocols import ModelRequest, RunRequest, ScalingSpec, ToolMessage
+from agentrt.protocols import Budget, ModelRequest, RunRequest, ScalingSpec, ToolMessage
 from agentrt.protocols._events import ToolCalled
 from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.runtime.serve.store._run_store import RunStore, StoreError
@@ -128,3 +129,61 @@ async def test_unwaited_writes_are_told_in_order_and_a_barrier_waits_for_them(
         assert isinstance(failure, StoreError)
         assert "planted" in str(failure)
         assert [msgspec.json.decode(b)["seq"] for b in await store.events("r")] == [1, 3]
+
+
+class _HangsAfterTheFirstStep:
+    """A rollout's first call asks for a tool; every later call hangs (until
+    the run is stopped).  ``hanging``: the calls hanging now."""
+
+    def __init__(self) -> None:
+        self.scripted = ScriptedBackend(
+            lambda _request: ScriptedToolCall("calculator", {"expression": "1+1"})
+        )
+        self.hanging = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.scripted, name)
+
+    async def _hang_after_the_first(self, request: ModelRequest) -> None:
+        if any(isinstance(m, ToolMessage) for m in request.messages):
+            self.hanging += 1
+            await anyio.sleep_forever()
+
+    async def complete(self, request: ModelRequest) -> Any:
+        await self._hang_after_the_first(request)
+        return await self.scripted.complete(request)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        await self._hang_after_the_first(request)
+        async for delta in self.scripted.stream(request):
+            yield delta
+
+
+async def test_a_resumed_run_charges_every_committed_step_before_any_rollout_calls(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    """Four rollouts committed a step each and had their second call in
+    flight when the daemon stopped: the cap (8 calls) is spent.  The next
+    daemon charges the 4 steps and the 4 cut calls before any rollout goes
+    on, so it makes no call; charging a rollout's steps only when that
+    rollout started let the first ones call past the cap."""
+    config = daemon_kit.config(tmp_path)
+    first = _HangsAfterTheFirstStep()
+    request = RunRequest(
+        task="q",
+        agent="solver",
+        scaling=ScalingSpec(rollouts=4),
+        budget=Budget(max_model_calls=8),
+    )
+    async with RunManager(config, backends=[first]) as manager:
+        info = await manager.submit(request)
+        with anyio.fail_after(30):
+            while first.hanging < 4:  # noqa: ASYNC110 (the backend's count, no event)
+                await anyio.sleep(0.005)
+        await manager.drain(0)
+    second = ScriptedBackend(["42"], on_exhausted="repeat_last")
+    async with RunManager(config, backends=[second]) as manager:
+        with anyio.fail_after(30):
+            done = await manager.wait(info.run_id)
+    assert second.requests == [], f"{len(second.requests)} calls past the spent cap"
+    assert done.cost.model_calls == 8, done.cost
