@@ -48,10 +48,12 @@ from agentrt.runtime.serve.store._store_sql import (
     ROLLOUTS_SQL,
     RUN_COLUMNS,
     SCHEMA,
+    STEPS_SQL,
     Statement,
     event_statements,
     rollout_info_of,
     run_info_of,
+    step_of,
 )
 
 #: Writes one group commit takes at most.
@@ -773,15 +775,15 @@ class RunStore:
 
     async def steps(self, run_id: str, rollout_id: str | None = None) -> dict[str, list[Step]]:
         """Committed steps by rollout, each list in index order."""
-        sql = "SELECT rollout_id, body FROM steps WHERE run_id = ?"
+        sql = STEPS_SQL
         params: tuple[Any, ...] = (run_id,)
         if rollout_id is not None:
-            sql += " AND rollout_id = ?"
+            sql += " AND s.rollout_id = ?"
             params = (run_id, rollout_id)
-        rows = await self._read(sql + " ORDER BY rollout_id, idx", params)
+        rows = await self._read(sql + " ORDER BY s.rollout_id, s.idx", params)
         out: dict[str, list[Step]] = {}
-        for rollout, body in rows:
-            out.setdefault(rollout, []).append(msgspec.json.decode(body, type=Step))
+        for row in rows:
+            out.setdefault(row[0], []).append(step_of(row))
         return out
 
     async def summaries(self, run_id: str) -> list[TrajectorySummary]:

@@ -131,6 +131,39 @@ async def test_unwaited_writes_are_told_in_order_and_a_barrier_waits_for_them(
         assert [msgspec.json.decode(b)["seq"] for b in await store.events("r")] == [1, 3]
 
 
+async def test_a_step_is_stored_once_in_its_event_and_older_stores_still_read(
+    tmp_path: Path, daemon_kit: Any
+) -> None:
+    """A step's row points at its ``step`` event instead of holding a second
+    copy of its JSON; a store an older agentrt wrote (the JSON in the row,
+    no event pointer) reads the same."""
+    config = daemon_kit.config(tmp_path)
+    async with RunManager(config, backends=[daemon_kit.scripted(steps=2)]) as manager:
+        info = await manager.submit(RunRequest(task="q", agent="solver"))
+        with anyio.fail_after(30):
+            done = await manager.wait(info.run_id)
+        assert done.status == "succeeded", done.error
+        stored = await manager.store.steps(info.run_id)
+        with sqlite3.connect(config.store.path) as conn:
+            rows = conn.execute(
+                "SELECT s.body, e.type, e.body FROM steps AS s "
+                "LEFT JOIN events AS e ON e.run_id = s.run_id AND e.seq = s.seq"
+            ).fetchall()
+            assert rows, "no step was stored"
+            assert [(bytes(own), kind) for own, kind, _ in rows] == [(b"", "step")] * len(rows)
+            from_events = [msgspec.json.decode(body)["step"] for _, _, body in rows]
+            as_json = [
+                msgspec.json.decode(msgspec.json.encode(s)) for v in stored.values() for s in v
+            ]
+            assert as_json == from_events
+            # As an older agentrt left it: the step's JSON in its row.
+            conn.execute(
+                "UPDATE steps SET seq = NULL, body = (SELECT json_extract(e.body, '$.step') "
+                "FROM events AS e WHERE e.run_id = steps.run_id AND e.seq = steps.seq)"
+            )
+        assert await manager.store.steps(info.run_id) == stored
+
+
 class _HangsAfterTheFirstStep:
     """A rollout's first call asks for a tool; every later call hangs (until
     the run is stopped).  ``hanging``: the calls hanging now."""
