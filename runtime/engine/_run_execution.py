@@ -177,6 +177,7 @@ class RunExecution:
     runs it once."""
 
     __slots__ = (
+        "_ahead",
         "_budget_spent",
         "_committed",
         "_finished",
@@ -210,6 +211,9 @@ class RunExecution:
         self._refines = 0
         self._placed: PlacedRun | None = None
         self._committed: defaultdict[str, list[Step]] = defaultdict(list)
+        self._ahead: dict[str, BudgetLedger] = {}
+        """Resumed rollouts' ledgers, by slot, charged with their committed
+        steps before any rollout went on (``_charge_committed``)."""
         self._outcomes = [_Outcome(i) for i in range(n)]
         # A rollout's own scope is for stopping it early, when others end
         # first: a lone rollout has none (nothing ends before it).
@@ -406,6 +410,7 @@ class RunExecution:
         budget is spent.  A rollout never started has no outcome."""
         n = len(outcomes)
         wall = self.plan.wall
+        self._charge_committed(outcomes)
         # No wall-clock cap: no scope to carry its deadline.
         overall = anyio.CancelScope(deadline=self.deadline) if wall is not None else None
         with overall if overall is not None else _UNSCOPED:
@@ -430,6 +435,24 @@ class RunExecution:
                 if outcome.status == "cancelled":
                     outcome.status = "failed"
                     outcome.error = _PastDeadline(f"no answer within {wall:g} s")
+
+    def _charge_committed(self, outcomes: Sequence[_Outcome]) -> None:
+        """A resumed run's rollouts' committed steps, charged to the run's
+        ledger (through each rollout's) before any rollout goes on, as
+        ``restore_journal`` charges the calls on record: a rollout charging
+        its own steps only as it started let those started first call past
+        a cap the later ones' steps had spent (a rollout runs to its first
+        call without a pause when its events need no wait)."""
+        plan = self.plan
+        if plan.checkpoint is None or not plan.entry.resumable:
+            return  # a pipeline restarts, charging what it took over (``_take_over``)
+        for outcome in outcomes:
+            base = RolloutId.nth(plan.run_id, outcome.index)
+            _, saved = self._saved(base)
+            if saved is not None and saved.steps:
+                ledger = plan.ledger.child(base.slot)
+                _restore_steps(ledger, saved.steps)
+                self._ahead[base.slot] = ledger
 
     def _stop_all(self) -> None:
         self._stopped = True
@@ -605,7 +628,8 @@ class RunExecution:
         steps (``Placement.run_rollout``)."""
         plan = self.plan
         entry = plan.entry
-        ledger = plan.ledger.child(base.slot)
+        ahead = self._ahead.pop(base.slot, None)
+        ledger = ahead if ahead is not None else plan.ledger.child(base.slot)
         rollout, saved = self._saved(base)
         resume: list[Step] | None = None
         calls_after = 0
@@ -617,7 +641,7 @@ class RunExecution:
             if ended or saved.summary is not None:
                 # Its sub-agents (a hierarchy's) spent too.
                 await self._take_over(rollout, ledger, with_itself=False)
-                return await self._restored(str(rollout), saved, ledger)
+                return await self._restored(str(rollout), saved, ledger, charged=ahead is not None)
             if entry.resumable:
                 # Its sub-agents' rollouts are taken over even when it has no
                 # step of its own yet: its first call may have been in flight.
@@ -638,6 +662,7 @@ class RunExecution:
             seed=tuple(seed),
             resume=resume,
             restored=resume is not None,
+            charged=resume is not None and ahead is not None,
             options=plan.options,
             calls_after=calls_after,
             done=done,
@@ -741,12 +766,13 @@ class RunExecution:
         return highest
 
     async def _restored(
-        self, rollout_id: str, saved: RolloutCheckpoint, ledger: BudgetLedger
+        self, rollout_id: str, saved: RolloutCheckpoint, ledger: BudgetLedger, *, charged: bool
     ) -> _Done:
         """A rollout an earlier incarnation ended (or a hierarchy's, which
         cannot resume mid-way and is taken as it stood): its steps are
-        charged as spent, its trajectory rebuilt; summarized if it was not."""
-        cost = _restore_steps(ledger, saved.steps)
+        charged as spent (unless ``charged`` already), its trajectory
+        rebuilt; summarized if it was not."""
+        cost = _restore_steps(ledger, saved.steps, charged=charged)
         end = saved.finished
         last = saved.steps[-1] if saved.steps else None
         trajectory = Trajectory(
@@ -821,12 +847,14 @@ def _no_answer(rationale: str | None, outcomes: Sequence[_Outcome]) -> str:
     return f"{head}: {'; '.join(listed)}{more}"
 
 
-def _restore_steps(ledger: BudgetLedger, steps: Sequence[Step]) -> Cost:
+def _restore_steps(ledger: BudgetLedger, steps: Sequence[Step], *, charged: bool = False) -> Cost:
+    """What ``steps`` cost, charged to ``ledger`` as spent (unless ``charged``)."""
     cost = Cost()
     for step in steps:
         if step.reply is not None:
             model = step.routing.model if step.routing is not None else step.reply.model
-            cost += ledger.restore(model, step.reply.usage)
+            usage = step.reply.usage
+            cost += ledger.cost_of(model, usage) if charged else ledger.restore(model, usage)
     return cost
 
 

@@ -28,6 +28,7 @@ import msgspec
 import uvicorn
 from anyio.abc import TaskStatus
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentrt.aggregators._judge import Judge
 from agentrt.runtime.budget._pricing import PriceTable
@@ -159,9 +160,10 @@ async def serve_manager(
             *web_routes(),
         ]
         app = build_app(service, port=port, extra_routes=extra, hit=metrics.limit_hit)
+        stalls = LoopStalls()
         web = _Server(
             uvicorn.Config(
-                app,
+                _timed(app, stalls),
                 http=governed_http(server, metrics.limit_hit, service.turns),
                 lifespan="off",
                 log_config=None,
@@ -172,7 +174,6 @@ async def serve_manager(
         )
         shown = f"[{server.host}]" if ":" in server.host else server.host
         endpoint = DaemonEndpoint(url=f"http://{shown}:{port}", host=server.host, port=port)
-        stalls = LoopStalls()
         api = _ApiThread(web, sock, mcp.lifespan, stalls)
         with GcPauses() as pauses:
             metrics.registry.register(pauses)
@@ -204,6 +205,19 @@ def _watch(metrics: DaemonMetrics, manager: RunManager, service: ManagerBridge) 
     metrics.watch_backends(lambda: service.read_on_run_loop(lambda: dict(manager.runtime.backends)))
     metrics.watch_mailboxes(lambda: service.read_on_run_loop(manager.queue_depths))
     metrics.watch_mcp_servers(lambda: service.ask_on_run_loop(manager.runtime.mcp_status))
+
+
+def _timed(app: ASGIApp, stalls: LoopStalls) -> ASGIApp:
+    """``app``, its loop's stalls timed while it serves (``LoopStalls.enter``)."""
+
+    async def timed(scope: Scope, receive: Receive, send: Send) -> None:
+        stalls.enter()
+        try:
+            await app(scope, receive, send)
+        finally:
+            stalls.leave()
+
+    return timed
 
 
 @final

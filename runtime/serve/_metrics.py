@@ -10,7 +10,7 @@ import inspect
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 import anyio
 from prometheus_client import (
@@ -49,6 +49,7 @@ from agentrt.tools.mcp._server_actor import McpServerStatus
 log = get_logger(__name__)
 
 T = TypeVar("T")
+M = TypeVar("M", Counter, Histogram)
 
 Source = Callable[[], T | Awaitable[T]]
 """A scrape-time reading: a plain or an async callable (async for a store query)."""
@@ -123,6 +124,7 @@ class DaemonMetrics:
         self._sources: dict[str, Source[object]] = {}
         self._scrape = _Scrape()
         self._render_lock = anyio.Lock()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
 
         def counter(name: str, doc: str, *labels: str) -> Counter:
@@ -217,10 +219,10 @@ class DaemonMetrics:
 
     def observe(self, event: Event) -> None:
         """Fold one run event into the counters and histograms."""
-        self.events.labels(str(type(event).__struct_config__.tag)).inc()
+        self._child(self.events, str(type(event).__struct_config__.tag)).inc()
         match event:
             case RunStarted(run_id=run_id, agent=agent, ts=ts):
-                self.runs_started.labels(agent).inc()
+                self._child(self.runs_started, agent).inc()
                 self._track(run_id, _RunState(agent=agent, started_ts=ts))
             case RunFinished():
                 self._run_finished(event)
@@ -229,20 +231,20 @@ class DaemonMetrics:
             case RolloutStarted():
                 self.rollouts_started.inc()
             case RolloutFinished(status=status):
-                self.rollouts_finished.labels(status).inc()
+                self._child(self.rollouts_finished, status).inc()
             case StepRecorded(step=step):
                 self._step(step)
             case ToolCalled(tool=tool, is_error=is_error, duration_s=duration_s):
-                self.tool_calls.labels(tool).inc()
+                self._child(self.tool_calls, tool).inc()
                 if is_error:
-                    self.tool_errors.labels(tool).inc()
+                    self._child(self.tool_errors, tool).inc()
                 self.tool_duration.observe(duration_s)
             case SignalRaised(signal=signal):
-                self.signals.labels(signal).inc()
+                self._child(self.signals, signal).inc()
             case ErrorRaised(fatal=fatal):
-                self.errors.labels("true" if fatal else "false").inc()
+                self._child(self.errors, "true" if fatal else "false").inc()
             case VoteCast(aggregator=aggregator):
-                self.aggregation_rounds.labels(aggregator).inc()
+                self._child(self.aggregation_rounds, aggregator).inc()
             case _:
                 pass
 
@@ -258,9 +260,9 @@ class DaemonMetrics:
         if state is None:
             state = _RunState(agent="unknown", started_ts=0.0)
         elif state.started_ts > 0 and event.ts >= state.started_ts:
-            self.run_duration.labels(event.status).observe(event.ts - state.started_ts)
+            self._child(self.run_duration, event.status).observe(event.ts - state.started_ts)
         self._account(state, event.cost)
-        self.runs_finished.labels(state.agent, event.status).inc()
+        self._child(self.runs_finished, state.agent, event.status).inc()
 
     def _step(self, step: Step) -> None:
         reply = step.reply
@@ -268,16 +270,26 @@ class DaemonMetrics:
             model = reply.model
         else:
             model = step.routing.model if step.routing is not None else "none"
-        self.steps.labels(model).inc()
-        self.step_duration.labels(model).observe(step.duration_s)
+        self._child(self.steps, model).inc()
+        self._child(self.step_duration, model).observe(step.duration_s)
         if step.error is not None:
-            self.step_errors.labels(model).inc()
+            self._child(self.step_errors, model).inc()
         if reply is not None:
-            self.model_call_duration.labels(model).observe(reply.latency_s)
+            self._child(self.model_call_duration, model).observe(reply.latency_s)
             usage = reply.usage
-            self.step_tokens.labels(model, "prompt").inc(usage.prompt_tokens)
-            self.step_tokens.labels(model, "completion").inc(usage.completion_tokens)
-            self.step_tokens.labels(model, "cached").inc(usage.cached_prompt_tokens)
+            self._child(self.step_tokens, model, "prompt").inc(usage.prompt_tokens)
+            self._child(self.step_tokens, model, "completion").inc(usage.completion_tokens)
+            self._child(self.step_tokens, model, "cached").inc(usage.cached_prompt_tokens)
+
+    def _child(self, metric: M, *labels: str) -> M:
+        """``metric.labels(*labels)``, looked up once per label set: the event
+        path folds several events per model call (prometheus_client's
+        ``labels`` validates and locks on every call)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def _track(self, run_id: str, state: _RunState) -> None:
         self._runs[run_id] = state
@@ -295,11 +307,11 @@ class DaemonMetrics:
             ("cached", usage.cached_prompt_tokens, seen_usage.cached_prompt_tokens),
         ):
             if now > before:
-                self.tokens.labels(agent, kind).inc(now - before)
+                self._child(self.tokens, agent, kind).inc(now - before)
         if total.model_calls > seen.model_calls:
-            self.model_calls.labels(agent).inc(total.model_calls - seen.model_calls)
+            self._child(self.model_calls, agent).inc(total.model_calls - seen.model_calls)
         if total.usd > seen.usd:
-            self.cost_usd.labels(agent).inc(total.usd - seen.usd)
+            self._child(self.cost_usd, agent).inc(total.usd - seen.usd)
         state.accounted = Cost(
             usd=max(total.usd, seen.usd),
             usage=Usage(

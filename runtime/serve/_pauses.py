@@ -5,12 +5,13 @@ application embedding the daemon keeps its own collector settings) and its
 Prometheus families, ``agentrt_gc_pause_seconds{generation}`` (a histogram)
 and ``agentrt_gc_pause_longest_seconds``.  A collection stops every thread,
 the API's included, so the longest one bounds the API's tail latency.
-And ``LoopStalls``: how late the API's event loop wakes a sleeper
-(``agentrt_api_stall_seconds``, ``agentrt_api_stall_longest_seconds``):
-every pause a request would wait through, collections, the GIL held by the
-run loop or a busy machine alike.  And ``IdleCollector``, for a process
-the daemon owns (``agentrt serve``, never an embedding application): full
-collections at quiet moments instead of under load.  Nothing of runs or HTTP.
+And ``LoopStalls``: how late the API's event loop wakes a sleeper while it
+serves requests (``agentrt_api_stall_seconds``,
+``agentrt_api_stall_longest_seconds``): every pause a request would wait
+through, collections, the GIL held by the run loop or a busy machine alike.
+And ``IdleCollector``, for a process the daemon owns (``agentrt serve``,
+never an embedding application): full collections at quiet moments instead
+of under load.  Nothing of runs or HTTP.
 
 The roof: may import every layer.
 """
@@ -118,17 +119,58 @@ class LoopStalls(Collector):
     """``await stalls.watch()`` on a loop: every ``period_s`` it sleeps and
     records how much later than asked it woke (until cancelled), and for
     the longest stall the CPU time the loop's thread spent meanwhile: its
-    own work (the rest of the stall it waited for the GIL or for a core)."""
+    own work (the rest of the stall it waited for the GIL or for a core).
 
-    def __init__(self, period_s: float = 0.01) -> None:
+    It times the loop while it serves: from ``enter()`` (a request came)
+    until ``linger_s`` after the ``leave()`` of the last one in progress;
+    then it waits for the next one without waking (an idle daemon's API
+    thread sleeps, instead of taking the GIL from the run loop a hundred
+    times a second).  A pause that ends before a request is seen is felt by
+    that request alone, and timed by its client."""
+
+    def __init__(self, period_s: float = 0.01, linger_s: float = 1.0) -> None:
         self.period_s = period_s
+        self.linger_s = linger_s
         self._counts = [0] * (len(BUCKETS) + 1)
         self._sum = 0.0
         self.longest = 0.0
         self.longest_cpu = 0.0
+        self._serving = 0
+        """Requests in progress."""
+        self._until = 0.0
+        """``perf_counter`` time the watcher stops at, when none is in progress."""
+        self._woken: anyio.Event | None = None
+        """Set by ``enter`` while the watcher waits for work."""
+
+    @property
+    def wakeups(self) -> int:
+        """Wake-ups timed so far."""
+        return sum(self._counts)
+
+    @property
+    def idle(self) -> bool:
+        """The watcher waits for a request (it does not wake)."""
+        return self._woken is not None
+
+    def enter(self) -> None:
+        """A request came (on the loop's thread)."""
+        self._serving += 1
+        woken = self._woken
+        if woken is not None:
+            self._woken = None
+            woken.set()
+
+    def leave(self) -> None:
+        """A request ``enter`` announced is over."""
+        self._serving -= 1
+        self._until = time.perf_counter() + self.linger_s
 
     async def watch(self) -> None:
         while True:
+            if not self._serving and time.perf_counter() >= self._until:
+                woken = self._woken = anyio.Event()
+                await woken.wait()
+                continue
             asked, cpu = time.perf_counter(), time.thread_time()
             await anyio.sleep(self.period_s)
             late = max(0.0, time.perf_counter() - asked - self.period_s)

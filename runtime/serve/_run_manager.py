@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from types import TracebackType
 from typing import Final, Self, TypeVar, final
 
@@ -39,6 +40,8 @@ from agentrt.protocols._api import (
 from agentrt.protocols._codec import decode_event
 from agentrt.protocols._events import (
     BudgetUpdated,
+    CallReserved,
+    CallSettled,
     ElicitationAnswered,
     ElicitationRequested,
     ErrorRaised,
@@ -68,7 +71,7 @@ from agentrt.runtime.models._backend_health import BackendHealth, probe_backend
 from agentrt.runtime.observe._log import get_logger, log_context
 from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem, invalid, not_found
 from agentrt.runtime.serve._webhooks import WebhookSender, check_webhook
-from agentrt.runtime.serve.store._run_store import ANY_OWNER, Owner, RunStore
+from agentrt.runtime.serve.store._run_store import ANY_OWNER, Owner, RunStore, StoreError
 from agentrt.runtime.serve.store._store_sql import rollout_error
 from agentrt.tools._tool import ElicitationReply, Tool
 
@@ -85,6 +88,16 @@ TOKEN_GRACE_S: Final = 3.0
 #: A follower that asked for tokens keeps them coming this long after its
 #: last request (a follower asks again as soon as a batch is out).
 TOKEN_LINGER_S: Final = 5.0
+#: The events a run waits for the store to commit before it goes on: the
+#: call journal's (a call is on record before it is sent, its reply before
+#: its tools run).  The run's other events are committed in order behind
+#: them without a wait each: a step is durable before the next call is
+#: sent, and nothing is shown to a client (state, followers) before it is
+#: committed.
+_DURABLE_FIRST: Final = frozenset({CallReserved, CallSettled})
+#: Events that change whether the run waits on a question: committed, then
+#: the run's status follows in the store.
+_ASKS: Final = frozenset({ElicitationRequested, ElicitationAnswered})
 #: How long a probe of the backends' health is reused (``/readyz``).
 HEALTH_CACHE_S: Final = 1.0
 #: Token events an active run keeps for followers that fall behind (they
@@ -150,6 +163,8 @@ class _Live:
     cancel_requested: bool = False
     detached: bool = False
     """Shutting down: the run is being stopped and records nothing more."""
+    write_failed: StoreError | None = None
+    """An event the run did not wait for could not be committed."""
     changed: anyio.Event | None = None
     """Set on the next committed event; made only when a follower waits
     (most runs have none, and an event per event is garbage to collect)."""
@@ -250,8 +265,9 @@ class _Live:
 @final
 class RunManager:
     """Admits runs (``submit``) and executes them through ``Runtime.run`` in
-    its task group; commits every event to the ``RunStore`` before the run
-    goes on (a step is durable before the next one); keeps active runs'
+    its task group; commits every event to the ``RunStore`` in order,
+    waiting for the call journal's (a step is durable before the next call
+    is sent) and showing each once it is committed; keeps active runs'
     state in memory (``get``/``detail`` touch no database); lets callers
     ``follow`` a run's events; cancels runs; and on opening resumes every run
     an earlier daemon left unfinished, from its committed steps.  Runs
@@ -680,23 +696,36 @@ class RunManager:
             live.keep_token(event)
             live.notify()
             return
-        # Shielded: a cancel (client or shutdown) landing mid-write would leave
-        # the event committed but unapplied, and ``_settle`` would then reuse
-        # its seq for ``RunFinished`` (a UNIQUE violation: the run never settles).
-        with anyio.CancelScope(shield=True):
-            await self.store.record(event)
-            with self._lock:
+        if live.write_failed is not None:
+            raise live.write_failed
+        kind = type(event)
+        then = partial(self._committed, live, event)
+        if kind in _ASKS:
+            # Shielded: the run's status in the store follows its questions
+            # (listed and resumed as waiting after a restart too).
+            with anyio.CancelScope(shield=True):
                 before = live.info.status
-                live.apply(event)
+                await self.store.record(event, then=then)
                 after = live.info.status
-            if "waiting" in (before, after) and before != after:
-                # Listed and resumed as waiting after a restart too.
-                await self.store.set_status(live.info.run_id, after)
+                if "waiting" in (before, after) and before != after:
+                    await self.store.set_status(live.info.run_id, after)
+            if type(event) is ElicitationRequested:
+                await self.webhooks.run_waiting(live.info, live.request, event)
+            return
+        # The run's state, its followers and the metrics see an event once it
+        # is committed (``_committed``, in commit order), whether or not the
+        # run waits for it here; a cancel landing mid-wait leaves it applied.
+        await self.store.record(event, then=then, wait=kind in _DURABLE_FIRST)
+
+    def _committed(self, live: _Live, event: Event, error: StoreError | None) -> None:
+        if error is not None:  # raised to the run at its next event
+            live.write_failed = live.write_failed or error
+            return
+        with self._lock:
+            live.apply(event)
         if self.observer is not None:
             self.observer(event)
         live.notify()
-        if type(event) is ElicitationRequested:
-            await self.webhooks.run_waiting(live.info, live.request, event)
 
     async def _execute(self, live: _Live, checkpoint: RunCheckpoint | None) -> None:
         run_id, request = live.info.run_id, live.request
@@ -757,6 +786,16 @@ class RunManager:
         the truth and the run's row says what it could)."""
         now = time.time()
         try:
+            # The run's events still queued are committed and applied first
+            # (``last_seq``, ``finished``).
+            await self.store.barrier()
+            failed = live.write_failed
+            if failed is not None and failed.full:
+                # Its end is not recorded either: the next start resumes the
+                # run from what was committed (a full disk loses no run).
+                raise failed
+            if failed is not None and status == "succeeded":
+                status, error = "failed", str(failed)
             if not live.finished:  # cancelled, or crashed before the engine said so
                 end = RunFinished(
                     run_id=live.info.run_id, seq=live.last_seq + 1, ts=time.time(), status=status

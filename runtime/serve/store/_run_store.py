@@ -13,9 +13,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, Self, final
@@ -23,7 +22,6 @@ from typing import Any, Final, Literal, Self, final
 import anyio
 import msgspec
 from anyio.lowlevel import RunVar
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from agentrt.protocols._api import RolloutInfo, RunDetail, RunInfo, RunPage, ThreadInfo
 from agentrt.protocols._codec import decode_event
@@ -44,15 +42,18 @@ from agentrt.protocols._webhooks import WebhookDelivery
 from agentrt.runtime.engine._checkpoint import JournaledCall
 from agentrt.runtime.engine._runtime import RolloutCheckpoint, RunCheckpoint
 from agentrt.runtime.kernel._errors import AgentrtError, ConfigError
+from agentrt.runtime.serve.store._commit_queue import CommitQueue, Write
 from agentrt.runtime.serve.store._store_sql import (
     ADDED_COLUMNS,
     ROLLOUTS_SQL,
     RUN_COLUMNS,
     SCHEMA,
+    STEPS_SQL,
     Statement,
     event_statements,
     rollout_info_of,
     run_info_of,
+    step_of,
 )
 
 #: Writes one group commit takes at most.
@@ -107,11 +108,9 @@ def _is_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-@dataclass(slots=True)
-class _Write:
-    statements: list[Statement]
-    done: anyio.Event = field(default_factory=anyio.Event)
-    error: BaseException | None = None
+def _describe(what: str | tuple[str, int]) -> str:
+    """A write's ``what``: a description, or a run's event (run id, seq)."""
+    return what if isinstance(what, str) else f"run {what[0]} event {what[1]}"
 
 
 def _own(path: str) -> int:
@@ -287,9 +286,11 @@ class RunStore:
     ``async with RunStore(path) as store:``; ``path=":memory:"`` is refused
     (readers need the file).
 
-    One writer task commits in groups: a write is committed before its
-    ``await`` returns, writes arriving together share a commit, and each
-    runs in its own savepoint (a bad write fails alone).  A committed write
+    One writer task commits in groups (``CommitQueue``): a write is
+    committed before its ``await`` returns (``record(wait=False)``: queued,
+    and reported to its ``then`` once committed, in order), writes queued
+    together share a commit, and each fails alone (a write of several
+    statements runs in a savepoint).  A committed write
     survives ``kill -9`` (``synchronous=NORMAL``); power loss needs
     ``synchronous="full"``.  Reads run on worker threads, each borrowing one
     of at most ``readers`` connections; a connection idle for
@@ -323,9 +324,8 @@ class RunStore:
         self._pool = _ReaderPool(self.path, synchronous, readers, reader_idle_s)
         self._reaper: anyio.CancelScope | None = None
         self._read_limiter: RunVar[anyio.CapacityLimiter] = RunVar(f"agentrt-store-{id(self)}")
-        self._send: MemoryObjectSendStream[_Write] | None = None
+        self._queue: CommitQueue | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._limiter = anyio.CapacityLimiter(1)
         self.commits = 0
         self.writes = 0
         self._owner_fd: int | None = None
@@ -344,11 +344,10 @@ class RunStore:
         except BaseException:
             self._close()
             raise
-        send, receive = anyio.create_memory_object_stream[_Write](_QUEUE)
-        self._send = send
+        self._queue = CommitQueue(self._apply, self._failure, batch=_BATCH, capacity=_QUEUE)
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        self._tg.start_soon(self._write_loop, receive)
+        self._tg.start_soon(self._write_loop, self._queue)
         self._reaper = anyio.CancelScope()
         self._tg.start_soon(self._reap_loop, self._reaper)
         return self
@@ -377,8 +376,8 @@ class RunStore:
         try:
             if self._reaper is not None:
                 self._reaper.cancel()
-            if self._send is not None:
-                await self._send.aclose()
+            if self._queue is not None:
+                self._queue.close()
             if self._tg is not None:
                 await self._tg.__aexit__(exc_type, exc, tb)
         finally:
@@ -401,46 +400,37 @@ class RunStore:
     @property
     def queue_depth(self) -> int:
         """Writes waiting for the writer (a gauge for /metrics)."""
-        return 0 if self._send is None else self._send.statistics().current_buffer_used
+        return 0 if self._queue is None else self._queue.depth
 
     # -- writing -------------------------------------------------------------
 
-    async def _write_loop(self, receive: MemoryObjectReceiveStream[_Write]) -> None:
+    async def _write_loop(self, queue: CommitQueue) -> None:
         # Shielded: it serves every write until ``__aexit__`` closes the
-        # stream, so writes made while the owner is being cancelled still land.
+        # queue, so writes made while the owner is being cancelled still land.
         with anyio.CancelScope(shield=True):
-            await self._drain_writes(receive)
+            await queue.run()
 
-    async def _drain_writes(self, receive: MemoryObjectReceiveStream[_Write]) -> None:
-        async with receive:
-            async for first in receive:
-                batch = [first]
-                while len(batch) < _BATCH:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                try:
-                    await anyio.to_thread.run_sync(self._apply, batch, limiter=self._limiter)
-                except BaseException as exc:  # the whole batch failed: tell every writer
-                    for write in batch:
-                        write.error = write.error or exc
-                        write.done.set()
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                for write in batch:
-                    write.done.set()
-
-    def _apply(self, batch: Sequence[_Write]) -> None:
+    def _apply(self, batch: Sequence[Write]) -> None:
         conn = self._writer
         assert conn is not None
         conn.execute("BEGIN IMMEDIATE")
         try:
             for write in batch:
+                statements = write.statements
+                if not statements:  # a barrier
+                    continue
+                if len(statements) == 1:  # a statement that fails leaves nothing behind
+                    sql, params = statements[0]
+                    try:
+                        conn.execute(sql, params)
+                    except sqlite3.Error as exc:
+                        if not conn.in_transaction:  # SQLite rolled it all back (a full disk)
+                            raise
+                        write.error = exc
+                    continue
                 conn.execute("SAVEPOINT w")
                 try:
-                    for sql, params in write.statements:
+                    for sql, params in statements:
                         conn.execute(sql, params)
                 except sqlite3.Error as exc:
                     conn.execute("ROLLBACK TO w")
@@ -454,24 +444,45 @@ class RunStore:
         self.commits += 1
         self.writes += len(batch)
 
-    async def _write(self, statements: list[Statement], *, what: str) -> None:
-        if self._send is None:
-            raise StoreError(f"the run store is not open ({what})")
-        write = _Write(statements)
+    def _failure(self, write: Write) -> StoreError:
+        error = write.error
+        assert error is not None
+        what = _describe(write.what)
+        full = _is_full(error)
+        hint = "; free space on its disk, then retry" if full else ""
+        failure = StoreError(
+            f"run store {self.path}, {what}: {error}{hint}",
+            store=self.path,
+            operation=what,
+            full=full,
+        )
+        failure.__cause__ = error
+        return failure
+
+    async def _write(
+        self,
+        statements: list[Statement],
+        *,
+        what: str | tuple[str, int],
+        then: Callable[[StoreError | None], None] | None = None,
+        wait: bool = True,
+    ) -> None:
+        """Queue a write; with ``wait``, return once it is committed (raise
+        ``StoreError`` if it failed); ``then`` is told either way, in queue
+        order.  ``what``: what it is, for errors (or a run id and event seq)."""
+        if self._queue is None:
+            raise StoreError(f"the run store is not open ({_describe(what)})")
+        write = Write(statements, what, then=then)
         try:
-            await self._send.send(write)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            raise StoreError(f"the run store is closed ({what})") from None
-        await write.done.wait()
+            await (self._queue.commit if wait else self._queue.put)(write)
+        except anyio.ClosedResourceError:
+            raise StoreError(f"the run store is closed ({_describe(what)})") from None
         if write.error is not None:
-            full = _is_full(write.error)
-            hint = "; free space on its disk, then retry" if full else ""
-            raise StoreError(
-                f"run store {self.path}, {what}: {write.error}{hint}",
-                store=self.path,
-                operation=what,
-                full=full,
-            ) from write.error
+            raise self._failure(write) from write.error
+
+    async def barrier(self) -> None:
+        """Return once every write queued before this call is committed (and told)."""
+        await self._write([], what="a barrier")
 
     async def create_run(
         self,
@@ -527,10 +538,24 @@ class RunStore:
             owner=owner,
         )
 
-    async def record(self, event: Event) -> None:
+    async def record(
+        self,
+        event: Event,
+        *,
+        then: Callable[[StoreError | None], None] | None = None,
+        wait: bool = True,
+    ) -> None:
         """Commit ``event`` (and the step, rollout, summary or usage rows it
-        implies); returns once it is durable."""
-        await self._write(event_statements(event), what=f"run {event.run_id} event {event.seq}")
+        implies); with ``wait``, returns once it is durable (raising
+        ``StoreError`` if it failed), else once it is queued.  ``then`` is
+        told when it is committed (``None``) or failed (the error), in the
+        order events were recorded."""
+        await self._write(
+            event_statements(event),
+            what=(event.run_id, event.seq),
+            then=then,
+            wait=wait,
+        )
 
     async def set_status(self, run_id: str, status: RunStatus, *, resumed: bool = False) -> None:
         await self._write(
@@ -750,15 +775,15 @@ class RunStore:
 
     async def steps(self, run_id: str, rollout_id: str | None = None) -> dict[str, list[Step]]:
         """Committed steps by rollout, each list in index order."""
-        sql = "SELECT rollout_id, body FROM steps WHERE run_id = ?"
+        sql = STEPS_SQL
         params: tuple[Any, ...] = (run_id,)
         if rollout_id is not None:
-            sql += " AND rollout_id = ?"
+            sql += " AND s.rollout_id = ?"
             params = (run_id, rollout_id)
-        rows = await self._read(sql + " ORDER BY rollout_id, idx", params)
+        rows = await self._read(sql + " ORDER BY s.rollout_id, s.idx", params)
         out: dict[str, list[Step]] = {}
-        for rollout, body in rows:
-            out.setdefault(rollout, []).append(msgspec.json.decode(body, type=Step))
+        for row in rows:
+            out.setdefault(row[0], []).append(step_of(row))
         return out
 
     async def summaries(self, run_id: str) -> list[TrajectorySummary]:

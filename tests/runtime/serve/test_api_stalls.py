@@ -1,9 +1,11 @@
 """``LoopStalls`` tells the API loop's own work from waiting: the longest
-stall carries the CPU time the loop's thread spent in it."""
+stall carries the CPU time the loop's thread spent in it; and it times the
+loop only while requests are served (an idle API thread does not wake)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import anyio
 import anyio.lowlevel
@@ -15,6 +17,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
 
 async def _stall_once(stalls: LoopStalls, block: object) -> None:
+    stalls.enter()  # a request in progress
     async with anyio.create_task_group() as tg:
         tg.start_soon(stalls.watch)
         await anyio.lowlevel.checkpoint()  # the watcher sleeps now
@@ -44,3 +47,30 @@ async def test_a_stall_spent_waiting_costs_the_loop_no_cpu() -> None:
     await _stall_once(stalls, lambda: time.sleep(0.1))  # as if the GIL were held elsewhere
     assert stalls.longest >= 0.05
     assert stalls.longest_cpu < stalls.longest / 2
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(30):
+        while not condition():  # noqa: ASYNC110 (a state of the watcher, no event)
+            await anyio.sleep(0.001)
+
+
+async def test_the_watcher_wakes_while_requests_are_served_and_sleeps_when_idle() -> None:
+    stalls = LoopStalls(period_s=0.001, linger_s=0.005)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stalls.watch)
+        await _until(lambda: stalls.idle)  # no request yet: it waits
+        assert stalls.wakeups == 0
+        stalls.enter()
+        await _until(lambda: stalls.wakeups >= 3)  # a request in progress: timed
+        await anyio.sleep(0.02)  # past the linger, the request still going
+        assert not stalls.idle
+        stalls.leave()
+        await _until(lambda: stalls.idle)  # the linger after the last one is over
+        idle_at = stalls.wakeups
+        await anyio.sleep(0.05)
+        assert stalls.wakeups == idle_at  # idle: not one wake-up
+        stalls.enter()
+        await _until(lambda: stalls.wakeups > idle_at)  # the next request wakes it
+        stalls.leave()
+        tg.cancel_scope.cancel()

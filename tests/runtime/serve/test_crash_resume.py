@@ -96,7 +96,10 @@ class Daemon:
 
 def _committed(db: Path) -> dict[tuple[str, int], bytes]:
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT rollout_id, idx, body FROM steps").fetchall()
+        rows = conn.execute(
+            "SELECT s.rollout_id, s.idx, e.body FROM steps AS s JOIN events AS e "
+            "ON e.run_id = s.run_id AND e.seq = s.seq"
+        ).fetchall()
     return {(r, i): bytes(b) for r, i, b in rows}
 
 
