@@ -76,8 +76,8 @@ class ManagedServer:
     in a ring buffer, healthy once its health endpoint answers, restarted
     after a crash with ``RestartBackoff``, stopped with SIGTERM to the group
     and SIGKILL after a grace period; on Linux the group is stopped the
-    same way when this process dies, even by SIGKILL (a launcher and its
-    watchdog: ``_parent_death.guarded_argv``).  Run it as a service
+    same way when this process dies, even by SIGKILL (a small launcher
+    and watchdog process see to it).  Run it as a service
     (``await tg.start(server.run)`` returns the base URL) or as an async
     context manager.  A failure to start raises ``ManagedServerError``
     naming the server, the health URL and its last output lines."""
