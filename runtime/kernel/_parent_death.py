@@ -17,6 +17,11 @@ signal reaches only the server itself, not the processes it forked).  The
 watchdog dies with the server (its own death signal), holds none of the
 server's standard streams, and does nothing else.
 
+The kernel's signal comes when the *thread* that started the process
+ends (the watchdog's pidfd follows the whole process): start guarded
+processes from a thread that lives as long as they should (an event
+loop's thread, the main thread), not from a pooled worker thread.
+
 Off Linux (no ``prctl``, no pidfd) ``guarded_argv`` returns the argv
 unchanged and ``die_with`` only checks the parent: there a SIGKILLed
 parent leaves its servers running.
