@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import socket
-import sys
 from collections import deque
 from concurrent.futures import Future
 from typing import Final, final
@@ -25,6 +23,7 @@ import msgspec
 from anyio.abc import SocketStream, TaskGroup
 
 from agentrt._version import __version__
+from agentrt.runtime.kernel._parent_death import die_with
 from agentrt.runtime.placement._worker_host import HostedWorker, has_uvloop
 from agentrt.runtime.placement._worker_wire import (
     ENCODER,
@@ -48,7 +47,6 @@ READ: Final = 1 << 20
 MAX_FRAME: Final = 1 << 30
 #: How long a closing worker may take to end its rollouts and its Runtime.
 CLOSE_S: Final = 10.0
-_PR_SET_PDEATHSIG: Final = 1
 
 
 @final
@@ -150,11 +148,7 @@ def _loop_options() -> dict[str, bool]:
 def _die_with(parent: int) -> None:
     """Be killed when the driver's process dies (Linux), even before the
     socket tells: a SIGKILLed driver leaves no worker behind."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # it died before the line above took effect
+    if not die_with(parent, signal.SIGKILL):  # it died before we asked
         os._exit(1)
 
 

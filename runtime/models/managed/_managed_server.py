@@ -7,10 +7,12 @@ Must not import agents, tools or aggregators, nor a specific backend.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
@@ -19,6 +21,7 @@ import httpx
 from anyio.abc import ByteReceiveStream, Process, TaskGroup, TaskStatus
 
 from agentrt.runtime.kernel._backoff import RestartBackoff
+from agentrt.runtime.kernel._parent_death import guarded_argv
 from agentrt.runtime.models.http._http_client import HttpClientConfig, make_http_client
 from agentrt.runtime.models.managed._managed_config import (
     ManagedServerConfig,
@@ -37,6 +40,15 @@ _log = get_logger(__name__)
 _MAX_LINE: Final = 4000
 #: Seconds the output pumps may drain after the process group is gone.
 _DRAIN_S: Final = 2.0
+
+
+def _executable(name: str, path: str | None, cwd: Path | None) -> str | None:
+    """Where ``name`` would be executed from (``None``: nowhere), resolved
+    as ``execvp`` in ``cwd`` would."""
+    if os.sep in name:
+        where = Path(cwd or ".", name)
+        return str(where) if where.is_file() and os.access(where, os.X_OK) else None
+    return shutil.which(name, path=path)
 
 
 class _Crash(Exception):
@@ -63,7 +75,9 @@ class ManagedServer:
     group from ``config``, its output logged (tagged with its name) and kept
     in a ring buffer, healthy once its health endpoint answers, restarted
     after a crash with ``RestartBackoff``, stopped with SIGTERM to the group
-    and SIGKILL after a grace period.  Run it as a service
+    and SIGKILL after a grace period; on Linux the group is stopped the
+    same way when this process dies, even by SIGKILL (a small launcher
+    and watchdog process see to it).  Run it as a service
     (``await tg.start(server.run)`` returns the base URL) or as an async
     context manager.  A failure to start raises ``ManagedServerError``
     naming the server, the health URL and its last output lines."""
@@ -353,12 +367,17 @@ class ManagedServer:
         if self.config.health_url is None and not port_free(cfg.host, self.port):
             # Another server there would answer our health probe for this one.
             raise self._error(f"port {self.port} on {cfg.host} is already in use", None)
+        # The launcher execs the server in a process of its own (so a missing
+        # executable would only show as an early exit): look first.
+        if _executable(argv[0], env.get("PATH"), cfg.cwd) is None:
+            raise self._error(f"cannot start {argv[0]!r}: no such executable", None)
         try:
             # Shielded: a cancellation landing after the spawn but before the
             # return would leak the process and its transport.
             with anyio.CancelScope(shield=True):
                 process = await anyio.open_process(
-                    argv,
+                    # The server's group goes when this process dies, even by SIGKILL.
+                    guarded_argv(argv, cfg.stop_grace_s),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,

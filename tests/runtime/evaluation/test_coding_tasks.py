@@ -11,8 +11,6 @@ scripted backend replays the known fixes through the mini-SWE-agent spec's
 from __future__ import annotations
 
 import argparse
-import fcntl
-import importlib.util
 import json
 import os
 import re
@@ -23,7 +21,6 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
@@ -67,6 +64,8 @@ from agentrt.tools import EditorTool, ToolContext
 from agentrt.tools.sandbox._bwrap import SandboxEnvironment
 from agentrt.tools.sandbox._workspaces import Workspaces, default_workspace_root
 
+from .conftest import GRADING_GROUP, HarnessGrades
+
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "examples" / "mini_swe_agent.yaml"
@@ -83,31 +82,6 @@ def _sandbox() -> None:
         if os.environ.get("AGENTRT_REQUIRE_BWRAP") == "1":
             pytest.fail("AGENTRT_REQUIRE_BWRAP=1 but bubblewrap (bwrap) is not installed")
         pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
-
-
-def _setup_module() -> ModuleType:
-    path = ROOT / "examples" / "swe_tasks" / "setup_tasks.py"
-    spec = importlib.util.spec_from_file_location("agentrt_swe_setup_tasks", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="session")
-def task_set() -> Path:
-    """The task set's cache (built once; PyPI on the first build; .ci/run
-    builds it before the suite).  Each xdist worker has this fixture: a file
-    lock makes the second wait for the first's build instead of racing it
-    (two ``pip download``s and ``git checkout``s in one folder)."""
-    cache = Path(os.environ.get("AGENTRT_SWE_TASKS", "/tmp/agentrt-swe-tasks"))
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with (cache.parent / f"{cache.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _setup_module().build(cache)
-    return cache
 
 
 def _first_user(request: ModelRequest) -> str:
@@ -377,15 +351,18 @@ def _graded_independently(task_set: Path, instance: dict[str, Any], diff: str | 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # 20 rollouts, 20 gradings and 15 regradings on 2 loaded cores
+@pytest.mark.timeout(600)  # 20 rollouts, 20 gradings and 5 regradings on 2 loaded cores
+@pytest.mark.xdist_group(GRADING_GROUP)
 async def test_task_set_gold_patches_pass_and_an_independent_grading_agrees(
-    task_set: Path, tmp_path: Path
+    task_set: Path, harness_grades: HarnessGrades, tmp_path: Path
 ) -> None:
     """Every task's gold patch passes (FAIL_TO_PASS and PASS_TO_PASS); no
     change and a fix hidden from the diff fail FAIL_TO_PASS and keep
-    PASS_TO_PASS; a grading with plain git and pytest agrees on every
-    prediction and every hidden fix; ``verified`` picks the passing ones; the predictions load in
-    ``swebench``.  The tests run in each task's own environment."""
+    PASS_TO_PASS; independent gradings agree: swebench's harness on every
+    prediction (the session's ``harness_grades``, conftest.py) and plain
+    git and pytest on every hidden fix; ``verified`` picks the passing
+    ones; the predictions load in ``swebench``.  The tests run in each
+    task's own environment."""
     instances = _instances(task_set)
     assert len(instances) == 10
     backend = ScriptedBackend(_replay(instances))
@@ -456,6 +433,12 @@ async def test_task_set_gold_patches_pass_and_an_independent_grading_agrees(
         for instance, diff, passed in graded:
             if diff is not None and "+++ b/NOTES.txt" in diff:
                 continue  # a new notes file only: nothing two gradings could differ on
+            if passed:  # the gold patch: the harness graded it (and resolved it)
+                harness, log = harness_grades.by_id[instance["instance_id"]].graded[True]
+                assert diff is not None
+                assert diff.strip() == instance["patch"].strip()
+                assert harness["resolved"] is True, (instance["instance_id"], log[-2000:])
+                continue
             tg.start_soon(regrade, instance, diff, passed)
 
     from swebench.harness.run_evaluation import (  # type: ignore[import-untyped]

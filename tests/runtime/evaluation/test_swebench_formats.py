@@ -10,13 +10,7 @@ standing in for ``/testbed``.
 
 from __future__ import annotations
 
-import fcntl
-import importlib.util
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +37,14 @@ from agentrt.runtime.evaluation._swebench import (
     Prediction,
     harness_instance,
     load_instances,
-    write_harness_instances,
     write_predictions,
 )
 from agentrt.runtime.evaluation._trajectory_data import Pool
 from agentrt.runtime.kernel._errors import ConfigError
 
+from .conftest import GRADING_GROUP, HarnessGrades
+
 pytestmark = pytest.mark.process  # git and pytest subprocesses
-ROOT = Path(__file__).resolve().parents[3]
 #: The datasets' columns (SWE-bench, Verified, Lite), in their order.
 OFFICIAL_COLUMNS = (
     "repo",
@@ -66,25 +60,6 @@ OFFICIAL_COLUMNS = (
     "PASS_TO_PASS",
     "environment_setup_commit",
 )
-
-
-@pytest.fixture(scope="module")
-def task_set() -> Path:
-    """The task set's cache, as test_coding_tasks.py builds it (a file lock
-    against a parallel build)."""
-    path = ROOT / "examples" / "swe_tasks" / "setup_tasks.py"
-    spec = importlib.util.spec_from_file_location("agentrt_swe_setup_tasks", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    cache = Path(os.environ.get("AGENTRT_SWE_TASKS", "/tmp/agentrt-swe-tasks"))
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with (cache.parent / f"{cache.name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        module.build(cache)
-    return cache
 
 
 def _rows(task_set: Path) -> list[dict[str, Any]]:
@@ -133,38 +108,11 @@ def test_parquet_instances_with_the_official_columns_load_as_their_jsonl(
         load_instances(bad_row, repos=repos)
 
 
-def _run_eval_script(
-    task_set: Path, row: dict[str, Any], script: str, model_patch: str, log: Path
-) -> None:
-    """What the harness does in the instance's container, in a clone
-    standing in for ``/testbed``: apply the model patch, run the eval script."""
-    repo = task_set / "repos" / row["repo"].replace("/", "__")
-    with tempfile.TemporaryDirectory() as checkout:
-        subprocess.run(["git", "clone", "-q", str(repo), checkout], check=True)
-        subprocess.run(["git", "-C", checkout, "checkout", "-q", row["base_commit"]], check=True)
-        if model_patch:
-            subprocess.run(
-                ["git", "-C", checkout, "apply", "-"], input=model_patch, text=True, check=True
-            )
-        source = Path(checkout, "src") if Path(checkout, "src").is_dir() else Path(checkout)
-        done = subprocess.run(
-            ["bash", "-c", script.replace("/testbed", checkout)],
-            env={
-                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-                "PYTHONPATH": f"{source}:{task_set / 'pytest'}",
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,  # one stream, as the container's log has it
-            text=True,
-            check=False,
-        )
-        log.write_text(done.stdout)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # 20 clones and test runs: about 2 minutes on 2 loaded cores
+@pytest.mark.xdist_group(GRADING_GROUP)
 def test_harness_instances_and_predictions_load_in_swebench_and_grade_there(
-    task_set: Path, tmp_path: Path
+    task_set: Path, harness_grades: HarnessGrades, tmp_path: Path
 ) -> None:
     """The instances agentrt writes for the harness load with swebench's
     ``load_swebench_dataset`` and make a ``TestSpec`` with
@@ -174,8 +122,8 @@ def test_harness_instances_and_predictions_load_in_swebench_and_grade_there(
     run where the harness would run it, is graded by swebench's own
     ``get_eval_report``: every gold patch resolves its instance and no
     patch resolves none (the task set's ids are the node ids pytest reports,
-    as the harness matches them)."""
-    from swebench.harness.grading import get_eval_report  # type: ignore[import-untyped]
+    as the harness matches them).  The gradings are the session's
+    (``harness_grades``, conftest.py), shared with test_coding_tasks.py."""
     from swebench.harness.run_evaluation import (  # type: ignore[import-untyped]
         get_dataset_from_preds,
     )
@@ -188,9 +136,7 @@ def test_harness_instances_and_predictions_load_in_swebench_and_grade_there(
     rows = _rows(task_set)
     with pytest.raises(KeyError, match="image"):
         make_test_spec(rows[0])
-    items = load_instances(task_set / "instances.jsonl", repos=task_set / "repos")
-    dataset_file = tmp_path / "harness-instances.jsonl"
-    write_harness_instances(dataset_file, [i for i, _ in items])
+    dataset_file = harness_grades.dataset_file
     predictions_file = tmp_path / "preds.jsonl"
     write_predictions(
         predictions_file,
@@ -210,23 +156,20 @@ def test_harness_instances_and_predictions_load_in_swebench_and_grade_there(
         rewrite_reports=False,
         exclude_completed=False,
     )
-    assert len(dataset) == len(matched) == len(rows) == 10
+    assert len(dataset) == len(matched) == len(rows) == len(harness_grades.by_id) == 10
     by_id = {r["instance_id"]: r for r in rows}
     for instance, prediction in zip(dataset, predictions, strict=True):
         row = by_id[instance["instance_id"]]
+        assert prediction["model_patch"] == row["patch"]
         spec = make_test_spec(instance)
         assert json.loads(row["FAIL_TO_PASS"]) == spec.FAIL_TO_PASS
         assert json.loads(row["PASS_TO_PASS"]) == spec.PASS_TO_PASS
         assert spec.image == f"sweb.eval.x86_64.{row['instance_id']}:latest"
         assert spec.log_parser == "parse_log_pytest"
         assert spec.eval_type == "pass_and_fail"
-        for patch, resolved in ((prediction["model_patch"], True), ("", False)):
-            log = tmp_path / f"{row['instance_id']}-{resolved}.log"
-            _run_eval_script(task_set, row, spec.eval_script, patch, log)
-            graded = get_eval_report(
-                spec, {**prediction, "model_patch": patch}, str(log), include_tests_status=True
-            )[row["instance_id"]]
-            assert graded["resolved"] is resolved, (row["instance_id"], log.read_text()[-2000:])
+        assert spec.eval_script == harness_grades.by_id[row["instance_id"]].spec.eval_script
+        for resolved, (graded, log) in harness_grades.by_id[row["instance_id"]].graded.items():
+            assert graded["resolved"] is resolved, (row["instance_id"], log[-2000:])
             status = graded["tests_status"]
             assert status["PASS_TO_PASS"]["success"] == spec.PASS_TO_PASS  # regressions graded
             if not resolved:

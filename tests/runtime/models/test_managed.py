@@ -10,9 +10,11 @@ appends ``pid time`` to a file on every start so tests can count restarts
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +32,7 @@ from agentrt.runtime.models.managed._managed_server import (
     ManagedServerError,
     ServerState,
 )
+from agentrt.runtime.models.managed._process_group import group_alive
 from tests._support.polling import eventually, gone
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
@@ -372,3 +375,69 @@ async def test_a_port_already_in_use_is_refused(fake: tuple[Path, Path]) -> None
             async with server:
                 pytest.fail("another server holds the port")
     assert starts_of(starts) == []  # nothing was started
+
+
+OWNER = r"""
+import json, sys, anyio
+from agentrt.runtime.models.managed._managed_server import ManagedServer, ManagedServerConfig
+
+async def main() -> None:
+    script, starts = sys.argv[1], sys.argv[2]
+    config = ManagedServerConfig(
+        name="fake", kind="command", log_output="off", stop_grace_s=0.5, health_interval_s=0.05,
+        command=(sys.executable, script, "--port", "{port}", "--starts", starts,
+                 "--child", "--ignore-term"),
+    )
+    async with ManagedServer(config) as server:
+        while not any(x.startswith("child pid") for x in server.recent_output):
+            await anyio.sleep(0.02)
+        child = next(x for x in server.recent_output if x.startswith("child pid")).split()[-1]
+        print(json.dumps([server.pid, int(child)]), flush=True)
+        await anyio.sleep_forever()
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux guarantee")
+def test_a_sigkilled_owner_leaves_no_server_process(
+    fake: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # The server ignores SIGTERM and forked a child: only SIGTERM to its
+    # whole group and then SIGKILL clear it, with nobody left to send them.
+    script, starts = fake
+    owner_script = tmp_path / "owner.py"
+    owner_script.write_text(OWNER)
+    owner = subprocess.Popen(
+        [sys.executable, str(owner_script), str(script), str(starts)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert owner.stdout is not None
+        leader, child = json.loads(owner.stdout.readline())
+        assert os.getpgid(child) == leader
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(30)
+        deadline = time.monotonic() + 60  # a hang guard, not a measurement
+        while group_alive(leader) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not group_alive(leader), [
+            p.info for p in psutil.process_iter(["pid", "cmdline"]) if _in_group(p.pid, leader)
+        ]
+        assert gone(leader)
+        assert gone(child)
+        # SIGTERM first (the kernel's and the watchdog's), then SIGKILL.
+        assert set(pids_in(starts, ".term")) == {leader}
+    finally:
+        owner.kill()
+        owner.wait(30)
+        if owner.stdout is not None:
+            owner.stdout.close()
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pgid
+    except OSError:
+        return False

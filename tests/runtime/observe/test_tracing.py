@@ -23,6 +23,7 @@ import pytest
 from agentrt.protocols import ModelRequest, ScalingSpec, ToolMessage
 from agentrt.runtime.engine._runtime import Runtime
 from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.kernel._parent_death import guarded_argv
 from agentrt.runtime.observe._tracing_config import TracingConfig, resolve_tracing
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
@@ -312,7 +313,13 @@ def _serve_phoenix(command: str, home: Path) -> tuple[subprocess.Popen[bytes], s
         "PHOENIX_GRPC_PORT": str(_free_port()),
     }
     with (home / "phoenix.log").open("a") as log:
-        proc = subprocess.Popen([command, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            guarded_argv([command, "serve"], grace_s=10),  # gone with pytest, even SIGKILLed
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from agentrt.runtime.kernel._parent_death import guarded_argv
+
 pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -56,21 +58,29 @@ def test_the_cluster_tests_pass_inside_their_network_namespace() -> None:
     script = (
         "ip link set lo up && exec "
         f"{sys.executable} -m pytest tests/runtime/placement/cluster -p no:cacheprovider -q -x "
-        "--timeout 600 -rs"
+        "--timeout 600 -rs --durations=15"
     )
     # A PID namespace too: the cluster's `ray stop` sees only its own processes.
+    # Gone with this pytest, even SIGKILLed: the launcher stops unshare,
+    # unshare kills its child (the namespace's first process), and the
+    # kernel then the whole PID namespace (the cluster's nodes too).
     done = subprocess.run(
-        [
-            unshare,
-            "--net",
-            "--map-root-user",
-            "--fork",
-            "--pid",
-            "--mount-proc",
-            "bash",
-            "-c",
-            script,
-        ],
+        guarded_argv(
+            [
+                unshare,
+                "--net",
+                "--map-root-user",
+                "--fork",
+                "--kill-child",
+                "--pid",
+                "--mount-proc",
+                "bash",
+                "-c",
+                script,
+            ],
+            grace_s=10,
+        ),
+        start_new_session=True,
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -81,3 +91,4 @@ def test_the_cluster_tests_pass_inside_their_network_namespace() -> None:
     tail = "\n".join((done.stdout + "\n" + done.stderr).splitlines()[-80:])
     assert done.returncode == 0, tail
     assert " passed" in done.stdout, tail
+    print(tail)  # the inner run's slowest tests (shown with -s or -rP)

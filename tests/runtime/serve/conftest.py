@@ -20,6 +20,7 @@ import pytest
 
 from agentrt.protocols import ModelRequest, ToolMessage
 from agentrt.runtime.config._config_file import AgentrtConfig, config_from_mapping
+from agentrt.runtime.kernel._parent_death import guarded_argv
 from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
@@ -115,9 +116,11 @@ def start_serve(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     ``log``), returned once ``/readyz`` answers 200 on ``port``."""
     with log.open("ab") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agentrt", "serve", "--config", str(config)],
+            # Gone with pytest, even SIGKILLed.
+            guarded_argv([sys.executable, "-m", "agentrt", "serve", "--config", str(config)], 10),
             stdout=subprocess.DEVNULL,
             stderr=stderr,
+            start_new_session=True,
         )
     deadline = time.monotonic() + 60
     while True:
