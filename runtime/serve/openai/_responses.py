@@ -9,7 +9,7 @@ Part of the daemon (``agentrt.runtime.serve``); talks to runs only through
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 import msgspec
@@ -54,6 +54,7 @@ from agentrt.runtime.wire._responses import (
     ConversationObject,
     FunctionCallItem,
     InputDetails,
+    LogprobOut,
     OutputDetails,
     OutputItem,
     OutputItemAdded,
@@ -87,6 +88,7 @@ _encode = msgspec.json.Encoder().encode
 _TEXT_BUFFER: Final = 16
 _QUIET: Final = StreamText()
 """Nothing came within the keep-alive interval."""
+_E = TypeVar("_E")
 
 
 def _usage(info: RunInfo) -> ResponseUsage:
@@ -361,6 +363,64 @@ class _ResponseStream(Response):
                 )
                 await self.runs.manager.wait(self.shape.info.run_id)
 
+    def _added(self, index: int, item: OutputItem) -> StreamEvent:
+        return OutputItemAdded(sequence_number=self._next(), output_index=index, item=item)
+
+    def _done(self, index: int, item: OutputItem) -> StreamEvent:
+        return OutputItemDone(sequence_number=self._next(), output_index=index, item=item)
+
+    def _part_opened(self, item_id: str, index: int, c: int) -> StreamEvent:
+        """Content part ``c`` of message ``item_id`` opened, empty."""
+        return ContentPartAdded(
+            sequence_number=self._next(),
+            item_id=item_id,
+            output_index=index,
+            content_index=c,
+            part=OutputText(text=""),
+        )
+
+    def _text_delta(
+        self, item_id: str, index: int, c: int, delta: str, logprobs: list[LogprobOut]
+    ) -> StreamEvent:
+        return OutputTextDelta(
+            sequence_number=self._next(),
+            item_id=item_id,
+            output_index=index,
+            content_index=c,
+            delta=delta,
+            logprobs=logprobs,
+        )
+
+    def _part_closed(self, item_id: str, index: int, c: int, part: OutputText) -> list[StreamEvent]:
+        """Content part ``c`` of message ``item_id`` finished as ``part``."""
+        return [
+            OutputTextDone(
+                sequence_number=self._next(),
+                item_id=item_id,
+                output_index=index,
+                content_index=c,
+                text=part.text,
+                logprobs=part.logprobs,
+            ),
+            ContentPartDone(
+                sequence_number=self._next(),
+                item_id=item_id,
+                output_index=index,
+                content_index=c,
+                part=part,
+            ),
+        ]
+
+    def _summary_event(self, kind: Callable[..., _E], **fields: Any) -> _E:
+        """An event of the one reasoning summary (item 0, summary part 0)."""
+        return kind(
+            sequence_number=self._next(),
+            item_id=self.summary_id,
+            output_index=0,
+            summary_index=0,
+            **fields,
+        )
+
     def _summary_events(self, line: str) -> list[StreamEvent]:
         """A line of progress: the reasoning item and its summary part opened
         first, then its delta (none once the answer has begun)."""
@@ -368,29 +428,10 @@ class _ResponseStream(Response):
             return []
         events: list[StreamEvent] = []
         if not self.summary:
-            opened = ReasoningItem(id=self.summary_id, status="in_progress")
-            events.append(
-                OutputItemAdded(sequence_number=self._next(), output_index=0, item=opened)
-            )
-            events.append(
-                SummaryPartAdded(
-                    sequence_number=self._next(),
-                    item_id=self.summary_id,
-                    output_index=0,
-                    summary_index=0,
-                    part=SummaryText(text=""),
-                )
-            )
+            events.append(self._added(0, ReasoningItem(id=self.summary_id, status="in_progress")))
+            events.append(self._summary_event(SummaryPartAdded, part=SummaryText(text="")))
         self.summary.append(line)
-        events.append(
-            SummaryTextDelta(
-                sequence_number=self._next(),
-                item_id=self.summary_id,
-                output_index=0,
-                summary_index=0,
-                delta=line,
-            )
-        )
+        events.append(self._summary_event(SummaryTextDelta, delta=line))
         return events
 
     def _summary_close(self) -> list[StreamEvent]:
@@ -399,19 +440,10 @@ class _ResponseStream(Response):
             return []
         part = SummaryText(text="".join(self.summary))
         self.summary_done = ReasoningItem(id=self.summary_id, summary=[part])
-        rs = self.summary_id
         return [
-            SummaryTextDone(
-                sequence_number=self._next(),
-                item_id=rs,
-                output_index=0,
-                summary_index=0,
-                text=part.text,
-            ),
-            SummaryPartDone(
-                sequence_number=self._next(), item_id=rs, output_index=0, summary_index=0, part=part
-            ),
-            OutputItemDone(sequence_number=self._next(), output_index=0, item=self.summary_done),
+            self._summary_event(SummaryTextDone, text=part.text),
+            self._summary_event(SummaryPartDone, part=part),
+            self._done(0, self.summary_done),
         ]
 
     def _delta_events(self, piece: str) -> list[StreamEvent]:
@@ -421,31 +453,11 @@ class _ResponseStream(Response):
         if not self.streamed:
             events.extend(self._summary_close())
             events.append(
-                OutputItemAdded(
-                    sequence_number=self._next(),
-                    output_index=index,
-                    item=OutputMessage(id=self.message_id, status="in_progress"),
-                )
+                self._added(index, OutputMessage(id=self.message_id, status="in_progress"))
             )
-            events.append(
-                ContentPartAdded(
-                    sequence_number=self._next(),
-                    item_id=self.message_id,
-                    output_index=index,
-                    content_index=0,
-                    part=OutputText(text=""),
-                )
-            )
+            events.append(self._part_opened(self.message_id, index, 0))
         self.streamed.append(piece)
-        events.append(
-            OutputTextDelta(
-                sequence_number=self._next(),
-                item_id=self.message_id,
-                output_index=index,
-                content_index=0,
-                delta=piece,
-            )
-        )
+        events.append(self._text_delta(self.message_id, index, 0, piece, []))
         return events
 
     def _closing(self, outcome: Outcome) -> tuple[list[StreamEvent], list[OutputItem]]:
@@ -469,26 +481,8 @@ class _ResponseStream(Response):
         part = OutputText(text="".join(self.streamed), logprobs=logprobs_out(outcome.logprobs))
         message = OutputMessage(id=self.message_id, content=[part])
         at = self.message_index
-        events.append(
-            OutputTextDone(
-                sequence_number=self._next(),
-                item_id=self.message_id,
-                output_index=at,
-                content_index=0,
-                text=part.text,
-                logprobs=part.logprobs,
-            )
-        )
-        events.append(
-            ContentPartDone(
-                sequence_number=self._next(),
-                item_id=self.message_id,
-                output_index=at,
-                content_index=0,
-                part=part,
-            )
-        )
-        events.append(OutputItemDone(sequence_number=self._next(), output_index=at, item=message))
+        events.extend(self._part_closed(self.message_id, at, 0, part))
+        events.append(self._done(at, message))
         calls = [item for item in items if isinstance(item, FunctionCallItem)]
         for index, call in enumerate(calls, start=at + 1):
             events.extend(self._item_events(index, call))
@@ -508,64 +502,22 @@ class _ResponseStream(Response):
         events: list[StreamEvent] = []
         match item:
             case OutputMessage():
-                opened = OutputMessage(id=item.id, status="in_progress")
-                events.append(
-                    OutputItemAdded(sequence_number=self._next(), output_index=index, item=opened)
-                )
+                events.append(self._added(index, OutputMessage(id=item.id, status="in_progress")))
                 for c, part in enumerate(item.content):
-                    events.append(
-                        ContentPartAdded(
-                            sequence_number=self._next(),
-                            item_id=item.id,
-                            output_index=index,
-                            content_index=c,
-                            part=OutputText(text=""),
-                        )
-                    )
-                    events.append(
-                        OutputTextDelta(
-                            sequence_number=self._next(),
-                            item_id=item.id,
-                            output_index=index,
-                            content_index=c,
-                            delta=part.text,
-                            logprobs=part.logprobs,
-                        )
-                    )
-                    events.append(
-                        OutputTextDone(
-                            sequence_number=self._next(),
-                            item_id=item.id,
-                            output_index=index,
-                            content_index=c,
-                            text=part.text,
-                            logprobs=part.logprobs,
-                        )
-                    )
-                    events.append(
-                        ContentPartDone(
-                            sequence_number=self._next(),
-                            item_id=item.id,
-                            output_index=index,
-                            content_index=c,
-                            part=part,
-                        )
-                    )
+                    events.append(self._part_opened(item.id, index, c))
+                    events.append(self._text_delta(item.id, index, c, part.text, part.logprobs))
+                    events.extend(self._part_closed(item.id, index, c, part))
             case ReasoningItem():
                 pass  # only the summary makes one, and closes it itself
             case FunctionCallItem():
-                opened_call = FunctionCallItem(
+                opened = FunctionCallItem(
                     id=item.id,
                     call_id=item.call_id,
                     name=item.name,
                     arguments="",
                     status="in_progress",
                 )
-                events.append(
-                    OutputItemAdded(
-                        sequence_number=self._next(), output_index=index, item=opened_call
-                    )
-                )
+                events.append(self._added(index, opened))
                 events.append(
                     ArgumentsDelta(
                         sequence_number=self._next(),
@@ -583,7 +535,7 @@ class _ResponseStream(Response):
                         arguments=item.arguments,
                     )
                 )
-        events.append(OutputItemDone(sequence_number=self._next(), output_index=index, item=item))
+        events.append(self._done(index, item))
         return events
 
 
