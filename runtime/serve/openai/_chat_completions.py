@@ -97,13 +97,7 @@ class _Endpoints:
             depth = self.manager.config.server.max_json_depth
             chat = decode_request(await read_body(request, max_depth=depth))
             agent = self.runs.agent(chat.model)
-            defaults = self.manager.config.runtime
-            wanted = chat_requested(
-                chat,
-                default_rollouts=defaults.rollouts,
-                default_aggregate=defaults.aggregate,
-                default_options=dict(defaults.aggregate_options),
-            )
+            wanted = chat_requested(chat, self.manager.config.runtime)
             info = await self.runs.submit(
                 asked=chat_asked(chat.messages),
                 agent=agent,

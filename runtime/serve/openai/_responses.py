@@ -111,10 +111,7 @@ class _Responses:
             depth = self.runs.manager.config.server.max_json_depth
             body = decode_response_request(await read_body(request, max_depth=depth))
             agent = self.runs.agent(body.model)
-            defaults = self.runs.manager.config.runtime
-            wanted = _requested(
-                body, defaults.rollouts, defaults.aggregate, defaults.aggregate_options
-            )
+            wanted = responses_requested(body, self.runs.manager.config.runtime)
             previous = body.previous_response_id
             joined = conversation_ref(body)
             caller = caller_of(request)
@@ -203,14 +200,6 @@ class _Conversations:
 def _conversation(thread: ThreadInfo) -> ConversationObject:
     return ConversationObject(
         id=thread.thread_id, created_at=int(thread.created_at), metadata=thread.metadata
-    )
-
-
-def _requested(
-    body: ResponseRequest, rollouts: int, aggregate: str, options: dict[str, Any]
-) -> Requested:
-    return responses_requested(
-        body, default_rollouts=rollouts, default_aggregate=aggregate, default_options=dict(options)
     )
 
 
@@ -411,15 +400,13 @@ class _ResponseStream(Response):
             ),
         ]
 
+    def _event(self, kind: Callable[..., _E], **fields: Any) -> _E:
+        """Event ``kind`` of ``fields``, numbered next."""
+        return kind(sequence_number=self._next(), **fields)
+
     def _summary_event(self, kind: Callable[..., _E], **fields: Any) -> _E:
         """An event of the one reasoning summary (item 0, summary part 0)."""
-        return kind(
-            sequence_number=self._next(),
-            item_id=self.summary_id,
-            output_index=0,
-            summary_index=0,
-            **fields,
-        )
+        return self._event(kind, item_id=self.summary_id, output_index=0, summary_index=0, **fields)
 
     def _summary_events(self, line: str) -> list[StreamEvent]:
         """A line of progress: the reasoning item and its summary part opened
@@ -518,22 +505,10 @@ class _ResponseStream(Response):
                     status="in_progress",
                 )
                 events.append(self._added(index, opened))
+                at = {"item_id": item.id, "output_index": index}
+                events.append(self._event(ArgumentsDelta, **at, delta=item.arguments))
                 events.append(
-                    ArgumentsDelta(
-                        sequence_number=self._next(),
-                        item_id=item.id,
-                        output_index=index,
-                        delta=item.arguments,
-                    )
-                )
-                events.append(
-                    ArgumentsDone(
-                        sequence_number=self._next(),
-                        item_id=item.id,
-                        output_index=index,
-                        name=item.name,
-                        arguments=item.arguments,
-                    )
+                    self._event(ArgumentsDone, **at, name=item.name, arguments=item.arguments)
                 )
         events.append(self._done(index, item))
         return events
