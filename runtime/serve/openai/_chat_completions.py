@@ -15,7 +15,6 @@ from anyio.streams.memory import MemoryObjectSendStream
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from agentrt.protocols._api import AgentInfo, RunInfo
 from agentrt.protocols._messages import ToolCall
@@ -28,19 +27,19 @@ from agentrt.runtime.serve.openai._chat_translate import (
     chat_asked,
     decode_request,
     extension_of,
+    logprob_entries,
     usage_of,
 )
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, chat_requested, labels
 from agentrt.runtime.serve.openai._openai_runs import (
     CANCEL_GRACE_S,
+    EventStream,
     OpenAIRuns,
     Outcome,
     error_response,
     json_response,
-    read_body,
     run_error,
-    send_stream,
     sse_data,
 )
 from agentrt.runtime.serve.openai._responses import responses_routes
@@ -94,21 +93,14 @@ class _Endpoints:
 
     async def chat_completions(self, request: Request) -> Response:
         try:
-            depth = self.manager.config.server.max_json_depth
-            chat = decode_request(await read_body(request, max_depth=depth))
+            chat = decode_request(await self.runs.body(request))
             agent = self.runs.agent(chat.model)
             wanted = chat_requested(chat, self.manager.config.runtime)
             info = await self.runs.submit(
                 asked=chat_asked(chat.messages),
                 agent=agent,
                 requested=wanted,
-                metadata=labels(
-                    chat.metadata,
-                    "openai",
-                    user=chat.user,
-                    safety_identifier=chat.safety_identifier,
-                    prompt_cache_key=chat.prompt_cache_key,
-                ),
+                metadata=labels(chat, "openai"),
                 task_param="messages",
                 owner=caller_of(request).name,
             )
@@ -116,21 +108,17 @@ class _Endpoints:
             return error_response(err)
         log.info("openai_run", run_id=info.run_id, model=agent.model, stream=bool(chat.stream))
         if chat.stream:
-            return _CompletionStream(self, info, agent.model, chat, wanted)
+            stream = _CompletionStream(self, info, agent.model, chat, wanted)
+            return EventStream(stream.produce, lambda: self.runs.cancel_abandoned(info.run_id))
         return await self._complete(request, info, agent.model, wanted)
 
     async def _complete(
         self, request: Request, info: RunInfo, model: str, wanted: Requested
     ) -> Response:
-        done = await self.runs.wait(request, info.run_id)
-        if done is None:
-            return Response(status_code=499)  # nobody reads it
-        if done.status != "succeeded":
-            return error_response(run_error(done))
-        try:
-            outcome = await self.runs.outcome(done, wanted)
-        except OpenAIError as err:
-            return error_response(err)
+        outcome = await self.runs.finished(request, info.run_id, wanted)
+        if isinstance(outcome, Response):
+            return outcome
+        done = outcome.info
         completion = ChatCompletion(
             id=f"chatcmpl-{done.run_id}",
             created=int(done.created_at),
@@ -171,25 +159,11 @@ def _tool_calls(calls: list[ToolCall]) -> list[ToolCallOut]:
 def _logprobs(logprobs: list[TokenLogprob] | None) -> LogprobsOut | None:
     if logprobs is None:
         return None
-    return LogprobsOut(
-        content=[
-            TokenLogprobOut(
-                token=t.token,
-                logprob=t.logprob,
-                bytes=list(t.token.encode()),
-                top_logprobs=[
-                    TopLogprobOut(token=a.token, logprob=a.logprob, bytes=list(a.token.encode()))
-                    for a in t.top
-                ],
-            )
-            for t in logprobs
-        ]
-    )
+    return LogprobsOut(content=logprob_entries(logprobs, TokenLogprobOut, TopLogprobOut))
 
 
-class _CompletionStream(Response):
-    """The SSE reply of a streaming chat completion (a raw ASGI response: one
-    task follows the run, one watches for the client leaving)."""
+class _CompletionStream:
+    """The SSE body of a streaming chat completion (``EventStream`` sends it)."""
 
     def __init__(
         self,
@@ -199,13 +173,6 @@ class _CompletionStream(Response):
         chat: ChatCompletionRequest,
         wanted: Requested,
     ) -> None:
-        super().__init__(
-            status_code=200,
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
-        # the body is streamed: no length (Response set one for its empty body)
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self.endpoints = endpoints
         self.info = info
         self.model = model
@@ -236,17 +203,7 @@ class _CompletionStream(Response):
             )
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        run_id = self.info.run_id
-        await send_stream(
-            send,
-            receive,
-            self.raw_headers,
-            self._stream,
-            lambda: self.endpoints.runs.cancel_abandoned(run_id),
-        )
-
-    async def _stream(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+    async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> None:
         manager, run_id = self.endpoints.manager, self.info.run_id
         await write(self._chunk([ChunkChoice(delta=Delta(role="assistant", content=""))]))
         send_progress, receive_progress = anyio.create_memory_object_stream[StreamText](

@@ -346,10 +346,24 @@ def chat_requested(chat: ChatCompletionRequest, defaults: Defaults) -> Requested
     return requested(chat, sampling, tools, tool_choice, schema=schema, defaults=defaults)
 
 
-def labels(metadata: dict[str, str] | None, interface: str, **named: str | None) -> dict[str, str]:
+class Labelled(Protocol):
+    """The labels a request gives its run."""
+
+    metadata: dict[str, str] | None
+    user: str | None
+    safety_identifier: str | None
+    prompt_cache_key: str | None
+
+
+def labels(request: Labelled, interface: str) -> dict[str, str]:
     """The run's metadata: the request's, what endpoint it came through, and
-    the labels a request gives (``user``, ``safety_identifier``...)."""
-    out = {"interface": interface, **(metadata or {})}
+    the labels the request gives (``user``, ``safety_identifier``...)."""
+    out = {"interface": interface, **(request.metadata or {})}
+    named = {
+        "user": request.user,
+        "safety_identifier": request.safety_identifier,
+        "prompt_cache_key": request.prompt_cache_key,
+    }
     out.update({k: v for k, v in named.items() if v})
     return out
 
@@ -367,6 +381,7 @@ def param_for(where: str | None, fields: dict[str, str]) -> str | None:
 __all__ = [
     "ClientTool",
     "Defaults",
+    "Labelled",
     "Requested",
     "Sampling",
     "Scaling",

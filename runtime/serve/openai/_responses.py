@@ -17,7 +17,6 @@ from anyio.streams.memory import MemoryObjectSendStream
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from agentrt.protocols._api import AgentInfo, RunInfo, ThreadInfo
 from agentrt.runtime.observe._log import get_logger
@@ -27,13 +26,12 @@ from agentrt.runtime.serve.openai._chat_translate import extension_of
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
 from agentrt.runtime.serve.openai._openai_options import Requested, labels, refuse
 from agentrt.runtime.serve.openai._openai_runs import (
+    EventStream,
     OpenAIRuns,
     Outcome,
     error_response,
     json_response,
-    read_body,
     run_error,
-    send_stream,
 )
 from agentrt.runtime.serve.openai._responses_translate import (
     conversation_ref,
@@ -108,8 +106,7 @@ class _Responses:
 
     async def create(self, request: Request) -> Response:
         try:
-            depth = self.runs.manager.config.server.max_json_depth
-            body = decode_response_request(await read_body(request, max_depth=depth))
+            body = decode_response_request(await self.runs.body(request))
             agent = self.runs.agent(body.model)
             wanted = responses_requested(body, self.runs.manager.config.runtime)
             previous = body.previous_response_id
@@ -126,13 +123,7 @@ class _Responses:
                 asked=responses_asked(body, before),
                 agent=agent,
                 requested=wanted,
-                metadata=labels(
-                    body.metadata,
-                    "openai-responses",
-                    user=body.user,
-                    safety_identifier=body.safety_identifier,
-                    prompt_cache_key=body.prompt_cache_key,
-                ),
+                metadata=labels(body, "openai-responses"),
                 task_param="input",
                 owner=caller.name,
                 thread_id=joined.id if joined is not None else None,
@@ -142,16 +133,11 @@ class _Responses:
         log.info("responses_run", run_id=info.run_id, model=agent.model, stream=bool(body.stream))
         shape = _Shape(info, agent, body)
         if body.stream:
-            return _ResponseStream(self.runs, shape, wanted)
-        done = await self.runs.wait(request, info.run_id)
-        if done is None:
-            return Response(status_code=499)  # nobody reads it
-        if done.status != "succeeded":
-            return error_response(run_error(done))
-        try:
-            outcome = await self.runs.outcome(done, wanted)
-        except OpenAIError as err:
-            return error_response(err)
+            stream = _ResponseStream(self.runs, shape, wanted)
+            return EventStream(stream.produce, lambda: self.runs.cancel_abandoned(info.run_id))
+        outcome = await self.runs.finished(request, info.run_id, wanted)
+        if isinstance(outcome, Response):
+            return outcome
         return json_response(shape.completed(outcome))
 
 
@@ -164,8 +150,7 @@ class _Conversations:
 
     async def create(self, request: Request) -> Response:
         try:
-            depth = self.runs.manager.config.server.max_json_depth
-            body = await read_body(request, max_depth=depth)
+            body = await self.runs.body(request)
             try:
                 wanted = msgspec.json.decode(body, type=ConversationCreate)
             except msgspec.DecodeError as exc:
@@ -235,8 +220,8 @@ class _Shape:
         )
 
 
-class _ResponseStream(Response):
-    """The SSE reply of a streamed response: ``response.created``,
+class _ResponseStream:
+    """The SSE body of a streamed response (``EventStream`` sends it): ``response.created``,
     ``response.in_progress``, the answer's text as ``output_text`` deltas
     while the run's one rollout generates it (``AnswerStream``; an answer
     held to a schema comes whole, once validated), keep-alive comments
@@ -245,12 +230,6 @@ class _ResponseStream(Response):
     run gives no answer)."""
 
     def __init__(self, runs: OpenAIRuns, shape: _Shape, wanted: Requested) -> None:
-        super().__init__(
-            status_code=200,
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self.runs = runs
         self.shape = shape
         self.wanted = wanted
@@ -282,17 +261,7 @@ class _ResponseStream(Response):
         kind = type(event).__struct_config__.tag
         return f"event: {kind}\ndata: ".encode() + _encode(event) + b"\n\n"
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        run_id = self.shape.info.run_id
-        await send_stream(
-            send,
-            receive,
-            self.raw_headers,
-            self._stream,
-            lambda: self.runs.cancel_abandoned(run_id),
-        )
-
-    async def _stream(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+    async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> None:
         shape, run_id = self.shape, self.shape.info.run_id
         started = shape.response("in_progress")
         await write(self._sse(ResponseCreated(sequence_number=self._next(), response=started)))

@@ -18,7 +18,7 @@ import msgspec
 
 from agentrt.protocols._messages import ChatMessage, ToolCall
 from agentrt.protocols._model import TokenLogprob
-from agentrt.runtime.serve.openai._chat_translate import Asked, Tagged, asked_of
+from agentrt.runtime.serve.openai._chat_translate import Asked, Tagged, asked_of, logprob_entries
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
 from agentrt.runtime.serve.openai._openai_options import (
     ClientTool,
@@ -247,18 +247,7 @@ def echo(request: ResponseRequest) -> dict[str, Any]:
 
 
 def logprobs_out(logprobs: list[TokenLogprob] | None) -> list[LogprobOut]:
-    return [
-        LogprobOut(
-            token=t.token,
-            logprob=t.logprob,
-            bytes=list(t.token.encode()),
-            top_logprobs=[
-                ResponseTopLogprob(token=a.token, logprob=a.logprob, bytes=list(a.token.encode()))
-                for a in t.top
-            ],
-        )
-        for t in logprobs or []
-    ]
+    return logprob_entries(logprobs or [], LogprobOut, ResponseTopLogprob)
 
 
 def output_items(
