@@ -47,7 +47,6 @@ from agentrt.runtime.wire._chat import (
     AssistantOut,
     ChatCompletion,
     ChatCompletionChunk,
-    ChatCompletionRequest,
     ChoiceOut,
     ChunkChoice,
     Delta,
@@ -73,7 +72,6 @@ class _Endpoints:
     def __init__(self, runs: OpenAIRuns) -> None:
         self.runs = runs
         self.manager = runs.manager
-        self.keepalive_s = runs.keepalive_s
 
     # -- models ----------------------------------------------------------------
 
@@ -108,7 +106,8 @@ class _Endpoints:
             return error_response(err)
         log.info("openai_run", run_id=info.run_id, model=agent.model, stream=bool(chat.stream))
         if chat.stream:
-            stream = _CompletionStream(self, info, agent.model, chat, wanted)
+            usage = chat.stream_options is not None and bool(chat.stream_options.include_usage)
+            stream = _CompletionStream(self.runs, info, agent.model, wanted, usage)
             return EventStream(stream.produce, lambda: self.runs.cancel_abandoned(info.run_id))
         return await self._complete(request, info, agent.model, wanted)
 
@@ -166,14 +165,9 @@ class _CompletionStream:
     """The SSE body of a streaming chat completion (``EventStream`` sends it)."""
 
     def __init__(
-        self,
-        endpoints: _Endpoints,
-        info: RunInfo,
-        model: str,
-        chat: ChatCompletionRequest,
-        wanted: Requested,
+        self, runs: OpenAIRuns, info: RunInfo, model: str, wanted: Requested, usage: bool
     ) -> None:
-        self.endpoints = endpoints
+        self.runs = runs
         self.info = info
         self.model = model
         self.wanted = wanted
@@ -181,9 +175,8 @@ class _CompletionStream:
         # An answer held to a schema is sent once validated: the text a step
         # generates (maybe a rejected answer) goes out as reasoning meanwhile.
         self.hold_content = wanted.options.response_schema is not None
-        self.include_usage = chat.stream_options is not None and bool(
-            chat.stream_options.include_usage
-        )
+        self.include_usage = usage
+        """Whether the last chunk carries the usage (``stream_options.include_usage``)."""
 
     def _chunk(
         self,
@@ -204,7 +197,7 @@ class _CompletionStream:
         )
 
     async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> None:
-        manager, run_id = self.endpoints.manager, self.info.run_id
+        manager, run_id = self.runs.manager, self.info.run_id
         await write(self._chunk([ChunkChoice(delta=Delta(role="assistant", content=""))]))
         send_progress, receive_progress = anyio.create_memory_object_stream[StreamText](
             _PROGRESS_BUFFER
@@ -214,7 +207,7 @@ class _CompletionStream:
             async with receive_progress:
                 while True:
                     line: bytes | None = b": keep-alive\n\n"
-                    with anyio.move_on_after(self.endpoints.keepalive_s):
+                    with anyio.move_on_after(self.runs.keepalive_s):
                         try:
                             line = self._text_chunk(await receive_progress.receive())
                         except anyio.EndOfStream:
@@ -227,7 +220,7 @@ class _CompletionStream:
             await write(sse_data(run_error(info or self.info).body()))
             return
         try:
-            outcome = await self.endpoints.runs.outcome(info, self.wanted)
+            outcome = await self.runs.outcome(info, self.wanted)
         except OpenAIError as err:
             await write(sse_data(err.body()))
             return
@@ -276,14 +269,14 @@ class _CompletionStream:
         run is over."""
         async with progress:
             try:
-                follow = self.endpoints.manager.follow(self.info.run_id, tokens=True)
+                follow = self.runs.manager.follow(self.info.run_id, tokens=True)
                 async for event in follow:
                     text = self.text.feed(event)
                     if text is not None:
                         await progress.send(text)
             except Exception as exc:  # progress is optional; the answer is not
                 log.warning("openai_follow_failed", run_id=self.info.run_id, error=repr(exc))
-                await self.endpoints.manager.wait(self.info.run_id)
+                await self.runs.manager.wait(self.info.run_id)
 
 
 def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> list[BaseRoute]:
