@@ -209,17 +209,10 @@ def requested(
         )
         for t in tools
     ]
+    # Sampling's fields are RunOptions' own.
+    sampled = msgspec.structs.asdict(sampling) | {"top_logprobs": sampling.top_logprobs or 0}
     run_options = RunOptions(
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        max_tokens=sampling.max_tokens,
-        stop=sampling.stop,
-        seed=sampling.seed,
-        logprobs=sampling.logprobs,
-        top_logprobs=sampling.top_logprobs or 0,
-        response_schema=schema,
-        client_tools=specs,
-        tool_choice=tool_choice,
+        **sampled, response_schema=schema, client_tools=specs, tool_choice=tool_choice
     )
     return Requested(
         options=run_options,
