@@ -39,7 +39,6 @@ from agentrt.runtime.serve.openai._openai_runs import (
     Outcome,
     error_response,
     json_response,
-    run_error,
     sse_data,
 )
 from agentrt.runtime.serve.openai._responses import responses_routes
@@ -215,14 +214,9 @@ class _CompletionStream:
                     if line is None:
                         break
                     await write(line)
-        info = await manager.get(run_id)
-        if info is None or info.status != "succeeded":
-            await write(sse_data(run_error(info or self.info).body()))
-            return
-        try:
-            outcome = await self.runs.outcome(info, self.wanted)
-        except OpenAIError as err:
-            await write(sse_data(err.body()))
+        outcome = await self.runs.settled(await manager.get(run_id) or self.info, self.wanted)
+        if isinstance(outcome, OpenAIError):
+            await write(sse_data(outcome.body()))
             return
         # what the tokens did not say yet
         rest = outcome.text if self.hold_content else self.text.rest(outcome.text)
@@ -254,7 +248,7 @@ class _CompletionStream:
             )
         )
         if self.include_usage:
-            await write(self._chunk([], usage=usage_of(info)))
+            await write(self._chunk([], usage=usage_of(outcome.info)))
         await write(b"data: [DONE]\n\n")
 
     def _text_chunk(self, text: StreamText) -> bytes:

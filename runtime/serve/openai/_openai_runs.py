@@ -283,12 +283,18 @@ class OpenAIRuns:
         done = await self.wait(request, run_id)
         if done is None:
             return Response(status_code=499)  # nobody reads it
-        if done.status != "succeeded":
-            return error_response(run_error(done))
+        answer = await self.settled(done, wanted)
+        return error_response(answer) if isinstance(answer, OpenAIError) else answer
+
+    async def settled(self, info: RunInfo, wanted: Requested) -> Outcome | OpenAIError:
+        """What the run ``info`` (finished) answers with, or the error that
+        says why it gives no answer."""
+        if info.status != "succeeded":
+            return run_error(info)
         try:
-            return await self.outcome(done, wanted)
+            return await self.outcome(info, wanted)
         except OpenAIError as err:
-            return error_response(err)
+            return err
 
     async def cancel_abandoned(self, run_id: str) -> None:
         """The client left before the answer: stop its run (shielded, bounded)."""

@@ -31,7 +31,6 @@ from agentrt.runtime.serve.openai._openai_runs import (
     Outcome,
     error_response,
     json_response,
-    run_error,
 )
 from agentrt.runtime.serve.openai._responses_translate import (
     conversation_ref,
@@ -287,14 +286,9 @@ class _ResponseStream:
                         events += self._delta_events(piece.content)
                     for event in events:
                         await write(self._sse(event))
-        info = await self.runs.manager.wait(run_id)
-        if info.status != "succeeded":
-            await self._failed(write, run_error(info))
-            return
-        try:
-            outcome = await self.runs.outcome(info, self.wanted)
-        except OpenAIError as err:
-            await self._failed(write, err)
+        outcome = await self.runs.settled(await self.runs.manager.wait(run_id), self.wanted)
+        if isinstance(outcome, OpenAIError):
+            await self._failed(write, outcome)
             return
         events, output = self._closing(outcome)
         for event in events:
