@@ -12,13 +12,12 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests._support.configs import scripted_models
+from tests._support.daemon import free_port, serving
 
 pytestmark = pytest.mark.process
 
@@ -180,21 +179,12 @@ path = "{store}"
 )
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.mark.slow
 def test_the_inspector_commands_of_docs_ide_run_as_written(tmp_path: Path, npx: str) -> None:
     """Each line as written, with the daemon's port for 8765 and a
     Claude Desktop file of this test's for the macOS path."""
     cwd, env = _workdir(tmp_path)
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "agentrt.toml"
     config.write_text(SCRIPTED.format(port=port, store=tmp_path / "runs.db"))
     desktop = tmp_path / "claude_desktop_config.json"
@@ -205,21 +195,7 @@ def test_the_inspector_commands_of_docs_ide_run_as_written(tmp_path: Path, npx: 
     )
     commands = [c for _, c in documented_commands() if _kind(c) == "npx"]
     assert len(commands) == 2
-    log = (tmp_path / "serve.log").open("w")
-    daemon = subprocess.Popen(
-        [str(BIN / "agentrt"), "serve", "--config", str(config)], stderr=log, cwd=tmp_path
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert daemon.poll() is None, (tmp_path / "serve.log").read_text()
-            assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+    with serving(config, port, tmp_path / "serve.log", cwd=tmp_path):
         listed = _run(commands[0].replace("8765", str(port)), cwd, env)
         assert "run_agent" in json.dumps(json.loads(listed[listed.index("{") :]))
         called = commands[1].replace(
@@ -230,12 +206,4 @@ def test_the_inspector_commands_of_docs_ide_run_as_written(tmp_path: Path, npx: 
         result = json.loads(answer[answer.index("{") :])
         assert result["structuredContent"]["status"] == "succeeded"
         assert result["structuredContent"]["answer"] == "42"
-    finally:
-        daemon.terminate()
-        try:
-            daemon.wait(20)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
-        log.close()
     assert shutil.which("npx") is not None

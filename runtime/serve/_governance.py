@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any, Final
 
 import anyio
@@ -23,7 +24,6 @@ import msgspec
 from starlette.types import Message, Receive, Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agentrt.protocols._api import ApiError
 from agentrt.runtime.config._daemon_config import ServerConfig
 from agentrt.runtime.serve._api_problem import RETRY_AFTER_S, ApiProblem
 from agentrt.runtime.serve._turns import Turns
@@ -35,18 +35,56 @@ LimitHit = Callable[[str], None]
 """Told the ``[server]`` key of each limit a request hit (``/metrics``)."""
 
 
-def _raw_response(
-    status: int, reason: bytes, error: str, message: str, where: str, *, retry_after: bool = False
-) -> bytes:
-    body = msgspec.json.encode(ApiError(error=error, message=message, where=where, status=status))
+_REFUSALS: Final[dict[str, tuple[int, str, str]]] = {
+    "server.max_connections": (
+        429,
+        "too_many_connections",
+        "the daemon holds its limit of {} open connections; retry shortly",
+    ),
+    "server.header_timeout_s": (
+        408,
+        "request_timeout",
+        "the request's headers did not arrive within {:g} s",
+    ),
+    "server.max_header_bytes": (
+        431,
+        "headers_too_large",
+        "the request line and headers are over {} bytes",
+    ),
+    "server.max_request_bytes": (413, "too_large", "the request body is over {} bytes"),
+    "server.body_timeout_s": (
+        408,
+        "request_timeout",
+        "the request body did not arrive within {:g} s",
+    ),
+    "server.max_json_depth": (
+        400,
+        "too_deep",
+        "the JSON body nests arrays and objects more than {} deep",
+    ),
+}
+"""What a request past each ``[server]`` limit gets: the status, the error
+and the message (of the limit's value)."""
+
+
+def refusal(where: str, limit: float, *, retry_after: int | None = None) -> ApiProblem:
+    """The ``ApiProblem`` of a request past the ``[server]`` limit ``where``
+    (set to ``limit``)."""
+    status, error, message = _REFUSALS[where]
+    return ApiProblem(status, error, message.format(limit), where=where, retry_after=retry_after)
+
+
+def _raw_response(problem: ApiProblem) -> bytes:
+    """``problem`` as a whole HTTP/1.1 response that closes the connection."""
+    body = msgspec.json.encode(problem.body())
     head = [
-        b"HTTP/1.1 %d %s" % (status, reason),
+        b"HTTP/1.1 %d %s" % (problem.status, HTTPStatus(problem.status).phrase.encode()),
         b"content-type: application/json",
         b"content-length: %d" % len(body),
         b"connection: close",
     ]
-    if retry_after:
-        head.append(b"retry-after: %d" % RETRY_AFTER_S)
+    if problem.retry_after is not None:
+        head.append(b"retry-after: %d" % problem.retry_after)
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
@@ -71,28 +109,9 @@ def governed_http(
     cap = server.max_connections
     header_timeout = server.header_timeout_s
     max_header = server.max_header_bytes
-    too_many = _raw_response(
-        429,
-        b"Too Many Requests",
-        "too_many_connections",
-        f"the daemon holds its limit of {cap} open connections; retry shortly",
-        "server.max_connections",
-        retry_after=True,
-    )
-    too_slow = _raw_response(
-        408,
-        b"Request Timeout",
-        "request_timeout",
-        f"the request's headers did not arrive within {header_timeout:g} s",
-        "server.header_timeout_s",
-    )
-    too_large = _raw_response(
-        431,
-        b"Request Header Fields Too Large",
-        "headers_too_large",
-        f"the request line and headers are over {max_header} bytes",
-        "server.max_header_bytes",
-    )
+    too_many = _raw_response(refusal("server.max_connections", cap, retry_after=RETRY_AFTER_S))
+    too_slow = _raw_response(refusal("server.header_timeout_s", header_timeout))
+    too_large = _raw_response(refusal("server.max_header_bytes", max_header))
 
     class GovernedH11(H11Protocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -215,12 +234,7 @@ class BodyGuard:
             return message
         self._complete = True
         self._hit("server.body_timeout_s")
-        raise ApiProblem(
-            408,
-            "request_timeout",
-            f"the request body did not arrive within {self._timeout:g} s",
-            where="server.body_timeout_s",
-        )
+        raise refusal("server.body_timeout_s", self._timeout)
 
 
 def header_bytes(scope: Scope) -> int:
@@ -230,21 +244,11 @@ def header_bytes(scope: Scope) -> int:
 
 
 def headers_too_large(limit: int) -> ApiProblem:
-    return ApiProblem(
-        431,
-        "headers_too_large",
-        f"the request line and headers are over {limit} bytes",
-        where="server.max_header_bytes",
-    )
+    return refusal("server.max_header_bytes", limit)
 
 
 def too_large(limit: int) -> ApiProblem:
-    return ApiProblem(
-        413,
-        "too_large",
-        f"the request body is over {limit} bytes",
-        where="server.max_request_bytes",
-    )
+    return refusal("server.max_request_bytes", limit)
 
 
 _STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -268,12 +272,7 @@ def check_json_depth(body: bytes, limit: int) -> None:
 
 
 def too_deep(limit: int) -> ApiProblem:
-    return ApiProblem(
-        400,
-        "too_deep",
-        f"the JSON body nests arrays and objects more than {limit} deep",
-        where="server.max_json_depth",
-    )
+    return refusal("server.max_json_depth", limit)
 
 
 __all__ = [
@@ -284,6 +283,7 @@ __all__ = [
     "governed_http",
     "header_bytes",
     "headers_too_large",
+    "refusal",
     "too_deep",
     "too_large",
 ]

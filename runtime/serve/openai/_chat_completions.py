@@ -15,7 +15,6 @@ from anyio.streams.memory import MemoryObjectSendStream
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from agentrt.protocols._api import AgentInfo, RunInfo
 from agentrt.protocols._messages import ToolCall
@@ -28,19 +27,18 @@ from agentrt.runtime.serve.openai._chat_translate import (
     chat_asked,
     decode_request,
     extension_of,
+    logprob_entries,
     usage_of,
 )
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.serve.openai._openai_options import Requested, chat_requested, labels
 from agentrt.runtime.serve.openai._openai_runs import (
     CANCEL_GRACE_S,
+    EventStream,
     OpenAIRuns,
     Outcome,
     error_response,
     json_response,
-    read_body,
-    run_error,
-    send_stream,
     sse_data,
 )
 from agentrt.runtime.serve.openai._responses import responses_routes
@@ -48,7 +46,6 @@ from agentrt.runtime.wire._chat import (
     AssistantOut,
     ChatCompletion,
     ChatCompletionChunk,
-    ChatCompletionRequest,
     ChoiceOut,
     ChunkChoice,
     Delta,
@@ -74,7 +71,6 @@ class _Endpoints:
     def __init__(self, runs: OpenAIRuns) -> None:
         self.runs = runs
         self.manager = runs.manager
-        self.keepalive_s = runs.keepalive_s
 
     # -- models ----------------------------------------------------------------
 
@@ -94,27 +90,14 @@ class _Endpoints:
 
     async def chat_completions(self, request: Request) -> Response:
         try:
-            depth = self.manager.config.server.max_json_depth
-            chat = decode_request(await read_body(request, max_depth=depth))
+            chat = decode_request(await self.runs.body(request))
             agent = self.runs.agent(chat.model)
-            defaults = self.manager.config.runtime
-            wanted = chat_requested(
-                chat,
-                default_rollouts=defaults.rollouts,
-                default_aggregate=defaults.aggregate,
-                default_options=dict(defaults.aggregate_options),
-            )
+            wanted = chat_requested(chat, self.manager.config.runtime)
             info = await self.runs.submit(
                 asked=chat_asked(chat.messages),
                 agent=agent,
                 requested=wanted,
-                metadata=labels(
-                    chat.metadata,
-                    "openai",
-                    user=chat.user,
-                    safety_identifier=chat.safety_identifier,
-                    prompt_cache_key=chat.prompt_cache_key,
-                ),
+                metadata=labels(chat, "openai"),
                 task_param="messages",
                 owner=caller_of(request).name,
             )
@@ -122,21 +105,18 @@ class _Endpoints:
             return error_response(err)
         log.info("openai_run", run_id=info.run_id, model=agent.model, stream=bool(chat.stream))
         if chat.stream:
-            return _CompletionStream(self, info, agent.model, chat, wanted)
+            usage = chat.stream_options is not None and bool(chat.stream_options.include_usage)
+            stream = _CompletionStream(self.runs, info, agent.model, wanted, usage)
+            return EventStream(stream.produce, lambda: self.runs.cancel_abandoned(info.run_id))
         return await self._complete(request, info, agent.model, wanted)
 
     async def _complete(
         self, request: Request, info: RunInfo, model: str, wanted: Requested
     ) -> Response:
-        done = await self.runs.wait(request, info.run_id)
-        if done is None:
-            return Response(status_code=499)  # nobody reads it
-        if done.status != "succeeded":
-            return error_response(run_error(done))
-        try:
-            outcome = await self.runs.outcome(done, wanted)
-        except OpenAIError as err:
-            return error_response(err)
+        outcome = await self.runs.finished(request, info.run_id, wanted)
+        if isinstance(outcome, Response):
+            return outcome
+        done = outcome.info
         completion = ChatCompletion(
             id=f"chatcmpl-{done.run_id}",
             created=int(done.created_at),
@@ -177,42 +157,16 @@ def _tool_calls(calls: list[ToolCall]) -> list[ToolCallOut]:
 def _logprobs(logprobs: list[TokenLogprob] | None) -> LogprobsOut | None:
     if logprobs is None:
         return None
-    return LogprobsOut(
-        content=[
-            TokenLogprobOut(
-                token=t.token,
-                logprob=t.logprob,
-                bytes=list(t.token.encode()),
-                top_logprobs=[
-                    TopLogprobOut(token=a.token, logprob=a.logprob, bytes=list(a.token.encode()))
-                    for a in t.top
-                ],
-            )
-            for t in logprobs
-        ]
-    )
+    return LogprobsOut(content=logprob_entries(logprobs, TokenLogprobOut, TopLogprobOut))
 
 
-class _CompletionStream(Response):
-    """The SSE reply of a streaming chat completion (a raw ASGI response: one
-    task follows the run, one watches for the client leaving)."""
+class _CompletionStream:
+    """The SSE body of a streaming chat completion (``EventStream`` sends it)."""
 
     def __init__(
-        self,
-        endpoints: _Endpoints,
-        info: RunInfo,
-        model: str,
-        chat: ChatCompletionRequest,
-        wanted: Requested,
+        self, runs: OpenAIRuns, info: RunInfo, model: str, wanted: Requested, usage: bool
     ) -> None:
-        super().__init__(
-            status_code=200,
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
-        # the body is streamed: no length (Response set one for its empty body)
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        self.endpoints = endpoints
+        self.runs = runs
         self.info = info
         self.model = model
         self.wanted = wanted
@@ -220,9 +174,8 @@ class _CompletionStream(Response):
         # An answer held to a schema is sent once validated: the text a step
         # generates (maybe a rejected answer) goes out as reasoning meanwhile.
         self.hold_content = wanted.options.response_schema is not None
-        self.include_usage = chat.stream_options is not None and bool(
-            chat.stream_options.include_usage
-        )
+        self.include_usage = usage
+        """Whether the last chunk carries the usage (``stream_options.include_usage``)."""
 
     def _chunk(
         self,
@@ -242,18 +195,8 @@ class _CompletionStream(Response):
             )
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        run_id = self.info.run_id
-        await send_stream(
-            send,
-            receive,
-            self.raw_headers,
-            self._stream,
-            lambda: self.endpoints.runs.cancel_abandoned(run_id),
-        )
-
-    async def _stream(self, write: Callable[[bytes], Awaitable[None]]) -> None:
-        manager, run_id = self.endpoints.manager, self.info.run_id
+    async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        manager, run_id = self.runs.manager, self.info.run_id
         await write(self._chunk([ChunkChoice(delta=Delta(role="assistant", content=""))]))
         send_progress, receive_progress = anyio.create_memory_object_stream[StreamText](
             _PROGRESS_BUFFER
@@ -263,7 +206,7 @@ class _CompletionStream(Response):
             async with receive_progress:
                 while True:
                     line: bytes | None = b": keep-alive\n\n"
-                    with anyio.move_on_after(self.endpoints.keepalive_s):
+                    with anyio.move_on_after(self.runs.keepalive_s):
                         try:
                             line = self._text_chunk(await receive_progress.receive())
                         except anyio.EndOfStream:
@@ -271,14 +214,9 @@ class _CompletionStream(Response):
                     if line is None:
                         break
                     await write(line)
-        info = await manager.get(run_id)
-        if info is None or info.status != "succeeded":
-            await write(sse_data(run_error(info or self.info).body()))
-            return
-        try:
-            outcome = await self.endpoints.runs.outcome(info, self.wanted)
-        except OpenAIError as err:
-            await write(sse_data(err.body()))
+        outcome = await self.runs.settled(await manager.get(run_id) or self.info, self.wanted)
+        if isinstance(outcome, OpenAIError):
+            await write(sse_data(outcome.body()))
             return
         # what the tokens did not say yet
         rest = outcome.text if self.hold_content else self.text.rest(outcome.text)
@@ -310,7 +248,7 @@ class _CompletionStream(Response):
             )
         )
         if self.include_usage:
-            await write(self._chunk([], usage=usage_of(info)))
+            await write(self._chunk([], usage=usage_of(outcome.info)))
         await write(b"data: [DONE]\n\n")
 
     def _text_chunk(self, text: StreamText) -> bytes:
@@ -325,14 +263,14 @@ class _CompletionStream(Response):
         run is over."""
         async with progress:
             try:
-                follow = self.endpoints.manager.follow(self.info.run_id, tokens=True)
+                follow = self.runs.manager.follow(self.info.run_id, tokens=True)
                 async for event in follow:
                     text = self.text.feed(event)
                     if text is not None:
                         await progress.send(text)
             except Exception as exc:  # progress is optional; the answer is not
                 log.warning("openai_follow_failed", run_id=self.info.run_id, error=repr(exc))
-                await self.endpoints.manager.wait(self.info.run_id)
+                await self.runs.manager.wait(self.info.run_id)
 
 
 def openai_routes(manager: RunService, *, keepalive_s: float | None = None) -> list[BaseRoute]:

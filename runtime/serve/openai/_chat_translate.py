@@ -10,8 +10,9 @@ Pure translation: no HTTP, no run manager.  Part of the daemon
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import msgspec
 
@@ -26,6 +27,7 @@ from agentrt.protocols._messages import (
     ToolMessage,
     UserMessage,
 )
+from agentrt.protocols._model import TokenLogprob
 from agentrt.protocols._run import conversation_problem
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
 from agentrt.runtime.wire._chat import ChatCompletionRequest, MessageIn, PromptDetails, UsageOut
@@ -38,6 +40,7 @@ __all__ = [
     "chat_asked",
     "decode_request",
     "extension_of",
+    "logprob_entries",
     "usage_of",
 ]
 
@@ -196,6 +199,30 @@ def _parts_text(parts: list[TextPart | ImagePart]) -> str:
 def chat_asked(messages: list[MessageIn]) -> Asked:
     """What a chat completion's ``messages`` ask (``asked_of``)."""
     return asked_of([(f"messages[{i}]", m) for i, m in enumerate(messages)], "messages")
+
+
+_Entry = TypeVar("_Entry")
+
+
+def logprob_entries(
+    logprobs: Sequence[TokenLogprob],
+    entry: Callable[..., _Entry],
+    alternative: Callable[..., object],
+) -> list[_Entry]:
+    """``logprobs`` as an endpoint's entries: each token an ``entry`` with its
+    UTF-8 bytes and its ``top_logprobs``, each an ``alternative``."""
+    return [
+        entry(
+            token=t.token,
+            logprob=t.logprob,
+            bytes=list(t.token.encode()),
+            top_logprobs=[
+                alternative(token=a.token, logprob=a.logprob, bytes=list(a.token.encode()))
+                for a in t.top
+            ],
+        )
+        for t in logprobs
+    ]
 
 
 def usage_of(info: RunInfo) -> UsageOut:

@@ -9,14 +9,14 @@ Pure translation: no HTTP, no run manager.  Part of the daemon
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Final, Protocol
 
 import msgspec
 
 from agentrt.protocols._run import Budget, RequiredTool, RunOptions, ScalingSpec, ToolChoice
 from agentrt.protocols._tools import ToolSpec
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
-from agentrt.runtime.wire._chat import ChatCompletionRequest
+from agentrt.runtime.wire._chat import ChatCompletionRequest, NamedToolChoice, ToolIn
 from agentrt.runtime.wire._common import ScalingIn
 
 
@@ -34,6 +34,20 @@ class Scaling(Protocol):
     def budget(self) -> dict[str, Any] | None: ...
     @property
     def agentrt(self) -> ScalingIn | None: ...
+    @property
+    def parallel_tool_calls(self) -> bool | None: ...
+
+
+class Defaults(Protocol):
+    """The daemon's scaling for a request that does not set its own (the
+    ``[runtime]`` section of its config)."""
+
+    @property
+    def rollouts(self) -> int: ...
+    @property
+    def aggregate(self) -> str: ...
+    @property
+    def aggregate_options(self) -> dict[str, Any]: ...
 
 
 class Sampling(msgspec.Struct, kw_only=True):
@@ -74,11 +88,43 @@ def refuse(param: str, message: str) -> OpenAIError:
 
 
 def refuse_set(param: str, value: object, neutral: tuple[object, ...] = (None,)) -> None:
-    """A 400 naming ``param`` when the request gave it a value agentrt cannot honour."""
+    """A 400 naming ``param`` when the request gave it a value agentrt cannot
+    honour (one not in ``neutral``; ``None`` and ``{}`` mean left out)."""
     if value not in neutral:
-        shown = ", ".join(repr(n) for n in neutral if n is not None)
+        shown = ", ".join(repr(n) for n in neutral if n is not None and n != {})
         allowed = f" (only {shown} is accepted)" if shown else ""
         raise refuse(param, f"agentrt does not support `{param}`{allowed}; leave it out")
+
+
+_ACCEPTED: Final[dict[str, tuple[object, ...]]] = {
+    "frequency_penalty": (None, 0, 0.0),
+    "presence_penalty": (None, 0, 0.0),
+    "logit_bias": (None, {}),
+    "service_tier": (None, "auto", "default"),
+    "store": (None, True),
+    "background": (None, False),
+}
+"""The values agentrt accepts of a field it cannot honour, where it accepts
+more than leaving the field out."""
+
+
+def refuse_unsupported(request: object, fields: str) -> None:
+    """``refuse_set`` for each of ``fields`` of ``request`` (their names,
+    space-separated), in that order."""
+    for param in fields.split():
+        refuse_set(param, getattr(request, param), _ACCEPTED.get(param, (None,)))
+
+
+def refuse_stream_options(stream_options: object, stream: bool | None) -> None:
+    if stream_options is not None and not stream:
+        raise OpenAIError(400, "stream_options needs `stream: true`", param="stream_options")
+
+
+def client_tool(index: int, kind: str, tool: ClientTool | None) -> ClientTool:
+    """A request's ``tools[index]``: ``tool`` when it declares a function."""
+    if kind != "function" or tool is None:
+        raise refuse(f"tools[{index}].type", f"only function tools are supported, got {kind!r}")
+    return tool
 
 
 def _option(scaling: Scaling, key: str) -> tuple[Any, str]:
@@ -124,15 +170,11 @@ def response_schema(kind: str, schema: dict[str, Any] | None, param: str) -> dic
 def requested(
     scaling_in: Scaling,
     sampling: Sampling,
-    *,
     tools: list[ClientTool],
-    tools_param: str,
     tool_choice: ToolChoice,
+    *,
     schema: dict[str, Any] | None,
-    parallel_tool_calls: bool | None,
-    default_rollouts: int,
-    default_aggregate: str,
-    default_options: dict[str, Any],
+    defaults: Defaults,
 ) -> Requested:
     """The run's options and scaling.  Client tools and logprobs need one
     rollout (a 400 naming ``rollouts`` otherwise); a request with client
@@ -153,14 +195,12 @@ def requested(
             )
         rollouts = 1
     if aggregate is None:
-        aggregate = default_aggregate
-        options = default_options if options is None else options
+        aggregate = defaults.aggregate
+        options = dict(defaults.aggregate_options) if options is None else options
     names = [t.name for t in tools]
     for index, name in enumerate(names):
         if name in names[:index]:
-            raise OpenAIError(
-                400, f"two tools are named {name!r}", param=f"{tools_param}[{index}].name"
-            )
+            raise OpenAIError(400, f"two tools are named {name!r}", param=f"tools[{index}].name")
     specs = [
         ToolSpec(
             name=t.name,
@@ -169,22 +209,15 @@ def requested(
         )
         for t in tools
     ]
+    # Sampling's fields are RunOptions' own.
+    sampled = msgspec.structs.asdict(sampling) | {"top_logprobs": sampling.top_logprobs or 0}
     run_options = RunOptions(
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        max_tokens=sampling.max_tokens,
-        stop=sampling.stop,
-        seed=sampling.seed,
-        logprobs=sampling.logprobs,
-        top_logprobs=sampling.top_logprobs or 0,
-        response_schema=schema,
-        client_tools=specs,
-        tool_choice=tool_choice,
+        **sampled, response_schema=schema, client_tools=specs, tool_choice=tool_choice
     )
     return Requested(
         options=run_options,
         scaling=ScalingSpec(
-            rollouts=default_rollouts if rollouts is None else rollouts,
+            rollouts=defaults.rollouts if rollouts is None else rollouts,
             aggregate=aggregate,
             options=options or {},
         ),
@@ -196,12 +229,22 @@ def requested(
             "budget": budget_at,
         },
         client_tools=frozenset(names),
-        parallel_tool_calls=parallel_tool_calls is not False,
+        parallel_tool_calls=scaling_in.parallel_tool_calls is not False,
     )
 
 
+def named_choice(kind: str, name: str | None, shape: str) -> str:
+    """The function a named ``tool_choice`` names (``shape``: how one is written)."""
+    if kind != "function" or name is None:
+        raise refuse(
+            "tool_choice.type",
+            f"a named tool choice names a function ({shape}), got type {kind!r}",
+        )
+    return name
+
+
 def tool_choice_of(
-    choice: str | None, named: str | None, tools: list[ClientTool], param: str
+    choice: object, named: str | None, tools: list[ClientTool], param: str
 ) -> ToolChoice:
     """A request's ``tool_choice`` (a mode, or ``named``: the function a
     named choice names, at ``param``) as the run takes it; one that leaves
@@ -225,32 +268,30 @@ def tool_choice_of(
     return "required"
 
 
-def chat_requested(
-    chat: ChatCompletionRequest,
-    *,
-    default_rollouts: int,
-    default_aggregate: str,
-    default_options: dict[str, Any],
-) -> Requested:
+_CHAT_UNSUPPORTED: Final = (
+    "frequency_penalty presence_penalty logit_bias reasoning_effort verbosity audio prediction "
+    "web_search_options functions function_call service_tier store prompt_cache_retention"
+)
+
+
+def _chat_tool(tool: ToolIn) -> ClientTool | None:
+    """The function a chat tool declares, if that is all it declares."""
+    if tool.function is None or tool.custom is not None:
+        return None
+    return ClientTool(
+        name=tool.function.name,
+        description=tool.function.description,
+        parameters=tool.function.parameters,
+    )
+
+
+def chat_requested(chat: ChatCompletionRequest, defaults: Defaults) -> Requested:
     """What a chat completion asks of its run; fields agentrt cannot honour
     with the value given are refused (a 400 naming the field)."""
-    refuse_set("frequency_penalty", chat.frequency_penalty, (None, 0, 0.0))
-    refuse_set("presence_penalty", chat.presence_penalty, (None, 0, 0.0))
-    refuse_set("logit_bias", chat.logit_bias or None)
-    refuse_set("reasoning_effort", chat.reasoning_effort)
-    refuse_set("verbosity", chat.verbosity)
-    refuse_set("audio", chat.audio)
-    refuse_set("prediction", chat.prediction)
-    refuse_set("web_search_options", chat.web_search_options)
-    refuse_set("functions", chat.functions)
-    refuse_set("function_call", chat.function_call)
-    refuse_set("service_tier", chat.service_tier, (None, "auto", "default"))
-    refuse_set("store", chat.store, (None, True))
-    refuse_set("prompt_cache_retention", chat.prompt_cache_retention)
+    refuse_unsupported(chat, _CHAT_UNSUPPORTED)
     if chat.modalities is not None and chat.modalities != ["text"]:
         raise refuse("modalities", "agentrt answers in text only; use ['text'] or leave it out")
-    if chat.stream_options is not None and not chat.stream:
-        raise OpenAIError(400, "stream_options needs `stream: true`", param="stream_options")
+    refuse_stream_options(chat.stream_options, chat.stream)
     if (
         chat.max_tokens is not None
         and chat.max_completion_tokens is not None
@@ -263,31 +304,15 @@ def chat_requested(
         )
     if chat.top_logprobs and not chat.logprobs:
         raise OpenAIError(400, "top_logprobs needs `logprobs: true`", param="top_logprobs")
-    tools: list[ClientTool] = []
-    for index, tool in enumerate(chat.tools or []):
-        if tool.type != "function" or tool.function is None or tool.custom is not None:
-            raise refuse(
-                f"tools[{index}].type",
-                f"only function tools are supported, got {tool.type!r}",
-            )
-        tools.append(
-            ClientTool(
-                name=tool.function.name,
-                description=tool.function.description,
-                parameters=tool.function.parameters,
-            )
-        )
+    tools = [client_tool(i, t.type, _chat_tool(t)) for i, t in enumerate(chat.tools or [])]
     choice = chat.tool_choice
-    if choice is None or isinstance(choice, str):
-        tool_choice = tool_choice_of(choice, None, tools, "tool_choice")
-    else:
-        if choice.type != "function" or choice.function is None:
-            raise refuse(
-                "tool_choice.type",
-                f"a named tool choice names a function ({{'type': 'function', 'function': "
-                f"{{'name': ...}}}}), got type {choice.type!r}",
-            )
-        tool_choice = tool_choice_of(None, choice.function.name, tools, "tool_choice.function.name")
+    named = None
+    if isinstance(choice, NamedToolChoice):
+        function = choice.function.name if choice.function is not None else None
+        named = named_choice(
+            choice.type, function, "{'type': 'function', 'function': {'name': ...}}"
+        )
+    tool_choice = tool_choice_of(choice, named, tools, "tool_choice.function.name")
     schema = None
     if chat.response_format is not None:
         fmt = chat.response_format
@@ -302,32 +327,36 @@ def chat_requested(
             "response_format.json_schema.schema",
         )
     stop = [chat.stop] if isinstance(chat.stop, str) else chat.stop
-    return requested(
-        chat,
-        Sampling(
-            temperature=chat.temperature,
-            top_p=chat.top_p,
-            max_tokens=chat.max_completion_tokens or chat.max_tokens,
-            stop=stop,
-            seed=chat.seed,
-            logprobs=bool(chat.logprobs),
-            top_logprobs=chat.top_logprobs,
-        ),
-        tools=tools,
-        tools_param="tools",
-        tool_choice=tool_choice,
-        schema=schema,
-        parallel_tool_calls=chat.parallel_tool_calls,
-        default_rollouts=default_rollouts,
-        default_aggregate=default_aggregate,
-        default_options=default_options,
+    sampling = Sampling(
+        temperature=chat.temperature,
+        top_p=chat.top_p,
+        max_tokens=chat.max_completion_tokens or chat.max_tokens,
+        stop=stop,
+        seed=chat.seed,
+        logprobs=bool(chat.logprobs),
+        top_logprobs=chat.top_logprobs,
     )
+    return requested(chat, sampling, tools, tool_choice, schema=schema, defaults=defaults)
 
 
-def labels(metadata: dict[str, str] | None, interface: str, **named: str | None) -> dict[str, str]:
+class Labelled(Protocol):
+    """The labels a request gives its run."""
+
+    metadata: dict[str, str] | None
+    user: str | None
+    safety_identifier: str | None
+    prompt_cache_key: str | None
+
+
+def labels(request: Labelled, interface: str) -> dict[str, str]:
     """The run's metadata: the request's, what endpoint it came through, and
-    the labels a request gives (``user``, ``safety_identifier``...)."""
-    out = {"interface": interface, **(metadata or {})}
+    the labels the request gives (``user``, ``safety_identifier``...)."""
+    out = {"interface": interface, **(request.metadata or {})}
+    named = {
+        "user": request.user,
+        "safety_identifier": request.safety_identifier,
+        "prompt_cache_key": request.prompt_cache_key,
+    }
     out.update({k: v for k, v in named.items() if v})
     return out
 
@@ -344,14 +373,20 @@ def param_for(where: str | None, fields: dict[str, str]) -> str | None:
 
 __all__ = [
     "ClientTool",
+    "Defaults",
+    "Labelled",
     "Requested",
     "Sampling",
     "Scaling",
     "chat_requested",
+    "client_tool",
     "labels",
+    "named_choice",
     "param_for",
     "refuse",
     "refuse_set",
+    "refuse_stream_options",
+    "refuse_unsupported",
     "requested",
     "response_schema",
     "tool_choice_of",

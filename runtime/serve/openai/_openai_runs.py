@@ -18,7 +18,7 @@ import anyio
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Send
+from starlette.types import Receive, Scope, Send
 
 from agentrt.protocols._api import TERMINAL_STATUSES, AgentInfo, RolloutInfo, RunInfo
 from agentrt.protocols._messages import ChatMessage, ToolCall
@@ -27,7 +27,7 @@ from agentrt.protocols._run import RunRequest
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.serve._api_problem import ApiProblem
 from agentrt.runtime.serve._bridge import RunService
-from agentrt.runtime.serve._governance import DEFAULT_JSON_DEPTH, check_json_depth
+from agentrt.runtime.serve._governance import check_json_depth
 from agentrt.runtime.serve._keys import Caller
 from agentrt.runtime.serve.openai._chat_translate import Asked
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
@@ -85,66 +85,60 @@ def run_error(info: RunInfo) -> OpenAIError:
     )
 
 
-async def read_body(request: Request, *, max_depth: int = DEFAULT_JSON_DEPTH) -> bytes:
-    """The body: its size and time bounded by the daemon's ``Guard``
-    (``server.max_request_bytes``, ``server.body_timeout_s``), its nesting
-    by ``max_depth`` (``server.max_json_depth``); a limit hit is an error
-    in OpenAI's shape naming the limit."""
-    body = bytearray()
-    try:
-        async for chunk in request.stream():
-            body += chunk
-        if body.strip():
-            check_json_depth(bytes(body), max_depth)
-    except ApiProblem as problem:
-        raise OpenAIError(
-            problem.status, problem.message, param=problem.where, code=problem.error
-        ) from None
-    if not body.strip():
-        raise OpenAIError(400, "the request body is empty; send a JSON object", code="invalid_json")
-    return bytes(body)
-
-
 async def until_disconnect(receive: Receive) -> None:
     """Returns when the client goes away (the request body is already read)."""
     while (await receive())["type"] != "http.disconnect":
         pass
 
 
-async def send_stream(
-    send: Send,
-    receive: Receive,
-    headers: list[tuple[bytes, bytes]],
-    produce: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
-    abandoned: Callable[[], Awaitable[None]],
-) -> None:
-    """Send a streamed 200 whose body ``produce`` writes; when the client
-    goes away first (a disconnect, or the socket failing under a write),
-    stop producing and call ``abandoned`` instead of ending the body."""
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
+Produce = Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]
+"""What writes a streamed body, given the function that sends a piece of it."""
 
-    async def write(data: bytes) -> None:
-        await send({"type": "http.response.body", "body": data, "more_body": True})
 
-    left = False
-    async with anyio.create_task_group() as tg:
+@final
+class EventStream(Response):
+    """A streamed 200 of server-sent events whose body ``produce`` writes (a
+    raw ASGI response: one task produces, one watches for the client
+    leaving); when the client goes away first (a disconnect, or the socket
+    failing under a write), it stops producing and calls ``abandoned``
+    instead of ending the body."""
 
-        async def watch() -> None:
-            nonlocal left
-            await until_disconnect(receive)
-            left = True
+    def __init__(self, produce: Produce, abandoned: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(
+            status_code=200,
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+        # the body is streamed: no length (Response set one for its empty body)
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self.produce = produce
+        self.abandoned = abandoned
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+
+        async def write(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        left = False
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                nonlocal left
+                await until_disconnect(receive)
+                left = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                await self.produce(write)
+            except OSError:  # the socket went away under a write
+                left = True
             tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        try:
-            await produce(write)
-        except OSError:  # the socket went away under a write
-            left = True
-        tg.cancel_scope.cancel()
-    if left:
-        await abandoned()
-        return
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if left:
+            await self.abandoned()
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +163,28 @@ class OpenAIRuns:
         self.manager = manager
         self.keepalive_s = keepalive_s
         self.created = int(time.time())
+
+    async def body(self, request: Request) -> bytes:
+        """The request's body: its size and time bounded by the daemon's
+        ``Guard`` (``server.max_request_bytes``, ``server.body_timeout_s``),
+        its nesting by ``server.max_json_depth``; a limit hit is an error in
+        OpenAI's shape naming the limit."""
+        max_depth = self.manager.config.server.max_json_depth
+        body = bytearray()
+        try:
+            async for chunk in request.stream():
+                body += chunk
+            if body.strip():
+                check_json_depth(bytes(body), max_depth)
+        except ApiProblem as problem:
+            raise OpenAIError(
+                problem.status, problem.message, param=problem.where, code=problem.error
+            ) from None
+        if not body.strip():
+            raise OpenAIError(
+                400, "the request body is empty; send a JSON object", code="invalid_json"
+            )
+        return bytes(body)
 
     def agent(self, model: str) -> AgentInfo:
         """The agent ``model`` names (``agentrt/<agent>``, ``<agent>``, or
@@ -258,6 +274,27 @@ class OpenAIRuns:
             await self.cancel_abandoned(run_id)
             return None
         return info
+
+    async def finished(
+        self, request: Request, run_id: str, wanted: Requested
+    ) -> Outcome | Response:
+        """What the run ``run_id`` ended with, once it has; or the response
+        that says why there is nothing to answer (499: the client left)."""
+        done = await self.wait(request, run_id)
+        if done is None:
+            return Response(status_code=499)  # nobody reads it
+        answer = await self.settled(done, wanted)
+        return error_response(answer) if isinstance(answer, OpenAIError) else answer
+
+    async def settled(self, info: RunInfo, wanted: Requested) -> Outcome | OpenAIError:
+        """What the run ``info`` (finished) answers with, or the error that
+        says why it gives no answer."""
+        if info.status != "succeeded":
+            return run_error(info)
+        try:
+            return await self.outcome(info, wanted)
+        except OpenAIError as err:
+            return err
 
     async def cancel_abandoned(self, run_id: str) -> None:
         """The client left before the answer: stop its run (shielded, bounded)."""
@@ -359,13 +396,12 @@ class OpenAIRuns:
 
 __all__ = [
     "CANCEL_GRACE_S",
+    "EventStream",
     "OpenAIRuns",
     "Outcome",
     "error_response",
     "json_response",
-    "read_body",
     "run_error",
-    "send_stream",
     "sse_data",
     "until_disconnect",
 ]

@@ -9,7 +9,7 @@ Part of the daemon (``agentrt.runtime.serve``); talks to runs only through
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 import msgspec
@@ -17,7 +17,6 @@ from anyio.streams.memory import MemoryObjectSendStream
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
 from agentrt.protocols._api import AgentInfo, RunInfo, ThreadInfo
 from agentrt.runtime.observe._log import get_logger
@@ -27,13 +26,11 @@ from agentrt.runtime.serve.openai._chat_translate import extension_of
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
 from agentrt.runtime.serve.openai._openai_options import Requested, labels, refuse
 from agentrt.runtime.serve.openai._openai_runs import (
+    EventStream,
     OpenAIRuns,
     Outcome,
     error_response,
     json_response,
-    read_body,
-    run_error,
-    send_stream,
 )
 from agentrt.runtime.serve.openai._responses_translate import (
     conversation_ref,
@@ -54,6 +51,7 @@ from agentrt.runtime.wire._responses import (
     ConversationObject,
     FunctionCallItem,
     InputDetails,
+    LogprobOut,
     OutputDetails,
     OutputItem,
     OutputItemAdded,
@@ -87,6 +85,7 @@ _encode = msgspec.json.Encoder().encode
 _TEXT_BUFFER: Final = 16
 _QUIET: Final = StreamText()
 """Nothing came within the keep-alive interval."""
+_E = TypeVar("_E")
 
 
 def _usage(info: RunInfo) -> ResponseUsage:
@@ -106,13 +105,9 @@ class _Responses:
 
     async def create(self, request: Request) -> Response:
         try:
-            depth = self.runs.manager.config.server.max_json_depth
-            body = decode_response_request(await read_body(request, max_depth=depth))
+            body = decode_response_request(await self.runs.body(request))
             agent = self.runs.agent(body.model)
-            defaults = self.runs.manager.config.runtime
-            wanted = _requested(
-                body, defaults.rollouts, defaults.aggregate, defaults.aggregate_options
-            )
+            wanted = responses_requested(body, self.runs.manager.config.runtime)
             previous = body.previous_response_id
             joined = conversation_ref(body)
             caller = caller_of(request)
@@ -127,13 +122,7 @@ class _Responses:
                 asked=responses_asked(body, before),
                 agent=agent,
                 requested=wanted,
-                metadata=labels(
-                    body.metadata,
-                    "openai-responses",
-                    user=body.user,
-                    safety_identifier=body.safety_identifier,
-                    prompt_cache_key=body.prompt_cache_key,
-                ),
+                metadata=labels(body, "openai-responses"),
                 task_param="input",
                 owner=caller.name,
                 thread_id=joined.id if joined is not None else None,
@@ -143,16 +132,11 @@ class _Responses:
         log.info("responses_run", run_id=info.run_id, model=agent.model, stream=bool(body.stream))
         shape = _Shape(info, agent, body)
         if body.stream:
-            return _ResponseStream(self.runs, shape, wanted)
-        done = await self.runs.wait(request, info.run_id)
-        if done is None:
-            return Response(status_code=499)  # nobody reads it
-        if done.status != "succeeded":
-            return error_response(run_error(done))
-        try:
-            outcome = await self.runs.outcome(done, wanted)
-        except OpenAIError as err:
-            return error_response(err)
+            stream = _ResponseStream(self.runs, shape, wanted)
+            return EventStream(stream.produce, lambda: self.runs.cancel_abandoned(info.run_id))
+        outcome = await self.runs.finished(request, info.run_id, wanted)
+        if isinstance(outcome, Response):
+            return outcome
         return json_response(shape.completed(outcome))
 
 
@@ -165,8 +149,7 @@ class _Conversations:
 
     async def create(self, request: Request) -> Response:
         try:
-            depth = self.runs.manager.config.server.max_json_depth
-            body = await read_body(request, max_depth=depth)
+            body = await self.runs.body(request)
             try:
                 wanted = msgspec.json.decode(body, type=ConversationCreate)
             except msgspec.DecodeError as exc:
@@ -204,14 +187,6 @@ def _conversation(thread: ThreadInfo) -> ConversationObject:
     )
 
 
-def _requested(
-    body: ResponseRequest, rollouts: int, aggregate: str, options: dict[str, Any]
-) -> Requested:
-    return responses_requested(
-        body, default_rollouts=rollouts, default_aggregate=aggregate, default_options=dict(options)
-    )
-
-
 class _Shape:
     """The ``Response`` objects of one run, as it goes."""
 
@@ -244,8 +219,8 @@ class _Shape:
         )
 
 
-class _ResponseStream(Response):
-    """The SSE reply of a streamed response: ``response.created``,
+class _ResponseStream:
+    """The SSE body of a streamed response (``EventStream`` sends it): ``response.created``,
     ``response.in_progress``, the answer's text as ``output_text`` deltas
     while the run's one rollout generates it (``AnswerStream``; an answer
     held to a schema comes whole, once validated), keep-alive comments
@@ -254,12 +229,6 @@ class _ResponseStream(Response):
     run gives no answer)."""
 
     def __init__(self, runs: OpenAIRuns, shape: _Shape, wanted: Requested) -> None:
-        super().__init__(
-            status_code=200,
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self.runs = runs
         self.shape = shape
         self.wanted = wanted
@@ -291,17 +260,7 @@ class _ResponseStream(Response):
         kind = type(event).__struct_config__.tag
         return f"event: {kind}\ndata: ".encode() + _encode(event) + b"\n\n"
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        run_id = self.shape.info.run_id
-        await send_stream(
-            send,
-            receive,
-            self.raw_headers,
-            self._stream,
-            lambda: self.runs.cancel_abandoned(run_id),
-        )
-
-    async def _stream(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+    async def produce(self, write: Callable[[bytes], Awaitable[None]]) -> None:
         shape, run_id = self.shape, self.shape.info.run_id
         started = shape.response("in_progress")
         await write(self._sse(ResponseCreated(sequence_number=self._next(), response=started)))
@@ -327,14 +286,9 @@ class _ResponseStream(Response):
                         events += self._delta_events(piece.content)
                     for event in events:
                         await write(self._sse(event))
-        info = await self.runs.manager.wait(run_id)
-        if info.status != "succeeded":
-            await self._failed(write, run_error(info))
-            return
-        try:
-            outcome = await self.runs.outcome(info, self.wanted)
-        except OpenAIError as err:
-            await self._failed(write, err)
+        outcome = await self.runs.settled(await self.runs.manager.wait(run_id), self.wanted)
+        if isinstance(outcome, OpenAIError):
+            await self._failed(write, outcome)
             return
         events, output = self._closing(outcome)
         for event in events:
@@ -361,6 +315,62 @@ class _ResponseStream(Response):
                 )
                 await self.runs.manager.wait(self.shape.info.run_id)
 
+    def _added(self, index: int, item: OutputItem) -> StreamEvent:
+        return OutputItemAdded(sequence_number=self._next(), output_index=index, item=item)
+
+    def _done(self, index: int, item: OutputItem) -> StreamEvent:
+        return OutputItemDone(sequence_number=self._next(), output_index=index, item=item)
+
+    def _part_opened(self, item_id: str, index: int, c: int) -> StreamEvent:
+        """Content part ``c`` of message ``item_id`` opened, empty."""
+        return ContentPartAdded(
+            sequence_number=self._next(),
+            item_id=item_id,
+            output_index=index,
+            content_index=c,
+            part=OutputText(text=""),
+        )
+
+    def _text_delta(
+        self, item_id: str, index: int, c: int, delta: str, logprobs: list[LogprobOut]
+    ) -> StreamEvent:
+        return OutputTextDelta(
+            sequence_number=self._next(),
+            item_id=item_id,
+            output_index=index,
+            content_index=c,
+            delta=delta,
+            logprobs=logprobs,
+        )
+
+    def _part_closed(self, item_id: str, index: int, c: int, part: OutputText) -> list[StreamEvent]:
+        """Content part ``c`` of message ``item_id`` finished as ``part``."""
+        return [
+            OutputTextDone(
+                sequence_number=self._next(),
+                item_id=item_id,
+                output_index=index,
+                content_index=c,
+                text=part.text,
+                logprobs=part.logprobs,
+            ),
+            ContentPartDone(
+                sequence_number=self._next(),
+                item_id=item_id,
+                output_index=index,
+                content_index=c,
+                part=part,
+            ),
+        ]
+
+    def _event(self, kind: Callable[..., _E], **fields: Any) -> _E:
+        """Event ``kind`` of ``fields``, numbered next."""
+        return kind(sequence_number=self._next(), **fields)
+
+    def _summary_event(self, kind: Callable[..., _E], **fields: Any) -> _E:
+        """An event of the one reasoning summary (item 0, summary part 0)."""
+        return self._event(kind, item_id=self.summary_id, output_index=0, summary_index=0, **fields)
+
     def _summary_events(self, line: str) -> list[StreamEvent]:
         """A line of progress: the reasoning item and its summary part opened
         first, then its delta (none once the answer has begun)."""
@@ -368,29 +378,10 @@ class _ResponseStream(Response):
             return []
         events: list[StreamEvent] = []
         if not self.summary:
-            opened = ReasoningItem(id=self.summary_id, status="in_progress")
-            events.append(
-                OutputItemAdded(sequence_number=self._next(), output_index=0, item=opened)
-            )
-            events.append(
-                SummaryPartAdded(
-                    sequence_number=self._next(),
-                    item_id=self.summary_id,
-                    output_index=0,
-                    summary_index=0,
-                    part=SummaryText(text=""),
-                )
-            )
+            events.append(self._added(0, ReasoningItem(id=self.summary_id, status="in_progress")))
+            events.append(self._summary_event(SummaryPartAdded, part=SummaryText(text="")))
         self.summary.append(line)
-        events.append(
-            SummaryTextDelta(
-                sequence_number=self._next(),
-                item_id=self.summary_id,
-                output_index=0,
-                summary_index=0,
-                delta=line,
-            )
-        )
+        events.append(self._summary_event(SummaryTextDelta, delta=line))
         return events
 
     def _summary_close(self) -> list[StreamEvent]:
@@ -399,19 +390,10 @@ class _ResponseStream(Response):
             return []
         part = SummaryText(text="".join(self.summary))
         self.summary_done = ReasoningItem(id=self.summary_id, summary=[part])
-        rs = self.summary_id
         return [
-            SummaryTextDone(
-                sequence_number=self._next(),
-                item_id=rs,
-                output_index=0,
-                summary_index=0,
-                text=part.text,
-            ),
-            SummaryPartDone(
-                sequence_number=self._next(), item_id=rs, output_index=0, summary_index=0, part=part
-            ),
-            OutputItemDone(sequence_number=self._next(), output_index=0, item=self.summary_done),
+            self._summary_event(SummaryTextDone, text=part.text),
+            self._summary_event(SummaryPartDone, part=part),
+            self._done(0, self.summary_done),
         ]
 
     def _delta_events(self, piece: str) -> list[StreamEvent]:
@@ -421,31 +403,11 @@ class _ResponseStream(Response):
         if not self.streamed:
             events.extend(self._summary_close())
             events.append(
-                OutputItemAdded(
-                    sequence_number=self._next(),
-                    output_index=index,
-                    item=OutputMessage(id=self.message_id, status="in_progress"),
-                )
+                self._added(index, OutputMessage(id=self.message_id, status="in_progress"))
             )
-            events.append(
-                ContentPartAdded(
-                    sequence_number=self._next(),
-                    item_id=self.message_id,
-                    output_index=index,
-                    content_index=0,
-                    part=OutputText(text=""),
-                )
-            )
+            events.append(self._part_opened(self.message_id, index, 0))
         self.streamed.append(piece)
-        events.append(
-            OutputTextDelta(
-                sequence_number=self._next(),
-                item_id=self.message_id,
-                output_index=index,
-                content_index=0,
-                delta=piece,
-            )
-        )
+        events.append(self._text_delta(self.message_id, index, 0, piece, []))
         return events
 
     def _closing(self, outcome: Outcome) -> tuple[list[StreamEvent], list[OutputItem]]:
@@ -469,26 +431,8 @@ class _ResponseStream(Response):
         part = OutputText(text="".join(self.streamed), logprobs=logprobs_out(outcome.logprobs))
         message = OutputMessage(id=self.message_id, content=[part])
         at = self.message_index
-        events.append(
-            OutputTextDone(
-                sequence_number=self._next(),
-                item_id=self.message_id,
-                output_index=at,
-                content_index=0,
-                text=part.text,
-                logprobs=part.logprobs,
-            )
-        )
-        events.append(
-            ContentPartDone(
-                sequence_number=self._next(),
-                item_id=self.message_id,
-                output_index=at,
-                content_index=0,
-                part=part,
-            )
-        )
-        events.append(OutputItemDone(sequence_number=self._next(), output_index=at, item=message))
+        events.extend(self._part_closed(self.message_id, at, 0, part))
+        events.append(self._done(at, message))
         calls = [item for item in items if isinstance(item, FunctionCallItem)]
         for index, call in enumerate(calls, start=at + 1):
             events.extend(self._item_events(index, call))
@@ -508,82 +452,28 @@ class _ResponseStream(Response):
         events: list[StreamEvent] = []
         match item:
             case OutputMessage():
-                opened = OutputMessage(id=item.id, status="in_progress")
-                events.append(
-                    OutputItemAdded(sequence_number=self._next(), output_index=index, item=opened)
-                )
+                events.append(self._added(index, OutputMessage(id=item.id, status="in_progress")))
                 for c, part in enumerate(item.content):
-                    events.append(
-                        ContentPartAdded(
-                            sequence_number=self._next(),
-                            item_id=item.id,
-                            output_index=index,
-                            content_index=c,
-                            part=OutputText(text=""),
-                        )
-                    )
-                    events.append(
-                        OutputTextDelta(
-                            sequence_number=self._next(),
-                            item_id=item.id,
-                            output_index=index,
-                            content_index=c,
-                            delta=part.text,
-                            logprobs=part.logprobs,
-                        )
-                    )
-                    events.append(
-                        OutputTextDone(
-                            sequence_number=self._next(),
-                            item_id=item.id,
-                            output_index=index,
-                            content_index=c,
-                            text=part.text,
-                            logprobs=part.logprobs,
-                        )
-                    )
-                    events.append(
-                        ContentPartDone(
-                            sequence_number=self._next(),
-                            item_id=item.id,
-                            output_index=index,
-                            content_index=c,
-                            part=part,
-                        )
-                    )
+                    events.append(self._part_opened(item.id, index, c))
+                    events.append(self._text_delta(item.id, index, c, part.text, part.logprobs))
+                    events.extend(self._part_closed(item.id, index, c, part))
             case ReasoningItem():
                 pass  # only the summary makes one, and closes it itself
             case FunctionCallItem():
-                opened_call = FunctionCallItem(
+                opened = FunctionCallItem(
                     id=item.id,
                     call_id=item.call_id,
                     name=item.name,
                     arguments="",
                     status="in_progress",
                 )
+                events.append(self._added(index, opened))
+                at = {"item_id": item.id, "output_index": index}
+                events.append(self._event(ArgumentsDelta, **at, delta=item.arguments))
                 events.append(
-                    OutputItemAdded(
-                        sequence_number=self._next(), output_index=index, item=opened_call
-                    )
+                    self._event(ArgumentsDone, **at, name=item.name, arguments=item.arguments)
                 )
-                events.append(
-                    ArgumentsDelta(
-                        sequence_number=self._next(),
-                        item_id=item.id,
-                        output_index=index,
-                        delta=item.arguments,
-                    )
-                )
-                events.append(
-                    ArgumentsDone(
-                        sequence_number=self._next(),
-                        item_id=item.id,
-                        output_index=index,
-                        name=item.name,
-                        arguments=item.arguments,
-                    )
-                )
-        events.append(OutputItemDone(sequence_number=self._next(), output_index=index, item=item))
+        events.append(self._done(index, item))
         return events
 
 

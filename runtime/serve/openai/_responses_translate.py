@@ -12,20 +12,25 @@ Pure translation: no HTTP, no run manager.  Part of the daemon
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from agentrt.protocols._messages import ChatMessage, ToolCall
 from agentrt.protocols._model import TokenLogprob
-from agentrt.runtime.serve.openai._chat_translate import Asked, Tagged, asked_of
+from agentrt.runtime.serve.openai._chat_translate import Asked, Tagged, asked_of, logprob_entries
 from agentrt.runtime.serve.openai._openai_error import OpenAIError, decode_error
 from agentrt.runtime.serve.openai._openai_options import (
     ClientTool,
+    Defaults,
     Requested,
     Sampling,
+    client_tool,
+    named_choice,
     refuse,
     refuse_set,
+    refuse_stream_options,
+    refuse_unsupported,
     requested,
     response_schema,
     tool_choice_of,
@@ -40,6 +45,7 @@ from agentrt.runtime.wire._responses import (
     InputItem,
     InputPart,
     LogprobOut,
+    NamedChoice,
     OutputItem,
     OutputMessage,
     OutputText,
@@ -154,31 +160,19 @@ def responses_asked(request: ResponseRequest, before: Sequence[ChatMessage] = ()
     return asked_of(input_messages(request), "input", "call_id", before)
 
 
-def responses_requested(
-    request: ResponseRequest,
-    *,
-    default_rollouts: int,
-    default_aggregate: str,
-    default_options: dict[str, Any],
-) -> Requested:
+_RESPONSES_UNSUPPORTED: Final = (
+    "background prompt max_tool_calls context_management prompt_cache_retention "
+    "prompt_cache_options moderation access_programs background_options image store service_tier"
+)
+
+
+def responses_requested(request: ResponseRequest, defaults: Defaults) -> Requested:
     """What a Responses request asks of its run; fields agentrt cannot
     honour with the value given are refused (a 400 naming the field)."""
-    refuse_set("background", request.background, (None, False))
-    refuse_set("prompt", request.prompt)
-    refuse_set("max_tool_calls", request.max_tool_calls)
-    refuse_set("context_management", request.context_management)
-    refuse_set("prompt_cache_retention", request.prompt_cache_retention)
-    refuse_set("prompt_cache_options", request.prompt_cache_options)
-    refuse_set("moderation", request.moderation)
-    refuse_set("access_programs", request.access_programs)
-    refuse_set("background_options", request.background_options)
-    refuse_set("image", request.image)
-    refuse_set("store", request.store, (None, True))
-    refuse_set("service_tier", request.service_tier, (None, "auto", "default"))
+    refuse_unsupported(request, _RESPONSES_UNSUPPORTED)
     if request.reasoning and any(v is not None for v in request.reasoning.values()):
         raise refuse("reasoning", "agentrt does not support `reasoning` options; leave them out")
-    if request.stream_options is not None and not request.stream:
-        raise OpenAIError(400, "stream_options needs `stream: true`", param="stream_options")
+    refuse_stream_options(request.stream_options, request.stream)
     include = request.include or []
     for j, name in enumerate(include):
         if name != LOGPROBS_INCLUDE:
@@ -188,52 +182,37 @@ def responses_requested(
         raise OpenAIError(
             400, f"top_logprobs needs include=[{LOGPROBS_INCLUDE!r}]", param="top_logprobs"
         )
-    tools: list[ClientTool] = []
-    for index, tool in enumerate(request.tools or []):
-        if tool.type != "function" or tool.name is None:
-            raise refuse(
-                f"tools[{index}].type", f"only function tools are supported, got {tool.type!r}"
-            )
-        tools.append(
+    tools = [
+        client_tool(
+            index,
+            tool.type,
             ClientTool(
                 name=tool.name, description=tool.description or "", parameters=tool.parameters
             )
+            if tool.name is not None
+            else None,
         )
+        for index, tool in enumerate(request.tools or [])
+    ]
     choice = request.tool_choice
-    if choice is None or isinstance(choice, str):
-        tool_choice = tool_choice_of(choice, None, tools, "tool_choice")
-    else:
-        if choice.type != "function" or not choice.name:
-            raise refuse(
-                "tool_choice.type",
-                "a named tool choice names a function ({'type': 'function', 'name': ...}), "
-                f"got type {choice.type!r}",
-            )
-        tool_choice = tool_choice_of(None, choice.name, tools, "tool_choice.name")
+    named = None
+    if isinstance(choice, NamedChoice):
+        named = named_choice(choice.type, choice.name or None, "{'type': 'function', 'name': ...}")
+    tool_choice = tool_choice_of(choice, named, tools, "tool_choice.name")
     schema = None
     if request.text is not None:
         refuse_set("text.verbosity", request.text.verbosity)
         fmt = request.text.format
         if fmt is not None:
             schema = response_schema(fmt.type, fmt.schema, "text.format.schema")
-    return requested(
-        request,
-        Sampling(
-            temperature=request.temperature,
-            top_p=request.top_p,
-            max_tokens=request.max_output_tokens,
-            logprobs=logprobs,
-            top_logprobs=request.top_logprobs,
-        ),
-        tools=tools,
-        tools_param="tools",
-        tool_choice=tool_choice,
-        schema=schema,
-        parallel_tool_calls=request.parallel_tool_calls,
-        default_rollouts=default_rollouts,
-        default_aggregate=default_aggregate,
-        default_options=default_options,
+    sampling = Sampling(
+        temperature=request.temperature,
+        top_p=request.top_p,
+        max_tokens=request.max_output_tokens,
+        logprobs=logprobs,
+        top_logprobs=request.top_logprobs,
     )
+    return requested(request, sampling, tools, tool_choice, schema=schema, defaults=defaults)
 
 
 def echo(request: ResponseRequest) -> dict[str, Any]:
@@ -268,18 +247,7 @@ def echo(request: ResponseRequest) -> dict[str, Any]:
 
 
 def logprobs_out(logprobs: list[TokenLogprob] | None) -> list[LogprobOut]:
-    return [
-        LogprobOut(
-            token=t.token,
-            logprob=t.logprob,
-            bytes=list(t.token.encode()),
-            top_logprobs=[
-                ResponseTopLogprob(token=a.token, logprob=a.logprob, bytes=list(a.token.encode()))
-                for a in t.top
-            ],
-        )
-        for t in logprobs or []
-    ]
+    return logprob_entries(logprobs or [], LogprobOut, ResponseTopLogprob)
 
 
 def output_items(
