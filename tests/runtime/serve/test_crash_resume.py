@@ -81,13 +81,12 @@ def _attempts(sim_url: str) -> dict[str, int]:
 def test_kill_9_resumes_every_run_without_losing_or_rerunning_a_step(
     tmp_path: Path, sim_url: str, daemon_kit: Any
 ) -> None:
+    spec = tmp_path / "lead.yaml"
+    spec.write_text(HIERARCHY)
     seed = crash_seed()
     rng = random.Random(seed)
     db = tmp_path / "runs.db"
     port = daemon_kit.free_port()
-    spec = tmp_path / "lead.yaml"
-    spec.write_text(HIERARCHY)
-    config = tmp_path / "agentrt.toml"
     head = "rollouts = 1\nearly_stop = false\nconcurrency = { sim = 4 }\n"
     agents = f"""
 [agents]
@@ -99,6 +98,7 @@ tools = ["calculator"]
 temperature = 0.7
 stop_on = []
 """
+    config = tmp_path / "agentrt.toml"
     config.write_text(sim_daemon_toml(port, db, sim_url, agents, head))
     daemon = Daemon(daemon_kit.start_serve, config, port, tmp_path / "daemon.log")
     daemon.start()
