@@ -45,6 +45,19 @@ def _steps(db: Path) -> list[tuple[str, int]]:
         return conn.execute("SELECT rollout_id, idx FROM steps ORDER BY 1, 2").fetchall()
 
 
+async def _resumed(
+    daemon_kit: Any, config: Any, backend: Any, run_id: str, *, timeout_s: float = 20
+) -> tuple[Any, list[tuple[str, int]]]:
+    """A daemon of ``config`` (its store ``runs.db``) on ``backend`` takes
+    the run up: its detail once it settled, and the store's steps then."""
+    async with (
+        daemon_kit.running(config, backend) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        detail = await _settled(client, run_id, timeout_s=timeout_s)
+    return detail, _steps(config.store.path)
+
+
 async def test_a_stopped_run_resumes_from_its_committed_steps(
     tmp_path: Path, daemon_kit: Any
 ) -> None:
@@ -197,12 +210,7 @@ async def test_pdr_refinement_rollouts_resume_too(tmp_path: Path, daemon_kit: An
                 await anyio.sleep(0.01)
     before = set(_steps(tmp_path / "runs.db"))
     second = daemon_kit.scripted(steps=4, latency_s=0.0)
-    async with (
-        daemon_kit.running(config, second) as daemon,
-        httpx.AsyncClient(base_url=daemon.url) as client,
-    ):
-        detail = await _settled(client, run_id, timeout_s=30)
-    after = _steps(tmp_path / "runs.db")
+    detail, after = await _resumed(daemon_kit, config, second, run_id, timeout_s=30)
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert before <= set(after)
     refined = {r for r, _ in after if "refine" in r}
@@ -328,12 +336,7 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
     assert (interrupted, 1) not in before
 
     second = ScriptedBackend(_lead_and_helper, latency_s=0.0)
-    async with (
-        daemon_kit.running(config, second) as daemon,
-        httpx.AsyncClient(base_url=daemon.url) as client,
-    ):
-        detail = await _settled(client, run_id, timeout_s=20)
-    after = _steps(tmp_path / "runs.db")
+    detail, after = await _resumed(daemon_kit, config, second, run_id)
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert detail["run"]["answer"] == "42"
     assert set(before) <= set(after)
@@ -420,12 +423,7 @@ async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_en
     assert before == [(f"{old}.solve.1", 0), (f"{old}.solve.1", 1)]
 
     second = ScriptedBackend(_solver_and_checker, latency_s=0.0)
-    async with (
-        daemon_kit.running(config, second) as daemon,
-        httpx.AsyncClient(base_url=daemon.url) as client,
-    ):
-        detail = await _settled(client, run_id, timeout_s=20)
-    after = _steps(tmp_path / "runs.db")
+    detail, after = await _resumed(daemon_kit, config, second, run_id)
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert set(before) <= set(after)
     again = f"{run_id}-r0~1"
