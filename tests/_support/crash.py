@@ -40,19 +40,12 @@ def sim_daemon_toml(port: int, store: Path, sim_url: str, agents: str, top: str 
     with its run store at ``store`` and sim-server at ``sim_url`` as the
     backend ``sim``: ``top`` (top-level keys) goes first, ``agents`` (the
     agents' and any other tables) last."""
-    return f"""{top}
-[server]
-port = {port}
-shutdown_grace_s = 1
-
-[store]
-path = "{store}"
-
-[models.backends.sim]
-kind = "openai"
-base_url = "{sim_url}/v1"
-models = ["sim"]
-{agents}"""
+    sim = f'{{ kind = "openai", base_url = "{sim_url}/v1", models = ["sim"] }}'
+    return (
+        f"{top}server = {{ port = {port}, shutdown_grace_s = 1 }}\n"
+        f'store = {{ path = "{store}" }}\n'
+        f"models.backends.sim = {sim}\n{agents}"
+    )
 
 
 Start = Callable[[Path, int, Path], "subprocess.Popen[bytes]"]
