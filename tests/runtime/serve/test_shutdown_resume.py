@@ -26,6 +26,7 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.serve.store._run_store import RunStore, StoreError
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
+from tests._support.specs import solve_then_check
 
 pytestmark = pytest.mark.anyio
 
@@ -366,24 +367,6 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
     assert len(second.requests) == len(after) - len(before) - 1
 
 
-PIPELINE = """
-entry: solve_then_check
-agents:
-  solve_then_check:
-    kind: pipeline
-    description: Solves, then checks.
-    stages:
-      - {agent: solver, name: solve, task: "{task}", output: solution}
-      - {agent: checker, name: check, task: "Check: {solution}", output: review}
-    answer: solution
-  solver:
-    instructions: You are the solver. Use the calculator.
-    tools: [calculator]
-  checker:
-    instructions: You are the checker.
-"""
-
-
 def _solver_and_checker(request: ModelRequest) -> ReplySpec:
     system = request.messages[0]
     results = sum(isinstance(m, ToolMessage) for m in request.messages)
@@ -399,7 +382,7 @@ async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_en
     what the interrupted attempt committed stays, is charged to the run's
     cost, and its rollouts end as cancelled (none is left running)."""
     spec = tmp_path / "pipeline.yaml"
-    spec.write_text(PIPELINE)
+    spec.write_text(solve_then_check(calculator=True))
     config = daemon_kit.config(
         tmp_path, server={"shutdown_grace_s": 0.0}, agents={"pipe": str(spec)}
     )
