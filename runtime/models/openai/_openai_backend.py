@@ -428,12 +428,7 @@ class OpenAIBackend:
         data = reply.body
         if reply.status != 200:
             raise self._errors.status(reply.status, reply.headers, data, model)
-        try:
-            completion = reply_decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            raise self._errors.malformed(
-                f"reply is not a chat completion ({exc}): {excerpt(data)}"
-            ) from None
+        completion = self._errors.decode(reply_decoder, data, "reply is not a chat completion")
         if not completion.choices:
             raise self._errors.malformed(f"reply has no choices: {excerpt(data)}")
         return completion
