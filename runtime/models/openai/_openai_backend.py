@@ -15,7 +15,6 @@ import random
 import re
 import time
 from collections.abc import AsyncGenerator
-from types import TracebackType
 from typing import Any, Final, Self, final
 
 import anyio
@@ -224,12 +223,7 @@ class OpenAIBackend:
         self._state = _State.OPENED
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self._state = _State.CLOSED
         client, self._client, self._transport, self._post = self._client, None, None, None
         if client is not None:

@@ -14,7 +14,6 @@ import hashlib
 import random
 import time
 from collections.abc import AsyncGenerator, Mapping
-from types import TracebackType
 from typing import Any, Self, TypeVar, final
 
 import anyio
@@ -254,12 +253,7 @@ class SGLangBackend:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self._close()
 
     async def _close(self) -> None:
