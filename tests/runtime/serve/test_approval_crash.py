@@ -19,7 +19,8 @@ import pytest
 
 from agentrt.client import Client
 from agentrt.protocols import ElicitationAnswered, ElicitationRequested, RunRequest, ToolCalled
-from agentrt.testing import SimServerConfig, start_sim_server_process
+from agentrt.testing import SimServerConfig
+from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -27,14 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.process]
 @pytest.fixture
 def sim_url() -> Iterator[str]:
     config = SimServerConfig(ttft_ms=5, token_ms=0, tool_rounds=1, answer="text", seed=3)
-    proc, url = start_sim_server_process(config, stderr=subprocess.DEVNULL)
-    try:
+    with sim_server_process(config) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _waiting(client: Client, run_id: str) -> ElicitationRequested:

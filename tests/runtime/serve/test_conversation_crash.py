@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentrt.testing import SimServerConfig, start_sim_server_process
+from agentrt.testing import SimServerConfig
+from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -26,14 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.process]
 @pytest.fixture
 def sim_url() -> Iterator[str]:
     config = SimServerConfig(ttft_ms=0, token_ms=0, answer="answer", seed=3)
-    proc, url = start_sim_server_process(config, stderr=subprocess.DEVNULL)
-    try:
+    with sim_server_process(config) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _roles(sim_url: str, response_id: str) -> list[str]:

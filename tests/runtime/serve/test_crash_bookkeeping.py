@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentrt.testing import SimServerConfig, start_sim_server_process
+from agentrt.testing import SimServerConfig
+from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -38,14 +39,8 @@ def sim_url() -> Iterator[str]:
     # be cut by a kill, and a resumed run's rounds outlast its restart (at
     # 150 ms, a run could finish its last calls before /readyz answered).
     config = SimServerConfig(ttft_ms=500, token_ms=1, tool_rounds=5, answer="answer", seed=11)
-    proc, url = start_sim_server_process(config, stderr=subprocess.DEVNULL)
-    try:
+    with sim_server_process(config) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _served(sim_url: str) -> int:

@@ -27,7 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentrt.testing import SimServerConfig, start_sim_server_process
+from agentrt.testing import SimServerConfig
+from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -61,14 +62,8 @@ agents:
 @pytest.fixture
 def sim_url() -> Iterator[str]:
     config = SimServerConfig(ttft_ms=200, token_ms=1, tool_rounds=4, answer="answer", seed=7)
-    proc, url = start_sim_server_process(config, stderr=subprocess.DEVNULL)
-    try:
+    with sim_server_process(config) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 class Daemon:
