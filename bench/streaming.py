@@ -42,7 +42,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Self
 
 import _smoke
@@ -98,12 +97,7 @@ class FirstText:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         return None
 
 

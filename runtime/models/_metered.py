@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from types import TracebackType
 from typing import Final, Self, final
 
 import anyio
@@ -328,12 +327,7 @@ class MeteredBackend:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         return None
 
     def __repr__(self) -> str:

@@ -297,40 +297,27 @@ class RetryStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RetryCounters:
-    """Running totals of one backend's calls (cheap to bump on the hot path)."""
+    """Running totals of one backend's calls (cheap to bump on the hot path):
+    one attribute per :class:`RetryStats` field, starting at its default."""
 
-    __slots__ = (
-        "attempts",
-        "breaker_rejections",
-        "breaker_waits",
-        "calls",
-        "gave_up",
-        "retries",
-        "retry_after_waits",
-        "slept_s",
-    )
+    __slots__ = RetryStats.__struct_fields__
+
+    calls: int
+    attempts: int
+    retries: int
+    retry_after_waits: int
+    slept_s: float
+    gave_up: int
+    breaker_rejections: int
+    breaker_waits: int
 
     def __init__(self) -> None:
-        self.calls = 0
-        self.attempts = 0
-        self.retries = 0
-        self.retry_after_waits = 0
-        self.slept_s = 0.0
-        self.gave_up = 0
-        self.breaker_rejections = 0
-        self.breaker_waits = 0
+        zero = RetryStats()
+        for name in self.__slots__:
+            setattr(self, name, getattr(zero, name))
 
     def snapshot(self) -> RetryStats:
-        return RetryStats(
-            calls=self.calls,
-            attempts=self.attempts,
-            retries=self.retries,
-            retry_after_waits=self.retry_after_waits,
-            slept_s=self.slept_s,
-            gave_up=self.gave_up,
-            breaker_rejections=self.breaker_rejections,
-            breaker_waits=self.breaker_waits,
-        )
+        return RetryStats(**{name: getattr(self, name) for name in self.__slots__})
 
 
 class Retrier:

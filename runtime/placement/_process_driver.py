@@ -29,25 +29,25 @@ import anyio
 
 from agentrt.agents._control import RolloutResult
 from agentrt.protocols._trajectory import Step
-from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.config._runtime_config import PlacementConfig
-from agentrt.runtime.kernel._backoff import Backoff, RestartBackoff
 from agentrt.runtime.kernel._errors import ConfigError, RuntimeFailure
 from agentrt.runtime.memory._bank import MemoryStore
 from agentrt.runtime.observe._log import get_logger
 from agentrt.runtime.placement._placement import PlacedRun, RolloutJob
 from agentrt.runtime.placement._process_worker import FrameChannel, worker_main
 from agentrt.runtime.placement._worker_books import (
-    RunEntry,
+    PlacedRollouts,
+    Placing,
     WorkerBooks,
     WorkerInfo,
+    WorkerLost,
     answer_bank_call,
     check_rebuildable,
     deliver_events,
     outcome_result,
-    pick_worker,
-    place_again,
-    placed_rollout,
+    replacement_backoff,
+    wait_to_replace,
+    worker_infos,
 )
 from agentrt.runtime.placement._worker_wire import (
     TO_DRIVER,
@@ -102,6 +102,7 @@ class _Worker:
     process: BaseProcess
     channel: FrameChannel
     books: WorkerBooks
+    node_id: str = "local"  # a worker process of this host
     pid: int = 0
     load: int = 0
     placed: int = 0
@@ -112,12 +113,6 @@ class _Worker:
     prompts: StepPrompts = field(default_factory=StepPrompts)
     waiting: dict[int, _Waiter] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-
-
-class _WorkerLost(Exception):
-    def __init__(self, worker: _Worker, why: str) -> None:
-        super().__init__(why)
-        self.worker = worker
 
 
 @final
@@ -142,14 +137,14 @@ class ProcessPlacement:
         self._spec = spec
         self._bank = bank
         self._workers: list[_Worker] = []
-        self._runs: dict[str, RunEntry[_Worker]] = {}
-        self._ledgers: dict[str, BudgetLedger] = {}
-        self._entries: dict[str, RunEntry[_Worker]] = {}
-        """Each rollout's run (by rollout id), for ``_sharers``."""
+        self._rollouts: PlacedRollouts[_Worker] = PlacedRollouts()
+        self._placing: Placing[_Worker] = Placing(
+            PLACEMENT, config.affinity_slack, bank is not None, self._ask
+        )
         self._stack = AsyncExitStack()
         self._starting: list[BaseProcess] = []
         self._closing = False
-        self._backoff = RestartBackoff(Backoff(initial_s=1.0, max_s=60.0, reset_after_s=60.0))
+        self._backoff = replacement_backoff()
 
     @property
     def kind(self) -> str:
@@ -158,19 +153,7 @@ class ProcessPlacement:
     @property
     def workers(self) -> list[WorkerInfo]:
         """Each worker: its process, its rollouts, whether it is alive."""
-        return [
-            WorkerInfo(
-                index=w.index,
-                node_id="local",
-                pid=w.pid,
-                in_flight=w.load,
-                placed=w.placed,
-                alive=w.alive,
-                lost=w.lost,
-                admissions=w.books.admissions,
-            )
-            for w in self._workers
-        ]
+        return worker_infos(self._workers)
 
     def check_agent(self, agent: object) -> None:
         """Agents are rebuilt in the workers: by name or from a configuration."""
@@ -178,7 +161,7 @@ class ProcessPlacement:
 
     def _sharers(self, rollout: str) -> int:
         """The rollouts in flight of ``rollout``'s run (they share its budget)."""
-        entry = self._entries.get(rollout)
+        entry = self._rollouts.entries.get(rollout)
         return 1 if entry is None else entry.active
 
     # -- lifecycle ----------------------------------------------------------------
@@ -248,7 +231,7 @@ class ProcessPlacement:
             index,
             process,
             channel,
-            WorkerBooks(self._ledgers, self._sharers),
+            WorkerBooks(self._rollouts.ledgers, self._sharers),
             started=anyio.current_time(),
         )
 
@@ -292,31 +275,7 @@ class ProcessPlacement:
     async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult:
         """Run ``job`` on a worker; when that worker dies, on another, from
         the rollout's committed steps (``RolloutRestarted`` says so)."""
-        message = job.message
-        key = message.rollout_id
-        entry = self._runs.setdefault(run.run_id, RunEntry[_Worker](run.emit))
-        entry.active += 1
-        self._ledgers[key] = job.ledger
-        self._entries[key] = entry
-        losses = 0
-        try:
-            while True:
-                worker = pick_worker(self._workers, entry, self.config.affinity_slack, PLACEMENT)
-                placed = placed_rollout(run, job, message, memory=self._bank is not None)
-                try:
-                    return await self._ask(worker, placed, job.committed)
-                except _WorkerLost as lost:
-                    await lost.worker.pumped.wait()  # what it committed is in
-                    losses += 1
-                    message = await place_again(
-                        run, job, message, worker=worker.index, lost=lost, incarnation=losses
-                    )
-        finally:
-            self._ledgers.pop(key, None)
-            self._entries.pop(key, None)
-            entry.active -= 1
-            if entry.active == 0:
-                self._runs.pop(run.run_id, None)
+        return await self._rollouts.run(run, job, self._workers, self._placing)
 
     async def _ask(
         self, worker: _Worker, placed: PlacedRollout, committed: Sequence[Step]
@@ -340,7 +299,7 @@ class ProcessPlacement:
             worker.load -= 1
             worker.waiting.pop(rid, None)
         if waiter.lost is not None:
-            raise _WorkerLost(worker, waiter.lost)
+            raise WorkerLost(waiter.lost)
         if waiter.outcome is None:
             raise RuntimeFailure(f"rollout {placed.rollout.rollout_id} was cancelled on its worker")
         return outcome_result(waiter.outcome, placed.rollout.rollout_id, committed)
@@ -348,7 +307,7 @@ class ProcessPlacement:
     def _lose(self, worker: _Worker, why: str) -> None:
         worker.alive = False
         worker.lost = why
-        for entry in self._runs.values():
+        for entry in self._rollouts.runs.values():
             if entry.home is worker:
                 entry.home = None
         for waiter in worker.waiting.values():
@@ -363,15 +322,8 @@ class ProcessPlacement:
         more crash, until the backoff gives up."""
         healthy_for = anyio.current_time() - lost.started
         while True:
-            delay = self._backoff.crashed(healthy_for)
-            if delay is None:
-                log.warning(
-                    "rollout_worker_not_replaced",
-                    lost=lost.index,
-                    error=self._backoff.limit_reason(),
-                )
+            if not await wait_to_replace(self._backoff, healthy_for, lost.index):
                 return
-            await anyio.sleep(delay)
             worker = await self._spawn(len(self._workers))
             try:
                 with anyio.fail_after(self.config.connect_timeout_s):
@@ -437,7 +389,7 @@ class ProcessPlacement:
                 self._tasks.start_soon(self._bank_call, worker, item)
         if answers:
             await worker.channel.send(Replies(replies=answers))
-        acked, failed = await deliver_events(self._runs, items, worker.prompts)
+        acked, failed = await deliver_events(self._rollouts.runs, items, worker.prompts)
         if acked:
             await worker.channel.send(Replies(replies=[Acked(ids=acked, failed=failed)]))
 

@@ -27,9 +27,7 @@ from ray.exceptions import RayActorError
 
 from agentrt.agents._control import RolloutResult
 from agentrt.protocols._trajectory import Step
-from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.config._runtime_config import PlacementConfig
-from agentrt.runtime.kernel._backoff import Backoff, RestartBackoff
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.memory._bank import MemoryStore
 from agentrt.runtime.observe._log import get_logger
@@ -39,16 +37,18 @@ from agentrt.runtime.placement._placement import (
 )
 from agentrt.runtime.placement._ray_worker import RolloutWorker
 from agentrt.runtime.placement._worker_books import (
-    RunEntry,
+    PlacedRollouts,
+    Placing,
     WorkerBooks,
     WorkerInfo,
+    WorkerLost,
     answer_bank_call,
     check_rebuildable,
     deliver_events,
     outcome_result,
-    pick_worker,
-    place_again,
-    placed_rollout,
+    replacement_backoff,
+    wait_to_replace,
+    worker_infos,
 )
 from agentrt.runtime.placement._worker_wire import (
     ENCODER,
@@ -76,12 +76,6 @@ MAX_CONCURRENCY: Final = 100_000
 CLIENT_INIT_ATTEMPTS: Final = 3
 #: The pause before the n-th new attempt is n times this.
 CLIENT_RETRY_PAUSE_S = 0.5
-
-
-class _WorkerLost(Exception):
-    def __init__(self, worker: _Worker, why: str) -> None:
-        super().__init__(why)
-        self.worker = worker
 
 
 @dataclass(slots=True, eq=False)
@@ -117,14 +111,14 @@ class RayPlacement:
         self._spec = spec
         self._bank = bank
         self._workers: list[_Worker] = []
-        self._runs: dict[str, RunEntry[_Worker]] = {}
-        self._ledgers: dict[str, BudgetLedger] = {}
-        self._entries: dict[str, RunEntry[_Worker]] = {}
-        """Each rollout's run (by rollout id), for ``_sharers``."""
+        self._rollouts: PlacedRollouts[_Worker] = PlacedRollouts()
+        self._placing: Placing[_Worker] = Placing(
+            "ray placement", config.affinity_slack, bank is not None, self._ask
+        )
         self._stack = AsyncExitStack()
         self._starting: list[Any] = []
         """Replacement workers not ready yet (killed on exit)."""
-        self._backoff = RestartBackoff(Backoff(initial_s=1.0, max_s=60.0, reset_after_s=60.0))
+        self._backoff = replacement_backoff()
 
     @property
     def kind(self) -> str:
@@ -133,19 +127,7 @@ class RayPlacement:
     @property
     def workers(self) -> list[WorkerInfo]:
         """Each worker: where it runs, its rollouts, whether it is alive."""
-        return [
-            WorkerInfo(
-                index=w.index,
-                node_id=w.node_id,
-                pid=w.pid,
-                in_flight=w.load,
-                placed=w.placed,
-                alive=w.alive,
-                lost=w.lost,
-                admissions=w.books.admissions,
-            )
-            for w in self._workers
-        ]
+        return worker_infos(self._workers)
 
     def check_agent(self, agent: object) -> None:
         """Agents are rebuilt on the workers: by name or from a configuration."""
@@ -153,7 +135,7 @@ class RayPlacement:
 
     def _sharers(self, rollout: str) -> int:
         """The rollouts in flight of ``rollout``'s run (they share its budget)."""
-        entry = self._entries.get(rollout)
+        entry = self._rollouts.entries.get(rollout)
         return 1 if entry is None else entry.active
 
     # -- lifecycle ----------------------------------------------------------------
@@ -305,7 +287,7 @@ class RayPlacement:
                     f"and agents given as objects must pickle): {type(error).__name__}: {error}",
                     where="placement",
                 ) from None
-            books = WorkerBooks(self._ledgers, self._sharers)
+            books = WorkerBooks(self._rollouts.ledgers, self._sharers)
             self._workers.append(_Worker(index, handle, books, started=anyio.current_time()))
         timeout = self.config.connect_timeout_s
         try:
@@ -358,33 +340,7 @@ class RayPlacement:
     async def run_rollout(self, run: PlacedRun, job: RolloutJob) -> RolloutResult:
         """Run ``job`` on a worker; when that worker is lost, on another,
         from the rollout's committed steps (``RolloutRestarted`` says so)."""
-        message = job.message
-        key = message.rollout_id
-        entry = self._runs.setdefault(run.run_id, RunEntry[_Worker](run.emit))
-        entry.active += 1
-        self._ledgers[key] = job.ledger
-        self._entries[key] = entry
-        losses = 0
-        try:
-            while True:
-                worker = pick_worker(
-                    self._workers, entry, self.config.affinity_slack, "ray placement"
-                )
-                placed = placed_rollout(run, job, message, memory=self._bank is not None)
-                try:
-                    return await self._ask(worker, placed, job.committed)
-                except _WorkerLost as lost:
-                    await lost.worker.pumped.wait()  # what it committed is in
-                    losses += 1
-                    message = await place_again(
-                        run, job, message, worker=worker.index, lost=lost, incarnation=losses
-                    )
-        finally:
-            self._ledgers.pop(key, None)
-            self._entries.pop(key, None)
-            entry.active -= 1
-            if entry.active == 0:
-                self._runs.pop(run.run_id, None)
+        return await self._rollouts.run(run, job, self._workers, self._placing)
 
     async def _ask(
         self, worker: _Worker, placed: PlacedRollout, committed: Sequence[Step]
@@ -396,7 +352,7 @@ class RayPlacement:
             data = await ref
         except RayActorError as error:
             self._lose(worker, _first_line(str(error)))
-            raise _WorkerLost(worker, worker.lost) from error
+            raise WorkerLost(worker.lost) from error
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 with contextlib.suppress(Exception):
@@ -412,7 +368,7 @@ class RayPlacement:
         if worker.alive:
             worker.alive = False
             worker.lost = why or "the actor died"
-            for entry in self._runs.values():
+            for entry in self._rollouts.runs.values():
                 if entry.home is worker:
                     entry.home = None
             self._tasks.start_soon(self._replace, worker)
@@ -426,15 +382,8 @@ class RayPlacement:
         after the next backoff, until the backoff gives up."""
         healthy_for = anyio.current_time() - lost.started
         while True:
-            delay = self._backoff.crashed(healthy_for)
-            if delay is None:
-                log.warning(
-                    "rollout_worker_not_replaced",
-                    lost=lost.index,
-                    error=self._backoff.limit_reason(),
-                )
+            if not await wait_to_replace(self._backoff, healthy_for, lost.index):
                 return
-            await anyio.sleep(delay)
             handle: Any = self._actor.options(**self._options).remote(self._spec)
             self._starting.append(handle)
             try:
@@ -453,7 +402,7 @@ class RayPlacement:
         worker = _Worker(
             len(self._workers),
             handle,
-            WorkerBooks(self._ledgers, self._sharers),
+            WorkerBooks(self._rollouts.ledgers, self._sharers),
             node_id=ready.node_id,
             pid=ready.pid,
             started=anyio.current_time(),
@@ -481,7 +430,7 @@ class RayPlacement:
     async def _handle(self, worker: _Worker, items: list[Outbound]) -> list[Reply]:
         # The ledger first: a waiting call's answer goes back sooner.
         replies: list[Reply] = self._book(worker, items)
-        acked, failed = await deliver_events(self._runs, items, worker.prompts)
+        acked, failed = await deliver_events(self._rollouts.runs, items, worker.prompts)
         if acked:
             replies.append(Acked(ids=acked, failed=failed))
         return replies

@@ -6,16 +6,19 @@ worker is lost; ``deliver_events`` hands its events to their runs'
 streams; ``answer_bank_call`` runs a worker's call on the run's memory
 bank; ``pick_worker`` chooses a worker for a rollout; ``outcome_result``
 and ``replays_of`` are a placed rollout's way back and out;
-``place_again`` is what a rollout whose worker was lost does next.  Must not know
-how items travel.
+``place_again`` is what a rollout whose worker was lost does next, and
+``PlacedRollouts.run`` the loop that places a rollout until it has an
+outcome; ``wait_to_replace`` is a lost worker's replacement backoff.  Must
+not know how items travel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, final
 
+import anyio
 import msgspec
 
 from agentrt.agents._agent import Agent
@@ -30,6 +33,7 @@ from agentrt.runtime.budget._ledger import BudgetLedger, Reservation
 from agentrt.runtime.budget._pricing import usd_to_pico
 from agentrt.runtime.engine._journal import EventJournal
 from agentrt.runtime.engine._rollout_actor import RunRollout
+from agentrt.runtime.kernel._backoff import Backoff, RestartBackoff
 from agentrt.runtime.kernel._errors import (
     BudgetExceeded,
     ConfigError,
@@ -244,19 +248,44 @@ class WorkerInfo:
 
 
 class PooledWorker(Protocol):
-    """A rollout worker as ``pick_worker`` sees it."""
+    """A rollout worker as ``pick_worker``, ``worker_infos`` and
+    ``PlacedRollouts`` see it."""
 
-    @property
-    def index(self) -> int: ...
-    @property
-    def load(self) -> int: ...
-    @property
-    def alive(self) -> bool: ...
-    @property
-    def lost(self) -> str: ...
+    index: int
+    load: int
+    alive: bool
+    lost: str
+    pumped: anyio.Event
+    node_id: str
+    pid: int
+    placed: int
+    books: WorkerBooks
 
 
 W = TypeVar("W", bound=PooledWorker)
+
+
+def worker_infos(workers: Sequence[PooledWorker]) -> list[WorkerInfo]:
+    """What a placement's ``workers`` shows of each of ``workers``."""
+    return [
+        WorkerInfo(
+            index=w.index,
+            node_id=w.node_id,
+            pid=w.pid,
+            in_flight=w.load,
+            placed=w.placed,
+            alive=w.alive,
+            lost=w.lost,
+            admissions=w.books.admissions,
+        )
+        for w in workers
+    ]
+
+
+def replacement_backoff() -> RestartBackoff:
+    """The backoff between replacements of lost workers: from 1s up to
+    60s, starting over once a worker stayed healthy for 60s."""
+    return RestartBackoff(Backoff(initial_s=1.0, max_s=60.0, reset_after_s=60.0))
 
 
 @dataclass(slots=True)
@@ -396,18 +425,98 @@ def replays_of(journal: EventJournal | None, rollout_id: str) -> dict[str, Model
     return {key: journal.replays.pop(key) for key in mine}
 
 
+class WorkerLost(Exception):
+    """A placed rollout's worker was lost (the message says why) before
+    the rollout had an outcome."""
+
+
+Ask = Callable[[W, PlacedRollout, Sequence[Step]], Awaitable[RolloutResult]]
+
+
+@dataclass(slots=True, eq=False)
+class PlacedRollouts(Generic[W]):
+    """The runs with rollouts on a placement's workers (``runs``, by run
+    id), and each rollout's ledger and run (by rollout id)."""
+
+    runs: dict[str, RunEntry[W]] = field(default_factory=dict)
+    ledgers: dict[str, BudgetLedger] = field(default_factory=dict)
+    entries: dict[str, RunEntry[W]] = field(default_factory=dict)
+
+    async def run(
+        self, run: PlacedRun, job: RolloutJob, workers: Sequence[W], place: Placing[W]
+    ) -> RolloutResult:
+        """Run ``job`` on one of ``workers`` (``place.ask``); when that
+        worker is lost (``WorkerLost``), on another, from the rollout's
+        committed steps once what the lost one committed is pumped in."""
+        message = job.message
+        key = message.rollout_id
+        entry = self.runs.setdefault(run.run_id, RunEntry[W](run.emit))
+        entry.active += 1
+        self.ledgers[key] = job.ledger
+        self.entries[key] = entry
+        losses = 0
+        try:
+            while True:
+                worker = pick_worker(workers, entry, place.slack, place.name)
+                placed = placed_rollout(run, job, message, memory=place.memory)
+                try:
+                    return await place.ask(worker, placed, job.committed)
+                except WorkerLost as lost:
+                    await worker.pumped.wait()  # what it committed is in
+                    losses += 1
+                    message = await place_again(
+                        run, job, message, worker=worker.index, lost=lost, incarnation=losses
+                    )
+        finally:
+            self.ledgers.pop(key, None)
+            self.entries.pop(key, None)
+            entry.active -= 1
+            if entry.active == 0:
+                self.runs.pop(run.run_id, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Placing(Generic[W]):
+    """How ``PlacedRollouts.run`` places: the placement's ``name`` (for its
+    errors), its affinity ``slack``, whether rollouts have a memory bank,
+    and ``ask``, which runs a placed rollout on a worker."""
+
+    name: str
+    slack: int
+    memory: bool
+    ask: Ask[W]
+
+
+async def wait_to_replace(backoff: RestartBackoff, healthy_for: float, lost: int) -> bool:
+    """Wait out ``backoff`` before starting another worker in place of
+    worker ``lost`` (healthy for ``healthy_for`` seconds); ``False``
+    (logged) when the backoff gives up."""
+    delay = backoff.crashed(healthy_for)
+    if delay is None:
+        log.warning("rollout_worker_not_replaced", lost=lost, error=backoff.limit_reason())
+        return False
+    await anyio.sleep(delay)
+    return True
+
+
 __all__ = [
+    "PlacedRollouts",
+    "Placing",
     "PooledWorker",
     "RunEntry",
     "WorkerBooks",
     "WorkerInfo",
+    "WorkerLost",
     "answer_bank_call",
     "check_rebuildable",
     "deliver_events",
     "outcome_result",
     "pick_worker",
     "placed_rollout",
+    "replacement_backoff",
     "replays_of",
+    "wait_to_replace",
+    "worker_infos",
 ]
 
 

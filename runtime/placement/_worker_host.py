@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager, AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
-from typing import Final, final
+from typing import Final, TypeVar, final
 
 import anyio
 import anyio.from_thread
@@ -79,6 +79,8 @@ from agentrt.runtime.placement._worker_wire import (
     event_kinds,
 )
 from agentrt.tools.sandbox._workspaces import keep_run, release_rollout
+
+T = TypeVar("T")
 
 #: Reservations a capped rollout leases at once, when the run's headroom allows.
 LEASE_SLICE: Final = 4
@@ -144,20 +146,20 @@ class Outbox:
 
     def expect_ack(self) -> tuple[int, asyncio.Future[None]]:
         """An ack id and the future its ack completes (on the rollouts' loop)."""
-        loop = asyncio.get_running_loop()
-        self._rollouts_loop = loop
-        ack = self.next_id()
-        future: asyncio.Future[None] = loop.create_future()
-        self._acks[ack] = future
-        return ack, future
+        return self._expect(self._acks)
 
     def expect_answer(self) -> tuple[int, asyncio.Future[BankAnswer]]:
         """A bank call's id and the future its answer completes."""
+        return self._expect(self._answers)
+
+    def _expect(self, waiting: dict[int, asyncio.Future[T]]) -> tuple[int, asyncio.Future[T]]:
+        """A new id and the future, in ``waiting``, that its answer
+        completes on the rollouts' loop (the running one)."""
         loop = asyncio.get_running_loop()
         self._rollouts_loop = loop
         rid = self.next_id()
-        future: asyncio.Future[BankAnswer] = loop.create_future()
-        self._answers[rid] = future
+        future: asyncio.Future[T] = loop.create_future()
+        waiting[rid] = future
         return rid, future
 
     def expect_reserved(self, rid: int) -> Future[Reserved]:
@@ -262,16 +264,7 @@ class DriverLedger:
     def reserve(self, model: str, prompt_tokens: int, max_tokens: int, n: int) -> int:
         if not self._capped:
             rid = self._outbox.next_id()
-            self._outbox.post(
-                ReserveOut(
-                    id=rid,
-                    ledger=self._ledger,
-                    model=model,
-                    prompt_tokens=prompt_tokens,
-                    max_tokens=max_tokens,
-                    n=n,
-                )
-            )
+            self._outbox.post(self._reserve_out(rid, model, prompt_tokens, max_tokens, n=n))
             return rid
         for index, lease in enumerate(self._leases):
             if lease.covers(model, prompt_tokens, max_tokens, n):
@@ -279,17 +272,7 @@ class DriverLedger:
                 return lease.id
         room = max(math.ceil(prompt_tokens * LEASE_PROMPT_ROOM), prompt_tokens + 1)
         rid = self._outbox.next_ids(LEASE_SLICE)
-        item = ReserveOut(
-            id=rid,
-            ledger=self._ledger,
-            model=model,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            n=n,
-            wait=True,
-            slice=LEASE_SLICE,
-            slice_prompt_tokens=room,
-        )
+        item = self._reserve_out(rid, model, prompt_tokens, max_tokens, n=n, room=room)
         waiting = self._outbox.expect_reserved(rid)
         self._outbox.post(item)
         try:
@@ -307,6 +290,24 @@ class DriverLedger:
             _Lease(rid + offset, model, room, max_tokens, n) for offset in range(1, reply.leased)
         )
         return rid
+
+    def _reserve_out(
+        self, rid: int, model: str, prompt_tokens: int, max_tokens: int, *, n: int, room: int = 0
+    ) -> ReserveOut:
+        """A call's ``ReserveOut``; with ``room`` (a capped run's), one that
+        waits for the driver's answer and leases a slice of reservations
+        of ``room`` prompt tokens each."""
+        return ReserveOut(
+            id=rid,
+            ledger=self._ledger,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            n=n,
+            wait=room > 0,
+            slice=LEASE_SLICE if room > 0 else 1,
+            slice_prompt_tokens=room,
+        )
 
     def charge(self, handle: int, usage: Usage | None) -> None:
         self._outbox.post(ChargeOut(id=handle, usage=usage))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal, Self, final
 
 import anyio
@@ -151,12 +150,7 @@ class ScriptedBackend:
             raise RuntimeError(f"ScriptedBackend {self._name!r} cannot be reopened once closed")
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self._closed = True
 
     # -- the script --------------------------------------------------------

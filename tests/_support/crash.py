@@ -1,38 +1,21 @@
-"""The crash tests' pieces: sim-server in a process of its own (it
-outlives the daemon it serves), an ``agentrt.toml`` for a daemon on it,
-and that daemon, killed with ``kill -9`` and started again."""
+"""The crash tests' pieces: an ``agentrt.toml`` for a daemon on sim-server
+in a process of its own (``sim_process.sim_server_process``: it outlives
+the daemon), and that daemon, killed with ``kill -9`` and started again."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-from agentrt.testing import SimServerConfig, start_sim_server_process
 
 
 def crash_seed() -> int:
     """The seed of a crash test's random kills: ``AGENTRT_CRASH_SEED`` when
     set (to replay a failure, whose message names its seed), else a new one."""
     return int(os.environ.get("AGENTRT_CRASH_SEED", str(random.randrange(1 << 30))))
-
-
-@contextlib.contextmanager
-def sim_process(config: SimServerConfig) -> Iterator[str]:
-    """sim-server as ``config`` says, in a process: its URL; it is
-    terminated on exit."""
-    proc, url = start_sim_server_process(config, stderr=subprocess.DEVNULL)
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def sim_daemon_toml(port: int, store: Path, sim_url: str, agents: str, top: str = "") -> str:

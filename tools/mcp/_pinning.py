@@ -180,6 +180,27 @@ class PinDecision(msgspec.Struct, frozen=True, kw_only=True):
         return self.status in ("approved", "pinned", "first-use")
 
 
+def _how_to(server: str, tool: str, digest: str) -> str:
+    return (
+        f"approve it in the configuration of MCP server {server!r}: approved: {{{tool}: {digest}}}"
+    )
+
+
+def _changed(server: str, tool: str, digest: str, expected: str, why: str) -> PinDecision:
+    """The ``changed`` decision on ``tool``, whose definition (now
+    ``digest``) is not the approved one (``expected``): ``why``."""
+    return PinDecision(
+        tool=tool,
+        digest=digest,
+        status="changed",
+        expected=expected,
+        message=(
+            f"MCP tool {tool!r} on server {server!r} is blocked: its definition {why}. "
+            f"If the change is intended, {_how_to(server, tool, digest)}"
+        ),
+    )
+
+
 async def decide_pins(
     server: str,
     definitions: Iterable[tuple[str, str]],
@@ -195,43 +216,32 @@ async def decide_pins(
     with neither is pinned now or blocked, as ``new_tools`` says."""
     decisions: dict[str, PinDecision] = {}
     for tool, digest in definitions:
-        how_to = (
-            f"approve it in the configuration of MCP server {server!r}: "
-            f"approved: {{{tool}: {digest}}}"
-        )
         if tool in approved:
             if approved[tool] == digest:
                 if await store.get(server, tool) != digest:
                     await store.put(server, tool, digest)
                 decisions[tool] = PinDecision(tool=tool, digest=digest, status="approved")
             else:
-                decisions[tool] = PinDecision(
-                    tool=tool,
-                    digest=digest,
-                    status="changed",
-                    expected=approved[tool],
-                    message=(
-                        f"MCP tool {tool!r} on server {server!r} is blocked: its definition "
-                        f"(sha256 {digest}) differs from the one approved in configuration "
-                        f"(sha256 {approved[tool]}). If the change is intended, {how_to}"
-                    ),
+                decisions[tool] = _changed(
+                    server,
+                    tool,
+                    digest,
+                    approved[tool],
+                    f"(sha256 {digest}) differs from the one approved in configuration "
+                    f"(sha256 {approved[tool]})",
                 )
             continue
         pinned = await store.get(server, tool)
         if pinned == digest:
             decisions[tool] = PinDecision(tool=tool, digest=digest, status="pinned")
         elif pinned is not None:
-            decisions[tool] = PinDecision(
-                tool=tool,
-                digest=digest,
-                status="changed",
-                expected=pinned,
-                message=(
-                    f"MCP tool {tool!r} on server {server!r} is blocked: its definition (title, "
-                    f"description, schema or annotations) changed since it was approved "
-                    f"(approved sha256 {pinned}, now sha256 {digest}). "
-                    f"If the change is intended, {how_to}"
-                ),
+            decisions[tool] = _changed(
+                server,
+                tool,
+                digest,
+                pinned,
+                "(title, description, schema or annotations) changed since it was approved "
+                f"(approved sha256 {pinned}, now sha256 {digest})",
             )
         elif new_tools == "trust":
             await store.put(server, tool, digest)
@@ -243,7 +253,8 @@ async def decide_pins(
                 status="unapproved",
                 message=(
                     f"MCP tool {tool!r} on server {server!r} is not approved yet (new tools are "
-                    f"blocked for this server; sha256 {digest}). To allow it, {how_to}"
+                    f"blocked for this server; sha256 {digest}). "
+                    f"To allow it, {_how_to(server, tool, digest)}"
                 ),
             )
     return decisions

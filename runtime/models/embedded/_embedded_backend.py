@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Self, TypeVar, final
 
 import anyio
@@ -176,12 +175,7 @@ class EmbeddedBackend:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         loaded, self._loaded = self._loaded, None
         self._state = "closed"
         if loaded is not None:

@@ -15,7 +15,6 @@ import random
 import re
 import time
 from collections.abc import AsyncGenerator
-from types import TracebackType
 from typing import Any, Final, Self, final
 
 import anyio
@@ -224,12 +223,7 @@ class OpenAIBackend:
         self._state = _State.OPENED
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self._state = _State.CLOSED
         client, self._client, self._transport, self._post = self._client, None, None, None
         if client is not None:
@@ -428,12 +422,7 @@ class OpenAIBackend:
         data = reply.body
         if reply.status != 200:
             raise self._errors.status(reply.status, reply.headers, data, model)
-        try:
-            completion = reply_decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            raise self._errors.malformed(
-                f"reply is not a chat completion ({exc}): {excerpt(data)}"
-            ) from None
+        completion = self._errors.decode(reply_decoder, data, "reply is not a chat completion")
         if not completion.choices:
             raise self._errors.malformed(f"reply has no choices: {excerpt(data)}")
         return completion

@@ -34,6 +34,7 @@ from agentrt.runtime.models.http._http_client import TransportFailure, classify_
 __all__ = ["ErrorMapper", "error_message", "excerpt"]
 
 E = TypeVar("E", bound=BackendError)
+T = TypeVar("T")
 
 _UNKNOWN_MODEL = re.compile(
     r"model.{0,200}(not found|does not exist|not exist|unknown|not served|no such)"
@@ -122,6 +123,14 @@ class ErrorMapper:
 
     def malformed(self, message: str) -> MalformedReply:
         return MalformedReply(message, backend=self.backend, endpoint=self.endpoint)
+
+    def decode(self, decoder: msgspec.json.Decoder[T], data: bytes, what: str) -> T:
+        """``data`` decoded, else a :class:`MalformedReply` that begins with
+        ``what`` (``"reply is not a chat completion"``)."""
+        try:
+            return decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise self.malformed(f"{what} ({exc}): {excerpt(data)}") from None
 
     def in_stream(self, error: object) -> TransientError:
         """A failure the server reported inside a stream (vLLM, SGLang)."""

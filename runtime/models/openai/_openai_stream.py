@@ -18,11 +18,10 @@ from typing import Final, final
 
 import anyio
 import httpx
-import msgspec
 
 from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models.http._sse import SSEDecoder
-from agentrt.runtime.models.openai._openai_errors import ErrorMapper, excerpt
+from agentrt.runtime.models.openai._openai_errors import ErrorMapper
 from agentrt.runtime.models.openai._openai_reply import StreamAssembly
 from agentrt.runtime.wire._chat import ReplyChunk, reply_chunk_decoder
 
@@ -75,12 +74,9 @@ class StreamReader:
                 return out
 
     def _decode(self, data: bytes) -> ReplyChunk:
-        try:
-            chunk = reply_chunk_decoder.decode(data)
-        except msgspec.DecodeError as exc:
-            raise self._errors.malformed(
-                f"stream event is not a chat-completion chunk ({exc}): {excerpt(data)}"
-            ) from None
+        chunk = self._errors.decode(
+            reply_chunk_decoder, data, "stream event is not a chat-completion chunk"
+        )
         if chunk.error is not None:
             raise self._errors.in_stream(chunk.error)
         return chunk

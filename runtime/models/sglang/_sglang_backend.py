@@ -14,8 +14,7 @@ import hashlib
 import random
 import time
 from collections.abc import AsyncGenerator, Mapping
-from types import TracebackType
-from typing import Any, Self, final
+from typing import Any, Self, TypeVar, final
 
 import anyio
 import httpx
@@ -72,6 +71,8 @@ _SSE = {"content-type": "application/json", "accept": "text/event-stream"}
 _HINT_404 = " (is this SGLang's native API? /generate is missing)"
 #: How long a cancelled call waits for the server to take its abort.
 _ABORT_TIMEOUT_S = 2.0
+
+_T = TypeVar("_T")
 
 
 class SGLangBackendConfig(BaseModel):
@@ -252,12 +253,7 @@ class SGLangBackend:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self._close()
 
     async def _close(self) -> None:
@@ -424,6 +420,17 @@ class SGLangBackend:
         outputs = await self._rc.call(
             affinity_key(request), lambda r: self._generate_once(r, body, rids)
         )
+        return self._reply(outputs, request, model, started, prefix)
+
+    def _reply(
+        self,
+        outputs: list[GenerateOutput],
+        request: ModelRequest,
+        model: str,
+        started: float,
+        prefix: str,
+    ) -> ModelReply:
+        """The reply of one call's outputs, timed from ``started``."""
         return outputs_to_reply(
             outputs,
             request,
@@ -471,14 +478,7 @@ class SGLangBackend:
             raise error from exc
         if reply.status != 200:
             raise self._rc.status_error(reply.status, reply.headers, reply.body, url, _HINT_404)
-        try:
-            decoded = reply_decoder.decode(reply.body)
-        except msgspec.DecodeError as exc:
-            raise MalformedReply(
-                f"not a /generate reply ({exc}): {reply.body[:200]!r}",
-                backend=self._name,
-                endpoint=url,
-            ) from None
+        decoded = self._decode(reply_decoder, reply.body, url, "not a /generate reply")
         outputs = decoded if isinstance(decoded, list) else [decoded]
         if not outputs:
             raise MalformedReply("empty /generate reply", backend=self._name, endpoint=url)
@@ -549,16 +549,7 @@ class SGLangBackend:
             yield StreamDelta(restart=True)
         for item in assembly.finish(prefix):
             yield item
-        yield StreamDelta(
-            reply=outputs_to_reply(
-                outputs,
-                request,
-                model=model,
-                latency_s=time.perf_counter() - started,
-                backend=self._name,
-                call_prefix=prefix,
-            )
-        )
+        yield StreamDelta(reply=self._reply(outputs, request, model, started, prefix))
 
     async def _stream_attempt(
         self,
@@ -649,11 +640,13 @@ class SGLangBackend:
                     tg.start_soon(abort, rid)
 
     def _decode_event(self, data: bytes, url: str) -> GenerateOutput:
+        return self._decode(event_decoder, data, url, "stream event is not a /generate reply")
+
+    def _decode(self, decoder: msgspec.json.Decoder[_T], data: bytes, url: str, what: str) -> _T:
+        """``data`` decoded, or :class:`MalformedReply` saying ``what`` it is not."""
         try:
-            return event_decoder.decode(data)
+            return decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise MalformedReply(
-                f"stream event is not a /generate reply ({exc}): {data[:200]!r}",
-                backend=self._name,
-                endpoint=url,
+                f"{what} ({exc}): {data[:200]!r}", backend=self._name, endpoint=url
             ) from None

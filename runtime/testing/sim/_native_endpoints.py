@@ -6,7 +6,6 @@ Imports the engine, model and HTTP helpers of the sim-server.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import msgspec
@@ -22,13 +21,12 @@ from agentrt.runtime.testing._tokens import (
     synthetic_top,
     token_id,
 )
-from agentrt.runtime.testing.sim._sim_engine import SimEngine
 from agentrt.runtime.testing.sim._sim_http import (
     SSE_DONE,
+    Endpoints,
     Frame,
     Generation,
     encoder,
-    error_response,
     json_response,
     sse,
 )
@@ -88,7 +86,7 @@ class _Prompt(msgspec.Struct, frozen=True):
     encoded: EncodedPrompt | None = None
 
 
-class NativeEndpoints:
+class NativeEndpoints(Endpoints):
     """Handlers for SGLang's native API, mirroring its shapes:
     ``POST /generate`` (``text`` or ``input_ids``, single or batch;
     ``sampling_params``; ``rid``; logprob options; ``n`` > 1 answers a
@@ -96,13 +94,6 @@ class NativeEndpoints:
     ``data:`` events, then ``[DONE]``), ``GET /health`` and
     ``/health_generate``, ``GET /get_model_info``, and ``/flush_cache``
     (empties the prefix cache)."""
-
-    def __init__(self, engine: SimEngine, on_restart: Callable[[], Awaitable[None]]) -> None:
-        self.engine = engine
-        self._on_restart = on_restart
-
-    def _bad_request(self, message: str) -> web.Response:
-        return error_response(self.engine, message, "BadRequestError", 400)
 
     async def health(self, request: web.Request) -> web.Response:
         self.engine.requests[request.path] += 1
@@ -158,15 +149,12 @@ class NativeEndpoints:
         ]
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        engine = self.engine
-        try:
-            req = generate_decoder.decode(await request.read())
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            engine.requests["/generate"] += 1
-            return self._bad_request(f"invalid /generate request: {exc}")
+        req = await self._decode(request, generate_decoder, "/generate", "/generate request")
+        if isinstance(req, web.Response):
+            return req
         prompts = self._prompts(req)
         first_rid = prompts[0].rid if isinstance(prompts, list) and prompts else None
-        gen = Generation(engine, request, "/generate", first_rid, self._on_restart)
+        gen = self._generation(request, "/generate", first_rid)
         async with gen:
             if isinstance(prompts, str):
                 return self._bad_request(prompts)

@@ -22,7 +22,6 @@ sim-server.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -35,11 +34,10 @@ from agentrt.runtime.testing._tokens import (
     synthetic_top,
     tokenize,
 )
-from agentrt.runtime.testing.sim._sim_engine import SimEngine
 from agentrt.runtime.testing.sim._sim_http import (
     SSE_DONE,
+    Endpoints,
     Frame,
-    Generation,
     encoder,
     error_response,
     json_response,
@@ -168,15 +166,8 @@ class _Role(msgspec.Struct):
 _role_decoder = msgspec.json.Decoder(_Role)
 
 
-class OpenAIEndpoints:
+class OpenAIEndpoints(Endpoints):
     """Handlers for ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``."""
-
-    def __init__(self, engine: SimEngine, on_restart: Callable[[], Awaitable[None]]) -> None:
-        self.engine = engine
-        self._on_restart = on_restart
-
-    def _bad_request(self, message: str) -> web.Response:
-        return error_response(self.engine, message, "BadRequestError", 400)
 
     def _check(self, model: str | None, n: int, max_tokens: int | None) -> web.Response | None:
         if model and model != self.engine.config.model:
@@ -189,13 +180,6 @@ class OpenAIEndpoints:
             return self._bad_request(f"max_tokens must be at least 1, got {max_tokens}")
         return None
 
-    def _generation(self, request: web.Request, path: str) -> Generation:
-        """The lifecycle of a request to ``path``, admitted under the id its
-        client sent (``X-Request-Id``)."""
-        return Generation(
-            self.engine, request, path, request.headers.get("X-Request-Id"), self._on_restart
-        )
-
     async def models(self, request: web.Request) -> web.Response:
         self.engine.requests["/v1/models"] += 1
         cfg = self.engine.config
@@ -204,13 +188,13 @@ class OpenAIEndpoints:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         engine = self.engine
-        try:
-            req = raw_chat_decoder.decode(await request.read())
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            engine.requests["/v1/chat/completions"] += 1
-            return self._bad_request(f"invalid chat completion request: {exc}")
+        req = await self._decode(
+            request, raw_chat_decoder, "/v1/chat/completions", "chat completion request"
+        )
+        if isinstance(req, web.Response):
+            return req
         max_tokens = req.max_completion_tokens or req.max_tokens
-        gen = self._generation(request, "/v1/chat/completions")
+        gen = self._generation(request, "/v1/chat/completions", request.headers.get("X-Request-Id"))
         async with gen:
             problem = self._check(req.model, req.n, max_tokens)
             if problem is not None:
@@ -300,12 +284,12 @@ class OpenAIEndpoints:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         engine = self.engine
-        try:
-            req = completion_request_decoder.decode(await request.read())
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            engine.requests["/v1/completions"] += 1
-            return self._bad_request(f"invalid completion request: {exc}")
-        gen = self._generation(request, "/v1/completions")
+        req = await self._decode(
+            request, completion_request_decoder, "/v1/completions", "completion request"
+        )
+        if isinstance(req, web.Response):
+            return req
+        gen = self._generation(request, "/v1/completions", request.headers.get("X-Request-Id"))
         async with gen:
             problem = self._check(req.model, req.n, req.max_tokens)
             if problem is not None:

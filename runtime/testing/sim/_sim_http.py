@@ -1,6 +1,7 @@
 """HTTP delivery for the sim-server, shared by its OpenAI and SGLang endpoints:
 JSON replies, OpenAI-shaped error bodies, SSE events (``sse``), timed SSE
-streams (``stream_frames``) and request-level faults (``Generation``).
+streams (``stream_frames``), request-level faults (``Generation``) and the
+base of both endpoint families (``Endpoints``).
 
 Uses aiohttp.web and anyio; knows nothing about reply contents.
 """
@@ -11,6 +12,7 @@ import bisect
 import math
 from collections.abc import Awaitable, Callable
 from types import TracebackType
+from typing import TypeVar
 
 import anyio
 import msgspec
@@ -18,6 +20,8 @@ from aiohttp import web
 
 from agentrt.runtime.testing.sim._sim_config import FaultKind
 from agentrt.runtime.testing.sim._sim_engine import SimEngine
+
+_T = TypeVar("_T")
 
 Frame = tuple[float, bytes]  # (seconds after the start of the reply, SSE bytes)
 
@@ -191,3 +195,30 @@ async def stream_frames(
         i = j
     if done is not None:
         await response.write_eof(done)
+
+
+class Endpoints:
+    """What both endpoint families (OpenAI, SGLang-native) start from: the
+    engine they serve and how their requests' generations ask for a restart."""
+
+    def __init__(self, engine: SimEngine, on_restart: Callable[[], Awaitable[None]]) -> None:
+        self.engine = engine
+        self._on_restart = on_restart
+
+    def _bad_request(self, message: str) -> web.Response:
+        return error_response(self.engine, message, "BadRequestError", 400)
+
+    async def _decode(
+        self, request: web.Request, decoder: msgspec.json.Decoder[_T], path: str, what: str
+    ) -> _T | web.Response:
+        """The request's body, decoded; else the 400 saying it is no valid
+        ``what`` (counted as a request to ``path``)."""
+        try:
+            return decoder.decode(await request.read())
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.engine.requests[path] += 1
+            return self._bad_request(f"invalid {what}: {exc}")
+
+    def _generation(self, request: web.Request, path: str, rid: str | None) -> Generation:
+        """The lifecycle of a request to ``path``, admitted under ``rid``."""
+        return Generation(self.engine, request, path, rid, self._on_restart)

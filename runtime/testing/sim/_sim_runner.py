@@ -13,7 +13,6 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from enum import Enum
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
@@ -131,16 +130,11 @@ class SimServer:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         self._state = _State.CLOSED
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
-        await self._stack.__aexit__(exc_type, exc, tb)
+        await self._stack.__aexit__(*exc_info)
 
     async def _shutdown(self) -> None:
         runner = self._runner

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+from aiohttp import web
 
 from agentrt.protocols import (
     ModelRequest,
@@ -22,6 +24,7 @@ from agentrt.protocols import (
 from agentrt.runtime.kernel._errors import (
     BackendUnavailable,
     InvalidRequestError,
+    MalformedReply,
     RateLimited,
     UnknownModelError,
 )
@@ -41,6 +44,7 @@ from agentrt.runtime.models.sglang._sglang_wire import (
 )
 from agentrt.runtime.testing._tokens import encode
 from agentrt.testing import SimServer, SimServerConfig
+from tests.runtime.models._loopback import loopback_server
 
 pytestmark = pytest.mark.anyio
 
@@ -341,3 +345,32 @@ def test_a_required_tool_call_is_a_constrained_decode() -> None:
     assert [d.content for d in assembly.add(output)] == []  # nothing leaks as text
     [delta] = assembly.finish("call_")
     assert (delta.tool_name, delta.tool_arguments) == ("search", call.function.arguments)
+
+
+async def drain(deltas: AsyncGenerator[StreamDelta, None]) -> None:
+    async with contextlib.aclosing(deltas):
+        async for _ in deltas:
+            pass
+
+
+async def test_garbage_from_generate_is_a_malformed_reply() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path != "/generate":  # /health, /get_model_info
+            return web.json_response({"model_path": "m"})
+        body = await request.json()
+        if body.get("stream"):
+            return web.Response(body=b"data: {nope}\n\n", content_type="text/event-stream")
+        return web.Response(body=b"<html>502</html>", content_type="application/json")
+
+    async with loopback_server(handler) as v1:
+        url = v1.removesuffix("/v1")
+        async with backend(url, model="m") as sg:
+            with pytest.raises(
+                MalformedReply, match=r"/generate\] not a /generate reply \(.*'<html>502"
+            ):
+                await sg.complete(ask())
+            with pytest.raises(
+                MalformedReply,
+                match=r"/generate\] stream event is not a /generate reply \(.*{nope}",
+            ):
+                await drain(sg.stream(ask()))

@@ -17,7 +17,8 @@ import pytest
 from agentrt.client import Client
 from agentrt.protocols import ElicitationAnswered, ElicitationRequested, RunRequest, ToolCalled
 from agentrt.testing import SimServerConfig
-from tests._support.crash import Daemon, sim_daemon_toml, sim_process
+from tests._support.crash import Daemon, sim_daemon_toml
+from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.process]
 @pytest.fixture
 def sim_url() -> Iterator[str]:
     config = SimServerConfig(ttft_ms=5, token_ms=0, tool_rounds=1, answer="text", seed=3)
-    with sim_process(config) as url:
+    with sim_server_process(config) as url:
         yield url
 
 

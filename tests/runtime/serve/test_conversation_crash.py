@@ -16,14 +16,15 @@ import httpx
 import pytest
 
 from agentrt.testing import SimServerConfig
-from tests._support.crash import Daemon, sim_daemon_toml, sim_process
+from tests._support.crash import Daemon, sim_daemon_toml
+from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
 @pytest.fixture
 def sim_url() -> Iterator[str]:
-    with sim_process(SimServerConfig(ttft_ms=0, token_ms=0, answer="answer", seed=3)) as url:
+    with sim_server_process(SimServerConfig(ttft_ms=0, token_ms=0, answer="answer", seed=3)) as url:
         yield url
 
 

@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from agentrt.testing import SimServerConfig
-from tests._support.crash import Daemon, crash_seed, sim_daemon_toml, sim_process
+from tests._support.crash import Daemon, crash_seed, sim_daemon_toml
+from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -36,7 +37,7 @@ def sim_url() -> Iterator[str]:
     # be cut by a kill, and a resumed run's rounds outlast its restart (at
     # 150 ms, a run could finish its last calls before /readyz answered).
     config = SimServerConfig(ttft_ms=500, token_ms=1, tool_rounds=5, answer="answer", seed=11)
-    with sim_process(config) as url:
+    with sim_server_process(config) as url:
         yield url
 
 

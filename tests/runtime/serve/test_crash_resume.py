@@ -25,7 +25,8 @@ import httpx
 import pytest
 
 from agentrt.testing import SimServerConfig
-from tests._support.crash import Daemon, crash_seed, sim_daemon_toml, sim_process
+from tests._support.crash import Daemon, crash_seed, sim_daemon_toml
+from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
@@ -58,7 +59,7 @@ agents:
 
 @pytest.fixture
 def sim_url() -> Iterator[str]:
-    with sim_process(
+    with sim_server_process(
         SimServerConfig(ttft_ms=200, token_ms=1, tool_rounds=4, answer="answer", seed=7)
     ) as url:
         yield url
