@@ -28,6 +28,16 @@ def _ready(port: int) -> bool:
         return False
 
 
+def wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """Return once ``/readyz`` answers 200 on ``port``; fail the test when
+    ``proc`` (stderr in ``log``) exits first, or after 60 s."""
+    deadline = time.monotonic() + 60
+    while not _ready(port):
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def serving(
     config: Path, port: int, log: Path, *, cwd: Path | None = None
@@ -43,11 +53,7 @@ def serving(
             cwd=cwd,
         )
     try:
-        deadline = time.monotonic() + 60
-        while not _ready(port):
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
-            time.sleep(0.05)
+        wait_ready(proc, port, log)
         yield proc
     finally:
         proc.terminate()

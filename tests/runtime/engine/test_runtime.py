@@ -38,6 +38,7 @@ from agentrt.runtime.kernel._errors import UserError
 from agentrt.runtime.models._backend import StreamDelta
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from tests._support.backends import ForwardingBackend
+from tests._support.specs import solve_then_check
 
 pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
@@ -264,23 +265,6 @@ def lead_then_helper(request: ModelRequest) -> ScriptedReply | ScriptedToolCall:
     return ScriptedReply(content="42")
 
 
-SOLVE_THEN_CHECK = """
-entry: solve_then_check
-agents:
-  solve_then_check:
-    kind: pipeline
-    description: Solves, then checks.
-    stages:
-      - {agent: solver, name: solve, task: "{task}", output: solution}
-      - {agent: checker, name: check, task: "Check: {solution}", output: review}
-    answer: solution
-  solver:
-    instructions: You are the solver.
-  checker:
-    instructions: You are the checker.
-"""
-
-
 def solver_then_checker(request: ModelRequest) -> ScriptedReply:
     system = request.messages[0]
     if isinstance(system, SystemMessage) and "the solver" in system.content:
@@ -293,7 +277,7 @@ async def test_a_resumed_pipeline_takes_up_the_stages_it_finished(tmp_path: Path
     again as ``<id>~1`` without running that stage again: its answer feeds
     the next stage, and its cost is counted once."""
     spec = tmp_path / "pipe.yaml"
-    spec.write_text(SOLVE_THEN_CHECK)
+    spec.write_text(solve_then_check())
     backend = Recording(ScriptedBackend(solver_then_checker))
     log = EventLog()
     async with runtime(backend, agents={"pipe": str(spec)}, warm_prefix=False) as rt:

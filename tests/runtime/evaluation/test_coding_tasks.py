@@ -63,6 +63,7 @@ from agentrt.runtime.testing._scripted import ScriptedBackend, ScriptedToolCall
 from agentrt.tools import EditorTool, ToolContext
 from agentrt.tools.sandbox._bwrap import SandboxEnvironment
 from agentrt.tools.sandbox._workspaces import Workspaces, default_workspace_root
+from tests._support.swebench import BARE_INSTANCE
 
 from .conftest import GRADING_GROUP, HarnessGrades
 
@@ -807,11 +808,7 @@ async def test_eval_run_aggregate_pdr_predicts_the_refinement_that_passes(
 
 def test_instances_load_with_their_tests_and_bad_lines_name_themselves(tmp_path: Path) -> None:
     line = {
-        "instance_id": "o__r-1",
-        "repo": "o/r",
-        "base_commit": "abc",
-        "problem_statement": "p",
-        "FAIL_TO_PASS": '["t.py::test_a"]',
+        **BARE_INSTANCE,
         "PASS_TO_PASS": ["t.py::test b"],
         "extra": 1,
     }

@@ -41,6 +41,7 @@ from agentrt.runtime.evaluation._swebench import (
 )
 from agentrt.runtime.evaluation._trajectory_data import Pool
 from agentrt.runtime.kernel._errors import ConfigError
+from tests._support.swebench import BARE_INSTANCE
 
 from .conftest import GRADING_GROUP, HarnessGrades
 
@@ -178,11 +179,7 @@ def test_harness_instances_and_predictions_load_in_swebench_and_grade_there(
 
 def test_an_instance_without_eval_script_or_test_command_names_itself(tmp_path: Path) -> None:
     line = {
-        "instance_id": "o__r-1",
-        "repo": "o/r",
-        "base_commit": "abc",
-        "problem_statement": "p",
-        "FAIL_TO_PASS": '["t.py::test_a"]',
+        **BARE_INSTANCE,
         "image": "ghcr.io/x/y:1",
         "eval_script": "#!/bin/bash\nset -uxo pipefail\ntrue\n",
     }

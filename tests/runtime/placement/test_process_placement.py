@@ -37,51 +37,21 @@ from agentrt.protocols import (
     StepRecorded,
 )
 from agentrt.protocols._ids import is_top_level
-from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.placement._process_driver import ProcessPlacement
+from agentrt.runtime.placement._worker_books import WorkerInfo
 from agentrt.testing import ScriptedBackend, SimServer, SimServerConfig
 from agentrt.tools import Calculator, FunctionTool, ToolContext, tool
+from tests._support.placement import PRICES, CommittedSteps, solver_config, solver_runtime
+from tests._support.polling import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.slow]
 
 CHAT = "/v1/chat/completions"
-PRICES = PriceTable(
-    models={
-        "sim": ModelPrice.model_validate(
-            {
-                "prompt_usd_per_mtok": "1",
-                "completion_usd_per_mtok": "4",
-                "cached_prompt_usd_per_mtok": "1",
-            }
-        )
-    }
-)
 
 
 def config(url: str, placement: dict[str, Any]) -> RuntimeConfig:
-    return RuntimeConfig.model_validate(_config(url, placement))
-
-
-def _config(url: str, placement: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "models": {
-            "default": "sim",
-            "backends": {"sim": {"kind": "openai", "base_url": f"{url}/v1", "models": ["sim"]}},
-        },
-        "agents": {
-            "solver": {
-                "name": "solver",
-                "instructions": "Solve the task; use the calculator.",
-                "tools": ["calculator"],
-                "model": "sim",
-                "temperature": 0.0,
-            }
-        },
-        "default_agent": "solver",
-        "early_stop": False,
-        "placement": placement,
-    }
+    return RuntimeConfig.model_validate(solver_config(url, placement))
 
 
 WORKERS = {"kind": "local", "workers": 2, "connect_timeout_s": 120}
@@ -125,20 +95,17 @@ async def test_the_same_workload_gives_the_same_run_in_worker_processes() -> Non
     runs = []
     for placement in ({"kind": "local"}, WORKERS):
         sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=5, token_ms=0.2)
-        async with SimServer(sim) as server:
-            async with Runtime(
-                config(server.url, placement), tools=[Calculator()], prices=PRICES
-            ) as rt:
-                log = EventLog()
-                result = await rt.run(
-                    "What is 17+25?", scaling=ScalingSpec(rollouts=12), events=log, run_id="run-eq"
-                )
-                spread = [w.placed for w in getattr(rt.placement, "workers", [])]
-                stats = server.stats()
-                # Nobody reads this one's events: the workers send its steps alone.
-                unread = await rt.run(
-                    "What is 17+25?", scaling=ScalingSpec(rollouts=12), run_id="run-unread"
-                )
+        async with solver_runtime(sim, placement) as (server, rt):
+            log = EventLog()
+            result = await rt.run(
+                "What is 17+25?", scaling=ScalingSpec(rollouts=12), events=log, run_id="run-eq"
+            )
+            spread = [w.placed for w in getattr(rt.placement, "workers", [])]
+            stats = server.stats()
+            # Nobody reads this one's events: the workers send its steps alone.
+            unread = await rt.run(
+                "What is 17+25?", scaling=ScalingSpec(rollouts=12), run_id="run-unread"
+            )
             runs.append((result, log, stats, spread, unread))
     (local, local_log, _, _, _), (placed, placed_log, stats, spread, unread) = runs
     # The trajectories the summaries are made of are the same (a worker's
@@ -163,17 +130,27 @@ async def test_the_same_workload_gives_the_same_run_in_worker_processes() -> Non
     assert placed.cost.usd == local.cost.usd
 
 
-async def test_a_capped_run_across_worker_processes_stops_exactly_at_its_cap() -> None:
+async def capped_run(
+    rollouts: int, max_model_calls: int
+) -> tuple[RunResult, list[WorkerInfo], dict[str, Any]]:
+    """``rollouts`` of "What is 6*7?" on the two workers, capped at
+    ``max_model_calls``: the result, the workers after it, and what the
+    server counted."""
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=20, token_ms=0.2)
     async with SimServer(sim) as server:
         async with Runtime(config(server.url, WORKERS), tools=[Calculator()], prices=PRICES) as rt:
             result = await rt.run(
                 "What is 6*7?",
-                scaling=ScalingSpec(rollouts=80),
-                budget=Budget(max_model_calls=120),
+                scaling=ScalingSpec(rollouts=rollouts),
+                budget=Budget(max_model_calls=max_model_calls),
             )
-            spread = [w.placed for w in pool(rt).workers]
-        stats = server.stats()
+            workers = pool(rt).workers
+        return result, workers, server.stats()
+
+
+async def test_a_capped_run_across_worker_processes_stops_exactly_at_its_cap() -> None:
+    result, workers, stats = await capped_run(80, 120)
+    spread = [w.placed for w in workers]
     # 80 rollouts of 3 calls would make 240: the cap of 120 holds exactly,
     # and every call the server served is charged (none lost on the way).
     assert result.cost.model_calls == 120
@@ -186,16 +163,8 @@ async def test_a_capped_run_across_worker_processes_stops_exactly_at_its_cap() -
 
 
 async def test_a_capped_run_far_from_its_cap_leases_budget_slices() -> None:
-    sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=20, token_ms=0.2)
-    async with SimServer(sim) as server:
-        async with Runtime(config(server.url, WORKERS), tools=[Calculator()], prices=PRICES) as rt:
-            result = await rt.run(
-                "What is 6*7?",
-                scaling=ScalingSpec(rollouts=30),
-                budget=Budget(max_model_calls=200),
-            )
-            admissions = sum(w.admissions for w in pool(rt).workers)
-        stats = server.stats()
+    result, workers, stats = await capped_run(30, 200)
+    admissions = sum(w.admissions for w in workers)
     assert result.status == "succeeded", result.error
     # 30 rollouts of 3 calls, all made and charged as the server counted them.
     assert result.cost.model_calls == stats["requests"][CHAT] == 90
@@ -210,10 +179,7 @@ async def test_a_capped_run_far_from_its_cap_leases_budget_slices() -> None:
 
 async def test_a_cancelled_run_leaves_no_rollout_on_the_workers() -> None:
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=200, token_ms=1)
-    async with (
-        SimServer(sim) as server,
-        Runtime(config(server.url, WORKERS), tools=[Calculator()], prices=PRICES) as rt,
-    ):
+    async with solver_runtime(sim, WORKERS) as (server, rt):
         placement = pool(rt)
         steps = 0
         with anyio.CancelScope() as scope:
@@ -239,42 +205,24 @@ async def test_a_cancelled_run_leaves_no_rollout_on_the_workers() -> None:
 
 async def test_a_worker_killed_mid_run_loses_and_repeats_no_committed_step() -> None:
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=300, token_ms=1)
-    committed_before: list[StepRecorded] = []
-    under_way, killed = anyio.Event(), anyio.Event()
-    async with (
-        SimServer(sim) as server,
-        Runtime(config(server.url, WORKERS), tools=[Calculator()], prices=PRICES) as rt,
-    ):
+    sink = CommittedSteps(enough=20)
+    log = sink.log
+    async with solver_runtime(sim, WORKERS) as (server, rt):
         placement = pool(rt)
-        log = EventLog()
-
-        async def sink(event: Event) -> None:
-            await log(event)
-            if isinstance(event, StepRecorded) and not killed.is_set():
-                committed_before.append(event)
-                if len(committed_before) >= 20:
-                    under_way.set()
-
-        async def kill_when_under_way() -> None:
-            await under_way.wait()
-            os.kill(placement.workers[0].pid, signal.SIGKILL)
-            killed.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(kill_when_under_way)
-            # Capped far above its use: the rollouts hold leased reservations.
-            result = await rt.run(
-                "What is 20+22?",
-                scaling=ScalingSpec(rollouts=24),
-                events=sink,
-                budget=Budget(max_model_calls=10_000),
-            )
+        victim = placement.workers[0].pid
+        # Capped far above its use: the rollouts hold leased reservations.
+        result = await sink.run_and_kill(
+            rt,
+            "What is 20+22?",
+            lambda: os.kill(victim, signal.SIGKILL),
+            scaling=ScalingSpec(rollouts=24),
+            budget=Budget(max_model_calls=10_000),
+        )
         infos = placement.workers
         attempts: dict[str, int] = dict(server.engine.attempts)
         stats = server.stats()
-        with anyio.fail_after(120):  # the replacement (after a backoff of about 1 s)
-            while len(placement.workers) < 3:  # noqa: ASYNC110 (the placement's own state)
-                await anyio.sleep(0.2)
+        # The replacement (after a backoff of about 1 s).
+        await eventually(lambda: len(placement.workers) >= 3, within=120)
         again = await rt.run("What is 1+1?", scaling=ScalingSpec(rollouts=8))
         replaced = placement.workers[2]
     assert result.status == "succeeded", result.error
@@ -290,12 +238,7 @@ async def test_a_worker_killed_mid_run_loses_and_repeats_no_committed_step() -> 
     restarted = log.of_type(RolloutRestarted)
     assert restarted
     assert any(r.resumed_steps > 0 for r in restarted)
-    for event in committed_before:
-        if is_top_level(event.rollout_id):
-            assert attempts[f"{event.rollout_id}-{event.step.index}"] == 1, event.rollout_id
-    final = {(e.rollout_id, e.step.index): e.step for e in log.of_type(StepRecorded)}
-    for event in committed_before:
-        assert final[(event.rollout_id, event.step.index)] == event.step
+    sink.assert_none_repeated_or_lost(attempts)
     assert again.status == "succeeded", again.error
     assert replaced.alive
     assert replaced.placed > 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.testing import ScriptedReply as Reply
+from tests._support.daemon import wait_ready
 
 
 def stepping_script(steps: int, answer: str = "42") -> Callable[[ModelRequest], ReplySpec]:
@@ -122,16 +122,8 @@ def start_serve(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
             stderr=stderr,
             start_new_session=True,
         )
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
+    wait_ready(proc, port, log)
+    return proc
 
 
 SCRIPTED_TOML = """

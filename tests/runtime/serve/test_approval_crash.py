@@ -6,9 +6,6 @@ it, counted at the sim-server)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +17,7 @@ import pytest
 from agentrt.client import Client
 from agentrt.protocols import ElicitationAnswered, ElicitationRequested, RunRequest, ToolCalled
 from agentrt.testing import SimServerConfig
+from tests._support.crash import Daemon, sim_daemon_toml
 from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
@@ -48,20 +46,7 @@ def test_a_run_waiting_on_an_approval_survives_kill_9(
 ) -> None:
     port = daemon_kit.free_port()
     config = tmp_path / "agentrt.toml"
-    config.write_text(
-        f"""
-[server]
-port = {port}
-shutdown_grace_s = 1
-
-[store]
-path = "{tmp_path / "runs.db"}"
-
-[models.backends.sim]
-kind = "openai"
-base_url = "{sim_url}/v1"
-models = ["sim"]
-
+    agents = """
 [agents.solver]
 instructions = "Use the calculator."
 tools = ["calculator"]
@@ -70,19 +55,19 @@ stop_on = []
 [approvals.calculator]
 timeout_s = 3600
 """
-    )
+    config.write_text(sim_daemon_toml(port, tmp_path / "runs.db", sim_url, agents))
     log = tmp_path / "daemon.log"
-    proc = daemon_kit.start_serve(config, port, log)
+    daemon = Daemon(daemon_kit.start_serve, config, port, log)
+    daemon.start()
     try:
-        with Client(f"http://127.0.0.1:{port}") as client:
+        with Client(daemon.url) as client:
             run = client.create_run(RunRequest(task="what is 6*7", agent="solver"))
             before = _waiting(client, run.run_id)
             assert client.get_run(run.run_id).run.status == "waiting"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        daemon.kill9()
 
-        proc = daemon_kit.start_serve(config, port, log)
-        with Client(f"http://127.0.0.1:{port}") as client:
+        daemon.start()
+        with Client(daemon.url) as client:
             after = _waiting(client, run.run_id)
             assert after.question_id == before.question_id
             assert after.expires_at == before.expires_at  # the deadline is not reset
@@ -94,13 +79,9 @@ timeout_s = 3600
             ended = client.get_run(run.run_id).run
             [called] = [e for e in seen if isinstance(e, ToolCalled)]
             path = f"/v1/runs/{run.run_id}/rollouts/{called.rollout_id}"
-            trajectory = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=10).json()
+            trajectory = httpx.get(f"{daemon.url}{path}", timeout=10).json()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        daemon.stop()
     assert ended.status == "succeeded", log.read_text()[-3000:]
     asked = [e for e in seen if isinstance(e, ElicitationRequested)]
     assert [e.question_id for e in asked] == [before.question_id] * 2  # once per daemon

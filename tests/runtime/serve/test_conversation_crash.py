@@ -7,9 +7,6 @@ sim-server records the roles of each chat request's messages by request id
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +16,7 @@ import httpx
 import pytest
 
 from agentrt.testing import SimServerConfig
+from tests._support.crash import Daemon, sim_daemon_toml
 from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
@@ -26,8 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 @pytest.fixture
 def sim_url() -> Iterator[str]:
-    config = SimServerConfig(ttft_ms=0, token_ms=0, answer="answer", seed=3)
-    with sim_server_process(config) as url:
+    with sim_server_process(SimServerConfig(ttft_ms=0, token_ms=0, answer="answer", seed=3)) as url:
         yield url
 
 
@@ -51,33 +48,15 @@ def _finished(base: str, run_id: str) -> None:
 def test_a_conversation_survives_kill_9(tmp_path: Path, sim_url: str, daemon_kit: Any) -> None:
     port = daemon_kit.free_port()
     config = tmp_path / "agentrt.toml"
-    config.write_text(
-        f"""
-rollouts = 1
-early_stop = false
-
-[server]
-port = {port}
-shutdown_grace_s = 1
-
-[store]
-path = "{tmp_path / "runs.db"}"
-
-[models.backends.sim]
-kind = "openai"
-base_url = "{sim_url}/v1"
-models = ["sim"]
-
-[agents.solver]
-instructions = "Answer briefly."
-"""
-    )
-    log = tmp_path / "daemon.log"
+    agents = '\n[agents.solver]\ninstructions = "Answer briefly."\n'
+    head = "rollouts = 1\nearly_stop = false\n"
+    config.write_text(sim_daemon_toml(port, tmp_path / "runs.db", sim_url, agents, head))
+    daemon = Daemon(daemon_kit.start_serve, config, port, tmp_path / "daemon.log")
     url = f"http://127.0.0.1:{port}/v1/responses"
     body = {"model": "agentrt/solver", "input": "what is 6*7"}
     base = f"http://127.0.0.1:{port}"
     task = {"task": "what is 6*7", "agent": "solver"}
-    proc = daemon_kit.start_serve(config, port, log)
+    daemon.start()
     try:
         first = httpx.post(url, json=body, timeout=30)
         assert first.status_code == 200, first.text
@@ -87,10 +66,9 @@ instructions = "Answer briefly."
         in_thread = httpx.post(f"{base}/v1/threads/{thread_id}/runs", json=task, timeout=10)
         assert in_thread.status_code == 201, in_thread.text
         _finished(base, in_thread.json()["run_id"])
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        daemon.kill9()
 
-        proc = daemon_kit.start_serve(config, port, log)
+        daemon.start()
         follow = {"model": "agentrt/solver", "input": "and plus 1?"}
         second = httpx.post(url, json={**follow, "previous_response_id": first_id}, timeout=30)
         assert second.status_code == 200, second.text
@@ -111,9 +89,4 @@ instructions = "Answer briefly."
         thread = httpx.get(f"{base}/v1/threads/{thread_id}", timeout=10).json()
         assert [r["status"] for r in thread["runs"]] == ["succeeded", "succeeded"]
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        daemon.stop()

@@ -10,11 +10,8 @@ saw 25 calls of a 16-call run that reported 16.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ import httpx
 import pytest
 
 from agentrt.testing import SimServerConfig
+from tests._support.crash import Daemon, crash_seed, sim_daemon_toml
 from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
@@ -66,38 +64,23 @@ def _journal(db: Path) -> tuple[int, int]:
 def test_a_call_cap_holds_at_the_server_through_kill_9s(
     tmp_path: Path, sim_url: str, daemon_kit: Any
 ) -> None:
-    seed = int(os.environ.get("AGENTRT_CRASH_SEED", str(random.randrange(1 << 30))))
+    seed = crash_seed()
     rng = random.Random(seed)
     db = tmp_path / "runs.db"
     port = daemon_kit.free_port()
     config = tmp_path / "agentrt.toml"
-    config.write_text(
-        f"""
-rollouts = 1
-early_stop = false
-concurrency = {{ sim = 8 }}
-
-[server]
-port = {port}
-shutdown_grace_s = 1
-
-[store]
-path = "{db}"
-
-[models.backends.sim]
-kind = "openai"
-base_url = "{sim_url}/v1"
-models = ["sim"]
-
+    head = "rollouts = 1\nearly_stop = false\nconcurrency = { sim = 8 }\n"
+    agents = """
 [agents.solver]
 instructions = "Solve the task. Use the calculator."
 tools = ["calculator"]
 stop_on = []
 """
-    )
+    config.write_text(sim_daemon_toml(port, db, sim_url, agents, head))
     log = tmp_path / "daemon.log"
-    proc = daemon_kit.start_serve(config, port, log)
-    url = f"http://127.0.0.1:{port}"
+    daemon = Daemon(daemon_kit.start_serve, config, port, log)
+    daemon.start()
+    url = daemon.url
     try:
         # Four rollouts of six calls each want 24 calls: the cap binds.
         body = {
@@ -124,11 +107,10 @@ stop_on = []
             time.sleep(rng.uniform(0.02, 0.12))
             if _status(url, run_id) in TERMINAL:
                 break
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+            daemon.kill9()
             at_kill = _served(sim_url)
             kills += 1
-            proc = daemon_kit.start_serve(config, port, log)
+            daemon.start()
         deadline = time.monotonic() + 90
         info = {}
         while time.monotonic() < deadline:
@@ -137,12 +119,7 @@ stop_on = []
                 break
             time.sleep(0.2)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        daemon.stop()
 
     context = f"(seed {seed}, {kills} kills; daemon log {log})"
     assert info["run"]["status"] in TERMINAL, f"{info['run']} {context}"

@@ -14,11 +14,8 @@ again.  Only steps in flight at a kill may be requested twice.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +25,7 @@ import httpx
 import pytest
 
 from agentrt.testing import SimServerConfig
+from tests._support.crash import Daemon, crash_seed, sim_daemon_toml
 from tests._support.sim_process import sim_server_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
@@ -61,32 +59,10 @@ agents:
 
 @pytest.fixture
 def sim_url() -> Iterator[str]:
-    config = SimServerConfig(ttft_ms=200, token_ms=1, tool_rounds=4, answer="answer", seed=7)
-    with sim_server_process(config) as url:
+    with sim_server_process(
+        SimServerConfig(ttft_ms=200, token_ms=1, tool_rounds=4, answer="answer", seed=7)
+    ) as url:
         yield url
-
-
-class Daemon:
-    def __init__(self, kit: Any, config: Path, port: int, log: Path) -> None:
-        self.kit, self.config, self.port, self.log = kit, config, port, log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"http://127.0.0.1:{port}"
-
-    def start(self) -> None:
-        self.proc = self.kit.start_serve(self.config, self.port, self.log)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 def _committed(db: Path) -> dict[tuple[str, int], bytes]:
@@ -106,31 +82,14 @@ def _attempts(sim_url: str) -> dict[str, int]:
 def test_kill_9_resumes_every_run_without_losing_or_rerunning_a_step(
     tmp_path: Path, sim_url: str, daemon_kit: Any
 ) -> None:
-    seed = int(os.environ.get("AGENTRT_CRASH_SEED", str(random.randrange(1 << 30))))
+    spec = tmp_path / "lead.yaml"
+    spec.write_text(HIERARCHY)
+    seed = crash_seed()
     rng = random.Random(seed)
     db = tmp_path / "runs.db"
     port = daemon_kit.free_port()
-    spec = tmp_path / "lead.yaml"
-    spec.write_text(HIERARCHY)
-    config = tmp_path / "agentrt.toml"
-    config.write_text(
-        f"""
-rollouts = 1
-early_stop = false
-concurrency = {{ sim = 4 }}
-
-[server]
-port = {port}
-shutdown_grace_s = 1
-
-[store]
-path = "{db}"
-
-[models.backends.sim]
-kind = "openai"
-base_url = "{sim_url}/v1"
-models = ["sim"]
-
+    head = "rollouts = 1\nearly_stop = false\nconcurrency = { sim = 4 }\n"
+    agents = f"""
 [agents]
 lead = "{spec}"
 
@@ -140,8 +99,9 @@ tools = ["calculator"]
 temperature = 0.7
 stop_on = []
 """
-    )
-    daemon = Daemon(daemon_kit, config, port, tmp_path / "daemon.log")
+    config = tmp_path / "agentrt.toml"
+    config.write_text(sim_daemon_toml(port, db, sim_url, agents, head))
+    daemon = Daemon(daemon_kit.start_serve, config, port, tmp_path / "daemon.log")
     daemon.start()
     try:
         run_ids = []

@@ -24,6 +24,7 @@ import pytest
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve._pauses import IdleCollector
 from agentrt.runtime.serve.store._run_store import RunStore
+from tests._support.daemon import wait_ready
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -151,16 +152,8 @@ def _start_limited(config: Path, port: int, log: Path) -> subprocess.Popen[bytes
             stderr=stderr,
             preexec_fn=_low_fd_limit,  # noqa: PLW1509 - a plain fork of the test process
         )
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
+    wait_ready(proc, port, log)
+    return proc
 
 
 def _holdings(proc: psutil.Process) -> tuple[int, int, float]:

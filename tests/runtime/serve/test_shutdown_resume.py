@@ -26,6 +26,7 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.serve.store._run_store import RunStore, StoreError
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
+from tests._support.specs import solve_then_check
 
 pytestmark = pytest.mark.anyio
 
@@ -43,6 +44,19 @@ async def _settled(client: httpx.AsyncClient, run_id: str, *, timeout_s: float) 
 def _steps(db: Path) -> list[tuple[str, int]]:
     with sqlite3.connect(db) as conn:
         return conn.execute("SELECT rollout_id, idx FROM steps ORDER BY 1, 2").fetchall()
+
+
+async def _resumed(
+    daemon_kit: Any, config: Any, backend: Any, run_id: str, *, timeout_s: float = 20
+) -> tuple[Any, list[tuple[str, int]]]:
+    """A daemon of ``config`` (its store ``runs.db``) on ``backend`` takes
+    the run up: its detail once it settled, and the store's steps then."""
+    async with (
+        daemon_kit.running(config, backend) as daemon,
+        httpx.AsyncClient(base_url=daemon.url) as client,
+    ):
+        detail = await _settled(client, run_id, timeout_s=timeout_s)
+    return detail, _steps(config.store.path)
 
 
 async def test_a_stopped_run_resumes_from_its_committed_steps(
@@ -197,12 +211,7 @@ async def test_pdr_refinement_rollouts_resume_too(tmp_path: Path, daemon_kit: An
                 await anyio.sleep(0.01)
     before = set(_steps(tmp_path / "runs.db"))
     second = daemon_kit.scripted(steps=4, latency_s=0.0)
-    async with (
-        daemon_kit.running(config, second) as daemon,
-        httpx.AsyncClient(base_url=daemon.url) as client,
-    ):
-        detail = await _settled(client, run_id, timeout_s=30)
-    after = _steps(tmp_path / "runs.db")
+    detail, after = await _resumed(daemon_kit, config, second, run_id, timeout_s=30)
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert before <= set(after)
     refined = {r for r, _ in after if "refine" in r}
@@ -328,12 +337,7 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
     assert (interrupted, 1) not in before
 
     second = ScriptedBackend(_lead_and_helper, latency_s=0.0)
-    async with (
-        daemon_kit.running(config, second) as daemon,
-        httpx.AsyncClient(base_url=daemon.url) as client,
-    ):
-        detail = await _settled(client, run_id, timeout_s=20)
-    after = _steps(tmp_path / "runs.db")
+    detail, after = await _resumed(daemon_kit, config, second, run_id)
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert detail["run"]["answer"] == "42"
     assert set(before) <= set(after)
@@ -363,24 +367,6 @@ async def test_a_hierarchy_resumes_its_entry_agent_from_its_committed_steps(
     assert len(second.requests) == len(after) - len(before) - 1
 
 
-PIPELINE = """
-entry: solve_then_check
-agents:
-  solve_then_check:
-    kind: pipeline
-    description: Solves, then checks.
-    stages:
-      - {agent: solver, name: solve, task: "{task}", output: solution}
-      - {agent: checker, name: check, task: "Check: {solution}", output: review}
-    answer: solution
-  solver:
-    instructions: You are the solver. Use the calculator.
-    tools: [calculator]
-  checker:
-    instructions: You are the checker.
-"""
-
-
 def _solver_and_checker(request: ModelRequest) -> ReplySpec:
     system = request.messages[0]
     results = sum(isinstance(m, ToolMessage) for m in request.messages)
@@ -396,7 +382,7 @@ async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_en
     what the interrupted attempt committed stays, is charged to the run's
     cost, and its rollouts end as cancelled (none is left running)."""
     spec = tmp_path / "pipeline.yaml"
-    spec.write_text(PIPELINE)
+    spec.write_text(solve_then_check(calculator=True))
     config = daemon_kit.config(
         tmp_path, server={"shutdown_grace_s": 0.0}, agents={"pipe": str(spec)}
     )
@@ -420,12 +406,7 @@ async def test_a_pipeline_restarts_and_its_interrupted_attempt_is_charged_and_en
     assert before == [(f"{old}.solve.1", 0), (f"{old}.solve.1", 1)]
 
     second = ScriptedBackend(_solver_and_checker, latency_s=0.0)
-    async with (
-        daemon_kit.running(config, second) as daemon,
-        httpx.AsyncClient(base_url=daemon.url) as client,
-    ):
-        detail = await _settled(client, run_id, timeout_s=20)
-    after = _steps(tmp_path / "runs.db")
+    detail, after = await _resumed(daemon_kit, config, second, run_id)
     assert detail["run"]["status"] == "succeeded", detail["run"]
     assert set(before) <= set(after)
     again = f"{run_id}-r0~1"

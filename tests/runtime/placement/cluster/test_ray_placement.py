@@ -42,13 +42,19 @@ from agentrt.protocols import (
 )
 from agentrt.protocols._ids import is_top_level
 from agentrt.runtime.budget._ledger import BudgetLedger
-from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.memory._view import NOTE_HEADER
 from agentrt.runtime.placement._ray_driver import RayPlacement
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator, tool
 from agentrt.tools.sandbox._workspaces import rollout_key
+from tests._support.placement import (
+    PRICES,
+    CommittedSteps,
+    solver_config,
+    solver_runtime,
+)
+from tests._support.polling import eventually
 
 from .conftest import Cluster
 
@@ -58,18 +64,6 @@ CHAT = "/v1/chat/completions"
 WHOAMI = Path(__file__).with_name("whoami_server.py")
 PLANNER = str(Path(__file__).resolve().parents[4] / "examples" / "planner_workers.yaml")
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
-#: The cached prompt priced as a fresh one: the cache's hits depend on timing.
-PRICES = PriceTable(
-    models={
-        "sim": ModelPrice.model_validate(
-            {
-                "prompt_usd_per_mtok": "1",
-                "completion_usd_per_mtok": "4",
-                "cached_prompt_usd_per_mtok": "1",
-            }
-        )
-    }
-)
 TIMING = {
     "started_at",
     "duration_s",
@@ -79,28 +73,6 @@ TIMING = {
     "cached_prompt_tokens",
     "wall_seconds",
 }
-
-
-def config(url: str, placement: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {
-        "models": {
-            "default": "sim",
-            "backends": {"sim": {"kind": "openai", "base_url": f"{url}/v1", "models": ["sim"]}},
-        },
-        "agents": {
-            "solver": {
-                "name": "solver",
-                "instructions": "Solve the task; use the calculator.",
-                "tools": ["calculator"],
-                "model": "sim",
-                "temperature": 0.0,
-            }
-        },
-        "default_agent": "solver",
-        "early_stop": False,
-        "placement": placement,
-        **extra,
-    }
 
 
 def ray_placement(cluster: Cluster, **extra: Any) -> dict[str, Any]:
@@ -154,14 +126,11 @@ def per_rollout(events: list[Event]) -> dict[str, list[Event]]:
 
 async def run_workload(placement: dict[str, Any]) -> tuple[RunResult, EventLog, dict[str, Any]]:
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=5, token_ms=0.2)
-    async with SimServer(sim) as server:
-        async with Runtime(
-            config(server.url, placement), tools=[Calculator()], prices=PRICES
-        ) as rt:
-            log = EventLog()
-            result = await rt.run(
-                "What is 17+25?", scaling=ScalingSpec(rollouts=12), events=log, run_id="run-eq"
-            )
+    async with solver_runtime(sim, placement) as (server, rt):
+        log = EventLog()
+        result = await rt.run(
+            "What is 17+25?", scaling=ScalingSpec(rollouts=12), events=log, run_id="run-eq"
+        )
         return result, log, server.stats()
 
 
@@ -210,7 +179,7 @@ async def test_a_remote_step_is_committed_before_the_next_one_is_requested(
     placement = ray_placement(cluster)
     async with (
         SimServer(sim) as server,
-        Runtime(config(server.url, placement), tools=[Calculator()]) as rt,
+        Runtime(solver_config(server.url, placement), tools=[Calculator()]) as rt,
     ):
 
         async def slow_store(event: Event) -> None:
@@ -243,7 +212,7 @@ async def test_a_journaled_run_books_each_remote_call_before_it_is_sent(
     placement = ray_placement(cluster)
     async with (
         SimServer(sim) as server,
-        Runtime(config(server.url, placement), tools=[Calculator()]) as rt,
+        Runtime(solver_config(server.url, placement), tools=[Calculator()]) as rt,
     ):
 
         async def slow_store(event: Event) -> None:
@@ -283,7 +252,7 @@ async def test_a_ray_client_address_places_the_rollouts_too(cluster: Cluster) ->
     placement = ray_placement(cluster, address=f"ray://{host}:10001")
     async with (
         SimServer(sim) as server,
-        Runtime(config(server.url, placement), tools=[Calculator()]) as rt,
+        Runtime(solver_config(server.url, placement), tools=[Calculator()]) as rt,
     ):
         result = await rt.run("What is 3+4?", scaling=ScalingSpec(rollouts=4))
         served = sum(server.engine.attempts.values())
@@ -309,7 +278,7 @@ async def test_a_hierarchy_from_a_spec_file_runs_the_same_on_the_workers(cluster
     for placement in ({"kind": "local"}, ray_placement(cluster)):
         sim = SimServerConfig(answer="answer", tool_rounds=1, ttft_ms=5)
         async with SimServer(sim) as server:
-            cfg = config(server.url, placement)
+            cfg = solver_config(server.url, placement)
             cfg["agents"]["planner"] = PLANNER
             async with Runtime(cfg, tools=[Calculator()], prices=PRICES) as rt:
                 log = EventLog()
@@ -338,7 +307,7 @@ async def test_mcp_stdio_servers_run_on_the_worker_nodes(cluster: Cluster, npx: 
         "env": {"npm_config_offline": "true", "PATH": os.environ["PATH"]},
     }
     async with SimServer(sim) as server:
-        cfg = config(server.url, ray_placement(cluster), mcp={"everything": everything})
+        cfg = solver_config(server.url, ray_placement(cluster), mcp={"everything": everything})
         cfg["agents"]["echo"] = {
             "name": "echo",
             "instructions": "Echo the task.",
@@ -399,7 +368,7 @@ async def test_a_per_rollout_server_starts_for_each_rollout_on_its_worker_and_cl
         "workspace_root": str(workspaces),
     }
     async with SimServer(sim) as server:
-        cfg = config(server.url, ray_placement(cluster), mcp={"who": whoami})
+        cfg = solver_config(server.url, ray_placement(cluster), mcp={"who": whoami})
         cfg["agents"]["who"] = {
             "name": "who",
             "instructions": "Say who answers.",
@@ -446,7 +415,7 @@ async def test_a_capped_run_of_200_rollouts_stops_exactly_at_its_cap(cluster: Cl
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=20, token_ms=0.2)
     async with SimServer(sim) as server:
         async with Runtime(
-            config(server.url, ray_placement(cluster)), tools=[Calculator()], prices=PRICES
+            solver_config(server.url, ray_placement(cluster)), tools=[Calculator()], prices=PRICES
         ) as rt:
             result = await rt.run(
                 "What is 6*7?",
@@ -473,7 +442,9 @@ async def test_a_capped_run_of_200_rollouts_stops_exactly_at_its_cap(cluster: Cl
 async def test_what_cannot_be_placed_is_named_before_any_model_call(cluster: Cluster) -> None:
     async with SimServer(SimServerConfig()) as server:
         # More workers than the cluster has room for.
-        too_many = config(server.url, ray_placement(cluster, workers=3, connect_timeout_s=20))
+        too_many = solver_config(
+            server.url, ray_placement(cluster, workers=3, connect_timeout_s=20)
+        )
         with pytest.raises(ConfigError, match=r"cannot hold 3 rollout workers .*CPU=1"):
             async with Runtime(too_many, tools=[Calculator()]):
                 pass
@@ -488,14 +459,18 @@ async def test_what_cannot_be_placed_is_named_before_any_model_call(cluster: Clu
 
         with pytest.raises(ConfigError, match=r"cannot be shipped to a rollout worker"):
             async with Runtime(
-                config(server.url, ray_placement(cluster)), tools=[Calculator(), locked]
+                solver_config(server.url, ray_placement(cluster)), tools=[Calculator(), locked]
             ):
                 pass
-        sandbox = config(server.url, ray_placement(cluster, worker={"resources": {"gpu_box": 1}}))
+        sandbox = solver_config(
+            server.url, ray_placement(cluster, worker={"resources": {"gpu_box": 1}})
+        )
         with pytest.raises(ConfigError, match=r"gpu_box=1"):
             async with Runtime(sandbox, tools=[Calculator()]):
                 pass
-        async with Runtime(config(server.url, ray_placement(cluster)), tools=[Calculator()]) as rt:
+        async with Runtime(
+            solver_config(server.url, ray_placement(cluster)), tools=[Calculator()]
+        ) as rt:
             built = rt.runner("solver", EventEmitter(), BudgetLedger("built"), None)
             assert isinstance(built, Agent)
             with pytest.raises(ConfigError, match="rebuilds a run's agent on its workers"):
@@ -519,7 +494,7 @@ async def lookup(topic: str) -> str:
 async def test_the_memory_bank_is_shared_by_rollouts_on_every_worker(cluster: Cluster) -> None:
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=50)
     async with SimServer(sim) as server:
-        cfg = config(server.url, ray_placement(cluster, affinity_slack=0), memory=True)
+        cfg = solver_config(server.url, ray_placement(cluster, affinity_slack=0), memory=True)
         cfg["agents"]["reader"] = {
             "name": "reader",
             "instructions": "Look the topic up.",
@@ -558,40 +533,22 @@ async def test_killing_a_worker_node_loses_and_repeats_no_committed_step(
 ) -> None:
     # Three steps a rollout (two tool rounds: a third would trip the loop signal).
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=300, token_ms=1)
-    committed_before: list[StepRecorded] = []
-    under_way, killed = anyio.Event(), anyio.Event()
-    async with (
-        SimServer(sim) as server,
-        Runtime(
-            config(server.url, ray_placement(cluster)), tools=[Calculator()], prices=PRICES
-        ) as rt,
-    ):
+    sink = CommittedSteps(enough=20)
+    log = sink.log
+    async with solver_runtime(sim, ray_placement(cluster)) as (server, rt):
         placement = workers(rt)
-        log = EventLog()
-
-        async def sink(event: Event) -> None:
-            await log(event)
-            if isinstance(event, StepRecorded) and not killed.is_set():
-                committed_before.append(event)
-                if len(committed_before) >= 20:
-                    under_way.set()
-
-        async def kill_when_under_way() -> None:
-            await under_way.wait()
-            victim = placement.workers[0]
-            cluster.kill_node(victim.node_id)
-            killed.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(kill_when_under_way)
-            result = await rt.run("What is 20+22?", scaling=ScalingSpec(rollouts=24), events=sink)
+        victim = placement.workers[0]
+        result = await sink.run_and_kill(
+            rt,
+            "What is 20+22?",
+            lambda: cluster.kill_node(victim.node_id),
+            scaling=ScalingSpec(rollouts=24),
+        )
         infos = placement.workers
         attempts: dict[str, int] = dict(server.engine.attempts)
         # A replacement for the lost worker waits for room: a new node.
         cluster.add_worker_node()
-        with anyio.fail_after(240):
-            while len(placement.workers) < 3:  # noqa: ASYNC110 (the placement's own state)
-                await anyio.sleep(0.2)
+        await eventually(lambda: len(placement.workers) >= 3, within=240)
         again = await rt.run("What is 1+1?", scaling=ScalingSpec(rollouts=8))
         replaced = placement.workers[2]
     errors = [e.message for e in log.of_type(ErrorRaised)][:3] + [
@@ -614,51 +571,31 @@ async def test_killing_a_worker_node_loses_and_repeats_no_committed_step(
     assert restarted
     assert all("lost" in r.error for r in restarted)
     assert any(r.resumed_steps > 0 for r in restarted)
-    # No step committed before the kill was requested again...
-    for event in committed_before:
-        if is_top_level(event.rollout_id):
-            assert attempts[f"{event.rollout_id}-{event.step.index}"] == 1, event.rollout_id
+    # No step committed before the kill was requested again, nor lost.
+    sink.assert_none_repeated_or_lost(attempts)
     # The lost worker was replaced once the cluster had room, and it runs rollouts.
     assert again.status == "succeeded", again.error
     assert replaced.alive, replaced
     assert replaced.placed > 0, replaced
-    # ... nor lost: the final trajectory holds it as it was.
-    final = {(e.rollout_id, e.step.index): e.step for e in log.of_type(StepRecorded)}
-    for event in committed_before:
-        assert final[(event.rollout_id, event.step.index)] == event.step
 
 
 async def test_losing_every_worker_fails_the_run_and_keeps_what_was_committed(
     cluster: Cluster,
 ) -> None:
     sim = SimServerConfig(answer="answer", tool_rounds=2, ttft_ms=300, token_ms=1)
-    committed: list[StepRecorded] = []
-    under_way = anyio.Event()
-    async with (
-        SimServer(sim) as server,
-        Runtime(
-            config(server.url, ray_placement(cluster)), tools=[Calculator()], prices=PRICES
-        ) as rt,
-    ):
+    sink = CommittedSteps(enough=10)
+    log = sink.log
+    async with solver_runtime(sim, ray_placement(cluster)) as (_, rt):
         placement = workers(rt)
-        log = EventLog()
 
-        async def sink(event: Event) -> None:
-            await log(event)
-            if isinstance(event, StepRecorded):
-                committed.append(event)
-                if len(committed) >= 10:
-                    under_way.set()
-
-        async def kill_every_node() -> None:
-            await under_way.wait()
+        def kill_every_node() -> None:
             for info in placement.workers:
                 if info.alive:
                     cluster.kill_node(info.node_id)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(kill_every_node)
-            result = await rt.run("What is 2+2?", scaling=ScalingSpec(rollouts=12), events=sink)
+        result = await sink.run_and_kill(
+            rt, "What is 2+2?", kill_every_node, scaling=ScalingSpec(rollouts=12)
+        )
     assert result.status == "failed"
     errors = [e.message for e in log.of_type(ErrorRaised)]
     assert errors, result
