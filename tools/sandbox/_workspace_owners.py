@@ -43,10 +43,9 @@ def claim(run_dir: Path) -> None:
         if fd is not None:
             os.close(fd)
             del _HELD[run_dir]
-        mine.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # locked before it is in place: a sweeper never sees it unlocked
         staging = mine.parent / f".claim-{uuid.uuid4().hex}"
-        fd = os.open(staging, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        fd = _create_in(staging)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.rename(staging, mine)
@@ -56,6 +55,21 @@ def claim(run_dir: Path) -> None:
                 staging.unlink()
             raise
         _HELD[run_dir] = fd
+
+
+def _create_in(staging: Path) -> int:
+    """Create and open ``staging``, making its directory first.  Another
+    process's ``disown`` or sweep removes an owners directory the moment it
+    is empty (between our ``mkdir`` and ``open``), so a vanished directory
+    is made again, a few times."""
+    for attempt in range(5):
+        staging.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            return os.open(staging, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
 
 
 def disown(run_dir: Path) -> None:
@@ -101,7 +115,9 @@ def sweep_abandoned(root: Path) -> list[Path]:
     """Delete the run directories under ``root`` whose owners all died;
     the deleted ones."""
     swept: list[Path] = []
-    with contextlib.suppress(OSError), os.scandir(root) as entries:
+    # Under the claim lock: another thread of this process claiming a run
+    # directory meanwhile would find the owners directory removed under it.
+    with _LOCK, contextlib.suppress(OSError), os.scandir(root) as entries:
         for entry in entries:
             if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
                 continue
@@ -110,8 +126,8 @@ def sweep_abandoned(root: Path) -> list[Path]:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 shutil.rmtree(_owners(run_dir), ignore_errors=True)
                 swept.append(run_dir)
-    with contextlib.suppress(OSError):  # no owner left at all
-        (root / _OWNERS).rmdir()
+        with contextlib.suppress(OSError):  # no owner left at all
+            (root / _OWNERS).rmdir()
     return swept
 
 

@@ -153,3 +153,29 @@ async def test_a_rollout_released_where_it_ran_leaves_its_runs_others(open_dir: 
     assert second.path.is_dir()
     await release_rollout("run", "run-1~2", root)  # a restarted incarnation's end
     assert not (root / "run").exists()
+
+
+def test_claims_and_sweeps_of_one_root_in_threads_do_not_race(tmp_path: Path) -> None:
+    """A sweep removes the owners directory when it is empty; a claim in
+    another thread between its ``mkdir`` and its ``open`` found it gone (a
+    first ``get`` of two ``Workspaces`` over one root failed that way)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentrt.tools.sandbox._workspace_owners import claim, disown, sweep_abandoned
+
+    root = tmp_path / "ws"
+    root.mkdir()
+
+    def cycle(k: int) -> None:
+        run_dir = root / f"run-{k % 4}"
+        run_dir.mkdir(exist_ok=True)
+        claim(run_dir)
+        disown(run_dir)
+
+    def sweep(_: int) -> None:
+        sweep_abandoned(root)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = [pool.submit(cycle if k % 2 else sweep, k) for k in range(4000)]
+        for job in jobs:
+            job.result()
