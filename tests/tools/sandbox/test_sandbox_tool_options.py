@@ -17,6 +17,7 @@ from agentrt.agents._spec_loader import load_spec
 from agentrt.protocols import ModelRequest, ScalingSpec, ToolMessage
 from agentrt.runtime.config._config_file import config_from_mapping
 from agentrt.runtime.kernel._errors import ConfigError
+from agentrt.runtime.observe._log import configure_logging, reset_logging
 from agentrt.runtime.testing._scripted import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.sandbox._bwrap import Sandbox, SandboxConfig, SandboxEnvironment
 from agentrt.tools.sandbox._workspaces import default_workspace_root
@@ -245,6 +246,9 @@ async def test_keep_workspaces_leaves_a_runs_workspaces_and_says_where(
             return "done"
         return ScriptedToolCall("shell", {"command": "echo kept > f.txt"})
 
+    # An earlier test of this worker may have left agentrt's logging
+    # configured (then records go to structlog's stream, not to caplog).
+    reset_logging()
     caplog.set_level("INFO")
     async with Runtime(
         {"early_stop": False, "default_agent": "coder", "keep_workspaces": True},
@@ -261,3 +265,12 @@ async def test_keep_workspaces_leaves_a_runs_workspaces_and_says_where(
         assert "workspaces.kept" in caplog.text
     finally:
         shutil.rmtree(kept, ignore_errors=True)
+
+
+async def test_keep_workspaces_says_where_after_another_test_configured_logging(
+    open_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The test above after a test that left logging configured (a CLI
+    test's ``main()``), as xdist may order them."""
+    configure_logging("INFO")
+    await test_keep_workspaces_leaves_a_runs_workspaces_and_says_where(open_dir, caplog)
