@@ -62,14 +62,13 @@ def _create_in(staging: Path) -> int:
     process's ``disown`` or sweep removes an owners directory the moment it
     is empty (between our ``mkdir`` and ``open``), so a vanished directory
     is made again, a few times."""
-    for attempt in range(5):
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC
+    for _ in range(4):
         staging.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
-            return os.open(staging, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
-        except FileNotFoundError:
-            if attempt == 4:
-                raise
-    raise AssertionError("unreachable")
+        with contextlib.suppress(FileNotFoundError):
+            return os.open(staging, flags, 0o600)
+    staging.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return os.open(staging, flags, 0o600)
 
 
 def disown(run_dir: Path) -> None:

@@ -41,15 +41,20 @@ def temp() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _coder_config(sim_url: str) -> str:
+    """An ``agentrt.toml`` with one shell-using agent on the sim-server."""
+    return (
+        "early_stop = false\n\n"
+        "[models.backends.sim]\n"
+        f'kind = "openai"\nbase_url = "{sim_url}/v1"\nmodels = ["sim"]\n\n'
+        '[agents.coder]\ninstructions = "Code."\ntools = ["shell"]\nstop_on = []\n'
+    )
+
+
 async def test_agentrt_run_deletes_its_rollouts_workspaces(temp: Path) -> None:
     config = anyio.Path(temp.parent / "agentrt.toml")
     async with SimServer(SimServerConfig(tool_rounds=1, ttft_ms=1, token_ms=0)) as sim:
-        await config.write_text(
-            "early_stop = false\n\n"
-            "[models.backends.sim]\n"
-            f'kind = "openai"\nbase_url = "{sim.url}/v1"\nmodels = ["sim"]\n\n'
-            '[agents.coder]\ninstructions = "Code."\ntools = ["shell"]\nstop_on = []\n'
-        )
+        await config.write_text(_coder_config(sim.url))
         command = [
             sys.executable,
             "-m",
@@ -80,12 +85,7 @@ async def test_agentrt_run_keeps_its_workspaces_on_request(temp: Path) -> None:
     """``--keep-workspaces``: the rollouts' workspaces stay, and stderr says where."""
     config = anyio.Path(temp.parent / "agentrt.toml")
     async with SimServer(SimServerConfig(tool_rounds=1, ttft_ms=1, token_ms=0)) as sim:
-        await config.write_text(
-            "early_stop = false\n\n"
-            "[models.backends.sim]\n"
-            f'kind = "openai"\nbase_url = "{sim.url}/v1"\nmodels = ["sim"]\n\n'
-            '[agents.coder]\ninstructions = "Code."\ntools = ["shell"]\nstop_on = []\n'
-        )
+        await config.write_text(_coder_config(sim.url))
         command = [sys.executable, "-m", "agentrt", "run", "go", "--agent", "coder"]
         done = await anyio.run_process(
             [*command, "--rollouts", "2", "--keep-workspaces", "--config", str(config), "--json"],
