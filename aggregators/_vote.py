@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import final
 
-from agentrt.agents._recording import EventEmitter
 from agentrt.agents._summary import answer_text
 from agentrt.aggregators._aggregator import (
     AggregationContext,
@@ -168,12 +167,11 @@ def plurality(
 
 async def _vote(
     name: str,
-    *,
     summaries: Sequence[TrajectorySummary],
+    context: AggregationContext,
+    *,
     normalize: Normalizer,
     weight: Callable[[TrajectorySummary], float],
-    events: EventEmitter | None,
-    run_id: str,
 ) -> AggregationResult:
     kept, excluded = usable(summaries)
     if not kept:
@@ -192,7 +190,7 @@ async def _vote(
         winner=chosen.rollout_id,
         votes={members[k][0].rollout_id: round(v) for k, v in totals.items()},
     )
-    trace = await emit_all(events, [vote], run_id=run_id)
+    trace = await emit_all(context.events, [vote], run_id=context.run_id)
     why = f"{best:g} of {sum(totals.values()):g} votes for {key!r}"
     if len(tied) > 1:
         why += f" (tie among {len(tied)} answers; the first seen wins)"
@@ -223,12 +221,7 @@ class MajorityVote:
         self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         return await _vote(
-            self.name,
-            summaries=summaries,
-            normalize=self.normalize,
-            weight=lambda _: 1.0,
-            events=context.events,
-            run_id=context.run_id,
+            self.name, summaries, context, normalize=self.normalize, weight=lambda _: 1.0
         )
 
 
@@ -252,12 +245,7 @@ class WeightedVote:
         self, task: str, summaries: Sequence[TrajectorySummary], context: AggregationContext
     ) -> AggregationResult:
         return await _vote(
-            self.name,
-            summaries=summaries,
-            normalize=self.normalize,
-            weight=self.weight,
-            events=context.events,
-            run_id=context.run_id,
+            self.name, summaries, context, normalize=self.normalize, weight=self.weight
         )
 
 

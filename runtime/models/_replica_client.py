@@ -16,8 +16,9 @@ any model API.  Must not import agents, tools or aggregators.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar, final
 
 import anyio
 import httpx
@@ -46,7 +47,7 @@ from agentrt.runtime.models.http._http_client import (
     classify_transport_error,
 )
 
-__all__ = ["ReplicaClient", "error_message"]
+__all__ = ["ReplicaCall", "ReplicaClient", "error_message"]
 
 T = TypeVar("T")
 
@@ -106,28 +107,21 @@ class ReplicaClient:
         replica, not by the retrier)."""
         return Retrier(self.policy, counters=self.counters, rng=self._rng)
 
+    def start(self, key: str | None) -> ReplicaCall:
+        """A new logical call over the replicas, routed by ``key``."""
+        return ReplicaCall(self, key)
+
     async def call(self, key: str | None, attempt: Callable[[Replica], Awaitable[T]]) -> T:
         """Run ``attempt`` on a replica picked for ``key`` until it succeeds
         or the retry policy gives up."""
-        retrier = self.retrier()
-        tried: set[int] = set()
-        last: TransientError | None = None
+        walk = self.start(key)
         while True:
-            replica = await self.admit(key, tried, last, retrier)
-            await retrier.begin_attempt()
-            replica.outstanding += 1
-            try:
-                with anyio.move_on_after(max(0.0, retrier.remaining())) as scope:
+            replica = await walk.next_replica()
+            async with walk.attempt(replica):
+                with anyio.move_on_after(max(0.0, walk.retrier.remaining())) as scope:
                     result = await attempt(replica)
-            except TransientError as transient:
-                last = transient
-                await self.after_failure(retrier, transient, replica, tried)
+            if walk.retrying:
                 continue
-            except BaseException as exc:
-                self.feed_breaker(replica, exc)
-                raise
-            finally:
-                replica.outstanding -= 1
             if scope.cancelled_caught:
                 error = BackendTimeout(
                     f"no reply within the call deadline of {self.policy.deadline_s:g}s",
@@ -330,3 +324,49 @@ class ReplicaClient:
                 endpoint=url,
             )
         return response
+
+
+@final
+class ReplicaCall:
+    """One logical call's walk over the replicas (``ReplicaClient.start``):
+    its retry state, the replicas tried and the last failure retrying may
+    fix.  Each attempt is ``replica = await walk.next_replica()``, then the
+    attempt inside ``async with walk.attempt(replica):``, then, when
+    ``walk.retrying``, the next attempt."""
+
+    def __init__(self, client: ReplicaClient, key: str | None) -> None:
+        self._client = client
+        self.key = key
+        self.retrier = client.retrier()
+        self.tried: set[int] = set()
+        self.last: TransientError | None = None
+        self.retrying = False
+        """The last attempt failed in a way retrying may fix, and the walk
+        failed over or backed off: make the next attempt."""
+
+    async def next_replica(self) -> Replica:
+        """The replica the next attempt goes to (``ReplicaClient.admit``)."""
+        replica = await self._client.admit(self.key, self.tried, self.last, self.retrier)
+        await self.retrier.begin_attempt()
+        return replica
+
+    @asynccontextmanager
+    async def attempt(self, replica: Replica) -> AsyncIterator[None]:
+        """One attempt on ``replica``, counted in its ``outstanding`` while
+        it runs.  A ``TransientError`` it raises is taken (``retrying``),
+        once the walk failed over or backed off (``after_failure``, which
+        raises when the policy gives up); any other exception feeds the
+        replica's breaker and propagates."""
+        self.retrying = False
+        replica.outstanding += 1
+        try:
+            yield
+        except TransientError as transient:
+            self.last = transient
+            self.retrying = True
+            await self._client.after_failure(self.retrier, transient, replica, self.tried)
+        except BaseException as exc:
+            self._client.feed_breaker(replica, exc)
+            raise
+        finally:
+            replica.outstanding -= 1

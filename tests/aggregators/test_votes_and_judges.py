@@ -42,12 +42,15 @@ pytestmark = pytest.mark.anyio
 
 
 def context(
-    backend: ModelBackend | None = None, *, events: EventEmitter | None = None
+    backend: ModelBackend | None = None,
+    *,
+    events: EventEmitter | None = None,
+    run_id: str = "",
 ) -> AggregationContext:
     """``backend`` metered on a fresh uncapped ledger (default: one that
     answers nothing: votes make no call)."""
     return AggregationContext.metered(
-        backend or ScriptedBackend([]), BudgetLedger("agg"), events=events
+        backend or ScriptedBackend([]), BudgetLedger("agg"), events=events, run_id=run_id
     )
 
 
@@ -78,13 +81,16 @@ async def test_majority_groups_normalized_answers_and_skips_failures() -> None:
         s("e", "42.00 "),
         s("f", "1000"),
     ]
-    result = await MajorityVote().aggregate("t", summaries, context(events=EventEmitter(log)))
+    result = await MajorityVote().aggregate(
+        "t", summaries, context(events=EventEmitter(log), run_id="run-3")
+    )
     assert (result.answer, result.winner) == ("ANSWER: 1,000", "a")
     assert result.excluded == ["d"]
     assert "3 of 5" in result.rationale
     (vote,) = log.of_type(VoteCast)
     assert vote.votes == {"a": 3, "b": 2}
-    assert vote.seq == 1
+    assert (vote.seq, vote.run_id, vote.aggregator) == (1, "run-3", "majority")
+    assert result.trace == [vote]
 
 
 async def test_majority_tie_goes_to_first_seen_and_empty_is_none() -> None:
@@ -118,8 +124,15 @@ async def test_weighted_vote_counts_evidence_not_trajectories() -> None:
         1.75,
     ]
     custom = WeightedVote(weight=lambda x: 5.0 if x.rollout_id == "b" else 1.0)
-    picked = await custom.aggregate("t", [s("a", "p"), s("b", "q"), s("c", "p")], context())
+    log = EventLog()
+    picked = await custom.aggregate(
+        "t",
+        [s("a", "p"), s("b", "q"), s("c", "p")],
+        context(events=EventEmitter(log), run_id="run-4"),
+    )
     assert picked.winner == "b"
+    (vote,) = log.of_type(VoteCast)
+    assert (vote.run_id, vote.aggregator, vote.votes) == ("run-4", "weighted", {"a": 2, "b": 5})
 
 
 async def test_best_of_n_pointwise_and_pairwise_with_a_perfect_judge() -> None:

@@ -15,7 +15,7 @@ import random
 import re
 import time
 from collections.abc import AsyncGenerator
-from typing import Any, Final, Self, final
+from typing import Any, Final, Self, TypeVar, final
 
 import anyio
 import httpx
@@ -103,6 +103,9 @@ class _TokenCount(msgspec.Struct):
 
     count: int | None = None
     tokens: list[int] = []
+
+
+_T = TypeVar("_T")
 
 
 @final
@@ -361,28 +364,10 @@ class OpenAIBackend:
 
     async def served_models(self) -> list[str]:
         """The model ids the server lists at ``GET {base_url}/models``."""
-        self._opened()
-        assert self._client is not None
         url = f"{self._config.base_url}/models"
-        try:
-            with anyio.fail_after(self._config.http.read_timeout_s):
-                response = await self._client.get(url, headers=self._cold_headers)
-        except TimeoutError as exc:
-            raise self._errors.deadline(f"GET {url} timed out") from exc
-        except Exception as exc:
-            error = self._errors.transport(exc, "listing models")
-            raise (error.error if isinstance(error, TransientError) else error) from exc
-        if response.status_code != 200:
-            raise BackendError(
-                f"GET {url} answered HTTP {response.status_code}: "
-                f"{error_message(response.content)}",
-                backend=self._name,
-                endpoint=self._endpoint,
-            )
-        try:
-            listing = msgspec.json.decode(response.content, type=ReplyModelList)
-        except msgspec.DecodeError as exc:
-            raise self._errors.malformed(f"GET {url} reply is not a model list ({exc})") from exc
+        listing = await self._cold_call(
+            "GET", url, ReplyModelList, doing="listing models", answer="a model list"
+        )
         return [m.id for m in listing.data]
 
     async def count_tokens(self, text: str) -> int:
@@ -390,31 +375,53 @@ class OpenAIBackend:
         tokenizer: ``POST /tokenize`` at the server's root, which vLLM and
         SGLang serve (``TokenCounter``).  Raises ``BackendError`` from a
         server without it."""
+        root = self._config.base_url.removesuffix("/").removesuffix("/v1")
+        body = msgspec.json.encode({"model": self._models[0], "prompt": text})
+        counted = await self._cold_call(
+            "POST",
+            f"{root}/tokenize",
+            _TokenCount,
+            doing="counting tokens",
+            answer="a token count",
+            content=body,
+        )
+        return counted.count if counted.count is not None else len(counted.tokens)
+
+    async def _cold_call(
+        self,
+        method: str,
+        url: str,
+        answer_type: type[_T],
+        *,
+        doing: str,
+        answer: str,
+        content: bytes | None = None,
+    ) -> _T:
+        """One request off the call path (no retries): its JSON answer as
+        ``answer_type``; a timeout, a transport failure, a status other than
+        200 or an answer that is not ``answer`` raise ``BackendError``."""
         self._opened()
         assert self._client is not None
-        root = self._config.base_url.removesuffix("/").removesuffix("/v1")
-        url = f"{root}/tokenize"
-        body = msgspec.json.encode({"model": self._models[0], "prompt": text})
+        headers = self._cold_headers if content is None else self._json_headers
         try:
             with anyio.fail_after(self._config.http.read_timeout_s):
-                response = await self._client.post(url, content=body, headers=self._json_headers)
+                response = await self._client.request(method, url, content=content, headers=headers)
         except TimeoutError as exc:
-            raise self._errors.deadline(f"POST {url} timed out") from exc
+            raise self._errors.deadline(f"{method} {url} timed out") from exc
         except Exception as exc:
-            error = self._errors.transport(exc, "counting tokens")
+            error = self._errors.transport(exc, doing)
             raise (error.error if isinstance(error, TransientError) else error) from exc
         if response.status_code != 200:
             raise BackendError(
-                f"POST {url} answered HTTP {response.status_code}: "
+                f"{method} {url} answered HTTP {response.status_code}: "
                 f"{error_message(response.content)}",
                 backend=self._name,
                 endpoint=self._endpoint,
             )
         try:
-            counted = msgspec.json.decode(response.content, type=_TokenCount)
+            return msgspec.json.decode(response.content, type=answer_type)
         except msgspec.DecodeError as exc:
-            raise self._errors.malformed(f"POST {url} reply is not a token count ({exc})") from exc
-        return counted.count if counted.count is not None else len(counted.tokens)
+            raise self._errors.malformed(f"{method} {url} reply is not {answer} ({exc})") from exc
 
     # -- one attempt -----------------------------------------------------------
 

@@ -504,20 +504,19 @@ class SGLangBackend:
         started = time.perf_counter()
         self._calls += 1
         prefix = f"call_{self._calls}_"
-        rc = self._rc
-        retrier = rc.retrier()
-        tried: set[int] = set()
-        last: TransientError | None = None
+        walk = self._rc.start(key)
         shown = False  # deltas handed on since the start (or the last restart)
         restart = False  # a retry after ``shown``: the caller must drop them
         while True:
-            replica = await rc.admit(key, tried, last, retrier)
-            await retrier.begin_attempt()
-            replica.outstanding += 1
+            replica = await walk.next_replica()
             assembly = StreamAssembly(request.n, logprobs, forced_tool_call(request))
-            try:
+            async with walk.attempt(replica):
                 attempt = self._stream_attempt(
-                    replica, body, assembly, retrier, sample_rids(request.request_id, request.n)
+                    replica,
+                    body,
+                    assembly,
+                    walk.retrier,
+                    sample_rids(request.request_id, request.n),
                 )
                 async with contextlib.aclosing(attempt) as deltas:
                     async for item in deltas:
@@ -526,18 +525,11 @@ class SGLangBackend:
                             yield StreamDelta(restart=True)
                         shown = True
                         yield item
-            except TransientError as transient:
+            if walk.retrying:
                 # A cut mid-reply too: retried (and failed over) like a cut connection.
                 restart, shown = restart or shown, False
-                last = transient
-                await rc.after_failure(retrier, transient, replica, tried)
                 continue
-            except BaseException as exc:
-                rc.feed_breaker(replica, exc)
-                raise
-            finally:
-                replica.outstanding -= 1
-            rc.succeeded(replica)
+            self._rc.succeeded(replica)
             break
         outputs = assembly.outputs()
         aborted = abort_message(outputs)

@@ -369,8 +369,11 @@ async def test_garbage_from_generate_is_a_malformed_reply() -> None:
                 MalformedReply, match=r"/generate\] not a /generate reply \(.*'<html>502"
             ):
                 await sg.complete(ask())
+            # Not retried, but a fault of the replica: its breaker counts it.
+            assert [(r.failures, r.outstanding) for r in sg.replicas] == [(1, 0)]
             with pytest.raises(
                 MalformedReply,
                 match=r"/generate\] stream event is not a /generate reply \(.*{nope}",
             ):
                 await drain(sg.stream(ask()))
+            assert [(r.failures, r.outstanding) for r in sg.replicas] == [(2, 0)]
