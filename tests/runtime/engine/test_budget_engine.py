@@ -57,9 +57,10 @@ from agentrt.protocols import (
 from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
 from agentrt.runtime.models._prompt_estimate import CharEstimator, estimate_request_tokens
 from agentrt.runtime.models.http._http_client import make_transport
-from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -469,10 +470,7 @@ class HoldReplies(httpx.AsyncBaseTransport):
 
 def held_backend(server: SimServer, transport: HoldReplies) -> OpenAIBackend:
     """Backend ``b0`` (model ``m0``) on ``server``, through ``transport``."""
-    return OpenAIBackend(
-        OpenAIBackendConfig(name="b0", base_url=f"{server.url}/v1", models=["m0"]),
-        transport=transport,
-    )
+    return sim_backend(server, "b0", transport=transport)
 
 
 def check_cut_calls(

@@ -16,10 +16,11 @@ import pytest
 from agentrt import Runtime
 from agentrt.agents import AgentConfig, AgentLimits
 from agentrt.client import RunPage
-from agentrt.models import OpenAIBackend, OpenAIBackendConfig
+from agentrt.models import OpenAIBackend
 from agentrt.protocols import Budget, RunResult, ScalingSpec
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -50,9 +51,7 @@ def solver(**limits: Any) -> AgentConfig:
 
 
 def backend(server: SimServer) -> OpenAIBackend:
-    return OpenAIBackend(
-        OpenAIBackendConfig(name="sim", base_url=f"{server.url}/v1", models=["m0"])
-    )
+    return sim_backend(server)
 
 
 def check_spent(
