@@ -1,24 +1,28 @@
-"""``agentrt serve`` as a process, for tests that drive the daemon from
-outside (a documented command, a CLI against it)."""
+"""The daemon for tests: ``agentrt serve`` as a process, for tests that
+drive it from outside (a documented command, a CLI against it), and the
+daemon app over a ``RunManager`` in this process, for tests that also hold
+the manager."""
 
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import httpx
 
-
-def free_port() -> int:
-    """A loopback port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from agentrt.agents import AgentConfig
+from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
+from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.runtime.models._backend import ModelBackend
+from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
+from agentrt.runtime.serve._metrics import DaemonMetrics
+from agentrt.runtime.serve._run_manager import RunManager
 
 
 def _ready(port: int) -> bool:
@@ -61,3 +65,42 @@ def serving(
             proc.wait(20)
         proc.kill()  # nothing when it has stopped
         proc.wait()
+
+
+def solver_daemon_config(tmp_path: Path, server: ServerConfig | None = None) -> AgentrtConfig:
+    """A daemon with one agent, ``solver`` ("Answer briefly."), its run store
+    in ``tmp_path``, no prefix warming and no early stop; ``server`` defaults
+    to a free port."""
+    return AgentrtConfig(
+        server=server or ServerConfig(port=0),
+        store=StoreConfig(path=tmp_path / "runs.db"),
+        runtime=RuntimeConfig(
+            agents={"solver": AgentConfig(name="solver", instructions="Answer briefly.")},
+            warm_prefix=False,
+            early_stop=False,
+        ),
+    )
+
+
+@asynccontextmanager
+async def serving_manager(
+    config: AgentrtConfig,
+    backends: Sequence[ModelBackend],
+    *,
+    metrics: DaemonMetrics | None = None,
+) -> AsyncIterator[tuple[DaemonEndpoint, RunManager]]:
+    """The daemon app (``serve_manager``: REST, ``/v1`` OpenAI, ``/mcp``) over
+    a ``RunManager`` on ``backends`` that the test holds, with ``metrics``
+    observing the runs when given; stopped when the block ends."""
+    observer = metrics.observe if metrics is not None else None
+    async with (
+        RunManager(config, backends=backends, observer=observer) as manager,
+        anyio.create_task_group() as tg,
+    ):
+        endpoint: DaemonEndpoint = await tg.start(
+            lambda task_status: serve_manager(manager, metrics=metrics, task_status=task_status)
+        )
+        try:
+            yield endpoint, manager
+        finally:
+            tg.cancel_scope.cancel()

@@ -4,7 +4,6 @@ tool-calling steps before answering, and an SSE reader."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -24,7 +23,9 @@ from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.testing import ScriptedReply as Reply
+from tests._support.configs import scripted_models
 from tests._support.daemon import wait_ready
+from tests._support.ports import free_port
 
 
 def stepping_script(steps: int, answer: str = "42") -> Callable[[ModelRequest], ReplySpec]:
@@ -105,12 +106,6 @@ async def sse_events(
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_serve(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     """``agentrt serve --config config`` in a subprocess (stderr appended to
     ``log``), returned once ``/readyz`` answers 200 on ``port``."""
@@ -126,14 +121,8 @@ def start_serve(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-SCRIPTED_TOML = """
-[models]
-default = "s"
-
-[models.backends.s]
-kind = "scripted"
-replies = ["42"]
-
+SCRIPTED_TOML = f"""
+{scripted_models(["42"], backend="s")}
 [agents.solver]
 instructions = "Answer briefly."
 

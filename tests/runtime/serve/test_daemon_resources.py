@@ -24,6 +24,7 @@ import pytest
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve._pauses import IdleCollector
 from agentrt.runtime.serve.store._run_store import RunStore
+from tests._support.configs import scripted_models
 from tests._support.daemon import wait_ready
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
@@ -75,13 +76,7 @@ header_timeout_s = {header_timeout_s}
 path = "runs.db"
 reader_idle_s = 0.5
 
-[models]
-default = "s"
-
-[models.backends.s]
-kind = "scripted"
-replies = ["42"]
-
+{scripted_models(["42"], backend="s")}
 [agents.solver]
 instructions = "Answer briefly."
 """

@@ -21,12 +21,10 @@ from typing import Any
 import anyio
 import pytest
 
-from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
-from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
-from agentrt.runtime.engine._runtime import RuntimeConfig
 from agentrt.runtime.serve._daemon import run_daemon
 from agentrt.testing import ScriptedBackend
+from tests._support.daemon import solver_daemon_config
 from tests._support.inspector import INSPECTOR, inspector_workdir
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.process]
@@ -43,12 +41,6 @@ _ROLLOUT = re.compile(r"-r(\d+)-\d+$")
 
 
 @pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    # One backend is enough here: the clients are Node; uvloop is covered elsewhere.
-    return ("asyncio", {})
-
-
-@pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return inspector_workdir(tmp_path)
 
@@ -61,15 +53,7 @@ def votes(request: ModelRequest) -> str:
 @asynccontextmanager
 async def daemon(tmp_path: Path) -> AsyncIterator[str]:
     """The real daemon (``run_daemon``) on a loopback port; yields the MCP URL."""
-    config = AgentrtConfig(
-        server=ServerConfig(port=0),
-        store=StoreConfig(path=tmp_path / "runs.db"),
-        runtime=RuntimeConfig(
-            agents={"solver": AgentConfig(name="solver", instructions="Answer briefly.")},
-            warm_prefix=False,
-            early_stop=False,
-        ),
-    )
+    config = solver_daemon_config(tmp_path)
     async with anyio.create_task_group() as tg:
         endpoint = await tg.start(
             lambda task_status: run_daemon(

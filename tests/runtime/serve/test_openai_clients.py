@@ -30,7 +30,6 @@ from pydantic_ai import Agent as PaiAgent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider as PaiProvider
 
-from agentrt.agents import AgentConfig
 from agentrt.protocols import (
     AssistantMessage,
     ChatMessage,
@@ -40,14 +39,13 @@ from agentrt.protocols import (
     ToolMessage,
     UserMessage,
 )
-from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
-from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.runtime.config._config_file import ServerConfig
 from agentrt.runtime.models._backend import StreamDelta
-from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve._metrics import DaemonMetrics
 from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from tests._support.backends import ForwardingBackend
+from tests._support.daemon import serving_manager, solver_daemon_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -125,35 +123,17 @@ class Daemon:
 async def daemon(
     tmp_path: Path, model: Model | WithoutLogprobs, *, token_delay_s: float = 0.0
 ) -> AsyncIterator[Daemon]:
-    config = AgentrtConfig(
-        server=ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5),
-        store=StoreConfig(path=tmp_path / "runs.db"),
-        runtime=RuntimeConfig(
-            agents={"solver": AgentConfig(name="solver", instructions="Answer briefly.")},
-            warm_prefix=False,
-            early_stop=False,
-        ),
+    config = solver_daemon_config(
+        tmp_path, ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5)
+    )
+    backend = (
+        model
+        if isinstance(model, WithoutLogprobs)
+        else ScriptedBackend(model, token_delay_s=token_delay_s)
     )
     metrics = DaemonMetrics(process_metrics=False)
-    async with (
-        RunManager(
-            config,
-            backends=[
-                model
-                if isinstance(model, WithoutLogprobs)
-                else ScriptedBackend(model, token_delay_s=token_delay_s)
-            ],
-            observer=metrics.observe,
-        ) as manager,
-        anyio.create_task_group() as tg,
-    ):
-        endpoint: DaemonEndpoint = await tg.start(
-            lambda task_status: serve_manager(manager, metrics=metrics, task_status=task_status)
-        )
-        try:
-            yield Daemon(endpoint.url, manager)
-        finally:
-            tg.cancel_scope.cancel()
+    async with serving_manager(config, [backend], metrics=metrics) as (endpoint, manager):
+        yield Daemon(endpoint.url, manager)
 
 
 def task_of(request: ModelRequest) -> str:
