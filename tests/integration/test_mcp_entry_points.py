@@ -422,8 +422,8 @@ def test_cli_runs_the_hierarchy_on_a_model_server(
 async def mcp_daemon(toml: Path, backend: GatedBackend) -> AsyncIterator[tuple[str, RunManager]]:
     """The daemon (its run manager and HTTP server) from ``toml``; yields
     its URL and the manager."""
-    async with serving_manager(load_config(toml), [backend]) as (endpoint, manager):
-        yield endpoint.url, manager
+    async with serving_manager(load_config(toml), [backend]) as served:
+        yield served.url, served.manager
 
 
 DAEMON = "[server]\nport = 0\nshutdown_grace_s = 0.5\n\n[store]\npath = 'runs.db'\n"

@@ -15,6 +15,7 @@ import pytest
 
 from agentrt.runtime.config._config_file import load_config
 from tests._support.configs import scripted_models
+from tests._support.daemon import serving
 from tests._support.examples import run_example
 
 pytestmark = pytest.mark.process
@@ -54,12 +55,8 @@ path = "runs.db"
 instructions = "Solve the task."
 """
     )
-    daemon = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
-    try:
+    with serving(config, port, tmp_path / "daemon.log"):
         yield port
-    finally:
-        daemon.terminate()
-        daemon.wait(30)
 
 
 def _run_example(example: str, url: str) -> subprocess.CompletedProcess[str]:

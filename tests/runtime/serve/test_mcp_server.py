@@ -10,7 +10,6 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from agentrt.runtime.serve.mcp._mcp_server import mcp_asgi
 from agentrt.runtime.serve.mcp._mcp_stdio import mcp_main
 from agentrt.testing import ScriptedBackend, ScriptedReply
 from agentrt.tools.hosting._tool_server import RESOURCE_NOT_FOUND
-from tests._support.daemon import serving_manager, solver_daemon_config
+from tests._support.daemon import ServedManager, serving_manager, solver_daemon_config
 from tests._support.mcp_raw import INIT, MCP_HEADERS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
@@ -53,24 +52,13 @@ def votes(request: ModelRequest) -> str | ScriptedReply:
     return ScriptedReply(content="41" if index == 1 else "42", delay_s=0.02 * index)
 
 
-@dataclass
-class Daemon:
-    url: str
-    port: int
-    manager: RunManager
-
-    @property
-    def mcp_url(self) -> str:
-        return f"{self.url}/mcp"
-
-
 @asynccontextmanager
-async def daemon(tmp_path: Path, script: Script = votes) -> AsyncIterator[Daemon]:
+async def daemon(tmp_path: Path, script: Script = votes) -> AsyncIterator[ServedManager]:
     """The real daemon (``serve_manager``: REST, its Guard, ``/mcp``...) over
     a manager the test holds."""
     config = solver_daemon_config(tmp_path)
-    async with serving_manager(config, [ScriptedBackend(script)]) as (endpoint, manager):
-        yield Daemon(endpoint.url, endpoint.port, manager)
+    async with serving_manager(config, [ScriptedBackend(script)]) as served:
+        yield served
 
 
 def text_of(result: mcp.CallToolResult) -> str:

@@ -42,10 +42,9 @@ from agentrt.protocols import (
 from agentrt.runtime.config._config_file import ServerConfig
 from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.serve._metrics import DaemonMetrics
-from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from tests._support.backends import ForwardingBackend
-from tests._support.daemon import serving_manager, solver_daemon_config
+from tests._support.daemon import ServedManager, serving_manager, solver_daemon_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -101,28 +100,10 @@ class Model:
         return self.script(request)
 
 
-@dataclass
-class Daemon:
-    url: str
-    manager: RunManager
-
-    @asynccontextmanager
-    async def openai(self) -> AsyncIterator[openai.AsyncOpenAI]:
-        async with openai.AsyncOpenAI(
-            base_url=self.url + "/v1", api_key="x", max_retries=0, timeout=20.0
-        ) as client:
-            yield client
-
-    @asynccontextmanager
-    async def http(self) -> AsyncIterator[httpx.AsyncClient]:
-        async with httpx.AsyncClient(base_url=self.url, timeout=20.0) as client:
-            yield client
-
-
 @asynccontextmanager
 async def daemon(
     tmp_path: Path, model: Model | WithoutLogprobs, *, token_delay_s: float = 0.0
-) -> AsyncIterator[Daemon]:
+) -> AsyncIterator[ServedManager]:
     config = solver_daemon_config(
         tmp_path, ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5)
     )
@@ -132,8 +113,8 @@ async def daemon(
         else ScriptedBackend(model, token_delay_s=token_delay_s)
     )
     metrics = DaemonMetrics(process_metrics=False)
-    async with serving_manager(config, [backend], metrics=metrics) as (endpoint, manager):
-        yield Daemon(endpoint.url, manager)
+    async with serving_manager(config, [backend], metrics=metrics) as served:
+        yield served
 
 
 def task_of(request: ModelRequest) -> str:

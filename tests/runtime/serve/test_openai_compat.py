@@ -7,13 +7,11 @@ import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import anyio
 import httpx
-import httpx2
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,7 +33,7 @@ from agentrt.runtime.serve.openai._chat_translate import Asked, chat_asked
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.wire._chat import FunctionCallIn, MessageIn, ToolCallIn
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
-from tests._support.daemon import serving_manager, solver_daemon_config
+from tests._support.daemon import ServedManager, serving_manager, solver_daemon_config
 
 pytestmark = pytest.mark.anyio
 
@@ -49,30 +47,8 @@ def votes(request: ModelRequest) -> str:
     return "41" if found and found.group(1) == "1" else "42"
 
 
-@dataclass
-class Daemon:
-    url: str
-    manager: RunManager
-    metrics: DaemonMetrics
-
-    @asynccontextmanager
-    async def openai(self, retries: int = 0) -> AsyncIterator[openai.AsyncOpenAI]:
-        async with openai.AsyncOpenAI(
-            base_url=self.url + "/v1",
-            api_key="x",
-            max_retries=retries,
-            http_client=httpx2.AsyncClient(timeout=20.0),
-        ) as client:
-            yield client
-
-    @asynccontextmanager
-    async def http(self) -> AsyncIterator[httpx.AsyncClient]:
-        async with httpx.AsyncClient(base_url=self.url, timeout=20.0) as client:
-            yield client
-
-
 @asynccontextmanager
-async def daemon(tmp_path: Path, model: Script | ModelBackend) -> AsyncIterator[Daemon]:
+async def daemon(tmp_path: Path, model: Script | ModelBackend) -> AsyncIterator[ServedManager]:
     """The real daemon app (``serve_manager``) on a free port, on a scripted
     model (a script) or the backend given."""
     config = solver_daemon_config(
@@ -80,8 +56,8 @@ async def daemon(tmp_path: Path, model: Script | ModelBackend) -> AsyncIterator[
     )
     backend = model if isinstance(model, ModelBackend) else ScriptedBackend(model)
     metrics = DaemonMetrics(process_metrics=False)
-    async with serving_manager(config, [backend], metrics=metrics) as (endpoint, manager):
-        yield Daemon(endpoint.url, manager, metrics)
+    async with serving_manager(config, [backend], metrics=metrics) as served:
+        yield served
 
 
 async def test_models_are_the_agents(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import pytest
 
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve.store._run_store import RunStore
-from tests._support.daemon import wait_ready
+from tests._support.daemon import serving, wait_ready
 
 pytestmark = pytest.mark.process  # the full-disk test runs a daemon in a namespace
 
@@ -142,29 +142,17 @@ def test_a_full_disk_answers_507_and_loses_no_acknowledged_run(
 
     # The store, restarted on a disk with room: every acknowledged run is
     # there and runs to its end.
-    with log.open("ab") as stderr:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "agentrt", "serve", "--config", str(config(saved / "runs.db"))],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
-        wait_ready(daemon, port, log)
-        with httpx.Client(base_url=url, timeout=30) as client:
-            for run_id in acknowledged:
-                status = ""
-                for _ in range(600):
-                    response = client.get(f"/v1/runs/{run_id}")
-                    assert response.status_code == 200, (run_id, response.text)
-                    status = response.json()["run"]["status"]
-                    if status in ("succeeded", "failed", "cancelled"):
-                        break
-                    time.sleep(0.05)
-                assert status == "succeeded", (run_id, status)
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(10)
+    with (
+        serving(config(saved / "runs.db"), port, log),
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        for run_id in acknowledged:
+            status = ""
+            for _ in range(600):
+                response = client.get(f"/v1/runs/{run_id}")
+                assert response.status_code == 200, (run_id, response.text)
+                status = response.json()["run"]["status"]
+                if status in ("succeeded", "failed", "cancelled"):
+                    break
+                time.sleep(0.05)
+            assert status == "succeeded", (run_id, status)

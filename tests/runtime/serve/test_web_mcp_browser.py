@@ -130,17 +130,15 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
             source="test_web_mcp_browser",
         )
         backend = ScriptedBackend(_script)
-        async with serving_manager(config, [backend]) as (endpoint, _manager):
+        async with serving_manager(config, [backend]) as daemon:
             headers = {"Authorization": f"Bearer {TOKEN}"}
-            async with httpx.AsyncClient(
-                base_url=endpoint.url, headers=headers, timeout=10
-            ) as http:
+            async with httpx.AsyncClient(base_url=daemon.url, headers=headers, timeout=10) as http:
                 with anyio.fail_after(30):
                     while not (pending := await _pending(http)):  # noqa: ASYNC110 - polled like the page
                         await anyio.sleep(0.05)
                 (prompt,) = pending
                 plan = {
-                    "url": endpoint.url,
+                    "url": daemon.url,
                     "token": TOKEN,
                     "timeoutMs": 20000,
                     "asker": {"agent": "asker", "task": "ask me"},

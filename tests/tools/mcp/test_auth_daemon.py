@@ -44,8 +44,8 @@ async def test_the_daemon_lists_the_approval_a_server_waits_for(tmp_path: Path) 
         )
         backend = ScriptedBackend(["done"], name="scripted", models=["scripted"])
         async with (
-            serving_manager(config, [backend]) as (endpoint, manager),
-            httpx.AsyncClient(base_url=endpoint.url, timeout=30) as http,
+            serving_manager(config, [backend]) as daemon,
+            httpx.AsyncClient(base_url=daemon.url, timeout=30) as http,
         ):
             with anyio.fail_after(30):
                 while not (pending := await _pending(http)):  # noqa: ASYNC110 - polled like a person would
@@ -64,6 +64,6 @@ async def test_the_daemon_lists_the_approval_a_server_waits_for(tmp_path: Path) 
             with anyio.fail_after(30):
                 while await _pending(http):  # noqa: ASYNC110 - the server connects meanwhile
                     await anyio.sleep(0.05)
-            status = await manager.runtime.mcp_status()
+            status = await daemon.manager.runtime.mcp_status()
             assert status["secure"].state == "ready"
         assert [g.grant_type for g in servers.state.grants] == ["authorization_code"]

@@ -67,8 +67,8 @@ async def test_a_question_is_relayed_as_an_event_and_answered_over_rest(
     config = _asker_config(everything, tmp_path)
     backend = ScriptedBackend(script)
     async with (
-        serving_manager(config, [backend]) as (endpoint, _manager),
-        httpx.AsyncClient(base_url=endpoint.url, timeout=60) as client,
+        serving_manager(config, [backend]) as daemon,
+        httpx.AsyncClient(base_url=daemon.url, timeout=60) as client,
     ):
         created = await client.post("/v1/runs", json={"task": "go", "agent": "asker"})
         run_id = created.json()["run_id"]
@@ -121,8 +121,8 @@ def _echo_the_answer(request: ModelRequest) -> Any:
 async def _daemon(everything: StdioServerConfig, tmp_path: Path) -> AsyncIterator[str]:
     config = _asker_config(everything, tmp_path)
     backend = ScriptedBackend(_echo_the_answer)
-    async with serving_manager(config, [backend]) as (endpoint, _manager):
-        yield endpoint.url
+    async with serving_manager(config, [backend]) as daemon:
+        yield daemon.url
 
 
 @pytest.mark.parametrize("action", ["accept", "decline"])
