@@ -188,6 +188,26 @@ async def test_completion_stream_logprobs_n_and_stop(
     assert sampled.usage.completion_tokens == sum(per_choice)
 
 
+async def _give_up_on_a_call_and_a_stream(
+    server: SGLangServer, temperature: float, call: tuple[str, int], stream: tuple[str, int]
+) -> None:
+    """Two long requests (2000 tokens at most) given up: the call (its
+    request id, its samples) cancelled once the server runs all its samples,
+    as the agent loop cancels one; the stream stopped after its first piece."""
+    long = SamplingParams(temperature=temperature, max_tokens=2000)
+    task = "Write a long story about the sea."
+    (call_id, call_n), (stream_id, stream_n) = call, stream
+    async with _native(server, model=server.model) as sg:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sg.complete, _ask(task, sampling=long, n=call_n, request_id=call_id))
+            await _until(server, lambda m: m.get("sglang:num_running_reqs", 0) >= call_n)
+            tg.cancel_scope.cancel()
+        deltas = sg.stream(_ask(task, sampling=long, n=stream_n, request_id=stream_id))
+        async with aclosing(deltas) as pieces:
+            first = await anext(pieces)
+        assert first.content
+
+
 async def _aborted_early(server: SGLangServer, before: dict[str, float], aborts: int) -> None:
     """Wait until the server counts ``aborts`` more aborted requests than
     ``before`` and runs none; the calls (2000 tokens each at most) were
@@ -209,20 +229,9 @@ async def test_a_cancelled_call_is_aborted_at_the_server(sglang_server: SGLangSe
     run): the server stops generating it (``POST /abort_request``:
     ``sglang:num_aborted_requests_total``, nothing left running) instead
     of running on to ``max_tokens``."""
-    long = SamplingParams(temperature=0.0, max_tokens=2000)
-    task = "Write a long story about the sea."
     before = await _metrics(sglang_server)
     posted = _abort_posts(sglang_server)
-    async with _native(sglang_server, model=sglang_server.model) as sg:
-        # A call cancelled once the server runs it (the agent loop's call).
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sg.complete, _ask(task, sampling=long, request_id="cancel-1"))
-            await _until(sglang_server, lambda m: m.get("sglang:num_running_reqs", 0) >= 1)
-            tg.cancel_scope.cancel()
-        # A stream the caller stops reading after its first piece.
-        async with aclosing(sg.stream(_ask(task, sampling=long, request_id="cancel-2"))) as stream:
-            first = await anext(stream)
-        assert first.content
+    await _give_up_on_a_call_and_a_stream(sglang_server, 0.0, ("cancel-1", 1), ("cancel-2", 1))
     await _aborted_early(sglang_server, before, 2)
     # SGLang also aborts a request whose client went away, once it notices;
     # the server's access log shows agentrt asked at once.
@@ -250,19 +259,9 @@ async def test_every_sample_of_an_n_gt_1_call_is_aborted_at_the_server(
     reply.raise_for_status()
     assert [sample["meta_info"]["id"] for sample in reply.json()] == ["ids_0", "ids_1"]
 
-    long = SamplingParams(temperature=1.0, max_tokens=2000)
-    task = "Write a long story about the sea."
     before = await _metrics(sglang_server)
     posted = _abort_posts(sglang_server)
-    async with _native(sglang_server, model=sglang_server.model) as sg:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sg.complete, _ask(task, sampling=long, n=3, request_id="cancel-n3"))
-            await _until(sglang_server, lambda m: m.get("sglang:num_running_reqs", 0) >= 3)
-            tg.cancel_scope.cancel()
-        stream = sg.stream(_ask(task, sampling=long, n=2, request_id="cancel-n2"))
-        async with aclosing(stream) as deltas:
-            first = await anext(deltas)
-        assert first.content
+    await _give_up_on_a_call_and_a_stream(sglang_server, 1.0, ("cancel-n3", 3), ("cancel-n2", 2))
     await _aborted_early(sglang_server, before, 3 + 2)
     if sglang_server.output():  # a server this session started: its access log
         assert _abort_posts(sglang_server) == posted + 3 + 2

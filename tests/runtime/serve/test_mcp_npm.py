@@ -79,20 +79,31 @@ async def inspect(npx: str, workdir: Path, target: Sequence[str], *args: str) ->
     return json.loads(out)
 
 
+async def list_run_and_read(
+    npx: str, workdir: Path, target: Sequence[str], *, rollouts: int
+) -> tuple[Any, Any, Any]:
+    """Through the inspector CLI: the tools listed, the answer of
+    ``run_agent`` ("What is 6 x 7?" with ``rollouts``), then that run's
+    resource as read."""
+    listed = await inspect(npx, workdir, target, "--method", "tools/list")
+    answered = await inspect(
+        npx, workdir, target, "--method", "tools/call", "--tool-name", "run_agent",
+        "--tool-arg", "task=What is 6 x 7?", "agent=solver", f"rollouts={rollouts}",
+    )  # fmt: skip
+    run_id = answered["structuredContent"]["run_id"]
+    read = await inspect(
+        npx, workdir, target, "--method", "resources/read", "--uri", f"agentrt://runs/{run_id}"
+    )
+    return listed, answered, read
+
+
 async def test_inspector_drives_the_daemons_mcp_endpoint(
     npx: str, workdir: Path, tmp_path: Path
 ) -> None:
     async with daemon(tmp_path) as url:
         target = [url, "--transport", "http"]
-        listed = await inspect(npx, workdir, target, "--method", "tools/list")
-        answered = await inspect(
-            npx, workdir, target, "--method", "tools/call", "--tool-name", "run_agent",
-            "--tool-arg", "task=What is 6 x 7?", "agent=solver", "rollouts=3",
-        )  # fmt: skip
+        listed, answered, read = await list_run_and_read(npx, workdir, target, rollouts=3)
         run_id = answered["structuredContent"]["run_id"]
-        read = await inspect(
-            npx, workdir, target, "--method", "resources/read", "--uri", f"agentrt://runs/{run_id}"
-        )
         cancelled = await inspect(
             npx, workdir, target, "--method", "tools/call", "--tool-name", "cancel_run",
             "--tool-arg", f"run_id={run_id}",
@@ -137,16 +148,8 @@ async def test_inspector_drives_agentrt_mcp_over_stdio(
         )
     )
     target = ["--config", str(servers), "--server", "agentrt"]
-    listed = await inspect(npx, workdir, target, "--method", "tools/list")
-    answered = await inspect(
-        npx, workdir, target, "--method", "tools/call", "--tool-name", "run_agent",
-        "--tool-arg", "task=What is 6 x 7?", "agent=solver", "rollouts=2",
-    )  # fmt: skip
-    run_id = answered["structuredContent"]["run_id"]
-    # A second launch opens the same run store and finds the run there.
-    read = await inspect(
-        npx, workdir, target, "--method", "resources/read", "--uri", f"agentrt://runs/{run_id}"
-    )
+    # Each call is a launch of its own: the read finds the run in the store.
+    listed, answered, read = await list_run_and_read(npx, workdir, target, rollouts=2)
     assert {t["name"] for t in listed["tools"]} == {
         "run_agent",
         "list_agents",
