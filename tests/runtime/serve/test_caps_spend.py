@@ -120,9 +120,7 @@ async def test_8_rollouts_under_4000_tokens_spend_the_cap_through_the_daemon(
                 "scaling": {"rollouts": ROLLOUTS},
                 "budget": {"max_tokens": CAP},
             }
-            created = await client.post("/v1/runs", json=body)
-            assert created.status_code == 201, created.text
-            run_id = created.json()["run_id"]
+            run_id = await daemon_kit.create_run(client, body)
             with anyio.fail_after(60):
                 events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
             detail = (await client.get(f"/v1/runs/{run_id}")).json()
