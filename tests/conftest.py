@@ -13,11 +13,14 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from tests._support.needs import program
 
 # Property tests judge what is generated, never how fast: no per-example
 # deadline and no "generation is slow" check (both fail on a loaded machine).
@@ -178,12 +181,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def npx() -> str:
     """Path of ``npx``; skips (or fails under AGENTRT_REQUIRE_NPX=1) without it.
     (``tests/tools/mcp`` has its own, which also warms the npm cache.)"""
-    found = shutil.which("npx")
-    if found is None:
-        if os.environ.get("AGENTRT_REQUIRE_NPX") == "1":
-            pytest.fail("AGENTRT_REQUIRE_NPX=1 but npx (Node >= 20 with npm) is not installed")
-        pytest.skip("needs npx (Node >= 20 with npm)")
-    return found
+    return program("npx", "AGENTRT_REQUIRE_NPX", "needs npx (Node >= 20 with npm)")
+
+
+@pytest.fixture
+def bwrap() -> str:
+    """Path of ``bwrap``; skips (or fails under AGENTRT_REQUIRE_BWRAP=1) without it."""
+    return program(
+        "bwrap", "AGENTRT_REQUIRE_BWRAP", "needs bubblewrap (apt-get install -y bubblewrap)"
+    )
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A fresh directory that every user can traverse (pytest's own
+    ``tmp_path`` is private to its owner, which the sandbox's user, or a
+    cluster worker's, is not when the tests run as root), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="agentrt-test-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _descendants() -> dict[int, Any]:

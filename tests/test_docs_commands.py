@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests._support.configs import scripted_models
-from tests._support.daemon import free_port, serving
+from tests._support.daemon import serving
+from tests._support.ports import free_port
 
 pytestmark = pytest.mark.process
 

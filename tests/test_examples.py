@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agentrt.runtime.config._config_file import load_config
 from agentrt.runtime.models._model_registry import ModelRegistry
+from tests._support.examples import run_example
 
 pytestmark = pytest.mark.process
 
@@ -25,28 +24,14 @@ EXPECTED = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_runs(name: str) -> None:
-    out = subprocess.run(
-        [sys.executable, "-W", "error", str(ROOT / "examples" / name)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_example(name)
     for line in EXPECTED[name]:
         assert line in out.stdout, out.stdout
 
 
 @pytest.mark.embedded
 def test_the_embedded_runtime_example_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, "-W", "error", str(ROOT / "examples" / "embed_runtime.py")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_example("embed_runtime.py", timeout=300)
     status, calls = out.stdout.splitlines()[0], out.stdout.splitlines()[-1]
     assert status.startswith("succeeded ")
     assert "model calls" in calls

@@ -3,13 +3,12 @@ example is the file the tests run."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests._support.examples import run_example
 
 pytestmark = pytest.mark.process
 
@@ -45,28 +44,11 @@ def test_every_readme_python_block_is_an_example_file() -> None:
 
 
 def test_the_actor_example_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "actors_counter.py")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "2"
+    assert run_example("actors_counter.py").stdout.strip() == "2"
 
 
 @pytest.mark.embedded
 def test_the_readme_example_runs() -> None:
-    env = {**os.environ, "PYTHONWARNINGS": "error"}
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "embedded_model.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    out = run_example("embedded_model.py", timeout=120, env={"PYTHONWARNINGS": "error"})
     assert "prompt_tokens=" in out.stdout
     assert "completion_tokens=" in out.stdout

@@ -1,17 +1,39 @@
-"""A model backend that wraps another, for tests that watch or hold a
-backend's calls: a test subclasses ``ForwardingBackend`` and overrides the
-one call it is about."""
+"""Model backends of tests: the OpenAI backend on a sim-server
+(``sim_backend``), and one that wraps another, for tests that watch or hold
+a backend's calls: a test subclasses ``ForwardingBackend`` and overrides
+the one call it is about."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
+
+import httpx
 
 from agentrt.protocols import ModelReply, ModelRequest
 from agentrt.runtime.models._backend import ModelBackend, StreamDelta
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.testing import SimServer
 
 B = TypeVar("B", bound=ModelBackend)
+
+
+def sim_backend(
+    server: SimServer,
+    name: str = "sim",
+    models: Sequence[str] = ("m0",),
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    **config: Any,
+) -> OpenAIBackend:
+    """The OpenAI backend ``name`` on the running ``server``, serving
+    ``models``, through ``transport`` when given; ``config``: the other
+    ``OpenAIBackendConfig`` fields."""
+    settings = OpenAIBackendConfig(
+        name=name, base_url=f"{server.url}/v1", models=list(models), **config
+    )
+    return OpenAIBackend(settings, transport=transport)
 
 
 class ForwardingBackend(Generic[B]):

@@ -9,16 +9,22 @@ from pathlib import Path
 
 
 def scripted_models(
-    replies: Sequence[str], *, backend: str = "fake", models: Sequence[str] | None = None
+    replies: Sequence[str],
+    *,
+    backend: str = "fake",
+    models: Sequence[str] | None = None,
+    latency_s: float | None = None,
 ) -> str:
     """The ``[models]`` tables of an ``agentrt.toml`` whose default backend,
     named ``backend``, is the scripted model answering ``replies`` in turn
-    (and serving ``models``, when given)."""
+    (and serving ``models``, and taking ``latency_s`` per reply, when given)."""
     lines = ["[models]", f'default = "{backend}"', "", f"[models.backends.{backend}]"]
     lines.append('kind = "scripted"')
     if models is not None:
         lines.append(f"models = {json.dumps(list(models))}")
     lines.append(f"replies = {json.dumps(list(replies))}")
+    if latency_s is not None:
+        lines.append(f"latency_s = {latency_s}")
     return "\n".join(lines) + "\n"
 
 

@@ -28,11 +28,9 @@ from agentrt.protocols import (
     ModelRequest,
     TokenLogprob,
     ToolCall,
-    ToolSpec,
     Trajectory,
 )
 from agentrt.runtime.kernel._errors import ConfigError
-from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.testing import (
     ScriptedBackend,
     ScriptedReply,
@@ -40,32 +38,16 @@ from agentrt.testing import (
     SimServer,
     SimServerConfig,
 )
-from agentrt.tools._tool import ToolContext, ToolOutput
+from agentrt.tools import tool
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
 
-class Lookup:
-    """A tool answering with its argument; counts its calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    @property
-    def spec(self) -> ToolSpec:
-        return ToolSpec(
-            name="lookup",
-            description="look a key up",
-            parameters={
-                "type": "object",
-                "properties": {"key": {"type": "string"}},
-                "required": ["key"],
-            },
-        )
-
-    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
-        self.calls += 1
-        return ToolOutput.of_text(f"value of {arguments['key']}")
+@tool(name="lookup", description="look a key up")
+async def lookup(key: str) -> str:
+    """A tool answering with its argument."""
+    return f"value of {key}"
 
 
 def _lps(pairs: Sequence[tuple[str, float]]) -> list[TokenLogprob]:
@@ -112,7 +94,7 @@ def test_perplexity_split_without_markers_and_without_logprobs() -> None:
 
 async def test_steps_without_logprobs_are_unknown_and_never_branched() -> None:
     backend = ScriptedBackend([ScriptedToolCall("lookup", {"key": "a"}), "done"])
-    agent = Agent(AgentConfig(name="plain"), backends=[backend], tools=[Lookup()])
+    agent = Agent(AgentConfig(name="plain"), backends=[backend], tools=[lookup])
     result = await agent.run("task")
     unc = step_uncertainty(result.trajectory.steps[0])
     assert (unc.reasoning, unc.tool, unc.combined) == (None, None, None)
@@ -171,7 +153,7 @@ async def _parent(backend: ScriptedBackend, agent: Agent, task: str = "task") ->
 
 
 def _agent(backend: ScriptedBackend) -> Agent:
-    return Agent(AgentConfig(name="brancher", logprobs=True), backends=[backend], tools=[Lookup()])
+    return Agent(AgentConfig(name="brancher", logprobs=True), backends=[backend], tools=[lookup])
 
 
 async def test_picks_the_most_uncertain_steps_by_kind() -> None:
@@ -308,14 +290,11 @@ async def _sim_run(
     at a time)."""
     config = SimServerConfig(ttft_ms=0, token_ms=0, tool_rounds=3)
     async with SimServer(config) as server:
-        backend_config = OpenAIBackendConfig(
-            name="sim", base_url=f"{server.url}/v1", models=["sim"]
-        )
-        async with OpenAIBackend(backend_config) as backend:
+        async with sim_backend(server, models=["sim"]) as backend:
             agent = Agent(
                 AgentConfig(name="sim-brancher", logprobs=True, stop_on=[]),
                 backends=[backend],
-                tools=[Lookup()],
+                tools=[lookup],
             )
             task = "Look a key up three times, then answer."
             brancher = PartialRolloutBrancher(agent, BranchingConfig(uncertainty=kind))

@@ -10,9 +10,9 @@ import pytest
 
 from agentrt.agents import Agent, AgentConfig, EventLog
 from agentrt.protocols import StepRecorded, ToolSpec
-from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools._tool import ToolContext, ToolOutput
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -43,10 +43,7 @@ class Lookup:
 async def test_tool_rounds_against_the_sim_server() -> None:
     config = SimServerConfig(ttft_ms=0, token_ms=0, tool_rounds=3, parallel_tool_calls=2)
     async with SimServer(config) as server:
-        backend_config = OpenAIBackendConfig(
-            name="sim", base_url=f"{server.url}/v1", models=["sim"]
-        )
-        async with OpenAIBackend(backend_config) as backend:
+        async with sim_backend(server, models=["sim"]) as backend:
             by_word, by_number = Lookup("by_word", "string"), Lookup("by_number", "integer")
             log = EventLog()
             agent = Agent(

@@ -41,8 +41,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio.from_thread
+import httpx
 import pytest
 
+from agentrt.runtime.models._prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
 from agentrt.runtime.models.managed._managed_server import ManagedServer, ManagedServerConfig
 
 SERVED_NAME = "smol"
@@ -208,6 +210,16 @@ class SGLangServer:
 
 
 _started_sglang: list[SGLangServer] = []
+
+
+async def calibrated_chars_per_token(base_url: str, model: str) -> float:
+    """What the context budget must estimate for ``model``: the server's own
+    ``POST /tokenize`` count of the calibration text, with the margin."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        reply = await client.post("/tokenize", json={"model": model, "prompt": CALIBRATION_TEXT})
+    assert reply.status_code == 200, reply.text
+    counted: int = reply.json()["count"]
+    return len(CALIBRATION_TEXT) / counted * CALIBRATION_MARGIN
 
 
 def sglang_managed(name: str, **fields: Any) -> dict[str, Any]:

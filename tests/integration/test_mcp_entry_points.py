@@ -49,7 +49,6 @@ from agentrt.protocols import (
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.config._config_file import load_config
 from agentrt.runtime.models._backend import StreamDelta
-from agentrt.runtime.serve._daemon import serve_manager
 from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import (
     ReplySpec,
@@ -61,6 +60,7 @@ from agentrt.testing import (
 from agentrt.tools.mcp._server_actor import McpServerStatus
 from agentrt.tools.mcp._server_health import ConnectionState
 from tests._support.backends import ForwardingBackend
+from tests._support.daemon import serving_manager
 from tests._support.logs import warnings_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
@@ -422,18 +422,8 @@ def test_cli_runs_the_hierarchy_on_a_model_server(
 async def mcp_daemon(toml: Path, backend: GatedBackend) -> AsyncIterator[tuple[str, RunManager]]:
     """The daemon (its run manager and HTTP server) from ``toml``; yields
     its URL and the manager."""
-    config = load_config(toml)
-    async with (
-        RunManager(config, backends=[backend]) as manager,
-        anyio.create_task_group() as tg,
-    ):
-        endpoint = await tg.start(
-            lambda task_status: serve_manager(manager, task_status=task_status)
-        )
-        try:
-            yield endpoint.url, manager
-        finally:
-            tg.cancel_scope.cancel()
+    async with serving_manager(load_config(toml), [backend]) as served:
+        yield served.url, served.manager
 
 
 DAEMON = "[server]\nport = 0\nshutdown_grace_s = 0.5\n\n[store]\npath = 'runs.db'\n"

@@ -35,10 +35,11 @@ from agentrt.protocols import (
 from agentrt.runtime.cli._main import main
 from agentrt.runtime.kernel._errors import BackendUnavailable, UnknownModelError
 from agentrt.runtime.models._backend import StreamDelta
-from agentrt.runtime.models._prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend, SGLangBackendConfig
 from agentrt.runtime.models.sglang._sglang_wire import build_payload
+
+from .conftest import calibrated_chars_per_token
 
 pytestmark = [
     pytest.mark.sglang,
@@ -187,36 +188,51 @@ async def test_completion_stream_logprobs_n_and_stop(
     assert sampled.usage.completion_tokens == sum(per_choice)
 
 
-async def test_a_cancelled_call_is_aborted_at_the_server(sglang_server: SGLangServer) -> None:
-    """The engine gives up on a call (early stop, a deadline, a cancelled
-    run): the server stops generating it (``POST /abort_request``:
-    ``sglang:num_aborted_requests_total``, nothing left running) instead
-    of running on to ``max_tokens``."""
-    long = SamplingParams(temperature=0.0, max_tokens=2000)
+async def _give_up_on_a_call_and_a_stream(
+    server: SGLangServer, temperature: float, call: tuple[str, int], stream: tuple[str, int]
+) -> None:
+    """Two long requests (2000 tokens at most) given up: the call (its
+    request id, its samples) cancelled once the server runs all its samples,
+    as the agent loop cancels one; the stream stopped after its first piece."""
+    long = SamplingParams(temperature=temperature, max_tokens=2000)
     task = "Write a long story about the sea."
-    before = await _metrics(sglang_server)
-    posted = _abort_posts(sglang_server)
-    async with _native(sglang_server, model=sglang_server.model) as sg:
-        # A call cancelled once the server runs it (the agent loop's call).
+    (call_id, call_n), (stream_id, stream_n) = call, stream
+    async with _native(server, model=server.model) as sg:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(sg.complete, _ask(task, sampling=long, request_id="cancel-1"))
-            await _until(sglang_server, lambda m: m.get("sglang:num_running_reqs", 0) >= 1)
+            tg.start_soon(sg.complete, _ask(task, sampling=long, n=call_n, request_id=call_id))
+            await _until(server, lambda m: m.get("sglang:num_running_reqs", 0) >= call_n)
             tg.cancel_scope.cancel()
-        # A stream the caller stops reading after its first piece.
-        async with aclosing(sg.stream(_ask(task, sampling=long, request_id="cancel-2"))) as stream:
-            first = await anext(stream)
+        deltas = sg.stream(_ask(task, sampling=long, n=stream_n, request_id=stream_id))
+        async with aclosing(deltas) as pieces:
+            first = await anext(pieces)
         assert first.content
-    aborted = before.get("sglang:num_aborted_requests_total", 0.0) + 2
+
+
+async def _aborted_early(server: SGLangServer, before: dict[str, float], aborts: int) -> None:
+    """Wait until the server counts ``aborts`` more aborted requests than
+    ``before`` and runs none; the calls (2000 tokens each at most) were
+    stopped early: under 1000 tokens were generated in all."""
+    aborted = before.get("sglang:num_aborted_requests_total", 0.0) + aborts
     after = await _until(
-        sglang_server,
+        server,
         lambda m: (
             m.get("sglang:num_aborted_requests_total", 0) >= aborted
             and m.get("sglang:num_running_reqs", 0) == 0
         ),
     )
-    # Nowhere near 2 x 2000 tokens were generated.
     generated = after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"]
     assert generated < 1000
+
+
+async def test_a_cancelled_call_is_aborted_at_the_server(sglang_server: SGLangServer) -> None:
+    """The engine gives up on a call (early stop, a deadline, a cancelled
+    run): the server stops generating it (``POST /abort_request``:
+    ``sglang:num_aborted_requests_total``, nothing left running) instead
+    of running on to ``max_tokens``."""
+    before = await _metrics(sglang_server)
+    posted = _abort_posts(sglang_server)
+    await _give_up_on_a_call_and_a_stream(sglang_server, 0.0, ("cancel-1", 1), ("cancel-2", 1))
+    await _aborted_early(sglang_server, before, 2)
     # SGLang also aborts a request whose client went away, once it notices;
     # the server's access log shows agentrt asked at once.
     if sglang_server.output():  # a server this session started
@@ -243,29 +259,10 @@ async def test_every_sample_of_an_n_gt_1_call_is_aborted_at_the_server(
     reply.raise_for_status()
     assert [sample["meta_info"]["id"] for sample in reply.json()] == ["ids_0", "ids_1"]
 
-    long = SamplingParams(temperature=1.0, max_tokens=2000)
-    task = "Write a long story about the sea."
     before = await _metrics(sglang_server)
     posted = _abort_posts(sglang_server)
-    async with _native(sglang_server, model=sglang_server.model) as sg:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sg.complete, _ask(task, sampling=long, n=3, request_id="cancel-n3"))
-            await _until(sglang_server, lambda m: m.get("sglang:num_running_reqs", 0) >= 3)
-            tg.cancel_scope.cancel()
-        stream = sg.stream(_ask(task, sampling=long, n=2, request_id="cancel-n2"))
-        async with aclosing(stream) as deltas:
-            first = await anext(deltas)
-        assert first.content
-    aborted = before.get("sglang:num_aborted_requests_total", 0.0) + 3 + 2
-    after = await _until(
-        sglang_server,
-        lambda m: (
-            m.get("sglang:num_aborted_requests_total", 0) >= aborted
-            and m.get("sglang:num_running_reqs", 0) == 0
-        ),
-    )
-    generated = after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"]
-    assert generated < 1000  # nowhere near 5 x 2000
+    await _give_up_on_a_call_and_a_stream(sglang_server, 1.0, ("cancel-n3", 3), ("cancel-n2", 2))
+    await _aborted_early(sglang_server, before, 3 + 2)
     if sglang_server.output():  # a server this session started: its access log
         assert _abort_posts(sglang_server) == posted + 3 + 2
 
@@ -273,16 +270,11 @@ async def test_every_sample_of_an_n_gt_1_call_is_aborted_at_the_server(
 async def test_the_servers_tokenizer_calibrates_the_context_budget(
     sglang_server: SGLangServer,
 ) -> None:
-    async with httpx.AsyncClient(base_url=sglang_server.base_url, timeout=30) as client:
-        reply = await client.post(
-            "/tokenize", json={"model": sglang_server.model, "prompt": CALIBRATION_TEXT}
-        )
-    reply.raise_for_status()
-    counted = reply.json()["count"]
+    expected = await calibrated_chars_per_token(sglang_server.base_url, sglang_server.model)
     backends = {"sg": {"kind": "sglang", "urls": [sglang_server.base_url]}}
     async with Runtime({"models": {"backends": backends}, "warm_prefix": False}) as rt:
         ratio = rt.chars_per_token[sglang_server.model]
-    assert ratio == pytest.approx(len(CALIBRATION_TEXT) / counted * CALIBRATION_MARGIN, abs=1e-3)
+    assert ratio == pytest.approx(expected, abs=1e-3)
 
 
 def test_the_gpu_example_runs_four_rollouts_and_reports_cached_tokens(

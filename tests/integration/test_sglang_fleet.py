@@ -20,7 +20,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from agentrt import Runtime
 from agentrt.protocols import ModelRequest, RunResult, SamplingParams, ScalingSpec, UserMessage
 from agentrt.runtime.models.managed._managed_config import ServerState
 from agentrt.runtime.models.sglang._sglang_backend import SGLangBackend
+from tests._support.ports import free_port
 
 from .conftest import sglang_managed
 
@@ -77,15 +77,9 @@ class Fleet:
             self._close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def fleet(sglang_server: SGLangServer) -> Iterator[Fleet]:
-    port = _free_port()
+    port = free_port()
     managed = sglang_managed(
         "sgm",
         port=port,

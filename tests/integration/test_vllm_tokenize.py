@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import httpx
 import pytest
 
 from agentrt.runtime.engine._runtime import Runtime
-from agentrt.runtime.models._prompt_estimate import CALIBRATION_MARGIN, CALIBRATION_TEXT
+
+from .conftest import calibrated_chars_per_token
 
 pytestmark = pytest.mark.anyio
 
@@ -24,12 +24,7 @@ class VllmServer(Protocol):
 async def test_a_vllm_servers_tokenizer_calibrates_chars_per_token(
     vllm_server: VllmServer,
 ) -> None:
-    async with httpx.AsyncClient(base_url=vllm_server.base_url, timeout=30) as client:
-        reply = await client.post(
-            "/tokenize", json={"model": vllm_server.model, "prompt": CALIBRATION_TEXT}
-        )
-    assert reply.status_code == 200, reply.text
-    counted = reply.json()["count"]
+    expected = await calibrated_chars_per_token(vllm_server.base_url, vllm_server.model)
     backends = {
         "vllm": {
             "kind": "openai",
@@ -39,4 +34,4 @@ async def test_a_vllm_servers_tokenizer_calibrates_chars_per_token(
     }
     async with Runtime({"models": {"backends": backends, "default": "vllm"}}) as rt:
         ratio = rt.chars_per_token[vllm_server.model]
-    assert ratio == pytest.approx(len(CALIBRATION_TEXT) / counted * CALIBRATION_MARGIN, abs=1e-3)
+    assert ratio == pytest.approx(expected, abs=1e-3)

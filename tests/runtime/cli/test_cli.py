@@ -19,7 +19,9 @@ import yaml
 from agentrt import __version__
 from agentrt.protocols import RunResult, decode
 from agentrt.runtime.cli._main import main
+from agentrt.testing import SimServerConfig
 from tests._support.configs import scripted_models, write_config
+from tests._support.sim_process import sim_server_process
 
 pytestmark = pytest.mark.process
 
@@ -286,21 +288,12 @@ def test_an_unloadable_embedded_model_is_a_user_error(
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
     """The sim-server in its own process (as a user would run it)."""
-    argv = [sys.executable, "-m", "agentrt.runtime.testing.sim._sim_server", "--port", "0"]
-    argv += ["--answer", "answer", "--ttft-ms", "5", "--token-ms", "0"]
     # Offered tools, it calls two of them at once, once; then it answers.
-    argv += ["--tool-rounds", "1", "--parallel-tool-calls", "2"]
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    ) as process:
-        try:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            assert line.startswith("agentrt sim-server listening on "), line
-            yield line.split()[-1]
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
+    config = SimServerConfig(
+        answer="answer", ttft_ms=5, token_ms=0, tool_rounds=1, parallel_tool_calls=2
+    )
+    with sim_server_process(config) as url:
+        yield url
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -18,11 +17,6 @@ import pytest
 from agentrt.testing import SimServer, SimServerConfig
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.slow]
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return ("asyncio", {"use_uvloop": False})
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from agentrt import Runtime
 from agentrt.agents import AgentConfig
 from agentrt.agents._summary import SUMMARY_MIN_TOKENS
 from agentrt.aggregators._aggregator import AGGREGATION_MIN_TOKENS
-from agentrt.models import OpenAIBackend, OpenAIBackendConfig
 from agentrt.protocols import (
     Budget,
     BudgetUpdated,
@@ -30,6 +29,7 @@ from agentrt.protocols import (
 from agentrt.runtime.engine._runtime import RuntimeConfig
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
 from agentrt.tools import Calculator
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -49,9 +49,7 @@ async def test_an_rtv_stopped_by_its_cap_keeps_its_bracket_and_its_cost_is_live(
     sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, answer="answer")
     log = EventLog()
     async with SimServer(sim) as server:
-        model = OpenAIBackend(
-            OpenAIBackendConfig(name="sim", base_url=f"{server.url}/v1", models=["m0"])
-        )
+        model = sim_backend(server)
         agent = AgentConfig(name="solver", model="m0", tools=["calculator"])
         config = {"agents": {"solver": agent}, "warm_prefix": False}
         async with model, Runtime(config, backends=[model], tools=[Calculator()]) as rt:

@@ -16,9 +16,9 @@ from agentrt import Runtime
 from agentrt.protocols import RunResult, ScalingSpec
 from agentrt.runtime.models._retry import BreakerConfig, RetryPolicy
 from agentrt.runtime.models.http._http_client import make_transport
-from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -52,15 +52,13 @@ async def _runs(wait: bool) -> tuple[list[RunResult], Outage, int]:
     sim = SimServerConfig(ttft_ms=2, token_ms=0, answer="answer", tool_rounds=1)
     transport = Outage(OUTAGE_S)
     async with SimServer(sim) as server:
-        backend = OpenAIBackend(
-            OpenAIBackendConfig(
-                name="b",
-                base_url=f"{server.url}/v1",
-                models=["sim"],
-                retry=RetryPolicy(),
-                breaker=BreakerConfig(failure_threshold=3, cooldown_s=0.3, wait=wait),
-            ),
+        backend = sim_backend(
+            server,
+            "b",
+            ["sim"],
             transport=transport,
+            retry=RetryPolicy(),
+            breaker=BreakerConfig(failure_threshold=3, cooldown_s=0.3, wait=wait),
         )
         results: list[RunResult] = []
         async with backend, Runtime(backends=[backend], tools=[Calculator()]) as rt:

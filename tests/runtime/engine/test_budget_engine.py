@@ -57,9 +57,10 @@ from agentrt.protocols import (
 from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
 from agentrt.runtime.models._prompt_estimate import CharEstimator, estimate_request_tokens
 from agentrt.runtime.models.http._http_client import make_transport
-from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
+from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -355,6 +356,17 @@ async def test_concurrent_runs_keep_to_their_caps_and_report_what_the_server_ser
 # -- the issue's cases -------------------------------------------------------------
 
 
+async def rtv_of_8(config: dict[str, Any], v: int, budget: Budget, log: EventLog) -> RunResult:
+    """The task by 8 rollouts of ``a0``, aggregated by rtv (g = 2, ``v``
+    votes a pair) even though every rollout answers alike."""
+    async with Runtime(config, tools=[Calculator()], prices=PRICES) as rt:
+        options = {"g": 2, "v": v, "skip_agreeing": False}
+        scaling = ScalingSpec(rollouts=8, aggregate="rtv", options=options)
+        return await rt.run(
+            "What is 2 + 3?", agent="a0", scaling=scaling, budget=budget, events=log
+        )
+
+
 async def test_an_8_rollout_rtv_run_under_15000_tokens_spends_no_more() -> None:
     sim = SimServerConfig(model="m0", ttft_ms=0, token_ms=0, reply_tokens=20)
     sim = sim.model_copy(update={"reply_tokens_max": 200})
@@ -363,13 +375,7 @@ async def test_an_8_rollout_rtv_run_under_15000_tokens_spends_no_more() -> None:
     async with SimServer(sim) as server:
         config = runtime_config([server], warm_prefix=True)
         config["agents"] = {"a0": agent(0, max_tokens_per_step=1024)}
-        async with Runtime(config, tools=[Calculator()], prices=PRICES) as rt:
-            # Every rollout answers alike: judge them anyway (no agreement skip).
-            options = {"g": 2, "v": 8, "skip_agreeing": False}
-            scaling = ScalingSpec(rollouts=8, aggregate="rtv", options=options)
-            result = await rt.run(
-                "What is 2 + 3?", agent="a0", scaling=scaling, budget=budget, events=log
-            )
+        result = await rtv_of_8(config, 8, budget, log)
         counted = await Counted.of(server)
     check_run("rtv under 15,000 tokens", budget, result, counted, log)
     assert counted.prompt + counted.completion > 10_000  # the cap, not the task, ended it
@@ -381,13 +387,7 @@ async def test_an_rtv_tournament_with_v_64_makes_at_most_50_calls() -> None:
     budget = Budget(max_model_calls=50)
     log = EventLog()
     async with SimServer(sim) as server:
-        async with Runtime(runtime_config([server]), tools=[Calculator()], prices=PRICES) as rt:
-            # Every rollout answers alike: judge them anyway (no agreement skip).
-            options = {"g": 2, "v": 64, "skip_agreeing": False}
-            scaling = ScalingSpec(rollouts=8, aggregate="rtv", options=options)
-            result = await rt.run(
-                "What is 2 + 3?", agent="a0", scaling=scaling, budget=budget, events=log
-            )
+        result = await rtv_of_8(runtime_config([server]), 64, budget, log)
         counted = await Counted.of(server)
     check_run("rtv v=64 under 50 calls", budget, result, counted, log)
     assert counted.seen == 50  # level 1 alone asks for 4 * 64 judgements
@@ -469,10 +469,7 @@ class HoldReplies(httpx.AsyncBaseTransport):
 
 def held_backend(server: SimServer, transport: HoldReplies) -> OpenAIBackend:
     """Backend ``b0`` (model ``m0``) on ``server``, through ``transport``."""
-    return OpenAIBackend(
-        OpenAIBackendConfig(name="b0", base_url=f"{server.url}/v1", models=["m0"]),
-        transport=transport,
-    )
+    return sim_backend(server, "b0", transport=transport)
 
 
 def check_cut_calls(

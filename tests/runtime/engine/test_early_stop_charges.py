@@ -15,7 +15,6 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents import AgentConfig, AgentLimits
-from agentrt.models import OpenAIBackend, OpenAIBackendConfig
 from agentrt.protocols import (
     Budget,
     Event,
@@ -28,6 +27,7 @@ from agentrt.protocols import (
 from agentrt.runtime.models.http._http_client import HttpClientConfig, make_transport
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -87,15 +87,7 @@ async def run_on_sim(
         reply_tokens=reply_tokens,
     )
     async with SimServer(sim) as server:
-        model = OpenAIBackend(
-            OpenAIBackendConfig(
-                name="sim",
-                base_url=f"{server.url}/v1",
-                models=["m0"],
-                http=http or HttpClientConfig(),
-            ),
-            transport=transport,
-        )
+        model = sim_backend(server, transport=transport, http=http or HttpClientConfig())
         config = {"agents": {"solver": solver()}, "early_stop": early_stop, "warm_prefix": False}
         async with model, Runtime(config, backends=[model]) as rt:
             with anyio.fail_after(30):

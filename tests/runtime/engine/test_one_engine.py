@@ -127,32 +127,26 @@ def engine_internals_used(rel: str, tree: ast.Module) -> list[Finding]:
     return sorted(set(found), key=lambda f: f.line)
 
 
+def _last_name(node: ast.expr) -> str | None:
+    """``c`` of ``a.b.c`` or of ``c``; ``None`` for any other expression."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def actors_hosted(rel: str, tree: ast.Module) -> list[Finding]:
     """Actor spawns (``x.spawn(``, ``spawn_supervisor(``) and ``Actor`` subclasses."""
     found: list[Finding] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             func = node.func
-            name = (
-                func.attr
-                if isinstance(func, ast.Attribute)
-                else func.id
-                if isinstance(func, ast.Name)
-                else None
-            )
+            name = _last_name(func)
             if name in SPAWNS and (isinstance(func, ast.Attribute) or name != "spawn"):
                 found.append(Finding(rel, node.lineno, f"calls {name}("))
         elif isinstance(node, ast.ClassDef):
             for base in node.bases:
                 target = base.value if isinstance(base, ast.Subscript) else base
-                base_name = (
-                    target.attr
-                    if isinstance(target, ast.Attribute)
-                    else target.id
-                    if isinstance(target, ast.Name)
-                    else None
-                )
-                if base_name == "Actor":
+                if _last_name(target) == "Actor":
                     found.append(Finding(rel, node.lineno, f"defines actor {node.name}"))
     return found
 

@@ -67,22 +67,9 @@ from tests._support.swebench import BARE_INSTANCE
 
 from .conftest import GRADING_GROUP, HarnessGrades
 
-pytestmark = [pytest.mark.anyio, pytest.mark.process]
+pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.usefixtures("bwrap")]
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "examples" / "mini_swe_agent.yaml"
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return ("asyncio", {"use_uvloop": False})
-
-
-@pytest.fixture(autouse=True)
-def _sandbox() -> None:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("AGENTRT_REQUIRE_BWRAP") == "1":
-            pytest.fail("AGENTRT_REQUIRE_BWRAP=1 but bubblewrap (bwrap) is not installed")
-        pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
 
 
 def _first_user(request: ModelRequest) -> str:

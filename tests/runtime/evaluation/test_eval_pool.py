@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from agentrt.runtime.evaluation._trajectory_data import VERSION, read_pools
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve.store._run_store import RunStore
 from agentrt.testing import ScriptedBackend
+from tests._support.needs import require
 
 pytestmark = pytest.mark.anyio
 
@@ -158,12 +159,11 @@ async def test_a_daemon_store_run_re_aggregates_and_exports(tmp_path: Path) -> N
 
 
 async def test_parquet_round_trip(tmp_path: Path) -> None:
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        if os.environ.get("AGENTRT_REQUIRE_PYARROW") == "1":
-            pytest.fail("AGENTRT_REQUIRE_PYARROW=1 but pyarrow is not installed")
-        pytest.skip("pyarrow is not installed (the `parquet` extra)")
+    require(
+        importlib.util.find_spec("pyarrow") is not None,
+        "AGENTRT_REQUIRE_PYARROW",
+        "pyarrow is not installed (the `parquet` extra)",
+    )
     backend = scripted()
     parquet = tmp_path / "pool.parquet"
     async with Runtime({"early_stop": False}, backends=[backend]) as rt:

@@ -4,12 +4,14 @@ stand up for every case."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from aiohttp import web
 
+from agentrt.runtime.models._retry import RetryPolicy
 from agentrt.runtime.models.http._http_client import HttpClientConfig
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
 
@@ -42,3 +44,25 @@ def openai_backend(url: str, **config: Any) -> OpenAIBackend:
             **{"base_url": url, "http": HttpClientConfig(read_timeout_s=5), **config}
         )
     )
+
+
+def retrying_backend(url: str, name: str, **config: Any) -> OpenAIBackend:
+    """``openai_backend`` named ``name`` serving model ``m``, that tries a
+    call three times, 10 ms apart at first, within 10 s."""
+    retry = RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10)
+    return openai_backend(url, **{"name": name, "models": ["m"], "retry": retry, **config})
+
+
+class HangsOnce:
+    """A handler that answers ``body``, but only after 30 s the first time
+    (a hang a deadline or a read timeout must end)."""
+
+    def __init__(self, body: Mapping[str, Any]) -> None:
+        self.body = body
+        self.calls = 0
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        self.calls += 1
+        if self.calls == 1:
+            await anyio.sleep(30)
+        return web.json_response(self.body)

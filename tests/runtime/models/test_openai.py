@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -41,7 +40,13 @@ from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models._retry import RetryPolicy
 from agentrt.runtime.models.http._http_client import HttpClientConfig
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
-from tests.runtime.models._loopback import Handler, loopback_server, openai_backend
+from tests._support.ports import free_port
+from tests.runtime.models._loopback import (
+    Handler,
+    HangsOnce,
+    loopback_server,
+    openai_backend,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -124,13 +129,6 @@ def backend(url: str, **overrides: Any) -> OpenAIBackend:
 
 def ask(text: str = "hi", **overrides: Any) -> ModelRequest:
     return ModelRequest(messages=[UserMessage(text)], **overrides)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def test_the_backend_is_a_model_backend() -> None:
@@ -431,17 +429,8 @@ async def test_a_call_deadline_leaves_its_task_and_outer_scopes_uncancelled() ->
     # The deadline cancels the calling task itself: once it became the
     # BackendTimeout, the task must not stay cancelled (the next await and
     # the next call run), nor may an enclosing scope see a cancellation.
-    calls = 0
-
-    async def slow_once(request: web.Request) -> web.StreamResponse:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            await anyio.sleep(30)
-        return web.json_response(completion())
-
     policy = RetryPolicy(max_attempts=1, deadline_s=0.2)
-    async with serve(slow_once) as (url, _), backend(url, retry=policy) as b:
+    async with serve(HangsOnce(completion())) as (url, _), backend(url, retry=policy) as b:
         with anyio.CancelScope() as outer:
             with pytest.raises(BackendTimeout, match=r"call deadline of 0\.2s"):
                 await b.complete(ask())

@@ -22,7 +22,7 @@ from agentrt.runtime.models._backend import StreamDelta
 from agentrt.runtime.models._metered import MeteredBackend
 from agentrt.runtime.models._retry import RetryPolicy
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
-from tests.runtime.models._loopback import Handler, loopback_server, openai_backend
+from tests.runtime.models._loopback import Handler, loopback_server, retrying_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -105,15 +105,7 @@ def sse(
 
 
 def backend(url: str, **overrides: Any) -> OpenAIBackend:
-    return openai_backend(
-        url,
-        **{
-            "name": "st",
-            "models": ["m"],
-            "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
-            **overrides,
-        },
-    )
+    return retrying_backend(url, "st", **overrides)
 
 
 async def collect(b: OpenAIBackend, request: ModelRequest) -> list[StreamDelta]:

@@ -42,7 +42,12 @@ from agentrt.runtime.models._retry import (
 from agentrt.runtime.models.http._http_client import HttpClientConfig
 from agentrt.runtime.models.openai import _openai_backend
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
-from tests.runtime.models._loopback import Handler, loopback_server, openai_backend
+from tests.runtime.models._loopback import (
+    Handler,
+    HangsOnce,
+    loopback_server,
+    retrying_backend,
+)
 
 OK = {
     "model": "m",
@@ -278,15 +283,7 @@ async def serve(handler: Handler) -> AsyncIterator[str]:
 
 
 def backend(url: str, **overrides: Any) -> OpenAIBackend:
-    return openai_backend(
-        url,
-        **{
-            "name": "rt",
-            "models": ["m"],
-            "retry": RetryPolicy(max_attempts=3, base_delay_s=0.01, deadline_s=10),
-            **overrides,
-        },
-    )
+    return retrying_backend(url, "rt", **overrides)
 
 
 @pytest.mark.anyio
@@ -363,17 +360,8 @@ async def test_400_is_not_retried() -> None:
 
 @pytest.mark.anyio
 async def test_a_hang_is_retried_after_the_read_timeout() -> None:
-    calls = 0
-
-    async def hang_once(request: web.Request) -> web.StreamResponse:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            await anyio.sleep(30)
-        return web.json_response(OK)
-
     http = HttpClientConfig(read_timeout_s=1.0)  # the second answer comes at once
-    async with serve(hang_once) as url, backend(url, http=http) as b:
+    async with serve(HangsOnce(OK)) as url, backend(url, http=http) as b:
         reply = await b.complete(ASK)
         assert b.stats.attempts == 2
     assert reply.message.content == "ok"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from agentrt.runtime.observe._tracing_config import TracingConfig, resolve_traci
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from agentrt.tools.builtins._calculator import Calculator
+from tests._support.needs import require
+from tests._support.ports import free_port
 
 pytestmark = pytest.mark.process
 
@@ -47,13 +48,6 @@ def one_tool_then_42(request: ModelRequest) -> ReplySpec:
     if not any(isinstance(m, ToolMessage) for m in request.messages):
         return ScriptedToolCall("calculator", {"expression": "6*7"})
     return ScriptedReply(content="42")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _settings(endpoint: str, **changes: Any) -> Any:
@@ -188,7 +182,7 @@ async def test_sampled_out_runs_record_nothing() -> None:
 
 @pytest.mark.anyio
 async def test_a_receiver_that_is_down_drops_and_counts_spans_without_holding_the_run() -> None:
-    dead = f"http://127.0.0.1:{_free_port()}/v1/traces"  # nothing listens there
+    dead = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
     backend = ScriptedBackend(one_tool_then_42, models=["m"])
     config = {"agents": AGENTS, "tracing": {"endpoint": dead, "export_timeout_s": 0.5}}
     started = time.perf_counter()
@@ -304,13 +298,13 @@ def _phoenix_template(command: str) -> Path | None:
 def _serve_phoenix(command: str, home: Path) -> tuple[subprocess.Popen[bytes], str]:
     """``phoenix serve`` on free loopback ports with ``home`` as its working
     directory, once it answers ``/healthz``; its process and URL."""
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PHOENIX_WORKING_DIR": str(home),
         "PHOENIX_HOST": "127.0.0.1",
         "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(_free_port()),
+        "PHOENIX_GRPC_PORT": str(free_port()),
     }
     with (home / "phoenix.log").open("a") as log:
         proc = subprocess.Popen(
@@ -355,10 +349,12 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     migrated once (made by a first start and a clean stop, then kept):
     the migrations are half of a start's CPU."""
     command = _phoenix_command()
-    if command is None:
-        if os.environ.get("AGENTRT_REQUIRE_PHOENIX") == "1":
-            pytest.fail("AGENTRT_REQUIRE_PHOENIX=1 but `phoenix` (arize-phoenix) is not installed")
-        pytest.skip("needs Arize Phoenix (`phoenix serve`; .ci/run installs it)")
+    require(
+        command is not None,
+        "AGENTRT_REQUIRE_PHOENIX",
+        "needs Arize Phoenix (`phoenix serve`; .ci/run installs it)",
+    )
+    assert command is not None
     pytest.importorskip("phoenix.client")
     home = tmp_path_factory.mktemp("phoenix")
     template = _phoenix_template(command)

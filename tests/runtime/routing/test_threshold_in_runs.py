@@ -8,9 +8,7 @@ model; on an easy task it is confident and every step stays small."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
 
 import pytest
 
@@ -22,14 +20,13 @@ from agentrt.protocols import (
     StepRecorded,
     TokenLogprob,
     ToolMessage,
-    ToolSpec,
     UserMessage,
 )
 from agentrt.runtime.budget._pricing import ModelPrice, PriceTable
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.routing._routing_config import load_routing_config
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
-from agentrt.tools._tool import ToolContext, ToolOutput
+from agentrt.tools import ToolOutput, tool
 
 pytestmark = pytest.mark.anyio
 
@@ -42,26 +39,12 @@ PRICES = PriceTable(
 )
 
 
-class Lookup:
+@tool(name="lookup", description="look a key up")
+async def lookup(key: str) -> ToolOutput:
     """Answers a key; the key ``broken`` fails."""
-
-    @property
-    def spec(self) -> ToolSpec:
-        return ToolSpec(
-            name="lookup",
-            description="look a key up",
-            parameters={
-                "type": "object",
-                "properties": {"key": {"type": "string"}},
-                "required": ["key"],
-            },
-        )
-
-    async def call(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolOutput:
-        key = str(arguments["key"])
-        if key == "broken":
-            return ToolOutput.of_text(f"no entry {key!r}", is_error=True)
-        return ToolOutput.of_text(f"{key} = 7")
+    if key == "broken":
+        return ToolOutput.of_text(f"no entry {key!r}", is_error=True)
+    return ToolOutput.of_text(f"{key} = 7")
 
 
 def task_of(request: ModelRequest) -> str:
@@ -101,7 +84,7 @@ async def run(task: str, rollouts: int) -> tuple[list[list[str]], str | None, Ev
             ScriptedBackend(small, name="small", models=["small"]),
             ScriptedBackend(large, name="large", models=["large"]),
         ],
-        tools=[Lookup()],
+        tools=[lookup],
         agents={"router": config},
         prices=PRICES,
     ) as rt:

@@ -4,9 +4,6 @@ tool-calling steps before answering, and an SSE reader."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,12 +16,13 @@ import pytest
 
 from agentrt.protocols import ModelRequest, ToolMessage
 from agentrt.runtime.config._config_file import AgentrtConfig, config_from_mapping
-from agentrt.runtime.kernel._parent_death import guarded_argv
 from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.testing import ScriptedReply as Reply
-from tests._support.daemon import wait_ready
+from tests._support.configs import scripted_models
+from tests._support.daemon import start_serve
+from tests._support.ports import free_port
 
 
 def stepping_script(steps: int, answer: str = "42") -> Callable[[ModelRequest], ReplySpec]:
@@ -70,6 +68,14 @@ async def running_daemon(
             tg.cancel_scope.cancel()
 
 
+async def create_run(client: httpx.AsyncClient, body: dict[str, Any]) -> str:
+    """``POST /v1/runs`` with ``body``, which must answer 201; the run's id."""
+    created = await client.post("/v1/runs", json=body)
+    assert created.status_code == 201, created.text
+    run_id: str = created.json()["run_id"]
+    return run_id
+
+
 async def sse_events(
     client: httpx.AsyncClient,
     path: str,
@@ -105,35 +111,8 @@ async def sse_events(
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_serve(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    """``agentrt serve --config config`` in a subprocess (stderr appended to
-    ``log``), returned once ``/readyz`` answers 200 on ``port``."""
-    with log.open("ab") as stderr:
-        proc = subprocess.Popen(
-            # Gone with pytest, even SIGKILLed.
-            guarded_argv([sys.executable, "-m", "agentrt", "serve", "--config", str(config)], 10),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-        )
-    wait_ready(proc, port, log)
-    return proc
-
-
-SCRIPTED_TOML = """
-[models]
-default = "s"
-
-[models.backends.s]
-kind = "scripted"
-replies = ["42"]
-
+SCRIPTED_TOML = f"""
+{scripted_models(["42"], backend="s")}
 [agents.solver]
 instructions = "Answer briefly."
 
@@ -150,6 +129,7 @@ class DaemonKit:
     scripted = staticmethod(scripted)
     running = staticmethod(running_daemon)
     sse = staticmethod(sse_events)
+    create_run = staticmethod(create_run)
     stepping_script = staticmethod(stepping_script)
     free_port = staticmethod(free_port)
     start_serve = staticmethod(start_serve)

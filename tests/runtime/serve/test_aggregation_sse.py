@@ -40,9 +40,7 @@ async def test_budget_events_arrive_on_sse_while_a_run_aggregates(
             "agent": "solver",
             "scaling": {"rollouts": 4, "aggregate": "rtv", "options": {"skip_agreeing": False}},
         }
-        created = await client.post("/v1/runs", json=body)
-        assert created.status_code == 201, created.text
-        run_id = created.json()["run_id"]
+        run_id = await daemon_kit.create_run(client, body)
         with anyio.fail_after(30):
             events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
         detail = (await client.get(f"/v1/runs/{run_id}")).json()

@@ -16,10 +16,8 @@ from typing import Any, Literal
 
 import anyio
 import httpx
-import mcp_types
 import pytest
 from mcp import Client as McpClient
-from mcp.client.context import ClientRequestContext
 
 from agentrt.client import AsyncClient, Client, RequestRefused, verify_webhook
 from agentrt.protocols import (
@@ -32,6 +30,7 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.serve._keys import digest, new_key
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
+from tests._support.approvals import Ide
 
 from .test_webhooks import SECRET, receiver
 
@@ -189,15 +188,7 @@ async def test_another_key_sees_no_question_and_cannot_answer(
 async def test_the_ide_that_started_the_run_is_asked_to_approve(
     tmp_path: Path, daemon_kit: Any, action: Literal["accept", "decline"]
 ) -> None:
-    asked: list[mcp_types.ElicitRequestFormParams] = []
-
-    async def ide(
-        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
-    ) -> mcp_types.ElicitResult:
-        assert isinstance(params, mcp_types.ElicitRequestFormParams)
-        asked.append(params)
-        return mcp_types.ElicitResult(action=action)
-
+    ide = Ide(action)
     with anyio.fail_after(60):
         async with (
             daemon_kit.running(_config(daemon_kit, tmp_path), _one_call()) as daemon,
@@ -206,7 +197,7 @@ async def test_the_ide_that_started_the_run_is_asked_to_approve(
             result = await ide_client.call_tool("run_agent", {"task": "6*7?", "agent": "solver"})
     assert result.structured_content is not None
     assert result.structured_content["status"] == "succeeded", result
-    [question] = asked
+    [question] = ide.asked
     assert "'calculator'" in question.message
     assert '{"expression":"6*7"}' in question.message
     answer = result.structured_content["answer"]

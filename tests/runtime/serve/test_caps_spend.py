@@ -16,10 +16,11 @@ import pytest
 from agentrt import Runtime
 from agentrt.agents import AgentConfig, AgentLimits
 from agentrt.client import RunPage
-from agentrt.models import OpenAIBackend, OpenAIBackendConfig
+from agentrt.models import OpenAIBackend
 from agentrt.protocols import Budget, RunResult, ScalingSpec
 from agentrt.testing import SimServer, SimServerConfig
 from agentrt.tools import Calculator
+from tests._support.backends import sim_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -50,9 +51,7 @@ def solver(**limits: Any) -> AgentConfig:
 
 
 def backend(server: SimServer) -> OpenAIBackend:
-    return OpenAIBackend(
-        OpenAIBackendConfig(name="sim", base_url=f"{server.url}/v1", models=["m0"])
-    )
+    return sim_backend(server)
 
 
 def check_spent(
@@ -121,9 +120,7 @@ async def test_8_rollouts_under_4000_tokens_spend_the_cap_through_the_daemon(
                 "scaling": {"rollouts": ROLLOUTS},
                 "budget": {"max_tokens": CAP},
             }
-            created = await client.post("/v1/runs", json=body)
-            assert created.status_code == 201, created.text
-            run_id = created.json()["run_id"]
+            run_id = await daemon_kit.create_run(client, body)
             with anyio.fail_after(60):
                 events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
             detail = (await client.get(f"/v1/runs/{run_id}")).json()

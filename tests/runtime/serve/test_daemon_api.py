@@ -31,9 +31,7 @@ async def test_a_run_through_the_api_streams_its_events_and_is_stored(
         httpx.AsyncClient(base_url=daemon.url) as client,
     ):
         body = {"task": "add things", "agent": "solver", "scaling": {"rollouts": 3}}
-        created = await client.post("/v1/runs", json=body)
-        assert created.status_code == 201
-        run_id = created.json()["run_id"]
+        run_id = await daemon_kit.create_run(client, body)
         events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
         kinds = [kind for _, kind, _ in events]
         assert kinds[0] == "run_started"

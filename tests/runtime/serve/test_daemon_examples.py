@@ -4,9 +4,7 @@ daemon reads it, and ``examples/openai_client.py`` and
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +14,9 @@ import httpx
 import pytest
 
 from agentrt.runtime.config._config_file import load_config
+from tests._support.configs import scripted_models
+from tests._support.daemon import serving
+from tests._support.examples import run_example
 
 pytestmark = pytest.mark.process
 
@@ -49,39 +50,23 @@ token = "{TOKEN}"
 [store]
 path = "runs.db"
 
-[models.backends.s]
-kind = "scripted"
-replies = ["391"]
-
+{scripted_models(["391"], backend="s")}
 [agents.solver]
 instructions = "Solve the task."
 """
     )
-    daemon = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
-    try:
+    with serving(config, port, tmp_path / "daemon.log"):
         yield port
-    finally:
-        daemon.terminate()
-        daemon.wait(30)
 
 
 def _run_example(example: str, url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "AGENTRT_URL": url, "AGENTRT_TOKEN": TOKEN}
-    return subprocess.run(
-        [sys.executable, "-W", "error", str(ROOT / "examples" / example)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
+    return run_example(example, env={"AGENTRT_URL": url, "AGENTRT_TOKEN": TOKEN})
 
 
 @pytest.mark.slow
 def test_the_openai_client_example_talks_to_agentrt_serve(tmp_path: Path, daemon_kit: Any) -> None:
     with _serving(tmp_path, daemon_kit) as port:
         out = _run_example("openai_client.py", f"http://127.0.0.1:{port}/v1")
-        assert out.returncode == 0, out.stderr
         answer, usage = out.stdout.splitlines()
         assert answer == "391"
         # One token per rollout (four); no prefix warm-up by default.
@@ -100,7 +85,6 @@ def test_the_rest_client_example_follows_a_run_of_agentrt_serve(
 ) -> None:
     with _serving(tmp_path, daemon_kit) as port:
         out = _run_example("rest_client.py", f"http://127.0.0.1:{port}")
-        assert out.returncode == 0, out.stderr
         lines = out.stdout.splitlines()
         assert sorted(line for line in lines if " step " in line) == [
             f"{run}-r{i} step 0" for run in [lines[-2].split()[0]] for i in range(3)

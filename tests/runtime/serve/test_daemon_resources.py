@@ -24,7 +24,8 @@ import pytest
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve._pauses import IdleCollector
 from agentrt.runtime.serve.store._run_store import RunStore
-from tests._support.daemon import wait_ready
+from tests._support.configs import scripted_models
+from tests._support.daemon import start_serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -75,13 +76,7 @@ header_timeout_s = {header_timeout_s}
 path = "runs.db"
 reader_idle_s = 0.5
 
-[models]
-default = "s"
-
-[models.backends.s]
-kind = "scripted"
-replies = ["42"]
-
+{scripted_models(["42"], backend="s")}
 [agents.solver]
 instructions = "Answer briefly."
 """
@@ -145,15 +140,7 @@ def _low_fd_limit() -> None:
 
 
 def _start_limited(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agentrt", "serve", "--config", str(config)],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            preexec_fn=_low_fd_limit,  # noqa: PLW1509 - a plain fork of the test process
-        )
-    wait_ready(proc, port, log)
-    return proc
+    return start_serve(config, port, log, preexec_fn=_low_fd_limit)
 
 
 def _holdings(proc: psutil.Process) -> tuple[int, int, float]:

@@ -3,7 +3,6 @@ and those of a run in flight when the daemon stops."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,7 @@ from agentrt.protocols import ModelRequest, ToolMessage
 from agentrt.runtime.testing._scripted import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from agentrt.tools.sandbox._workspaces import default_workspace_root
 
-pytestmark = [pytest.mark.anyio, pytest.mark.process]
-
-
-@pytest.fixture(autouse=True)
-def _bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
+pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.usefixtures("bwrap")]
 
 
 def _config(tmp_path: Path, daemon_kit: Any) -> Any:

@@ -16,8 +16,9 @@ import pytest
 from agentrt.runtime.engine._runtime import Runtime
 from agentrt.runtime.serve._daemon import DaemonEndpoint, run_daemon
 from agentrt.testing import ScriptedBackend
+from tests._support.ports import free_port
 
-from .conftest import daemon_config, free_port
+from .conftest import daemon_config
 
 pytestmark = pytest.mark.anyio
 

@@ -21,12 +21,10 @@ from typing import Any
 import anyio
 import pytest
 
-from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
-from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
-from agentrt.runtime.engine._runtime import RuntimeConfig
 from agentrt.runtime.serve._daemon import run_daemon
 from agentrt.testing import ScriptedBackend
+from tests._support.daemon import solver_daemon_config
 from tests._support.inspector import INSPECTOR, inspector_workdir
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.process]
@@ -43,12 +41,6 @@ _ROLLOUT = re.compile(r"-r(\d+)-\d+$")
 
 
 @pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    # One backend is enough here: the clients are Node; uvloop is covered elsewhere.
-    return ("asyncio", {})
-
-
-@pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return inspector_workdir(tmp_path)
 
@@ -61,15 +53,7 @@ def votes(request: ModelRequest) -> str:
 @asynccontextmanager
 async def daemon(tmp_path: Path) -> AsyncIterator[str]:
     """The real daemon (``run_daemon``) on a loopback port; yields the MCP URL."""
-    config = AgentrtConfig(
-        server=ServerConfig(port=0),
-        store=StoreConfig(path=tmp_path / "runs.db"),
-        runtime=RuntimeConfig(
-            agents={"solver": AgentConfig(name="solver", instructions="Answer briefly.")},
-            warm_prefix=False,
-            early_stop=False,
-        ),
-    )
+    config = solver_daemon_config(tmp_path)
     async with anyio.create_task_group() as tg:
         endpoint = await tg.start(
             lambda task_status: run_daemon(
@@ -95,20 +79,31 @@ async def inspect(npx: str, workdir: Path, target: Sequence[str], *args: str) ->
     return json.loads(out)
 
 
+async def list_run_and_read(
+    npx: str, workdir: Path, target: Sequence[str], *, rollouts: int
+) -> tuple[Any, Any, Any]:
+    """Through the inspector CLI: the tools listed, the answer of
+    ``run_agent`` ("What is 6 x 7?" with ``rollouts``), then that run's
+    resource as read."""
+    listed = await inspect(npx, workdir, target, "--method", "tools/list")
+    answered = await inspect(
+        npx, workdir, target, "--method", "tools/call", "--tool-name", "run_agent",
+        "--tool-arg", "task=What is 6 x 7?", "agent=solver", f"rollouts={rollouts}",
+    )  # fmt: skip
+    run_id = answered["structuredContent"]["run_id"]
+    read = await inspect(
+        npx, workdir, target, "--method", "resources/read", "--uri", f"agentrt://runs/{run_id}"
+    )
+    return listed, answered, read
+
+
 async def test_inspector_drives_the_daemons_mcp_endpoint(
     npx: str, workdir: Path, tmp_path: Path
 ) -> None:
     async with daemon(tmp_path) as url:
         target = [url, "--transport", "http"]
-        listed = await inspect(npx, workdir, target, "--method", "tools/list")
-        answered = await inspect(
-            npx, workdir, target, "--method", "tools/call", "--tool-name", "run_agent",
-            "--tool-arg", "task=What is 6 x 7?", "agent=solver", "rollouts=3",
-        )  # fmt: skip
+        listed, answered, read = await list_run_and_read(npx, workdir, target, rollouts=3)
         run_id = answered["structuredContent"]["run_id"]
-        read = await inspect(
-            npx, workdir, target, "--method", "resources/read", "--uri", f"agentrt://runs/{run_id}"
-        )
         cancelled = await inspect(
             npx, workdir, target, "--method", "tools/call", "--tool-name", "cancel_run",
             "--tool-arg", f"run_id={run_id}",
@@ -153,16 +148,8 @@ async def test_inspector_drives_agentrt_mcp_over_stdio(
         )
     )
     target = ["--config", str(servers), "--server", "agentrt"]
-    listed = await inspect(npx, workdir, target, "--method", "tools/list")
-    answered = await inspect(
-        npx, workdir, target, "--method", "tools/call", "--tool-name", "run_agent",
-        "--tool-arg", "task=What is 6 x 7?", "agent=solver", "rollouts=2",
-    )  # fmt: skip
-    run_id = answered["structuredContent"]["run_id"]
-    # A second launch opens the same run store and finds the run there.
-    read = await inspect(
-        npx, workdir, target, "--method", "resources/read", "--uri", f"agentrt://runs/{run_id}"
-    )
+    # Each call is a launch of its own: the read finds the run in the store.
+    listed, answered, read = await list_run_and_read(npx, workdir, target, rollouts=2)
     assert {t["name"] for t in listed["tools"]} == {
         "run_agent",
         "list_agents",

@@ -10,7 +10,6 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +23,16 @@ from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from agentrt.agents import AgentConfig
 from agentrt.protocols import ModelRequest
 from agentrt.runtime.config._config_file import (
-    AgentrtConfig,
-    ServerConfig,
-    StoreConfig,
     load_config,
 )
-from agentrt.runtime.engine._runtime import RuntimeConfig
-from agentrt.runtime.serve._daemon import serve_manager
 from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.runtime.serve.mcp._mcp_server import mcp_asgi
 from agentrt.runtime.serve.mcp._mcp_stdio import mcp_main
 from agentrt.testing import ScriptedBackend, ScriptedReply
 from agentrt.tools.hosting._tool_server import RESOURCE_NOT_FOUND
+from tests._support.daemon import ServedManager, serving_manager, solver_daemon_config
 from tests._support.mcp_raw import INIT, MCP_HEADERS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
@@ -58,45 +52,13 @@ def votes(request: ModelRequest) -> str | ScriptedReply:
     return ScriptedReply(content="41" if index == 1 else "42", delay_s=0.02 * index)
 
 
-@dataclass
-class Daemon:
-    url: str
-    port: int
-    manager: RunManager
-
-    @property
-    def mcp_url(self) -> str:
-        return f"{self.url}/mcp"
-
-
-def daemon_config(tmp_path: Path) -> AgentrtConfig:
-    return AgentrtConfig(
-        server=ServerConfig(port=0),
-        store=StoreConfig(path=tmp_path / "runs.db"),
-        runtime=RuntimeConfig(
-            agents={"solver": AgentConfig(name="solver", instructions="Answer briefly.")},
-            warm_prefix=False,
-            early_stop=False,
-        ),
-    )
-
-
 @asynccontextmanager
-async def daemon(tmp_path: Path, script: Script = votes) -> AsyncIterator[Daemon]:
+async def daemon(tmp_path: Path, script: Script = votes) -> AsyncIterator[ServedManager]:
     """The real daemon (``serve_manager``: REST, its Guard, ``/mcp``...) over
     a manager the test holds."""
-    config = daemon_config(tmp_path)
-    async with (
-        RunManager(config, backends=[ScriptedBackend(script)]) as manager,
-        anyio.create_task_group() as tg,
-    ):
-        endpoint = await tg.start(
-            lambda task_status: serve_manager(manager, task_status=task_status)
-        )
-        try:
-            yield Daemon(endpoint.url, endpoint.port, manager)
-        finally:
-            tg.cancel_scope.cancel()
+    config = solver_daemon_config(tmp_path)
+    async with serving_manager(config, [ScriptedBackend(script)]) as served:
+        yield served
 
 
 def text_of(result: mcp.CallToolResult) -> str:
@@ -322,7 +284,7 @@ async def serving(app: Any, sock: socket.socket) -> AsyncIterator[int]:
 async def test_the_mount_checks_host_and_origin_itself(tmp_path: Path) -> None:
     """Mounted without the daemon's own guard, the endpoint still refuses
     foreign names, before looking at the body or the session."""
-    config = daemon_config(tmp_path)
+    config = solver_daemon_config(tmp_path)
     async with RunManager(config, backends=[ScriptedBackend(votes)]) as manager:
         mount = mcp_asgi(manager, port=None, allowed_hosts=["agentrt.internal:8765"])
         app = Starlette(routes=[Route("/mcp", endpoint=mount.app)])

@@ -30,7 +30,6 @@ from pydantic_ai import Agent as PaiAgent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider as PaiProvider
 
-from agentrt.agents import AgentConfig
 from agentrt.protocols import (
     AssistantMessage,
     ChatMessage,
@@ -40,14 +39,12 @@ from agentrt.protocols import (
     ToolMessage,
     UserMessage,
 )
-from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
-from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.runtime.config._config_file import ServerConfig
 from agentrt.runtime.models._backend import StreamDelta
-from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve._metrics import DaemonMetrics
-from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedReply, ScriptedToolCall
 from tests._support.backends import ForwardingBackend
+from tests._support.daemon import ServedManager, serving_manager, solver_daemon_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -103,57 +100,21 @@ class Model:
         return self.script(request)
 
 
-@dataclass
-class Daemon:
-    url: str
-    manager: RunManager
-
-    @asynccontextmanager
-    async def openai(self) -> AsyncIterator[openai.AsyncOpenAI]:
-        async with openai.AsyncOpenAI(
-            base_url=self.url + "/v1", api_key="x", max_retries=0, timeout=20.0
-        ) as client:
-            yield client
-
-    @asynccontextmanager
-    async def http(self) -> AsyncIterator[httpx.AsyncClient]:
-        async with httpx.AsyncClient(base_url=self.url, timeout=20.0) as client:
-            yield client
-
-
 @asynccontextmanager
 async def daemon(
     tmp_path: Path, model: Model | WithoutLogprobs, *, token_delay_s: float = 0.0
-) -> AsyncIterator[Daemon]:
-    config = AgentrtConfig(
-        server=ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5),
-        store=StoreConfig(path=tmp_path / "runs.db"),
-        runtime=RuntimeConfig(
-            agents={"solver": AgentConfig(name="solver", instructions="Answer briefly.")},
-            warm_prefix=False,
-            early_stop=False,
-        ),
+) -> AsyncIterator[ServedManager]:
+    config = solver_daemon_config(
+        tmp_path, ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5)
+    )
+    backend = (
+        model
+        if isinstance(model, WithoutLogprobs)
+        else ScriptedBackend(model, token_delay_s=token_delay_s)
     )
     metrics = DaemonMetrics(process_metrics=False)
-    async with (
-        RunManager(
-            config,
-            backends=[
-                model
-                if isinstance(model, WithoutLogprobs)
-                else ScriptedBackend(model, token_delay_s=token_delay_s)
-            ],
-            observer=metrics.observe,
-        ) as manager,
-        anyio.create_task_group() as tg,
-    ):
-        endpoint: DaemonEndpoint = await tg.start(
-            lambda task_status: serve_manager(manager, metrics=metrics, task_status=task_status)
-        )
-        try:
-            yield Daemon(endpoint.url, manager)
-        finally:
-            tg.cancel_scope.cancel()
+    async with serving_manager(config, [backend], metrics=metrics) as served:
+        yield served
 
 
 def task_of(request: ModelRequest) -> str:

@@ -7,18 +7,15 @@ import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import anyio
 import httpx
-import httpx2
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentrt.agents import AgentConfig
 from agentrt.protocols import (
     AssistantMessage,
     FunctionCall,
@@ -27,17 +24,16 @@ from agentrt.protocols import (
     ToolMessage,
     UserMessage,
 )
-from agentrt.runtime.config._config_file import AgentrtConfig, ServerConfig, StoreConfig
-from agentrt.runtime.engine._runtime import RuntimeConfig
+from agentrt.runtime.config._config_file import ServerConfig
 from agentrt.runtime.models._backend import ModelBackend
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend, OpenAIBackendConfig
-from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
 from agentrt.runtime.serve._metrics import DaemonMetrics
 from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.runtime.serve.openai._chat_translate import Asked, chat_asked
 from agentrt.runtime.serve.openai._openai_error import OpenAIError
 from agentrt.runtime.wire._chat import FunctionCallIn, MessageIn, ToolCallIn
 from agentrt.testing import ScriptedBackend, ScriptedReply, SimServer, SimServerConfig
+from tests._support.daemon import ServedManager, serving_manager, solver_daemon_config
 
 pytestmark = pytest.mark.anyio
 
@@ -51,54 +47,17 @@ def votes(request: ModelRequest) -> str:
     return "41" if found and found.group(1) == "1" else "42"
 
 
-@dataclass
-class Daemon:
-    url: str
-    manager: RunManager
-    metrics: DaemonMetrics
-
-    @asynccontextmanager
-    async def openai(self, retries: int = 0) -> AsyncIterator[openai.AsyncOpenAI]:
-        async with openai.AsyncOpenAI(
-            base_url=self.url + "/v1",
-            api_key="x",
-            max_retries=retries,
-            http_client=httpx2.AsyncClient(timeout=20.0),
-        ) as client:
-            yield client
-
-    @asynccontextmanager
-    async def http(self) -> AsyncIterator[httpx.AsyncClient]:
-        async with httpx.AsyncClient(base_url=self.url, timeout=20.0) as client:
-            yield client
-
-
 @asynccontextmanager
-async def daemon(tmp_path: Path, model: Script | ModelBackend) -> AsyncIterator[Daemon]:
+async def daemon(tmp_path: Path, model: Script | ModelBackend) -> AsyncIterator[ServedManager]:
     """The real daemon app (``serve_manager``) on a free port, on a scripted
     model (a script) or the backend given."""
-    config = AgentrtConfig(
-        server=ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5),
-        store=StoreConfig(path=tmp_path / "runs.db"),
-        runtime=RuntimeConfig(
-            agents={"solver": AgentConfig(name="solver", instructions="Answer briefly.")},
-            warm_prefix=False,
-            early_stop=False,
-        ),
+    config = solver_daemon_config(
+        tmp_path, ServerConfig(port=0, sse_keepalive_s=0.1, shutdown_grace_s=0.5)
     )
     backend = model if isinstance(model, ModelBackend) else ScriptedBackend(model)
     metrics = DaemonMetrics(process_metrics=False)
-    async with (
-        RunManager(config, backends=[backend], observer=metrics.observe) as manager,
-        anyio.create_task_group() as tg,
-    ):
-        endpoint: DaemonEndpoint = await tg.start(
-            lambda task_status: serve_manager(manager, metrics=metrics, task_status=task_status)
-        )
-        try:
-            yield Daemon(endpoint.url, manager, metrics)
-        finally:
-            tg.cancel_scope.cancel()
+    async with serving_manager(config, [backend], metrics=metrics) as served:
+        yield served
 
 
 async def test_models_are_the_agents(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ import pytest
 
 from agentrt.protocols._api import ApiError
 from agentrt.runtime.wire._common import ErrorBody
+from tests._support.configs import scripted_models
 
 pytestmark = pytest.mark.process
 
@@ -89,10 +90,7 @@ shutdown_grace_s = 1
 [store]
 path = "runs.db"
 
-[models.backends.scripted]
-kind = "scripted"
-replies = ["4"]
-
+{scripted_models(["4"], backend="scripted")}
 [agents.solver]
 instructions = "Answer with a number."
 tools = ["calculator"]
@@ -289,21 +287,15 @@ def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
     # The fuzzing reached the API: runs created, refusals of each kind answered.
     for expected in (200, 201, 401, 404, 405, 422):
         assert statuses[expected] > 0, f"no {expected} among {dict(statuses)}"
-    # ... the OpenAI-compatible endpoint too: answers and refusals.
-    chat = Counter(
-        int(e["response"]["status"])
-        for e in entries
-        if urlsplit(e["request"]["url"]).path == "/v1/chat/completions"
-    )
-    assert chat[200] > 0, chat
-    assert chat[400] > 0, chat
-    responses = Counter(
-        int(e["response"]["status"])
-        for e in entries
-        if urlsplit(e["request"]["url"]).path == "/v1/responses"
-    )
-    assert responses[200] > 0, responses
-    assert responses[400] > 0, responses
+    # ... the OpenAI-compatible endpoints too: answers and refusals.
+    for path in ("/v1/chat/completions", "/v1/responses"):
+        answered = Counter(
+            int(e["response"]["status"])
+            for e in entries
+            if urlsplit(e["request"]["url"]).path == path
+        )
+        assert answered[200] > 0, (path, answered)
+        assert answered[400] > 0, (path, answered)
 
     unclear: list[str] = []
     for entry in entries:

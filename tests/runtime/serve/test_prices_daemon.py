@@ -23,9 +23,7 @@ async def test_the_daemon_takes_max_usd_over_rest_and_mcp(tmp_path: Path, daemon
         budget = spec["components"]["schemas"]["Budget"]["properties"]["max_usd"]
         assert "Refused" not in budget.get("description", "")
         body = {"task": "add", "agent": "solver", "budget": {"max_usd": 0.5}}
-        created = await client.post("/v1/runs", json=body)
-        assert created.status_code == 201, created.text
-        run_id = created.json()["run_id"]
+        run_id = await daemon_kit.create_run(client, body)
         events = await daemon_kit.sse(client, f"/v1/runs/{run_id}/events")
         finished = events[-1][2]
         assert finished["status"] == "succeeded"

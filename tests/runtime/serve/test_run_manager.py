@@ -59,6 +59,14 @@ async def _store_is_closed(path: str) -> bool:
         return False
 
 
+async def _assert_closed_for_good(manager: RunManager) -> None:
+    """Neither ready nor accepting, and it cannot be opened again."""
+    assert (manager.ready, manager.accepting) == (False, False)
+    with pytest.raises(RuntimeError, match="Cannot reopen a RunManager once it has been closed"):
+        async with manager:
+            pass
+
+
 async def test_a_failed_runtime_start_closes_the_store_and_refuses_a_reopen(
     tmp_path: Path, daemon_kit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,10 +80,7 @@ async def test_a_failed_runtime_start_closes_the_store_and_refuses_a_reopen(
                 raise AssertionError("must not be reached")
     assert runtime.log == ["enter"]
     assert await _store_is_closed(manager.store.path)
-    assert (manager.ready, manager.accepting) == (False, False)
-    with pytest.raises(RuntimeError, match="Cannot reopen a RunManager once it has been closed"):
-        async with manager:
-            pass
+    await _assert_closed_for_good(manager)
 
 
 async def test_a_failed_resume_stops_the_resumed_runs_and_closes_everything(
@@ -124,10 +129,7 @@ async def test_a_manager_opens_once(tmp_path: Path, daemon_kit: Any) -> None:
                 pass
         info = await manager.submit(RunRequest(task="q", agent="solver"))
         assert (await manager.wait(info.run_id, timeout=10)).status in TERMINAL_STATUSES
-    assert (manager.ready, manager.accepting) == (False, False)
-    with pytest.raises(RuntimeError, match="Cannot reopen a RunManager once it has been closed"):
-        async with manager:
-            pass
+    await _assert_closed_for_good(manager)
 
 
 async def test_an_error_in_the_body_propagates_as_itself(

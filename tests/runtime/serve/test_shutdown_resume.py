@@ -26,6 +26,7 @@ from agentrt.protocols import (
 )
 from agentrt.runtime.serve.store._run_store import RunStore, StoreError
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
+from tests._support.configs import scripted_models
 from tests._support.specs import solve_then_check
 
 pytestmark = pytest.mark.anyio
@@ -153,11 +154,7 @@ shutdown_grace_s = 20
 [store]
 path = "runs.db"
 
-[models.backends.slow]
-kind = "scripted"
-replies = ["finished in time"]
-latency_s = 1.5
-"""
+{scripted_models(["finished in time"], backend="slow", latency_s=1.5)}"""
     )
     proc = daemon_kit.start_serve(config, port, tmp_path / "daemon.log")
     url = f"http://127.0.0.1:{port}"

@@ -26,6 +26,7 @@ import pytest
 
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.serve.store._run_store import RunStore
+from tests._support.daemon import serving, wait_ready
 
 pytestmark = pytest.mark.process  # the full-disk test runs a daemon in a namespace
 
@@ -57,17 +58,17 @@ async def test_an_empty_store_file_is_refused_not_opened_as_a_new_store(tmp_path
         assert await store.integrity_check() == "ok"
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the daemon was not ready in 60 s"
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
+def _post_until_refused(
+    client: httpx.Client, tasks: str, tries: int, acknowledged: list[str]
+) -> httpx.Response | None:
+    """Create up to ``tries`` runs (tasks ``f"{tasks} {i}"``), adding each
+    accepted one to ``acknowledged``; the first refusal, if any."""
+    for i in range(tries):
+        response = client.post("/v1/runs", json={"task": f"{tasks} {i}", "agent": "solver"})
+        if response.status_code not in (201, 202):
+            return response
+        acknowledged.append(response.json()["run_id"])
+    return None
 
 
 def _child_of(pid: int) -> int:
@@ -109,29 +110,17 @@ def test_a_full_disk_answers_507_and_loses_no_acknowledged_run(
             stderr=stderr,
         )
     try:
-        _wait_ready(url, shell, log)
+        wait_ready(shell, port, log)
         acknowledged: list[str] = []
-        refused: httpx.Response | None = None
         with httpx.Client(base_url=url, timeout=30) as client:
-            for i in range(2000):
-                response = client.post("/v1/runs", json={"task": f"task {i}", "agent": "solver"})
-                if response.status_code not in (201, 202):
-                    refused = response
-                    break
-                acknowledged.append(response.json()["run_id"])
+            refused = _post_until_refused(client, "task", 2000, acknowledged)
             assert refused is not None, "the store never filled up"
             # Refused again, the same way, while the disk stays full.  A run
             # may still be accepted in between: the refused commit held the
             # events of the runs executing meanwhile too, and a lone run's
             # row can fit where that group did not (SQLite reuses its log
             # once checkpointed).  Accepted is acknowledged: it must survive.
-            again: httpx.Response | None = None
-            for i in range(20):
-                response = client.post("/v1/runs", json={"task": f"again {i}", "agent": "solver"})
-                if response.status_code not in (201, 202):
-                    again = response
-                    break
-                acknowledged.append(response.json()["run_id"])
+            again = _post_until_refused(client, "again", 20, acknowledged)
         # kill -9: what was acknowledged must be on disk already.
         os.kill(_child_of(shell.pid), signal.SIGKILL)
         shell.wait(30)
@@ -153,29 +142,17 @@ def test_a_full_disk_answers_507_and_loses_no_acknowledged_run(
 
     # The store, restarted on a disk with room: every acknowledged run is
     # there and runs to its end.
-    with log.open("ab") as stderr:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "agentrt", "serve", "--config", str(config(saved / "runs.db"))],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
-        _wait_ready(url, daemon, log)
-        with httpx.Client(base_url=url, timeout=30) as client:
-            for run_id in acknowledged:
-                status = ""
-                for _ in range(600):
-                    response = client.get(f"/v1/runs/{run_id}")
-                    assert response.status_code == 200, (run_id, response.text)
-                    status = response.json()["run"]["status"]
-                    if status in ("succeeded", "failed", "cancelled"):
-                        break
-                    time.sleep(0.05)
-                assert status == "succeeded", (run_id, status)
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(10)
+    with (
+        serving(config(saved / "runs.db"), port, log),
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        for run_id in acknowledged:
+            status = ""
+            for _ in range(600):
+                response = client.get(f"/v1/runs/{run_id}")
+                assert response.status_code == 200, (run_id, response.text)
+                status = response.json()["run"]["status"]
+                if status in ("succeeded", "failed", "cancelled"):
+                    break
+                time.sleep(0.05)
+            assert status == "succeeded", (run_id, status)

@@ -43,11 +43,6 @@ TTFT_MARGIN_S: Final = 0.4
 SIM = SimServerConfig(ttft_ms=40, token_ms=30, reply_tokens=30, tool_rounds=0, stream_tick_ms=5)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the sim-server runs on asyncio
-
-
 class TimedBackend(ForwardingBackend[OpenAIBackend]):
     """A backend noting when the first piece of text of its latest call
     left it (``first``) and when the reply did (``last``).  ``timed_sim``

@@ -41,12 +41,6 @@ STEP_LATENCY_S = 0.3
 ANSWER = "42"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    # One event loop is enough here: the page, not the loop, is under test.
-    return "asyncio"
-
-
 def _script(request: ModelRequest) -> ReplySpec:
     """Calculator calls until the task's ``steps=N`` is reached, then the answer."""
     steps = 3

@@ -38,11 +38,6 @@ FOR_USER = "Operation completed successfully"
 SHOWN_TO_MODEL = "[the tool's result is meant for the user and was shown to them]"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _script(request: ModelRequest) -> ReplySpec:
     """Task "annotated": the annotated message once, then "done"; any
     other task: a plain answer with no tool call."""

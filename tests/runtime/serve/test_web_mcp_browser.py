@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -32,11 +31,11 @@ import pytest
 
 from agentrt.protocols import ModelRequest, ToolMessage, UserMessage
 from agentrt.runtime.config._config_file import config_from_mapping
-from agentrt.runtime.serve._daemon import DaemonEndpoint, serve_manager
-from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from tests._support.daemon import serving_manager
+from tests._support.needs import program
 from tests.tools.mcp.conftest import EVERYTHING, _fixture_server
 from tests.tools.mcp.oauth_server import oauth_servers
 
@@ -57,19 +56,8 @@ NOT_A_LINK = "javascript:alert(document.domain)"
 NAME = "Ada <b>Lovelace</b> & co"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _npx() -> str:
-    found = shutil.which("npx")
-    if found is None:
-        reason = "needs npx on PATH to start server-everything"
-        if os.environ.get("AGENTRT_REQUIRE_NPX") == "1":
-            pytest.fail(reason + "; AGENTRT_REQUIRE_NPX=1 makes this fatal")
-        pytest.skip(reason)
-    return found
+    return program("npx", "AGENTRT_REQUIRE_NPX", "needs npx on PATH to start server-everything")
 
 
 def _script(request: ModelRequest) -> ReplySpec:
@@ -127,15 +115,7 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                         **_fixture_server("fx").model_dump(mode="json"),
                         "destructive": "approve",
                     },
-                    "secure": {
-                        "url": servers.mcp_url,
-                        "required": False,
-                        "auth": {
-                            "token_dir": str(tmp_path / "tokens"),
-                            "open_browser": False,
-                            "authorization_timeout_s": 60,
-                        },
-                    },
+                    "secure": servers.daemon_server(tmp_path / "tokens"),
                 },
                 "agents": {
                     "asker": {"tools": [FORM_TOOL]},
@@ -150,23 +130,15 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
             source="test_web_mcp_browser",
         )
         backend = ScriptedBackend(_script)
-        async with (
-            RunManager(config, backends=[backend]) as manager,
-            anyio.create_task_group() as tg,
-        ):
-            endpoint: DaemonEndpoint = await tg.start(
-                lambda task_status: serve_manager(manager, task_status=task_status)
-            )
+        async with serving_manager(config, [backend]) as daemon:
             headers = {"Authorization": f"Bearer {TOKEN}"}
-            async with httpx.AsyncClient(
-                base_url=endpoint.url, headers=headers, timeout=10
-            ) as http:
+            async with httpx.AsyncClient(base_url=daemon.url, headers=headers, timeout=10) as http:
                 with anyio.fail_after(30):
                     while not (pending := await _pending(http)):  # noqa: ASYNC110 - polled like the page
                         await anyio.sleep(0.05)
                 (prompt,) = pending
                 plan = {
-                    "url": endpoint.url,
+                    "url": daemon.url,
                     "token": TOKEN,
                     "timeoutMs": 20000,
                     "asker": {"agent": "asker", "task": "ask me"},
@@ -203,7 +175,6 @@ async def test_page_answers_mcp_questions_and_links_authorizations(tmp_path: Pat
                         "gated",
                     )
                 }
-            tg.cancel_scope.cancel()
         grants = [g.grant_type for g in servers.state.grants]
 
     # The page itself: no script errors, no failed calls once it had the token.

@@ -37,11 +37,6 @@ ANSWER = " ".join(f"word{i}" for i in range(40))
 DEAD = "cannot connect to 127.0.0.1:9"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _script(request: ModelRequest) -> ReplySpec:
     """Two calculator steps, then the answer; a task saying "fail" fails."""
     task = next(m.content for m in request.messages if isinstance(m, UserMessage))

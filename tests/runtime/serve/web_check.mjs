@@ -11,7 +11,7 @@
 // with the reason and the page's errors on stderr.  playwright-core is found
 // through NODE_PATH (see .ci/browser-setup.sh).
 
-import { TERMINAL, finish, sleep, withPage } from './web_page.mjs';
+import { TERMINAL, finish, postRun, sleep, withPage } from './web_page.mjs';
 
 const plan = JSON.parse(process.argv[2]);
 const TIMEOUT = plan.timeoutMs || 20000;
@@ -113,14 +113,7 @@ async function drive(page) {
   //    and reaches its end without any navigation.
   await page.locator('[data-testid=back]').click();
   await page.locator('[data-testid=runs-table]').waitFor();
-  const posted = await page.evaluate(async (body) => {
-    const resp = await fetch('/v1/runs', {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify(body),
-    });
-    return { status: resp.status, info: await resp.json() };
-  }, plan.pollRun);
+  const posted = await postRun(page, plan.pollRun);
   report.polled = { postStatus: posted.status, runId: posted.info.run_id, statuses: [] };
   const polledRow = page.locator(`[data-testid=run-row][data-run-id="${posted.info.run_id}"]`);
   const pollDeadline = Date.now() + TIMEOUT;

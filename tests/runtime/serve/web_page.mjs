@@ -15,6 +15,18 @@ export function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+// POST /v1/runs from the page (with its session): the status and the body.
+export async function postRun(page, body) {
+  return page.evaluate(async (run) => {
+    const resp = await fetch('/v1/runs', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(run),
+    });
+    return { status: resp.status, info: await resp.json() };
+  }, body);
+}
+
 // Opens a page and runs `drive(page)` on it.  The page's script errors and
 // console errors go to report.pageErrors and report.consoleErrors; failed
 // requests (other than the event streams a view aborts on leaving it) and

@@ -10,7 +10,7 @@
 // failed run says about why.  One JSON report on stdout; non-zero exit only
 // when it cannot drive the page.
 
-import { TERMINAL, finish, sleep, withPage } from './web_page.mjs';
+import { TERMINAL, finish, postRun, sleep, withPage } from './web_page.mjs';
 
 const plan = JSON.parse(process.argv[2]);
 const TIMEOUT = plan.timeoutMs || 20000;
@@ -36,14 +36,7 @@ async function drive(page) {
   //    all spent in view), then its view while its model generates.
   await page.goto(`${plan.url}/`);
   await page.locator('[data-testid=runs-table]').waitFor();
-  const posted = await page.evaluate(async (body) => {
-    const resp = await fetch('/v1/runs', {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify(body),
-    });
-    return (await resp.json()).run_id;
-  }, plan.run);
+  const posted = (await postRun(page, plan.run)).info.run_id;
   report.runId = posted;
   await page.goto(`${plan.url}/#/runs/${encodeURIComponent(posted)}`);
   await page.locator('[data-testid=run-view]').waitFor();

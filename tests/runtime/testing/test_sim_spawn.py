@@ -18,12 +18,6 @@ from agentrt.testing import SimServerConfig, spawn_sim_server, start_sim_server_
 pytestmark = pytest.mark.process
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    """One event loop is enough here: these tests start processes (slow)."""
-    return "asyncio"
-
-
 def test_flags_round_trip_through_the_config() -> None:
     cfg = SimServerConfig(ttft_ms=5, fault_429=0.1, retry_after=0.1, answer="answer", seed=3)
     argv = cfg.to_argv()

@@ -28,12 +28,6 @@ EXAMPLE = Path(__file__).parents[3] / "examples" / "mcp_conformance_server.py"
 
 
 @pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    # One backend is enough here: the client is Node; uvloop is covered elsewhere.
-    return ("asyncio", {})
-
-
-@pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return inspector_workdir(tmp_path)
 

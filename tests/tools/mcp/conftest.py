@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import psutil
 import pytest
 
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from tests._support.needs import program
 
 #: npm packages the tests start, pinned so CI is reproducible (``npm view``).
 EVERYTHING = "@modelcontextprotocol/server-everything@2026.8.31"
@@ -51,11 +51,7 @@ def npx() -> str:
 
     Without npx the tests skip, unless ``AGENTRT_REQUIRE_NPX=1`` (CI sets
     it): then they fail, so a missing install step cannot hide behind a skip."""
-    found = shutil.which("npx")
-    if found is None:
-        if os.environ.get("AGENTRT_REQUIRE_NPX") == "1":
-            pytest.fail("npx is required (AGENTRT_REQUIRE_NPX=1) but not on PATH")
-        pytest.skip("needs Node.js and npx on PATH (set AGENTRT_REQUIRE_NPX=1 to make this fatal)")
+    found = program("npx", "AGENTRT_REQUIRE_NPX", "needs Node.js and npx on PATH")
     # Downloads on first use (all at once); each server exits at once on --help.
     warming = [
         subprocess.Popen(

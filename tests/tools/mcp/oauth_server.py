@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote
 
@@ -336,6 +337,20 @@ class OAuthServers:
     state: AuthServerState
     issuer: str
     mcp_url: str
+
+    def daemon_server(self, token_dir: Path) -> dict[str, Any]:
+        """The ``[mcp.<name>]`` table of a daemon that connects to the
+        resource server when a person approves in a browser: optional, its
+        tokens kept in ``token_dir``, waiting a minute for the approval."""
+        return {
+            "url": self.mcp_url,
+            "required": False,
+            "auth": {
+                "token_dir": str(token_dir),
+                "open_browser": False,
+                "authorization_timeout_s": 60,
+            },
+        }
 
 
 def _bound() -> socket.socket:

@@ -14,9 +14,8 @@ import httpx2
 import pytest
 
 from agentrt.runtime.config._config_file import config_from_mapping
-from agentrt.runtime.serve._daemon import serve_manager
-from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend
+from tests._support.daemon import serving_manager
 
 from .oauth_server import oauth_servers
 
@@ -37,15 +36,7 @@ async def test_the_daemon_lists_the_approval_a_server_waits_for(tmp_path: Path) 
                 "server": {"port": 0, "shutdown_grace_s": 0.5},
                 "store": {"path": str(tmp_path / "runs.db")},
                 "mcp": {
-                    "secure": {
-                        "url": servers.mcp_url,
-                        "required": False,
-                        "auth": {
-                            "token_dir": str(tmp_path / "tokens"),
-                            "open_browser": False,
-                            "authorization_timeout_s": 60,
-                        },
-                    }
+                    "secure": servers.daemon_server(tmp_path / "tokens"),
                 },
                 "agents": {"solver": {"tools": ["calculator"], "stop_on": []}},
             },
@@ -53,31 +44,26 @@ async def test_the_daemon_lists_the_approval_a_server_waits_for(tmp_path: Path) 
         )
         backend = ScriptedBackend(["done"], name="scripted", models=["scripted"])
         async with (
-            RunManager(config, backends=[backend]) as manager,
-            anyio.create_task_group() as tg,
+            serving_manager(config, [backend]) as daemon,
+            httpx.AsyncClient(base_url=daemon.url, timeout=30) as http,
         ):
-            endpoint = await tg.start(
-                lambda task_status: serve_manager(manager, task_status=task_status)
-            )
-            async with httpx.AsyncClient(base_url=endpoint.url, timeout=30) as http:
-                with anyio.fail_after(30):
-                    while not (pending := await _pending(http)):  # noqa: ASYNC110 - polled like a person would
-                        await anyio.sleep(0.05)
-                (prompt,) = pending
-                assert prompt["server"] == "secure"
-                assert prompt["server_url"] == servers.mcp_url
-                assert "code_challenge_method=S256" in prompt["authorization_url"]
-                # The person approves in a browser: the authorization server
-                # redirects it back to agentrt's loopback listener.
-                async with httpx2.AsyncClient(timeout=10) as browser:
-                    approved = await browser.get(prompt["authorization_url"])
-                    assert approved.status_code == 302, approved.text
-                    back = await browser.get(approved.headers["location"])
-                    assert back.status_code == 200
-                with anyio.fail_after(30):
-                    while await _pending(http):  # noqa: ASYNC110 - the server connects meanwhile
-                        await anyio.sleep(0.05)
-                status = await manager.runtime.mcp_status()
-                assert status["secure"].state == "ready"
-            tg.cancel_scope.cancel()
+            with anyio.fail_after(30):
+                while not (pending := await _pending(http)):  # noqa: ASYNC110 - polled like a person would
+                    await anyio.sleep(0.05)
+            (prompt,) = pending
+            assert prompt["server"] == "secure"
+            assert prompt["server_url"] == servers.mcp_url
+            assert "code_challenge_method=S256" in prompt["authorization_url"]
+            # The person approves in a browser: the authorization server
+            # redirects it back to agentrt's loopback listener.
+            async with httpx2.AsyncClient(timeout=10) as browser:
+                approved = await browser.get(prompt["authorization_url"])
+                assert approved.status_code == 302, approved.text
+                back = await browser.get(approved.headers["location"])
+                assert back.status_code == 200
+            with anyio.fail_after(30):
+                while await _pending(http):  # noqa: ASYNC110 - the server connects meanwhile
+                    await anyio.sleep(0.05)
+            status = await daemon.manager.runtime.mcp_status()
+            assert status["secure"].state == "ready"
         assert [g.grant_type for g in servers.state.grants] == ["authorization_code"]

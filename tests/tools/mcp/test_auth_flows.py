@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import stat
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,6 +36,7 @@ from agentrt.tools._tool import ToolContext
 from agentrt.tools.mcp._auth import McpAuthorizationError
 from agentrt.tools.mcp._connection import McpConnection
 from agentrt.tools.mcp._mcp_config import HttpServerConfig
+from tests._support.ports import free_port
 
 from .oauth_server import SCOPES, oauth_servers
 
@@ -89,13 +89,6 @@ async def browser() -> AsyncIterator[Browser]:
     async with anyio.create_task_group() as tg:
         yield Browser(tg)
         tg.cancel_scope.cancel()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_authorization_code_with_dcr_pkce_resource_and_stored_tokens(
@@ -313,28 +306,28 @@ async def test_a_401_without_auth_says_authorization_required(tmp_path: Path) ->
     assert "-32603" not in message
 
 
-async def test_wrong_issuer_in_metadata_is_refused(tmp_path: Path, browser: Browser) -> None:
-    async with oauth_servers(wrong_issuer=True) as servers:
+@pytest.mark.parametrize(
+    ("lie", "told", "truth"),
+    [
+        # the metadata's issuer, then the one the client asked
+        ("wrong_issuer", ["issuer mismatch", "http://127.0.0.1:9/elsewhere"], "issuer"),
+        # the protected resource the metadata names, then the server's URL
+        ("wrong_resource", ["http://127.0.0.1:9/other"], "mcp_url"),
+    ],
+)
+async def test_metadata_naming_another_server_is_refused(
+    tmp_path: Path, browser: Browser, lie: str, told: list[str], truth: str
+) -> None:
+    async with oauth_servers(**{lie: True}) as servers:
         with pytest.raises(McpAuthorizationError) as caught:
             async with McpConnection(http(servers.mcp_url, tmp_path), authorize=browser):
                 pass
     message = str(caught.value)
     assert "authorization required for MCP server 'secure'" in message
-    assert "issuer mismatch" in message
-    assert "http://127.0.0.1:9/elsewhere" in message
-    assert servers.issuer in message
+    for fragment in told:
+        assert fragment in message
+    assert getattr(servers, truth) in message
     assert browser.prompts == []  # nobody was sent to a server that lies about itself
-
-
-async def test_mismatched_resource_is_refused(tmp_path: Path, browser: Browser) -> None:
-    async with oauth_servers(wrong_resource=True) as servers:
-        with pytest.raises(McpAuthorizationError) as caught:
-            async with McpConnection(http(servers.mcp_url, tmp_path), authorize=browser):
-                pass
-    message = str(caught.value)
-    assert "http://127.0.0.1:9/other" in message
-    assert servers.mcp_url in message
-    assert browser.prompts == []
     assert servers.state.grants == []
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx
@@ -25,10 +25,10 @@ from mcp.client.context import ClientRequestContext
 
 from agentrt.protocols import ModelRequest, ToolMessage
 from agentrt.runtime.config._config_file import AgentrtConfig, config_from_mapping
-from agentrt.runtime.serve._daemon import serve_manager
-from agentrt.runtime.serve._run_manager import RunManager
 from agentrt.testing import ScriptedBackend, ScriptedToolCall, SimServer, SimServerConfig
 from agentrt.tools.mcp._mcp_config import StdioServerConfig
+from tests._support.approvals import Ide
+from tests._support.daemon import serving_manager
 
 from .conftest import EVERYTHING
 
@@ -67,34 +67,27 @@ async def test_a_question_is_relayed_as_an_event_and_answered_over_rest(
     config = _asker_config(everything, tmp_path)
     backend = ScriptedBackend(script)
     async with (
-        RunManager(config, backends=[backend]) as manager,
-        anyio.create_task_group() as tg,
+        serving_manager(config, [backend]) as daemon,
+        httpx.AsyncClient(base_url=daemon.url, timeout=60) as client,
     ):
-        endpoint = await tg.start(
-            lambda task_status: serve_manager(manager, task_status=task_status)
-        )
-        async with httpx.AsyncClient(base_url=endpoint.url, timeout=60) as client:
-            created = await client.post("/v1/runs", json={"task": "go", "agent": "asker"})
-            run_id = created.json()["run_id"]
-            with anyio.fail_after(60):
-                question = await _first_question(client, run_id)
-            assert (question["server"], question["mode"]) == ("everything", "form")
-            assert "name" in question["requested_schema"]["properties"]
-            path = f"/v1/runs/{run_id}/elicitations/{question['question_id']}"
-            wrong = await client.post(path, json={"action": "maybe"})
-            assert wrong.status_code in (400, 422), wrong.text
-            unknown = await client.post(path + "x", json={"action": "decline"})
-            assert unknown.status_code == 404
-            assert unknown.json()["where"] == "question_id"
-            answered = await client.post(
-                path, json={"action": "accept", "content": {"name": "Turing"}}
-            )
-            assert answered.status_code == 200, answered.text
-            again = await client.post(path, json={"action": "decline"})
-            assert again.status_code == 409  # answered once: the run waits on nothing
-            with anyio.fail_after(60):
-                run = await _finished(client, run_id)
-        tg.cancel_scope.cancel()
+        created = await client.post("/v1/runs", json={"task": "go", "agent": "asker"})
+        run_id = created.json()["run_id"]
+        with anyio.fail_after(60):
+            question = await _first_question(client, run_id)
+        assert (question["server"], question["mode"]) == ("everything", "form")
+        assert "name" in question["requested_schema"]["properties"]
+        path = f"/v1/runs/{run_id}/elicitations/{question['question_id']}"
+        wrong = await client.post(path, json={"action": "maybe"})
+        assert wrong.status_code in (400, 422), wrong.text
+        unknown = await client.post(path + "x", json={"action": "decline"})
+        assert unknown.status_code == 404
+        assert unknown.json()["where"] == "question_id"
+        answered = await client.post(path, json={"action": "accept", "content": {"name": "Turing"}})
+        assert answered.status_code == 200, answered.text
+        again = await client.post(path, json={"action": "decline"})
+        assert again.status_code == 409  # answered once: the run waits on nothing
+        with anyio.fail_after(60):
+            run = await _finished(client, run_id)
     assert run["status"] == "succeeded", run
     assert run["answer"] == "got: Turing"
 
@@ -127,35 +120,16 @@ def _echo_the_answer(request: ModelRequest) -> Any:
 @asynccontextmanager
 async def _daemon(everything: StdioServerConfig, tmp_path: Path) -> AsyncIterator[str]:
     config = _asker_config(everything, tmp_path)
-    async with (
-        RunManager(config, backends=[ScriptedBackend(_echo_the_answer)]) as manager,
-        anyio.create_task_group() as tg,
-    ):
-        endpoint = await tg.start(
-            lambda task_status: serve_manager(manager, task_status=task_status)
-        )
-        try:
-            yield endpoint.url
-        finally:
-            tg.cancel_scope.cancel()
+    backend = ScriptedBackend(_echo_the_answer)
+    async with serving_manager(config, [backend]) as daemon:
+        yield daemon.url
 
 
 @pytest.mark.parametrize("action", ["accept", "decline"])
 async def test_the_ide_that_started_the_run_is_asked_and_its_answer_reaches_the_server(
-    everything: StdioServerConfig, tmp_path: Path, action: str
+    everything: StdioServerConfig, tmp_path: Path, action: Literal["accept", "decline"]
 ) -> None:
-    asked: list[mcp_types.ElicitRequestFormParams] = []
-
-    async def ide(
-        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
-    ) -> mcp_types.ElicitResult:
-        assert isinstance(params, mcp_types.ElicitRequestFormParams)
-        asked.append(params)
-        content = {"name": "Ada"} if action == "accept" else None
-        return mcp_types.ElicitResult(
-            action="accept" if action == "accept" else "decline", content=content
-        )
-
+    ide = Ide(action, {"name": "Ada"})
     with anyio.fail_after(90):
         async with (
             _daemon(everything, tmp_path) as url,
@@ -164,7 +138,7 @@ async def test_the_ide_that_started_the_run_is_asked_and_its_answer_reaches_the_
             result = await client.call_tool("run_agent", {"task": "go", "agent": "asker"})
     assert result.structured_content is not None
     assert result.structured_content["status"] == "succeeded", result
-    [question] = asked
+    [question] = ide.asked
     assert question.message.startswith("[everything] ")
     assert "name" in question.requested_schema["properties"]
     answer = result.structured_content["answer"]
@@ -254,14 +228,7 @@ async def test_agentrt_mcp_over_stdio_asks_the_ide_too(npx: str, tmp_path: Path)
     """The same through ``agentrt mcp`` launched by the IDE: the run's model is
     a sim-server that calls the eliciting tool once."""
     config_file = tmp_path / "agentrt.toml"
-    asked: list[str] = []
-
-    async def ide(
-        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
-    ) -> mcp_types.ElicitResult:
-        asked.append(params.message)
-        return mcp_types.ElicitResult(action="accept", content={"name": "Hopper"})
-
+    ide = Ide("accept", {"name": "Hopper"})
     async with SimServer(SimServerConfig(answer="answer", tool_rounds=1, ttft_ms=1)) as sim:
         config_file.write_text(
             f"""
@@ -305,8 +272,8 @@ tools = ["everything__trigger-elicitation-request"]
                     f"agentrt://runs/{run_id}/rollouts/{rollout_id}"
                 )
     assert result.structured_content["status"] == "succeeded", result
-    [question] = asked
-    assert question.startswith("[everything] "), question
+    [question] = ide.asked
+    assert question.message.startswith("[everything] "), question
     [steps] = trajectory.contents
     assert isinstance(steps, mcp_types.TextResourceContents)
     assert "Hopper" in steps.text

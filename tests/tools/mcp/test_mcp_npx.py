@@ -6,8 +6,10 @@ and ``server-filesystem``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import anyio
+import mcp_types
 import psutil
 import pytest
 
@@ -69,16 +71,7 @@ async def test_everything_tools_content_progress_logs_resources_and_cancel(
         await tools["everything__toggle-simulated-logging"].call({}, ToolContext())
         log = await sink.wait_for("log", lambda p: "message" in str(p["data"]), 10)
         assert log["server"] == "everything"
-        assert log["level"] in {
-            "debug",
-            "info",
-            "notice",
-            "warning",
-            "error",
-            "critical",
-            "alert",
-            "emergency",
-        }
+        assert log["level"] in get_args(mcp_types.LoggingLevel)  # the protocol's eight
 
         resources = await conn.list_resources()
         assert resources

@@ -31,6 +31,7 @@ from agentrt.tools.mcp._server_requests import (
     ServerRequestHandler,
 )
 from tests._support.approvals import Person
+from tests._support.ports import free_port
 
 from .conftest import EVERYTHING, MEMORY
 
@@ -276,13 +277,6 @@ async def test_memory_server_tools_with_their_annotations(npx: str, tmp_path: Pa
 # -- HTTP: a restarted server -------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _serve_everything(npx: str, port: int) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [npx, "-y", EVERYTHING, "streamableHttp"],
@@ -323,7 +317,7 @@ def _wait_closed(port: int) -> None:
 
 
 async def test_a_restarted_http_server_gets_a_new_session_without_backoff(npx: str) -> None:
-    port = _free_port()
+    port = free_port()
     server = _serve_everything(npx, port)
     sink = RecordingSink()
     try:

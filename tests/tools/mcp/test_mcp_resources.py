@@ -28,7 +28,8 @@ from agentrt.tools._tool import ToolContent, ToolContext
 from agentrt.tools.mcp._connection import McpConnection
 from agentrt.tools.mcp._mcp_config import HttpServerConfig, StdioServerConfig
 from agentrt.tools.mcp._resources import expand_template, read_text
-from tests.tools.mcp.test_mcp_reference_servers import _free_port, _serve_everything, _stop
+from tests._support.ports import free_port
+from tests.tools.mcp.test_mcp_reference_servers import _serve_everything, _stop
 
 pytestmark = pytest.mark.process  # the unit tests here are cheap; most start servers
 
@@ -263,7 +264,7 @@ async def test_resources_of_server_everything(
 
 @pytest.mark.anyio
 async def test_resources_of_server_everything_over_http(npx: str) -> None:
-    port = _free_port()
+    port = free_port()
     server = _serve_everything(npx, port)
     uri = "demo://resource/dynamic/text/5"
     try:

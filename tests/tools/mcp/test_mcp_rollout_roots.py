@@ -29,9 +29,10 @@ from agentrt.tools.mcp._mcp_errors import McpServerError
 from agentrt.tools.mcp._mcp_tool import McpTool
 from agentrt.tools.mcp._servers import McpServers, spawn_mcp_servers
 from agentrt.tools.sandbox._workspaces import Workspaces
+from tests._support.ports import free_port
 
 from .conftest import EVERYTHING, FILESYSTEM
-from .test_mcp_reference_servers import _free_port, _serve_everything, _stop
+from .test_mcp_reference_servers import _serve_everything, _stop
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
@@ -325,7 +326,7 @@ async def test_over_http_each_rollout_has_a_session_of_its_own(npx: str, open_di
     root = open_dir / "workspaces"
     a = await _workspace(root, "r0", {})
     b = await _workspace(root, "r1", {})
-    port = _free_port()
+    port = free_port()
     process = _serve_everything(npx, port)
     try:
         config = HttpServerConfig(

@@ -11,7 +11,6 @@ import shutil
 import stat
 import uuid
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -23,20 +22,9 @@ from agentrt.tools.sandbox._bwrap import Sandbox, SandboxConfig, sandbox_host_ui
 from agentrt.tools.sandbox._sandbox_watch import workspace_bytes
 from agentrt.tools.sandbox._workspaces import Workspaces
 
-pytestmark = [pytest.mark.anyio, pytest.mark.process]
+pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.usefixtures("bwrap")]
 
 CTX = ToolContext(run_id="run", rollout_id="run-0")
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return ("asyncio", {"use_uvloop": False})
-
-
-@pytest.fixture(autouse=True)
-def _bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
 
 
 async def test_root_and_dev_are_read_only_and_every_tmpfs_is_sized() -> None:

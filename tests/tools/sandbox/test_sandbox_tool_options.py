@@ -14,7 +14,7 @@ import pytest
 
 from agentrt import Runtime
 from agentrt.agents._spec_loader import load_spec
-from agentrt.protocols import ModelRequest, ScalingSpec, ToolMessage
+from agentrt.protocols import ModelRequest, RunResult, ScalingSpec, ToolMessage
 from agentrt.runtime.config._config_file import config_from_mapping
 from agentrt.runtime.kernel._errors import ConfigError
 from agentrt.runtime.observe._log import configure_logging, reset_logging
@@ -22,18 +22,7 @@ from agentrt.runtime.testing._scripted import ScriptedBackend, ScriptedToolCall
 from agentrt.tools.sandbox._bwrap import Sandbox, SandboxConfig, SandboxEnvironment
 from agentrt.tools.sandbox._workspaces import default_workspace_root
 
-pytestmark = [pytest.mark.anyio, pytest.mark.process]
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return ("asyncio", {"use_uvloop": False})
-
-
-@pytest.fixture(autouse=True)
-def _bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        pytest.skip("needs bubblewrap (apt-get install -y bubblewrap)")
+pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.usefixtures("bwrap")]
 
 
 def _results(request: ModelRequest) -> list[str]:
@@ -54,8 +43,12 @@ def _spec(path: Path, tools: str, tool_timeout_s: float) -> Path:
     return path
 
 
-async def _one_call(spec: Path, tool: str, arguments: dict[str, Any]) -> str:
-    """What the tool returned to the model for one call."""
+async def _each_calls_once(
+    spec: Path, tool: str, arguments: dict[str, Any], rollouts: int = 1
+) -> tuple[RunResult, list[str]]:
+    """A run of ``rollouts`` rollouts of the spec's agent, each of which
+    calls ``tool`` once; the run's result and what the tool returned to
+    the model, call by call."""
     seen: list[str] = []
 
     def script(request: ModelRequest) -> Any:
@@ -65,14 +58,18 @@ async def _one_call(spec: Path, tool: str, arguments: dict[str, Any]) -> str:
             return "done"
         return ScriptedToolCall(tool, arguments)
 
-    runtime = Runtime(
+    async with Runtime(
         {"early_stop": False, "default_agent": "coder"},
         backends=[ScriptedBackend(script)],
         agents={"coder": load_spec(spec)},
-    )
-    async with runtime as rt:
-        await rt.run("go")
-    (text,) = seen
+    ) as rt:
+        result = await rt.run("go", scaling=ScalingSpec(rollouts=rollouts))
+    return result, seen
+
+
+async def _one_call(spec: Path, tool: str, arguments: dict[str, Any]) -> str:
+    """What the tool returned to the model for one call."""
+    _, (text,) = await _each_calls_once(spec, tool, arguments)
     return text
 
 
@@ -213,21 +210,8 @@ async def test_a_runs_workspaces_are_deleted_when_it_ends(open_dir: Path) -> Non
     run is over (``agentrt run``, a daemon's runs and its stop go through
     ``Runtime.run``)."""
     spec = _spec(open_dir / "spec.yaml", "      - shell\n      - editor\n", tool_timeout_s=30)
-    seen: list[str] = []
-
-    def script(request: ModelRequest) -> Any:
-        results = _results(request)
-        if results:
-            seen.extend(results)
-            return "done"
-        return ScriptedToolCall("shell", {"command": "pwd && echo kept > f.txt"})
-
-    async with Runtime(
-        {"early_stop": False, "default_agent": "coder"},
-        backends=[ScriptedBackend(script)],
-        agents={"coder": load_spec(spec)},
-    ) as rt:
-        result = await rt.run("go", scaling=ScalingSpec(rollouts=2))
+    command = {"command": "pwd && echo kept > f.txt"}
+    result, seen = await _each_calls_once(spec, "shell", command, rollouts=2)
     assert len(seen) == 2
     assert all("/workspace" in text for text in seen)
     assert not (default_workspace_root() / result.run_id).exists()

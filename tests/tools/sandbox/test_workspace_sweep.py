@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -39,11 +38,6 @@ _HOLDER = textwrap.dedent(
     anyio.run(main)
     """
 )
-
-
-@pytest.fixture
-def anyio_backend() -> tuple[str, dict[str, Any]]:
-    return ("asyncio", {"use_uvloop": False})
 
 
 def _holder(root: Path, run: str, mode: str) -> subprocess.Popen[str]:

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -335,17 +332,6 @@ async def test_mcp_stdio_servers_run_on_the_worker_nodes(cluster: Cluster, npx: 
     results = [r.content for e in log.of_type(StepRecorded) for r in e.step.tool_results]
     assert len(results) == 6, results
     assert all("Echo:" in str(r) for r in results), results
-
-
-@pytest.fixture
-def open_dir() -> Iterator[Path]:
-    """A directory every user can traverse (a workspace root must be)."""
-    path = Path(tempfile.mkdtemp(prefix="agentrt-cluster-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 async def test_a_per_rollout_server_starts_for_each_rollout_on_its_worker_and_closes(
