@@ -129,8 +129,9 @@ def governed_http(
             """Bytes received, waiting for their turn to be parsed."""
             self._parse_queued = False
             self._awaiting_head = True
-            """No request's headers are being waited for once they are complete,
-            until that request is (then the next one's are)."""
+            """Waiting for a request's line and headers: from the connection's
+            start or the previous request's end until they are complete (what
+            arrives meanwhile counts toward ``max_header_bytes``)."""
             self._head_started = False
             """A request line has begun and its headers are not complete."""
             self._head_bytes = 0
