@@ -280,10 +280,20 @@ def _too_big(text: str) -> bool:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _full_store(request: Request, exc: StoreError) -> Response:
+def _full_store(path: str, exc: StoreError) -> Response:
     """A write the full disk refused: 507 with ``Retry-After``, not a 500 (no bug)."""
-    log.warning("store_full", path=request.url.path, store=exc.store, error=str(exc))
+    log.warning("store_full", path=path, store=exc.store, error=str(exc))
     return problem_response(store_full(exc.store, exc.operation, str(exc.__cause__)))
+
+
+def _crashed(path: str, exc: Exception) -> Response:
+    """A request that raised what no handler expected: 500, logged."""
+    if isinstance(exc, StoreError) and exc.full:  # a route outside ``_handled``
+        return _full_store(path, exc)
+    log.error("request_crashed", path=path, exc_info=exc)
+    return json_response(
+        ApiError(error="internal", message=f"{type(exc).__name__}: {exc}", status=500), 500
+    )
 
 
 def _handled(handler: Handler) -> Handler:
@@ -295,7 +305,7 @@ def _handled(handler: Handler) -> Handler:
         except StoreError as exc:
             if not exc.full:
                 raise
-            return _full_store(request, exc)
+            return _full_store(request.url.path, exc)
 
     run.__name__ = handler.__name__
     return run
@@ -580,12 +590,9 @@ def routes(manager: RunService) -> list[BaseRoute]:
     async def runs(request: Request) -> Response:
         return await (create_run if request.method == "POST" else list_runs)(request)
 
-    async def get_run(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        detail = await manager.detail(run_id)
-        if detail is None or not caller_of(request).sees(detail.run.owner):
-            raise not_found("run", run_id, where="run_id")
-        return json_response(detail)
+    async def get_run(request: Request) -> Response:  # HEAD; a GET is a ``status_read``
+        body = await run_status(manager, request.scope, request.path_params["run_id"])
+        return Response(body, media_type="application/json")
 
     async def cancel_run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -771,6 +778,50 @@ def _event_id(raw: str, where: str, *, header: bool) -> int:
     return after
 
 
+async def run_status(manager: RunService, scope: Scope, run_id: str) -> bytes:
+    """``GET /v1/runs/{run_id}``'s body: the run's ``RunDetail``, if the
+    caller may see it (else the 404 of no such run)."""
+    detail = await manager.detail(run_id)
+    if detail is None or not caller_of(scope).sees(detail.run.owner):
+        raise not_found("run", run_id, where="run_id")
+    return msgspec.json.encode(detail)
+
+
+_RUN_PATH: Final = re.compile(r"/v1/runs/([^/]+)")
+_JSON_HEADERS: Final = (b"content-type", b"application/json")
+
+
+def status_reads(app: ASGIApp, manager: RunService) -> ASGIApp:
+    """``app`` with ``GET /v1/runs/{run_id}`` answered here, before its
+    routing: the read every waiting client repeats, so it costs the lookup,
+    one encoding and two ASGI messages (Starlette's router, middleware and
+    response objects took about a third of its CPU, profiled).  Its errors
+    are answered as the app's (``_handled``, the app's crash handler)."""
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            match = _RUN_PATH.fullmatch(scope["path"])
+            if match is not None:
+                await _status_read(scope, receive, send, match.group(1))
+                return
+        await app(scope, receive, send)
+
+    async def _status_read(scope: Scope, receive: Receive, send: Send, run_id: str) -> None:
+        try:
+            body = await run_status(manager, scope, run_id)
+        except ApiProblem as problem:
+            await problem_response(problem)(scope, receive, send)
+            return
+        except Exception as exc:  # answered as the app's crash handler answers it
+            await _crashed(scope["path"], exc)(scope, receive, send)
+            return
+        headers = [_JSON_HEADERS, (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return serve
+
+
 _OWN_API: Final = ("/v1/runs", "/v1/agents", "/v1/threads", "/v1/elicitations")
 
 
@@ -821,12 +872,7 @@ def build_app(
         return response
 
     async def crash_handler(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, StoreError) and exc.full:  # a route outside ``_handled``
-            return _full_store(request, exc)
-        log.error("request_crashed", path=request.url.path, exc_info=exc)
-        return json_response(
-            ApiError(error="internal", message=f"{type(exc).__name__}: {exc}", status=500), 500
-        )
+        return _crashed(request.url.path, exc)
 
     async def problem_handler(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiProblem)  # a limit hit while a body was read
@@ -838,7 +884,7 @@ def build_app(
     app.add_exception_handler(ApiProblem, problem_handler)
     app.add_exception_handler(Exception, crash_handler)
     return Guard(
-        app,
+        status_reads(app, manager),
         hosts=allowed_hosts(server.host, port, server.allowed_hosts),
         origins=allowed_origins(server.host, port, server.allowed_origins),
         token=server.resolved_token(),
@@ -847,4 +893,13 @@ def build_app(
     )
 
 
-__all__ = ["EventStream", "Guard", "build_app", "json_response", "read_json", "routes"]
+__all__ = [
+    "EventStream",
+    "Guard",
+    "build_app",
+    "json_response",
+    "read_json",
+    "routes",
+    "run_status",
+    "status_reads",
+]

@@ -110,6 +110,10 @@ async def test_request_limits_answer_4xx_naming_the_key(tmp_path: Path, daemon_k
         big = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 4000 + b"\r\n\r\n"
         status, body, _ = _status_and_body(await anyio.to_thread.run_sync(_raw, port, big))
         assert (status, body["where"]) == (431, "server.max_header_bytes")
+        # ... and while they arrive, unfinished: 431 (not the 408 of their deadline).
+        endless = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 4000
+        status, body, _ = _status_and_body(await anyio.to_thread.run_sync(_raw, port, endless))
+        assert (status, body["where"]) == (431, "server.max_header_bytes")
         # Headers never finished: 408 after header_timeout_s, then closed (the
         # read ends: ``_raw``'s 5 s socket timeout is the hang guard).
         started = time.monotonic()
