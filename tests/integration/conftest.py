@@ -143,7 +143,10 @@ def vllm_server() -> Iterator[VllmServer]:
         model=str(model_dir),
         served_model_name=SERVED_NAME,
         extra_args=VLLM_ARGS + extra,
-        env={"VLLM_CPU_KVCACHE_SPACE": "2"},
+        # One OpenMP thread (vLLM leaves torch's one per core on the CPU): see
+        # sglang_managed below; here test_run_e2e's vLLM run took 185 s with
+        # two and 56 s with one.
+        env={"VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": "1"},
         startup_timeout_s=float(os.environ.get("AGENTRT_VLLM_STARTUP_TIMEOUT", "900")),
         health_interval_s=1.0,
         liveness_interval_s=0.0,
