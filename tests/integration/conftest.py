@@ -145,7 +145,10 @@ def vllm_server() -> Iterator[VllmServer]:
         model=str(model_dir),
         served_model_name=SERVED_NAME,
         extra_args=VLLM_ARGS + extra,
-        env={"VLLM_CPU_KVCACHE_SPACE": "2"},
+        # One OpenMP thread (vLLM leaves torch's one per core on the CPU): see
+        # sglang_managed below; here test_run_e2e's vLLM run took 185 s with
+        # two and 56 s with one.
+        env={"VLLM_CPU_KVCACHE_SPACE": "2", "OMP_NUM_THREADS": "1"},
         startup_timeout_s=float(os.environ.get("AGENTRT_VLLM_STARTUP_TIMEOUT", "900")),
         health_interval_s=1.0,
         liveness_interval_s=0.0,
@@ -254,11 +257,17 @@ def sglang_managed(name: str, **fields: Any) -> dict[str, Any]:
         "served_model_name": SERVED_NAME,
         "extra_args": list(SGLANG_ARGS),
         # The CPU engine (else the scheduler imports vLLM's CUDA ops), the
-        # stub libcuda.so.1 (sgl_kernel links it; it answers "no device").
+        # stub libcuda.so.1 (sgl_kernel links it; it answers "no device"),
+        # and one OpenMP thread: torch's default of one per core decodes 4
+        # tokens in 7-12 s while the other cores' work preempts one of its
+        # threads at every step (the suite runs two workers on two cores),
+        # and in 0.4-1.5 s with one thread (three calls each, load 8-10; SGLang's
+        # own thread binding, SGLANG_CPU_OMP_THREADS_BIND, needs AMX).
         "env": {
             "SGLANG_USE_CPU_ENGINE": "1",
             "LD_LIBRARY_PATH": str(stub),
             "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1",
         },
         "startup_timeout_s": float(os.environ.get("AGENTRT_SGLANG_STARTUP_TIMEOUT", "600")),
         "health_interval_s": 1.0,

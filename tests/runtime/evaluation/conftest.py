@@ -118,6 +118,14 @@ def _rows(task_set: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (task_set / "instances.jsonl").read_text().splitlines()]
 
 
+def task_python(row: dict[str, Any]) -> Path:
+    """The Python of the instance's own environment (its virtualenv of the
+    system's Python, with pytest): where its tests run, on the host too.
+    (Not this session's interpreter: its virtualenv's pytest plugins took
+    most of each grading's seconds.)"""
+    return Path(row["environment"]["env"]["VIRTUAL_ENV"], "bin", "python")
+
+
 def _run_eval_script(
     task_set: Path, row: dict[str, Any], script: str, model_patch: str, log: Path
 ) -> None:
@@ -135,7 +143,7 @@ def _run_eval_script(
         done = subprocess.run(
             ["bash", "-c", script.replace("/testbed", checkout)],
             env={
-                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                "PATH": f"{task_python(row).parent}:{os.environ['PATH']}",
                 "PYTHONPATH": f"{source}:{task_set / 'pytest'}",
             },
             stdout=subprocess.PIPE,

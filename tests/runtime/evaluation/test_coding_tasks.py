@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -65,7 +64,7 @@ from agentrt.tools.sandbox._bwrap import SandboxEnvironment
 from agentrt.tools.sandbox._workspaces import Workspaces, default_workspace_root
 from tests._support.swebench import BARE_INSTANCE
 
-from .conftest import GRADING_GROUP, HarnessGrades
+from .conftest import GRADING_GROUP, HarnessGrades, task_python
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.usefixtures("bwrap")]
 ROOT = Path(__file__).resolve().parents[3]
@@ -329,7 +328,7 @@ def _graded_independently(task_set: Path, instance: dict[str, Any], diff: str | 
             git("apply", "-", stdin=instance["test_patch"])
         source = Path(checkout, "src") if Path(checkout, "src").is_dir() else Path(checkout)
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids],
+            [task_python(instance), "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids],
             cwd=checkout,
             env={"PATH": os.environ["PATH"], "PYTHONPATH": f"{source}:{task_set / 'pytest'}"},
             capture_output=True,

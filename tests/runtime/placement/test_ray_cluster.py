@@ -1,7 +1,8 @@
 """A real 3-node Ray cluster (a head and two worker nodes, each its own
 raylet and worker processes) on loopback, in a network namespace of its
 own (RECIPES.md: Ray would otherwise bind the machine's external address)
-and a PID namespace (its ``ray stop`` ends only its own processes): this
+and a PID namespace (the cluster's teardown kills every process in it but
+the inner pytest): this
 test starts ``pytest tests/runtime/placement/cluster`` inside ``unshare --net
 --map-root-user --pid``, where the cluster's fixture starts the nodes, and
 passes when every test there passes.  Skipped without Ray
@@ -60,7 +61,7 @@ def test_the_cluster_tests_pass_inside_their_network_namespace() -> None:
         f"{sys.executable} -m pytest tests/runtime/placement/cluster -p no:cacheprovider -q -x "
         "--timeout 600 -rs --durations=15"
     )
-    # A PID namespace too: the cluster's `ray stop` sees only its own processes.
+    # A PID namespace too: the cluster's teardown sees only its own processes.
     # Gone with this pytest, even SIGKILLed: the launcher stops unshare,
     # unshare kills its child (the namespace's first process), and the
     # kernel then the whole PID namespace (the cluster's nodes too).

@@ -3,25 +3,28 @@
 An ``agentrt serve`` process (a scripted model, a bearer token, at most two
 rollouts a run) is fuzzed by the ``schemathesis`` command line: the coverage,
 fuzzing and stateful phases (the document's links feed created run ids to
-the other operations).  agentrt's own API (``/v1/runs``, ``/v1/agents``) is
-checked both ways: every request the document allows is accepted (the
-rollouts limit, the aggregators' options and whether USD caps are taken
-are in the document) and every request it forbids is refused.  The whole
-document, the OpenAI-compatible endpoints included, gets every other
-check: no 500, every status code documented, content types and response
-bodies (SSE events included) as documented, schema-violating requests
-refused, a 405 with a matching ``Allow``, and requests without the token
-refused.  (The OpenAI endpoints refuse some requests their OpenAI-shaped
-schema allows, such as a conversation without a user message; and a run
-asked for a ``response_format`` the scripted model's answer cannot match
-fails: a 502 naming the schema, the one 5xx allowed.)
+the other operations), each part of the document fuzzed once.  agentrt's
+own API (``/v1/runs``, ``/v1/agents``, ``/v1/threads``, ``/v1/elicitations``)
+gets every check, and so is checked both ways: every request the document
+allows is accepted (the rollouts limit, the aggregators' options and whether
+USD caps are taken are in the document) and every request it forbids is
+refused.  The rest of the document, the OpenAI-compatible endpoints
+included, gets every other check in a second run: no 500, every status
+code documented, content types and response bodies (SSE events included)
+as documented, schema-violating requests refused, a 405 with a matching
+``Allow``, and requests without the token refused.  (The OpenAI endpoints
+refuse some requests their OpenAI-shaped schema allows, such as a
+conversation without a user message; and a run asked for a
+``response_format`` the scripted model's answer cannot match fails: a 502
+naming the schema, the one 5xx allowed.)
 
-Then the recorded exchanges (a HAR report) are replayed here: every 4xx must
-be an ``ApiError`` JSON body with a non-empty ``message`` and its own status,
-the daemon's log must show no request or run that crashed (a crash after an
-event stream has started never reaches the client as a 5xx; a run that
-fails to settle answers nothing wrong at all), and the daemon must shut
-down cleanly on SIGTERM afterwards.
+Then each run's recorded exchanges (a HAR report) are replayed here: every
+4xx must be a clear error body with a non-empty ``message`` (an ``ApiError``
+with its own status from agentrt's own API and the token guard, an OpenAI
+``ErrorBody`` from the other routes), the daemon's log must show no request
+or run that crashed (a crash after an event stream has started never
+reaches the client as a 5xx; a run that fails to settle answers nothing
+wrong at all), and the daemon must shut down cleanly on SIGTERM afterwards.
 """
 
 from __future__ import annotations
@@ -250,53 +253,25 @@ def _allowed_5xx(entry: dict[str, Any]) -> bool:
     return "response schema" in text and '"run_failed"' in text
 
 
-# The whole API at 30 examples an operation: about 80 s on a quiet
-# machine, and several times that on a loaded one.
-@pytest.mark.slow
-@pytest.mark.timeout(450)
-def test_the_document_is_what_the_own_api_accepts_and_refuses(
-    daemon: Daemon, tmp_path: Path
-) -> None:
-    _schemathesis(daemon.url, tmp_path, "--include-path-regex", OWN_API)
-    log = daemon.log.read_text(errors="replace")
-    crashed = [m for m in ("request_crashed", "Exception in ASGI", "Traceback") if m in log]
-    assert not crashed, log[-5000:]
+def _exchanges(har: Path) -> list[dict[str, Any]]:
+    """The requests and responses of a schemathesis HAR report."""
+    entries: list[dict[str, Any]] = json.loads(har.read_text())["log"]["entries"]
+    return entries
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(450)
-def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
-    daemon: Daemon, tmp_path: Path
-) -> None:
-    har = tmp_path / "fuzz.har"
-    _schemathesis(
-        daemon.url,
-        tmp_path,
-        "--exclude-checks",
-        "positive_data_acceptance,not_a_server_error",
-        "--report",
-        "har",
-        "--report-har-path",
-        str(har),
+def _statuses(entries: list[dict[str, Any]], path: str | None = None) -> Counter[int]:
+    """The response statuses (of requests to ``path`` only, if given)."""
+    return Counter(
+        int(e["response"]["status"])
+        for e in entries
+        if path is None or urlsplit(e["request"]["url"]).path == path
     )
 
-    entries = json.loads(har.read_text())["log"]["entries"]
-    statuses = Counter(int(e["response"]["status"]) for e in entries)
-    errors = [e for e in entries if int(e["response"]["status"]) >= 500 and not _allowed_5xx(e)]
-    assert not errors, [e["response"]["content"].get("text", "")[:500] for e in errors[:5]]
-    # The fuzzing reached the API: runs created, refusals of each kind answered.
-    for expected in (200, 201, 401, 404, 405, 422):
-        assert statuses[expected] > 0, f"no {expected} among {dict(statuses)}"
-    # ... the OpenAI-compatible endpoints too: answers and refusals.
-    for path in ("/v1/chat/completions", "/v1/responses"):
-        answered = Counter(
-            int(e["response"]["status"])
-            for e in entries
-            if urlsplit(e["request"]["url"]).path == path
-        )
-        assert answered[200] > 0, (path, answered)
-        assert answered[400] > 0, (path, answered)
 
+def _unclear_4xx(entries: list[dict[str, Any]]) -> list[str]:
+    """Each 4xx whose body is not a clear error: an ``ApiError`` from the
+    guard (401) and agentrt's own API, an OpenAI ``ErrorBody`` from every
+    other route under ``/v1`` (404 and 405 included)."""
     unclear: list[str] = []
     for entry in entries:
         status = int(entry["response"]["status"])
@@ -308,15 +283,77 @@ def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
             status,
             content.get("mimeType", ""),
             content.get("text", ""),
-            # The guard (401) answers before any route does; under /v1, all but
-            # agentrt's own API answers in OpenAI's shape (404 and 405 included).
             openai=status != 401 and path.startswith("/v1/") and not re.match(OWN_API, path),
         )
         if problem is not None:
             request = entry["request"]
             unclear.append(f"{request['method']} {request['url']} -> {status}: {problem}")
-    assert not unclear, "\n".join(unclear[:20])
+    return unclear
 
+
+def _assert_no_crash(daemon: Daemon) -> None:
     log = daemon.log.read_text(errors="replace")
     crashed = [m for m in ("request_crashed", "Exception in ASGI", "Traceback") if m in log]
     assert not crashed, log[-5000:]
+
+
+# agentrt's own API at 30 examples an operation: about 40 s on a quiet
+# machine (mostly the coverage phase: some 2,200 bodies for the two
+# operations that start runs), and several times that on a loaded one.
+@pytest.mark.slow
+@pytest.mark.timeout(450)
+def test_the_document_is_what_the_own_api_accepts_and_refuses(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """Every check on agentrt's own API (only here: the other test leaves
+    these routes out), and every 4xx it answers is a clear ``ApiError``."""
+    har = tmp_path / "own.har"
+    _schemathesis(
+        daemon.url,
+        tmp_path,
+        "--include-path-regex",
+        OWN_API,
+        *("--report", "har", "--report-har-path", str(har)),
+    )
+    entries = _exchanges(har)
+    # The fuzzing reached the API: runs created, refusals of each kind answered.
+    statuses = _statuses(entries)
+    for expected in (200, 201, 401, 404, 405, 422):
+        assert statuses[expected] > 0, f"no {expected} among {dict(statuses)}"
+    unclear = _unclear_4xx(entries)
+    assert not unclear, "\n".join(unclear[:20])
+    _assert_no_crash(daemon)
+
+
+# Everything but agentrt's own API (the test above covers it with every
+# check): about 30 s on a loaded machine.
+@pytest.mark.slow
+@pytest.mark.timeout(450)
+def test_schemathesis_finds_nothing_and_every_4xx_is_an_api_error(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    har = tmp_path / "fuzz.har"
+    _schemathesis(
+        daemon.url,
+        tmp_path,
+        *("--exclude-path-regex", OWN_API),
+        "--exclude-checks",
+        "positive_data_acceptance,not_a_server_error",
+        *("--report", "har", "--report-har-path", str(har)),
+    )
+
+    entries = _exchanges(har)
+    errors = [e for e in entries if int(e["response"]["status"]) >= 500 and not _allowed_5xx(e)]
+    assert not errors, [e["response"]["content"].get("text", "")[:500] for e in errors[:5]]
+    # The fuzzing reached the routes: answers and refusals of each kind.
+    statuses = _statuses(entries)
+    for expected in (200, 400, 401, 404, 405):
+        assert statuses[expected] > 0, f"no {expected} among {dict(statuses)}"
+    # ... the OpenAI-compatible endpoints among them.
+    for path in ("/v1/chat/completions", "/v1/responses"):
+        answered = _statuses(entries, path)
+        assert answered[200] > 0, (path, answered)
+        assert answered[400] > 0, (path, answered)
+    unclear = _unclear_4xx(entries)
+    assert not unclear, "\n".join(unclear[:20])
+    _assert_no_crash(daemon)

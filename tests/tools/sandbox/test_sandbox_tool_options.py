@@ -11,8 +11,10 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import Field
 
 from agentrt import Runtime
+from agentrt.agents import _bindings
 from agentrt.agents._spec_loader import load_spec
 from agentrt.protocols import ModelRequest, RunResult, ScalingSpec, ToolMessage
 from agentrt.runtime.config._config_file import config_from_mapping
@@ -105,14 +107,23 @@ def test_sandbox_options_are_checked_where_they_are_written(open_dir: Path) -> N
 
 
 @pytest.mark.slow
+class _TwoSecondDefault(SandboxConfig):
+    """The sandbox's config with a default of 2 s per command (30 s in
+    ``SandboxConfig``), so a command past the default is seconds long."""
+
+    timeout_s: float = Field(2.0, gt=0, le=3600)
+
+
 async def test_a_command_past_the_sandbox_default_completes_under_the_agents_timeout(
-    open_dir: Path,
+    open_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``sleep 31`` outlives the sandbox's own default (30 s per command),
-    which the agent's ``tool_timeout_s`` replaces."""
+    """``sleep 3`` outlives the sandbox's own default (here 2 s per
+    command), which the agent's ``tool_timeout_s`` replaces."""
     assert SandboxConfig().timeout_s == 30
+    monkeypatch.setattr(_bindings, "SandboxConfig", _TwoSecondDefault)
+    assert _TwoSecondDefault().timeout_s == 2
     spec = _spec(open_dir / "spec.yaml", "      - shell\n", tool_timeout_s=120)
-    text = await _one_call(spec, "shell", {"command": "sleep 31 && echo finished"})
+    text = await _one_call(spec, "shell", {"command": "sleep 3 && echo finished"})
     assert "Exit code 0." in text
     assert "finished" in text
 

@@ -4,11 +4,13 @@ worker nodes of one CPU each, so each rollout worker has a node of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,21 +75,31 @@ class Cluster:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     assert os.environ.get("AGENTRT_RAY_NETNS") == "1", "run through test_ray_cluster.py"
-    _ray(
-        "start",
-        "--head",
-        f"--port={PORT}",
-        "--num-cpus=0",
-        "--include-dashboard=false",
-        "--disable-usage-stats",
-    )
+    # This pytest is the first process of a PID namespace of its own
+    # (test_ray_cluster.py): every other process in it is the cluster's.
+    assert os.getpid() == 1, "run through test_ray_cluster.py (a PID namespace of its own)"
     try:
-        for _ in range(2):
-            _ray("start", f"--address={ADDRESS}", "--num-cpus=1", attempts=3)
+        _ray(
+            "start",
+            "--head",
+            f"--port={PORT}",
+            "--num-cpus=0",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        )
+        # The two worker nodes join at once (each `ray start` is seconds of
+        # imports and waiting for its raylet to register).
+        with ThreadPoolExecutor(2) as pool:
+            joined = [pool.submit(Cluster(ADDRESS).add_worker_node) for _ in range(2)]
+            for node in joined:
+                node.result()
         yield Cluster(ADDRESS)
     finally:
-        # SIGKILL at once, and wait a second, not ray's 16: the killed
-        # processes stay zombies of this namespace's first process (pytest,
-        # which does not reap them), so ``ray stop`` would wait out its whole
-        # grace period for them; they go when the namespace does.
-        _ray("stop", "--force", "--grace-period=1")
+        # SIGKILL every node and worker at once, not ``ray stop`` (11 s here:
+        # its own imports, then its grace period, waiting on the processes it
+        # killed, which stay zombies of this namespace's first process,
+        # pytest, which does not reap them; they go when the namespace does).
+        for proc in psutil.process_iter():
+            if proc.pid != 1:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
