@@ -45,12 +45,14 @@ venv-local: $(VENV)/.local-installed
 run: $(VENV)/.local-installed
 	$(BIN)/agentrt run "$(TASK)"
 
-# The suite on two workers (one per core), slow tests first, the tests of
-# one costly shared server (vLLM) on one worker.  test-fast leaves out every test
+# The suite on three workers, slow tests first, the tests of one costly
+# shared server (vLLM, SGLang) on one worker.  Three on a 2-core machine:
+# with two, about 30% of the CPU sat idle while tests waited on real
+# servers and subprocesses.  test-fast leaves out every test
 # that starts a process (servers, subprocesses, sandboxes, clusters) or is
 # marked slow: the loop to run on every change.
 test: $(VENV)/.dev-installed
-	$(BIN)/pytest -n 2 --dist loadgroup --durations=30
+	$(BIN)/pytest -n 3 --dist loadgroup --durations=30
 
 test-fast: $(VENV)/.dev-installed
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not process and not slow"
