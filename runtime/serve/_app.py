@@ -794,9 +794,9 @@ _JSON_HEADERS: Final = (b"content-type", b"application/json")
 def status_reads(app: ASGIApp, manager: RunService) -> ASGIApp:
     """``app`` with ``GET /v1/runs/{run_id}`` answered here, before its
     routing: the read every waiting client repeats, so it costs the lookup,
-    one encoding and two ASGI messages (Starlette's router, middleware and
-    response objects took about a third of its CPU, profiled).  Its errors
-    are answered as the app's (``_handled``, the app's crash handler)."""
+    one encoding and two ASGI messages, not Starlette's router and response
+    objects (docs/design/performance.md).  Its errors are answered as the
+    app's (``_handled``, the app's crash handler)."""
 
     async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET":

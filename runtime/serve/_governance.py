@@ -96,9 +96,9 @@ class _Refused(Exception):
 def governed_http(
     server: ServerConfig, hit: LimitHit, turns: Turns | None = None
 ) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol (the request parsed and the response
-    framed without h11's pure-Python state machine: a status read costs the
-    daemon a third less CPU) under ``server``'s limits, parsing what
+    """uvicorn's httptools protocol (requests parsed in C, not by h11's
+    pure-Python state machine; figures in docs/design/performance.md) under
+    ``server``'s limits, parsing what
     arrives through ``turns`` (when given: a burst of requests arriving
     together is parsed over several turns of the loop, not in one):
 
