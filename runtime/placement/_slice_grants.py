@@ -1,8 +1,9 @@
 """The driver's side of budget slices: ``SliceGrants`` carves each rollout
 worker's slice of a run's budget from the run's ledger (``BudgetSlice``),
-books what the worker reports its rollouts spent, takes back what was not
-spent when the worker's rollouts of the run end, and, when a worker is
-lost, charges its calls in flight as reserved.  Near a cap it grants less
+books what the worker reports its rollouts spent (on the run's ledger, by
+model: its rollouts' own ledgers on the driver are not charged), takes
+back what was not spent when the worker's rollouts of the run end, and,
+when a worker is lost, charges its calls in flight as reserved.  Near a cap it grants less
 (at most what leaves a call for each rollout in flight), and a call that
 does not fit waits while another worker still holds budget it may give
 back, so the run spends its cap as exactly as with one ledger.  Must not
@@ -160,8 +161,7 @@ class SliceGrants:
             raise ValueError(f"slice {item.slice} was never granted")
         budget = lent.budget
         for spent in item.spent:
-            onto = self.ledgers.get(spent.ledger) or budget.ledger
-            budget.spend(onto, spent.model, spent.usage, calls=spent.calls)
+            budget.spend(budget.ledger, spent.model, spent.usage, calls=spent.calls)
         lent.in_flight = item.in_flight
         if item.ended:
             self._close(holder, item.slice, lent)
@@ -173,8 +173,9 @@ class SliceGrants:
         for key, lent in list(holder.lent.items()):
             budget = lent.budget
             for spent in lent.in_flight:
-                onto = self.ledgers.get(spent.ledger) or budget.ledger
-                budget.spend(onto, spent.model, spent.usage, calls=spent.calls, cancelled=True)
+                budget.spend(
+                    budget.ledger, spent.model, spent.usage, calls=spent.calls, cancelled=True
+                )
             lent.in_flight = []
             self._close(holder, key, lent)
             self._retry(budget.ledger)

@@ -50,10 +50,9 @@ class SliceChannel(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _Held:
-    """A call in flight on the slice: its rollout ledger, model, worst
-    case (prompt and completion tokens, money) as taken from the slice."""
+    """A call in flight on the slice: its model, worst case (prompt and
+    completion tokens, money) as taken from the slice."""
 
-    ledger: str
     model: str
     prompt: int
     completion: int
@@ -93,7 +92,10 @@ class RunSlice:
         self._calls: int | None = 0
         self._far: Headroom | None = None
         self._held: dict[int, _Held] = {}
-        self._spent: dict[tuple[str, str], list[int]] = {}
+        self._flying: dict[str, list[int]] = {}
+        """By model: the calls in flight, their prompts and completions."""
+        self._spent: dict[str, list[int]] = {}
+        """By model, since the last report: calls, prompt, completion and cached tokens."""
         self._dirty = False
         self._ahead = 0
         """The id of the ask ahead of need that is out (0: none)."""
@@ -105,7 +107,7 @@ class RunSlice:
     def reserve(self, ledger: str, model: str, prompt_tokens: int, max_tokens: int, n: int) -> int:
         completion = n * max_tokens
         with self._lock:
-            held = self._take(ledger, model, prompt_tokens, completion)
+            held = self._take(model, prompt_tokens, completion)
             ask = self._ask_ahead(ledger, model, prompt_tokens, max_tokens, n) if held else None
             back = (0, 0, 0) if held else self._give_back()
         if held:
@@ -156,13 +158,13 @@ class RunSlice:
                 raise InvalidRequestError(reply.refused)
             raise BudgetExceeded(reply.refused, limit=reply.limit)
         with self._lock:
-            held = self._take(ledger, model, prompt_tokens, n * max_tokens)
+            held = self._take(model, prompt_tokens, n * max_tokens)
         if not held:
             raise RuntimeFailure(f"the driver granted slice {self.key} less than the call it asked")
         self._channel.touch(self)
         return held
 
-    def _take(self, ledger: str, model: str, prompt: int, completion: int) -> int:
+    def _take(self, model: str, prompt: int, completion: int) -> int:
         """Take a call's worst case from what is left (lock held): its
         handle, or 0 when it does not fit."""
         tokens = prompt + completion
@@ -184,9 +186,18 @@ class RunSlice:
         if self._calls is not None:
             self._calls -= 1
         handle = self._channel.next_id()
-        self._held[handle] = _Held(ledger, model, prompt, completion, pico)
+        self._held[handle] = _Held(model, prompt, completion, pico)
+        self._fly(model, 1, prompt, completion)
         self._dirty = True
         return handle
+
+    def _fly(self, model: str, calls: int, prompt: int, completion: int) -> None:
+        flying = self._flying.get(model)
+        if flying is None:
+            flying = self._flying[model] = [0, 0, 0]
+        flying[0] += calls
+        flying[1] += prompt
+        flying[2] += completion
 
     def _ask_ahead(
         self, ledger: str, model: str, prompt: int, max_tokens: int, n: int
@@ -240,6 +251,7 @@ class RunSlice:
             held = self._held.pop(handle, None)
             if held is None:
                 return
+            self._fly(held.model, -1, -held.prompt, -held.completion)
             if usage is None:
                 usage = Usage(prompt_tokens=held.prompt, completion_tokens=held.completion)
             usage = _gone(usage)
@@ -249,9 +261,9 @@ class RunSlice:
                 self._pico += held.pico - self._prices.rates(held.model).cost_pico(usage)
             if self._calls is not None:
                 pass  # the call took its call
-            counts = self._spent.get((held.ledger, held.model))
+            counts = self._spent.get(held.model)
             if counts is None:
-                counts = self._spent[(held.ledger, held.model)] = [0, 0, 0, 0]
+                counts = self._spent[held.model] = [0, 0, 0, 0]
             counts[0] += 1
             counts[1] += usage.prompt_tokens
             counts[2] += usage.completion_tokens
@@ -265,6 +277,7 @@ class RunSlice:
             held = self._held.pop(handle, None)
             if held is None:
                 return
+            self._fly(held.model, -1, -held.prompt, -held.completion)
             if self._tokens is not None:
                 self._tokens += held.prompt + held.completion
             if self._pico is not None:
@@ -310,32 +323,25 @@ class RunSlice:
                 return None
             spent = [
                 Spent(
-                    ledger=ledger,
                     model=model,
                     calls=calls,
                     usage=Usage(
                         prompt_tokens=prompt, completion_tokens=out, cached_prompt_tokens=c
                     ),
                 )
-                for (ledger, model), (calls, prompt, out, c) in self._spent.items()
+                for model, (calls, prompt, out, c) in self._spent.items()
             ]
-            flying: dict[tuple[str, str], list[int]] = {}
-            for held in self._held.values():
-                counts = flying.setdefault((held.ledger, held.model), [0, 0, 0])
-                counts[0] += 1
-                counts[1] += held.prompt
-                counts[2] += held.completion
+            in_flight = [
+                Spent(
+                    model=model,
+                    calls=calls,
+                    usage=Usage(prompt_tokens=prompt, completion_tokens=out),
+                )
+                for model, (calls, prompt, out) in self._flying.items()
+                if calls
+            ]
             self._spent.clear()
             self._dirty = False
-        in_flight = [
-            Spent(
-                ledger=ledger,
-                model=model,
-                calls=calls,
-                usage=Usage(prompt_tokens=prompt, completion_tokens=out),
-            )
-            for (ledger, model), (calls, prompt, out) in flying.items()
-        ]
         return SliceReport(slice=self.key, spent=spent, in_flight=in_flight, ended=ended)
 
 

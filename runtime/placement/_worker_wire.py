@@ -156,10 +156,9 @@ class SliceAsk(msgspec.Struct, frozen=True, kw_only=True, tag="slice_ask"):
 
 
 class Spent(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """``calls`` calls of rollout ``ledger`` to ``model`` and their usage,
-    summed (each call's cached prompt tokens at most its prompt's)."""
+    """``calls`` calls to ``model`` and their usage, summed (each call's
+    cached prompt tokens at most its prompt's)."""
 
-    ledger: str
     model: str
     calls: int
     usage: Usage
@@ -167,10 +166,11 @@ class Spent(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 class SliceReport(msgspec.Struct, frozen=True, kw_only=True, tag="slice_report"):
     """What the worker's rollouts did with slice ``slice`` since its last
-    report: the calls they ``spent`` it on, and the calls ``in_flight`` now
-    at their worst case (charged so if the worker is lost); ``ended``: the
-    run's rollouts on this worker ended, and the rest of the slice goes
-    back."""
+    report: the calls they ``spent`` it on, by model, and the calls
+    ``in_flight`` now at their worst case (charged so if the worker is
+    lost); ``ended``: the run's rollouts on this worker ended, and the rest
+    of the slice goes back.  Charged to the run's ledger: a batch costs the
+    driver the same whatever the calls in it."""
 
     slice: int
     spent: list[Spent] = []

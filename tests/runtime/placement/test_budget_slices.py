@@ -174,8 +174,6 @@ def test_a_cap_split_across_two_workers_is_spent_exactly(cap: Budget) -> None:
     assert min(made) > 0, made
     # Nothing stays reserved once both slices ended.
     assert (snap.in_flight, snap.reserved_tokens, snap.reserved_pico) == (0, 0, 0)
-    # Each rollout's ledger got its own calls.
-    assert [placed.ledgers[k].snapshot().spent.model_calls for k in keys] == made
     # The driver was on the path of few calls: the others took their
     # budget from the worker's slice.
     waits = sum(w.books.admissions for w in wires)
@@ -221,8 +219,6 @@ def test_a_lost_worker_gives_its_slice_back_charging_its_calls_in_flight() -> No
     assert snap.cancelled_calls == 2
     assert (snap.in_flight, snap.reserved_tokens) == (0, 0)
     assert snap.left_tokens == 100_000 - 370
-    # The rollout's own ledger was charged them.
-    assert placed.ledgers[keys[0]].snapshot().spent.model_calls == 3
     # The other worker may take of all that is left: its call (150) and
     # a slice of 32 calls more (a prompt of 200 and 50), less what it spent.
     call(DriverLedger(other.slice, other, keys[1]))
