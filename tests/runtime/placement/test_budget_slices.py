@@ -2,7 +2,8 @@
 ``SliceGrants`` on the driver, ``BudgetSlice`` on the run's ledger),
 with the driver's books and each worker's slice wired in-process: a
 cap split across two workers ends with exactly the cap spent and never
-more, the driver on few of the calls' path; a lost worker's slice goes
+more, the driver on few of the calls' path (a worker asks for more before
+its slice runs out); a lost worker's slice goes
 back, its calls in flight charged as reserved and nothing else; near the
 cap the slices shrink, a worker that cannot get one asks per call, and a
 call that does not fit waits for another worker's unspent budget instead
@@ -195,6 +196,23 @@ def test_an_uncapped_run_is_booked_without_a_wait_after_the_first_call() -> None
     wire.end()
     assert run.snapshot().spent.model_calls == 100
     assert run.snapshot().spent.usage.total_tokens == 7000
+
+
+def test_a_worker_asks_for_more_before_its_slice_runs_out() -> None:
+    run = BudgetLedger("run", Budget(max_model_calls=1000), PRICES)
+    placed, keys = placement(run, 1)
+    (wire,) = workers(placed, 1, PRICES)
+    upstream = DriverLedger(wire.slice, wire, keys[0])
+    for _ in range(200):  # six slices' worth
+        call(upstream)
+    # Only the first call waited: more was asked for, without waiting, each
+    # time less than half a slice was left.
+    assert wire.books.admissions == 1
+    asks = [i for i in wire.items if isinstance(i, SliceAsk)]
+    assert len(asks) > 200 // SLICE_CALLS
+    wire.end()
+    assert run.snapshot().spent.model_calls == 200
+    assert run.snapshot().in_flight == 0
 
 
 def test_a_lost_worker_gives_its_slice_back_charging_its_calls_in_flight() -> None:
