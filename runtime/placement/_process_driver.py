@@ -229,7 +229,11 @@ class ProcessPlacement:
             WorkerBooks(self._rollouts.grants),
             started=anyio.current_time(),
         )
-        worker.books.sends_with(lambda replies: self._tasks.start_soon(self._send, worker, replies))
+
+        def send(replies: list[Reply]) -> None:  # answers outside the worker's batch
+            self._tasks.start_soon(self._send, worker, replies)
+
+        worker.books.sends_with(send)
         return worker
 
     async def _ready(self, worker: _Worker) -> None:

@@ -282,11 +282,11 @@ class RayPlacement:
                     f"and agents given as objects must pickle): {type(error).__name__}: {error}",
                     where="placement",
                 ) from None
-            worker = _Worker(
+            pooled = _Worker(
                 index, handle, WorkerBooks(self._rollouts.grants), started=anyio.current_time()
             )
-            self._answers_to(worker)
-            self._workers.append(worker)
+            self._answers_to(pooled)
+            self._workers.append(pooled)
         timeout = self.config.connect_timeout_s
         try:
             with anyio.fail_after(timeout):
@@ -447,7 +447,11 @@ class RayPlacement:
 
     def _answers_to(self, worker: _Worker) -> None:
         """Answers outside ``worker``'s exchange go with ``_send``."""
-        worker.books.sends_with(lambda replies: self._tasks.start_soon(self._send, worker, replies))
+
+        def send(replies: list[Reply]) -> None:
+            self._tasks.start_soon(self._send, worker, replies)
+
+        worker.books.sends_with(send)
 
     async def _send(self, worker: _Worker, replies: list[Reply]) -> None:
         """Answers outside the worker's exchange (a bank call's, a waiting

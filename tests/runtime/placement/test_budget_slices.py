@@ -21,7 +21,12 @@ from agentrt.protocols import Budget, Usage
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable, usd_to_pico
 from agentrt.runtime.kernel._errors import BudgetExceeded
-from agentrt.runtime.placement._worker_books import PlacedRollouts, RunEntry, WorkerBooks
+from agentrt.runtime.placement._worker_books import (
+    PlacedRollouts,
+    PooledWorker,
+    RunEntry,
+    WorkerBooks,
+)
 from agentrt.runtime.placement._worker_slice import SLICE_CALLS, DriverLedger, RunSlice
 from agentrt.runtime.placement._worker_wire import (
     Outbound,
@@ -85,10 +90,10 @@ class Wire:
         self.post(report)
 
 
-def placement(run: BudgetLedger, rollouts: int) -> tuple[PlacedRollouts[object], list[str]]:
+def placement(run: BudgetLedger, rollouts: int) -> tuple[PlacedRollouts[PooledWorker], list[str]]:
     """The driver's live maps with ``rollouts`` rollouts of ``run`` in flight."""
-    placed: PlacedRollouts[object] = PlacedRollouts()
-    entry: RunEntry[object] = RunEntry(emit=_no_emit, active=rollouts)
+    placed: PlacedRollouts[PooledWorker] = PlacedRollouts()
+    entry: RunEntry[PooledWorker] = RunEntry(emit=_no_emit, active=rollouts)
     keys = [f"run-{i}" for i in range(rollouts)]
     for i, key in enumerate(keys):
         placed.ledgers[key] = run.child(str(i))
@@ -100,7 +105,7 @@ async def _no_emit(event: object) -> None:
     raise AssertionError("no event here")
 
 
-def workers(placed: PlacedRollouts[object], count: int, prices: PriceTable) -> list[Wire]:
+def workers(placed: PlacedRollouts[PooledWorker], count: int, prices: PriceTable) -> list[Wire]:
     driver = threading.Lock()
     return [Wire(WorkerBooks(placed.grants), prices, driver) for _ in range(count)]
 
