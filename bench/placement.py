@@ -25,6 +25,10 @@ benchmark re-executes itself inside a network namespace of its own (``unshare --
 --map-root-user``), where loopback is the only interface, and a PID
 namespace, so that no other Ray on the machine is touched.
 
+``--driver-gc daemon`` sets this process's collector (the driver's, and
+the local engine's) as ``agentrt serve`` sets the daemon's; the default
+leaves Python's, as an embedding application has it.
+
 ``--smoke`` (what CI runs): R = 200 x S = 4 at 50 ms, after an unmeasured
 warm-up run of 20 rollouts per variant (a worker's first run pays its lazy
 imports), and exits 1 when a check fails: every variant succeeds, makes
@@ -46,6 +50,7 @@ machine measured 2-3.6 x here).  Without Ray or user namespaces it exits 2
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -83,6 +88,9 @@ SMOKE_SIZES: dict[str, Any] = {
     "deadline_s": 300.0,
 }
 SKIP_MISSING = "AGENTRT_BENCH_SKIP_MISSING"
+DAEMON_NO_FULL_COLLECTION = 1 << 30
+"""``--driver-gc daemon``: the third threshold, as the daemon's (its idle
+collector runs the full collections)."""
 PLACED = ("procs-1", "procs-2", "ray-1", "ray-2")
 """The variants whose rollouts run in worker processes."""
 
@@ -325,6 +333,14 @@ def main() -> None:
         "--deadline-s", type=float, default=0.0, help="fail after this many seconds (0: never)"
     )
     parser.add_argument(
+        "--driver-gc",
+        choices=("default", "daemon"),
+        default="default",
+        help="daemon: this process's collector (the driver's, local's too) set as `agentrt "
+        "serve` sets its own: the start-up heap frozen, thresholds 700/5, no automatic full "
+        "collection (default: Python's, as an embedding application has it)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help=f"CI's short form: R = {SMOKE_SIZES['rollouts']}, S = {SMOKE_SIZES['steps']}, "
@@ -343,6 +359,10 @@ def main() -> None:
             raise SystemExit(missing(what))
         raise SystemExit(in_namespaces(args.deadline_s))
     rollouts = 400 if args.quick else args.rollouts
+    if args.driver_gc == "daemon":  # as runtime/cli/_serve_command.py's _tune_process
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(700, 5, DAEMON_NO_FULL_COLLECTION)
     sim = SimServerConfig(
         ttft_ms=args.latency_ms,
         token_ms=0,

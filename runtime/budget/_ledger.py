@@ -722,8 +722,8 @@ class BudgetLedger:
                 per = (far.tokens - prompt) // n
         return max(per, floor)
 
-    def _admit(self, tokens: int, pico: int, now: float) -> None:
-        """Raise unless a call needing ``tokens``/``pico`` fits (lock held)."""
+    def _admit(self, tokens: int, pico: int, now: float, calls: int = 1) -> None:
+        """Raise unless ``calls`` calls needing ``tokens``/``pico`` fit (lock held)."""
         if self._finished is not None:
             raise InvalidRequestError(f"ledger {self.name!r} is finished; no call can be reserved")
         cap_s, cap_calls, cap_tokens, cap_pico = (
@@ -734,8 +734,8 @@ class BudgetLedger:
         )
         if cap_s is not None and now - self._started >= cap_s:
             self._refuse("max_wall_seconds", cap_s, now - self._started, 0.0)
-        if cap_calls is not None and self._calls + self._res_calls + 1 > cap_calls:
-            self._refuse("max_model_calls", cap_calls, self._calls + self._res_calls, 1)
+        if cap_calls is not None and self._calls + self._res_calls + calls > cap_calls:
+            self._refuse("max_model_calls", cap_calls, self._calls + self._res_calls, calls)
         if cap_tokens is not None:
             used = self._prompt + self._completion + self._res_tokens
             if used + tokens > cap_tokens:
@@ -856,6 +856,11 @@ class BudgetLedger:
         pico = self._rates_for(model).cost_pico(usage)
         return Cost(usd=pico_to_usd(pico), usage=usage, model_calls=1)
 
+    def price_pico(self, model: str, usage: Usage) -> int:
+        """What one call to ``model`` with ``usage`` costs in pico-USD, as
+        ``cost_of`` prices it (exact)."""
+        return self._rates_for(model).cost_pico(usage)
+
     def restore(self, model: str, usage: Usage) -> Cost:
         """Count a call a previous incarnation of this run already made and
         paid for (a run resumed after a crash): it is charged to this ledger
@@ -878,6 +883,16 @@ class BudgetLedger:
             self._upstream.restore(model, usage)
         self._notify()
         return Cost(usd=pico_to_usd(pico), usage=usage, model_calls=1)
+
+    def carve(self, tokens: int | None, pico: int | None, calls: int | None) -> BudgetSlice:
+        """Reserve a slice of this ledger's budget as one, for calls booked
+        elsewhere (a rollout worker's): ``tokens``, ``pico`` (USD in
+        pico-USD) and ``calls`` (``None``: not bounded, nothing reserved
+        for it).  Raises ``BudgetExceeded`` as ``reserve`` does when it
+        does not fit."""
+        slice_ = BudgetSlice(self)
+        slice_.grow(tokens, pico, calls)
+        return slice_
 
     def _release(
         self, reservation: Reservation, *, notify: bool = True, upstream: bool = True
@@ -1021,8 +1036,149 @@ class BudgetLedger:
         return f"BudgetLedger({self.name!r}, {self.budget!r})"
 
 
+@final
+class BudgetSlice:
+    """A part of a ledger's budget reserved as one (``BudgetLedger.carve``)
+    and spent by calls booked elsewhere: ``tokens``, ``pico`` and ``calls``
+    are what is left of it (``None``: that measure is not bounded).  Its
+    calls are charged with ``spend`` to a ledger at or below the one it was
+    carved from; ``grow`` reserves more, ``give_back`` and ``release``
+    return what was not spent.  The spent and the reserved of the chain
+    stay exact: the sum of the slices and the ledger's own reservations
+    never crosses a cap."""
+
+    __slots__ = ("_ledger", "calls", "pico", "tokens")
+
+    def __init__(self, ledger: BudgetLedger) -> None:
+        self._ledger = ledger
+        self.tokens: int | None = None
+        self.pico: int | None = None
+        self.calls: int | None = None
+
+    @property
+    def ledger(self) -> BudgetLedger:
+        """The ledger it was carved from."""
+        return self._ledger
+
+    def grow(self, tokens: int | None, pico: int | None, calls: int | None) -> None:
+        """Reserve ``tokens``, ``pico`` and ``calls`` more (``None``: that
+        measure unbounded from now on).  Raises ``BudgetExceeded`` when
+        they do not fit, and then reserves nothing."""
+        if min(tokens or 0, pico or 0, calls or 0) < 0:
+            raise InvalidRequestError(
+                f"cannot carve tokens={tokens}, pico={pico}, calls={calls} "
+                f"from ledger {self._ledger.name!r}: sizes must be >= 0"
+            )
+        ledger = self._ledger
+        more_tokens, more_pico, more_calls = tokens or 0, pico or 0, calls or 0
+        now = ledger._clock()
+        with ledger._lock:
+            for node in ledger._chain:
+                if node._capped or node._finished is not None:
+                    node._admit(more_tokens, more_pico, now, calls=more_calls)
+            for node in ledger._chain:
+                node._res_tokens += more_tokens
+                node._res_pico += more_pico
+                node._res_calls += more_calls
+            self.tokens = None if tokens is None else (self.tokens or 0) + tokens
+            self.pico = None if pico is None else (self.pico or 0) + pico
+            self.calls = None if calls is None else (self.calls or 0) + calls
+        ledger._notify()
+
+    def spend(
+        self,
+        onto: BudgetLedger,
+        model: str,
+        usage: Usage,
+        *,
+        calls: int = 1,
+        cancelled: bool = False,
+    ) -> Cost:
+        """Charge ``calls`` calls to ``model`` that together used ``usage``
+        to ``onto`` (this slice's ledger or one below it), out of the slice
+        (beyond what is left of it: charged in full, counted in
+        ``overruns``); ``cancelled``: calls cancelled in flight.  Each
+        call's cached prompt tokens must not exceed its prompt's (the
+        price of the sum is then the sum of the prices)."""
+        ledger = self._ledger
+        if ledger not in onto._chain:
+            raise InvalidRequestError(
+                f"ledger {onto.name!r} is not below {ledger.name!r}: its slice cannot pay for it"
+            )
+        if min(usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens) < 0:
+            raise InvalidRequestError(f"cannot charge negative usage {usage!r} on {onto.name!r}")
+        pico = onto._rates_for(model).cost_pico(usage)
+        tokens = usage.prompt_tokens + usage.completion_tokens
+        with ledger._lock:
+            take_tokens = 0 if self.tokens is None else min(self.tokens, tokens)
+            take_pico = 0 if self.pico is None else min(self.pico, pico)
+            take_calls = 0 if self.calls is None else min(self.calls, calls)
+            overrun = (self.tokens is not None and tokens > take_tokens) or (
+                self.pico is not None and pico > take_pico
+            )
+            if self.tokens is not None:
+                self.tokens -= take_tokens
+            if self.pico is not None:
+                self.pico -= take_pico
+            if self.calls is not None:
+                self.calls -= take_calls
+            for node in ledger._chain:
+                node._res_tokens -= take_tokens
+                node._res_pico -= take_pico
+                node._res_calls -= take_calls
+            for node in onto._chain:
+                node._prompt += usage.prompt_tokens
+                node._completion += usage.completion_tokens
+                node._cached += usage.cached_prompt_tokens
+                node._pico += pico
+                node._calls += calls
+                node._overruns += overrun
+                node._cancelled += calls if cancelled else 0
+        if onto._watched:
+            onto._notify()
+        return Cost(usd=pico_to_usd(pico), usage=usage, model_calls=calls)
+
+    def give_back(self, tokens: int, pico: int, calls: int) -> None:
+        """Return up to ``tokens``, ``pico`` and ``calls`` of what is left
+        (in the bounded measures) to the ledger."""
+        ledger = self._ledger
+        with ledger._lock:
+            back_tokens = 0 if self.tokens is None else min(self.tokens, max(tokens, 0))
+            back_pico = 0 if self.pico is None else min(self.pico, max(pico, 0))
+            back_calls = 0 if self.calls is None else min(self.calls, max(calls, 0))
+            if self.tokens is not None:
+                self.tokens -= back_tokens
+            if self.pico is not None:
+                self.pico -= back_pico
+            if self.calls is not None:
+                self.calls -= back_calls
+            for node in ledger._chain:
+                node._res_tokens -= back_tokens
+                node._res_pico -= back_pico
+                node._res_calls -= back_calls
+        if ledger._watched:
+            ledger._notify()
+
+    def release(self) -> None:
+        """Return what is left of the slice.  Idempotent."""
+        self.give_back(self.tokens or 0, self.pico or 0, self.calls or 0)
+
+    @property
+    def empty(self) -> bool:
+        """It cannot pay for another call: a bounded measure has nothing
+        left."""
+        return any(v is not None and v <= 0 for v in (self.tokens, self.pico, self.calls))
+
+    def __repr__(self) -> str:
+        return (
+            f"BudgetSlice(tokens={self.tokens}, pico={self.pico}, calls={self.calls}, "
+            f"ledger={self._ledger.name!r})"
+        )
+
+
 __all__ = [
     "BudgetLedger",
+    "BudgetSlice",
     "BudgetSnapshot",
     "CallJournal",
     "Headroom",

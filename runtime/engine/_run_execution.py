@@ -684,7 +684,6 @@ class RunExecution:
     def _place(self) -> PlacedRun:
         """This run as its placement sees it (made once, ``_placed``)."""
         plan, services = self.plan, self.services
-        budget = plan.ledger.budget
         self._placed = PlacedRun(
             run_id=plan.run_id,
             runner=plan.entry,
@@ -693,9 +692,6 @@ class RunExecution:
             supervisor=services.supervisor,
             emit=self.emitter.emit,
             restarts=services.config.rollout_restarts,
-            capped=budget.max_tokens is not None
-            or budget.max_usd is not None
-            or budget.max_model_calls is not None,
             journal=journal if isinstance(journal := plan.ledger.journal, EventJournal) else None,
             events=self.emitter.kinds,
         )

@@ -41,11 +41,10 @@ class PlacedRun:
     from; ``None`` when it was given as an object); ``supervisor``: the
     supervisor of the run's rollout actors in ``system`` (the Runtime's
     one, shared by every run); ``emit``: the run's event stream;
-    ``restarts``: how often a crashed rollout is restarted; ``capped``:
-    whether the run's ledger has a cap (its calls must be admitted there
-    before they are made); ``journal``: the run's journal of model calls,
-    when it is journaled (a remote rollout journals its calls through the
-    run's events, and takes up the replies an earlier incarnation left);
+    ``restarts``: how often a crashed rollout is restarted; ``journal``:
+    the run's journal of model calls, when it is journaled (a remote
+    rollout journals its calls through the run's events, and takes up the
+    replies an earlier incarnation left);
     ``events``: the kinds of event the run's stream takes (``None``: all;
     a remote worker builds and sends no other)."""
 
@@ -56,7 +55,6 @@ class PlacedRun:
     supervisor: SupervisorRef
     emit: Emit
     restarts: int
-    capped: bool
     journal: EventJournal | None = None
     events: frozenset[type[Event]] | None = None
 

@@ -6,7 +6,7 @@ errors when one cannot start), their lifetime (stopped when the placement
 closes; killed by the kernel when this process dies), choosing a worker
 per rollout (``pick_worker``), one pump per worker that reads its socket
 in order (events to the run's stream, acknowledged once the run's sink
-took them; ledger items to its ``WorkerBooks``; memory bank calls
+took them; its budget slices' asks and reports to its ``WorkerBooks``; memory bank calls
 answered; rollouts' outcomes), taking a rollout up again on a surviving
 worker, from its committed steps, when its worker dies, and replacing
 the dead worker.  Must not know how rollouts are aggregated.
@@ -159,11 +159,6 @@ class ProcessPlacement:
         """Agents are rebuilt in the workers: by name or from a configuration."""
         check_rebuildable(agent, PLACEMENT)
 
-    def _sharers(self, rollout: str) -> int:
-        """The rollouts in flight of ``rollout``'s run (they share its budget)."""
-        entry = self._rollouts.entries.get(rollout)
-        return 1 if entry is None else entry.active
-
     # -- lifecycle ----------------------------------------------------------------
 
     async def __aenter__(self) -> ProcessPlacement:
@@ -227,13 +222,19 @@ class ProcessPlacement:
             theirs.close()
         self._starting.append(process)
         channel = await FrameChannel.of(mine)
-        return _Worker(
+        worker = _Worker(
             index,
             process,
             channel,
-            WorkerBooks(self._rollouts.ledgers, self._sharers),
+            WorkerBooks(self._rollouts.grants),
             started=anyio.current_time(),
         )
+
+        def send(replies: list[Reply]) -> None:  # answers outside the worker's batch
+            self._tasks.start_soon(self._send, worker, replies)
+
+        worker.books.sends_with(send)
+        return worker
 
     async def _ready(self, worker: _Worker) -> None:
         try:
@@ -394,9 +395,13 @@ class ProcessPlacement:
             await worker.channel.send(Replies(replies=[Acked(ids=acked, failed=failed)]))
 
     async def _bank_call(self, worker: _Worker, item: BankOut) -> None:
-        answer = await answer_bank_call(self._bank, item)
+        await self._send(worker, [await answer_bank_call(self._bank, item)])
+
+    async def _send(self, worker: _Worker, replies: list[Reply]) -> None:
+        """Answers outside the worker's batch (a bank call's, a waiting
+        ask's once another worker gave budget back)."""
         with suppress(*_LOST):  # a lost worker's rollouts go on elsewhere
-            await worker.channel.send(Replies(replies=[answer]))
+            await worker.channel.send(Replies(replies=replies))
 
 
 async def _exit_of(process: BaseProcess) -> str:

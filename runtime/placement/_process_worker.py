@@ -47,6 +47,10 @@ READ: Final = 1 << 20
 MAX_FRAME: Final = 1 << 30
 #: How long a closing worker may take to end its rollouts and its Runtime.
 CLOSE_S: Final = 10.0
+#: How long the worker waits, once an item is posted, for more to join it
+#: in one frame: each frame costs the driver a read, a loop turn and an
+#: acknowledgement, and a step's acknowledgement can wait a few milliseconds.
+GATHER_S: Final = 0.005
 
 
 @final
@@ -219,7 +223,7 @@ async def _answer(
 async def _pump(channel: FrameChannel, hosted: HostedWorker) -> None:
     """The outbox to the driver, in order, a batch per frame."""
     while True:
-        items = await hosted.outbox.take()
+        items = await hosted.outbox.take(GATHER_S)
         if items:
             await channel.send(Items(items=items))
 

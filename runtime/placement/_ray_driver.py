@@ -133,11 +133,6 @@ class RayPlacement:
         """Agents are rebuilt on the workers: by name or from a configuration."""
         check_rebuildable(agent, "ray placement")
 
-    def _sharers(self, rollout: str) -> int:
-        """The rollouts in flight of ``rollout``'s run (they share its budget)."""
-        entry = self._rollouts.entries.get(rollout)
-        return 1 if entry is None else entry.active
-
     # -- lifecycle ----------------------------------------------------------------
 
     async def __aenter__(self) -> RayPlacement:
@@ -287,8 +282,11 @@ class RayPlacement:
                     f"and agents given as objects must pickle): {type(error).__name__}: {error}",
                     where="placement",
                 ) from None
-            books = WorkerBooks(self._rollouts.ledgers, self._sharers)
-            self._workers.append(_Worker(index, handle, books, started=anyio.current_time()))
+            pooled = _Worker(
+                index, handle, WorkerBooks(self._rollouts.grants), started=anyio.current_time()
+            )
+            self._answers_to(pooled)
+            self._workers.append(pooled)
         timeout = self.config.connect_timeout_s
         try:
             with anyio.fail_after(timeout):
@@ -402,11 +400,12 @@ class RayPlacement:
         worker = _Worker(
             len(self._workers),
             handle,
-            WorkerBooks(self._rollouts.ledgers, self._sharers),
+            WorkerBooks(self._rollouts.grants),
             node_id=ready.node_id,
             pid=ready.pid,
             started=anyio.current_time(),
         )
+        self._answers_to(worker)
         self._workers.append(worker)
         log.info("rollout_worker_replaced", lost=lost.index, worker=worker.index)
         await self._pump(worker)
@@ -444,9 +443,21 @@ class RayPlacement:
         return replies
 
     async def _bank_call(self, worker: _Worker, item: BankOut) -> None:
-        answer = await answer_bank_call(self._bank, item)
+        await self._send(worker, [await answer_bank_call(self._bank, item)])
+
+    def _answers_to(self, worker: _Worker) -> None:
+        """Answers outside ``worker``'s exchange go with ``_send``."""
+
+        def send(replies: list[Reply]) -> None:
+            self._tasks.start_soon(self._send, worker, replies)
+
+        worker.books.sends_with(send)
+
+    async def _send(self, worker: _Worker, replies: list[Reply]) -> None:
+        """Answers outside the worker's exchange (a bank call's, a waiting
+        ask's once another worker gave budget back)."""
         with contextlib.suppress(RayActorError):  # a lost worker's rollouts go on elsewhere
-            await worker.handle.deliver.remote(ENCODER.encode([answer]))
+            await worker.handle.deliver.remote(ENCODER.encode(replies))
 
 
 async def _close(worker: _Worker) -> None:

@@ -1,8 +1,8 @@
 """The driver's side of rollout workers, whatever carries the items (Ray,
 a worker process's socket): ``WorkerBooks`` books the ledger items a
-worker sends (reservations, charges, releases, restores) on the runs'
-ledgers, in order, and charges what was in flight as reserved when the
-worker is lost; ``deliver_events`` hands its events to their runs'
+worker sends (its budget slices' asks and reports, restores) on the runs'
+ledgers, in order (``SliceGrants``), and charges what was in flight as
+reserved when the worker is lost; ``deliver_events`` hands its events to their runs'
 streams; ``answer_bank_call`` runs a worker's call on the run's memory
 bank; ``pick_worker`` chooses a worker for a rollout; ``outcome_result``
 and ``replays_of`` are a placed rollout's way back and out;
@@ -28,9 +28,7 @@ from agentrt.agents._hierarchy import Hierarchy
 from agentrt.protocols._events import Event, RolloutRestarted
 from agentrt.protocols._model import ModelReply
 from agentrt.protocols._trajectory import Step
-from agentrt.protocols._usage import Usage
-from agentrt.runtime.budget._ledger import BudgetLedger, Reservation
-from agentrt.runtime.budget._pricing import usd_to_pico
+from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.engine._journal import EventJournal
 from agentrt.runtime.engine._rollout_actor import RunRollout
 from agentrt.runtime.kernel._backoff import Backoff, RestartBackoff
@@ -38,7 +36,6 @@ from agentrt.runtime.kernel._errors import (
     BudgetExceeded,
     ConfigError,
     RuntimeFailure,
-    UserError,
 )
 from agentrt.runtime.memory._bank import MemoryStore
 from agentrt.runtime.observe._log import get_logger
@@ -49,6 +46,7 @@ from agentrt.runtime.placement._placement import (
     RolloutGaveUp,
     RolloutJob,
 )
+from agentrt.runtime.placement._slice_grants import Lent, SliceGrants
 from agentrt.runtime.placement._worker_wire import (
     BankAnswer,
     BankGet,
@@ -56,18 +54,18 @@ from agentrt.runtime.placement._worker_wire import (
     BankPromote,
     BankPut,
     BankSearch,
-    ChargeOut,
     EventOut,
     FlushOut,
     Outbound,
     PlacedRollout,
-    ReleaseOut,
-    Reserved,
-    ReserveOut,
+    Reply,
     RestoreOut,
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
+    SliceAsk,
+    SliceGranted,
+    SliceReport,
     StepOut,
     StepPrompts,
     event_tags,
@@ -78,134 +76,60 @@ log = get_logger(__name__)
 
 @final
 class WorkerBooks:
-    """One worker's reservations on the ledgers of ``ledgers`` (the
-    placement's live map: rollout id -> its ledger on the driver);
-    ``sharers(rollout id)``: the rollouts of its run in flight (a slice is
-    leased only when the run's headroom holds one for each of them)."""
+    """One worker's books on the driver: the ledger items it sends (its
+    slices' asks and reports, restores) booked in order through the
+    placement's ``SliceGrants``; ``send`` delivers an answer outside the
+    worker's own exchange (the driver sets it)."""
 
-    def __init__(
-        self, ledgers: Mapping[str, BudgetLedger], sharers: Callable[[str], int] = lambda _: 1
-    ) -> None:
-        self._ledgers = ledgers
-        self._sharers = sharers
-        self._held: dict[int, Reservation] = {}
-        self._leased: dict[int, Reservation] = {}
-        """Leased to the worker for its rollouts' next calls (taken without
-        a word: charged or released by the id the worker gave it)."""
+    def __init__(self, grants: SliceGrants) -> None:
+        self._grants = grants
+        self.lent: dict[int, Lent] = {}
         self.admissions = 0
-        """Calls the worker waited for the driver's admission for (its
-        other calls in capped runs took a leased reservation)."""
-        self._unbooked: dict[int, tuple[str, str]] = {}
-        """Calls booked without waiting that the ledger refused (ledger, model)."""
+        """Calls that waited for the driver (the others took their budget
+        from the worker's slice)."""
+        self._send: Callable[[list[Reply]], None] | None = None
 
-    def book(self, items: list[Outbound]) -> list[Reserved]:
-        """Book the ledger items of ``items`` in order; the answers the
-        worker waits for.  A bad item is logged (a waiting one answered)."""
-        answers: list[Reserved] = []
+    def sends_with(self, send: Callable[[list[Reply]], None]) -> None:
+        """How ``send`` reaches the worker."""
+        self._send = send
+
+    def send(self, replies: list[Reply]) -> None:
+        if self._send is None:
+            raise RuntimeFailure("a worker's books were given no way to reach it")
+        self._send(replies)
+
+    def book(self, items: list[Outbound]) -> list[Reply]:
+        """Book the ledger items of ``items`` in order; the answers to send
+        now.  A bad item is logged (a waiting ask answered)."""
+        answers: list[Reply] = []
         for item in items:
             try:
-                answer = self._book_one(item)
+                match item:
+                    case SliceAsk():
+                        self.admissions += item.wait
+                        answer = self._grants.ask(self, item)
+                        if answer is not None:
+                            answers.append(answer)
+                    case SliceReport():
+                        self._grants.report(self, item)
+                    case RestoreOut(ledger=key, model=model, usage=usage):
+                        ledger = self._grants.ledgers.get(key)
+                        if ledger is not None:
+                            ledger.restore(model, usage)
             except Exception as error:
                 log.error("placed_ledger_item_failed", item=type(item).__name__, error=repr(error))
-                if isinstance(item, ReserveOut) and item.wait:
-                    answers.append(Reserved(id=item.id, refused=repr(error), kind="invalid"))
-                continue
-            if answer is not None:
-                answers.append(answer)
+                if isinstance(item, SliceAsk):
+                    why = repr(error)
+                    answers.append(
+                        SliceGranted(id=item.id, slice=item.slice, refused=why, kind="invalid")
+                    )
         return answers
 
     def lost(self) -> None:
         """The worker is gone: its calls in flight may have been served,
-        so they are charged as reserved, and so is what it leased (a call
-        may have taken a lease just before the worker died)."""
-        for reservation in [*self._held.values(), *self._leased.values()]:
-            reservation.charge_reserved()
-        self._held.clear()
-        self._leased.clear()
-
-    def _book_one(self, item: Outbound) -> Reserved | None:
-        match item:
-            case ReserveOut():
-                answer = self._reserve(item)
-                return answer if item.wait else None
-            case ChargeOut(id=rid, usage=usage):
-                self._charge(rid, usage)
-            case ReleaseOut(id=rid):
-                held = self._held.pop(rid, None) or self._leased.pop(rid, None)
-                self._unbooked.pop(rid, None)
-                if held is not None:
-                    held.release()
-            case RestoreOut(ledger=key, model=model, usage=usage):
-                ledger = self._ledgers.get(key)
-                if ledger is not None:
-                    ledger.restore(model, usage)
-        return None
-
-    def _reserve(self, item: ReserveOut) -> Reserved:
-        self.admissions += item.wait
-        ledger = self._ledgers.get(item.ledger)
-        if ledger is None:
-            return Reserved(id=item.id, refused=f"rollout {item.ledger} has ended", kind="invalid")
-        if item.wait and item.slice > 1:
-            leased = self._lease(ledger, item)
-            if leased:
-                return Reserved(id=item.id, leased=leased, headroom=ledger.headroom())
-        try:
-            held = ledger.reserve(item.model, item.prompt_tokens, item.max_tokens, n=item.n)
-        except BudgetExceeded as refused:
-            if not item.wait:
-                self._unbooked[item.id] = (item.ledger, item.model)
-            return Reserved(
-                id=item.id, refused=str(refused), limit=refused.limit, headroom=ledger.headroom()
-            )
-        except UserError as refused:
-            if not item.wait:
-                self._unbooked[item.id] = (item.ledger, item.model)
-            return Reserved(id=item.id, refused=str(refused), kind="invalid")
-        self._held[item.id] = held
-        return Reserved(id=item.id, headroom=ledger.headroom() if item.wait else None)
-
-    def _lease(self, ledger: BudgetLedger, item: ReserveOut) -> int:
-        """Lease up to ``item.slice`` reservations of the slice's size when
-        the run's headroom holds a slice for each of its rollouts in flight
-        (else none: the call is reserved at its own size, as without
-        leases, so a run near its cap spends it as exactly); how many."""
-        prompt, per = item.slice_prompt_tokens, item.n * item.max_tokens
-        room = ledger.headroom()
-        want = item.slice * max(self._sharers(item.ledger), 1)
-        one = ledger.cost_of(item.model, Usage(prompt_tokens=prompt, completion_tokens=per))
-        if room.shortfall(want * (prompt + per), usd_to_pico(one.usd) * want) is not None:
-            return 0
-        if room.calls is not None and room.calls < want:
-            return 0
-        leased = 0
-        for offset in range(item.slice):
-            try:
-                reservation = ledger.reserve(item.model, prompt, item.max_tokens, n=item.n)
-            except (BudgetExceeded, UserError):
-                break
-            if offset == 0:
-                self._held[item.id] = reservation  # the asking call takes the first
-            else:
-                self._leased[item.id + offset] = reservation
-            leased += 1
-        return leased
-
-    def _charge(self, rid: int, usage: Usage | None) -> None:
-        held = self._held.pop(rid, None) or self._leased.pop(rid, None)
-        if held is not None:
-            if usage is None:
-                held.charge_reserved()
-            else:
-                held.charge(usage)
-            return
-        unbooked = self._unbooked.pop(rid, None)
-        if unbooked is not None and usage is not None:
-            # Made without the driver's admission (an uncapped run's ledger
-            # that refused late): the money is spent either way.
-            ledger = self._ledgers.get(unbooked[0])
-            if ledger is not None:
-                ledger.restore(unbooked[1], usage)
+        so they are charged as reserved; what its slices held unspent
+        goes back."""
+        self._grants.lost(self)
 
 
 async def answer_bank_call(bank: MemoryStore | None, item: BankOut) -> BankAnswer:
@@ -233,9 +157,9 @@ async def answer_bank_call(bank: MemoryStore | None, item: BankOut) -> BankAnswe
 class WorkerInfo:
     """A rollout worker as a placement's ``workers`` shows it: its node
     (``local``: a worker process of this host) and process, its rollouts
-    in flight and placed so far, the calls of capped runs it waited for the
-    driver's admission for (``admissions``: the others took a leased
-    reservation), and whether it is alive (``lost``: why not)."""
+    in flight and placed so far, the calls it waited for the driver's
+    grant for (``admissions``: the others took their budget from its
+    slice), and whether it is alive (``lost``: why not)."""
 
     index: int
     node_id: str
@@ -376,7 +300,6 @@ def placed_rollout(
         agent=agent if isinstance(agent, str) else None,
         agent_config=agent.model_dump_json() if isinstance(agent, AgentConfig) else None,
         restarts=run.restarts,
-        capped=run.capped,
         memory=memory,
         journaled=run.journal is not None,
         replays=replays_of(run.journal, message.rollout_id),
@@ -441,6 +364,16 @@ class PlacedRollouts(Generic[W]):
     runs: dict[str, RunEntry[W]] = field(default_factory=dict)
     ledgers: dict[str, BudgetLedger] = field(default_factory=dict)
     entries: dict[str, RunEntry[W]] = field(default_factory=dict)
+    grants: SliceGrants = field(init=False)
+    """The workers' slices of the runs' budgets."""
+
+    def __post_init__(self) -> None:
+        self.grants = SliceGrants(self.ledgers, self._sharers)
+
+    def _sharers(self, rollout: str) -> int:
+        """The rollouts in flight of ``rollout``'s run (they share its budget)."""
+        entry = self.entries.get(rollout)
+        return 1 if entry is None else entry.active
 
     async def run(
         self, run: PlacedRun, job: RolloutJob, workers: Sequence[W], place: Placing[W]

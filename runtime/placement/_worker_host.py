@@ -6,11 +6,10 @@ the driver places here, through ``LocalPlacement`` (``WorkerHost``).
 Events go back to the driver in order through one outbox (``Outbox``),
 which the worker's transport drains on the other loop;
 a ``StepRecorded`` waits for the driver's acknowledgement (the step is
-committed) before the rollout goes on; every call is also booked on the
-run's ledger on the driver (``DriverLedger``; a capped run's call waits
-for its admission, or takes a reservation the driver leased the
-rollout).  Two loops so that a call waiting for admission does not stop
-the driver's reply from arriving.  Must not know how items
+committed) before the rollout goes on; every call is booked on this
+worker's slice of the run's budget (``RunSlice``), and what the slices
+spent goes to the driver with each exchange.  Two loops so that a call
+waiting for the driver's grant does not stop the reply from arriving.  Must not know how items
 travel, nor how rollouts are chosen or aggregated.
 """
 
@@ -24,7 +23,6 @@ import math
 import threading
 from collections import defaultdict, deque
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager, AsyncExitStack, ExitStack
 from dataclasses import dataclass, field
 from typing import Final, TypeVar, final
@@ -41,17 +39,18 @@ from agentrt.agents._recording import EventEmitter
 from agentrt.protocols._events import CallReserved, CallSettled, Event, StepRecorded
 from agentrt.protocols._ids import is_top_level
 from agentrt.protocols._trajectory import Step
-from agentrt.protocols._usage import Usage
-from agentrt.runtime.budget._ledger import BudgetLedger, Headroom
+from agentrt.runtime.budget._ledger import BudgetLedger
+from agentrt.runtime.budget._pricing import PriceTable
 from agentrt.runtime.engine._journal import EventJournal
 from agentrt.runtime.engine._runtime import Runtime
 from agentrt.runtime.kernel._actor_spec import RestartIntensity, SupervisorSpec
-from agentrt.runtime.kernel._errors import BudgetExceeded, InvalidRequestError, RuntimeFailure
+from agentrt.runtime.kernel._errors import BudgetExceeded, RuntimeFailure
 from agentrt.runtime.memory._admission import ScoredAdmission
 from agentrt.runtime.memory._bank import MemoryHit, MemoryItem, NewItem, Owners, Scope
 from agentrt.runtime.memory._view import MemoryView
 from agentrt.runtime.placement._local import LocalPlacement
 from agentrt.runtime.placement._placement import PlacedRun, RolloutGaveUp, RolloutJob
+from agentrt.runtime.placement._worker_slice import DRIVER_TIMEOUT_S, DriverLedger, RunSlice
 from agentrt.runtime.placement._worker_wire import (
     Acked,
     BankAnswer,
@@ -61,19 +60,15 @@ from agentrt.runtime.placement._worker_wire import (
     BankPromote,
     BankPut,
     BankSearch,
-    ChargeOut,
     EventOut,
     FlushOut,
     Outbound,
     PlacedRollout,
-    ReleaseOut,
     Reply,
-    Reserved,
-    ReserveOut,
-    RestoreOut,
     RolloutDone,
     RolloutOutcome,
     RolloutRaised,
+    SliceGranted,
     StepPrompts,
     WorkerSpec,
     event_kinds,
@@ -82,13 +77,6 @@ from agentrt.tools.sandbox._workspaces import keep_run, release_rollout
 
 T = TypeVar("T")
 
-#: Reservations a capped rollout leases at once, when the run's headroom allows.
-LEASE_SLICE: Final = 4
-#: A leased reservation's prompt, over the prompt of the call that asked
-#: (a rollout's prompt grows with its steps).
-LEASE_PROMPT_ROOM: Final = 2.0
-#: How long a call waits for the driver's admission, and an event for its ack.
-DRIVER_TIMEOUT_S: Final = 120.0
 #: Items handed to the driver per exchange (a bound on one reply's size).
 BATCH: Final = 4096
 #: How long an idle ``exchange`` waits before answering empty (the driver
@@ -110,7 +98,10 @@ class Outbox:
         # batch per call; a waiting reservation blocks its thread instead.
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._rollouts_loop: asyncio.AbstractEventLoop | None = None
-        self._reserves: dict[int, Future[Reserved]] = {}
+        self._granted: dict[int, Future[SliceGranted]] = {}
+        self._slices: dict[int, RunSlice] = {}
+        self._dirty: dict[int, RunSlice] = {}
+        """The slices whose rollouts spent or reserved since the last take."""
         self._answers: dict[int, asyncio.Future[BankAnswer]] = {}
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -129,10 +120,37 @@ class Outbox:
     def post(self, item: Outbound) -> None:
         with self._lock:
             self._items.append(item)
-            first = len(self._items) == 1
+            first = len(self._items) == 1 and not self._dirty
             loop, wake = self._loop, self._wake
         if first and loop is not None and wake is not None:
             loop.call_soon_threadsafe(wake.set)
+
+    def touch(self, slice_: RunSlice) -> None:
+        """``slice_`` has something to report: it goes with the next take."""
+        with self._lock:
+            if slice_.key in self._dirty:
+                return
+            first = not self._items and not self._dirty
+            self._dirty[slice_.key] = slice_
+            loop, wake = self._loop, self._wake
+        if first and loop is not None and wake is not None:
+            loop.call_soon_threadsafe(wake.set)
+
+    def open_slice(self, prices: PriceTable) -> RunSlice:
+        """A new slice of a run's budget (its grants are delivered to it)."""
+        slice_ = RunSlice(self, self.next_id(), prices)
+        with self._lock:
+            self._slices[slice_.key] = slice_
+        return slice_
+
+    def end_slice(self, slice_: RunSlice) -> None:
+        """The run's rollouts here ended: what ``slice_`` spent, and the
+        rest of it back to the driver."""
+        with self._lock:
+            self._slices.pop(slice_.key, None)
+        report = slice_.report(ended=True)
+        assert report is not None
+        self.post(report)
 
     def post_step(self, event: StepRecorded, ack: int) -> None:
         """Post ``event`` as a ``StepOut`` (its prompt as what changed; on
@@ -162,10 +180,11 @@ class Outbox:
         waiting[rid] = future
         return rid, future
 
-    def expect_reserved(self, rid: int) -> Future[Reserved]:
-        future: Future[Reserved] = Future()
+    def expect_granted(self, rid: int) -> Future[SliceGranted]:
+        """The future the driver's grant for ask ``rid`` completes."""
+        future: Future[SliceGranted] = Future()
         with self._lock:
-            self._reserves[rid] = future
+            self._granted[rid] = future
         return future
 
     def deliver(self, replies: list[Reply]) -> None:
@@ -176,9 +195,12 @@ class Outbox:
                     loop = self._rollouts_loop
                     if loop is not None:
                         loop.call_soon_threadsafe(self._acked, ids, failed)
-                case Reserved(id=rid):
+                case SliceGranted(id=rid, slice=key):
                     with self._lock:
-                        waiting = self._reserves.pop(rid, None)
+                        slice_ = self._slices.get(key)
+                        waiting = self._granted.pop(rid, None)
+                    if slice_ is not None:
+                        slice_.granted(reply)  # before the waiting call takes from it
                     if waiting is not None and not waiting.done():
                         waiting.set_result(reply)
                 case BankAnswer():
@@ -211,131 +233,20 @@ class Outbox:
         with anyio.move_on_after(IDLE_S):
             while True:
                 with self._lock:
-                    if self._items:
+                    if self._items or self._dirty:
                         break
                     wake.clear()
                 await wake.wait()
-        if gather_s > 0 and self._items:
+        if gather_s > 0 and (self._items or self._dirty):
             await anyio.sleep(gather_s)
         with self._lock:
+            dirty = list(self._dirty.values())
+            self._dirty.clear()
             count = min(len(self._items), BATCH)
-            return [self._items.popleft() for _ in range(count)]
-
-
-@dataclass(frozen=True, slots=True)
-class _Lease:
-    """A reservation the driver leased to this rollout, not taken yet."""
-
-    id: int
-    model: str
-    prompt_tokens: int
-    max_tokens: int
-    n: int
-
-    def covers(self, model: str, prompt_tokens: int, max_tokens: int, n: int) -> bool:
-        return (
-            model == self.model
-            and n == self.n
-            and prompt_tokens <= self.prompt_tokens
-            and max_tokens <= self.max_tokens
-        )
-
-
-@final
-class DriverLedger:
-    """A rollout ledger's upstream: the run's ledger on the driver
-    (``LedgerUpstream``).  In a capped run a call needs the driver's
-    admission: a reservation the driver leased to this rollout earlier
-    that covers it (taken without asking), or else one asked for, waiting
-    (blocking this worker's rollout loop for one round trip; the
-    transport's loop carries the answer), with a slice of ``LEASE_SLICE``
-    leased at once for the rollout's next calls, each with room for a
-    prompt ``LEASE_PROMPT_ROOM`` times this one's, when the run's
-    headroom allows.  Otherwise each call is booked there in order,
-    without waiting.  ``close`` gives back what was leased and not taken."""
-
-    def __init__(self, outbox: Outbox, ledger: str, *, capped: bool) -> None:
-        self._outbox = outbox
-        self._ledger = ledger
-        self._capped = capped
-        self._far: Headroom | None = None
-        self._leases: list[_Lease] = []
-
-    def reserve(self, model: str, prompt_tokens: int, max_tokens: int, n: int) -> int:
-        if not self._capped:
-            rid = self._outbox.next_id()
-            self._outbox.post(self._reserve_out(rid, model, prompt_tokens, max_tokens, n=n))
-            return rid
-        for index, lease in enumerate(self._leases):
-            if lease.covers(model, prompt_tokens, max_tokens, n):
-                del self._leases[index]
-                return lease.id
-        room = max(math.ceil(prompt_tokens * LEASE_PROMPT_ROOM), prompt_tokens + 1)
-        rid = self._outbox.next_ids(LEASE_SLICE)
-        item = self._reserve_out(rid, model, prompt_tokens, max_tokens, n=n, room=room)
-        waiting = self._outbox.expect_reserved(rid)
-        self._outbox.post(item)
-        try:
-            reply = waiting.result(timeout=DRIVER_TIMEOUT_S)
-        except FutureTimeout:
-            raise RuntimeFailure(
-                f"the run's ledger on the driver did not answer within {DRIVER_TIMEOUT_S:g} s"
-            ) from None
-        self._far = reply.headroom
-        if reply.refused is not None:
-            if reply.kind == "invalid":
-                raise InvalidRequestError(reply.refused)
-            raise BudgetExceeded(reply.refused, limit=reply.limit)
-        self._leases.extend(
-            _Lease(rid + offset, model, room, max_tokens, n) for offset in range(1, reply.leased)
-        )
-        return rid
-
-    def _reserve_out(
-        self, rid: int, model: str, prompt_tokens: int, max_tokens: int, *, n: int, room: int = 0
-    ) -> ReserveOut:
-        """A call's ``ReserveOut``; with ``room`` (a capped run's), one that
-        waits for the driver's answer and leases a slice of reservations
-        of ``room`` prompt tokens each."""
-        return ReserveOut(
-            id=rid,
-            ledger=self._ledger,
-            model=model,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            n=n,
-            wait=room > 0,
-            slice=LEASE_SLICE if room > 0 else 1,
-            slice_prompt_tokens=room,
-        )
-
-    def charge(self, handle: int, usage: Usage | None) -> None:
-        self._outbox.post(ChargeOut(id=handle, usage=usage))
-
-    def release(self, handle: int) -> None:
-        self._outbox.post(ReleaseOut(id=handle))
-
-    def restore(self, model: str, usage: Usage) -> None:
-        self._outbox.post(RestoreOut(ledger=self._ledger, model=model, usage=usage))
-
-    def headroom(self) -> Headroom | None:
-        """The run's headroom as last heard, plus what this rollout holds
-        leased (it is this rollout's to spend)."""
-        far = self._far
-        if far is None or not self._leases:
-            return far
-        tokens = sum(lease.prompt_tokens + lease.n * lease.max_tokens for lease in self._leases)
-        return msgspec.structs.replace(
-            far,
-            tokens=None if far.tokens is None else far.tokens + tokens,
-            calls=None if far.calls is None else far.calls + len(self._leases),
-        )
-
-    def close(self) -> None:
-        """Give back what was leased and not taken (the rollout ended)."""
-        for lease in self._leases:
-            self._outbox.post(ReleaseOut(id=lease.id))
-        self._leases.clear()
+            items = [self._items.popleft() for _ in range(count)]
+        # What the slices spent first: a step's call is booked before it.
+        reports: list[Outbound] = [r for s in dirty if (r := s.report()) is not None]
+        return [*reports, *items] if reports else items
 
 
 @final
@@ -391,6 +302,8 @@ class _Shard:
     placed: PlacedRun
     committed: defaultdict[str, list[Step]] = field(default_factory=lambda: defaultdict(list))
     active: int = 0
+    budget: RunSlice | None = None
+    """This worker's slice of the run's budget, while it has rollouts here."""
 
 
 @final
@@ -466,10 +379,13 @@ class WorkerHost:
         async with self._opening:  # one shard per run, however many arrive at once
             shard = await self._shard(placed)
             shard.active += 1
+            if shard.budget is None:
+                shard.budget = self._outbox.open_slice(self._runtime().prices)
+            budget = shard.budget
         rollout = placed.rollout
         if rollout.resume:
             shard.committed[rollout.rollout_id] = list(rollout.resume)
-        upstream = DriverLedger(self._outbox, placed.ledger, capped=placed.capped)
+        upstream = DriverLedger(budget, self._outbox, placed.ledger)
         journal = (
             EventJournal(shard.placed.emit, rollout.run_id, dict(placed.replays))
             if placed.journaled
@@ -494,9 +410,11 @@ class WorkerHost:
         except Exception as exc:
             outcome = RolloutRaised(kind="error", message=repr(exc))
         finally:
-            upstream.close()
             shard.committed.pop(rollout.rollout_id, None)
             shard.active -= 1
+            if shard.active == 0 and shard.budget is budget:
+                shard.budget = None
+                self._outbox.end_slice(budget)  # before the rollout's flush
             if (finished := self._runtime().run_services.rollout_finished) is not None:
                 with anyio.CancelScope(shield=True):  # its own MCP connections close with it
                     await finished(rollout.run_id, rollout.rollout_id)
@@ -579,7 +497,6 @@ class WorkerHost:
                 supervisor=supervisor,
                 emit=emitter.emit,
                 restarts=placed.restarts,
-                capped=placed.capped,
             )
         )
         holder.append(shard)
@@ -683,7 +600,6 @@ def has_uvloop() -> bool:
 
 __all__ = [
     "DriverBank",
-    "DriverLedger",
     "HostedWorker",
     "Outbox",
     "WorkerHost",

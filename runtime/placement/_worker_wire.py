@@ -56,9 +56,8 @@ class WorkerReady(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
 class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):
     """Run ``rollout`` on a worker: its actor's ``name``, the driver
     ledger it is charged to (``ledger``), the run's agent by name or as
-    a configuration (JSON), the run's restart intensity, whether the run
-    is capped (every call then waits for the driver's admission) and
-    whether it has a memory bank (on the driver, reached with ``BankOut``)."""
+    a configuration (JSON), the run's restart intensity, and whether it
+    has a memory bank (on the driver, reached with ``BankOut``)."""
 
     rollout: RunRollout
     name: str
@@ -66,7 +65,6 @@ class PlacedRollout(msgspec.Struct, frozen=True, kw_only=True, tag="placed"):
     agent: str | None = None
     agent_config: str | None = None
     restarts: int = 3
-    capped: bool = False
     memory: bool = False
     journaled: bool = False
     """The run is journaled: the worker journals the rollout's calls
@@ -134,36 +132,50 @@ class FlushOut(msgspec.Struct, frozen=True, kw_only=True, tag="flush"):
     rollout: str = ""
 
 
-class ReserveOut(msgspec.Struct, frozen=True, kw_only=True, tag="reserve"):
-    """Reserve a call on the driver ledger ``ledger``; ``wait``: the worker
-    waits for the ``Reserved`` reply (a capped run).  ``slice`` > 1 (a
-    waiting one only): lease up to that many reservations at once, each of
-    ``slice_prompt_tokens`` (room for the longer prompts of the rollout's
-    next calls), ids ``id``, ``id + 1``, ...: the worker takes them for its
-    next calls without asking, and releases what it did not use.  The
-    driver leases fewer (one of the call's own size, at worst) when the
-    run's headroom is short of a slice for each rollout in flight."""
+class SliceAsk(msgspec.Struct, frozen=True, kw_only=True, tag="slice_ask"):
+    """Ask for budget for this worker's slice ``slice`` of the run whose
+    rollout ``ledger`` asks (the driver carves it from the run's ledger):
+    ``wait``: a call of ``model`` (``prompt_tokens``, ``n`` samples of up
+    to ``max_tokens``) waits for it, and is granted its own worst case
+    first (``SliceGranted.refused``: it does not fit); ``calls``: a slice of
+    that many calls more, each with room for a prompt of ``room`` tokens.
+    ``back``: what the worker gave back of its slice first (tokens, pico-USD,
+    calls; a waiting call gives back all it held unspent)."""
 
     id: int
+    slice: int
     ledger: str
     model: str
     prompt_tokens: int
     max_tokens: int
     n: int = 1
     wait: bool = False
-    slice: int = 1
-    slice_prompt_tokens: int = 0
+    calls: int = 0
+    room: int = 0
+    back: tuple[int, int, int] = (0, 0, 0)
 
 
-class ChargeOut(msgspec.Struct, frozen=True, kw_only=True, tag="charge"):
-    """Charge reservation ``id`` with ``usage`` (``None``: as reserved)."""
+class Spent(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """``calls`` calls to ``model`` and their usage, summed (each call's
+    cached prompt tokens at most its prompt's)."""
 
-    id: int
-    usage: Usage | None = None
+    model: str
+    calls: int
+    usage: Usage
 
 
-class ReleaseOut(msgspec.Struct, frozen=True, kw_only=True, tag="release"):
-    id: int
+class SliceReport(msgspec.Struct, frozen=True, kw_only=True, tag="slice_report"):
+    """What the worker's rollouts did with slice ``slice`` since its last
+    report: the calls they ``spent`` it on, by model, and the calls
+    ``in_flight`` now at their worst case (charged so if the worker is
+    lost); ``ended``: the run's rollouts on this worker ended, and the rest
+    of the slice goes back.  Charged to the run's ledger: a batch costs the
+    driver the same whatever the calls in it."""
+
+    slice: int
+    spent: list[Spent] = []
+    in_flight: list[Spent] = []
+    ended: bool = False
 
 
 class RestoreOut(msgspec.Struct, frozen=True, kw_only=True, tag="restore"):
@@ -205,9 +217,7 @@ class BankOut(msgspec.Struct, frozen=True, kw_only=True, tag="bank"):
     call: BankCall
 
 
-Outbound = (
-    EventOut | StepOut | FlushOut | ReserveOut | ChargeOut | ReleaseOut | RestoreOut | BankOut
-)
+Outbound = EventOut | StepOut | FlushOut | SliceAsk | SliceReport | RestoreOut | BankOut
 
 
 # -- driver -> worker -----------------------------------------------------------
@@ -221,14 +231,18 @@ class Acked(msgspec.Struct, frozen=True, kw_only=True, tag="acked"):
     failed: dict[int, str] = {}
 
 
-class Reserved(msgspec.Struct, frozen=True, kw_only=True, tag="reserved"):
-    """The driver's answer to a waiting ``ReserveOut``: ``refused`` says why
-    not (``kind``: ``budget`` or ``invalid``), ``headroom`` is the run's after
-    it; ``leased``: how many of the slice it leased (ids ``id`` on; 0: one
-    reservation of the call's own size, id ``id``)."""
+class SliceGranted(msgspec.Struct, frozen=True, kw_only=True, tag="slice_granted"):
+    """The driver's answer to a ``SliceAsk``: what it added to the slice
+    (``None``: the run has no cap on that measure; the slice is unbounded
+    in it), or ``refused`` (a waiting call that does not fit: why; ``kind``
+    ``budget`` or ``invalid``); ``headroom``: the run's after it, beyond
+    the slices."""
 
     id: int
-    leased: int = 0
+    slice: int
+    tokens: int | None = 0
+    pico: int | None = 0
+    calls: int | None = 0
     refused: str | None = None
     kind: Literal["budget", "invalid"] = "budget"
     limit: str = ""
@@ -246,7 +260,7 @@ class BankAnswer(msgspec.Struct, frozen=True, kw_only=True, tag="bank_answer"):
     error: str | None = None
 
 
-Reply = Acked | Reserved | BankAnswer
+Reply = Acked | SliceGranted | BankAnswer
 
 
 # -- a worker process's socket: length-prefixed frames, each one of these ---------

@@ -170,11 +170,11 @@ async def test_a_capped_run_far_from_its_cap_leases_budget_slices() -> None:
     assert result.cost.model_calls == stats["requests"][CHAT] == 90
     assert result.cost.usage.prompt_tokens == stats["tokens"]["prompt"]
     assert result.cost.usage.completion_tokens == stats["tokens"]["completion"]
-    # A rollout waited for the driver for its first call; its slice of 4
-    # reservations covered the next two (the driver was not on their path).
-    # Late askers may be reserved call by call (the driver counts the slices
-    # held already against the headroom): at most two waits per rollout.
-    assert admissions <= 60, admissions
+    # Each worker waited for the driver for its first call of the run; its
+    # slice (32 calls more, and more asked for ahead of need) paid for the
+    # others (the driver was on none of their paths): of 90 calls, at most
+    # two waits per worker.
+    assert 1 <= admissions <= 4, admissions
 
 
 async def test_a_cancelled_run_leaves_no_rollout_on_the_workers() -> None:
@@ -210,7 +210,7 @@ async def test_a_worker_killed_mid_run_loses_and_repeats_no_committed_step() -> 
     async with solver_runtime(sim, WORKERS) as (server, rt):
         placement = pool(rt)
         victim = placement.workers[0].pid
-        # Capped far above its use: the rollouts hold leased reservations.
+        # Capped far above its use: the workers hold budget slices.
         result = await sink.run_and_kill(
             rt,
             "What is 20+22?",
@@ -242,8 +242,8 @@ async def test_a_worker_killed_mid_run_loses_and_repeats_no_committed_step() -> 
     assert again.status == "succeeded", again.error
     assert replaced.alive
     assert replaced.placed > 0
-    # What the dead worker had in flight or leased is charged as reserved:
-    # no call the server served goes uncharged.
+    # What the dead worker had in flight is charged as reserved (the rest
+    # of its slice goes back): no call the server served goes uncharged.
     served = stats["tokens"]
     assert result.cost.usage.prompt_tokens >= served["prompt"]
     assert result.cost.usage.completion_tokens >= served["completion"]
