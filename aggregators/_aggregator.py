@@ -199,8 +199,10 @@ class BudgetStop:
 
 def nothing_left(ledger: BudgetLedger) -> str | None:
     """The cap of ``ledger`` (or an ancestor) with nothing left at all, so
-    that no further call can be admitted; ``None`` while there is room."""
-    return ledger.headroom().shortfall(1, 1)
+    that no further call can be admitted, there or on a budget slice a
+    rollout worker holds (what a slice holds unspent is still left);
+    ``None`` while there is room."""
+    return ledger.headroom(lent=True).shortfall(1, 1)
 
 
 def check_range(owner: str, key: str, value: float, low: float, high: float) -> None:

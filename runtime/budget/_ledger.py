@@ -404,6 +404,9 @@ class BudgetLedger:
         "_completion",
         "_expected",
         "_finished",
+        "_lent_calls",
+        "_lent_pico",
+        "_lent_tokens",
         "_lock",
         "_numbers",
         "_on_update",
@@ -513,6 +516,8 @@ class BudgetLedger:
         # Spent (own subtree), reserved (in flight in own subtree), overruns.
         self._prompt = self._completion = self._cached = self._pico = self._calls = 0
         self._res_tokens = self._res_pico = self._res_calls = 0
+        # The part of the reserved that slices carved here hold unspent.
+        self._lent_tokens = self._lent_pico = self._lent_calls = 0
         self._overruns = 0
         self._cancelled = 0
 
@@ -926,17 +931,24 @@ class BudgetLedger:
         end = self._finished if self._finished is not None else now
         return end - self._started
 
-    def _own_left(self, now: float) -> tuple[int | None, int | None, int | None, float | None]:
+    def _own_left(
+        self, now: float, lent: bool = False
+    ) -> tuple[int | None, int | None, int | None, float | None]:
         def left(cap: int | None, used: int) -> int | None:
             return None if cap is None else max(cap - used, 0)
 
         seconds = (
             None if self._cap_seconds is None else max(self._cap_seconds - self._elapsed(now), 0.0)
         )
+        res_tokens, res_pico, res_calls = self._res_tokens, self._res_pico, self._res_calls
+        if lent:
+            res_tokens -= self._lent_tokens
+            res_pico -= self._lent_pico
+            res_calls -= self._lent_calls
         return (
-            left(self._cap_tokens, self._tokens_spent() + self._res_tokens),
-            left(self._cap_pico, self._pico + self._res_pico),
-            left(self._cap_calls, self._calls + self._res_calls),
+            left(self._cap_tokens, self._tokens_spent() + res_tokens),
+            left(self._cap_pico, self._pico + res_pico),
+            left(self._cap_calls, self._calls + res_calls),
             seconds,
         )
 
@@ -951,12 +963,12 @@ class BudgetLedger:
         ]
         return min(fractions) if fractions else None
 
-    def _headroom_locked(self, now: float) -> Headroom:
+    def _headroom_locked(self, now: float, lent: bool = False) -> Headroom:
         if self._uncapped:
             return UNCAPPED
         best: list[float | None] = [None, None, None, None, None]
         for node in self._chain:
-            left = node._own_left(now)
+            left = node._own_left(now, lent)
             for i, value in enumerate((*left, node._own_fraction(left))):
                 current = best[i]
                 if value is not None and (current is None or value < current):
@@ -976,13 +988,17 @@ class BudgetLedger:
             fraction=fraction,
         )
 
-    def headroom(self) -> Headroom:
-        """What may still be reserved here, over this ledger and its ancestors."""
+    def headroom(self, *, lent: bool = False) -> Headroom:
+        """What may still be reserved here, over this ledger and its
+        ancestors.  ``lent``: what slices carved from them (``carve``) hold
+        unspent counted as left too, since their holders' calls may still
+        spend it (a run whose rollouts book on slices has spent its budget
+        only when this has nothing left)."""
         if self._uncapped:
             return UNCAPPED
         now = self._clock()
         with self._lock:
-            return self._headroom_locked(now)
+            return self._headroom_locked(now, lent)
 
     @property
     def spent_usd(self) -> Decimal:
@@ -1080,6 +1096,9 @@ class BudgetSlice:
                 node._res_tokens += more_tokens
                 node._res_pico += more_pico
                 node._res_calls += more_calls
+                node._lent_tokens += more_tokens
+                node._lent_pico += more_pico
+                node._lent_calls += more_calls
             self.tokens = None if tokens is None else (self.tokens or 0) + tokens
             self.pico = None if pico is None else (self.pico or 0) + pico
             self.calls = None if calls is None else (self.calls or 0) + calls
@@ -1126,6 +1145,9 @@ class BudgetSlice:
                 node._res_tokens -= take_tokens
                 node._res_pico -= take_pico
                 node._res_calls -= take_calls
+                node._lent_tokens -= take_tokens
+                node._lent_pico -= take_pico
+                node._lent_calls -= take_calls
             for node in onto._chain:
                 node._prompt += usage.prompt_tokens
                 node._completion += usage.completion_tokens
@@ -1156,6 +1178,9 @@ class BudgetSlice:
                 node._res_tokens -= back_tokens
                 node._res_pico -= back_pico
                 node._res_calls -= back_calls
+                node._lent_tokens -= back_tokens
+                node._lent_pico -= back_pico
+                node._lent_calls -= back_calls
         if ledger._watched:
             ledger._notify()
 

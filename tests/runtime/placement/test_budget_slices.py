@@ -17,6 +17,7 @@ from concurrent.futures import Future
 
 import pytest
 
+from agentrt.aggregators._aggregator import nothing_left
 from agentrt.protocols import Budget, Usage
 from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.budget._pricing import PriceTable, usd_to_pico
@@ -300,3 +301,26 @@ def test_a_call_that_does_not_fit_waits_for_another_workers_unspent_slice() -> N
     snap = run.snapshot()
     assert snap.spent.model_calls == 40 - held + 1
     assert snap.in_flight == 0
+
+
+def test_what_a_slice_holds_unspent_is_still_left_for_the_run() -> None:
+    run = BudgetLedger("run", Budget(max_model_calls=6), PRICES)
+    placed, keys = placement(run, 1)
+    (wire,) = workers(placed, 1, PRICES)
+    upstream = DriverLedger(wire.slice, wire, keys[0])
+    call(upstream)
+    # The worker's slice took its call and 4 more (one is left for each
+    # rollout in flight), and the driver's own call takes the last.
+    own = run.reserve("sim", 100, 50)
+    assert run.headroom().calls == 0  # nothing more to reserve on the driver...
+    # ... yet the run has not spent its budget: the slice's 4 calls are
+    # still the run's to make (the driver's own in flight is not).
+    assert run.headroom(lent=True).calls == 4
+    assert nothing_left(run) is None
+    for _ in range(4):
+        call(upstream)
+    assert nothing_left(run) == "max_model_calls"
+    own.release()
+    assert run.headroom(lent=True).calls == run.headroom().calls == 1
+    wire.end()
+    assert run.snapshot().spent.model_calls == 5
