@@ -25,6 +25,11 @@ benchmark re-executes itself inside a network namespace of its own (``unshare --
 --map-root-user``), where loopback is the only interface, and a PID
 namespace, so that no other Ray on the machine is touched.
 
+This process (the driver, and the local engine) runs on uvloop, as
+agentrt's own entry points and the placement's worker processes do
+(``--loop asyncio``: plain asyncio, as an application may run it; the
+workers stay on uvloop).
+
 ``--driver-gc daemon`` sets this process's collector (the driver's, and
 the local engine's) as ``agentrt serve`` sets the daemon's; the default
 leaves Python's, as an embedding application has it.
@@ -341,6 +346,13 @@ def main() -> None:
         "collection (default: Python's, as an embedding application has it)",
     )
     parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="this process's event loop (the driver's, local's too); the worker processes "
+        "run uvloop either way",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help=f"CI's short form: R = {SMOKE_SIZES['rollouts']}, S = {SMOKE_SIZES['steps']}, "
@@ -375,7 +387,9 @@ def main() -> None:
     try:
         for variant in args.variants.split(","):
             one = partial(measure, variant, url, rollouts, args.steps, proc.pid, warmup=args.warmup)
-            row = anyio.run(one, backend="asyncio")
+            row = anyio.run(
+                one, backend="asyncio", backend_options={"use_uvloop": args.loop == "uvloop"}
+            )
             print(json.dumps(row), flush=True)
             rows.append(row)
     finally:
