@@ -227,6 +227,14 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """An ``http(s)`` URL the daemon posts a signed ``WebhookEvent`` to when
     the run ends (over ``server.webhook.url``); the daemon needs a
     ``server.webhook.secret`` for it."""
+    stream_tokens: bool = False
+    """Stream the run's model calls from its start, for a client that
+    follows its events right after posting it (the daemon's web page
+    does): their ``token`` events reach it from the first call.  Without
+    it a call streams only while someone follows the run's tokens, and a
+    run nobody follows makes its calls whole, as the engine does.
+    Creating and following in one call (``Accept: text/event-stream``,
+    an OpenAI ``stream``) sets it."""
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

@@ -558,8 +558,11 @@ def routes(manager: RunService) -> list[BaseRoute]:
             request, RunRequest, max_depth=manager.config.server.max_json_depth
         )
         _refuse_conversation(body)
+        follow = _wants_stream(request)  # create and follow in one call
+        if follow and not body.stream_tokens:
+            body = msgspec.structs.replace(body, stream_tokens=True)
         info = await manager.submit(body, owner=caller_of(request).name)
-        if _wants_stream(request):  # create and follow in one call
+        if follow:
             return _RunStreamResponse(events, info.run_id)
         return json_response(info, 201)
 

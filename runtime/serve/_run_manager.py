@@ -82,8 +82,9 @@ EventObserver = Callable[[Event], None]
 
 T = TypeVar("T")
 
-#: A new run streams its model calls this long even before anyone follows
-#: it: the client that posted it (the web page) connects a moment later.
+#: A new run that asks for it (``RunRequest.stream_tokens``) streams its
+#: model calls this long even before anyone follows it: the client that
+#: posted it (the web page) connects a moment later.
 TOKEN_GRACE_S: Final = 3.0
 #: A follower that asked for tokens keeps them coming this long after its
 #: last request (a follower asks again as soon as a batch is out).
@@ -532,7 +533,9 @@ class RunManager:
         self._reserve_admission(owner)
         try:
             info = await self.store.create_run(run_id, request, thread_id=thread_id, owner=owner)
-            live = _Live(info=info, request=request, tokens_until=time.monotonic() + TOKEN_GRACE_S)
+            # Streamed from its start only when its client follows it at once.
+            grace = TOKEN_GRACE_S if request.stream_tokens else 0.0
+            live = _Live(info=info, request=request, tokens_until=time.monotonic() + grace)
             with self._lock:
                 self._live[run_id] = live
         finally:

@@ -99,6 +99,7 @@ class _Endpoints:
                 requested=wanted,
                 metadata=labels(chat, "openai"),
                 task_param="messages",
+                stream=bool(chat.stream),
                 owner=caller_of(request).name,
             )
         except OpenAIError as err:

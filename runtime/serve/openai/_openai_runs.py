@@ -213,12 +213,14 @@ class OpenAIRuns:
         requested: Requested,
         metadata: dict[str, str],
         task_param: str,
+        stream: bool,
         thread_id: str | None = None,
         owner: str | None = None,
     ) -> RunInfo:
         """Admit the run ``asked`` (its conversation, instructions and task)
         of the key ``owner`` with what the request ``requested``; a refusal
-        is the OpenAI error naming the request's field."""
+        is the OpenAI error naming the request's field.  ``stream``: the
+        request streams the answer (its model calls stream from the start)."""
         run = RunRequest(
             task=asked.task,
             agent=agent.name,
@@ -230,6 +232,7 @@ class OpenAIRuns:
                 conversation=asked.conversation,
             ),
             metadata=metadata,
+            stream_tokens=stream,
         )
         fields = {
             **requested.fields,

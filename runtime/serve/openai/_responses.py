@@ -124,6 +124,7 @@ class _Responses:
                 requested=wanted,
                 metadata=labels(body, "openai-responses"),
                 task_param="input",
+                stream=bool(body.stream),
                 owner=caller.name,
                 thread_id=joined.id if joined is not None else None,
             )

@@ -269,6 +269,8 @@ function startForm() {
           options: opts,
         },
         budget,
+        // This page follows the run at once: stream from its first call.
+        stream_tokens: true,
       };
     } catch (err) {
       fill(error, String(err.message || err));

@@ -141,6 +141,11 @@ async def _first_sse_token(client: httpx.AsyncClient, run_id: str) -> tuple[floa
     return seen, "".join(text)
 
 
+async def _status(client: httpx.AsyncClient, run_id: str) -> str:
+    status: str = (await client.get(f"/v1/runs/{run_id}")).json()["run"]["status"]
+    return status
+
+
 async def _openai_stream(
     client: httpx.AsyncClient, body: dict[str, Any]
 ) -> tuple[float | None, str, str, str]:
@@ -179,8 +184,11 @@ async def test_daemon_sse_and_openai_stream_show_text_as_it_is_generated(
         )
         async with httpx.AsyncClient(base_url=endpoint.url, timeout=30) as client:
             # The daemon's SSE event stream: ``token`` events, with no id.
+            # Posted, then followed (as the web page does): asked to
+            # stream from its first call.
             posted = await client.post(
-                "/v1/runs", json={"task": "Say something long.", "agent": "solver"}
+                "/v1/runs",
+                json={"task": "Say something long.", "agent": "solver", "stream_tokens": True},
             )
             assert posted.status_code == 201, posted.text
             run_id = posted.json()["run_id"]
@@ -209,5 +217,19 @@ async def test_daemon_sse_and_openai_stream_show_text_as_it_is_generated(
             assert "rollout r0 finished" in reasoning
             assert "rollout r1 finished" in reasoning
             assert content == (await client.get(f"/v1/runs/{run_id}")).json()["run"]["answer"]
+
+            # Nobody follows a run that did not ask to stream: its call is
+            # made whole, as the engine makes it (no token work for nobody).
+            streams, completes = backend.streams, backend.completes
+            posted = await client.post(
+                "/v1/runs", json={"task": "Say something long.", "agent": "solver"}
+            )
+            assert posted.status_code == 201, posted.text
+            run_id = posted.json()["run_id"]
+            with anyio.fail_after(30):
+                while (status := await _status(client, run_id)) in ("pending", "running"):  # noqa: ASYNC110 - polled, as a client waits
+                    await anyio.sleep(0.05)
+            assert status == "succeeded"
+            assert (backend.streams, backend.completes) == (streams, completes + 1)
         tg.cancel_scope.cancel()
     print(f"target: {TTFT_TARGET_S * 1000:.0f} ms")

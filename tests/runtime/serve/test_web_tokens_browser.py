@@ -76,7 +76,8 @@ async def test_page_shows_text_as_it_is_generated_and_why_a_run_failed(tmp_path:
             plan = {
                 "url": endpoint.url,
                 "rtvRunId": rtv_id,
-                "run": {"task": "talk", "agent": "solver"},
+                # As the page's form posts it: streamed from its first call.
+                "run": {"task": "talk", "agent": "solver", "stream_tokens": True},
                 "failedRunId": failed_id,
                 "timeoutMs": 20000,
             }
