@@ -126,6 +126,9 @@ async def test_page_shows_runs_and_updates_live(tmp_path: Path) -> None:
         "rtv",
     )
     assert report["form"]["task"] == "form run steps=6"
+    # The page follows the run it starts at once: it asked to stream from
+    # the run's first call.
+    assert form_detail["request"]["stream_tokens"] is True
     assert form_run["status"] == "succeeded"
     assert form_run["answer"] == ANSWER
 
