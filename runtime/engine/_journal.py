@@ -9,7 +9,8 @@ events are stored or carried.
 from __future__ import annotations
 
 import hashlib
-import uuid
+import itertools
+import os
 from collections.abc import Awaitable, Callable
 from typing import final
 
@@ -31,9 +32,13 @@ class EventJournal:
     """``CallJournal`` on a run's events: a ``CallReserved`` is on record
     before its call is sent, and its ``CallSettled`` (with the reply) before
     the step goes on.  ``replays``: replies an earlier incarnation got and
-    never committed as steps, by request id, handed out once each."""
+    never committed as steps, by request id, handed out once each.
 
-    __slots__ = ("asked", "emit", "replays", "run_id")
+    A call's handle is the journal's own random prefix (48 bits, drawn once)
+    and a count: unique among the run's journals (each incarnation's, each
+    Ray worker's) without drawing random bits for every call."""
+
+    __slots__ = ("_calls", "_prefix", "asked", "emit", "replays", "run_id")
 
     def __init__(
         self, emit: Emit, run_id: str, replays: dict[str, ModelReply] | None = None
@@ -42,9 +47,11 @@ class EventJournal:
         self.run_id = run_id
         self.asked: dict[str, int] = {}
         self.replays: dict[str, ModelReply] = replays if replays is not None else {}
+        self._prefix = os.urandom(6).hex()
+        self._calls = itertools.count()
 
     async def reserved(self, reservation: Reservation, request_id: str | None) -> str:
-        call = uuid.uuid4().hex[:16]
+        call = f"{self._prefix}-{next(self._calls)}"
         await self.emit(
             CallReserved(
                 run_id=self.run_id,

@@ -755,7 +755,7 @@ class RunManager:
                         else None,
                         scaling=request.scaling,
                         budget=request.budget,
-                        events=lambda event: self._sink(live, event),
+                        events=partial(self._sink, live),
                         run_id=run_id,
                         checkpoint=checkpoint,
                         tokens=live.listening,

@@ -80,18 +80,29 @@ class CommitQueue:
         """Writes queued and not yet taken by the writer."""
         return len(self._queued)
 
+    def offer(self, write: Write) -> bool:
+        """Queue ``write`` now if there is room; ``False`` (nothing queued)
+        when ``capacity`` writes wait or the queue is closed (``put`` waits,
+        or raises).  No checkpoint: the run loop's events that nobody waits
+        for are queued without a coroutine each."""
+        if self._closed or len(self._queued) >= self._capacity:
+            return False
+        self._queued.append(write)
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            if not wake.done():
+                wake.set_result(None)
+        return True
+
     async def put(self, write: Write) -> None:
         """Queue ``write`` (returns at once unless ``capacity`` writes wait)."""
-        while len(self._queued) >= self._capacity and not self._closed:
+        while not self.offer(write):
+            if self._closed:
+                raise anyio.ClosedResourceError
             if self._room is None:
                 self._room = anyio.Event()
             await self._room.wait()
-        if self._closed:
-            raise anyio.ClosedResourceError
-        self._queued.append(write)
-        wake, self._wake = self._wake, None
-        if wake is not None and not wake.done():
-            wake.set_result(None)
 
     async def commit(self, write: Write) -> None:
         """Queue ``write`` and wait until it is committed or failed (its ``error``)."""

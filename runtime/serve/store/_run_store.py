@@ -470,13 +470,16 @@ class RunStore:
         """Queue a write; with ``wait``, return once it is committed (raise
         ``StoreError`` if it failed); ``then`` is told either way, in queue
         order.  ``what``: what it is, for errors (or a run id and event seq)."""
+        await self._send(Write(statements, what, then=then), wait=wait)
+
+    async def _send(self, write: Write, *, wait: bool) -> None:
+        """``_write`` of a ``Write`` made."""
         if self._queue is None:
-            raise StoreError(f"the run store is not open ({_describe(what)})")
-        write = Write(statements, what, then=then)
+            raise StoreError(f"the run store is not open ({_describe(write.what)})")
         try:
             await (self._queue.commit if wait else self._queue.put)(write)
         except anyio.ClosedResourceError:
-            raise StoreError(f"the run store is closed ({_describe(what)})") from None
+            raise StoreError(f"the run store is closed ({_describe(write.what)})") from None
         if write.error is not None:
             raise self._failure(write) from write.error
 
@@ -550,12 +553,10 @@ class RunStore:
         ``StoreError`` if it failed), else once it is queued.  ``then`` is
         told when it is committed (``None``) or failed (the error), in the
         order events were recorded."""
-        await self._write(
-            event_statements(event),
-            what=(event.run_id, event.seq),
-            then=then,
-            wait=wait,
-        )
+        write = Write(event_statements(event), (event.run_id, event.seq), then=then)
+        if not wait and self._queue is not None and self._queue.offer(write):
+            return  # queued: most of a run's events (no coroutine more each)
+        await self._send(write, wait=wait)
 
     async def set_status(self, run_id: str, status: RunStatus, *, resumed: bool = False) -> None:
         await self._write(

@@ -41,7 +41,9 @@ from agentrt.protocols import (
     Usage,
 )
 from agentrt.protocols._ids import is_top_level
+from agentrt.runtime.budget._ledger import BudgetLedger
 from agentrt.runtime.engine._checkpoint import JournaledCall
+from agentrt.runtime.engine._journal import EventJournal
 from agentrt.runtime.engine._runtime import RolloutCheckpoint, RunCheckpoint
 from agentrt.testing import ReplySpec, ScriptedBackend, ScriptedReply, ScriptedToolCall
 from agentrt.tools._tool import ToolContext, ToolOutput
@@ -380,3 +382,24 @@ async def test_the_warm_up_is_not_repeated_for_a_resumed_run() -> None:
     assert result.answer == "all paid"
     assert f"{RUN}-warm" not in [r.request_id for r in second.requests]
     assert second.requests  # the rollouts went on
+
+
+async def test_call_handles_are_unique_across_a_run_s_journals() -> None:
+    """Two journals of one run (a crashed incarnation and its resumed one,
+    or two Ray workers' rollouts) never hand out the same call handle: a
+    resumed run's journal matches each ``CallSettled`` to its
+    ``CallReserved`` by handle."""
+    sent: list[CallReserved] = []
+
+    async def emit(event: Any) -> None:
+        sent.append(event)
+
+    ledger = BudgetLedger(RUN)
+    journals = [EventJournal(emit, RUN), EventJournal(emit, RUN)]
+    handles = [
+        await journal.reserved(ledger.reserve("m", 10, 10), f"{RUN}-r0-{i}")
+        for journal in journals
+        for i in range(50)
+    ]
+    assert len(set(handles)) == 100
+    assert [e.call for e in sent] == handles

@@ -5,7 +5,8 @@ them, and an event that cannot be committed fails the run all the same."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from agentrt.protocols import Budget, ModelRequest, RunRequest, ScalingSpec, ToolMessage
 from agentrt.protocols._events import ToolCalled
 from agentrt.runtime.serve._run_manager import RunManager
+from agentrt.runtime.serve.store._commit_queue import CommitQueue, Write
 from agentrt.runtime.serve.store._run_store import RunStore, StoreError
 from agentrt.runtime.testing._scripted import ReplySpec
 from agentrt.testing import ScriptedBackend, ScriptedToolCall
@@ -220,3 +222,46 @@ async def test_a_resumed_run_charges_every_committed_step_before_any_rollout_cal
             done = await manager.wait(info.run_id)
     assert second.requests == [], f"{len(second.requests)} calls past the spent cap"
     assert done.cost.model_calls == 8, done.cost
+
+
+async def test_a_write_is_queued_at_once_while_there_is_room_and_waits_once_full() -> None:
+    """``offer`` queues a write with no wait while fewer than ``capacity``
+    wait and refuses it (nothing queued) past that; ``put`` then waits for
+    the writer to take a batch; every write is committed, in order; once
+    closed, ``offer`` refuses and ``put`` raises."""
+    taken = threading.Event()
+    release = threading.Event()
+    committed: list[str | tuple[str, int]] = []
+
+    def commit(batch: Sequence[Write]) -> None:
+        taken.set()
+        release.wait(30)
+        committed.extend(write.what for write in batch)
+
+    queue = CommitQueue(commit, lambda write: RuntimeError(write.what), batch=1, capacity=2)
+    put_done = anyio.Event()
+
+    async def put_when_room(write: Write) -> None:
+        await queue.put(write)
+        put_done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(queue.run)
+        assert queue.offer(Write([], "w0"))
+        await anyio.to_thread.run_sync(taken.wait, 30)  # the writer holds w0
+        assert queue.offer(Write([], "w1"))
+        assert queue.offer(Write([], "w2"))
+        assert not queue.offer(Write([], "refused"))
+        assert queue.depth == 2
+        tg.start_soon(put_when_room, Write([], "w3"))
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        assert not put_done.is_set()  # waits for room
+        release.set()
+        with anyio.fail_after(30):
+            await put_done.wait()
+        queue.close()
+    assert committed == ["w0", "w1", "w2", "w3"]
+    assert not queue.offer(Write([], "late"))
+    with pytest.raises(anyio.ClosedResourceError):
+        await queue.put(Write([], "late"))
