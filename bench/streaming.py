@@ -6,9 +6,9 @@ serves an OpenAI-compatible backend wrapped to note when each call's first
 text left it.  ``--runs`` runs per surface, ``--concurrent`` at a time:
 
 - ``Runtime.stream``: the first ``TokenDelta`` with text;
-- ``daemon SSE``: ``POST /v1/runs`` then ``GET /v1/runs/{id}/events``, the
-  first ``token`` event with text (a daemon in this process, its HTTP server
-  on its own thread);
+- ``daemon SSE``: ``POST /v1/runs`` (with ``stream_tokens``) then
+  ``GET /v1/runs/{id}/events``, the first ``token`` event with text (a
+  daemon in this process, its HTTP server on its own thread);
 - ``OpenAI stream``: ``POST /v1/chat/completions`` with ``stream: true``,
   the first chunk with ``content``.
 
@@ -116,7 +116,9 @@ async def via_runtime(rt: Runtime, backend: FirstText) -> float:
 
 
 async def via_sse(client: httpx.AsyncClient, backend: FirstText) -> float:
-    posted = await client.post("/v1/runs", json={"task": TASK, "agent": "talker"})
+    # Posted, then followed: asks to stream from the run's first call.
+    body = {"task": TASK, "agent": "talker", "stream_tokens": True}
+    posted = await client.post("/v1/runs", json=body)
     run_id = posted.json()["run_id"]
     seen: float | None = None
     event = ""
