@@ -204,7 +204,9 @@ class AsyncClient:
         """The run's events after ``after`` (0: from the start), until it
         ends: ``async with client.follow(run_id) as events: async for event
         in events: ...``.  ``tokens``: the model's text as it streams
-        (``TokenDelta`` events) too."""
+        (``TokenDelta`` events) too, from the calls that start once it
+        follows (a run created with ``RunRequest.stream_tokens`` streams
+        from its first; ``create_and_follow`` sets it)."""
         self._check_open()
         events = AsyncRunEvents(
             run_id, after=after, tokens=tokens, read=lambda e: self._stream(e, None)
