@@ -259,8 +259,7 @@ class RunSlice:
                 self._tokens += held.prompt + held.completion - usage.total_tokens
             if self._pico is not None:
                 self._pico += held.pico - self._prices.rates(held.model).cost_pico(usage)
-            if self._calls is not None:
-                pass  # the call took its call
+            # The calls left stay as they are: the call took its call.
             counts = self._spent.get(held.model)
             if counts is None:
                 counts = self._spent[held.model] = [0, 0, 0, 0]

@@ -533,9 +533,9 @@ class RunManager:
         self._reserve_admission(owner)
         try:
             info = await self.store.create_run(run_id, request, thread_id=thread_id, owner=owner)
-            # Streamed from its start only when its client follows it at once.
-            grace = TOKEN_GRACE_S if request.stream_tokens else 0.0
-            live = _Live(info=info, request=request, tokens_until=time.monotonic() + grace)
+            live = _Live(info=info, request=request)
+            if request.stream_tokens:  # its client follows it at once
+                live.tokens_until = time.monotonic() + TOKEN_GRACE_S
             with self._lock:
                 self._live[run_id] = live
         finally:
