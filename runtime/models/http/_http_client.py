@@ -53,8 +53,11 @@ class HttpClientConfig(BaseModel):
     max_connections: int = Field(default=1024, ge=1)
     """Upper bound on open connections to all hosts of this client; requests
     beyond it queue for ``pool_timeout_s``."""
-    keepalive_expiry_s: float = Field(default=30.0, ge=0)
-    """Seconds an idle keep-alive connection is kept before it is closed."""
+    keepalive_expiry_s: float = Field(default=4.0, ge=0)
+    """Seconds an idle keep-alive connection is kept before it is closed.
+    Below the server's own idle limit, or a request sent as the server
+    closes the connection meets a reset: servers on uvicorn (vLLM, SGLang)
+    close idle connections at 5 s."""
     verify_tls: bool = True
     """Verify the server's TLS certificate (https only)."""
 
