@@ -192,9 +192,8 @@ _HTTPX_ERRORS: tuple[tuple[tuple[type[BaseException], ...], TransportFailure], .
 def classify_transport_error(exc: BaseException) -> TransportFailure | None:
     """The reason behind a transport-level exception, or ``None`` when
     ``exc`` is not one (a bug or a cancellation must propagate as is).  The
-    transport maps every ``aiohttp.ClientConnectionError`` to
-    ``httpx.ConnectTimeout`` (``as_httpx_error``); the ``__cause__`` says
-    what really happened."""
+    aiohttp ``__cause__`` the transport keeps (``as_httpx_error``) decides
+    when there is one: it says more than the httpx class it was raised as."""
     cause = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
     for types, verdict in _AIOHTTP_CAUSES:
         if isinstance(cause, types):
