@@ -257,7 +257,13 @@ class ServerConfig(BaseModel):
     max_json_depth: int = Field(default=64, ge=2, le=500)
     """How deeply a JSON body may nest arrays and objects (400 past it)."""
     header_timeout_s: float = Field(default=10.0, gt=0)
-    """Time a connection has to send a request's headers (408, then closed)."""
+    """Time a connection has to send a request's headers (408, then closed):
+    from its start, or from the first bytes of a request after an idle spell."""
+    keep_alive_s: float = Field(default=30.0, gt=0)
+    """Seconds an idle keep-alive connection is held open after a response.
+    Above what clients keep theirs (httpx and the OpenAI SDK: 5 s, aiohttp:
+    15 s): a server that closes first races a client's next request, which
+    then meets a reset connection."""
     body_timeout_s: float = Field(default=30.0, gt=0)
     """Time a request has to send its whole body, once its headers are in (408)."""
     webhook: WebhookConfig = WebhookConfig()

@@ -3,9 +3,9 @@
 Owns the HTTP protocol the daemon serves with (``governed_http``: uvicorn's
 httptools protocol with a cap on open connections, a deadline for a request's
 headers and a bound on their size, each refusal a JSON ``ApiError`` naming
-the ``[server]`` key), the body guard every request passes (``BodyGuard``:
-the body's size and its deadline) and the JSON depth check
-(``check_json_depth``).  Nothing of runs or the store.
+the ``[server]`` key, and how long an idle connection is held), the body
+guard every request passes (``BodyGuard``: the body's size and its deadline)
+and the JSON depth check (``check_json_depth``).  Nothing of runs or the store.
 
 The roof: may import every layer.
 """
@@ -105,10 +105,12 @@ def governed_http(
     - ``max_connections``: a connection past the cap gets 429 (with
       ``Retry-After``) for its first request, then is closed; it has
       ``header_timeout_s`` to send that request, like any other;
-    - ``header_timeout_s``: from a connection's start or its previous
-      response, the next request's headers must be complete in time, or it
-      gets 408 and is closed (a client sending a byte now and then cannot
-      hold a connection);
+    - ``header_timeout_s``: from a connection's start, or from the first
+      bytes of a request after an idle spell, the request's headers must be
+      complete in time, or it gets 408 and is closed (a client sending a
+      byte now and then cannot hold a connection);
+    - ``keep_alive_s``: a connection idle that long after a response is
+      closed (uvicorn's keep-alive timer, not a 408);
     - ``max_header_bytes``: a request line plus headers larger gets 431
       (here when they arrive in pieces, counted as they arrive; the
       ``Guard`` measures a request that arrived whole).
@@ -116,6 +118,7 @@ def governed_http(
     cap = server.max_connections
     header_timeout = server.header_timeout_s
     max_header = server.max_header_bytes
+    keep_alive = server.keep_alive_s
     too_many = _raw_response(refusal("server.max_connections", cap, retry_after=RETRY_AFTER_S))
     too_slow = _raw_response(refusal("server.header_timeout_s", header_timeout))
     too_large = _raw_response(refusal("server.max_header_bytes", max_header))
@@ -123,6 +126,8 @@ def governed_http(
     class GovernedHttp(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            # uvicorn's Config takes whole seconds; its timer takes any.
+            self.timeout_keep_alive = keep_alive  # type: ignore[assignment]
             self._header_deadline: asyncio.TimerHandle | None = None
             self._over_cap = False
             self._arrived: list[bytes] = []
@@ -148,7 +153,9 @@ def governed_http(
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            self._unset_keepalive_if_required()
+            if self.timeout_keep_alive_task is not None:  # the first bytes after an idle spell
+                self._unset_keepalive_if_required()
+                self._arm()
             if turns is None:
                 self._feed(data)
                 return
@@ -212,7 +219,13 @@ def governed_http(
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if self.transport.is_closing():
+                return
+            if self._arrived or self._head_started:  # the next request came meanwhile
+                self._unset_keepalive_if_required()
+            # Idle, uvicorn's keep-alive timer holds the connection; else the
+            # next request is under way and its headers have their deadline.
+            if self.timeout_keep_alive_task is None:
                 self._arm()
 
         def _arm(self) -> None:

@@ -23,31 +23,33 @@ import httpx
 
 __all__ = ["AiohttpTransport", "HttpReply", "as_httpx_error"]
 
-# aiohttp exception -> the httpx exception raised for it; of several
-# matches the most specific httpx class wins.  Every connection error is a
-# ConnectTimeout here (the cause says what it really was).
-_HTTPX_FOR: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] = (
-    (aiohttp.ServerTimeoutError, httpx.TimeoutException),
-    (aiohttp.SocketTimeoutError, httpx.ReadTimeout),
-    (aiohttp.ClientConnectionError, httpx.ConnectTimeout),
-    (aiohttp.ClientConnectorError, httpx.ConnectError),
-    (aiohttp.ClientPayloadError, httpx.ReadError),
-    (aiohttp.ClientProxyConnectionError, httpx.ProxyError),
-    (aiohttp.ClientHttpProxyError, httpx.ProxyError),
-    (aiohttp.NonHttpUrlClientError, httpx.UnsupportedProtocol),
-    (aiohttp.InvalidUrlClientError, httpx.UnsupportedProtocol),
-)
+# aiohttp exception -> the httpx exception raised for it; the entry of the
+# most specific aiohttp class wins (the first in the exception's MRO).  A
+# connection cut while in use (a reset, the server closing it) is a
+# ReadError, as httpx's own transport raises; the cause says which it was.
+_HTTPX_FOR: dict[type[BaseException], type[httpx.TransportError]] = {
+    aiohttp.ConnectionTimeoutError: httpx.ConnectTimeout,
+    aiohttp.SocketTimeoutError: httpx.ReadTimeout,
+    aiohttp.ServerTimeoutError: httpx.TimeoutException,
+    aiohttp.ClientConnectorError: httpx.ConnectError,
+    aiohttp.ClientProxyConnectionError: httpx.ProxyError,
+    aiohttp.ClientHttpProxyError: httpx.ProxyError,
+    aiohttp.ClientConnectionError: httpx.ReadError,
+    aiohttp.ClientPayloadError: httpx.ReadError,
+    aiohttp.NonHttpUrlClientError: httpx.UnsupportedProtocol,
+    aiohttp.InvalidUrlClientError: httpx.UnsupportedProtocol,
+}
 
 
 def as_httpx_error(exc: Exception) -> httpx.TransportError | None:
     """The httpx exception to raise for aiohttp's ``exc`` (its cause set by
     the caller's ``raise ... from exc``), or ``None`` for anything else,
     which propagates as it is."""
-    chosen: type[httpx.TransportError] | None = None
-    for source, target in _HTTPX_FOR:
-        if isinstance(exc, source) and (chosen is None or issubclass(target, chosen)):
-            chosen = target
-    return None if chosen is None else chosen(str(exc))
+    for source in type(exc).__mro__:
+        target = _HTTPX_FOR.get(source)
+        if target is not None:
+            return target(str(exc))
+    return None
 
 
 @final

@@ -53,8 +53,11 @@ class HttpClientConfig(BaseModel):
     max_connections: int = Field(default=1024, ge=1)
     """Upper bound on open connections to all hosts of this client; requests
     beyond it queue for ``pool_timeout_s``."""
-    keepalive_expiry_s: float = Field(default=30.0, ge=0)
-    """Seconds an idle keep-alive connection is kept before it is closed."""
+    keepalive_expiry_s: float = Field(default=4.0, ge=0)
+    """Seconds an idle keep-alive connection is kept before it is closed.
+    Below the server's own idle limit, or a request sent as the server
+    closes the connection meets a reset: servers on uvicorn (vLLM, SGLang)
+    close idle connections at 5 s."""
     verify_tls: bool = True
     """Verify the server's TLS certificate (https only)."""
 
@@ -189,9 +192,8 @@ _HTTPX_ERRORS: tuple[tuple[tuple[type[BaseException], ...], TransportFailure], .
 def classify_transport_error(exc: BaseException) -> TransportFailure | None:
     """The reason behind a transport-level exception, or ``None`` when
     ``exc`` is not one (a bug or a cancellation must propagate as is).  The
-    transport maps every ``aiohttp.ClientConnectionError`` to
-    ``httpx.ConnectTimeout`` (``as_httpx_error``); the ``__cause__`` says
-    what really happened."""
+    aiohttp ``__cause__`` the transport keeps (``as_httpx_error``) decides
+    when there is one: it says more than the httpx class it was raised as."""
     cause = exc.__cause__ if isinstance(exc, httpx.TransportError) else exc
     for types, verdict in _AIOHTTP_CAUSES:
         if isinstance(cause, types):

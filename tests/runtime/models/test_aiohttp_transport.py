@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import socket
+import struct
 import weakref
 from collections.abc import AsyncIterator, Awaitable
 
@@ -69,6 +70,17 @@ async def _stalled(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def _reset(request: web.Request) -> web.StreamResponse:
+    """Reads the request, then resets the connection (RST, no reply)."""
+    await request.read()
+    transport = request.transport
+    assert transport is not None
+    sock = transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+    return web.Response(text="never sent")
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[str]:
     app = web.Application()
@@ -77,6 +89,7 @@ async def server() -> AsyncIterator[str]:
     app.router.add_get("/slow", _slow)
     app.router.add_post("/slow", _slow)
     app.router.add_post("/stalled", _stalled)
+    app.router.add_post("/reset", _reset)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -173,16 +186,50 @@ async def test_a_refused_connection_is_an_httpx_error_with_its_cause(via: str) -
             await sending
     finally:
         await transport.aclose()
+    assert type(caught.value) is httpx.ConnectError
     assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
     assert classify_transport_error(caught.value) is TransportFailure.CONNECT
+
+
+@pytest.mark.parametrize("via", ["httpx", "post"])
+async def test_a_connection_reset_in_use_is_a_read_error_classified_dropped(
+    server: str, via: str
+) -> None:
+    # Not "ConnectTimeout: Connection reset by peer": the connection was open.
+    transport = make_transport()
+    url = f"{server}/reset"
+    sending = (
+        transport.post(url, b"{}", [])
+        if via == "post"
+        else transport.handle_async_request(httpx.Request("POST", url, content=b"{}"))
+    )
+    try:
+        with pytest.raises(httpx.TransportError) as caught:
+            await sending
+    finally:
+        await transport.aclose()
+    assert type(caught.value) is httpx.ReadError
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectionError)
+    assert classify_transport_error(caught.value) is TransportFailure.DROPPED
+
+
+def _connector_error() -> aiohttp.ClientConnectorError:
+    key = aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None)
+    return aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused"))
 
 
 @pytest.mark.parametrize(
     ("error", "expected"),
     [
-        (aiohttp.ServerDisconnectedError(), httpx.ConnectTimeout),
+        # A connection cut in use is a ReadError, as with httpx's own
+        # transport (it was a ConnectTimeout: "ConnectTimeout: Connection
+        # reset by peer" on a connection open for seconds).
+        (aiohttp.ServerDisconnectedError(), httpx.ReadError),
+        (aiohttp.ClientOSError(104, "Connection reset by peer"), httpx.ReadError),
+        (aiohttp.ConnectionTimeoutError(), httpx.ConnectTimeout),
         (aiohttp.SocketTimeoutError(), httpx.ReadTimeout),
-        (aiohttp.ServerTimeoutError(), httpx.ConnectTimeout),
+        (aiohttp.ServerTimeoutError(), httpx.TimeoutException),
+        (_connector_error(), httpx.ConnectError),
         (aiohttp.ClientPayloadError("short"), httpx.ReadError),
         (ValueError("a bug"), None),
     ],

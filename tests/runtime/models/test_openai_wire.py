@@ -115,20 +115,23 @@ def _wrapped(cause: BaseException, outer: type[httpx.TransportError]) -> httpx.T
 @pytest.mark.parametrize(
     ("exc", "verdict"),
     [
-        # The transport maps every aiohttp connection error to ConnectTimeout:
-        # the cause decides.
+        # The cause decides, whatever httpx class the transport raised.
         (
             _wrapped(
                 aiohttp.ClientConnectorError(
                     aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None),
                     ConnectionRefusedError(111, "refused"),
                 ),
-                httpx.ConnectTimeout,
+                httpx.ConnectError,
             ),
             TransportFailure.CONNECT,
         ),
         (
-            _wrapped(aiohttp.ServerDisconnectedError(), httpx.ConnectTimeout),
+            _wrapped(aiohttp.ServerDisconnectedError(), httpx.ReadError),
+            TransportFailure.DROPPED,
+        ),
+        (
+            _wrapped(aiohttp.ClientOSError(104, "Connection reset by peer"), httpx.ReadError),
             TransportFailure.DROPPED,
         ),
         (_wrapped(aiohttp.SocketTimeoutError(), httpx.ReadTimeout), TransportFailure.TIMEOUT),

@@ -9,6 +9,8 @@ import email.utils
 import functools
 import json
 import random
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -365,6 +367,45 @@ async def test_a_hang_is_retried_after_the_read_timeout() -> None:
         reply = await b.complete(ASK)
         assert b.stats.attempts == 2
     assert reply.message.content == "ok"
+
+
+class ResetsOnce:
+    """A handler that resets the connection (RST, no reply) on the first
+    request, then answers like ``Script([])``."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.answer = Script([])
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        self.calls += 1
+        if self.calls > 1:
+            return await self.answer(request)
+        await request.read()
+        transport = request.transport
+        assert transport is not None
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+        return web.Response(text="never sent")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_reset_connection_is_retried(streaming: bool) -> None:
+    # The transport raises a cut connection as httpx.ReadError (with the
+    # aiohttp cause); the backend still counts it a transient failure.
+    server = ResetsOnce()
+    async with serve(server) as url, backend(url) as b:
+        if streaming:
+            async with aclosing(b.stream(ASK)) as deltas:
+                reply = [d async for d in deltas][-1].reply
+            assert reply is not None
+        else:
+            reply = await b.complete(ASK)
+        assert reply.message.content == "ok"
+        assert (b.stats.attempts, b.stats.retries) == (2, 1)
+    assert server.calls == 2
 
 
 @dataclass
