@@ -7,21 +7,29 @@ the daemon imports it.
 from __future__ import annotations
 
 import inspect
+import time
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar, final
+from typing import Final, TypeVar, cast, final
 
 import anyio
 from prometheus_client import (
     CollectorRegistry,
     Counter,
-    Histogram,
     ProcessCollector,
 )
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -49,7 +57,9 @@ from agentrt.tools.mcp._server_actor import McpServerStatus
 log = get_logger(__name__)
 
 T = TypeVar("T")
-M = TypeVar("M", Counter, Histogram)
+
+_go_float = cast(Callable[[float], str], floatToGoString)
+"""A bucket's bound as Prometheus writes it (``5.0``, ``+Inf``)."""
 
 Source = Callable[[], T | Awaitable[T]]
 """A scrape-time reading: a plain or an async callable (async for a store query)."""
@@ -91,6 +101,109 @@ class _Scrape:
 
 
 @final
+class _FoldedCounter:
+    """A counter by label values, kept as plain numbers: ``inc`` is a dict
+    update (prometheus_client's takes a lock and a child lookup, and the
+    run loop folds several events per model call); ``_EventFamilies``
+    exposes it at scrape time like a ``Counter`` (``_total``, ``_created``)."""
+
+    __slots__ = ("created", "doc", "labels", "name", "values")
+
+    def __init__(self, name: str, doc: str, labels: tuple[str, ...]) -> None:
+        self.name = name
+        self.doc = doc
+        self.labels = labels
+        self.values: dict[tuple[str, ...], float] = {}
+        self.created: dict[tuple[str, ...], float] = {}
+        if not labels:  # a counter without labels shows 0 from the start
+            self.values[()] = 0.0
+            self.created[()] = time.time()
+
+    def inc(self, key: tuple[str, ...], amount: float = 1.0) -> None:
+        values = self.values
+        before = values.get(key)
+        if before is None:
+            self.created[key] = time.time()
+            before = 0.0
+        values[key] = before + amount
+
+    def family(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.doc, labels=self.labels)
+        created = self.created
+        for key, value in list(self.values.items()):
+            family.add_metric(list(key), value, created=created.get(key))
+        return family
+
+
+@final
+class _FoldedHistogram:
+    """A histogram by label values, kept as plain numbers (see
+    ``_FoldedCounter``): per label set, the observations in each bucket
+    (``le`` inclusive; the last is past the largest bound) and their sum."""
+
+    __slots__ = ("bounds", "created", "doc", "labels", "name", "values")
+
+    def __init__(
+        self, name: str, doc: str, bounds: Sequence[float], labels: tuple[str, ...]
+    ) -> None:
+        self.name = name
+        self.doc = doc
+        self.labels = labels
+        self.bounds = tuple(b for b in bounds if b != float("inf"))
+        self.values: dict[tuple[str, ...], list[float]] = {}
+        """Per label set: a count per bucket, then the sum."""
+        self.created: dict[tuple[str, ...], float] = {}
+        if not labels:
+            self._row(())
+
+    def _row(self, key: tuple[str, ...]) -> list[float]:
+        row = self.values[key] = [0.0] * (len(self.bounds) + 2)
+        self.created[key] = time.time()
+        return row
+
+    def observe(self, key: tuple[str, ...], value: float) -> None:
+        row = self.values.get(key)
+        if row is None:
+            row = self._row(key)
+        row[bisect_left(self.bounds, value)] += 1
+        row[-1] += value
+
+    def family(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
+        edges = [_go_float(b) for b in (*self.bounds, float("inf"))]
+        for key, live in list(self.values.items()):
+            row = list(live)  # one reading: the buckets and the sum agree
+            cumulative, buckets = 0.0, []
+            for edge, count in zip(edges, row[:-1], strict=True):
+                cumulative += count
+                buckets.append((edge, cumulative))
+            family.add_metric(list(key), buckets, row[-1])
+            family.samples.append(
+                Sample(
+                    f"{self.name}_created",
+                    dict(zip(self.labels, key, strict=True)),
+                    self.created[key],
+                )
+            )
+        return family
+
+
+@final
+class _EventFamilies(Collector):
+    """The event-fed counters and histograms as metric families, read at scrape."""
+
+    def __init__(self) -> None:
+        self.metrics: list[_FoldedCounter | _FoldedHistogram] = []
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.metrics:
+            yield metric.family()
+
+
+@final
 class DaemonMetrics:
     """The daemon's Prometheus registry, fed by run events and scrape-time sources.
 
@@ -124,14 +237,21 @@ class DaemonMetrics:
         self._sources: dict[str, Source[object]] = {}
         self._scrape = _Scrape()
         self._render_lock = anyio.Lock()
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
+        folded = _EventFamilies()
+        r.register(folded)
 
-        def counter(name: str, doc: str, *labels: str) -> Counter:
-            return Counter(name, doc, labels, registry=r)
+        def counter(name: str, doc: str, *labels: str) -> _FoldedCounter:
+            metric = _FoldedCounter(name, doc, labels)
+            folded.metrics.append(metric)
+            return metric
 
-        def histogram(name: str, doc: str, buckets: Sequence[float], *labels: str) -> Histogram:
-            return Histogram(name, doc, labels, buckets=buckets, registry=r)
+        def histogram(
+            name: str, doc: str, buckets: Sequence[float], *labels: str
+        ) -> _FoldedHistogram:
+            metric = _FoldedHistogram(name, doc, buckets, labels)
+            folded.metrics.append(metric)
+            return metric
 
         self.events = counter("agentrt_events", "Run events observed, by type.", "type")
         self.runs_started = counter("agentrt_runs_started", "Runs started, by agent.", "agent")
@@ -201,15 +321,18 @@ class DaemonMetrics:
             "Aggregation decisions (votes, tournament rounds), by aggregator.",
             "aggregator",
         )
-        self.source_errors = counter(
+        # Not fed by events (the scrape, the API thread): prometheus_client's own.
+        self.source_errors = Counter(
             "agentrt_metrics_source_errors",
             "Scrape-time sources that failed or timed out, by source.",
-            "source",
+            ["source"],
+            registry=r,
         )
-        self.limits_hit = counter(
+        self.limits_hit = Counter(
             "agentrt_limit_refusals",
             "Requests and connections refused by a [server] limit, by the limit's key.",
-            "limit",
+            ["limit"],
+            registry=r,
         )
         r.register(_ScrapeCollector(lambda: self._scrape))
         if process_metrics:
@@ -219,32 +342,32 @@ class DaemonMetrics:
 
     def observe(self, event: Event) -> None:
         """Fold one run event into the counters and histograms."""
-        self._child(self.events, str(type(event).__struct_config__.tag)).inc()
+        self.events.inc((str(type(event).__struct_config__.tag),))
         match event:
             case RunStarted(run_id=run_id, agent=agent, ts=ts):
-                self._child(self.runs_started, agent).inc()
+                self.runs_started.inc((agent,))
                 self._track(run_id, _RunState(agent=agent, started_ts=ts))
             case RunFinished():
                 self._run_finished(event)
             case BudgetUpdated(run_id=run_id, spent=spent):
                 self._account(self._state(run_id), spent)
             case RolloutStarted():
-                self.rollouts_started.inc()
+                self.rollouts_started.inc(())
             case RolloutFinished(status=status):
-                self._child(self.rollouts_finished, status).inc()
+                self.rollouts_finished.inc((status,))
             case StepRecorded(step=step):
                 self._step(step)
             case ToolCalled(tool=tool, is_error=is_error, duration_s=duration_s):
-                self._child(self.tool_calls, tool).inc()
+                self.tool_calls.inc((tool,))
                 if is_error:
-                    self._child(self.tool_errors, tool).inc()
-                self.tool_duration.observe(duration_s)
+                    self.tool_errors.inc((tool,))
+                self.tool_duration.observe((), duration_s)
             case SignalRaised(signal=signal):
-                self._child(self.signals, signal).inc()
+                self.signals.inc((signal,))
             case ErrorRaised(fatal=fatal):
-                self._child(self.errors, "true" if fatal else "false").inc()
+                self.errors.inc(("true" if fatal else "false",))
             case VoteCast(aggregator=aggregator):
-                self._child(self.aggregation_rounds, aggregator).inc()
+                self.aggregation_rounds.inc((aggregator,))
             case _:
                 pass
 
@@ -260,9 +383,9 @@ class DaemonMetrics:
         if state is None:
             state = _RunState(agent="unknown", started_ts=0.0)
         elif state.started_ts > 0 and event.ts >= state.started_ts:
-            self._child(self.run_duration, event.status).observe(event.ts - state.started_ts)
+            self.run_duration.observe((event.status,), event.ts - state.started_ts)
         self._account(state, event.cost)
-        self._child(self.runs_finished, state.agent, event.status).inc()
+        self.runs_finished.inc((state.agent, event.status))
 
     def _step(self, step: Step) -> None:
         reply = step.reply
@@ -270,26 +393,16 @@ class DaemonMetrics:
             model = reply.model
         else:
             model = step.routing.model if step.routing is not None else "none"
-        self._child(self.steps, model).inc()
-        self._child(self.step_duration, model).observe(step.duration_s)
+        self.steps.inc((model,))
+        self.step_duration.observe((model,), step.duration_s)
         if step.error is not None:
-            self._child(self.step_errors, model).inc()
+            self.step_errors.inc((model,))
         if reply is not None:
-            self._child(self.model_call_duration, model).observe(reply.latency_s)
+            self.model_call_duration.observe((model,), reply.latency_s)
             usage = reply.usage
-            self._child(self.step_tokens, model, "prompt").inc(usage.prompt_tokens)
-            self._child(self.step_tokens, model, "completion").inc(usage.completion_tokens)
-            self._child(self.step_tokens, model, "cached").inc(usage.cached_prompt_tokens)
-
-    def _child(self, metric: M, *labels: str) -> M:
-        """``metric.labels(*labels)``, looked up once per label set: the event
-        path folds several events per model call (prometheus_client's
-        ``labels`` validates and locks on every call)."""
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+            self.step_tokens.inc((model, "prompt"), usage.prompt_tokens)
+            self.step_tokens.inc((model, "completion"), usage.completion_tokens)
+            self.step_tokens.inc((model, "cached"), usage.cached_prompt_tokens)
 
     def _track(self, run_id: str, state: _RunState) -> None:
         self._runs[run_id] = state
@@ -307,11 +420,11 @@ class DaemonMetrics:
             ("cached", usage.cached_prompt_tokens, seen_usage.cached_prompt_tokens),
         ):
             if now > before:
-                self._child(self.tokens, agent, kind).inc(now - before)
+                self.tokens.inc((agent, kind), now - before)
         if total.model_calls > seen.model_calls:
-            self._child(self.model_calls, agent).inc(total.model_calls - seen.model_calls)
+            self.model_calls.inc((agent,), total.model_calls - seen.model_calls)
         if total.usd > seen.usd:
-            self._child(self.cost_usd, agent).inc(total.usd - seen.usd)
+            self.cost_usd.inc((agent,), total.usd - seen.usd)
         state.accounted = Cost(
             usd=max(total.usd, seen.usd),
             usage=Usage(

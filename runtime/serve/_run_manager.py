@@ -158,6 +158,7 @@ class _Live:
     changes to ``info`` under the manager's lock)."""
 
     info: RunInfo
+    """The run as last changed, but for ``updated_at`` (see ``current``)."""
     request: RunRequest
     rollouts: dict[str, RolloutInfo] = field(default_factory=dict)
     scope: anyio.CancelScope | None = None
@@ -181,6 +182,16 @@ class _Live:
     """Until when (``time.monotonic``) the run's model calls stream."""
     asking: set[str] = field(default_factory=set)
     """The questions the run waits on (``waiting`` while there are any)."""
+    touched: float = 0.0
+    """When an event that changed nothing else of ``info`` was committed
+    (most of a run's: kept apart, not a new ``RunInfo`` for each)."""
+
+    def current(self) -> RunInfo:
+        """``info`` as clients see it: updated when its last event was."""
+        info = self.info
+        if self.touched > info.updated_at:
+            return msgspec.structs.replace(info, updated_at=self.touched)
+        return info
 
     def answered(self, question: str, now: float) -> None:
         """``question`` waits no more: the run is ``running`` again when no
@@ -260,7 +271,7 @@ class _Live:
             case BudgetUpdated(spent=spent):
                 self.info = msgspec.structs.replace(info, cost=spent, updated_at=now)
             case _:
-                self.info = msgspec.structs.replace(info, updated_at=now)
+                self.touched = now
 
 
 @final
@@ -713,7 +724,7 @@ class RunManager:
                 if "waiting" in (before, after) and before != after:
                     await self.store.set_status(live.info.run_id, after)
             if type(event) is ElicitationRequested:
-                await self.webhooks.run_waiting(live.info, live.request, event)
+                await self.webhooks.run_waiting(live.current(), live.request, event)
             return
         # The run's state, its followers and the metrics see an event once it
         # is committed (``_committed``, in commit order), whether or not the
@@ -776,7 +787,7 @@ class RunManager:
                 with anyio.CancelScope(shield=True):
                     if await self._settle(live, status, result, error):
                         self._remember(live, result)
-                        await self.webhooks.run_ended(live.info, live.request)
+                        await self.webhooks.run_ended(live.current(), live.request)
             live.done.set()
             live.notify()
             with self._lock:
@@ -832,7 +843,7 @@ class RunManager:
         if capacity == 0:
             return
         detail = RunDetail(
-            run=live.info,
+            run=live.current(),
             request=live.request,
             rollouts=list(live.rollouts.values()),
             result=result,
@@ -846,7 +857,7 @@ class RunManager:
         with self._lock:
             live = self._live.get(run_id)
             if live is not None:
-                return live.info
+                return live.current()
             finished = self._finished.get(run_id)
         if finished is not None:
             return finished.run
@@ -857,7 +868,9 @@ class RunManager:
             live = self._live.get(run_id)
             if live is not None:
                 return RunDetail(
-                    run=live.info, request=live.request, rollouts=list(live.rollouts.values())
+                    run=live.current(),
+                    request=live.request,
+                    rollouts=list(live.rollouts.values()),
                 )
             finished = self._finished.get(run_id)
         if finished is not None:
@@ -887,7 +900,8 @@ class RunManager:
         with self._lock:
             current = [self._live.get(r.run_id) for r in page.runs]
         runs = [
-            r if live is None else live.info for r, live in zip(page.runs, current, strict=True)
+            r if live is None else live.current()
+            for r, live in zip(page.runs, current, strict=True)
         ]
         if status is not None:
             runs = [r for r in runs if r.status == status]

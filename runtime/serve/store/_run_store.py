@@ -413,7 +413,11 @@ class RunStore:
     def _apply(self, batch: Sequence[Write]) -> None:
         conn = self._writer
         assert conn is not None
-        conn.execute("BEGIN IMMEDIATE")
+        # One cursor for the batch: ``conn.execute`` makes (and registers)
+        # a cursor per statement, a sixth of the writer's CPU per row.
+        cursor = conn.cursor()
+        execute = cursor.execute
+        execute("BEGIN IMMEDIATE")
         try:
             for write in batch:
                 statements = write.statements
@@ -422,21 +426,21 @@ class RunStore:
                 if len(statements) == 1:  # a statement that fails leaves nothing behind
                     sql, params = statements[0]
                     try:
-                        conn.execute(sql, params)
+                        execute(sql, params)
                     except sqlite3.Error as exc:
                         if not conn.in_transaction:  # SQLite rolled it all back (a full disk)
                             raise
                         write.error = exc
                     continue
-                conn.execute("SAVEPOINT w")
+                execute("SAVEPOINT w")
                 try:
                     for sql, params in statements:
-                        conn.execute(sql, params)
+                        execute(sql, params)
                 except sqlite3.Error as exc:
-                    conn.execute("ROLLBACK TO w")
+                    execute("ROLLBACK TO w")
                     write.error = exc
-                conn.execute("RELEASE w")
-            conn.execute("COMMIT")
+                execute("RELEASE w")
+            execute("COMMIT")
         except BaseException:
             with suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")

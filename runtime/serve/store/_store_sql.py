@@ -18,7 +18,6 @@ from agentrt.protocols._events import (
     Event,
     RolloutFinished,
     RolloutStarted,
-    RunFinished,
     RunStarted,
     StepRecorded,
     SummaryWritten,
@@ -128,22 +127,29 @@ RUN_COLUMNS: Final = (
 )
 
 
+_INSERT_EVENT: Final = "INSERT INTO events (run_id, seq, type, ts, body) VALUES (?, ?, ?, ?, ?)"
+
+_WITH_ROWS: Final = frozenset(
+    {StepRecorded, RolloutStarted, RolloutFinished, SummaryWritten, BudgetUpdated, RunStarted}
+)
+"""The events that write more than their own row (most of a run's do not:
+the call journal's, tool calls, signals; a ``RunFinished`` neither, the
+run's row is settled by ``RunStore.finish`` with the whole result)."""
+
+
 def event_statements(event: Event) -> list[Statement]:
-    """The rows an event writes, besides its own row in ``events``."""
-    now = time.time()
+    """The rows an event writes: its own row in ``events``, then the step,
+    rollout, summary, usage or run rows it implies."""
+    kind = type(event)
     run = event.run_id
     out: list[Statement] = [
         (
-            "INSERT INTO events (run_id, seq, type, ts, body) VALUES (?, ?, ?, ?, ?)",
-            (
-                run,
-                event.seq,
-                type(event).__struct_config__.tag,
-                event.ts,
-                msgspec.json.encode(event),
-            ),
+            _INSERT_EVENT,
+            (run, event.seq, kind.__struct_config__.tag, event.ts, msgspec.json.encode(event)),
         ),
     ]
+    if kind not in _WITH_ROWS:
+        return out
     match event:
         case StepRecorded(rollout_id=rollout, step=step):
             # The step's body is its event's (``seq``): stored once.  An empty
@@ -153,7 +159,7 @@ def event_statements(event: Event) -> list[Statement]:
                 (
                     "INSERT INTO steps (run_id, rollout_id, idx, body, committed_at, seq) "
                     "VALUES (?, ?, ?, X'', ?, ?)",
-                    (run, rollout, step.index, now, event.seq),
+                    (run, rollout, step.index, time.time(), event.seq),
                 )
             )
             out.append(
@@ -223,8 +229,6 @@ def event_statements(event: Event) -> list[Statement]:
                     (run,),
                 )
             )
-        case RunFinished():
-            pass  # the run's row is settled by ``finish`` with the whole result
         case _:
             pass
     return out

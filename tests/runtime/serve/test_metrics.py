@@ -268,3 +268,52 @@ def test_two_instances_do_not_share_a_registry() -> None:
 def test_rejects_a_nonsense_bound() -> None:
     with pytest.raises(ValueError, match="max_tracked_runs"):
         DaemonMetrics(max_tracked_runs=0)
+
+
+def test_folded_metrics_expose_what_prometheus_client_does() -> None:
+    """The event-fed counters and histograms are plain numbers folded on the
+    run loop; their exposition is prometheus_client's own for the same
+    observations (bounds inclusive, ``_total``, ``_sum``, ``_count``,
+    ``_created``; a metric without labels shows zeros from the start)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from agentrt.runtime.serve._metrics import (
+        STEP_BUCKETS,
+        _EventFamilies,
+        _FoldedCounter,
+        _FoldedHistogram,
+    )
+
+    reference = CollectorRegistry()
+    ref_counter = Counter("c", "A counter.", ["model", "kind"], registry=reference)
+    ref_histogram = Histogram(
+        "h", "A histogram.", ["model"], buckets=STEP_BUCKETS, registry=reference
+    )
+    ref_bare = Histogram("bare", "No labels.", buckets=(0.1, 1.0), registry=reference)
+    Counter("idle", "Never counted.", registry=reference)
+
+    folded = CollectorRegistry()
+    families = _EventFamilies()
+    folded.register(families)
+    counter = _FoldedCounter("c", "A counter.", ("model", "kind"))
+    histogram = _FoldedHistogram("h", "A histogram.", STEP_BUCKETS, ("model",))
+    bare = _FoldedHistogram("bare", "No labels.", (0.1, 1.0), ())
+    idle = _FoldedCounter("idle", "Never counted.", ())
+    families.metrics.extend([counter, histogram, bare, idle])
+
+    # Values on the bounds, between them, past the last; whole and fractional amounts.
+    for model, value in [("a", 0.5), ("a", 0.05), ("b", 0.3), ("a", 300.0), ("a", 301.0)]:
+        ref_histogram.labels(model).observe(value)
+        histogram.observe((model,), value)
+        ref_counter.labels(model, "prompt").inc(value)
+        counter.inc((model, "prompt"), value)
+        ref_counter.labels(model, "calls").inc()
+        counter.inc((model, "calls"))
+    ref_bare.observe(1.0)
+    bare.observe((), 1.0)
+
+    def exposition(registry: CollectorRegistry) -> list[str]:
+        lines = generate_latest(registry).decode().splitlines()
+        return sorted(line.rsplit(" ", 1)[0] if "_created" in line else line for line in lines)
+
+    assert exposition(folded) == exposition(reference)

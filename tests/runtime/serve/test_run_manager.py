@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from agentrt.protocols import Budget, RunRequest, RunResult, ScalingSpec
@@ -238,3 +239,38 @@ async def test_reads_from_another_thread_while_runs_start_and_finish(
             await anyio.to_thread.run_sync(thread.join)
     assert errors == []
     assert reads > 0
+
+
+def test_a_live_runs_updated_at_follows_each_committed_event() -> None:
+    """Most of a run's events change nothing of its ``RunInfo`` but the
+    time (the call journal's, tool calls): ``apply`` keeps that time apart
+    instead of a new ``RunInfo`` per event, and what clients read
+    (``current``) carries it; an event that changes the run (its cost)
+    moves the time the same way."""
+    from agentrt.protocols._api import RunInfo
+    from agentrt.protocols._events import BudgetUpdated, CallReserved, ToolCalled
+    from agentrt.protocols._usage import Cost
+    from agentrt.runtime.serve._run_manager import _Live
+
+    info = RunInfo(
+        run_id="r", status="running", agent="solver", task="t", created_at=1.0, updated_at=1.0
+    )
+    live = _Live(info=info, request=RunRequest(task="t"))
+    assert live.current() is info
+
+    before = time.time()
+    live.apply(
+        CallReserved(run_id="r", seq=1, call="c", model="m", prompt_tokens=5, completion_tokens=5)
+    )
+    first = live.current()
+    assert first.updated_at >= before
+    assert msgspec.structs.replace(first, updated_at=1.0) == info  # nothing else changed
+    live.apply(
+        ToolCalled(run_id="r", seq=2, rollout_id="r-r0", call_id="t", tool="x", arguments="{}")
+    )
+    assert live.current().updated_at >= first.updated_at
+
+    live.apply(BudgetUpdated(run_id="r", seq=3, spent=Cost(usd=0.5)))
+    costed = live.current()
+    assert costed.cost == Cost(usd=0.5)
+    assert costed.updated_at >= first.updated_at
