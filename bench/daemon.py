@@ -57,6 +57,7 @@ are reported, not checked.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -133,6 +134,20 @@ def start_sim(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
         return start_sim_server_process(config)
     except BackendUnavailable as exc:
         raise SystemExit(str(exc)) from None
+
+
+def pin(pid: int, cpu: int | None) -> None:
+    """Every thread of the process ``pid`` on ``cpu`` (threads it starts
+    later inherit it); ``None``: left where the scheduler puts it."""
+    if cpu is None:
+        return
+    try:
+        tasks = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:  # no /proc: the calling thread's only
+        tasks = [pid]
+    for task in tasks:
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
+            os.sched_setaffinity(task, {cpu})
 
 
 def daemon_config(sim_url: str, store: Path, args: argparse.Namespace) -> str:
@@ -448,13 +463,14 @@ class Engine:
     passes interleave with the daemon's (a machine that slows down slows
     both)."""
 
-    def __init__(self, config: Path, argv: Sequence[str]) -> None:
+    def __init__(self, config: Path, argv: Sequence[str], cpu: int | None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--engine-child", str(config), *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
+        pin(self.proc.pid, cpu)  # before its interpreter starts any thread
 
     def run_pass(self, seed: int) -> EnginePass:
         assert self.proc.stdin is not None
@@ -717,6 +733,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run one unmeasured pass first (cold connection pool and caches)",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--pin",
+        type=int,
+        choices=[0, 1],
+        default=1,
+        help="pin the sim-server and the clients to one CPU and the daemon and the engine "
+        "to another (with 2 CPUs or more), as bench/overhead.py does",
+    )
     parser.add_argument("--deadline-s", type=float, default=60.0, help="per pass")
     parser.add_argument(
         "--smoke",
@@ -744,15 +768,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     passes: list[Load] = []
     engine_passes: list[EnginePass] = []
+    cores = sorted(os.sched_getaffinity(0))
+    # As bench/overhead.py and issue 31's harness: the sim-server (and the
+    # polling clients) on one core, what is measured on the other.
+    server_cpu, runner_cpu = (cores[0], cores[1]) if args.pin and len(cores) >= 2 else (None, None)
     sim, sim_url = start_sim(args)
+    pin(sim.pid, server_cpu)
+    pin(os.getpid(), server_cpu)
     try:
         with tempfile.TemporaryDirectory(prefix="agentrt-bench-daemon-") as tmp:
             config = Path(tmp) / "agentrt.toml"
             config.write_text(daemon_config(sim_url, Path(tmp) / "runs.db", args))
             log = Path(tmp) / "daemon.log"
             daemon, url = start_daemon(config, log)
+            pin(daemon.pid, runner_cpu)  # every thread it started, and those it will
             engine = (
-                Engine(config, ["--runs", str(args.runs), "--rollouts", str(args.rollouts)])
+                Engine(
+                    config, ["--runs", str(args.runs), "--rollouts", str(args.rollouts)], runner_cpu
+                )
                 if args.engine
                 else None
             )
@@ -786,6 +819,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.clients} clients polling every {args.interval_ms:.0f} ms, {args.repeat} passes"
         f"{' after a warm-up pass' if args.warmup else ''}; "
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+        + (
+            f"; sim-server and clients on CPU {server_cpu}, daemon and engine on CPU {runner_cpu}"
+            if runner_cpu is not None
+            else "; unpinned"
+        )
     )
     rows = rows_of(passes, args)
     rows += cpu_rows(passes, engine_passes, args)
