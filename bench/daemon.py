@@ -177,6 +177,11 @@ models = ["sim"]
 
 [models.backends.sim.http]
 max_connections = {rollouts + 16}
+# The sim-server (aiohttp) keeps an idle connection an hour; the daemon and
+# the engine each sit idle through the other's pass (seconds), and an
+# expiry below that (the client's default is 4 s) would reconnect every
+# connection at every pass: the interleaving's cost, not serving's.
+keepalive_expiry_s = 30
 
 [agents.solver]
 instructions = "Solve the task. Use the calculator."
