@@ -1,8 +1,8 @@
 """``FrameChannel``: one end of a local worker process's socket to its
 driver, as whole length-prefixed MessagePack frames.  An asyncio protocol
 on the socket's transport: the frames that arrive are split as they come
-and handed over together (``receive_queued``); a frame sent is written
-at once, in order, without a turn of the loop.  Must not know what the
+and handed over together (``receive_queued``); the frames sent in one
+turn of the loop are written together at its end, in order.  Must not know what the
 frames say.
 """
 
@@ -40,13 +40,16 @@ class FrameChannel(asyncio.Protocol):
     (or the peer claimed a frame over ``MAX_FRAME``),
     ``anyio.ClosedResourceError`` after ``aclose``.  ``send`` writes a
     frame whole, in the order of the calls (a cancelled caller cannot cut
-    one), and waits only while the peer leaves ``WRITE_HIGH`` bytes unread."""
+    one), and waits only while the peer leaves ``WRITE_HIGH`` bytes unread
+    (a failed write shows at the next ``send``)."""
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self._partial = bytearray()
         """The start of a frame whose end has not arrived."""
         self._frames: deque[bytes] = deque()
+        self._out = bytearray()
+        """Frames sent in this turn of the loop, to write at its end."""
         self._held = 0
         """The bytes of ``_frames``."""
         self._paused = False
@@ -107,14 +110,20 @@ class FrameChannel(asyncio.Protocol):
     # -- the channel -----------------------------------------------------------------
 
     async def send(self, frame: msgspec.Struct) -> None:
-        """Send ``frame`` (written now, behind the frames sent before it)."""
+        """Send ``frame``, behind the frames sent before it: the frames
+        sent in one turn of the loop go out in one write, at its end (the
+        driver's acknowledgements and the rollouts it places, a worker's
+        batch and its rollouts' outcomes)."""
         transport = self._transport
         if self._closed:
             raise anyio.ClosedResourceError
         if transport is None or transport.is_closing():
             raise anyio.BrokenResourceError(self._error)
         data = ENCODER.encode(frame)
-        transport.write(len(data).to_bytes(HEADER, "big") + data)
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._write)
+        self._out += len(data).to_bytes(HEADER, "big")
+        self._out += data
         if self._drained is not None:
             await asyncio.shield(self._drained)
 
@@ -157,6 +166,12 @@ class FrameChannel(asyncio.Protocol):
                 await self._waiter
             finally:
                 self._waiter = None
+
+    def _write(self) -> None:
+        out, self._out = self._out, bytearray()  # the transport may hold on to it
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            transport.write(out)
 
     def _taken(self, size: int) -> None:
         self._held -= size

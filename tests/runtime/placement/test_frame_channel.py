@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import msgspec
 import pytest
 
@@ -78,6 +79,15 @@ async def test_what_was_sent_before_the_peer_closed_is_read_first(
         await _send_until_it_fails(channel)
 
 
+def _receive(sock: socket.socket, size: int) -> bytes:
+    """``size`` bytes from ``sock`` (blocking, at most 5 s)."""
+    sock.settimeout(5)
+    received = b""
+    while len(received) < size:
+        received += sock.recv(1 << 16)
+    return received
+
+
 async def _send_until_it_fails(channel: FrameChannel) -> None:
     """The peer is gone: a write fails, now or at one of the next."""
     for _ in range(50):
@@ -118,11 +128,7 @@ async def test_frames_sent_reach_the_peer_in_order_and_a_closed_channel_says_so(
     for n in range(1, 6):
         await channel.send(Cancel(id=n))
     expected = b"".join(_framed(Cancel(id=n)) for n in range(1, 6))
-    received = b""
-    theirs.settimeout(5)
-    while len(received) < len(expected):
-        received += theirs.recv(1 << 16)
-    assert received == expected
+    assert await anyio.to_thread.run_sync(_receive, theirs, len(expected)) == expected
     await channel.aclose()
     with pytest.raises(anyio.ClosedResourceError):
         await channel.send(Close())
