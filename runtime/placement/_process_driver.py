@@ -33,8 +33,9 @@ from agentrt.runtime.config._runtime_config import PlacementConfig
 from agentrt.runtime.kernel._errors import ConfigError, RuntimeFailure
 from agentrt.runtime.memory._bank import MemoryStore
 from agentrt.runtime.observe._log import get_logger
+from agentrt.runtime.placement._frame_channel import FrameChannel
 from agentrt.runtime.placement._placement import PlacedRun, RolloutJob
-from agentrt.runtime.placement._process_worker import FrameChannel, worker_main
+from agentrt.runtime.placement._process_worker import worker_main
 from agentrt.runtime.placement._worker_books import (
     PlacedRollouts,
     Placing,

@@ -14,19 +14,17 @@ import contextlib
 import os
 import signal
 import socket
-from collections import deque
 from concurrent.futures import Future
-from typing import Final, final
+from typing import Final
 
 import anyio
-import msgspec
-from anyio.abc import SocketStream, TaskGroup
+from anyio.abc import TaskGroup
 
 from agentrt._version import __version__
 from agentrt.runtime.kernel._parent_death import die_with
+from agentrt.runtime.placement._frame_channel import FrameChannel
 from agentrt.runtime.placement._worker_host import HostedWorker, has_uvloop
 from agentrt.runtime.placement._worker_wire import (
-    ENCODER,
     TO_WORKER,
     Cancel,
     Close,
@@ -39,93 +37,12 @@ from agentrt.runtime.placement._worker_wire import (
     WorkerSpec,
 )
 
-#: A frame's length prefix.
-HEADER: Final = 4
-#: The most one read takes from the socket.
-READ: Final = 1 << 20
-#: The largest frame either side accepts (a bound on a bad peer's claim).
-MAX_FRAME: Final = 1 << 30
 #: How long a closing worker may take to end its rollouts and its Runtime.
 CLOSE_S: Final = 10.0
 #: How long the worker waits, once an item is posted, for more to join it
 #: in one frame: each frame costs the driver a read, a loop turn and an
 #: acknowledgement, and a step's acknowledgement can wait a few milliseconds.
 GATHER_S: Final = 0.005
-
-
-@final
-class FrameChannel:
-    """One end of a worker's socket: whole frames in, whole frames out.
-    Reads take what the socket holds (up to ``READ``), several frames at a
-    time when they queued up; frames sent while another send is writing
-    go out together in its next write (a write per loop turn, not per
-    frame: the driver's acks and placed rollouts, a worker's batches)."""
-
-    def __init__(self, stream: SocketStream) -> None:
-        self._stream = stream
-        self._buffer = bytearray()
-        self._frames: deque[bytes] = deque()
-        self._out = bytearray()
-        """Frames to write, in order (bounded by what the peer is owed:
-        replies to its items, the rollouts placed on it, their outcomes)."""
-        self._writing = False
-
-    @classmethod
-    async def of(cls, sock: socket.socket) -> FrameChannel:
-        return cls(await SocketStream.from_socket(sock))
-
-    async def send(self, frame: msgspec.Struct) -> None:
-        """Send ``frame``: written now, or by the send writing already
-        (returning at once; it raises, if the socket fails)."""
-        data = ENCODER.encode(frame)
-        self._out += len(data).to_bytes(HEADER, "big")
-        self._out += data
-        if self._writing:
-            return
-        self._writing = True
-        try:
-            while self._out:
-                chunk = bytes(self._out)
-                self._out.clear()
-                # Shielded: a write cancelled half-way would cut a frame.
-                with anyio.CancelScope(shield=True):
-                    await self._stream.send(chunk)
-        finally:
-            self._writing = False
-
-    async def receive(self) -> bytes:
-        """The next frame; ``anyio.EndOfStream`` when the peer closed."""
-        while not self._frames:
-            self._buffer += await self._stream.receive(READ)
-            self._split()
-        return self._frames.popleft()
-
-    async def receive_queued(self) -> list[bytes]:
-        """The frames that arrived (at least one), in order;
-        ``anyio.EndOfStream`` when the peer closed."""
-        while not self._frames:
-            self._buffer += await self._stream.receive(READ)
-            self._split()
-        frames = list(self._frames)
-        self._frames.clear()
-        return frames
-
-    def _split(self) -> None:
-        buffer, start = self._buffer, 0
-        while len(buffer) - start >= HEADER:
-            size = int.from_bytes(buffer[start : start + HEADER], "big")
-            if size > MAX_FRAME:
-                raise anyio.BrokenResourceError(f"a frame of {size} bytes (at most {MAX_FRAME})")
-            end = start + HEADER + size
-            if end > len(buffer):
-                break
-            self._frames.append(bytes(buffer[start + HEADER : end]))
-            start = end
-        if start:
-            del buffer[:start]
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
 
 
 def worker_main(sock: socket.socket, spec: WorkerSpec, parent: int) -> None:
@@ -228,4 +145,4 @@ async def _pump(channel: FrameChannel, hosted: HostedWorker) -> None:
             await channel.send(Items(items=items))
 
 
-__all__ = ["FrameChannel", "worker_main"]
+__all__ = ["worker_main"]

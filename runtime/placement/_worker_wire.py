@@ -21,8 +21,9 @@ from agentrt.agents._control import RolloutResult
 from agentrt.agents._spec_loader import SpecSet
 from agentrt.protocols._events import Event, StepRecorded
 from agentrt.protocols._ids import top_level_id
-from agentrt.protocols._messages import ChatMessage
+from agentrt.protocols._messages import AssistantMessage, ChatMessage
 from agentrt.protocols._model import ModelReply
+from agentrt.protocols._trajectory import Step
 from agentrt.protocols._usage import Usage
 from agentrt.runtime.budget._ledger import Headroom
 from agentrt.runtime.budget._pricing import PriceTable
@@ -113,14 +114,16 @@ class StepOut(msgspec.Struct, frozen=True, kw_only=True, tag="step"):
     """A ``StepRecorded`` event (``ack`` as ``EventOut``'s), its step's
     prompt sent as what changed (``StepPrompts``): the first ``kept``
     messages of the prompt of the rollout's step before it on this
-    channel, then ``added`` (``event.step.messages`` is empty).  A step's
-    prompt repeats the one before it: sent whole, each step would be
+    channel, then (``replied``) that step's reply message, then ``added``
+    (``event.step.messages`` is empty).  A step's prompt repeats the one
+    before it, and that one's reply: sent whole, each step would be
     encoded and decoded again, a cost that grows with the steps."""
 
     event: StepRecorded
     kept: int
     added: list[ChatMessage]
     ack: int = 0
+    replied: bool = False
 
 
 class FlushOut(msgspec.Struct, frozen=True, kw_only=True, tag="flush"):
@@ -324,62 +327,93 @@ def event_kinds(tags: list[str] | None) -> frozenset[type[Event]] | None:
     return frozenset(_EVENT_KINDS[tag] for tag in tags)
 
 
+@dataclass(slots=True, eq=False)
+class _Last:
+    """A rollout's last prompt on a channel, and its step's reply message
+    (one per rollout, updated at each of its steps)."""
+
+    prompt: tuple[ChatMessage, ...] = ()
+    reply: AssistantMessage | None = None
+
+
 @final
 class StepPrompts:
     """One end of a channel's ``StepOut`` items: the last prompt of each
-    rollout with steps on the channel (sent by the worker, rebuilt by the
-    driver), until the rollout's ``FlushOut``.  Both ends see the items in
-    the channel's order, so they hold the same prompts."""
+    rollout with steps on the channel, and that step's reply message (sent
+    by the worker, rebuilt by the driver), until the rollout's
+    ``FlushOut``.  Both ends see the items in the channel's order, so they
+    hold the same prompts."""
 
     def __init__(self) -> None:
-        self._last: dict[str, dict[str, tuple[ChatMessage, ...]]] = {}
-        """By top-level rollout: its prompts and its sub-agents', by rollout id."""
+        self._last: dict[str, dict[str, _Last]] = {}
+        """By top-level rollout: its last prompts and replies and its
+        sub-agents', by rollout id."""
 
     def encode(self, event: StepRecorded, ack: int) -> StepOut:
         """``event`` as a ``StepOut``: the messages its prompt shares with
-        the rollout's last one (the same objects, in order) are not sent."""
-        messages = event.step.messages
-        rollouts = self._rollouts(event.rollout_id)
-        last = rollouts.get(event.rollout_id, ())
+        the rollout's last one (the same objects, in order), and the last
+        step's reply message after them, are not sent."""
+        step = event.step
+        messages = step.messages
+        last = self._last_of(event.rollout_id)
         kept = 0
-        for message, before in zip(messages, last, strict=False):
+        for message, before in zip(messages, last.prompt, strict=False):
             if message is not before:
                 break
             kept += 1
-        rollouts[event.rollout_id] = messages
-        step = msgspec.structs.replace(event.step, messages=())
+        reply = last.reply
+        replied = reply is not None and kept < len(messages) and messages[kept] is reply
+        last.prompt, last.reply = messages, _reply_message(step)
         return StepOut(
-            event=msgspec.structs.replace(event, step=step),
+            event=msgspec.structs.replace(event, step=msgspec.structs.replace(step, messages=())),
             kept=kept,
-            added=list(messages[kept:]),
+            added=list(messages[kept + 1 if replied else kept :]),
             ack=ack,
+            replied=replied,
         )
 
     def decode(self, item: StepOut) -> StepRecorded:
         """The ``StepRecorded`` event ``item`` carries, its prompt whole."""
         event = item.event
-        rollouts = self._rollouts(event.rollout_id)
-        last = rollouts.get(event.rollout_id, ())
-        if item.kept > len(last):
+        last = self._last_of(event.rollout_id)
+        prompt, reply = last.prompt, last.reply
+        if item.kept > len(prompt):
             raise ValueError(
                 f"StepOut of rollout {event.rollout_id}: keeps {item.kept} messages "
-                f"of a prompt of {len(last)}"
+                f"of a prompt of {len(prompt)}"
             )
-        messages = (*last[: item.kept], *item.added)
-        rollouts[event.rollout_id] = messages
+        if item.replied:
+            if reply is None:
+                raise ValueError(
+                    f"StepOut of rollout {event.rollout_id}: repeats the reply of a step "
+                    "this end does not hold"
+                )
+            messages = (*prompt[: item.kept], reply, *item.added)
+        else:
+            messages = (*prompt[: item.kept], *item.added)
         step = msgspec.structs.replace(event.step, messages=messages)
+        last.prompt, last.reply = messages, _reply_message(step)
         return msgspec.structs.replace(event, step=step)
 
     def forget(self, rollout: str) -> None:
         """``rollout`` ended: forget its prompts and its sub-agents'."""
         self._last.pop(top_level_id(rollout), None)
 
-    def _rollouts(self, rollout_id: str) -> dict[str, tuple[ChatMessage, ...]]:
+    def _last_of(self, rollout_id: str) -> _Last:
         top = top_level_id(rollout_id)
         rollouts = self._last.get(top)
         if rollouts is None:
             rollouts = self._last[top] = {}
-        return rollouts
+        last = rollouts.get(rollout_id)
+        if last is None:
+            last = rollouts[rollout_id] = _Last()
+        return last
+
+
+def _reply_message(step: Step) -> AssistantMessage | None:
+    """The message of ``step``'s reply (its first choice's), if it has one."""
+    reply = step.reply
+    return reply.choices[0].message if reply is not None and reply.choices else None
 
 
 ENCODER: Final = msgspec.msgpack.Encoder()

@@ -6,6 +6,8 @@ told the event kinds the run's stream takes."""
 
 from __future__ import annotations
 
+import itertools
+
 import msgspec
 import pytest
 
@@ -14,11 +16,15 @@ from agentrt.protocols import Event, RolloutFinished, StepRecorded, ToolCalled, 
 from agentrt.protocols._messages import (
     AssistantMessage,
     ChatMessage,
+    FunctionCall,
     SystemMessage,
+    ToolCall,
     ToolMessage,
     UserMessage,
 )
+from agentrt.protocols._model import Choice, ModelReply
 from agentrt.protocols._trajectory import Step
+from agentrt.protocols._usage import Usage
 from agentrt.runtime.kernel._errors import RuntimeFailure
 from agentrt.runtime.placement._worker_books import outcome_result
 from agentrt.runtime.placement._worker_host import _done
@@ -38,24 +44,22 @@ from agentrt.runtime.placement._worker_wire import (
 
 def _steps(rollout: str, count: int) -> list[StepRecorded]:
     """``count`` steps of an agent: each prompt is the one before plus the
-    reply and the tool's answer (the same message objects, as the agent
-    loop builds them)."""
+    step's reply message and the tool's answer (the same message objects,
+    as the agent loop builds them)."""
     prompt: tuple[ChatMessage, ...] = (
         SystemMessage(content="Solve it."),
         UserMessage(content=f"task of {rollout}"),
     )
     out = []
     for index in range(count):
-        out.append(
-            StepRecorded(
-                run_id="run-1", rollout_id=rollout, step=Step(index=index, messages=prompt)
-            )
+        call = ToolCall(id=f"c{index}", function=FunctionCall(name="add", arguments="{}"))
+        message = AssistantMessage(content=f"{rollout} step {index}", tool_calls=[call])
+        reply = ModelReply(
+            model="m", choices=[Choice(message=message)], usage=Usage(), latency_s=0.1
         )
-        prompt = (
-            *prompt,
-            AssistantMessage(content=f"{rollout} step {index}"),
-            ToolMessage(content=str(index), tool_call_id=f"c{index}"),
-        )
+        step = Step(index=index, messages=prompt, reply=reply)
+        out.append(StepRecorded(run_id="run-1", rollout_id=rollout, step=step))
+        prompt = (*prompt, message, ToolMessage(content=str(index), tool_call_id=f"c{index}"))
     return out
 
 
@@ -71,19 +75,33 @@ def test_a_steps_prompt_crosses_as_what_changed_and_is_rebuilt_whole() -> None:
     interleaved = [a[0], b[0], a[1], sub[0], b[1], a[2], sub[1], a[3], b[2], b[3]]
     sizes: dict[str, list[int]] = {}
     kept: dict[str, list[int]] = {}
+    added: dict[str, list[int]] = {}
+    rebuilt: dict[str, list[StepRecorded]] = {}
     for ack, event in enumerate(interleaved, start=1):
         out = worker.encode(event, ack)
         sizes.setdefault(event.rollout_id, []).append(len(ENCODER.encode(out)))
         kept.setdefault(event.rollout_id, []).append(out.kept)
+        added.setdefault(event.rollout_id, []).append(len(out.added))
         crossed = _wire(out)
         assert isinstance(crossed, StepOut)
         assert crossed.ack == ack
         assert crossed.event.step.messages == ()
-        assert driver.decode(crossed) == event  # the whole prompt, and the rest of the step
-    # Each step sends its two new messages, not its whole prompt.
+        back = driver.decode(crossed)
+        assert back == event  # the whole prompt, and the rest of the step
+        rebuilt.setdefault(event.rollout_id, []).append(back)
+    # Each step sends its tool's answer alone, not its whole prompt, nor
+    # the step before's reply message again.
     assert kept["run-1-r0"] == [0, 2, 4, 6]
+    assert added["run-1-r0"] == [2, 1, 1, 1]
     assert kept["run-1-r0.call-1"] == [0, 2]
+    assert added["run-1-r0.call-1"] == [2, 1]
     assert len(set(sizes["run-1-r0"][1:])) == 1
+    # The driver's prompt holds the reply message it decoded, as the
+    # agent loop's holds the reply's own (one object, not a copy).
+    steps = [event.step for event in rebuilt["run-1-r0"]]
+    for before, after in itertools.pairwise(steps):
+        assert before.reply is not None
+        assert after.messages[len(before.messages)] is before.reply.message
 
 
 def test_a_rollouts_prompts_are_forgotten_at_its_end_on_both_ends() -> None:
@@ -100,6 +118,8 @@ def test_a_rollouts_prompts_are_forgotten_at_its_end_on_both_ends() -> None:
     # A step that keeps more than the driver holds is refused, not made up.
     with pytest.raises(ValueError, match="keeps 4 messages of a prompt of 0"):
         StepPrompts().decode(msgspec.structs.replace(out, kept=4))
+    with pytest.raises(ValueError, match="repeats the reply of a step this end does not hold"):
+        StepPrompts().decode(msgspec.structs.replace(out, replied=True))
 
 
 def _trajectory(steps: list[Step]) -> RolloutResult:
