@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import socket
-import struct
 import weakref
 from collections.abc import AsyncIterator, Awaitable
 
@@ -24,6 +23,7 @@ from agentrt.runtime.models.http._http_client import (
     make_transport,
     poster,
 )
+from tests._support.resets import reset_connection
 
 pytestmark = [pytest.mark.anyio, pytest.mark.uvloop]
 
@@ -70,17 +70,6 @@ async def _stalled(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def _reset(request: web.Request) -> web.StreamResponse:
-    """Reads the request, then resets the connection (RST, no reply)."""
-    await request.read()
-    transport = request.transport
-    assert transport is not None
-    sock = transport.get_extra_info("socket")
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    transport.abort()
-    return web.Response(text="never sent")
-
-
 @pytest.fixture
 async def server() -> AsyncIterator[str]:
     app = web.Application()
@@ -89,7 +78,7 @@ async def server() -> AsyncIterator[str]:
     app.router.add_get("/slow", _slow)
     app.router.add_post("/slow", _slow)
     app.router.add_post("/stalled", _stalled)
-    app.router.add_post("/reset", _reset)
+    app.router.add_post("/reset", reset_connection)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -9,8 +9,6 @@ import email.utils
 import functools
 import json
 import random
-import socket
-import struct
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -22,7 +20,7 @@ import anyio.lowlevel
 import pytest
 from aiohttp import web
 
-from agentrt.protocols import ModelRequest, UserMessage
+from agentrt.protocols import ModelReply, ModelRequest, UserMessage
 from agentrt.runtime.kernel._errors import (
     BackendUnavailable,
     InvalidRequestError,
@@ -44,6 +42,7 @@ from agentrt.runtime.models._retry import (
 from agentrt.runtime.models.http._http_client import HttpClientConfig
 from agentrt.runtime.models.openai import _openai_backend
 from agentrt.runtime.models.openai._openai_backend import OpenAIBackend
+from tests._support.resets import reset_connection
 from tests.runtime.models._loopback import (
     Handler,
     HangsOnce,
@@ -288,18 +287,23 @@ def backend(url: str, **overrides: Any) -> OpenAIBackend:
     return retrying_backend(url, "rt", **overrides)
 
 
+async def _answer(b: OpenAIBackend, *, streaming: bool) -> ModelReply:
+    """``ASK``'s reply, streamed or whole."""
+    if not streaming:
+        return await b.complete(ASK)
+    async with aclosing(b.stream(ASK)) as deltas:
+        reply = [d async for d in deltas][-1].reply
+    assert reply is not None
+    return reply
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504])
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_each_retryable_status_is_retried(status: int, streaming: bool) -> None:
     script = Script([(status, {})])
     async with serve(script) as url, backend(url) as b:
-        if streaming:
-            async with aclosing(b.stream(ASK)) as deltas:
-                reply = [d async for d in deltas][-1].reply
-            assert reply is not None
-        else:
-            reply = await b.complete(ASK)
+        reply = await _answer(b, streaming=streaming)
         assert reply.message.content == "ok"
         assert b.stats.attempts == 2
         assert b.stats.retries == 1
@@ -381,13 +385,7 @@ class ResetsOnce:
         self.calls += 1
         if self.calls > 1:
             return await self.answer(request)
-        await request.read()
-        transport = request.transport
-        assert transport is not None
-        sock = transport.get_extra_info("socket")
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        transport.abort()
-        return web.Response(text="never sent")
+        return await reset_connection(request)
 
 
 @pytest.mark.anyio
@@ -397,12 +395,7 @@ async def test_a_reset_connection_is_retried(streaming: bool) -> None:
     # aiohttp cause); the backend still counts it a transient failure.
     server = ResetsOnce()
     async with serve(server) as url, backend(url) as b:
-        if streaming:
-            async with aclosing(b.stream(ASK)) as deltas:
-                reply = [d async for d in deltas][-1].reply
-            assert reply is not None
-        else:
-            reply = await b.complete(ASK)
+        reply = await _answer(b, streaming=streaming)
         assert reply.message.content == "ok"
         assert (b.stats.attempts, b.stats.retries) == (2, 1)
     assert server.calls == 2
