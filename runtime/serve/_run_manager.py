@@ -833,6 +833,7 @@ class RunManager:
                 stopped=result.stopped if result else None,
                 updated_at=now,
             )
+            live.touched = now  # its end, as stored: events applied since do not move it
         log.info("run_finished", run_id=live.info.run_id, status=status)
         return True
 

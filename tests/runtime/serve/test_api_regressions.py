@@ -4,6 +4,7 @@ one deterministic test per bug."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,36 @@ async def test_a_cancel_while_the_last_event_is_being_committed_still_settles_th
         assert len(finished) == 1
         assert finished[0] is events[-1]
         assert stored.status == finished[0].status
+
+
+async def test_a_finished_run_in_memory_ends_as_stored_though_its_last_events_commit_later(
+    tmp_path: Path, daemon_kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's end time is read before its last queued events commit (the
+    vote, the summaries); applying them afterwards must not move the time
+    a client reads from memory past the one the store recorded.  A slow
+    writer keeps those events queued when the run settles."""
+    config = daemon_kit.config(tmp_path)
+    async with RunManager(config, backends=[daemon_kit.scripted(steps=1)]) as manager:
+        store = manager.store
+        apply = store._apply
+
+        def slow(batch: Any) -> None:
+            time.sleep(0.02)  # on the writer thread: later events queue behind
+            apply(batch)
+
+        monkeypatch.setattr(store, "_apply", slow)
+        assert store._queue is not None
+        monkeypatch.setattr(store._queue, "_commit", slow)
+        request = RunRequest(task="add", agent="solver", scaling=ScalingSpec(rollouts=3))
+        info = await manager.submit(request)
+        await manager.wait(info.run_id, timeout=30)
+        stored = await store.detail(info.run_id)
+        assert stored is not None
+        from_memory = await manager.detail(info.run_id)
+        assert from_memory is not None
+        assert from_memory.run.updated_at == stored.run.updated_at
+        assert from_memory == stored
 
 
 async def test_finished_runs_are_served_from_memory_as_the_store_has_them(
