@@ -123,7 +123,7 @@ class _FoldedCounter:
         values = self.values
         before = values.get(key)
         if before is None:
-            self.created[key] = time.time()
+            self.created[key] = time.time()  # before the value: see ``_row``
             before = 0.0
         values[key] = before + amount
 
@@ -157,8 +157,10 @@ class _FoldedHistogram:
             self._row(())
 
     def _row(self, key: tuple[str, ...]) -> list[float]:
-        row = self.values[key] = [0.0] * (len(self.bounds) + 2)
+        # ``created`` first: a scrape on the API thread reads ``created`` for
+        # every key it finds in ``values``.
         self.created[key] = time.time()
+        row = self.values[key] = [0.0] * (len(self.bounds) + 2)
         return row
 
     def observe(self, key: tuple[str, ...], value: float) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -317,3 +319,31 @@ def test_folded_metrics_expose_what_prometheus_client_does() -> None:
         return sorted(line.rsplit(" ", 1)[0] if "_created" in line else line for line in lines)
 
     assert exposition(folded) == exposition(reference)
+
+
+def test_a_new_label_set_has_its_created_time_before_its_value() -> None:
+    """The run loop adds label sets while the API thread scrapes; a scrape
+    reads the created time of every label set it finds a value for, so a
+    new one's time is in place before its value."""
+    from agentrt.runtime.serve._metrics import _FoldedCounter, _FoldedHistogram
+
+    order: list[str] = []
+
+    class Logged(dict[tuple[str, ...], Any]):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def __setitem__(self, key: tuple[str, ...], value: Any) -> None:
+            if key not in self:
+                order.append(self.name)
+            super().__setitem__(key, value)
+
+    counter = _FoldedCounter("c", "A counter.", ("model",))
+    histogram = _FoldedHistogram("h", "A histogram.", (0.1, 1.0), ("model",))
+    for metric in (counter, histogram):
+        metric.values = Logged("value")
+        metric.created = Logged("created")
+    counter.inc(("a",))
+    histogram.observe(("a",), 0.5)
+    assert order == ["created", "value", "created", "value"]
